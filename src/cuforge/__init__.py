@@ -1,0 +1,55 @@
+"""cuforge: JIT-compile CUDA through a cache that is never wrong, and build CUDA
+graphs that never touch freed memory.
+
+Public names mirror ``cuda.core`` so code ports by changing the import.  Names are
+resolved lazily: ``import cuforge`` loads no CUDA library and never touches the
+driver, so compile-and-cache users on machines without a GPU pay nothing for the
+runtime layer.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+# public name -> module that defines it
+_EXPORTS: dict[str, str] = {
+    # compile layer
+    "Program": "cuforge.compile.program",
+    "ProgramOptions": "cuforge.compile.options",
+    "ObjectCode": "cuforge.compile.object_code",
+    "Linker": "cuforge.compile.linker",
+    "LinkerOptions": "cuforge.compile.linker",
+    "CompileError": "cuforge.compile.errors",
+    # runtime layer
+    "CUDAError": "cuforge.runtime.errors",
+    "Device": "cuforge.runtime.device",
+    "Stream": "cuforge.runtime.stream",
+    "StreamOptions": "cuforge.runtime.stream",
+    "Event": "cuforge.runtime.event",
+    "EventOptions": "cuforge.runtime.event",
+    "Buffer": "cuforge.runtime.memory",
+    "MemoryResource": "cuforge.runtime.memory",
+    "DeviceMemoryResource": "cuforge.runtime.memory",
+    "PinnedMemoryResource": "cuforge.runtime.memory",
+    "Kernel": "cuforge.runtime.module",
+    "LaunchConfig": "cuforge.runtime.launch",
+    "launch": "cuforge.runtime.launch",
+}
+
+__all__ = sorted([*_EXPORTS, "__version__"])
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'cuforge' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

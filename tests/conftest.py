@@ -1,0 +1,40 @@
+"""Shared test set-up.
+
+Tests marked ``gpu`` need a CUDA driver and at least one device. Where none is
+found they are skipped with the reason the driver gave -- never failed for that
+alone -- so CI machines without a GPU stay green and say why.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+
+
+@functools.cache
+def gpu_unavailable_reason() -> str | None:
+    """None when a CUDA driver with a device is usable here, else why not."""
+    try:
+        from cuda.bindings import driver
+    except Exception as exc:  # pragma: no cover - cuda-bindings is a dependency
+        return f"cuda-bindings cannot be imported: {exc}"
+    try:
+        (err,) = driver.cuInit(0)
+    except Exception as exc:
+        return f"no CUDA driver found: {exc}"
+    if err != driver.CUresult.CUDA_SUCCESS:
+        return f"cuInit failed: {err.name}"
+    err, count = driver.cuDeviceGetCount()
+    if err != driver.CUresult.CUDA_SUCCESS or count == 0:
+        return "no CUDA device found"
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    reason = None
+    for item in items:
+        if "gpu" in item.keywords:
+            reason = reason or gpu_unavailable_reason()
+            if reason:
+                item.add_marker(pytest.mark.skip(reason=f"gpu test: {reason}"))
