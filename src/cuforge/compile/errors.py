@@ -1,0 +1,52 @@
+"""The compile layer's one exception type.
+
+Guarantee: every failure *inside* a compiler backend (NVRTC, nvJitLink, libNVVM, the
+driver linker) surfaces as ``CompileError`` with the backend's complete log and the
+exact flag list it received. Mistakes the caller can see without compiling (wrong
+option type or value, unsupported code_type/target pair) are TypeError/ValueError
+instead, raised before any backend runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+class CompileError(RuntimeError):
+    """A compiler backend rejected the input.
+
+    Attributes:
+        backend: ``"NVRTC"``, ``"nvJitLink"``, ``"libNVVM"`` or ``"driver linker"``.
+        log: the backend's full log text (may be empty if the backend gave none).
+        options: the flags the backend received, as str, in order.
+        status: the backend's status name (e.g. ``"NVRTC_ERROR_COMPILATION"``).
+        name: the program or link name.
+    """
+
+    def __init__(
+        self,
+        backend: str,
+        status: str,
+        log: str,
+        options: Sequence[str | bytes],
+        name: str = "",
+    ) -> None:
+        self.backend = backend
+        self.status = status
+        self.log = log
+        self.options = tuple(o.decode() if isinstance(o, bytes) else o for o in options)
+        self.name = name
+        what = f" of {name!r}" if name else ""
+        message = f"{backend} compilation{what} failed ({status})"
+        if log.strip():
+            message += ":\n" + log.rstrip()
+        message += "\noptions: " + " ".join(self.options)
+        super().__init__(message)
+
+
+def decode_log(raw: bytes | bytearray) -> str:
+    """Compiler log bytes as text: NULs stripped, undecodable bytes replaced."""
+    return bytes(raw).split(b"\0", 1)[0].decode("utf-8", errors="replace")
+
+
+__all__ = ["CompileError", "decode_log"]

@@ -1,0 +1,202 @@
+"""``Program``: one source (CUDA C++, PTX or NVVM IR) and the options to compile it.
+
+Guarantees:
+- Construction validates code, code_type and options -- including that every set
+  option is one the chosen backend honours -- and touches no compiler: an NVRTC
+  program is created only inside ``compile``.
+- ``compile`` either returns an ObjectCode of exactly ``target_type`` or raises:
+  TypeError/ValueError for caller mistakes (before any backend runs), CompileError
+  for backend failures (with the full log and flags). Warnings text from a
+  successful compile goes to ``logs.write`` when ``logs`` is given.
+- A fresh PTX result warns (RuntimeWarning) when the local driver is older than
+  the compiler that wrote it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from cuforge.compile import _versions
+from cuforge.compile.object_code import ObjectCode
+from cuforge.compile.options import ProgramOptions
+from cuforge.compile.targets import normalize_code_type, normalize_target
+
+_BACKENDS = {"c++": "NVRTC", "nvvm": "NVVM"}
+
+
+class Program:
+    """A compilable program; names and behaviour follow cuda.core's ``Program``.
+
+    Args:
+        code: str source for "c++" and "ptx"; str (text IR) or bytes (bitcode) for
+            "nvvm".
+        code_type: "c++", "ptx" or "nvvm" (case-insensitive).
+        options: a ProgramOptions; None means ``ProgramOptions()`` (arch from the
+            current device).
+
+    Raises:
+        TypeError: wrong type for code, code_type or options.
+        ValueError: unknown code_type, empty code, or an option the backend for
+            this code_type cannot honour (or ``arch`` missing without a device).
+    """
+
+    def __init__(self, code: str | bytes, code_type: str, options: ProgramOptions | None = None):
+        self._code_type = normalize_code_type(code_type)
+        if isinstance(code, str):
+            code_bytes = code.encode()
+        elif isinstance(code, (bytes, bytearray)) and self._code_type == "nvvm":
+            code_bytes = bytes(code)
+        else:
+            allowed = "str or bytes" if self._code_type == "nvvm" else "str"
+            raise TypeError(
+                f"code for code_type {self._code_type!r} must be {allowed}, "
+                f"got {type(code).__name__}"
+            )
+        if not code_bytes.strip():
+            raise ValueError("code must not be empty")
+        if options is None:
+            options = ProgramOptions()
+        elif not isinstance(options, ProgramOptions):
+            raise TypeError(f"options must be a ProgramOptions, got {type(options).__name__}")
+        self._code = code_bytes
+        self._options = options
+        self._closed = False
+        # Validate now (pure Python): unsupported options fail at construction.
+        self._base_flags()
+
+    @property
+    def code_type(self) -> str:
+        return self._code_type
+
+    @property
+    def options(self) -> ProgramOptions:
+        return self._options
+
+    @property
+    def backend(self) -> str:
+        """ "NVRTC", "NVVM", "nvJitLink" or "driver" (PTX without nvJitLink)."""
+        if self._code_type == "ptx":
+            from cuforge.compile.linker import linker_backend
+
+            return "nvJitLink" if linker_backend() == "nvjitlink" else "driver"
+        return _BACKENDS[self._code_type]
+
+    def _base_flags(self) -> list[bytes]:
+        if self._code_type == "c++":
+            return self._options.as_nvrtc_options()
+        if self._code_type == "nvvm":
+            return self._options.as_nvvm_options()
+        if self.backend == "nvJitLink":
+            return self._options.as_nvjitlink_options()
+        return self._options.as_driver_linker_options()
+
+    def _flags(self, target: str) -> list[bytes]:
+        """The base flags plus the one a target implies (LTO output)."""
+        flags = self._base_flags()
+        lto = bool(self._options.link_time_optimization)
+        if target in ("cubin",) and not self._options.arch.startswith("sm_"):
+            raise ValueError(
+                f"target 'cubin' needs a real architecture (sm_XY); "
+                f"ProgramOptions.arch is {self._options.arch!r}"
+            )
+        if target != "ltoir" and lto:
+            raise ValueError(
+                "ProgramOptions.link_time_optimization=True produces LTO-IR; compile to "
+                f"'ltoir' (not {target!r}) or unset it"
+            )
+        if target == "ltoir" and not lto:
+            flags.append(b"--dlink-time-opt" if self._code_type == "c++" else b"-gen-lto")
+        return flags
+
+    def compile(
+        self,
+        target_type: str,
+        name_expressions: Iterable[str | bytes] = (),
+        logs: Any = None,
+        cache: Any = None,
+    ) -> ObjectCode:
+        """Compile to ``target_type`` ("ptx", "cubin" or "ltoir"; case-insensitive;
+        valid targets depend on code_type).
+
+        ``name_expressions`` (c++ only): expressions such as ``"k<float>"`` whose
+        mangled names end up in ``ObjectCode.symbol_mapping``, keyed by the object
+        given. ``logs``: anything with ``write(str)``; receives warnings on success.
+
+        Raises:
+            TypeError: bad name expression, or ``logs`` without ``write``.
+            ValueError: unsupported target for this code_type, name expressions for
+                a non-C++ program, or a target that contradicts the options.
+            RuntimeError: the Program is closed.
+            CompileError: the backend failed.
+        """
+        target = normalize_target(self._code_type, target_type)
+        names = tuple(name_expressions)
+        for i, expr in enumerate(names):
+            if not isinstance(expr, (str, bytes)):
+                raise TypeError(
+                    f"name_expressions[{i}] must be str or bytes, got {type(expr).__name__}"
+                )
+        if names and self._code_type != "c++":
+            raise ValueError(
+                f"name_expressions apply to code_type 'c++' only, not {self._code_type!r}"
+            )
+        if logs is not None and not callable(getattr(logs, "write", None)):
+            raise TypeError(f"logs must have a write(str) method, got {type(logs).__name__}")
+        if cache is not None:
+            raise NotImplementedError("cache= is wired in by the program-cache work")
+        return self._compile_uncached(target, names, logs)
+
+    def _compile_uncached(
+        self, target: str, name_expressions: tuple[str | bytes, ...], logs: Any
+    ) -> ObjectCode:
+        """Run the backend for ``target`` (already canonical) and wrap the result."""
+        if self._closed:
+            raise RuntimeError("Program is closed")
+        flags = self._flags(target)
+        name = self._options.name or ""
+        mapping: dict[str | bytes, str] = {}
+        if self._code_type == "c++":
+            from cuforge.compile import _nvrtc
+
+            code, log, mapping = _nvrtc.compile_cpp(
+                self._code, name, flags, target, name_expressions
+            )
+        elif self._code_type == "nvvm":
+            from cuforge.compile import _nvvm
+
+            modules = [(self._code, name)]
+            modules += [(src, mod) for mod, src in self._options.extra_sources or ()]
+            code, log = _nvvm.compile_nvvm(modules, flags, bool(self._options.use_libdevice), name)
+        elif self.backend == "nvJitLink":
+            from cuforge.compile import _nvjitlink
+
+            code, log = _nvjitlink.link([(self._code, "ptx", name)], flags, target, name)
+        else:
+            from cuforge.compile import _driver_linker
+
+            code, log = _driver_linker.link_ptx(self._code, flags, name)
+        if logs is not None and log.strip():
+            logs.write(log)
+        obj = ObjectCode(code, target, name=name, symbol_mapping=mapping)
+        if target == "ptx":
+            # stacklevel 3: warn_if -> _compile_uncached -> compile -> the caller.
+            _versions.warn_if_ptx_unloadable(code, stacklevel=3)
+        return obj
+
+    def close(self) -> None:
+        """Mark the Program closed; ``compile`` then raises RuntimeError. Idempotent.
+        (No compiler handle outlives a ``compile`` call, so nothing else is freed.)"""
+        self._closed = True
+
+    def __enter__(self) -> Program:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<Program {self._code_type} {self._options.name!r} arch={self._options.arch}>"
+
+
+__all__ = ["Program"]
