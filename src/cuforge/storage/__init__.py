@@ -1,0 +1,22 @@
+"""Bytes-in/bytes-out program caches. Imports nothing from CUDA or other cuforge layers.
+
+Public names mirror ``cuda.core.utils``; ``cuforge.utils`` re-exports them.
+"""
+
+from __future__ import annotations
+
+from ._winretry import _is_windows_sharing_violation
+from .base import CacheWriteWarning, ProgramCacheResource
+from .filestream import FileStreamProgramCache, default_cache_dir
+from .memory import InMemoryProgramCache
+from .stats import CacheStats
+
+__all__ = [
+    "CacheStats",
+    "CacheWriteWarning",
+    "FileStreamProgramCache",
+    "InMemoryProgramCache",
+    "ProgramCacheResource",
+    "_is_windows_sharing_violation",
+    "default_cache_dir",
+]

@@ -1,0 +1,83 @@
+"""Small filesystem helpers for the file-stream backend."""
+
+from __future__ import annotations
+
+import os
+import stat as stat_mod
+from typing import NamedTuple
+
+from ._winretry import unlink_retry
+
+__all__ = ["Fingerprint", "check_mode", "fingerprint", "make_dir", "unlink_if_unchanged"]
+
+
+class Fingerprint(NamedTuple):
+    """What identifies one version of a file: a replaced file differs in inode."""
+
+    ino: int
+    size: int
+    mtime_ns: int
+
+
+def fingerprint(st: os.stat_result) -> Fingerprint:
+    return Fingerprint(st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def check_mode(mode: int | None) -> tuple[int | None, int | None]:
+    """Validate ``mode=`` and return ``(dir_mode, file_mode)``.
+
+    ``mode`` is the permission of the directories the cache creates, e.g.
+    ``0o2770`` (setgid + group rwx) for a group-shared cache. Files get the same
+    read/write bits without execute and special bits (``0o2770`` -> ``0o660``).
+    """
+    if mode is None:
+        return None, None
+    if isinstance(mode, bool) or not isinstance(mode, int):
+        raise TypeError(f"mode must be an int such as 0o2770 or None, got {type(mode).__name__}")
+    if mode & ~0o7777 or (mode & 0o700) != 0o700:
+        raise ValueError(
+            f"mode must be a permission value within 0o7777 that gives the owner rwx "
+            f"(e.g. 0o2770 for a group-shared cache), got {oct(mode)}"
+        )
+    return mode, mode & 0o666
+
+
+def make_dir(path: str, dir_mode: int | None) -> None:
+    """Create ``path`` (and parents); give directories created here ``dir_mode``.
+
+    The mode is applied with chmod after creation, so the umask does not narrow
+    it. Existing directories are left alone: they may belong to another user.
+    """
+    if os.path.isdir(path):
+        return
+    parent = os.path.dirname(path)
+    if parent and parent != path and not os.path.isdir(parent):
+        make_dir(parent, dir_mode)
+    try:
+        os.mkdir(path, 0o777 if dir_mode is None else dir_mode & 0o777)
+    except FileExistsError:
+        if not os.path.isdir(path):
+            raise
+        return
+    if dir_mode is not None:
+        os.chmod(path, dir_mode)
+
+
+def unlink_if_unchanged(path: str, expected: Fingerprint) -> bool:
+    """Delete ``path`` only if it is still the file ``expected`` describes.
+
+    Protects a file that a concurrent writer put in place after the caller looked
+    (it has another inode). There is a window of one stat between the check and
+    the unlink; a replace landing exactly there is lost, which costs a recompile.
+    """
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    if not stat_mod.S_ISREG(st.st_mode) or fingerprint(st) != expected:
+        return False
+    try:
+        unlink_retry(path)
+    except FileNotFoundError:
+        return False
+    return True

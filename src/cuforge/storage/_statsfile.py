@@ -1,0 +1,172 @@
+"""Persisted statistics for a shared cache directory.
+
+Each handle owns one fixed-size record file ``stats/<host>-<pid>-<random>.cnt``
+that it holds a file lock on and overwrites in place (one ``pwrite``) every
+``FLUSH_EVERY`` operations and at close -- O(1), no directory scan per op.
+Totals are the sum of ``stats/merged`` and every record file. To keep the
+directory small, ``compact()`` folds records whose lock is free (owner closed or
+died: the OS drops the lock with the process) into ``merged`` under
+``stats/merge.lock``. Persistence is best effort: if the directory cannot be
+written, counters stay in memory and nothing fails.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import socket
+
+from ._locking import lock_fd, try_lock_fd, unlock_fd
+from .stats import RECORD_SIZE, CacheStats
+
+__all__ = ["FLUSH_EVERY", "StatsStore", "read_totals"]
+
+FLUSH_EVERY = 256
+_SUFFIX = ".cnt"
+_MERGED = "merged"
+_MERGE_LOCK = "merge.lock"
+
+
+def _read_record(path: str) -> CacheStats | None:
+    try:
+        with open(path, "rb") as f:
+            return CacheStats.from_record(f.read(RECORD_SIZE + 1))
+    except OSError:
+        return None
+
+
+def _write_at0(fd: int, data: bytes) -> None:
+    if hasattr(os, "pwrite"):
+        os.pwrite(fd, data, 0)
+    else:  # pragma: no cover - Windows
+        os.lseek(fd, 0, os.SEEK_SET)
+        os.write(fd, data)
+
+
+def read_totals(stats_dir: str) -> CacheStats:
+    """Sum of every persisted record under ``stats_dir`` (all processes)."""
+    total = CacheStats()
+    try:
+        names = os.listdir(stats_dir)
+    except OSError:
+        return total
+    for name in names:
+        if name == _MERGED or name.endswith(_SUFFIX):
+            rec = _read_record(os.path.join(stats_dir, name))
+            if rec is not None:
+                total = total + rec
+    return total
+
+
+class StatsStore:
+    """This handle's record file (created lazily at the first flush)."""
+
+    def __init__(self, stats_dir: str, tmp_dir: str, file_mode: int | None) -> None:
+        self._dir = stats_dir
+        self._tmp = tmp_dir
+        self._file_mode = file_mode
+        self._fd = -1
+        self._path = ""
+        self._broken = False
+
+    def _create(self) -> None:
+        # Locked before it gets its final name, so compact() never sees it unlocked.
+        name = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}{_SUFFIX}"
+        tmp = os.path.join(self._tmp, "stats-" + name)
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
+        try:
+            if self._file_mode is not None:
+                with contextlib.suppress(OSError, AttributeError):
+                    os.fchmod(fd, self._file_mode)
+            try_lock_fd(fd)
+            os.makedirs(self._dir, exist_ok=True)
+            path = os.path.join(self._dir, name)
+            os.replace(tmp, path)
+        except BaseException:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        self._fd, self._path = fd, path
+
+    def flush(self, stats: CacheStats) -> None:
+        if self._broken:
+            return
+        try:
+            if self._fd < 0:
+                self._create()
+            _write_at0(self._fd, stats.to_record())
+        except OSError:
+            self._broken = True  # read-only or full: keep counting in memory only
+
+    def forget_after_fork(self) -> None:
+        """In a forked child: drop the parent's record (it stays the parent's)."""
+        if self._fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+        self._fd, self._path, self._broken = -1, "", False
+
+    def close(self, stats: CacheStats) -> None:
+        """Flush, release the record, and fold released records into ``merged``."""
+        self.flush(stats)
+        if self._fd >= 0:
+            with contextlib.suppress(OSError):
+                unlock_fd(self._fd)
+            os.close(self._fd)
+            self._fd = -1
+        compact(self._dir, self._file_mode)
+
+
+def compact(stats_dir: str, file_mode: int | None) -> None:
+    """Fold records nobody holds into ``merged`` (best effort, never raises)."""
+    try:
+        lock = os.open(os.path.join(stats_dir, _MERGE_LOCK), os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError:
+        return
+    try:
+        if not lock_fd(lock, timeout=1.0):
+            return
+        try:
+            _compact_locked(stats_dir, file_mode)
+        finally:
+            unlock_fd(lock)
+    except OSError:
+        pass
+    finally:
+        os.close(lock)
+
+
+def _compact_locked(stats_dir: str, file_mode: int | None) -> None:
+    merged_path = os.path.join(stats_dir, _MERGED)
+    merged = _read_record(merged_path) or CacheStats()
+    folded = False
+    for name in os.listdir(stats_dir):
+        if not name.endswith(_SUFFIX):
+            continue
+        path = os.path.join(stats_dir, name)
+        try:
+            fd = os.open(path, os.O_RDWR)
+        except OSError:
+            continue
+        try:
+            if not try_lock_fd(fd):
+                continue  # its owner is alive
+            rec = CacheStats.from_record(os.read(fd, RECORD_SIZE + 1))
+            os.unlink(path)
+            if rec is not None:
+                merged = merged + rec
+                folded = True
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+    if folded:
+        fd = os.open(merged_path, os.O_RDWR | os.O_CREAT | getattr(os, "O_BINARY", 0), 0o666)
+        try:
+            if file_mode is not None:
+                with contextlib.suppress(OSError, AttributeError):
+                    os.fchmod(fd, file_mode)
+            _write_at0(fd, merged.to_record())
+        finally:
+            os.close(fd)

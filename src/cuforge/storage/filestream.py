@@ -1,0 +1,643 @@
+"""A program cache in a directory, safe to share between processes (and users).
+
+On-disk layout under the cache root::
+
+    entries/<2 hex>/<62 hex>          the raw compiled binary (cuobjdump reads it)
+    entries/<2 hex>/<62 hex>.cfsum    its 56-byte digest sidecar (see _integrity)
+    tmp/                              staging for atomic writes
+    size.ledger                       shared running byte total (see _sizeindex)
+    evict.lock                        serialises eviction scans across processes
+    locks/<64 hex>.lock               single-flight locks, one per key being filled
+    stats/                            persisted counters (see _statsfile)
+
+The 64 hex digits are blake2b-256 of the key, so any key length maps to a short
+fixed name.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import hashlib
+import itertools
+import os
+import secrets
+import stat as stat_mod
+import threading
+import time
+import warnings
+import weakref
+from contextlib import AbstractContextManager
+from typing import Any, NamedTuple
+
+from ._fsutil import Fingerprint, check_mode, fingerprint, make_dir, unlink_if_unchanged
+from ._integrity import SIDECAR_SIZE, SIDECAR_SUFFIX, key_seed, sidecar_for
+from ._locking import FileKeyLock, lock_fd, unlock_fd
+from ._sizeindex import SizeLedger
+from ._statsfile import FLUSH_EVERY, StatsStore, read_totals
+from ._values import coerce_key, coerce_value
+from ._winretry import _is_windows_sharing_violation, open_retry, replace_retry
+from .base import (
+    DEFAULT_LOCK_TIMEOUT,
+    CacheKey,
+    CacheValue,
+    CacheWriteWarning,
+    ProgramCacheResource,
+)
+from .memory import check_max_size
+from .stats import CacheStats
+
+__all__ = ["FileStreamProgramCache", "default_cache_dir"]
+
+_O_BINARY = getattr(os, "O_BINARY", 0)
+_O_READ = os.O_RDONLY | _O_BINARY
+_O_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_BINARY
+_UTIME_BY_FD = os.utime in os.supports_fd
+_NAME_CACHE_MAX = 4096
+_ORPHAN_SIDECAR_AGE_NS = 60 * 10**9  # younger ones may belong to a write in flight
+_EVICT_LOCK_TIMEOUT = 30.0
+
+
+def default_cache_dir() -> str:
+    """``<user cache dir>/cuforge/program-cache`` as platformdirs defines it."""
+    from platformdirs import user_cache_path
+
+    return str(user_cache_path("cuforge", appauthor=False) / "program-cache")
+
+
+class _Names(NamedTuple):
+    payload: str
+    sidecar: str
+    shard: str
+    key_digest: bytes
+    seed: int
+
+
+class _Scanned(NamedTuple):
+    atime_ns: int
+    payload: str | None
+    payload_fp: Fingerprint | None
+    sidecar: str | None
+    sidecar_fp: Fingerprint | None
+
+
+class FileStreamProgramCache(ProgramCacheResource):
+    """Program cache in a directory shared by any number of processes.
+
+    Guarantees:
+
+    - **Never a corrupt hit.** Every read checks the payload against its sidecar
+      (length, CRC-32 and key binding); a truncated, empty, bit-flipped or
+      misplaced entry is a miss, is removed (only if nobody replaced it meanwhile)
+      and counts in ``stats().integrity_failures``. Payload files stay the raw
+      binary.
+    - **Atomic entries.** Writes stage in ``tmp/``, fsync the payload and publish
+      with ``os.replace`` (sidecar first, then payload), so readers see an old
+      pair, a new pair, or a mismatch -- which is a miss, never wrong bytes.
+    - **Never breaks the caller.** ``cache[key] = value`` does not raise
+      ``OSError``: a store that fails (disk full, file too large, permission,
+      read-only directory) is dropped, warned about once per handle
+      (:class:`CacheWriteWarning`) and counted in ``write_failures``. A read that
+      fails is a miss. ``clear()`` and eviction tolerate concurrent writers.
+      Bad arguments (key or value types, a missing path-backed ObjectCode file)
+      still raise.
+    - **Size cap across processes.** ``max_size_bytes`` (> 0 or None) bounds the
+      sum of entry file sizes (payloads, sidecars, in-flight temp files) for all
+      handles that pass it. A shared ledger makes a write O(1); when the total
+      passes the cap, one process scans and evicts least-recently-read entries
+      down to 90% of the cap. The cap is soft: it can be passed briefly by
+      writes that land during a scan.
+    - **LRU by reads.** A hit bumps the entry's access time explicitly
+      (independent of mount options) when it is more than one second old, so
+      recency is exact to about a second.
+    - **Group sharing.** ``mode=0o2770`` (for example) creates directories with
+      that mode and setgid and files group read/write (``0o660``), whatever the
+      umask, so all members of the directory's group can use the cache.
+
+    Not crash-durable: a host crash can lose recent entries (directories are not
+    fsynced) but can never make a damaged entry a hit. ``len()`` and ``clear()``
+    scan the directory. Call ``close()`` (or use ``with``) to persist statistics.
+    """
+
+    STALE_TEMP_AGE_S = 3600.0
+    ATIME_BUMP_INTERVAL_NS = 1_000_000_000
+    EVICT_LOW_WATER = 0.9
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str] | None = None,
+        max_size_bytes: int | None = None,
+        mode: int | None = None,
+    ) -> None:
+        super().__init__()
+        self._max = check_max_size(max_size_bytes)
+        self._dir_mode, self._file_mode = check_mode(mode)
+        root = os.path.abspath(default_cache_dir() if path is None else os.fspath(path))
+        self._root = root
+        self._entries = os.path.join(root, "entries")
+        self._tmp = os.path.join(root, "tmp")
+        self._stats_dir = os.path.join(root, "stats")
+        self._locks_dir = os.path.join(root, "locks")
+        make_dir(root, self._dir_mode)
+        for sub in (self._entries, self._tmp, self._stats_dir, self._locks_dir):
+            with contextlib.suppress(OSError):  # read-only caches still serve hits
+                make_dir(sub, self._dir_mode)
+        self._closed = False
+        self._warned = False
+        self._names: dict[Any, _Names] = {}
+        self._evict_mutex = threading.Lock()
+        self._new_temp_prefix()
+        self._sweep_temps(time.time_ns())
+        try:
+            self._ledger: SizeLedger | None = SizeLedger(
+                os.path.join(root, "size.ledger"), self._file_mode, self._scan_total
+            )
+        except OSError:
+            self._ledger = None  # cannot write here; writes will fail and warn
+        self._stats_store = StatsStore(self._stats_dir, self._tmp, self._file_mode)
+        self._ops = 0
+        self._file_locks = FileKeyLock(self._locks_dir, self._file_mode)
+        _LIVE.add(self)
+
+    # -- properties ----------------------------------------------------------------
+    @property
+    def path(self) -> str:
+        """The cache root directory."""
+        return self._root
+
+    @property
+    def max_size_bytes(self) -> int | None:
+        return self._max
+
+    @property
+    def size_bytes(self) -> int:
+        """The shared ledger's running total of cache bytes (an estimate)."""
+        return 0 if self._ledger is None else self._ledger.total()
+
+    # -- names ---------------------------------------------------------------------
+    def _names_for(self, key: CacheKey) -> _Names:
+        try:
+            names = self._names.get(key)
+        except TypeError:  # unhashable: let coerce_key name the problem
+            names = None
+        if names is None:
+            kd = hashlib.blake2b(coerce_key(key), digest_size=32).digest()
+            h = kd.hex()
+            shard = os.path.join(self._entries, h[:2])
+            payload = os.path.join(shard, h[2:])
+            names = _Names(payload, payload + SIDECAR_SUFFIX, shard, kd, key_seed(kd))
+            if len(self._names) >= _NAME_CACHE_MAX:
+                self._names.clear()
+            self._names[key] = names
+        return names
+
+    # -- reads ---------------------------------------------------------------------
+    def __getitem__(self, key: CacheKey) -> bytes:
+        data = self._lookup(key)
+        if data is None:
+            raise KeyError(key)
+        return data
+
+    def get(self, key: CacheKey, default: bytes | None = None) -> bytes | None:
+        data = self._lookup(key)
+        return default if data is None else data
+
+    def _lookup(self, key: CacheKey) -> bytes | None:
+        if self._closed:
+            raise ValueError("operation on a closed FileStreamProgramCache")
+        names = self._names_for(key)
+        result = self._read_pair(names)
+        if type(result) is not bytes and result is not None:
+            # A mismatch can be a writer replacing the pair under us: look once more.
+            result = self._read_pair(names)
+            if type(result) is not bytes and result is not None:
+                self._drop_corrupt(names, result)
+                result = None
+        stats = self._stats
+        if result is None:
+            stats.misses += 1
+        else:
+            stats.hits += 1
+            stats.bytes_read += len(result)
+        self._ops += 1
+        if self._ops >= FLUSH_EVERY:
+            self._flush_stats()
+        return result
+
+    def _read_pair(self, names: _Names) -> bytes | tuple[Fingerprint, Fingerprint | None] | None:
+        """Payload bytes if the pair verifies, None if absent/unreadable, else fingerprints."""
+        try:
+            fd = os.open(names.payload, _O_READ)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            if not _is_windows_sharing_violation(exc):
+                return None
+            try:
+                fd = open_retry(names.payload, _O_READ)
+            except OSError:
+                return None
+        try:
+            st = os.fstat(fd)
+            size = st.st_size
+            data = os.read(fd, size + 1)
+            while len(data) < size:  # short reads: huge files, odd filesystems
+                chunk = os.read(fd, size + 1 - len(data))
+                if not chunk:
+                    break
+                data += chunk
+            if time.time_ns() - st.st_atime_ns > self.ATIME_BUMP_INTERVAL_NS:
+                self._bump_atime(fd, st, names.payload)
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+        try:
+            sfd = os.open(names.sidecar, _O_READ)
+        except OSError:
+            return (fingerprint(st), None)
+        try:
+            side = os.read(sfd, SIDECAR_SIZE + 1)
+            if side == sidecar_for(names.key_digest, names.seed, data):
+                return data
+            return (fingerprint(st), fingerprint(os.fstat(sfd)))
+        except OSError:
+            return (fingerprint(st), None)
+        finally:
+            os.close(sfd)
+
+    def _bump_atime(self, fd: int, st: os.stat_result, path: str) -> None:
+        # Explicit times keep mtime, so stat guards still recognise the file; by fd,
+        # the file we read is the one stamped even if a writer replaced the path.
+        now = time.time_ns()
+        try:
+            if _UTIME_BY_FD:
+                os.utime(fd, ns=(now, st.st_mtime_ns))
+            elif fingerprint(os.stat(path)) == fingerprint(st):
+                os.utime(path, ns=(now, st.st_mtime_ns))
+        except PermissionError:
+            # Not the file's owner (group-shared cache): only "now" is allowed.
+            with contextlib.suppress(OSError):
+                os.utime(fd if _UTIME_BY_FD else path)
+        except OSError:
+            pass
+
+    def _drop_corrupt(self, names: _Names, fps: tuple[Fingerprint, Fingerprint | None]) -> None:
+        payload_fp, sidecar_fp = fps
+        freed = 0
+        if unlink_if_unchanged(names.payload, payload_fp):
+            freed += payload_fp.size
+        if sidecar_fp is not None and unlink_if_unchanged(names.sidecar, sidecar_fp):
+            freed += sidecar_fp.size
+        self._stats.integrity_failures += 1
+        if freed:
+            self._ledger_add(-freed)
+
+    # -- writes --------------------------------------------------------------------
+    def __setitem__(self, key: CacheKey, value: CacheValue) -> None:
+        """Store ``value``; OS errors become a warning + ``write_failures`` (see class)."""
+        self._check_open()
+        names = self._names_for(key)
+        data = coerce_value(value, "FileStreamProgramCache.__setitem__")
+        try:
+            delta = self._write_pair(names, data)
+        except OSError as exc:
+            self._write_failed(exc)
+            return
+        self._stats.stores += 1
+        self._stats.bytes_written += len(data)
+        self._ops += 1
+        if self._ops >= FLUSH_EVERY:
+            self._flush_stats()
+        try:
+            total = self._ledger_add(delta)
+            if self._max is not None and total > self._max:
+                self._evict()
+        except OSError as exc:
+            self._write_failed(exc)
+
+    def _write_pair(self, names: _Names, data: bytes) -> int:
+        """Publish payload + sidecar; return the change in bytes on disk."""
+        side = sidecar_for(names.key_digest, names.seed, data)
+        tmp_payload = self._write_temp(data, durable=True)
+        tmp_side = None
+        try:
+            tmp_side = self._write_temp(side, durable=False)
+            try:
+                old = os.stat(names.payload).st_size + SIDECAR_SIZE
+            except OSError:
+                old = 0
+            self._publish(tmp_side, names.sidecar, names.shard)
+            tmp_side = None
+            self._publish(tmp_payload, names.payload, names.shard)
+            tmp_payload = None
+        finally:
+            for leftover in (tmp_payload, tmp_side):
+                if leftover is not None:
+                    with contextlib.suppress(OSError):
+                        os.unlink(leftover)
+        return len(data) + SIDECAR_SIZE - old
+
+    def _write_temp(self, data: bytes, durable: bool) -> str:
+        name = f"{self._temp_prefix}{next(self._temp_seq)}.tmp"
+        try:
+            fd = os.open(name, _O_NEW, 0o666)
+        except FileNotFoundError:  # tmp/ was deleted under us: recreate it
+            make_dir(self._tmp, self._dir_mode)
+            fd = os.open(name, _O_NEW, 0o666)
+        try:
+            if self._file_mode is not None:
+                os.fchmod(fd, self._file_mode)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            if durable:
+                os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(name)
+            raise
+        os.close(fd)
+        return name
+
+    def _publish(self, tmp: str, dst: str, shard: str) -> None:
+        try:
+            replace_retry(tmp, dst)
+        except FileNotFoundError:
+            if not os.path.exists(tmp):
+                raise
+            make_dir(shard, self._dir_mode)
+            replace_retry(tmp, dst)
+
+    def _write_failed(self, exc: OSError) -> None:
+        self._stats.write_failures += 1
+        if not self._warned:
+            self._warned = True
+            warnings.warn(
+                f"cuforge program cache {self._root!s}: could not store an entry "
+                f"({exc}); the result is still returned, only not cached. Later write "
+                "failures of this cache handle are counted in stats().write_failures "
+                "without a warning.",
+                CacheWriteWarning,
+                stacklevel=3,
+            )
+
+    def __delitem__(self, key: CacheKey) -> None:
+        self._check_open()
+        names = self._names_for(key)
+        freed = 0
+        try:
+            st = os.stat(names.payload)
+            if not unlink_if_unchanged(names.payload, fingerprint(st)):
+                raise KeyError(key)
+            freed += st.st_size
+        except FileNotFoundError:
+            raise KeyError(key) from None
+        with contextlib.suppress(OSError):
+            sst = os.stat(names.sidecar)
+            if unlink_if_unchanged(names.sidecar, fingerprint(sst)):
+                freed += sst.st_size
+        with contextlib.suppress(OSError):
+            self._ledger_add(-freed)
+
+    # -- size accounting and eviction ----------------------------------------------
+    def _ledger_add(self, delta: int) -> int:
+        return 0 if self._ledger is None else self._ledger.add(delta)
+
+    def _scan(self, now_ns: int) -> tuple[list[_Scanned], int]:
+        """Every entry with its fingerprints, and the bytes the cache holds."""
+        payloads: dict[str, os.stat_result] = {}
+        sidecars: dict[str, os.stat_result] = {}
+        try:
+            shards = [e.path for e in os.scandir(self._entries) if e.is_dir()]
+        except OSError:
+            shards = []
+        cut = -len(SIDECAR_SUFFIX)
+        for shard in shards:
+            try:
+                it = list(os.scandir(shard))
+            except OSError:
+                continue
+            for e in it:
+                try:
+                    st = e.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                if not stat_mod.S_ISREG(st.st_mode):
+                    continue
+                if e.name.endswith(SIDECAR_SUFFIX):
+                    sidecars[e.path[:cut]] = st
+                else:
+                    payloads[e.path] = st
+        total = self._sweep_temps(now_ns)
+        found: list[_Scanned] = []
+        for path, st in payloads.items():
+            sst = sidecars.pop(path, None)
+            total += st.st_size + (sst.st_size if sst is not None else 0)
+            found.append(
+                _Scanned(
+                    st.st_atime_ns,
+                    path,
+                    fingerprint(st),
+                    None if sst is None else path + SIDECAR_SUFFIX,
+                    None if sst is None else fingerprint(sst),
+                )
+            )
+        for path, sst in sidecars.items():  # sidecars without a payload
+            total += sst.st_size
+            found.append(_Scanned(0, None, None, path + SIDECAR_SUFFIX, fingerprint(sst)))
+        return found, total
+
+    def _scan_total(self) -> int:
+        return self._scan(time.time_ns())[1]
+
+    def _sweep_temps(self, now_ns: int) -> int:
+        """Delete temp files older than STALE_TEMP_AGE_S; return the live ones' bytes."""
+        live = 0
+        cutoff = now_ns - int(self.STALE_TEMP_AGE_S * 1e9)
+        try:
+            entries = list(os.scandir(self._tmp))
+        except OSError:
+            return 0
+        for e in entries:
+            try:
+                st = e.stat(follow_symlinks=False)
+                if not stat_mod.S_ISREG(st.st_mode):
+                    continue
+                if st.st_mtime_ns < cutoff:
+                    unlink_if_unchanged(e.path, fingerprint(st))
+                else:
+                    live += st.st_size
+            except OSError:
+                continue
+        return live
+
+    def _remove(self, entry: _Scanned, now_ns: int, force: bool) -> int:
+        """Remove one scanned entry, stat-guarded; return the bytes freed."""
+        freed = 0
+        if entry.payload is not None:
+            assert entry.payload_fp is not None
+            if not unlink_if_unchanged(entry.payload, entry.payload_fp):
+                return 0  # replaced by a writer since the scan: keep it
+            freed += entry.payload_fp.size
+        elif (
+            not force
+            and entry.sidecar_fp is not None
+            and now_ns - entry.sidecar_fp.mtime_ns < _ORPHAN_SIDECAR_AGE_NS
+        ):
+            return 0  # a writer may be about to publish its payload
+        if (
+            entry.sidecar is not None
+            and entry.sidecar_fp is not None
+            and unlink_if_unchanged(entry.sidecar, entry.sidecar_fp)
+        ):
+            freed += entry.sidecar_fp.size
+        return freed
+
+    @contextlib.contextmanager
+    def _exclusive_scan(self) -> Any:
+        """Serialise scans that delete: threads by a mutex, processes by evict.lock."""
+        with self._evict_mutex:
+            fd = -1
+            try:
+                fd = os.open(os.path.join(self._root, "evict.lock"), os.O_RDWR | os.O_CREAT, 0o666)
+                if self._file_mode is not None:
+                    with contextlib.suppress(OSError, AttributeError):
+                        os.fchmod(fd, self._file_mode)
+                held = lock_fd(fd, timeout=_EVICT_LOCK_TIMEOUT)
+            except OSError:
+                held = False
+            try:
+                yield held
+            finally:
+                if fd >= 0:
+                    if held:
+                        with contextlib.suppress(OSError):
+                            unlock_fd(fd)
+                    os.close(fd)
+
+    def _evict(self) -> None:
+        assert self._max is not None and self._ledger is not None
+        with self._exclusive_scan() as held:
+            if not held:
+                return
+            base = self._ledger.total()
+            if base <= self._max:
+                return  # another process evicted while we waited
+            now = time.time_ns()
+            found, total = self._scan(now)
+            target = int(self._max * self.EVICT_LOW_WATER)
+            found.sort(key=lambda e: e.atime_ns)
+            evicted = 0
+            for entry in found:
+                if total <= target:
+                    break
+                freed = self._remove(entry, now, force=False)
+                if freed:
+                    total -= freed
+                    evicted += entry.payload is not None
+            self._stats.evictions += evicted
+            self._ledger.reconcile(base, total)
+
+    def clear(self) -> None:
+        """Remove every entry; concurrent writers' new entries may survive. Never raises
+        for files that vanish or change meanwhile."""
+        self._check_open()
+        with self._exclusive_scan():
+            base = self._ledger.total() if self._ledger is not None else 0
+            now = time.time_ns()
+            found, total = self._scan(now)
+            for entry in found:
+                total -= self._remove(entry, now, force=True)
+            if self._ledger is not None:
+                with contextlib.suppress(OSError):
+                    self._ledger.reconcile(base, total)
+
+    def __len__(self) -> int:
+        """Entries with both files present (a directory scan; does not verify them)."""
+        self._check_open()
+        found, _ = self._scan(time.time_ns())
+        return sum(1 for e in found if e.payload is not None and e.sidecar is not None)
+
+    # -- single-flight, statistics, lifetime ------------------------------------------
+    def lock(
+        self, key: CacheKey, timeout: float | None = DEFAULT_LOCK_TIMEOUT
+    ) -> AbstractContextManager[bool]:
+        """Cross-process per-key lock (a lock file under ``locks/``); yields held.
+
+        The OS releases the lock when its holder dies, so a crashed or killed
+        compile frees waiters at once; a live holder that outlasts ``timeout``
+        makes waiters give up (False) and compile themselves. If the lock file
+        cannot be created (read-only cache), yields False at once.
+        """
+        self._check_open()
+        return self._file_locks.hold(self._names_for(key).key_digest.hex(), timeout)
+
+    def total_stats(self) -> CacheStats:
+        """Counters summed over every process and handle that used this directory.
+
+        Other live handles contribute what they last flushed (every few hundred
+        operations and at close).
+        """
+        self._flush_stats()
+        return read_totals(self._stats_dir)
+
+    def _flush_stats(self) -> None:
+        self._ops = 0
+        self._stats_store.flush(self._stats)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValueError("operation on a closed FileStreamProgramCache")
+
+    def _after_fork_in_child(self) -> None:
+        # The child shares the parent's descriptors and so its file locks; it
+        # must not flush the parent's counts as its own.
+        self._evict_mutex = threading.Lock()
+        self._new_temp_prefix()
+        self._stats = CacheStats()
+        self._ops = 0
+        self._stats_store.forget_after_fork()
+        if self._ledger is not None:
+            try:
+                self._ledger.reopen()
+            except OSError:
+                self._ledger = None
+
+    def _new_temp_prefix(self) -> None:
+        self._temp_prefix = os.path.join(self._tmp, f"{os.getpid()}-{secrets.token_hex(4)}-")
+        self._temp_seq = itertools.count()
+
+    def close(self) -> None:
+        """Persist statistics and release files. Idempotent; the handle is then unusable."""
+        if self._closed:
+            return
+        self._closed = True
+        _LIVE.discard(self)
+        self._stats_store.close(self._stats)
+        if self._ledger is not None:
+            self._ledger.close()
+
+    def __repr__(self) -> str:
+        return f"FileStreamProgramCache({self._root!r}, max_size_bytes={self._max})"
+
+
+_LIVE: weakref.WeakSet[FileStreamProgramCache] = weakref.WeakSet()
+
+
+def _reset_in_child() -> None:
+    for cache in list(_LIVE):
+        with contextlib.suppress(Exception):
+            cache._after_fork_in_child()
+
+
+def _flush_all_at_exit() -> None:
+    for cache in list(_LIVE):
+        with contextlib.suppress(Exception):
+            cache._flush_stats()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_in_child)
+atexit.register(_flush_all_at_exit)
