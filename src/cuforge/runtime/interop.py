@@ -1,0 +1,135 @@
+"""DLPack in both directions, through ctypes (no compiled helper needed).
+
+Export: ``Buffer.__dlpack__`` hands out a legacy ``"dltensor"`` capsule describing the
+buffer as 1-D uint8. The capsule (then the consumer) holds the buffer's allocation, so
+the memory outlives ``Buffer.close()`` for as long as the consumer's tensor lives.
+Import: :func:`dlpack_pointer` reads the data pointer out of any ``__dlpack__`` object
+(the caller keeps that object alive). Thread safety: the keep-alive table is guarded
+by a lock; deleters may run on any thread that holds the GIL.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import threading
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from cuforge.runtime.memory import Buffer
+
+kDLCPU, kDLCUDA, kDLCUDAHost, kDLCUDAManaged = 1, 2, 3, 13
+_DEVICE_TYPES = (kDLCUDA, kDLCUDAHost, kDLCUDAManaged)
+
+
+class DLDevice(ctypes.Structure):
+    _fields_ = (("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32))
+
+
+class DLDataType(ctypes.Structure):
+    _fields_ = (("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16))
+
+
+class DLTensor(ctypes.Structure):
+    _fields_ = (
+        ("data", ctypes.c_void_p),
+        ("device", DLDevice),
+        ("ndim", ctypes.c_int32),
+        ("dtype", DLDataType),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("strides", ctypes.POINTER(ctypes.c_int64)),
+        ("byte_offset", ctypes.c_uint64),
+    )
+
+
+_Deleter = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+
+class DLManagedTensor(ctypes.Structure):
+    _fields_ = (("dl_tensor", DLTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", _Deleter))
+
+
+_api = ctypes.pythonapi
+_api.PyCapsule_New.restype = ctypes.py_object
+_api.PyCapsule_New.argtypes = (ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)
+_api.PyCapsule_IsValid.restype = ctypes.c_int
+_api.PyCapsule_IsValid.argtypes = (ctypes.c_void_p, ctypes.c_char_p)
+_api.PyCapsule_GetPointer.restype = ctypes.c_void_p
+_api.PyCapsule_GetPointer.argtypes = (ctypes.py_object, ctypes.c_char_p)
+# The destructor sees a capsule whose refcount already reached zero: it must not be
+# wrapped as a Python object again, so it gets a prototype taking a raw pointer.
+_get_pointer_raw = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p)(
+    ("PyCapsule_GetPointer", _api)
+)
+
+_NAME = b"dltensor"
+_live: dict[int, tuple[Any, ...]] = {}
+_ids = itertools.count(1)
+_lock = threading.Lock()
+
+
+@_Deleter
+def _deleter(managed: int | None) -> None:
+    if not managed:
+        return
+    ctx = DLManagedTensor.from_address(managed).manager_ctx
+    with _lock:
+        _live.pop(ctx, None)
+
+
+@ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+def _capsule_destructor(capsule: int | None) -> None:
+    # A capsule still named "dltensor" was never consumed: its tensor is ours to drop.
+    if capsule and _api.PyCapsule_IsValid(capsule, _NAME):
+        _deleter(_get_pointer_raw(capsule, _NAME))
+
+
+def dlpack_device(buf: Buffer) -> tuple[int, int]:
+    if buf.is_host_accessible:
+        return (kDLCUDAHost, 0)
+    return (kDLCUDA, buf.device_id)
+
+
+def to_dlpack(
+    buf: Buffer, max_version: Any = None, dl_device: Any = None, copy: bool | None = None
+) -> Any:
+    """Export ``buf`` as a legacy DLPack capsule (1-D uint8)."""
+    if copy:
+        raise BufferError("cuforge Buffers export without copying only")
+    device = dlpack_device(buf)
+    if dl_device is not None and tuple(dl_device) != device:
+        raise BufferError(f"cannot export to device {tuple(dl_device)}; buffer is on {device}")
+    alloc = buf.allocation
+    managed = DLManagedTensor()
+    shape = (ctypes.c_int64 * 1)(buf.size)
+    t = managed.dl_tensor
+    t.data = buf.handle
+    t.device = DLDevice(*device)
+    t.ndim = 1
+    t.dtype = DLDataType(1, 8, 1)  # kDLUInt, 8 bits, 1 lane
+    t.shape = shape
+    t.strides = None
+    t.byte_offset = 0
+    ctx = next(_ids)
+    managed.manager_ctx = ctx
+    managed.deleter = _deleter
+    with _lock:
+        _live[ctx] = (managed, shape, alloc)
+    return _api.PyCapsule_New(
+        ctypes.addressof(managed), _NAME, ctypes.cast(_capsule_destructor, ctypes.c_void_p)
+    )
+
+
+def dlpack_pointer(obj: Any) -> int:
+    """The device data pointer of a ``__dlpack__`` object (data + byte_offset).
+
+    Raises TypeError when the object's memory is not CUDA-accessible.
+    """
+    capsule = obj.__dlpack__()
+    managed = DLManagedTensor.from_address(_api.PyCapsule_GetPointer(capsule, _NAME))
+    t = managed.dl_tensor
+    if t.device.device_type not in _DEVICE_TYPES:
+        raise TypeError(f"DLPack device type {t.device.device_type} is not CUDA memory")
+    ptr = (t.data or 0) + t.byte_offset
+    del capsule  # unconsumed: its destructor hands the tensor back to the producer
+    return ptr

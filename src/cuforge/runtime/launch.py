@@ -1,0 +1,202 @@
+"""``LaunchConfig`` and ``launch``: run a Kernel on a Stream via ``cuLaunchKernelEx``.
+
+Guarantees:
+- ``LaunchConfig`` is immutable and validated at construction: ``grid``, ``block`` and
+  ``cluster`` become 3-tuples of positive ints. As in cuda.core, when ``cluster`` is
+  set ``grid`` counts clusters; ``grid_in_blocks`` is the block grid CUDA sees.
+- ``launch`` checks the argument count and each argument's packed size against the
+  kernel image before the first launch of each argument-type signature, so a wrong
+  count or a too-narrow value raises instead of reading garbage on the device.
+- Parameters are copied by the driver at launch: the arguments may change or die
+  right after ``launch`` returns (memory they point to must of course stay valid
+  until the kernel has run).
+- Thread safe: a LaunchConfig, Kernel and Stream may be shared between threads; a
+  thread with no current context launches in the stream's context.
+Failure modes: no driver -> CUDAError; bad config -> ValueError/TypeError at
+construction; wrong argument count/type -> TypeError; driver failures -> CUDAError.
+"""
+
+from __future__ import annotations
+
+import operator
+import threading
+from typing import Any
+
+from cuda.bindings import driver
+
+from cuforge.runtime import _init
+from cuforge.runtime.args import PackedArgs, pack_args
+from cuforge.runtime.errors import error_for
+from cuforge.runtime.module import Kernel
+from cuforge.runtime.stream import Stream
+
+_SUCCESS = driver.CUresult.CUDA_SUCCESS
+_INVALID_CONTEXT = driver.CUresult.CUDA_ERROR_INVALID_CONTEXT
+_MAX_CACHED_STREAMS = 64
+
+Dim3 = tuple[int, int, int]
+
+
+def _dim3(value: Any, what: str) -> Dim3:
+    items = list(value) if isinstance(value, (tuple, list)) else [value]
+    if not 1 <= len(items) <= 3:
+        raise ValueError(f"{what} must have 1 to 3 dimensions, got {len(items)}")
+    dims = []
+    for v in items:
+        if isinstance(v, bool):
+            raise TypeError(f"{what} must hold ints, got {v!r}")
+        try:
+            d = operator.index(v)
+        except TypeError:
+            raise TypeError(f"{what} must hold ints, got {type(v).__name__}") from None
+        if d < 1:
+            raise ValueError(f"{what} dimensions must be >= 1, got {tuple(items)}")
+        dims.append(d)
+    dims += [1] * (3 - len(dims))
+    return (dims[0], dims[1], dims[2])
+
+
+class LaunchConfig:
+    """How to launch: ``LaunchConfig(grid, block, shmem_size=0, cluster=None,
+    cooperative_launch=False)``; ints or 1-3 tuples for the dimensions."""
+
+    __slots__ = (
+        "_lock",
+        "_native",
+        "block",
+        "cluster",
+        "cooperative_launch",
+        "grid",
+        "grid_in_blocks",
+        "shmem_size",
+    )
+
+    def __init__(
+        self,
+        grid: int | tuple[int, ...],
+        block: int | tuple[int, ...],
+        shmem_size: int = 0,
+        cluster: int | tuple[int, ...] | None = None,
+        cooperative_launch: bool = False,
+    ) -> None:
+        g = _dim3(grid, "grid")
+        b = _dim3(block, "block")
+        if b[0] * b[1] * b[2] > 1024:
+            raise ValueError(f"block {b} has more than 1024 threads")
+        if isinstance(shmem_size, bool) or not isinstance(shmem_size, int):
+            raise TypeError(f"shmem_size must be an int, not {type(shmem_size).__name__}")
+        if shmem_size < 0:
+            raise ValueError(f"shmem_size must be >= 0, got {shmem_size}")
+        c = None if cluster is None else _dim3(cluster, "cluster")
+        if not isinstance(cooperative_launch, bool):
+            raise TypeError("cooperative_launch must be a bool")
+        blocks = g if c is None else (g[0] * c[0], g[1] * c[1], g[2] * c[2])
+        init = object.__setattr__
+        init(self, "grid", g)
+        init(self, "block", b)
+        init(self, "shmem_size", shmem_size)
+        init(self, "cluster", c)
+        init(self, "cooperative_launch", cooperative_launch)
+        init(self, "grid_in_blocks", blocks)
+        init(self, "_native", {})
+        init(self, "_lock", threading.Lock())
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("LaunchConfig is immutable; make a new one")
+
+    def __repr__(self) -> str:
+        extra = f", cluster={self.cluster}" if self.cluster else ""
+        extra += ", cooperative_launch=True" if self.cooperative_launch else ""
+        return (
+            f"LaunchConfig(grid={self.grid}, block={self.block}, "
+            f"shmem_size={self.shmem_size}{extra})"
+        )
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, LaunchConfig) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def _key(self) -> tuple[Any, ...]:
+        return (self.grid, self.block, self.shmem_size, self.cluster, self.cooperative_launch)
+
+    def _native_for(self, stream: Stream) -> driver.CUlaunchConfig:
+        """The driver struct for ``stream``, built once per stream handle."""
+        cached = self._native.get(stream._handle_int)
+        if cached is not None:
+            return cached
+        cfg = driver.CUlaunchConfig()
+        cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = self.grid_in_blocks
+        cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = self.block
+        cfg.sharedMemBytes = self.shmem_size
+        cfg.hStream = stream.handle
+        attrs = []
+        if self.cluster is not None:
+            a = driver.CUlaunchAttribute()
+            a.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+            a.value.clusterDim.x, a.value.clusterDim.y, a.value.clusterDim.z = self.cluster
+            attrs.append(a)
+        if self.cooperative_launch:
+            a = driver.CUlaunchAttribute()
+            a.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_COOPERATIVE
+            a.value.cooperative = 1
+            attrs.append(a)
+        cfg.attrs = attrs
+        cfg.numAttrs = len(attrs)
+        with self._lock:
+            if len(self._native) >= _MAX_CACHED_STREAMS:
+                self._native.clear()
+            self._native[stream._handle_int] = cfg
+        return cfg
+
+
+def _validate(kernel: Kernel, packed: PackedArgs, nargs: int) -> None:
+    params = kernel.param_sizes
+    if nargs != len(params):
+        raise TypeError(f"kernel {kernel.name} takes {len(params)} argument(s), got {nargs}")
+    plan = packed.plan
+    if plan is not None:
+        fmt_sizes = packed.sizes
+        for i, (have, need) in enumerate(zip(fmt_sizes, params, strict=True)):
+            if have == need:
+                continue
+            # intptr_t into a narrower integer parameter: the low bytes are the value.
+            code = plan.codes[i]
+            if code in ("q", "Q") and need < have:
+                continue
+            hint = " (a Python float packs as double: pass numpy.float32)" if code == "d" else ""
+            raise TypeError(
+                f"argument {i}: packs {have} byte(s) but kernel {kernel.name} parameter {i} "
+                f"is {need} byte(s){hint}"
+            )
+    kernel._checked.add(plan)
+
+
+def launch(stream: Any, config: LaunchConfig, kernel: Kernel, *args: Any) -> None:
+    """Launch ``kernel`` with ``args`` on ``stream`` (a Stream or ``__cuda_stream__``
+    object) as described by ``config``. Returns once queued (asynchronous)."""
+    if not _init._done:
+        _init.ensure_initialized()
+    if type(stream) is not Stream:
+        stream = Stream.from_foreign(stream)
+    if stream._handle is None:
+        raise ValueError("cannot launch on a closed stream")
+    if type(config) is not LaunchConfig:
+        raise TypeError(f"config must be a LaunchConfig, not {type(config).__name__}")
+    if type(kernel) is not Kernel:
+        raise TypeError(f"kernel must be a Kernel, not {type(kernel).__name__}")
+    packed = pack_args(args)
+    if packed.plan not in kernel._checked:
+        _validate(kernel, packed, len(args))
+    native = config._native.get(stream._handle_int) or config._native_for(stream)
+    params = packed.params or None
+    (err,) = driver.cuLaunchKernelEx(native, kernel._as_function, params, 0)
+    if err != _SUCCESS:
+        if err == _INVALID_CONTEXT:
+            # A thread without a current context launching on a context-less stream
+            # handle (legacy/per-thread default): adopt the stream's device and retry.
+            stream.device.set_current()
+            (err,) = driver.cuLaunchKernelEx(native, kernel._as_function, params, 0)
+        if err != _SUCCESS:
+            raise error_for(err, f"launch {kernel.name}")

@@ -1,0 +1,226 @@
+"""Kernel loading: ``load_kernel(object_code, name) -> Kernel`` on the library API.
+
+Guarantees:
+- Each ObjectCode is loaded once (``cuLibraryLoadData``, context-independent, so one
+  load serves every device); each kernel name is looked up once per loaded library.
+  The cache follows the ObjectCode's lifetime (weakly referenced where possible).
+- A ``Kernel`` keeps its library loaded; the library unloads when the ObjectCode's
+  cache entry and every Kernel from it are gone (never during interpreter shutdown).
+- Thread safe: concurrent loads of one ObjectCode load it once.
+- Failure modes: no driver -> CUDAError; a code type that cannot be loaded
+  ("ltoir", "object", "library": link it first) -> ValueError; a missing name ->
+  CUDAError(CUDA_ERROR_NOT_FOUND) naming the kernel.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import threading
+import weakref
+from typing import Any
+
+from cuda.bindings import driver
+
+from cuforge.runtime._init import ensure_initialized
+from cuforge.runtime.device import Device
+from cuforge.runtime.errors import CUDAError, check
+
+_LOADABLE = ("cubin", "ptx", "fatbin")
+_INVALID_VALUE = driver.CUresult.CUDA_ERROR_INVALID_VALUE
+
+
+class _Library:
+    __slots__ = ("__weakref__", "handle", "kernels", "lock")
+
+    def __init__(self, code: bytes) -> None:
+        res = driver.cuLibraryLoadData(code, [], [], 0, [], [], 0)
+        self.handle = check(res, "cuLibraryLoadData")
+        self.kernels: dict[str, Kernel] = {}
+        self.lock = threading.Lock()
+
+    def __del__(self) -> None:
+        handle = getattr(self, "handle", None)
+        if handle is None or sys.is_finalizing():
+            return
+        with contextlib.suppress(Exception):  # not actionable in a finaliser
+            driver.cuLibraryUnload(handle)
+
+
+# id(object_code) -> (weakref or strong ref to it, library)
+_libraries: dict[int, tuple[Any, _Library]] = {}
+_libraries_lock = threading.Lock()
+
+
+def _code_bytes(object_code: Any) -> bytes:
+    code_type = str(getattr(object_code, "code_type", "")).lower()
+    if code_type not in _LOADABLE:
+        raise ValueError(
+            f"cannot load code of type {code_type!r}: only {', '.join(_LOADABLE)} load "
+            "directly; link LTO-IR and relocatable objects into a cubin first"
+        )
+    code = object_code.code
+    if isinstance(code, str):
+        code = code.encode()
+    code = bytes(code)
+    if code_type == "ptx" and not code.endswith(b"\0"):
+        code += b"\0"  # the driver reads PTX as a C string
+    return code
+
+
+def _library_for(object_code: Any) -> _Library:
+    key = id(object_code)
+    entry = _libraries.get(key)
+    if entry is not None and _referent(entry[0]) is object_code:
+        return entry[1]
+    with _libraries_lock:
+        entry = _libraries.get(key)
+        if entry is not None and _referent(entry[0]) is object_code:
+            return entry[1]
+        lib = _Library(_code_bytes(object_code))
+        try:
+            ref: Any = weakref.ref(object_code, lambda _r, k=key: _libraries.pop(k, None))
+        except TypeError:
+            # Not weak-referenceable: pin it, so its id cannot be reused while cached.
+            ref = object_code
+        _libraries[key] = (ref, lib)
+        return lib
+
+
+def _referent(ref: Any) -> Any:
+    return ref() if isinstance(ref, weakref.ref) else ref
+
+
+def load_kernel(object_code: Any, name: str | bytes) -> Kernel:
+    """The kernel ``name`` (already mangled) from ``object_code``, loading it if needed."""
+    ensure_initialized()
+    lib = _library_for(object_code)
+    key = name.decode() if isinstance(name, bytes) else str(name)
+    kernel = lib.kernels.get(key)
+    if kernel is not None:
+        return kernel
+    with lib.lock:
+        kernel = lib.kernels.get(key)
+        if kernel is None:
+            handle = check(driver.cuLibraryGetKernel(lib.handle, key.encode()), f"kernel {key!r}")
+            kernel = lib.kernels[key] = Kernel._new(handle, lib, key)
+    return kernel
+
+
+class KernelAttributes:
+    """Per-device kernel attributes (``CU_FUNC_ATTRIBUTE_*``), read on demand."""
+
+    __slots__ = ("_kernel",)
+
+    def __init__(self, kernel: Kernel) -> None:
+        self._kernel = kernel
+
+    def _get(self, attr: driver.CUfunction_attribute, device_id: int | None) -> int:
+        dev = Device(device_id)
+        return int(
+            check(
+                driver.cuKernelGetAttribute(attr, self._kernel.handle, dev._cu_device),
+                f"kernel attribute {attr.name}",
+            )
+        )
+
+    def num_regs(self, device_id: int | None = None) -> int:
+        return self._get(driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_NUM_REGS, device_id)
+
+    def max_threads_per_block(self, device_id: int | None = None) -> int:
+        a = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK
+        return self._get(a, device_id)
+
+    def shared_size_bytes(self, device_id: int | None = None) -> int:
+        """Static shared memory per block."""
+        a = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES
+        return self._get(a, device_id)
+
+    def max_dynamic_shared_size_bytes(self, device_id: int | None = None) -> int:
+        a = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+        return self._get(a, device_id)
+
+    def const_size_bytes(self, device_id: int | None = None) -> int:
+        a = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES
+        return self._get(a, device_id)
+
+    def local_size_bytes(self, device_id: int | None = None) -> int:
+        a = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES
+        return self._get(a, device_id)
+
+    def ptx_version(self, device_id: int | None = None) -> int:
+        return self._get(driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_PTX_VERSION, device_id)
+
+    def binary_version(self, device_id: int | None = None) -> int:
+        a = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_BINARY_VERSION
+        return self._get(a, device_id)
+
+
+class Kernel:
+    """A loaded kernel. ``handle`` is its ``CUkernel``; it keeps its library loaded."""
+
+    __slots__ = ("__weakref__", "_as_function", "_checked", "_handle", "_lib", "_name", "_params")
+
+    def __init__(self) -> None:
+        raise TypeError("use ObjectCode.get_kernel(name)")
+
+    @classmethod
+    def _new(cls, handle: driver.CUkernel, lib: _Library, name: str) -> Kernel:
+        self = object.__new__(cls)
+        self._handle = handle
+        self._lib = lib
+        self._name = name
+        # cuLaunchKernelEx accepts a CUkernel cast to CUfunction (context from the stream).
+        self._as_function = driver.CUfunction(int(handle))
+        self._params: tuple[int, ...] | None = None
+        self._checked: set[Any] = set()
+        return self
+
+    @property
+    def handle(self) -> driver.CUkernel:
+        return self._handle
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def attributes(self) -> KernelAttributes:
+        return KernelAttributes(self)
+
+    def function(self, device: Device | int | None = None) -> driver.CUfunction:
+        """The ``CUfunction`` of this kernel in ``device``'s primary context (default:
+        the thread's current context)."""
+        if device is None:
+            return check(driver.cuKernelGetFunction(self._handle), "cuKernelGetFunction")
+        dev = device if isinstance(device, Device) else Device(device)
+        with dev._scope():
+            return check(driver.cuKernelGetFunction(self._handle), "cuKernelGetFunction")
+
+    @property
+    def param_sizes(self) -> tuple[int, ...]:
+        """Byte size of each kernel parameter, from the kernel image."""
+        params = self._params
+        if params is None:
+            sizes = []
+            while True:
+                res = driver.cuKernelGetParamInfo(self._handle, len(sizes))
+                if res[0] == _INVALID_VALUE:
+                    break
+                check(res, "cuKernelGetParamInfo")
+                sizes.append(int(res[2]))
+            params = self._params = tuple(sizes)
+        return params
+
+    @property
+    def num_arguments(self) -> int:
+        return len(self.param_sizes)
+
+    def __repr__(self) -> str:
+        return f"<Kernel {self._name}>"
+
+    def __reduce__(self) -> Any:
+        raise TypeError("Kernel objects cannot be pickled")
+
+
+__all__ = ["CUDAError", "Kernel", "KernelAttributes", "load_kernel"]
