@@ -64,3 +64,14 @@ def test_repr_and_mapping_copy():
 def test_get_kernel_rejects_bad_name_type_before_loading():
     with pytest.raises(TypeError, match="kernel name"):
         ObjectCode(b"abc", "cubin").get_kernel(3)
+
+
+def test_weak_referenceable_so_loaded_libraries_can_be_released():
+    import gc
+    import weakref
+
+    obj = ObjectCode(b"abc", "cubin")
+    ref = weakref.ref(obj)
+    del obj
+    gc.collect()
+    assert ref() is None

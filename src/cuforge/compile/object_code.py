@@ -34,7 +34,8 @@ class ObjectCode:
         ValueError: unknown ``code_type`` or empty ``code``.
     """
 
-    __slots__ = ("_code", "_code_type", "_name", "_symbol_mapping")
+    # __weakref__: the runtime caches loaded libraries per ObjectCode via weak references.
+    __slots__ = ("__weakref__", "_code", "_code_type", "_name", "_symbol_mapping")
 
     def __init__(
         self,
