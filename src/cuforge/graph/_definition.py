@@ -1,0 +1,213 @@
+"""``GraphDefinition``: a CUDA graph built explicitly, node by node.
+
+Guarantees: every node keeps what it references alive (kernel, arguments and their
+allocations, callables and private copies of user data, copy operands that are
+Buffers, events) for as long as this graph, its clones, graphs it is embedded in,
+its executable graphs and their in-flight launches may use them -- through owner
+bundles held by CUDA user objects, released off CUDA's thread. Raw int addresses
+are the caller's to keep valid unless an owner is named.
+
+Failure modes: use after ``close()`` -> ValueError; driver refusals -> CUDAError
+carrying the driver's reason.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from cuda.bindings import driver
+
+from cuforge.graph import _operands as ops
+from cuforge.graph._nodes import EmptyNode, GraphNode, _Adder, _query_nodes, wrap_node
+from cuforge.graph._state import GraphState
+from cuforge.runtime._init import ensure_initialized
+from cuforge.runtime.errors import check
+
+_F = driver.CUgraphInstantiate_flags
+
+
+@dataclass(frozen=True)
+class GraphCompleteOptions:
+    """How to instantiate a graph (names follow cuda.core).
+
+    ``auto_free_on_launch``: graph allocations not freed in the graph are freed at the
+    next launch. ``upload_stream``: upload the executable graph on this stream right
+    away. ``device_launch``: make it launchable from the device. ``use_node_priority``:
+    honour per-node priorities.
+    """
+
+    auto_free_on_launch: bool = False
+    upload_stream: Any = None
+    device_launch: bool = False
+    use_node_priority: bool = False
+
+    def flags(self) -> int:
+        f = 0
+        if self.auto_free_on_launch:
+            f |= int(_F.CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH)
+        if self.device_launch:
+            f |= int(_F.CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH)
+        if self.use_node_priority:
+            f |= int(_F.CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY)
+        return f
+
+
+@dataclass(frozen=True)
+class GraphDebugPrintOptions:
+    """What ``debug_dot_print`` writes; ``verbose`` turns on every detail."""
+
+    verbose: bool = False
+
+    def flags(self) -> int:
+        return int(driver.CUgraphDebugDot_flags.CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE) if self.verbose else 0  # fmt: skip  # noqa: E501
+
+
+class Condition:
+    """A conditional handle: set it on the GPU with ``cudaGraphSetConditional``.
+
+    Pass ``condition.handle`` (an unsigned 64-bit value) to the kernel that sets it.
+    """
+
+    __slots__ = ("_handle", "default_value")
+
+    def __init__(self, handle: Any, default_value: int | None) -> None:
+        self._handle = handle
+        self.default_value = default_value
+
+    @property
+    def handle(self) -> Any:
+        """The ``CUgraphConditionalHandle``; ``int(handle)`` is its kernel-argument value."""
+        return self._handle
+
+    def __int__(self) -> int:
+        return int(self._handle)
+
+    def __repr__(self) -> str:
+        return f"<Condition {int(self._handle):#x} default={self.default_value}>"
+
+
+def create_condition(state: GraphState, default_value: int | None) -> Condition:
+    state.check_open()
+    flags = 0 if default_value is None else 1  # CU_GRAPH_COND_ASSIGN_DEFAULT
+    handle = check(
+        driver.cuGraphConditionalHandleCreate(
+            state.handle, ops.current_context(), int(default_value or 0), flags
+        ),
+        "cuGraphConditionalHandleCreate",
+    )
+    return Condition(handle, default_value)
+
+
+class GraphDefinition(_Adder):
+    """A CUDA graph under construction; ``instantiate()`` makes a launchable Graph."""
+
+    __slots__ = ("__weakref__", "_state")
+
+    def __init__(self) -> None:
+        ensure_initialized()
+        graph = check(driver.cuGraphCreate(0), "cuGraphCreate")
+        self._state = GraphState(graph)
+
+    @classmethod
+    def _wrap(cls, state: GraphState) -> GraphDefinition:
+        self = object.__new__(cls)
+        self._state = state
+        return self
+
+    def _target(self) -> tuple[GraphState, list[driver.CUgraphNode]]:
+        self._state.check_open()
+        return self._state, []
+
+    @property
+    def handle(self) -> driver.CUgraph:
+        self._state.check_open()
+        return self._state.handle
+
+    def join(self, *nodes: GraphNode) -> EmptyNode:
+        """An empty node depending on every node in ``nodes``."""
+        state = self._state
+        state.check_open()
+        deps = []
+        for n in nodes:
+            if not isinstance(n, GraphNode):
+                raise TypeError(f"join expects graph nodes, got {type(n).__name__}")
+            if n._state.handle is not state.handle and int(n._state.handle) != int(state.handle):
+                raise ValueError("join: every node must belong to this graph")
+            deps.append(n._handle)
+        node = check(driver.cuGraphAddEmptyNode(state.handle, deps, len(deps)), "cuGraphAddEmptyNode")  # fmt: skip  # noqa: E501
+        return EmptyNode._wrap(state, node)
+
+    def create_condition(self, default_value: int | None = None) -> Condition:
+        """A conditional handle for a conditional node of this graph."""
+        return create_condition(self._state, default_value)
+
+    def nodes(self) -> tuple[GraphNode, ...]:
+        """Every node of this graph (not of its bodies or children)."""
+        self._state.check_open()
+        found = _query_nodes(driver.cuGraphGetNodes, self._state.handle)
+        return tuple(wrap_node(self._state, n) for n in found)
+
+    def edges(self) -> tuple[tuple[GraphNode, GraphNode], ...]:
+        """Every dependency edge as (from, to)."""
+        self._state.check_open()
+        res = check(driver.cuGraphGetEdges(self._state.handle, 0), "cuGraphGetEdges")
+        count = res[-1]
+        if not count:
+            return ()
+        res = check(driver.cuGraphGetEdges(self._state.handle, count), "cuGraphGetEdges")
+        src, dst = list(res[0])[:count], list(res[1])[:count]
+        s = self._state
+        return tuple((wrap_node(s, a), wrap_node(s, b)) for a, b in zip(src, dst, strict=True))
+
+    def add_dependencies(self, src: GraphNode, dst: GraphNode) -> None:
+        """Make ``dst`` depend on ``src``."""
+        self._state.check_open()
+        check(driver.cuGraphAddDependencies(self._state.handle, [src._handle], [dst._handle],
+                                            None, 1), "cuGraphAddDependencies")  # fmt: skip
+
+    def clone(self) -> GraphDefinition:
+        """An independent copy; CUDA gives the copy its own references to every owner."""
+        self._state.check_open()
+        self._state.flush()
+        graph = check(driver.cuGraphClone(self._state.handle), "cuGraphClone")
+        return GraphDefinition._wrap(GraphState(graph))
+
+    def instantiate(self, options: GraphCompleteOptions | None = None) -> Any:
+        """Create an executable :class:`Graph` from the current contents."""
+        from cuforge.graph._exec import Graph
+
+        return Graph._instantiate(self._state, options)
+
+    def debug_dot_print(self, path: str | os.PathLike[str], options: Any = None) -> None:
+        """Write a Graphviz description of the graph to ``path``."""
+        self._state.check_open()
+        flags = options.flags() if options is not None else 0
+        check(driver.cuGraphDebugDotPrint(self._state.handle, os.fsencode(path), flags),
+              "cuGraphDebugDotPrint")  # fmt: skip
+
+    def close(self) -> None:
+        """Destroy the graph now (executables and clones are unaffected); idempotent.
+
+        For a conditional body, only this view is closed: the body belongs to its node.
+        """
+        if self._state.is_body:
+            return
+        self._state.close()
+
+    destroy = close
+
+    @property
+    def is_closed(self) -> bool:
+        return self._state.closed
+
+    def __enter__(self) -> GraphDefinition:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._state.closed else f"{int(self._state.handle):#x}"
+        return f"<GraphDefinition {state}>"

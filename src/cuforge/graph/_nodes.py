@@ -1,0 +1,384 @@
+"""Graph nodes and the node-adding methods shared by GraphDefinition and GraphNode.
+
+On a :class:`GraphDefinition` a method adds a node with no dependencies; on a
+:class:`GraphNode` the new node depends on that node. Every add or update packs
+what the node references into a new immutable owner bundle on the graph (see
+``_state``), so a later update or node deletion never frees what a clone, an
+executable graph or an in-flight launch still uses.
+
+Failure modes: bad operands raise TypeError/ValueError before anything reaches
+the driver; driver refusals raise CUDAError with the driver's reason, and then no
+node is added and nothing is retained.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from cuda.bindings import driver
+
+from cuforge.graph import _operands as ops
+from cuforge.graph._state import GraphState
+from cuforge.runtime.errors import check
+
+if TYPE_CHECKING:
+    from cuforge.graph._definition import Condition, GraphDefinition
+
+_T = driver.CUgraphNodeType
+_COND = driver.CUgraphConditionalNodeType
+
+
+def _commit(state: GraphState, node: driver.CUgraphNode, owners: tuple[Any, ...]) -> None:
+    try:
+        state.add_bundle(owners)
+    except BaseException:
+        driver.cuGraphDestroyNode(node)
+        raise
+
+
+def _query_nodes(fn: Any, *args: Any) -> list[driver.CUgraphNode]:
+    count = check(fn(*args, 0))[-1]
+    if not count:
+        return []
+    return list(check(fn(*args, count))[0])[:count]
+
+
+class _Adder:
+    """Node-adding methods; subclasses say which graph and which dependencies."""
+
+    __slots__ = ()
+
+    def _target(self) -> tuple[GraphState, list[driver.CUgraphNode]]:
+        raise NotImplementedError
+
+    def _add(self, cls: type[GraphNode], fn: Any, *args: Any, owners: tuple[Any, ...] = ()):
+        state, deps = self._target()
+        node = check(fn(state.handle, deps, len(deps), *args), fn.__name__)
+        _commit(state, node, owners)
+        return cls._wrap(state, node)
+
+    def launch(self, config: Any, kernel: Any, *args: Any) -> KernelNode:
+        """Add a kernel node; retains the kernel, ``args`` and their allocations."""
+        p, owners = ops.kernel_params(config, kernel, args)
+        return self._add(KernelNode, driver.cuGraphAddKernelNode, p, owners=owners)
+
+    def memcpy(
+        self, dst: Any, src: Any, size: int, *, dst_owner: Any = None, src_owner: Any = None
+    ) -> MemcpyNode:
+        """Add a 1-D copy of ``size`` bytes; Buffer operands are retained, ints are not."""
+        p, owners = MemcpyNode._params(dst, src, size, dst_owner, src_owner)
+        return self._add(MemcpyNode, driver.cuGraphAddMemcpyNode, p, ops.current_context(),
+                         owners=owners)  # fmt: skip
+
+    def memset(
+        self, dst: Any, value: Any, width: int, height: int = 1, pitch: int = 0, *,
+        dst_owner: Any = None,
+    ) -> MemsetNode:  # fmt: skip
+        """Add a memset of ``width`` x ``height`` elements (element size from ``value``)."""
+        p, owners = MemsetNode._params(dst, value, width, height, pitch, dst_owner)
+        return self._add(MemsetNode, driver.cuGraphAddMemsetNode, p, ops.current_context(),
+                         owners=owners)  # fmt: skip
+
+    def callback(self, fn: Any, *, user_data: Any = None) -> HostCallbackNode:
+        """Add a host node running ``fn``; retains fn and a private copy of user_data."""
+        p, owners = ops.host_callback(fn, user_data)
+        return self._add(HostCallbackNode, driver.cuGraphAddHostNode, p, owners=owners)
+
+    def record(self, event: Any) -> EventRecordNode:
+        """Add an event-record node; retains the event."""
+        return self._add(EventRecordNode, driver.cuGraphAddEventRecordNode,
+                         ops.event_handle(event), owners=(event,))  # fmt: skip
+
+    def wait(self, event: Any) -> EventWaitNode:
+        """Add an event-wait node; retains the event."""
+        return self._add(EventWaitNode, driver.cuGraphAddEventWaitNode,
+                         ops.event_handle(event), owners=(event,))  # fmt: skip
+
+    def embed(self, child: GraphDefinition) -> ChildGraphNode:
+        """Add a child-graph node: CUDA copies ``child`` together with its owners."""
+        child._state.check_open()
+        child._state.flush()
+        return self._add(ChildGraphNode, driver.cuGraphAddChildGraphNode, child._state.handle)
+
+    def empty(self) -> EmptyNode:
+        """Add an empty node (a pure dependency point)."""
+        return self._add(EmptyNode, driver.cuGraphAddEmptyNode)
+
+    def allocate(self, size: int, device: Any = None) -> AllocNode:
+        """Add a graph memory allocation of ``size`` bytes; its address is ``node.dptr``."""
+        state, deps = self._target()
+        dev_id = getattr(device, "device_id", device)
+        if dev_id is None:
+            dev_id = int(check(driver.cuCtxGetDevice(), "cuCtxGetDevice"))
+        p = driver.CUDA_MEM_ALLOC_NODE_PARAMS()
+        p.poolProps.allocType = driver.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
+        p.poolProps.location.type = driver.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+        p.poolProps.location.id = int(dev_id)
+        p.bytesize = int(size)
+        node = check(driver.cuGraphAddMemAllocNode(state.handle, deps, len(deps), p),
+                     "cuGraphAddMemAllocNode")  # fmt: skip
+        return AllocNode._wrap(state, node)
+
+    def deallocate(self, ptr: Any) -> FreeNode:
+        """Add a node freeing graph-allocated memory (an AllocNode or its address)."""
+        address = ptr.dptr if isinstance(ptr, AllocNode) else int(ptr)
+        return self._add(FreeNode, driver.cuGraphAddMemFreeNode, driver.CUdeviceptr(address))
+
+    def _conditional(self, cond: Condition, kind: Any, size: int) -> ConditionalNode:
+        from cuforge.graph._definition import Condition, GraphDefinition
+
+        if not isinstance(cond, Condition):
+            raise TypeError(f"expected a Condition, got {type(cond).__name__}")
+        state, deps = self._target()
+        p = driver.CUgraphNodeParams()
+        p.type = _T.CU_GRAPH_NODE_TYPE_CONDITIONAL
+        p.conditional.handle = cond.handle
+        p.conditional.type = kind
+        p.conditional.size = size
+        p.conditional.ctx = ops.current_context()
+        node = check(driver.cuGraphAddNode(state.handle, deps, None, len(deps), p),
+                     "cuGraphAddNode(conditional)")  # fmt: skip
+        bodies = tuple(
+            GraphDefinition._wrap(GraphState(g, parent=state))
+            for g in list(p.conditional.phGraph_out)[:size]
+        )
+        out = ConditionalNode._wrap(state, node)
+        out._branches = bodies
+        out._condition = cond
+        return out
+
+    def if_then(self, condition: Condition) -> ConditionalNode:
+        """Add an IF node; fill ``node.body`` (runs when the condition is non-zero)."""
+        return self._conditional(condition, _COND.CU_GRAPH_COND_TYPE_IF, 1)
+
+    def if_else(self, condition: Condition) -> ConditionalNode:
+        """Add an IF/ELSE node; ``node.branches`` is (then, else)."""
+        return self._conditional(condition, _COND.CU_GRAPH_COND_TYPE_IF, 2)
+
+    def while_loop(self, condition: Condition) -> ConditionalNode:
+        """Add a WHILE node; ``node.body`` repeats while the condition is non-zero."""
+        return self._conditional(condition, _COND.CU_GRAPH_COND_TYPE_WHILE, 1)
+
+    def switch(self, condition: Condition, count: int) -> ConditionalNode:
+        """Add a SWITCH node with ``count`` branches selected by the condition's value."""
+        return self._conditional(condition, _COND.CU_GRAPH_COND_TYPE_SWITCH, int(count))
+
+
+class GraphNode(_Adder):
+    """A node of a graph definition; adding from it makes the new node depend on it."""
+
+    __slots__ = ("_handle", "_state")
+    _KIND = "node"
+
+    def __init__(self) -> None:
+        raise TypeError("graph nodes are created by GraphDefinition/GraphNode methods")
+
+    @classmethod
+    def _wrap(cls, state: GraphState, handle: driver.CUgraphNode) -> Any:
+        self = object.__new__(cls)
+        self._state = state
+        self._handle = handle
+        return self
+
+    def _target(self) -> tuple[GraphState, list[driver.CUgraphNode]]:
+        self._state.check_open()
+        return self._state, [self._handle]
+
+    @property
+    def handle(self) -> driver.CUgraphNode:
+        return self._handle
+
+    @property
+    def graph(self) -> GraphDefinition:
+        from cuforge.graph._definition import GraphDefinition
+
+        return GraphDefinition._wrap(self._state)
+
+    @property
+    def pred(self) -> tuple[GraphNode, ...]:
+        """The nodes this node depends on."""
+        self._state.check_open()
+        found = _query_nodes(driver.cuGraphNodeGetDependencies, self._handle)
+        return tuple(wrap_node(self._state, n) for n in found)
+
+    @property
+    def succ(self) -> tuple[GraphNode, ...]:
+        """The nodes that depend on this node."""
+        self._state.check_open()
+        found = _query_nodes(driver.cuGraphNodeGetDependentNodes, self._handle)
+        return tuple(wrap_node(self._state, n) for n in found)
+
+    def join(self, *nodes: GraphNode) -> EmptyNode:
+        """An empty node depending on this node and ``nodes``."""
+        from cuforge.graph._definition import GraphDefinition
+
+        return GraphDefinition._wrap(self._state).join(self, *nodes)
+
+    def destroy(self) -> None:
+        """Remove this node; owners stay with the graph version that had them."""
+        self._state.check_open()
+        check(driver.cuGraphDestroyNode(self._handle), "cuGraphDestroyNode")
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, GraphNode) and int(other._handle) == int(self._handle)
+
+    def __hash__(self) -> int:
+        return hash(int(self._handle))
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {int(self._handle):#x}>"
+
+    # Definition-level update: subclasses give _params and _set.
+    def _update(self, params: Any, owners: tuple[Any, ...]) -> None:
+        self._state.check_open()
+        self._set(params)
+        self._state.add_bundle(owners)
+
+    def _set(self, params: Any) -> None:
+        raise TypeError(f"{type(self).__name__} cannot be updated")
+
+
+class KernelNode(GraphNode):
+    __slots__ = ()
+
+    def update(self, config: Any, kernel: Any, *args: Any) -> None:
+        """New launch parameters for this node (old owners stay with older versions)."""
+        self._update(*ops.kernel_params(config, kernel, args))
+
+    def _set(self, p: Any) -> None:
+        check(driver.cuGraphKernelNodeSetParams(self._handle, p), "cuGraphKernelNodeSetParams")
+
+
+class MemcpyNode(GraphNode):
+    __slots__ = ()
+
+    @staticmethod
+    def _params(dst: Any, src: Any, size: int, dst_owner: Any, src_owner: Any):
+        d, downers = ops.resolve_pointer(dst, dst_owner, "memcpy dst")
+        s, sowners = ops.resolve_pointer(src, src_owner, "memcpy src")
+        return ops.memcpy_params(d, s, int(size)), downers + sowners
+
+    def update(self, dst: Any, src: Any, size: int, *, dst_owner: Any = None,
+               src_owner: Any = None) -> None:  # fmt: skip
+        self._update(*self._params(dst, src, size, dst_owner, src_owner))
+
+    def _set(self, p: Any) -> None:
+        check(driver.cuGraphMemcpyNodeSetParams(self._handle, p), "cuGraphMemcpyNodeSetParams")
+
+
+class MemsetNode(GraphNode):
+    __slots__ = ()
+
+    @staticmethod
+    def _params(dst: Any, value: Any, width: int, height: int, pitch: int, dst_owner: Any):
+        d, owners = ops.resolve_pointer(dst, dst_owner, "memset dst")
+        return ops.memset_params(d, value, int(width), int(height), int(pitch)), owners
+
+    def update(self, dst: Any, value: Any, width: int, height: int = 1, pitch: int = 0, *,
+               dst_owner: Any = None) -> None:  # fmt: skip
+        self._update(*self._params(dst, value, width, height, pitch, dst_owner))
+
+    def _set(self, p: Any) -> None:
+        check(driver.cuGraphMemsetNodeSetParams(self._handle, p), "cuGraphMemsetNodeSetParams")
+
+
+class HostCallbackNode(GraphNode):
+    __slots__ = ()
+
+    def update(self, fn: Any, *, user_data: Any = None) -> None:
+        self._update(*ops.host_callback(fn, user_data))
+
+    def _set(self, p: Any) -> None:
+        check(driver.cuGraphHostNodeSetParams(self._handle, p), "cuGraphHostNodeSetParams")
+
+
+class EventRecordNode(GraphNode):
+    __slots__ = ()
+
+    def update(self, event: Any) -> None:
+        self._update(ops.event_handle(event), (event,))
+
+    def _set(self, ev: Any) -> None:
+        check(driver.cuGraphEventRecordNodeSetEvent(self._handle, ev), "cuGraphEventRecordNodeSetEvent")  # fmt: skip  # noqa: E501
+
+
+class EventWaitNode(GraphNode):
+    __slots__ = ()
+
+    def update(self, event: Any) -> None:
+        self._update(ops.event_handle(event), (event,))
+
+    def _set(self, ev: Any) -> None:
+        check(driver.cuGraphEventWaitNodeSetEvent(self._handle, ev), "cuGraphEventWaitNodeSetEvent")  # fmt: skip  # noqa: E501
+
+
+class ChildGraphNode(GraphNode):
+    __slots__ = ()
+
+
+class EmptyNode(GraphNode):
+    __slots__ = ()
+
+
+class AllocNode(GraphNode):
+    __slots__ = ()
+
+    @property
+    def dptr(self) -> int:
+        """The device address this node allocates (valid while the graph runs)."""
+        p = check(driver.cuGraphMemAllocNodeGetParams(self._handle), "cuGraphMemAllocNodeGetParams")
+        return int(p.dptr)
+
+
+class FreeNode(GraphNode):
+    __slots__ = ()
+
+
+class ConditionalNode(GraphNode):
+    __slots__ = ("_branches", "_condition")
+
+    @property
+    def branches(self) -> tuple[GraphDefinition, ...]:
+        """The body graphs (IF: 1, IF/ELSE: 2, WHILE: 1, SWITCH: count)."""
+        return self._branches
+
+    @property
+    def body(self) -> GraphDefinition:
+        """The first (or only) body graph."""
+        return self._branches[0]
+
+    @property
+    def condition(self) -> Condition:
+        return self._condition
+
+
+class OtherNode(GraphNode):
+    """A node kind cuforge has no class for (e.g. external semaphores)."""
+
+    __slots__ = ()
+
+
+_BY_TYPE = {
+    _T.CU_GRAPH_NODE_TYPE_KERNEL: KernelNode,
+    _T.CU_GRAPH_NODE_TYPE_MEMCPY: MemcpyNode,
+    _T.CU_GRAPH_NODE_TYPE_MEMSET: MemsetNode,
+    _T.CU_GRAPH_NODE_TYPE_HOST: HostCallbackNode,
+    _T.CU_GRAPH_NODE_TYPE_GRAPH: ChildGraphNode,
+    _T.CU_GRAPH_NODE_TYPE_EMPTY: EmptyNode,
+    _T.CU_GRAPH_NODE_TYPE_EVENT_RECORD: EventRecordNode,
+    _T.CU_GRAPH_NODE_TYPE_WAIT_EVENT: EventWaitNode,
+    _T.CU_GRAPH_NODE_TYPE_MEM_ALLOC: AllocNode,
+    _T.CU_GRAPH_NODE_TYPE_MEM_FREE: FreeNode,
+}
+
+
+def wrap_node(state: GraphState, handle: driver.CUgraphNode) -> GraphNode:
+    """A node object of the right class for an existing node."""
+    kind = check(driver.cuGraphNodeGetType(handle), "cuGraphNodeGetType")
+    cls = _BY_TYPE.get(kind, OtherNode)
+    node = cls._wrap(state, handle)
+    if cls is OtherNode and kind == _T.CU_GRAPH_NODE_TYPE_CONDITIONAL:
+        node = ConditionalNode._wrap(state, handle)
+        node._branches = ()
+        node._condition = None
+    return node

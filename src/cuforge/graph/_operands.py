@@ -1,0 +1,215 @@
+"""Turn user-facing operands into driver parameters plus the owners they need.
+
+Every resolver returns the raw value CUDA gets and a tuple of owners: the objects
+that must stay alive for as long as a graph may use that value. The node code
+packs those owners into an immutable bundle (:mod:`cuforge.graph._owners`).
+
+Failure modes: a wrong operand type raises TypeError, an owner combined with an
+operand that already owns its memory raises ValueError, a closed Buffer raises
+ValueError; nothing is retained when resolution fails.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any
+
+from cuda.bindings import driver
+
+from cuforge._native import _release as _native
+from cuforge.runtime.errors import CUDAError, check
+
+_TRAMPOLINE = _native.host_trampoline_address()
+_CFuncPtr = ctypes._CFuncPtr  # base class of every ctypes function pointer type
+
+
+def current_context() -> driver.CUcontext:
+    """The calling thread's current context; CUDAError if there is none."""
+    ctx = check(driver.cuCtxGetCurrent(), "cuCtxGetCurrent")
+    if int(ctx) == 0:
+        raise CUDAError(
+            "no current CUDA context on this thread: call Device(...).set_current() first"
+        )
+    return ctx
+
+
+def resolve_pointer(obj: Any, owner: Any, what: str) -> tuple[int, tuple[Any, ...]]:
+    """A device/host address for a copy operand, and what keeps it valid.
+
+    Buffer -> its allocation; ``__cuda_array_interface__`` object -> the object;
+    int -> nothing, unless ``owner`` names something to keep alive.
+    """
+    if isinstance(obj, bool):
+        raise TypeError(f"{what}: expected a Buffer or an int address, got bool")
+    if isinstance(obj, int):
+        return obj, (() if owner is None else (owner,))
+    allocation = getattr(obj, "allocation", None)
+    if allocation is not None or hasattr(obj, "allocation"):
+        if owner is not None:
+            raise ValueError(
+                f"{what}: an owner may only accompany a raw int address; "
+                "a Buffer already keeps its allocation alive"
+            )
+        if allocation is None:
+            raise ValueError(f"{what}: the Buffer is closed")
+        return int(obj.handle), (allocation,)
+    cai = getattr(obj, "__cuda_array_interface__", None)
+    if cai is not None:
+        if owner is not None:
+            raise ValueError(f"{what}: an owner may only accompany a raw int address")
+        return int(cai["data"][0]), (obj,)
+    raise TypeError(
+        f"{what}: expected a Buffer, an object with __cuda_array_interface__, or an int "
+        f"address, got {type(obj).__name__}"
+    )
+
+
+def kernel_params(
+    config: Any, kernel: Any, args: tuple[Any, ...]
+) -> tuple[driver.CUDA_KERNEL_NODE_PARAMS, tuple[Any, ...]]:
+    """Kernel-node parameters and owners: the kernel, the args and their allocations."""
+    from cuforge.runtime.args import pack_args
+
+    try:
+        grid, block, shmem = config.grid, config.block, config.shmem_size
+    except AttributeError:
+        raise TypeError(f"config must be a LaunchConfig, got {type(config).__name__}") from None
+    if getattr(config, "cluster", None) or getattr(config, "cooperative_launch", False):
+        raise NotImplementedError(
+            "graph kernel nodes do not support cluster or cooperative launch configs yet"
+        )
+    func = kernel.function() if hasattr(kernel, "function") else kernel
+    packed = pack_args(args)
+    p = driver.CUDA_KERNEL_NODE_PARAMS()
+    p.func = func
+    p.gridDimX, p.gridDimY, p.gridDimZ = grid
+    p.blockDimX, p.blockDimY, p.blockDimZ = block
+    p.sharedMemBytes = shmem
+    p.kernelParams = packed.params
+    # packed is kept too: its params memory must outlive the driver call above, and
+    # the bundle is the cheapest place that is guaranteed to.
+    return p, (kernel, args, packed, *packed.owners)
+
+
+def memset_value(value: Any) -> tuple[int, int]:
+    """(value, element size) for a memset: an int byte, or 1/2/4 raw bytes."""
+    if isinstance(value, bool):
+        raise TypeError("memset value must be an int or 1, 2 or 4 bytes, not bool")
+    if isinstance(value, int):
+        if not 0 <= value <= 0xFF:
+            raise ValueError(
+                "an int memset value is one byte (0..255); pass 2 or 4 bytes for wider elements"
+            )
+        return value, 1
+    try:
+        raw = memoryview(value).tobytes()
+    except TypeError:
+        raise TypeError(
+            f"memset value must be an int or a bytes-like object, got {type(value).__name__}"
+        ) from None
+    if len(raw) not in (1, 2, 4):
+        raise ValueError(f"memset value must be 1, 2 or 4 bytes long, got {len(raw)}")
+    return int.from_bytes(raw, "little"), len(raw)
+
+
+def memset_params(
+    dst: int, value: Any, width: int, height: int, pitch: int
+) -> driver.CUDA_MEMSET_NODE_PARAMS:
+    """Memset-node parameters (width in elements, pitch in bytes)."""
+    val, elem = memset_value(value)
+    if width <= 0 or height <= 0:
+        raise ValueError("memset width and height must be positive")
+    p = driver.CUDA_MEMSET_NODE_PARAMS()
+    p.dst = dst
+    p.value = val
+    p.elementSize = elem
+    p.width = width
+    p.height = height
+    p.pitch = pitch if pitch else width * elem
+    return p
+
+
+def memcpy_params(dst: int, src: int, size: int) -> driver.CUDA_MEMCPY3D:
+    """A 1-D copy of ``size`` bytes between two unified (UVA) addresses."""
+    if size <= 0:
+        raise ValueError("memcpy size must be positive")
+    p = driver.CUDA_MEMCPY3D()
+    unified = driver.CUmemorytype.CU_MEMORYTYPE_UNIFIED
+    p.srcMemoryType = unified
+    p.srcDevice = src
+    p.dstMemoryType = unified
+    p.dstDevice = dst
+    p.WidthInBytes = size
+    p.Height = 1
+    p.Depth = 1
+    return p
+
+
+def host_callback(fn: Any, user_data: Any) -> tuple[driver.CUDA_HOST_NODE_PARAMS, tuple[Any, ...]]:
+    """Host-node parameters for ``fn`` and the owners that keep fn/user_data valid.
+
+    A Python callable takes no arguments and runs with the GIL through the C
+    trampoline; ``user_data`` is then refused. A ctypes function pointer is passed
+    to CUDA as is; an int ``user_data`` is a raw pointer the caller keeps valid,
+    bytes-like ``user_data`` is copied into memory the bundle owns.
+    """
+    p = driver.CUDA_HOST_NODE_PARAMS()
+    if isinstance(fn, _CFuncPtr):
+        address = ctypes.cast(fn, ctypes.c_void_p).value
+        if not address:
+            raise ValueError("callback: the ctypes function pointer is NULL")
+        owners: tuple[Any, ...] = (fn,)
+        if user_data is None:
+            data = 0
+        elif isinstance(user_data, int) and not isinstance(user_data, bool):
+            data = user_data
+        else:
+            try:
+                raw = memoryview(user_data).tobytes()
+            except TypeError:
+                raise TypeError(
+                    "callback user_data must be None, an int address or bytes-like, "
+                    f"got {type(user_data).__name__}"
+                ) from None
+            copy = ctypes.create_string_buffer(raw, max(len(raw), 1))
+            data = ctypes.addressof(copy)
+            owners = (fn, copy)
+        p.fn = driver.CUhostFn(address)
+        p.userData = data
+        return p, owners
+    if not callable(fn):
+        raise TypeError(
+            f"callback fn must be callable or a ctypes function pointer, got {type(fn).__name__}"
+        )
+    if user_data is not None:
+        raise ValueError(
+            "user_data is only for ctypes function pointers; bind data into the Python "
+            "callable instead (functools.partial or a closure)"
+        )
+    p.fn = driver.CUhostFn(_TRAMPOLINE)
+    p.userData = id(fn)  # borrowed by the trampoline; the bundle holds the reference
+    return p, (fn,)
+
+
+def stream_handle(stream: Any) -> driver.CUstream:
+    """A CUstream from a cuforge Stream, a GraphBuilder, ``__cuda_stream__`` or CUstream."""
+    if isinstance(stream, driver.CUstream):
+        return stream
+    handle = getattr(stream, "handle", None)
+    if isinstance(handle, driver.CUstream):
+        return handle
+    proto = getattr(stream, "__cuda_stream__", None)
+    if proto is not None:
+        info = proto() if callable(proto) else proto
+        return driver.CUstream(int(info[1]))
+    raise TypeError(f"expected a stream, got {type(stream).__name__}")
+
+
+def event_handle(event: Any) -> driver.CUevent:
+    """A CUevent from a cuforge Event or a raw CUevent."""
+    if isinstance(event, driver.CUevent):
+        return event
+    handle = getattr(event, "handle", None)
+    if isinstance(handle, driver.CUevent):
+        return handle
+    raise TypeError(f"expected an Event, got {type(event).__name__}")
