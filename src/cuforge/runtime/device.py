@@ -175,7 +175,7 @@ class Device:
     def uuid(self) -> str:
         """The device UUID as ``xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx``."""
         raw = check(driver.cuDeviceGetUuid(self._cu_device), "cuDeviceGetUuid").bytes
-        h = bytes(raw).hex()
+        h = (raw.encode("latin-1") if isinstance(raw, str) else bytes(raw)).hex()
         return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
 
     @property

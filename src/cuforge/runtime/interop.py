@@ -49,15 +49,20 @@ class DLManagedTensor(ctypes.Structure):
     _fields_ = (("dl_tensor", DLTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", _Deleter))
 
 
+# Private prototypes: setting argtypes on ctypes.pythonapi's shared function objects
+# would change them for every other user in the process.
 _api = ctypes.pythonapi
-_api.PyCapsule_New.restype = ctypes.py_object
-_api.PyCapsule_New.argtypes = (ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)
-_api.PyCapsule_IsValid.restype = ctypes.c_int
-_api.PyCapsule_IsValid.argtypes = (ctypes.c_void_p, ctypes.c_char_p)
-_api.PyCapsule_GetPointer.restype = ctypes.c_void_p
-_api.PyCapsule_GetPointer.argtypes = (ctypes.py_object, ctypes.c_char_p)
+_capsule_new = ctypes.PYFUNCTYPE(
+    ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p
+)(("PyCapsule_New", _api))
+_capsule_get_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
+    ("PyCapsule_GetPointer", _api)
+)
 # The destructor sees a capsule whose refcount already reached zero: it must not be
-# wrapped as a Python object again, so it gets a prototype taking a raw pointer.
+# wrapped as a Python object again, so these take a raw pointer.
+_capsule_is_valid_raw = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p)(
+    ("PyCapsule_IsValid", _api)
+)
 _get_pointer_raw = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p)(
     ("PyCapsule_GetPointer", _api)
 )
@@ -80,7 +85,7 @@ def _deleter(managed: int | None) -> None:
 @ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 def _capsule_destructor(capsule: int | None) -> None:
     # A capsule still named "dltensor" was never consumed: its tensor is ours to drop.
-    if capsule and _api.PyCapsule_IsValid(capsule, _NAME):
+    if capsule and _capsule_is_valid_raw(capsule, _NAME):
         _deleter(_get_pointer_raw(capsule, _NAME))
 
 
@@ -115,7 +120,7 @@ def to_dlpack(
     managed.deleter = _deleter
     with _lock:
         _live[ctx] = (managed, shape, alloc)
-    return _api.PyCapsule_New(
+    return _capsule_new(
         ctypes.addressof(managed), _NAME, ctypes.cast(_capsule_destructor, ctypes.c_void_p)
     )
 
@@ -126,7 +131,7 @@ def dlpack_pointer(obj: Any) -> int:
     Raises TypeError when the object's memory is not CUDA-accessible.
     """
     capsule = obj.__dlpack__()
-    managed = DLManagedTensor.from_address(_api.PyCapsule_GetPointer(capsule, _NAME))
+    managed = DLManagedTensor.from_address(_capsule_get_pointer(capsule, _NAME))
     t = managed.dl_tensor
     if t.device.device_type not in _DEVICE_TYPES:
         raise TypeError(f"DLPack device type {t.device.device_type} is not CUDA memory")
