@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench gpu-test clean
+.PHONY: demo test lint bench clean
 
 $(STAMP): pyproject.toml setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -16,14 +16,24 @@ demo: $(STAMP)
 	$(PY) examples/demo.py
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests benchmarks examples scripts/*.py
+	$(VENV)/bin/ruff check src tests benchmarks examples
 	$(VENV)/bin/ruff format --check src tests benchmarks examples
 
 test: $(STAMP) lint
 	$(PY) -m pytest -q
 
-bench: $(STAMP)
-	$(MAKE) -C benchmarks all
+# cuda-core is the peer we measure against: it lives only in this separate venv,
+# beside an editable cuforge, so one run prints both columns and their ratio.
+BENCH_VENV := .bench-venv
+BENCH_STAMP := $(BENCH_VENV)/.installed
+$(BENCH_STAMP): pyproject.toml setup.py
+	test -x $(BENCH_VENV)/bin/python || $(PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/python -m pip install -q --upgrade pip
+	$(BENCH_VENV)/bin/python -m pip install -q -e . 'cuda-core==1.2.2' numpy
+	touch $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP)
+	$(BENCH_VENV)/bin/python benchmarks/run.py
 
 clean:
-	rm -rf $(VENV) build src/*.egg-info .pytest_cache
+	rm -rf $(VENV) $(BENCH_VENV) build src/*.egg-info .pytest_cache

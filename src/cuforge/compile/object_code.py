@@ -66,6 +66,18 @@ class ObjectCode:
         self._symbol_mapping = mapping
 
     @classmethod
+    def _trusted(
+        cls, code: bytes, code_type: str, name: str, mapping: dict[str | bytes, str]
+    ) -> ObjectCode:
+        """An ObjectCode from values already validated (the cache hit path)."""
+        obj = cls.__new__(cls)
+        obj._code = code
+        obj._code_type = code_type
+        obj._name = name
+        obj._symbol_mapping = mapping
+        return obj
+
+    @classmethod
     def _from_source(
         cls,
         source: Source,

@@ -264,7 +264,19 @@ class ProgramOptions:
                 )
             object.__setattr__(self, "arch", arch)
 
-    def _flags(self, backend: str, truth: tuple[str, str], code_type: str) -> list[str]:
+    def _flags(self, backend: str, truth: tuple[str, str], code_type: str) -> list[bytes]:
+        """The backend's flags, computed once per instance (options are frozen).
+
+        A fresh list each call, so callers may append target flags to it."""
+        memo = self.__dict__.setdefault("_cuforge_flags", {})
+        flags = memo.get(backend)
+        if flags is None:
+            flags = memo[backend] = tuple(
+                f.encode() for f in self._compute_flags(backend, truth, code_type)
+            )
+        return list(flags)
+
+    def _compute_flags(self, backend: str, truth: tuple[str, str], code_type: str) -> list[str]:
         out: list[str] = []
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
@@ -298,23 +310,23 @@ class ProgramOptions:
 
     def as_nvrtc_options(self) -> list[bytes]:
         """The NVRTC flag list (code_type "c++"). ValueError for NVVM-only fields."""
-        return [f.encode() for f in self._flags("nvrtc", ("true", "false"), "c++")]
+        return self._flags("nvrtc", ("true", "false"), "c++")
 
     def as_nvjitlink_options(self) -> list[bytes]:
         """The nvJitLink flag list for code_type "ptx". ValueError for fields
         nvJitLink cannot apply to PTX input (C++ front-end options, LTO)."""
-        return [f.encode() for f in self._flags("nvjitlink", ("1", "0"), "ptx")]
+        return self._flags("nvjitlink", ("1", "0"), "ptx")
 
     def as_driver_linker_options(self) -> list[bytes]:
         """A canonical ``name=value`` list of the driver JIT options used when PTX
         falls back to the driver linker (``cuLink*``). Only arch, max_register_count,
         debug and lineinfo are honoured there; other set fields raise ValueError."""
-        return [f.encode() for f in self._flags("driver", ("1", "0"), "ptx")]
+        return self._flags("driver", ("1", "0"), "ptx")
 
     def as_nvvm_options(self) -> list[bytes]:
         """The libNVVM flag list (code_type "nvvm"); ``use_libdevice`` and
         ``extra_sources`` add modules rather than flags."""
-        return [f.encode() for f in self._flags("nvvm", ("1", "0"), "nvvm")]
+        return self._flags("nvvm", ("1", "0"), "nvvm")
 
 
 __all__ = ["ProgramOptions"]

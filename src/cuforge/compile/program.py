@@ -129,6 +129,12 @@ class Program:
                 a non-C++ program, or a target that contradicts the options.
             RuntimeError: the Program is closed.
             CompileError: the backend failed.
+
+        ``cache``: a ``cuforge.utils.ProgramCacheResource``. A hit returns without
+        compiling; concurrent misses compile once; a failing cache never fails the
+        compile (see ``cuforge.compile.cached``). Options the cache key cannot
+        observe (include paths, PCH, ...) raise ValueError pointing at
+        ``make_program_cache_key(extra_digest=...)``.
         """
         target = normalize_target(self._code_type, target_type)
         names = tuple(name_expressions)
@@ -144,11 +150,18 @@ class Program:
         if logs is not None and not callable(getattr(logs, "write", None)):
             raise TypeError(f"logs must have a write(str) method, got {type(logs).__name__}")
         if cache is not None:
-            raise NotImplementedError("cache= is wired in by the program-cache work")
+            from cuforge.compile.cached import compile_cached
+
+            return compile_cached(self, target, names, logs, cache)
         return self._compile_uncached(target, names, logs)
 
     def _compile_uncached(
-        self, target: str, name_expressions: tuple[str | bytes, ...], logs: Any
+        self,
+        target: str,
+        name_expressions: tuple[str | bytes, ...],
+        logs: Any,
+        *,
+        stacklevel: int = 3,
     ) -> ObjectCode:
         """Run the backend for ``target`` (already canonical) and wrap the result."""
         if self._closed:
@@ -180,8 +193,8 @@ class Program:
             logs.write(log)
         obj = ObjectCode(code, target, name=name, symbol_mapping=mapping)
         if target == "ptx":
-            # stacklevel 3: warn_if -> _compile_uncached -> compile -> the caller.
-            _versions.warn_if_ptx_unloadable(code, stacklevel=3)
+            # Default stacklevel 3: warn_if -> _compile_uncached -> compile -> the caller.
+            _versions.warn_if_ptx_unloadable(code, stacklevel=stacklevel)
         return obj
 
     def close(self) -> None:

@@ -1,0 +1,143 @@
+"""Compiler identity: the exact build of each compiler a cache key pins.
+
+Guarantee: two processes get the same identity bytes exactly when they load the
+same build of the library -- same version and same GNU build id (read from the
+shared object's ELF notes), not merely the same major.minor. The identity does
+not depend on where the library is installed, so a cache filled on a CPU-only CI
+box is shared by a GPU fleet with the same toolkit build.
+
+Probes run once per process (``functools.cache``). A probe that fails yields a
+distinct but stable identity (``b"unavailable:<ExceptionType>"``): keys fail
+closed -- they never collide with a working compiler's keys -- and stay
+deterministic, so the failure is visible as a miss rather than as a wrong hit.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import struct
+from collections.abc import Callable
+
+_PT_NOTE = 4
+_NT_GNU_BUILD_ID = 3
+_SAMPLE = 1 << 20
+
+
+def _elf_build_id(path: str) -> bytes | None:
+    """The NT_GNU_BUILD_ID of a 64-bit little-endian ELF file, or None."""
+    with open(path, "rb") as f:
+        header = f.read(64)
+        if len(header) < 64 or header[:4] != b"\x7fELF" or header[4] != 2 or header[5] != 1:
+            return None
+        (phoff,) = struct.unpack_from("<Q", header, 0x20)
+        phentsize, phnum = struct.unpack_from("<HH", header, 0x36)
+        f.seek(phoff)
+        table = f.read(phentsize * phnum)
+        for i in range(phnum):
+            (p_type,) = struct.unpack_from("<I", table, i * phentsize)
+            if p_type != _PT_NOTE:
+                continue
+            (offset,) = struct.unpack_from("<Q", table, i * phentsize + 8)
+            (size,) = struct.unpack_from("<Q", table, i * phentsize + 32)
+            f.seek(offset)
+            notes = f.read(size)
+            pos = 0
+            while pos + 12 <= len(notes):
+                namesz, descsz, ntype = struct.unpack_from("<III", notes, pos)
+                pos += 12
+                name = notes[pos : pos + namesz]
+                pos += (namesz + 3) & ~3
+                desc = notes[pos : pos + descsz]
+                pos += (descsz + 3) & ~3
+                if ntype == _NT_GNU_BUILD_ID and name.rstrip(b"\0") == b"GNU":
+                    return desc
+    return None
+
+
+def library_fingerprint(path: str) -> bytes:
+    """A path-independent fingerprint of one shared library build.
+
+    The GNU build id where the file has one; otherwise (Windows DLLs, stripped
+    notes) the file size and a digest of its first MiB.
+    """
+    build_id = _elf_build_id(path)
+    if build_id:
+        return b"build-id:" + build_id.hex().encode()
+    size = os.stat(path).st_size
+    with open(path, "rb") as f:
+        head = hashlib.blake2b(f.read(_SAMPLE), digest_size=16).hexdigest()
+    return f"size:{size}:head:{head}".encode()
+
+
+def _loaded_library(name: str) -> str:
+    from cuda.pathfinder import load_nvidia_dynamic_lib
+
+    return load_nvidia_dynamic_lib(name).abs_path
+
+
+def _fail_closed(probe: Callable[[], bytes]) -> Callable[[], bytes]:
+    @functools.cache
+    def wrapper() -> bytes:
+        try:
+            return probe()
+        except Exception as exc:
+            return b"unavailable:" + type(exc).__name__.encode()
+
+    wrapper.__doc__ = probe.__doc__
+    wrapper.__name__ = probe.__name__
+    return wrapper
+
+
+@_fail_closed
+def nvrtc_identity() -> bytes:
+    """NVRTC version plus the build of libnvrtc and its builtins library."""
+    from cuda.bindings import nvrtc
+
+    err, major, minor = nvrtc.nvrtcVersion()
+    if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+        raise RuntimeError(f"nvrtcVersion failed: {err}")
+    path = _loaded_library("nvrtc")
+    parts = [f"nvrtc:{major}.{minor}".encode(), library_fingerprint(path)]
+    # libnvrtc loads its builtins from beside itself; a mismatched pair changes output.
+    directory = os.path.dirname(path)
+    for entry in sorted(os.listdir(directory)):
+        if "nvrtc-builtins" in entry and not entry.endswith(".alt.so"):
+            parts.append(library_fingerprint(os.path.join(directory, entry)))
+            break
+    return b"|".join(parts)
+
+
+@_fail_closed
+def nvjitlink_identity() -> bytes:
+    """nvJitLink version plus the build of libnvJitLink."""
+    from cuda.bindings import nvjitlink
+
+    major, minor = nvjitlink.version()
+    return b"|".join(
+        [f"nvjitlink:{major}.{minor}".encode(), library_fingerprint(_loaded_library("nvJitLink"))]
+    )
+
+
+@_fail_closed
+def nvvm_identity() -> bytes:
+    """libNVVM version, NVVM IR version, and the build of libnvvm."""
+    from cuda.bindings import nvvm
+
+    version = ".".join(map(str, nvvm.version()))
+    ir = ".".join(map(str, nvvm.ir_version()))
+    return b"|".join(
+        [f"nvvm:{version}:ir:{ir}".encode(), library_fingerprint(_loaded_library("nvvm"))]
+    )
+
+
+@_fail_closed
+def driver_identity() -> bytes:
+    """The CUDA driver version (only the driver-linker path depends on it)."""
+    from cuda.bindings import driver
+
+    err, version = driver.cuDriverGetVersion()
+    if err != driver.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"cuDriverGetVersion failed: {err}")
+    return f"driver:{version}".encode()

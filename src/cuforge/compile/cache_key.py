@@ -1,0 +1,255 @@
+"""Program cache keys: one 32-byte digest per distinct compile.
+
+Guarantee: two calls return the same key only when everything that can change the
+compiler's output is the same -- the schema version, code and target types, the
+source, the exact flag list the consuming backend receives, the backend's exact
+build (see ``_identity``), name expressions, NVVM extras, ``options.name`` and the
+caller's ``extra_digest``. Each field is labelled and length-prefixed, in a fixed
+order, so no two different inputs frame to the same bytes.
+
+Inputs whose effect the key cannot observe are refused with a ValueError that says
+what to do: options with compile-time side effects (a hit would skip them), and
+options that pull in file content (include paths, pre-includes, PCH, libdevice, an
+``options.name`` with a directory) unless ``extra_digest`` fingerprints that
+content.
+
+Cost: the per-(options, code_type, target_type) part of the digest is prepared
+once and reused (see ``ProgramOptions`` fingerprint caching); a key for a 1 KB
+source then costs one hash copy and a few updates.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from cuforge.compile import _identity
+from cuforge.compile.options import ProgramOptions
+from cuforge.compile.targets import SUPPORTED_TARGETS, normalize_code_type, normalize_target
+
+#: Bumped whenever the framing or a field's meaning changes; old entries then miss.
+KEY_SCHEMA_VERSION = 1
+
+_SIDE_EFFECT_OPTIONS = ("create_pch", "time", "fdevice_time_trace")
+_NVRTC_EXTERNAL_OPTIONS = ("include_path", "pre_include", "pch", "use_pch", "pch_dir")
+
+
+def _frame(label: bytes, value: bytes) -> bytes:
+    return label + len(value).to_bytes(8, "little") + value
+
+
+def _is_set(value: Any) -> bool:
+    return value is not None and value is not False and value != () and value != []
+
+
+class _Backend:
+    """How one code_type validates, fingerprints and pins its compiler."""
+
+    code_type: str
+    accepts_bytes = False
+
+    def validate(self, options: ProgramOptions, has_extra_digest: bool) -> None:
+        for field in _SIDE_EFFECT_OPTIONS:
+            if _is_set(getattr(options, field, None)):
+                raise ValueError(
+                    f"options.{field} has a compile-time side effect that a cache hit would "
+                    f"skip; compile without cache= or unset {field}"
+                )
+
+    def identity(self) -> bytes:
+        raise NotImplementedError
+
+    def option_fingerprint(self, options: ProgramOptions) -> bytes:
+        raise NotImplementedError
+
+    def extra_fields(self, options: ProgramOptions) -> Iterable[bytes]:
+        return ()
+
+
+def _need_extra_digest(what: str) -> ValueError:
+    return ValueError(
+        f"{what} makes the output depend on file content the cache key cannot see; "
+        "fingerprint that content and pass it as extra_digest= to "
+        "cuforge.utils.make_program_cache_key (Program.compile(cache=...) cannot do this "
+        "for you), or compile without cache="
+    )
+
+
+class _NvrtcBackend(_Backend):
+    code_type = "c++"
+
+    def validate(self, options: ProgramOptions, has_extra_digest: bool) -> None:
+        super().validate(options, has_extra_digest)
+        if has_extra_digest:
+            return
+        for field in _NVRTC_EXTERNAL_OPTIONS:
+            if _is_set(getattr(options, field, None)):
+                raise _need_extra_digest(f"options.{field}")
+        name = options.name
+        if name and (os.sep in name or (os.altsep and os.altsep in name)):
+            raise _need_extra_digest(
+                f"options.name={name!r} (NVRTC resolves quoted #include relative to its directory)"
+            )
+
+    def identity(self) -> bytes:
+        return _identity.nvrtc_identity()
+
+    def option_fingerprint(self, options: ProgramOptions) -> bytes:
+        return b"\0".join(options.as_nvrtc_options())
+
+
+class _LinkerBackend(_Backend):
+    code_type = "ptx"
+
+    def identity(self) -> bytes:
+        from cuforge.compile.linker import linker_backend
+
+        if linker_backend() == "nvjitlink":
+            return b"nvjitlink|" + _identity.nvjitlink_identity()
+        # The driver JIT-compiles PTX on this path, so its version shapes the output.
+        return b"driver-linker|" + _identity.driver_identity()
+
+    def option_fingerprint(self, options: ProgramOptions) -> bytes:
+        from cuforge.compile.linker import linker_backend
+
+        if linker_backend() == "nvjitlink":
+            return b"\0".join(options.as_nvjitlink_options())
+        return b"\0".join(options.as_driver_linker_options())
+
+
+class _NvvmBackend(_Backend):
+    code_type = "nvvm"
+    accepts_bytes = True
+
+    def validate(self, options: ProgramOptions, has_extra_digest: bool) -> None:
+        super().validate(options, has_extra_digest)
+        if options.use_libdevice and not has_extra_digest:
+            raise _need_extra_digest("options.use_libdevice=True")
+
+    def identity(self) -> bytes:
+        return _identity.nvvm_identity()
+
+    def option_fingerprint(self, options: ProgramOptions) -> bytes:
+        return b"\0".join(options.as_nvvm_options())
+
+    def extra_fields(self, options: ProgramOptions) -> Iterable[bytes]:
+        sources = options.extra_sources or ()
+        yield _frame(b"extra_sources", len(sources).to_bytes(4, "little"))
+        for name, code in sources:
+            yield _frame(b"extra_name", name.encode() if isinstance(name, str) else bytes(name))
+            yield _frame(b"extra_code", code.encode() if isinstance(code, str) else bytes(code))
+        yield _frame(b"libdevice", b"1" if options.use_libdevice else b"0")
+
+
+_BACKENDS: dict[str, _Backend] = {
+    b.code_type: b for b in (_NvrtcBackend(), _LinkerBackend(), _NvvmBackend())
+}
+
+
+def _encode_name_expressions(name_expressions: Sequence[str | bytes]) -> bytes:
+    encoded = []
+    for i, item in enumerate(name_expressions):
+        if isinstance(item, str):
+            encoded.append(b"s" + item.encode())
+        elif isinstance(item, bytes):
+            encoded.append(b"b" + item)
+        else:
+            raise TypeError(
+                f"name_expressions[{i}] must be str or bytes, got {type(item).__name__} "
+                "(bytearray is unhashable and cannot key ObjectCode.symbol_mapping)"
+            )
+    # Order is not significant to the compiler's output.
+    encoded.sort()
+    return b"".join(_frame(b"ne", e) for e in encoded)
+
+
+def _prefix(
+    backend: _Backend, code_type: str, target: str, options: ProgramOptions, has_extra: bool
+) -> Any:
+    """The digest state over every field that depends only on options and types.
+
+    Validation and fingerprinting run once per (options, code_type, target,
+    compiler, extra_digest given?) -- options are frozen, so the result stays true.
+    """
+    cache = options.__dict__.setdefault("_cuforge_key_prefix", {})
+    ident = backend.identity()
+    slot = (code_type, target, ident, has_extra)
+    state = cache.get(slot)
+    if state is None:
+        if code_type != "nvvm" and _is_set(getattr(options, "extra_sources", None)):
+            raise ValueError("options.extra_sources is only supported for code_type 'nvvm'")
+        backend.validate(options, has_extra)
+        state = hashlib.blake2b(digest_size=32)
+        state.update(_frame(b"schema", str(KEY_SCHEMA_VERSION).encode()))
+        state.update(_frame(b"code_type", code_type.encode()))
+        state.update(_frame(b"target", target.encode()))
+        state.update(_frame(b"compiler", ident))
+        state.update(_frame(b"options", backend.option_fingerprint(options)))
+        for field in backend.extra_fields(options):
+            state.update(field)
+        state.update(_frame(b"name", (options.name or "").encode()))
+        cache[slot] = state
+    return state.copy()
+
+
+def make_program_cache_key(
+    *,
+    code: str | bytes,
+    code_type: str,
+    options: ProgramOptions,
+    target_type: str,
+    name_expressions: Sequence[str | bytes] = (),
+    extra_digest: bytes | None = None,
+) -> bytes:
+    """A stable 32-byte key for one compile; see the module docstring for what it pins.
+
+    Raises:
+        TypeError: ``options`` is not a ProgramOptions, ``code`` or ``extra_digest``
+            has the wrong type, or a name expression is not str/bytes.
+        ValueError: unknown code_type/target_type or an unsupported pair; options
+            with side effects; file-reading options without ``extra_digest``.
+    """
+    if not isinstance(options, ProgramOptions):
+        raise TypeError(f"options must be a ProgramOptions, got {type(options).__name__}")
+    if extra_digest is not None and not isinstance(extra_digest, bytes):
+        raise TypeError(
+            f"extra_digest must be bytes (a digest of the external content), got "
+            f"{type(extra_digest).__name__}"
+        )
+    code_type = normalize_code_type(code_type)
+    target = normalize_target(code_type, target_type)
+    backend = _BACKENDS[code_type]
+    if isinstance(code, str):
+        code_bytes = code.encode()
+    elif isinstance(code, bytes) and backend.accepts_bytes:
+        code_bytes = code
+    else:
+        raise TypeError(
+            f"code must be str for code_type {code_type!r}"
+            + (" (bytes are accepted only for 'nvvm')" if isinstance(code, bytes) else "")
+            + f", got {type(code).__name__}"
+        )
+    return _digest(code_type, target, options, code_bytes, name_expressions, extra_digest)
+
+
+def _digest(
+    code_type: str,
+    target: str,
+    options: ProgramOptions,
+    code_bytes: bytes,
+    name_expressions: Sequence[str | bytes],
+    extra_digest: bytes | None,
+) -> bytes:
+    """The key for already-normalised types and encoded code (``Program``'s fast path)."""
+    state = _prefix(_BACKENDS[code_type], code_type, target, options, extra_digest is not None)
+    state.update(_frame(b"code", code_bytes))
+    if name_expressions:
+        state.update(_encode_name_expressions(name_expressions))
+    if extra_digest is not None:
+        state.update(_frame(b"extra_digest", extra_digest))
+    return state.digest()
+
+
+__all__ = ["KEY_SCHEMA_VERSION", "SUPPORTED_TARGETS", "make_program_cache_key"]

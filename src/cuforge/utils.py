@@ -1,0 +1,27 @@
+"""``cuforge.utils`` mirrors ``cuda.core.utils``: program caches and cache keys.
+
+Change ``from cuda.core.utils import ...`` to ``from cuforge.utils import ...``.
+"""
+
+from __future__ import annotations
+
+from cuforge.compile.cache_key import KEY_SCHEMA_VERSION, make_program_cache_key
+from cuforge.storage import (
+    CacheStats,
+    CacheWriteWarning,
+    FileStreamProgramCache,
+    InMemoryProgramCache,
+    ProgramCacheResource,
+    default_cache_dir,
+)
+
+__all__ = [
+    "KEY_SCHEMA_VERSION",
+    "CacheStats",
+    "CacheWriteWarning",
+    "FileStreamProgramCache",
+    "InMemoryProgramCache",
+    "ProgramCacheResource",
+    "default_cache_dir",
+    "make_program_cache_key",
+]
