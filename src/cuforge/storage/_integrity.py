@@ -25,7 +25,7 @@ from __future__ import annotations
 import struct
 import zlib
 
-__all__ = ["SIDECAR_SIZE", "SIDECAR_SUFFIX", "key_seed", "sidecar_for"]
+__all__ = ["SIDECAR_SIZE", "SIDECAR_SUFFIX", "key_seed", "payload_size", "sidecar_for"]
 
 SIDECAR_SUFFIX = ".cfsum"
 _MAGIC = b"CFS1"
@@ -43,3 +43,16 @@ def key_seed(key_digest: bytes) -> int:
 def sidecar_for(key_digest: bytes, seed: int, payload: bytes) -> bytes:
     """The exact sidecar bytes for ``payload`` stored under ``key_digest``."""
     return _HEADER.pack(_MAGIC, _ALG_CRC32, len(payload), zlib.crc32(payload, seed)) + key_digest
+
+
+# Never allocate more than this on the say-so of a (possibly damaged) sidecar.
+_MAX_TRUSTED_SIZE = 1 << 32
+
+
+def payload_size(sidecar: bytes) -> int:
+    """The payload length a sidecar claims, or 0 if it is not a plausible sidecar
+    (the pair then fails verification anyway)."""
+    if len(sidecar) != SIDECAR_SIZE:
+        return 0
+    size = int.from_bytes(sidecar[8:16], "little")
+    return size if size <= _MAX_TRUSTED_SIZE else 0

@@ -22,7 +22,6 @@ import hashlib
 import itertools
 import os
 import secrets
-import stat as stat_mod
 import threading
 import time
 import warnings
@@ -31,8 +30,9 @@ from contextlib import AbstractContextManager
 from typing import Any, NamedTuple
 
 from ._fsutil import Fingerprint, check_mode, fingerprint, make_dir, unlink_if_unchanged
-from ._integrity import SIDECAR_SIZE, SIDECAR_SUFFIX, key_seed, sidecar_for
+from ._integrity import SIDECAR_SIZE, SIDECAR_SUFFIX, key_seed, payload_size, sidecar_for
 from ._locking import FileKeyLock, lock_fd, unlock_fd
+from ._scan import Scanned, remove_scanned, scan_entries, sweep_temps
 from ._sizeindex import SizeLedger
 from ._statsfile import FLUSH_EVERY, StatsStore, read_totals
 from ._values import coerce_key, coerce_value
@@ -54,7 +54,6 @@ _O_READ = os.O_RDONLY | _O_BINARY
 _O_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_BINARY
 _UTIME_BY_FD = os.utime in os.supports_fd
 _NAME_CACHE_MAX = 4096
-_ORPHAN_SIDECAR_AGE_NS = 60 * 10**9  # younger ones may belong to a write in flight
 _EVICT_LOCK_TIMEOUT = 30.0
 
 
@@ -73,12 +72,9 @@ class _Names(NamedTuple):
     seed: int
 
 
-class _Scanned(NamedTuple):
-    atime_ns: int
-    payload: str | None
-    payload_fp: Fingerprint | None
-    sidecar: str | None
-    sidecar_fp: Fingerprint | None
+class _Mismatch(NamedTuple):
+    payload_fp: Fingerprint
+    sidecar_fp: Fingerprint
 
 
 class FileStreamProgramCache(ProgramCacheResource):
@@ -128,8 +124,11 @@ class FileStreamProgramCache(ProgramCacheResource):
         path: str | os.PathLike[str] | None = None,
         max_size_bytes: int | None = None,
         mode: int | None = None,
+        *,
+        durable: bool = False,
     ) -> None:
         super().__init__()
+        self._durable = bool(durable)
         self._max = check_max_size(max_size_bytes)
         self._dir_mode, self._file_mode = check_mode(mode)
         root = os.path.abspath(default_cache_dir() if path is None else os.fspath(path))
@@ -145,6 +144,7 @@ class FileStreamProgramCache(ProgramCacheResource):
         self._closed = False
         self._warned = False
         self._names: dict[Any, _Names] = {}
+        self._bumped: dict[str, int] = {}
         self._evict_mutex = threading.Lock()
         self._new_temp_prefix()
         self._sweep_temps(time.time_ns())
@@ -193,88 +193,101 @@ class FileStreamProgramCache(ProgramCacheResource):
 
     # -- reads ---------------------------------------------------------------------
     def __getitem__(self, key: CacheKey) -> bytes:
-        data = self._lookup(key)
+        data = self.get(key)
         if data is None:
             raise KeyError(key)
         return data
 
     def get(self, key: CacheKey, default: bytes | None = None) -> bytes | None:
-        data = self._lookup(key)
-        return default if data is None else data
-
-    def _lookup(self, key: CacheKey) -> bytes | None:
         if self._closed:
             raise ValueError("operation on a closed FileStreamProgramCache")
-        names = self._names_for(key)
+        names = self._names.get(key) if type(key) is bytes else None
+        if names is None:
+            names = self._names_for(key)
         result = self._read_pair(names)
-        if type(result) is not bytes and result is not None:
-            # A mismatch can be a writer replacing the pair under us: look once more.
-            result = self._read_pair(names)
-            if type(result) is not bytes and result is not None:
-                self._drop_corrupt(names, result)
-                result = None
-        stats = self._stats
-        if result is None:
-            stats.misses += 1
-        else:
+        if type(result) is bytes:
+            stats = self._stats
             stats.hits += 1
             stats.bytes_read += len(result)
+        else:
+            if result is not None:
+                # A writer replacing the pair under us also mismatches: look once more.
+                result = self._read_pair(names)
+                if type(result) is not bytes and result is not None:
+                    self._drop_corrupt(names, result)
+                    result = None
+            if result is None:
+                self._stats.misses += 1
+            else:
+                self._stats.hits += 1
+                self._stats.bytes_read += len(result)
         self._ops += 1
         if self._ops >= FLUSH_EVERY:
             self._flush_stats()
-        return result
+        return default if result is None else result
 
-    def _read_pair(self, names: _Names) -> bytes | tuple[Fingerprint, Fingerprint | None] | None:
-        """Payload bytes if the pair verifies, None if absent/unreadable, else fingerprints."""
+    def _read_pair(self, names: _Names) -> bytes | _Mismatch | None:
+        """Payload bytes if the pair verifies; None if absent or unreadable; else
+        the fingerprints of the two files read, for a guarded removal."""
         try:
-            fd = os.open(names.payload, _O_READ)
+            sfd = os.open(names.sidecar, _O_READ)
         except FileNotFoundError:
             return None
         except OSError as exc:
             if not _is_windows_sharing_violation(exc):
                 return None
             try:
-                fd = open_retry(names.payload, _O_READ)
+                sfd = open_retry(names.sidecar, _O_READ)
             except OSError:
                 return None
         try:
-            st = os.fstat(fd)
-            size = st.st_size
-            data = os.read(fd, size + 1)
-            while len(data) < size:  # short reads: huge files, odd filesystems
-                chunk = os.read(fd, size + 1 - len(data))
-                if not chunk:
-                    break
-                data += chunk
-            if time.time_ns() - st.st_atime_ns > self.ATIME_BUMP_INTERVAL_NS:
-                self._bump_atime(fd, st, names.payload)
+            side = os.read(sfd, SIDECAR_SIZE + 1)
+            size = payload_size(side)
+            try:
+                fd = os.open(names.payload, _O_READ)
+            except FileNotFoundError:
+                return None  # a writer between its two renames, or a deleter
+            except OSError as exc:
+                if not _is_windows_sharing_violation(exc):
+                    return None
+                fd = open_retry(names.payload, _O_READ)
+            try:
+                # The sidecar says how much to read: no fstat on the hit path.
+                data = os.read(fd, size + 1)
+                while len(data) < size:
+                    chunk = os.read(fd, size + 1 - len(data))
+                    if not chunk:
+                        break
+                    data += chunk
+                if side == sidecar_for(names.key_digest, names.seed, data):
+                    self._maybe_bump_atime(fd, names.payload)
+                    return data
+                return _Mismatch(fingerprint(os.fstat(fd)), fingerprint(os.fstat(sfd)))
+            finally:
+                os.close(fd)
         except OSError:
             return None
         finally:
-            os.close(fd)
-        try:
-            sfd = os.open(names.sidecar, _O_READ)
-        except OSError:
-            return (fingerprint(st), None)
-        try:
-            side = os.read(sfd, SIDECAR_SIZE + 1)
-            if side == sidecar_for(names.key_digest, names.seed, data):
-                return data
-            return (fingerprint(st), fingerprint(os.fstat(sfd)))
-        except OSError:
-            return (fingerprint(st), None)
-        finally:
             os.close(sfd)
 
-    def _bump_atime(self, fd: int, st: os.stat_result, path: str) -> None:
+    def _maybe_bump_atime(self, fd: int, path: str) -> None:
+        # At most once per interval per entry and process: a hit costs no extra
+        # syscall in a tight loop, and LRU order stays exact to the interval.
+        now = time.monotonic_ns()
+        last = self._bumped.get(path)
+        if last is not None and now - last < self.ATIME_BUMP_INTERVAL_NS:
+            return
+        if len(self._bumped) >= _NAME_CACHE_MAX:
+            self._bumped.clear()
+        self._bumped[path] = now
         # Explicit times keep mtime, so stat guards still recognise the file; by fd,
         # the file we read is the one stamped even if a writer replaced the path.
-        now = time.time_ns()
         try:
+            st = os.fstat(fd)
             if _UTIME_BY_FD:
-                os.utime(fd, ns=(now, st.st_mtime_ns))
+                os.utime(fd, ns=(time.time_ns(), st.st_mtime_ns))
             elif fingerprint(os.stat(path)) == fingerprint(st):
-                os.utime(path, ns=(now, st.st_mtime_ns))
+                os.utime(path, ns=(time.time_ns(), st.st_mtime_ns))
         except PermissionError:
             # Not the file's owner (group-shared cache): only "now" is allowed.
             with contextlib.suppress(OSError):
@@ -287,7 +300,7 @@ class FileStreamProgramCache(ProgramCacheResource):
         freed = 0
         if unlink_if_unchanged(names.payload, payload_fp):
             freed += payload_fp.size
-        if sidecar_fp is not None and unlink_if_unchanged(names.sidecar, sidecar_fp):
+        if unlink_if_unchanged(names.sidecar, sidecar_fp):
             freed += sidecar_fp.size
         self._stats.integrity_failures += 1
         if freed:
@@ -319,7 +332,7 @@ class FileStreamProgramCache(ProgramCacheResource):
     def _write_pair(self, names: _Names, data: bytes) -> int:
         """Publish payload + sidecar; return the change in bytes on disk."""
         side = sidecar_for(names.key_digest, names.seed, data)
-        tmp_payload = self._write_temp(data, durable=True)
+        tmp_payload = self._write_temp(data, durable=self._durable)
         tmp_side = None
         try:
             tmp_side = self._write_temp(side, durable=False)
@@ -405,95 +418,15 @@ class FileStreamProgramCache(ProgramCacheResource):
     def _ledger_add(self, delta: int) -> int:
         return 0 if self._ledger is None else self._ledger.add(delta)
 
-    def _scan(self, now_ns: int) -> tuple[list[_Scanned], int]:
-        """Every entry with its fingerprints, and the bytes the cache holds."""
-        payloads: dict[str, os.stat_result] = {}
-        sidecars: dict[str, os.stat_result] = {}
-        try:
-            shards = [e.path for e in os.scandir(self._entries) if e.is_dir()]
-        except OSError:
-            shards = []
-        cut = -len(SIDECAR_SUFFIX)
-        for shard in shards:
-            try:
-                it = list(os.scandir(shard))
-            except OSError:
-                continue
-            for e in it:
-                try:
-                    st = e.stat(follow_symlinks=False)
-                except OSError:
-                    continue
-                if not stat_mod.S_ISREG(st.st_mode):
-                    continue
-                if e.name.endswith(SIDECAR_SUFFIX):
-                    sidecars[e.path[:cut]] = st
-                else:
-                    payloads[e.path] = st
-        total = self._sweep_temps(now_ns)
-        found: list[_Scanned] = []
-        for path, st in payloads.items():
-            sst = sidecars.pop(path, None)
-            total += st.st_size + (sst.st_size if sst is not None else 0)
-            found.append(
-                _Scanned(
-                    st.st_atime_ns,
-                    path,
-                    fingerprint(st),
-                    None if sst is None else path + SIDECAR_SUFFIX,
-                    None if sst is None else fingerprint(sst),
-                )
-            )
-        for path, sst in sidecars.items():  # sidecars without a payload
-            total += sst.st_size
-            found.append(_Scanned(0, None, None, path + SIDECAR_SUFFIX, fingerprint(sst)))
-        return found, total
+    def _scan(self, now_ns: int) -> tuple[list[Scanned], int]:
+        found, total = scan_entries(self._entries)
+        return found, total + self._sweep_temps(now_ns)
 
     def _scan_total(self) -> int:
         return self._scan(time.time_ns())[1]
 
     def _sweep_temps(self, now_ns: int) -> int:
-        """Delete temp files older than STALE_TEMP_AGE_S; return the live ones' bytes."""
-        live = 0
-        cutoff = now_ns - int(self.STALE_TEMP_AGE_S * 1e9)
-        try:
-            entries = list(os.scandir(self._tmp))
-        except OSError:
-            return 0
-        for e in entries:
-            try:
-                st = e.stat(follow_symlinks=False)
-                if not stat_mod.S_ISREG(st.st_mode):
-                    continue
-                if st.st_mtime_ns < cutoff:
-                    unlink_if_unchanged(e.path, fingerprint(st))
-                else:
-                    live += st.st_size
-            except OSError:
-                continue
-        return live
-
-    def _remove(self, entry: _Scanned, now_ns: int, force: bool) -> int:
-        """Remove one scanned entry, stat-guarded; return the bytes freed."""
-        freed = 0
-        if entry.payload is not None:
-            assert entry.payload_fp is not None
-            if not unlink_if_unchanged(entry.payload, entry.payload_fp):
-                return 0  # replaced by a writer since the scan: keep it
-            freed += entry.payload_fp.size
-        elif (
-            not force
-            and entry.sidecar_fp is not None
-            and now_ns - entry.sidecar_fp.mtime_ns < _ORPHAN_SIDECAR_AGE_NS
-        ):
-            return 0  # a writer may be about to publish its payload
-        if (
-            entry.sidecar is not None
-            and entry.sidecar_fp is not None
-            and unlink_if_unchanged(entry.sidecar, entry.sidecar_fp)
-        ):
-            freed += entry.sidecar_fp.size
-        return freed
+        return sweep_temps(self._tmp, now_ns, int(self.STALE_TEMP_AGE_S * 1e9))
 
     @contextlib.contextmanager
     def _exclusive_scan(self) -> Any:
@@ -533,7 +466,7 @@ class FileStreamProgramCache(ProgramCacheResource):
             for entry in found:
                 if total <= target:
                     break
-                freed = self._remove(entry, now, force=False)
+                freed = remove_scanned(entry, now, force=False)
                 if freed:
                     total -= freed
                     evicted += entry.payload is not None
@@ -549,7 +482,7 @@ class FileStreamProgramCache(ProgramCacheResource):
             now = time.time_ns()
             found, total = self._scan(now)
             for entry in found:
-                total -= self._remove(entry, now, force=True)
+                total -= remove_scanned(entry, now, force=True)
             if self._ledger is not None:
                 with contextlib.suppress(OSError):
                     self._ledger.reconcile(base, total)

@@ -1,0 +1,264 @@
+"""ProgramCacheResource contract, value/key coercion and the in-memory backend."""
+
+from __future__ import annotations
+
+import os
+import random
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from cuforge.storage import (
+    CacheStats,
+    FileStreamProgramCache,
+    InMemoryProgramCache,
+    ProgramCacheResource,
+)
+
+
+class FakeObjectCode:
+    """Duck-typed ObjectCode: storage must not import the compile layer."""
+
+    def __init__(self, code: object, code_type: str = "cubin") -> None:
+        self.code = code
+        self.code_type = code_type
+
+
+@pytest.fixture(params=["memory", "filestream"])
+def cache(request: pytest.FixtureRequest, tmp_path: Path):
+    c = InMemoryProgramCache() if request.param == "memory" else FileStreamProgramCache(tmp_path)
+    yield c
+    c.close()
+
+
+def test_abc_requires_the_mapping_methods() -> None:
+    with pytest.raises(TypeError):
+        ProgramCacheResource()  # type: ignore[abstract]
+
+    class Minimal(ProgramCacheResource):
+        def __init__(self) -> None:
+            super().__init__()
+            self.d: dict[bytes, bytes] = {}
+
+        def __getitem__(self, key):
+            return self.d[key]
+
+        def __setitem__(self, key, value):
+            self.d[key] = bytes(value)
+
+        def __delitem__(self, key):
+            del self.d[key]
+
+        def __len__(self):
+            return len(self.d)
+
+        def clear(self):
+            self.d.clear()
+
+    m = Minimal()
+    m.update({b"a": b"1"})
+    m.update([(b"b", b"2")])
+    assert m.get(b"a") == b"1" and m.get(b"zz") is None and m.get(b"zz", b"d") == b"d"
+    assert isinstance(m.stats(), CacheStats)
+    with m as same:
+        assert same is m
+    with m.lock(b"a", timeout=1) as held:
+        assert held
+
+
+def test_no_contains_and_no_iteration(cache) -> None:
+    cache[b"k"] = b"v"
+    with pytest.raises(TypeError, match="get"):
+        _ = b"k" in cache
+    with pytest.raises(TypeError):
+        iter(cache)
+
+
+def test_crud_and_str_keys(cache) -> None:
+    cache["key"] = b"value"
+    assert cache[b"key"] == b"value"  # str keys are their UTF-8 bytes
+    assert cache.get("key") == b"value"
+    assert len(cache) == 1
+    cache["key"] = b"other"
+    assert cache["key"] == b"other" and len(cache) == 1
+    del cache["key"]
+    assert cache.get("key") is None
+    with pytest.raises(KeyError):
+        cache["key"]
+    with pytest.raises(KeyError):
+        del cache["key"]
+    cache.update({"a": b"1", "b": b"2"})
+    cache.update([("c", b"3")])
+    assert len(cache) == 3
+    cache.clear()
+    assert len(cache) == 0 and cache.get("a") is None
+
+
+@pytest.mark.parametrize("bad", [1, 1.5, None, bytearray(b"k"), ("t",)])
+def test_bad_key_types_raise_typeerror_naming_key(cache, bad) -> None:
+    with pytest.raises(TypeError, match="key"):
+        cache[bad] = b"v"
+    with pytest.raises(TypeError, match="key"):
+        cache.get(bad)
+
+
+def test_value_forms_round_trip_identically(cache, tmp_path: Path) -> None:
+    payload = os.urandom(3000)
+    binfile = tmp_path / "k.cubin"
+    binfile.write_bytes(payload)
+    forms = {
+        "bytes": payload,
+        "bytearray": bytearray(payload),
+        "memoryview": memoryview(payload),
+        "strided memoryview": memoryview(payload + payload)[::2],
+        "objectcode bytes": FakeObjectCode(payload),
+        "objectcode path str": FakeObjectCode(str(binfile)),
+        "objectcode pathlike": FakeObjectCode(binfile),
+    }
+    for name, value in forms.items():
+        cache[name] = value
+    expected = dict.fromkeys(forms, payload)
+    expected["strided memoryview"] = (payload + payload)[::2]
+    for name, want in expected.items():
+        got = cache[name]
+        assert type(got) is bytes and got == want, name
+
+
+def test_path_backed_objectcode_missing_file_names_op_and_path(cache, tmp_path: Path) -> None:
+    missing = tmp_path / "gone.cubin"
+    with pytest.raises(FileNotFoundError) as info:
+        cache["k"] = FakeObjectCode(str(missing))
+    assert "__setitem__" in str(info.value) and str(missing) in str(info.value)
+
+
+@pytest.mark.parametrize("bad", [123, "text", object(), FakeObjectCode(42)])
+def test_bad_value_types_raise_typeerror(cache, bad) -> None:
+    with pytest.raises(TypeError):
+        cache["k"] = bad
+
+
+def test_update_is_not_transactional(cache) -> None:
+    with pytest.raises(TypeError):
+        cache.update([("a", b"1"), ("b", 2), ("c", b"3")])
+    assert cache.get("a") == b"1" and cache.get("c") is None
+
+
+@pytest.mark.parametrize("bad", [0, -1])
+def test_max_size_must_be_positive(bad, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="max_size_bytes"):
+        InMemoryProgramCache(max_size_bytes=bad)
+    with pytest.raises(ValueError, match="max_size_bytes"):
+        FileStreamProgramCache(tmp_path, max_size_bytes=bad)
+
+
+def test_stats_count_hits_misses_stores(cache) -> None:
+    cache["a"] = b"12345"
+    cache.get("a")
+    cache.get("b")
+    s = cache.stats()
+    assert (s.hits, s.misses, s.stores, s.bytes_read, s.bytes_written) == (1, 1, 1, 5, 5)
+    d = s.as_dict()
+    assert list(d) == [
+        "hits",
+        "misses",
+        "stores",
+        "evictions",
+        "integrity_failures",
+        "write_failures",
+        "bytes_read",
+        "bytes_written",
+    ]
+    assert (s + s).hits == 2
+
+
+def test_inmemory_lru_by_bytes() -> None:
+    c = InMemoryProgramCache(max_size_bytes=300)
+    c["a"] = b"a" * 100
+    c["b"] = b"b" * 100
+    c["c"] = b"c" * 100
+    assert c.get("a")  # a is now most recent
+    c["d"] = b"d" * 100  # evicts b, the least recently used
+    assert c.get("b") is None and c.get("a") and c.get("c") and c.get("d")
+    assert c.size_bytes == 300 and c.stats().evictions == 1
+    c["big"] = b"x" * 1000  # larger than the cap: not kept, nothing else either
+    assert c.get("big") is None and c.size_bytes == 0
+    c["e"] = b"e" * 50
+    c["e"] = b"e" * 150  # overwrite re-accounts
+    assert c.size_bytes == 150
+    del c["e"]
+    assert c.size_bytes == 0
+
+
+def test_inmemory_thread_stress() -> None:
+    c = InMemoryProgramCache(max_size_bytes=20_000)
+    errors: list[BaseException] = []
+    payloads = {i: bytes([i]) * (100 + i) for i in range(64)}
+
+    def worker(seed: int) -> None:
+        rng = random.Random(seed)
+        try:
+            for _ in range(3000):
+                k = rng.randrange(64)
+                if rng.random() < 0.5:
+                    c[str(k)] = payloads[k]
+                else:
+                    got = c.get(str(k))
+                    assert got is None or got == payloads[k]
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert c.size_bytes <= 20_000
+    assert c.size_bytes == sum(len(c.get(str(k)) or b"") for k in range(64))
+
+
+def test_inmemory_lock_serialises_threads_and_times_out() -> None:
+    c = InMemoryProgramCache()
+    inside = 0
+    peak = 0
+    guard = threading.Lock()
+
+    def worker() -> None:
+        nonlocal inside, peak
+        with c.lock("k") as held:
+            assert held
+            with guard:
+                inside += 1
+                peak = max(peak, inside)
+            time.sleep(0.01)
+            with guard:
+                inside -= 1
+
+    threads = [threading.Thread(target=worker) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert peak == 1
+    with c.lock("k") as held:
+        assert held
+        result: list[bool] = []
+        t = threading.Thread(target=lambda: result.append(c.lock("k", 0.05).__enter__()))
+        t.start()
+        t.join()
+        assert result == [False]  # fell through after the timeout
+
+
+def test_storage_imports_no_cuda_and_no_other_layer() -> None:
+    import subprocess
+
+    code = (
+        "import sys, cuforge.storage\n"
+        "bad = [m for m in sys.modules if m.startswith(('cuda', 'cuforge.compile',"
+        " 'cuforge.runtime', 'cuforge.graph', 'pickle'))]\n"
+        "assert not bad, bad\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

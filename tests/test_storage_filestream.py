@@ -1,0 +1,380 @@
+"""FileStreamProgramCache on real files: layout, integrity, failures, eviction, modes."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+import textwrap
+import time
+import warnings
+from pathlib import Path
+
+import pytest
+
+from cuforge.storage import CacheWriteWarning, FileStreamProgramCache
+from cuforge.storage._integrity import SIDECAR_SIZE, SIDECAR_SUFFIX
+from cuforge.storage._sizeindex import SizeLedger
+
+IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
+
+
+def entry_files(root: Path) -> tuple[list[Path], list[Path]]:
+    files = [p for p in (root / "entries").rglob("*") if p.is_file()]
+    return (
+        [p for p in files if not p.name.endswith(SIDECAR_SUFFIX)],
+        [p for p in files if p.name.endswith(SIDECAR_SUFFIX)],
+    )
+
+
+def payload_path(cache: FileStreamProgramCache, key: str) -> Path:
+    return Path(cache._names_for(key).payload)
+
+
+def test_layout_raw_payload_sharded_and_sidecar(tmp_path: Path) -> None:
+    data = b"\x7fELF" + os.urandom(1000)
+    with FileStreamProgramCache(tmp_path) as c:
+        c["k"] = data
+        p = payload_path(c, "k")
+    assert p.read_bytes() == data  # raw: cuobjdump can read it as is
+    assert p.parent.parent == tmp_path / "entries" and len(p.parent.name) == 2
+    assert len(p.name) == 62
+    side = Path(str(p) + SIDECAR_SUFFIX)
+    assert side.stat().st_size == SIDECAR_SIZE
+    payloads, sidecars = entry_files(tmp_path)
+    assert payloads == [p] and sidecars == [side]
+    assert list((tmp_path / "tmp").iterdir()) == []
+
+
+def test_persists_across_handles_and_overwrite_leaves_one_pair(tmp_path: Path) -> None:
+    with FileStreamProgramCache(tmp_path) as c:
+        c["k"] = b"one"
+        c["k"] = b"two"
+    with FileStreamProgramCache(tmp_path) as c:
+        assert c["k"] == b"two" and len(c) == 1
+    payloads, sidecars = entry_files(tmp_path)
+    assert len(payloads) == 1 and len(sidecars) == 1
+
+
+def test_default_dir_uses_platformdirs(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    from platformdirs import user_cache_path
+
+    with FileStreamProgramCache() as c:
+        want = user_cache_path("cuforge", appauthor=False) / "program-cache"
+        assert Path(c.path) == want
+        assert want.is_relative_to(tmp_path)
+
+
+def _corrupt(p: Path, how: str) -> None:
+    data = p.read_bytes()
+    if how == "truncate":
+        p.write_bytes(data[: len(data) // 2])
+    elif how == "empty":
+        p.write_bytes(b"")
+    elif how == "bitflip":
+        b = bytearray(data)
+        b[len(b) // 3] ^= 0x10
+        p.write_bytes(bytes(b))
+
+
+@pytest.mark.parametrize("how", ["truncate", "empty", "bitflip"])
+@pytest.mark.parametrize("which", ["payload", "sidecar"])
+def test_corruption_is_a_miss_removes_entry_and_counts(tmp_path: Path, how, which) -> None:
+    with FileStreamProgramCache(tmp_path) as c:
+        c["k"] = os.urandom(4096)
+        c["other"] = b"fine"
+        p = payload_path(c, "k")
+        _corrupt(p if which == "payload" else Path(str(p) + SIDECAR_SUFFIX), how)
+        assert c.get("k") is None
+        with pytest.raises(KeyError):
+            c["k"]
+        assert not p.exists() and not Path(str(p) + SIDECAR_SUFFIX).exists()
+        assert c.stats().integrity_failures == 1
+        assert c.get("other") == b"fine"
+        c["k"] = b"again"  # recovers on the next store
+        assert c.get("k") == b"again"
+
+
+def test_entry_moved_to_another_keys_path_is_not_served(tmp_path: Path) -> None:
+    with FileStreamProgramCache(tmp_path) as c:
+        c["a"] = b"A" * 100
+        c["b"] = b"B" * 100
+        pa, pb = payload_path(c, "a"), payload_path(c, "b")
+        # payload alone swapped in from another key
+        os.replace(pa, pb)
+        assert c.get("b") is None and c.get("a") is None
+        c["a"] = b"A" * 100
+        c["b"] = b"B" * 100
+        # both files renamed onto the other key's paths
+        os.replace(pa, pb)
+        os.replace(str(pa) + SIDECAR_SUFFIX, str(pb) + SIDECAR_SUFFIX)
+        assert c.get("b") is None
+        assert c.stats().integrity_failures >= 2
+
+
+def test_read_failure_is_a_miss(tmp_path: Path) -> None:
+    with FileStreamProgramCache(tmp_path) as c:
+        c["k"] = b"data"
+        p = payload_path(c, "k")
+        p.unlink()
+        p.mkdir()  # EISDIR on read
+        assert c.get("k") is None
+
+
+def _assert_write_failure_tolerated(c: FileStreamProgramCache) -> None:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        c["k1"] = b"x" * 100  # must not raise
+        c["k2"] = b"y" * 100
+    relevant = [w for w in caught if issubclass(w.category, CacheWriteWarning)]
+    assert len(relevant) == 1  # once per handle
+    assert c.stats().write_failures == 2 and c.stats().stores == 0
+    assert c.get("k1") is None
+
+
+def test_write_failure_tmp_is_a_file(tmp_path: Path) -> None:
+    c = FileStreamProgramCache(tmp_path)
+    (tmp_path / "tmp").rmdir()
+    (tmp_path / "tmp").write_bytes(b"not a dir")
+    _assert_write_failure_tolerated(c)
+    c.close()
+
+
+@pytest.mark.skipif(IS_ROOT or os.name == "nt", reason="root ignores directory permissions")
+def test_write_failure_read_only_dir(tmp_path: Path) -> None:
+    c = FileStreamProgramCache(tmp_path)
+    c["seed"] = b"s"
+    for d in (tmp_path / "tmp", tmp_path / "entries"):
+        d.chmod(0o555)
+    try:
+        _assert_write_failure_tolerated(c)
+        assert c.get("seed") == b"s"
+    finally:
+        for d in (tmp_path / "tmp", tmp_path / "entries"):
+            d.chmod(0o755)
+        c.close()
+
+
+@pytest.mark.skipif(os.name == "nt", reason="RLIMIT_FSIZE is POSIX")
+def test_write_failure_efbig_in_subprocess(tmp_path: Path) -> None:
+    code = textwrap.dedent(
+        f"""
+        import resource, signal, warnings
+        from cuforge.storage import FileStreamProgramCache, CacheWriteWarning
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        c = FileStreamProgramCache({str(tmp_path)!r})
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1000, 1000))
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            c["big"] = b"x" * 5000
+        assert any(issubclass(x.category, CacheWriteWarning) for x in w), w
+        assert "File too large" in str(w[0].message) or "27" in str(w[0].message)
+        assert c.stats().write_failures == 1 and c.get("big") is None
+        c["small"] = b"y" * 100
+        assert c.get("small") == b"y" * 100
+        print("ok")
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
+
+
+def test_tmp_dir_recreated_after_deletion(tmp_path: Path) -> None:
+    with FileStreamProgramCache(tmp_path) as c:
+        (tmp_path / "tmp").rmdir()
+        c["k"] = b"v"
+        assert c.get("k") == b"v" and (tmp_path / "tmp").is_dir()
+        assert c.stats().write_failures == 0
+
+
+def test_stale_temp_files_swept_on_open_and_eviction(tmp_path: Path) -> None:
+    FileStreamProgramCache(tmp_path).close()
+    tmp = tmp_path / "tmp"
+    old, fresh = tmp / "crashed.tmp", tmp / "inflight.tmp"
+    old.write_bytes(b"x" * 10)
+    fresh.write_bytes(b"y" * 10)
+    two_hours_ago = time.time() - 7200
+    os.utime(old, (two_hours_ago, two_hours_ago))
+    c = FileStreamProgramCache(tmp_path, max_size_bytes=3000)
+    assert not old.exists() and fresh.exists()
+    old.write_bytes(b"x")
+    os.utime(old, (two_hours_ago, two_hours_ago))
+    for i in range(10):
+        c[str(i)] = b"z" * 500  # crosses the cap: eviction sweeps too
+    assert not old.exists() and fresh.exists()
+    c.close()
+
+
+def test_atime_lru_promotes_recently_read(tmp_path: Path) -> None:
+    entry = 1000 + SIDECAR_SIZE
+    c = FileStreamProgramCache(tmp_path, max_size_bytes=4 * entry)
+    for k in "abcd":
+        c[k] = k.encode() * 1000
+    past = time.time() - 1000
+    for i, k in enumerate("abcd"):  # age them: a oldest
+        os.utime(payload_path(c, k), (past + i, past + i))
+    assert c.get("a")  # promotes a explicitly, whatever the mount options
+    assert payload_path(c, "a").stat().st_atime > past + 100
+    c["e"] = b"e" * 1000  # over the cap: evicts down to 90%, oldest read first
+    assert c.get("b") is None and c.get("c") is None
+    assert c.get("a") and c.get("d") and c.get("e")
+    assert c.stats().evictions == 2
+    c.close()
+
+
+def test_atime_bump_keeps_mtime(tmp_path: Path) -> None:
+    with FileStreamProgramCache(tmp_path) as c:
+        c["k"] = b"v"
+        p = payload_path(c, "k")
+        os.utime(p, ns=(1, 2_000_000_000))
+        c.get("k")
+        st = p.stat()
+        assert st.st_mtime_ns == 2_000_000_000 and st.st_atime_ns > 1
+
+
+def test_cap_holds_and_writes_do_not_scan(tmp_path: Path, monkeypatch) -> None:
+    cap = 20_000
+    c = FileStreamProgramCache(tmp_path, max_size_bytes=cap)
+    scans = 0
+    real = c._scan
+
+    def counting(now_ns: int):
+        nonlocal scans
+        scans += 1
+        return real(now_ns)
+
+    monkeypatch.setattr(c, "_scan", counting)
+    for i in range(400):
+        c[str(i)] = os.urandom(500)
+    payloads, sidecars = entry_files(tmp_path)
+    on_disk = sum(p.stat().st_size for p in payloads + sidecars)
+    assert on_disk <= cap
+    assert abs(c.size_bytes - on_disk) <= 600
+    # ~10% of the cap is freed per scan: a scan per ~3-4 writes here, never per write
+    assert 0 < scans <= 400 // 3
+    c.close()
+
+
+def test_open_does_not_scan_entries(tmp_path: Path, monkeypatch) -> None:
+    with FileStreamProgramCache(tmp_path) as c:
+        for i in range(50):
+            c[str(i)] = b"x"
+    import cuforge.storage.filestream as fsmod
+
+    monkeypatch.setattr(fsmod, "scan_entries", lambda *a: pytest.fail("open scanned"))
+    with FileStreamProgramCache(tmp_path, max_size_bytes=10**6) as c:
+        assert c.get("3") == b"x"
+
+
+def test_ledger_seeded_by_scan_when_missing(tmp_path: Path) -> None:
+    with FileStreamProgramCache(tmp_path) as c:
+        for i in range(10):
+            c[str(i)] = b"x" * 100
+        expected = c.size_bytes
+    (tmp_path / "size.ledger").unlink()
+    with FileStreamProgramCache(tmp_path) as c:
+        assert c.size_bytes == expected == 10 * (100 + SIDECAR_SIZE)
+
+
+def test_size_tracker_clamps_at_zero(tmp_path: Path) -> None:
+    ledger = SizeLedger(str(tmp_path / "ledger"), None, lambda: 100)
+    assert ledger.total() == 100
+    assert ledger.add(-10_000) == 0  # e.g. a delete racing an eviction's reseed
+    assert ledger.reconcile(total_at_scan=500, scanned=0) == 0
+    assert ledger.add(50) == 50
+    ledger.close()
+    # and through the cache: a delete after a reseed that already excluded it
+    with FileStreamProgramCache(tmp_path / "c", max_size_bytes=10_000) as c:
+        c["k"] = b"x" * 100
+        c._ledger.reconcile(c._ledger.total(), 0)
+        del c["k"]
+        assert c.size_bytes == 0
+        for i in range(30):
+            c[str(i)] = b"y" * 500
+        assert c.size_bytes <= 10_000  # eviction still works
+
+
+def test_clear_removes_everything_and_resets_size(tmp_path: Path) -> None:
+    with FileStreamProgramCache(tmp_path) as c:
+        for i in range(20):
+            c[str(i)] = b"x" * 10
+        c.clear()
+        assert len(c) == 0 and c.size_bytes == 0
+        assert entry_files(tmp_path) == ([], [])
+
+
+def test_closed_handle_refuses_operations(tmp_path: Path) -> None:
+    c = FileStreamProgramCache(tmp_path)
+    c.close()
+    c.close()  # idempotent
+    with pytest.raises(ValueError, match="closed"):
+        c.get("k")
+    with pytest.raises(ValueError, match="closed"):
+        c["k"] = b"v"
+
+
+@pytest.mark.parametrize("bad", [0o777 + 0o10000, 0o070, -1])
+def test_mode_validation(tmp_path: Path, bad) -> None:
+    with pytest.raises(ValueError, match="mode"):
+        FileStreamProgramCache(tmp_path, mode=bad)
+
+
+@pytest.mark.skipif(os.name == "nt", reason="POSIX permissions")
+def test_mode_gives_group_shared_dirs_and_files_whatever_the_umask(tmp_path: Path) -> None:
+    old = os.umask(0o077)
+    try:
+        root = tmp_path / "shared"
+        with FileStreamProgramCache(root, mode=0o2770, max_size_bytes=10**6) as c:
+            c["k"] = b"v"
+            with c.lock("k") as held:
+                assert held
+            c.total_stats()
+            payload = payload_path(c, "k")
+    finally:
+        os.umask(old)
+    for d in [root, root / "entries", root / "tmp", payload.parent]:
+        assert stat.S_IMODE(d.stat().st_mode) == 0o2770, d
+    for f in [payload, Path(str(payload) + SIDECAR_SUFFIX), root / "size.ledger"]:
+        assert stat.S_IMODE(f.stat().st_mode) == 0o660, f
+
+
+def test_stats_persist_across_processes(tmp_path: Path) -> None:
+    code = textwrap.dedent(
+        f"""
+        from cuforge.storage import FileStreamProgramCache
+        c = FileStreamProgramCache({str(tmp_path)!r})
+        c["k"] = b"v" * 10
+        c.get("k"); c.get("missing")
+        c.close()
+        """
+    )
+    for _ in range(2):
+        subprocess.run([sys.executable, "-c", code], check=True)
+    with FileStreamProgramCache(tmp_path) as c:
+        c.get("k")
+        total = c.total_stats()
+    assert (total.stores, total.hits, total.misses) == (2, 3, 2)
+    assert total.bytes_written == 20 and total.bytes_read == 30
+    # closed handles were folded into one record: the directory does not grow
+    assert sorted(p.name for p in (tmp_path / "stats").iterdir()) == ["merge.lock", "merged"]
+
+
+def test_stats_of_killed_process_are_kept_up_to_last_flush(tmp_path: Path) -> None:
+    code = textwrap.dedent(
+        f"""
+        import os, signal
+        from cuforge.storage import FileStreamProgramCache
+        c = FileStreamProgramCache({str(tmp_path)!r})
+        c["k"] = b"v"
+        c.total_stats()  # flushes
+        os.kill(os.getpid(), signal.SIGKILL)
+        """
+    )
+    subprocess.run([sys.executable, "-c", code], check=False)
+    with FileStreamProgramCache(tmp_path) as c:
+        assert c.total_stats().stores == 1
+    with FileStreamProgramCache(tmp_path) as c:
+        assert c.total_stats().stores == 1  # folded once, not double counted
