@@ -158,8 +158,8 @@ def test_unsupported_option_fails_at_construction():
         Program(SAXPY, "c++", ProgramOptions(arch=ARCH, use_libdevice=True))
 
 
-def test_cache_argument_is_not_wired_yet(opts):
-    with pytest.raises(NotImplementedError, match="program-cache"):
+def test_cache_argument_must_be_a_program_cache(opts):
+    with pytest.raises(TypeError, match="cache must be a cuforge.utils.ProgramCacheResource"):
         Program(SAXPY, "c++", opts).compile("ptx", cache=object())
 
 

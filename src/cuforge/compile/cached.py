@@ -116,7 +116,15 @@ def compile_cached(
     logs: Any,
     cache: Any,
 ) -> ObjectCode:
-    """``program`` compiled to ``target`` through ``cache`` (see the module doc)."""
+    """``program`` compiled to ``target`` through ``cache`` (see the module doc).
+
+    Raises TypeError when ``cache`` is not a mapping-like program cache.
+    """
+    if not (callable(getattr(cache, "get", None)) and hasattr(cache, "__setitem__")):
+        raise TypeError(
+            "cache must be a cuforge.utils.ProgramCacheResource (get/__setitem__), got "
+            f"{type(cache).__name__}"
+        )
     options = program._options
     key = _digest(program._code_type, target, options, program._code, names, None)
     name = options.name or ""
