@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import cuforge
 
 #: Modules registered in this order; later ones may extend earlier parsers.
-_COMMANDS = ("cuforge.cli.compile_cmd",)
+_COMMANDS = ("cuforge.cli.compile_cmd", "cuforge.cli.cache_cmd")
 
 
 def build_parser() -> argparse.ArgumentParser:

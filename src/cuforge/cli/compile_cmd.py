@@ -13,9 +13,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
 import sys
 import time
 from typing import Any
+
+# A quoted #include makes NVRTC read files next to the source (found via the name).
+_QUOTED_INCLUDE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*"', re.MULTILINE)
 
 # File suffix -> code_type; anything else is treated as CUDA C++.
 _CODE_TYPES = {".ptx": "ptx", ".ll": "nvvm", ".bc": "nvvm", ".nvvm": "nvvm"}
@@ -54,6 +58,10 @@ def _error(message: str) -> int:
     return 2
 
 
+def _was_hit(cache: Any) -> bool:
+    return cache is not None and cache.stats().hits > 0
+
+
 def run(args: argparse.Namespace) -> int:
     """Compile ``args.file``; see the module docstring for exit statuses."""
     from cuforge.compile import CompileError, Program, ProgramOptions
@@ -65,7 +73,10 @@ def run(args: argparse.Namespace) -> int:
             raw = f.read()
     except OSError as exc:
         return _error(f"cannot read {path}: {exc.strerror or exc}")
-    fields: dict[str, Any] = {"name": path, "arch": args.arch}
+    # The program is named by its basename unless quoted includes must resolve next
+    # to the file: a directory in the name is something the cache key cannot see.
+    name = path if _QUOTED_INCLUDE.search(raw) else os.path.basename(path)
+    fields: dict[str, Any] = {"name": name, "arch": args.arch}
     if code_type == "c++":
         fields.update(define_macro=args.defines or None, include_path=args.includes or None)
         fields["std"] = args.std
@@ -96,8 +107,11 @@ def run(args: argparse.Namespace) -> int:
             f.write(obj.code)
     except OSError as exc:
         return _error(f"cannot write {output}: {exc.strerror or exc}")
+    outcome = ""
+    if getattr(args, "cache", None) is not None:
+        outcome = ", cache hit" if _was_hit(cache) else ", cache miss (compiled and stored)"
     print(
         f"{path} -> {output} ({args.target}, {options.arch}, {len(obj.code)} bytes) "
-        f"in {elapsed * 1000:.1f} ms"
+        f"in {elapsed * 1000:.1f} ms{outcome}"
     )
     return 0

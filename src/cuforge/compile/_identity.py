@@ -14,6 +14,7 @@ deterministic, so the failure is visible as a miss rather than as a wrong hit.
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import hashlib
 import os
@@ -72,9 +73,24 @@ def library_fingerprint(path: str) -> bytes:
 
 
 def _loaded_library(name: str) -> str:
+    # cuda-bindings loads its libraries through this same (cached) pathfinder call,
+    # so the file fingerprinted here is the one that compiles.
     from cuda.pathfinder import load_nvidia_dynamic_lib
 
     return load_nvidia_dynamic_lib(name).abs_path
+
+
+def _call_version(path: str, symbol: str, count: int) -> tuple[int, ...]:
+    """Call ``int symbol(int*, ...)`` of an already-loaded library.
+
+    ctypes instead of cuda.bindings: importing the bindings costs ~80 ms, which a
+    process whose first compile is a cache hit need not pay.
+    """
+    outs = [ctypes.c_int() for _ in range(count)]
+    status = getattr(ctypes.CDLL(path), symbol)(*(ctypes.byref(o) for o in outs))
+    if status != 0:
+        raise RuntimeError(f"{symbol} failed with status {status}")
+    return tuple(o.value for o in outs)
 
 
 def _fail_closed(probe: Callable[[], bytes]) -> Callable[[], bytes]:
@@ -93,12 +109,8 @@ def _fail_closed(probe: Callable[[], bytes]) -> Callable[[], bytes]:
 @_fail_closed
 def nvrtc_identity() -> bytes:
     """NVRTC version plus the build of libnvrtc and its builtins library."""
-    from cuda.bindings import nvrtc
-
-    err, major, minor = nvrtc.nvrtcVersion()
-    if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
-        raise RuntimeError(f"nvrtcVersion failed: {err}")
     path = _loaded_library("nvrtc")
+    major, minor = _call_version(path, "nvrtcVersion", 2)
     parts = [f"nvrtc:{major}.{minor}".encode(), library_fingerprint(path)]
     # libnvrtc loads its builtins from beside itself; a mismatched pair changes output.
     directory = os.path.dirname(path)
@@ -112,24 +124,18 @@ def nvrtc_identity() -> bytes:
 @_fail_closed
 def nvjitlink_identity() -> bytes:
     """nvJitLink version plus the build of libnvJitLink."""
-    from cuda.bindings import nvjitlink
-
-    major, minor = nvjitlink.version()
-    return b"|".join(
-        [f"nvjitlink:{major}.{minor}".encode(), library_fingerprint(_loaded_library("nvJitLink"))]
-    )
+    path = _loaded_library("nvJitLink")
+    major, minor = _call_version(path, "nvJitLinkVersion", 2)
+    return b"|".join([f"nvjitlink:{major}.{minor}".encode(), library_fingerprint(path)])
 
 
 @_fail_closed
 def nvvm_identity() -> bytes:
     """libNVVM version, NVVM IR version, and the build of libnvvm."""
-    from cuda.bindings import nvvm
-
-    version = ".".join(map(str, nvvm.version()))
-    ir = ".".join(map(str, nvvm.ir_version()))
-    return b"|".join(
-        [f"nvvm:{version}:ir:{ir}".encode(), library_fingerprint(_loaded_library("nvvm"))]
-    )
+    path = _loaded_library("nvvm")
+    version = ".".join(map(str, _call_version(path, "nvvmVersion", 2)))
+    ir = ".".join(map(str, _call_version(path, "nvvmIRVersion", 4)))
+    return b"|".join([f"nvvm:{version}:ir:{ir}".encode(), library_fingerprint(path)])
 
 
 @_fail_closed
