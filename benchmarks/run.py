@@ -1,0 +1,142 @@
+"""``make bench``: the program-cache targets, cuforge beside cuda.core 1.2.2, one run.
+
+Prints one table: each measurement for cuforge, for cuda.core (when importable),
+their ratio (cuforge / cuda.core; below 1 is better) and the target. GPU
+benchmarks (launch overhead, graphs) need the GPU machine: see bench_launch.py and
+bench_graph.py.
+
+cuda.core rewrites the whole directory scan on every capped write, so its 20,000
+write run would take many minutes: it runs ``--cc-writes`` writes (default 3,000)
+and its total for 20,000 is extrapolated from its median write once over the cap
+(marked ``~``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import bench_compile as bc
+import bench_storage as bs
+
+
+def _cuda_core_storage() -> tuple[bs.Factory, Callable[[], Any]] | None:
+    try:
+        from cuda.core.utils import FileStreamProgramCache, InMemoryProgramCache
+    except ImportError:
+        return None
+    return (
+        lambda path, cap: FileStreamProgramCache(path, max_size_bytes=cap),
+        lambda: InMemoryProgramCache(),
+    )
+
+
+def _fmt(value: float | None, unit: str, approx: bool = False) -> str:
+    if value is None:
+        return "-"
+    digits = 2 if value < 100 else 0
+    return f"{'~' if approx else ''}{value:.{digits}f} {unit}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="smaller sizes (smoke run)")
+    ap.add_argument("--writes", type=int, default=20000, help="capped writes for cuforge")
+    ap.add_argument("--cc-writes", type=int, default=3000, help="capped writes for cuda.core")
+    args = ap.parse_args(argv)
+    n_writes = 2000 if args.quick else args.writes
+    n_cc = min(n_writes, 1000 if args.quick else args.cc_writes)
+    n_calls = 2000 if args.quick else 20000
+
+    ours = bc.cuforge_api()
+    theirs = bc.cuda_core_api()
+    fs_ours, mem_ours = bs.cuforge_factories()
+    storage_theirs = _cuda_core_storage()
+    parent = tempfile.mkdtemp(prefix="cuforge-bench-")
+    rows: list[tuple[str, str, str, str, str]] = []
+
+    def add(name: str, a: float, b: float | None, unit: str, target: str, approx=False) -> None:
+        ratio = f"{a / b:.2f}x" if b else "-"
+        rows.append((name, _fmt(a, unit), _fmt(b, unit, approx), ratio, target))
+
+    def sub(name: str) -> str:
+        return os.path.join(parent, name)
+
+    try:
+        add(
+            "make_program_cache_key, 1 KB",
+            bc.bench_key(ours, n_calls),
+            theirs and bc.bench_key(theirs, n_calls),
+            "us",
+            "<= 5 us",
+        )
+        add(
+            "compile(cubin, cache=FileStream) hit, 1 KB",
+            bc.bench_hit(ours, n_calls // 2),
+            theirs and bc.bench_hit(theirs, n_calls // 2),
+            "us",
+            "<= 15 us",
+        )
+        got = bs.bench_get(fs_ours, sub("get-ours"), n=n_calls)["median_us"]
+        ref = storage_theirs and bs.bench_get(storage_theirs[0], sub("get-cc"), n=n_calls)
+        add("FileStream get, 4 KiB", got, ref and ref["median_us"], "us", "<= 10 us")
+
+        w = bs.bench_capped_writes(fs_ours, sub("w-ours"), n=n_writes)
+        wr = None
+        if storage_theirs:
+            wr = bs.bench_capped_writes(storage_theirs[0], sub("w-cc"), n=n_cc)
+            # Extrapolate: the writes past n_cc cost what its over-cap writes cost.
+            wr["total_s"] += (n_writes - n_cc) * wr["p50_ms"] / 1e3
+        add(
+            f"{n_writes} x 1 KiB writes, 2 MB cap: total",
+            w["total_s"],
+            wr and wr["total_s"],
+            "s",
+            "<= 15 s",
+            approx=n_cc < n_writes,
+        )
+        add("  p99 write", w["p99_ms"], wr and wr["p99_ms"], "ms", "<= 2 ms")
+        add(
+            "  entry bytes on disk after (cap 2,000,000)",
+            w["disk_bytes"] / 1e6,
+            wr and wr["disk_bytes"] / 1e6,
+            "MB",
+            "<= 2.2 MB",
+        )
+
+        o = bs.bench_open_capped(fs_ours, sub("open-ours"), n=n_writes)["median_ms"]
+        oc = storage_theirs and bs.bench_open_capped(storage_theirs[0], sub("open-cc"), n=n_writes)
+        add(f"open capped {n_writes}-entry cache", o, oc and oc["median_ms"], "ms", "<= 30 ms")
+
+        m = bs.bench_memory_get(mem_ours, n=n_calls)["median_us"]
+        mc = storage_theirs and bs.bench_memory_get(storage_theirs[1], n=n_calls)["median_us"]
+        add("InMemory get, 4 KiB", m, mc, "us", "")
+
+        plain, cached, pct = bc.bench_miss_overhead(ours, 6 if args.quick else 12)
+        rows.append(("miss overhead over uncached compile", f"{pct:+.2f} %", "-", "-", "<= 2 %"))
+        rows.append(("  (uncached / cached miss)", f"{plain:.1f}/{cached:.1f} ms", "", "", ""))
+    finally:
+        shutil.rmtree(parent, ignore_errors=True)
+
+    head = ("measurement", "cuforge", "cuda.core 1.2.2", "ratio", "target")
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(5)]
+    for r in [head, *rows]:
+        print(
+            "  ".join(
+                f"{c:<{widths[i]}}" if i == 0 else f"{c:>{widths[i]}}" for i, c in enumerate(r)
+            )
+        )
+    if theirs is None:
+        print("\ncuda.core is not importable here: run `make bench` for the side-by-side column.")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
