@@ -125,12 +125,12 @@ def _disk_bytes(root: str) -> int:
     return total
 
 
-def cuforge_factories() -> tuple[Factory, Callable[[], Any]]:
+def cuforge_factories(durable: bool = False) -> tuple[Factory, Callable[[], Any]]:
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
     from cuforge.storage import FileStreamProgramCache, InMemoryProgramCache
 
     return (
-        lambda path, cap: FileStreamProgramCache(path, max_size_bytes=cap),
+        lambda path, cap: FileStreamProgramCache(path, max_size_bytes=cap, durable=durable),
         lambda: InMemoryProgramCache(),
     )
 
@@ -140,10 +140,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="smaller sizes for a smoke run")
     ap.add_argument("--dir", default=None, help="parent directory for the caches (default: tmp)")
     ap.add_argument("--writes", type=int, default=None, help="number of capped writes")
+    ap.add_argument("--durable", action="store_true", help="fsync every payload (durable=True)")
     args = ap.parse_args(argv)
     n_writes = args.writes or (2000 if args.quick else 20000)
     n_gets = 5000 if args.quick else 50000
-    fs_factory, mem_factory = cuforge_factories()
+    fs_factory, mem_factory = cuforge_factories(args.durable)
 
     rows: list[tuple[str, str, str]] = []
     parent = tempfile.mkdtemp(prefix="cuforge-bench-", dir=args.dir)

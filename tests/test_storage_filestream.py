@@ -59,7 +59,7 @@ def test_persists_across_handles_and_overwrite_leaves_one_pair(tmp_path: Path) -
 
 def test_default_dir_uses_platformdirs(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    from platformdirs import user_cache_path
+    user_cache_path = pytest.importorskip("platformdirs").user_cache_path
 
     with FileStreamProgramCache() as c:
         want = user_cache_path("cuforge", appauthor=False) / "program-cache"
