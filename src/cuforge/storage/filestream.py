@@ -19,9 +19,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import hashlib
-import itertools
 import os
-import secrets
 import threading
 import time
 import warnings
@@ -29,6 +27,7 @@ import weakref
 from contextlib import AbstractContextManager
 from typing import Any, NamedTuple
 
+from ._atomicwrite import PairWriter
 from ._fsutil import Fingerprint, check_mode, fingerprint, make_dir, unlink_if_unchanged
 from ._integrity import SIDECAR_SIZE, SIDECAR_SUFFIX, key_seed, payload_size, sidecar_for
 from ._locking import FileKeyLock, lock_fd, unlock_fd
@@ -36,7 +35,7 @@ from ._scan import Scanned, remove_scanned, scan_entries, sweep_temps
 from ._sizeindex import SizeLedger
 from ._statsfile import FLUSH_EVERY, StatsStore, read_totals
 from ._values import coerce_key, coerce_value
-from ._winretry import _is_windows_sharing_violation, open_retry, replace_retry
+from ._winretry import _is_windows_sharing_violation, open_retry
 from .base import (
     DEFAULT_LOCK_TIMEOUT,
     CacheKey,
@@ -146,7 +145,7 @@ class FileStreamProgramCache(ProgramCacheResource):
         self._names: dict[Any, _Names] = {}
         self._bumped: dict[str, int] = {}
         self._evict_mutex = threading.Lock()
-        self._new_temp_prefix()
+        self._writer = PairWriter(self._tmp, self._dir_mode, self._file_mode)
         self._sweep_temps(time.time_ns())
         try:
             self._ledger: SizeLedger | None = SizeLedger(
@@ -332,56 +331,10 @@ class FileStreamProgramCache(ProgramCacheResource):
     def _write_pair(self, names: _Names, data: bytes) -> int:
         """Publish payload + sidecar; return the change in bytes on disk."""
         side = sidecar_for(names.key_digest, names.seed, data)
-        tmp_payload = self._write_temp(data, durable=self._durable)
-        tmp_side = None
-        try:
-            tmp_side = self._write_temp(side, durable=False)
-            try:
-                old = os.stat(names.payload).st_size + SIDECAR_SIZE
-            except OSError:
-                old = 0
-            self._publish(tmp_side, names.sidecar, names.shard)
-            tmp_side = None
-            self._publish(tmp_payload, names.payload, names.shard)
-            tmp_payload = None
-        finally:
-            for leftover in (tmp_payload, tmp_side):
-                if leftover is not None:
-                    with contextlib.suppress(OSError):
-                        os.unlink(leftover)
-        return len(data) + SIDECAR_SIZE - old
-
-    def _write_temp(self, data: bytes, durable: bool) -> str:
-        name = f"{self._temp_prefix}{next(self._temp_seq)}.tmp"
-        try:
-            fd = os.open(name, _O_NEW, 0o666)
-        except FileNotFoundError:  # tmp/ was deleted under us: recreate it
-            make_dir(self._tmp, self._dir_mode)
-            fd = os.open(name, _O_NEW, 0o666)
-        try:
-            if self._file_mode is not None:
-                os.fchmod(fd, self._file_mode)
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            if durable:
-                os.fsync(fd)
-        except BaseException:
-            os.close(fd)
-            with contextlib.suppress(OSError):
-                os.unlink(name)
-            raise
-        os.close(fd)
-        return name
-
-    def _publish(self, tmp: str, dst: str, shard: str) -> None:
-        try:
-            replace_retry(tmp, dst)
-        except FileNotFoundError:
-            if not os.path.exists(tmp):
-                raise
-            make_dir(shard, self._dir_mode)
-            replace_retry(tmp, dst)
+        old = self._writer.write_pair(
+            names.payload, names.sidecar, names.shard, data, side, self._durable
+        )
+        return len(data) + SIDECAR_SIZE - (old + SIDECAR_SIZE if old >= 0 else 0)
 
     def _write_failed(self, exc: OSError) -> None:
         self._stats.write_failures += 1
@@ -528,7 +481,7 @@ class FileStreamProgramCache(ProgramCacheResource):
         # The child shares the parent's descriptors and so its file locks; it
         # must not flush the parent's counts as its own.
         self._evict_mutex = threading.Lock()
-        self._new_temp_prefix()
+        self._writer.renew()
         self._stats = CacheStats()
         self._ops = 0
         self._stats_store.forget_after_fork()
@@ -537,10 +490,6 @@ class FileStreamProgramCache(ProgramCacheResource):
                 self._ledger.reopen()
             except OSError:
                 self._ledger = None
-
-    def _new_temp_prefix(self) -> None:
-        self._temp_prefix = os.path.join(self._tmp, f"{os.getpid()}-{secrets.token_hex(4)}-")
-        self._temp_seq = itertools.count()
 
     def close(self) -> None:
         """Persist statistics and release files. Idempotent; the handle is then unusable."""
