@@ -50,8 +50,18 @@ def _decode_mapping(data: bytes) -> dict[str | bytes, str] | None:
     """The mapping in ``data``, or None when it is not one we wrote."""
     try:
         items = json.loads(data)
-        return {bytes.fromhex(k) if t == "b" else k: v for t, k, v in items}
-    except (ValueError, TypeError):
+        if not isinstance(items, list):
+            return None
+        mapping: dict[str | bytes, str] = {}
+        for item in items:
+            if not (isinstance(item, list) and len(item) == 3):
+                return None
+            tag, name, mangled = item
+            if tag not in ("s", "b") or not isinstance(name, str) or not isinstance(mangled, str):
+                return None
+            mapping[bytes.fromhex(name) if tag == "b" else name] = mangled
+        return mapping
+    except (ValueError, RecursionError):  # not JSON, bad hex, or nested too deep
         return None
 
 
@@ -72,7 +82,9 @@ def _warn_once(cache: Any, message: str) -> None:
         setattr(cache, _WARNED_ATTR, True)
     except AttributeError:
         pass
-    warnings.warn(message, CacheWriteWarning, stacklevel=4)
+    # stacklevel 6: _warn_once -> _lookup/_store -> _hit/_fill -> compile_cached ->
+    # Program.compile -> the caller.
+    warnings.warn(message, CacheWriteWarning, stacklevel=6)
 
 
 def _store(cache: Any, key: bytes, value: Any) -> None:
@@ -125,6 +137,8 @@ def compile_cached(
             "cache must be a cuforge.utils.ProgramCacheResource (get/__setitem__), got "
             f"{type(cache).__name__}"
         )
+    if program._closed:  # a hit must not hide what an uncached compile would raise
+        raise RuntimeError("Program is closed")
     options = program._options
     key = _digest(program._code_type, target, options, program._code, names, None)
     name = options.name or ""
@@ -138,10 +152,18 @@ def compile_cached(
     if guard is None:
         return _fill(program, target, names, logs, cache, key)
     with guard:
+        # The look-again is the same request as the first lookup: count one outcome.
+        _forget_last_miss(cache)
         obj = _hit(cache, key, target, name, names)
         if obj is not None:
             return obj
         return _fill(program, target, names, logs, cache, key)
+
+
+def _forget_last_miss(cache: Any) -> None:
+    stats = getattr(cache, "_stats", None)
+    if stats is not None and getattr(stats, "misses", 0) > 0:
+        stats.misses -= 1
 
 
 def _fill(
@@ -152,7 +174,8 @@ def _fill(
     cache: Any,
     key: bytes,
 ) -> ObjectCode:
-    obj = program._compile_uncached(target, names, logs, stacklevel=4)
+    # stacklevel 5: _compile_uncached -> _fill -> compile_cached -> Program.compile -> caller.
+    obj = program._compile_uncached(target, names, logs, stacklevel=5)
     if names:
         # Mapping first: a reader that sees the payload then finds its mapping.
         _store(cache, symbols_key(key), _encode_mapping(obj.symbol_mapping))
