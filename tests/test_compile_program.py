@@ -159,7 +159,7 @@ def test_unsupported_option_fails_at_construction():
 
 
 def test_cache_argument_must_be_a_program_cache(opts):
-    with pytest.raises(TypeError, match="cache must be a cuforge.utils.ProgramCacheResource"):
+    with pytest.raises(TypeError, match=r"cache must be a cuforge\.utils\.ProgramCacheResource"):
         Program(SAXPY, "c++", opts).compile("ptx", cache=object())
 
 
