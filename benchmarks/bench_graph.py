@@ -35,8 +35,9 @@ def _phases(mod: Any, gdef_cls: Any, dev: Any, n: int, reps: int) -> dict[str, f
     arch = "sm_" + "".join(str(x) for x in dev.compute_capability)
     code = mod.Program(SRC, "c++", mod.ProgramOptions(arch=arch)).compile("cubin")
     kernel = code.get_kernel("add_one")
-    buf = dev.allocate(4)
     stream = dev.create_stream()
+    buf = dev.allocate(4, stream=stream)
+    stream.sync()
     config = mod.LaunchConfig(grid=1, block=1)
 
     def build() -> Any:

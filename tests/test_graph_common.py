@@ -10,7 +10,6 @@ import functools
 import gc
 
 import numpy as np
-import pytest
 
 KERNELS = r"""
 typedef unsigned long long cuforge_cond_t;
@@ -57,8 +56,8 @@ def kernels():
     return {n: code.get_kernel(n) for n in names}
 
 
-@pytest.fixture
-def dev():
+def setup_device():
+    """Device 0, made current, with the test kernels compiled and loaded."""
     from cuforge import Device
 
     d = Device(0)

@@ -7,7 +7,20 @@ import resource
 
 import pytest
 
-from test_graph_common import cfg, kernels, read_ints, released, write_ints
+from test_graph_common import (
+    cfg,
+    kernels,
+    read_ints,
+    released,
+    setup_device,
+    write_ints,
+)
+
+
+@pytest.fixture
+def dev():
+    return setup_device()
+
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 
@@ -17,11 +30,11 @@ def _rss_kib() -> int:
         return int(f.read().split()[1]) * resource.getpagesize() // 1024
 
 
-def _cycle(dev, stream, k, counter) -> None:
+def _cycle(device, stream, k, counter) -> None:
     from cuforge.graph import GraphDefinition
 
     g = GraphDefinition()
-    tmp = dev.allocate(64)
+    tmp = device.allocate(64)
     g.memset(tmp, 0, 64).launch(cfg(), k["add_one"], counter, 1).callback(lambda: None)
     exe = g.instantiate()
     g.close()

@@ -82,7 +82,8 @@ class Graph:
         self._handle = handle
         self._acc, self._acc_token = acc, token
         self._event = None
-        self._source = state  # node handles of graph[node] are the source's
+        # Exec node calls name nodes of the graph this was instantiated from: keep it.
+        self._source = state
         upload = getattr(options, "upload_stream", None)
         if upload is not None:
             self.upload(upload)
@@ -135,7 +136,6 @@ class Graph:
 
         _, token, acc = _with_accumulator(state, go)
         self._acc, self._acc_token = acc, token
-        self._source = state
 
     def __getitem__(self, node: GraphNode) -> ExecNode:
         if not isinstance(node, GraphNode):
@@ -155,6 +155,7 @@ class Graph:
             ev, self._event = self._event, None
             driver.cuEventDestroy(ev)
         self._acc = {}
+        self._source = None
 
     def __del__(self) -> None:
         if getattr(self, "_handle", None) is not None and not _owners._native.is_shut_down():
@@ -189,6 +190,7 @@ class ExecNode:
 
     @property
     def enabled(self) -> bool:
+        self._graph._source.check_open()
         res = check(driver.cuGraphNodeGetEnabled(self._graph.handle, self._node._handle),
                     "cuGraphNodeGetEnabled")  # fmt: skip
         return bool(res)
@@ -205,6 +207,12 @@ class ExecNode:
         self.enabled = False
 
     def _apply(self, setter: Any, params: Any, owners: tuple[Any, ...], *extra: Any) -> None:
+        source = self._graph._source
+        if source is None or source.closed:
+            raise ValueError(
+                "node updates need the definition this graph was instantiated from, "
+                "and it was closed"
+            )
         # The owners are recorded only after the driver accepted the parameters: a
         # refused update leaves the exec and its accumulator exactly as they were.
         check(setter(self._graph.handle, self._node._handle, params, *extra), setter.__name__)
@@ -216,6 +224,11 @@ class ExecKernelNode(ExecNode):
 
     def update(self, config: Any, kernel: Any, *args: Any) -> None:
         p, owners = ops.kernel_params(config, kernel, args)
+        if hasattr(kernel, "function"):
+            # Executable-graph updates take the function of the current context (the
+            # node's own); the CUkernel form is only for adding nodes.
+            p.kern = None
+            p.func = kernel.function()
         self._apply(driver.cuGraphExecKernelNodeSetParams, p, owners)
 
 

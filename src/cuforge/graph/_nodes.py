@@ -19,11 +19,12 @@ from cuda.bindings import driver
 
 from cuforge.graph import _operands as ops
 from cuforge.graph._state import GraphState
-from cuforge.runtime.errors import check
+from cuforge.runtime.errors import check, error_for
 
 if TYPE_CHECKING:
     from cuforge.graph._definition import Condition, GraphDefinition
 
+_SUCCESS = driver.CUresult.CUDA_SUCCESS
 _T = driver.CUgraphNodeType
 _COND = driver.CUgraphConditionalNodeType
 
@@ -59,8 +60,20 @@ class _Adder:
 
     def launch(self, config: Any, kernel: Any, *args: Any) -> KernelNode:
         """Add a kernel node; retains the kernel, ``args`` and their allocations."""
+        # The hot path of graph building: the generic _add, inlined.
+        state, deps = self._target()
         p, owners = ops.kernel_params(config, kernel, args)
-        return self._add(KernelNode, driver.cuGraphAddKernelNode, p, owners=owners)
+        err, node = driver.cuGraphAddKernelNode(state.handle, deps, len(deps), p)
+        if err != _SUCCESS:
+            raise error_for(err, "cuGraphAddKernelNode")
+        if state.owned:
+            state.pending.append(owners)
+        else:
+            _commit(state, node, owners)
+        out = object.__new__(KernelNode)
+        out._state = state
+        out._handle = node
+        return out
 
     def memcpy(
         self, dst: Any, src: Any, size: int, *, dst_owner: Any = None, src_owner: Any = None

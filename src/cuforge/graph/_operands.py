@@ -12,11 +12,13 @@ ValueError; nothing is retained when resolution fails.
 from __future__ import annotations
 
 import ctypes
+import threading
 from typing import Any
 
 from cuda.bindings import driver
 
 from cuforge._native import _release as _native
+from cuforge.runtime.args import pack_args
 from cuforge.runtime.errors import CUDAError, check
 
 _TRAMPOLINE = _native.host_trampoline_address()
@@ -64,12 +66,21 @@ def resolve_pointer(obj: Any, owner: Any, what: str) -> tuple[int, tuple[Any, ..
     )
 
 
-def kernel_params(
-    config: Any, kernel: Any, args: tuple[Any, ...]
-) -> tuple[driver.CUDA_KERNEL_NODE_PARAMS, tuple[Any, ...]]:
-    """Kernel-node parameters and owners: the kernel, the args and their allocations."""
-    from cuforge.runtime.args import pack_args
+_local = threading.local()
 
+
+def _node_params_for(config: Any) -> driver.CUDA_KERNEL_NODE_PARAMS:
+    """A per-thread parameter struct with ``config``'s dimensions already set.
+
+    The driver copies node parameters during the add/set call, so one struct per
+    (thread, config) is reused: only the kernel and argument fields change per node.
+    """
+    cache = getattr(_local, "params", None)
+    if cache is None:
+        cache = _local.params = {}
+    entry = cache.get(id(config))
+    if entry is not None and entry[0] is config:
+        return entry[1]
     try:
         grid, block, shmem = config.grid, config.block, config.shmem_size
     except AttributeError:
@@ -78,16 +89,40 @@ def kernel_params(
         raise NotImplementedError(
             "graph kernel nodes do not support cluster or cooperative launch configs yet"
         )
-    func = kernel.function() if hasattr(kernel, "function") else kernel
-    packed = pack_args(args)
     p = driver.CUDA_KERNEL_NODE_PARAMS()
-    p.func = func
     p.gridDimX, p.gridDimY, p.gridDimZ = grid
     p.blockDimX, p.blockDimY, p.blockDimZ = block
     p.sharedMemBytes = shmem
+    if len(cache) >= 64:
+        cache.clear()
+    cache[id(config)] = (config, p)  # holding config keeps its id from being reused
+    return p
+
+
+def kernel_params(
+    config: Any, kernel: Any, args: tuple[Any, ...]
+) -> tuple[driver.CUDA_KERNEL_NODE_PARAMS, tuple[Any, ...]]:
+    """Kernel-node parameters and owners: the kernel, the args and their allocations.
+
+    The returned struct is reused by the next call on this thread: pass it to the
+    driver at once.
+    """
+    p = _node_params_for(config)
+    handle = getattr(kernel, "handle", None)
+    if isinstance(handle, driver.CUkernel):
+        # A CUkernel runs in the current context: no per-node cuKernelGetFunction.
+        if int(p.func):
+            p.func = None
+        p.kern = handle
+    elif isinstance(kernel, driver.CUfunction):
+        p.kern = None
+        p.func = kernel
+    else:
+        raise TypeError(f"kernel must be a Kernel, got {type(kernel).__name__}")
+    packed = pack_args(args)
     p.kernelParams = packed.params
-    # packed is kept too: its params memory must outlive the driver call above, and
-    # the bundle is the cheapest place that is guaranteed to.
+    # packed is kept too: its params memory must outlive the driver call, and the
+    # bundle is the cheapest place that is guaranteed to.
     return p, (kernel, args, packed, *packed.owners)
 
 
