@@ -127,7 +127,7 @@ def _handler_for(tp: type) -> _Handler | None:
 class _Plan:
     """How to pack one tuple of argument types (compiled to a small function)."""
 
-    __slots__ = ("__weakref__", "codes", "fmt", "pack", "sizes")
+    __slots__ = ("__weakref__", "codes", "fmt", "pack", "raw", "sizes")
 
     def __init__(self, types: Sequence[type]) -> None:
         n = len(types)
@@ -171,6 +171,13 @@ class _Plan:
             f"    b = _addr(buf)\n"
             f"    _pack_into(buf, 0, {ptrs}, {', '.join(values)})\n"
             f"    return _Packed(b, {owner_tuple}, buf, plan)\n"
+            # launch's variant: no owners or PackedArgs (the driver copies at launch).
+            f"def raw(args):\n"
+            f"    {names}, = args\n"
+            f"    buf = _new()\n"
+            f"    b = _addr(buf)\n"
+            f"    _pack_into(buf, 0, {ptrs}, {', '.join(values)})\n"
+            f"    return b, buf\n"
         )
         env: dict[str, Any] = {
             "_new": ctypes.c_char * offset,
@@ -184,6 +191,7 @@ class _Plan:
         }
         exec(compile(src, f"<cuforge pack_args {self.fmt}>", "exec"), env)
         self.pack: Callable[[Sequence[Any]], PackedArgs] = env["pack"]
+        self.raw: Callable[[Sequence[Any]], tuple[int, Any]] = env["raw"]
 
 
 _plans: dict[tuple[type, ...], _Plan] = {}
@@ -202,10 +210,8 @@ def _is_u64(a: Any) -> bool:
     return isinstance(a, int) and not isinstance(a, bool) and 2**63 <= a < 2**64
 
 
-def pack_args(args: Sequence[Any]) -> PackedArgs:
-    """Pack ``args`` for a kernel launch or kernel node (see the module docstring)."""
-    if not args:
-        return _EMPTY
+def plan_for(args: Sequence[Any]) -> _Plan:
+    """The (cached) packing plan for the types of non-empty ``args``."""
     key = tuple(map(type, args))
     plan = _plans.get(key)
     if plan is None:
@@ -213,6 +219,14 @@ def pack_args(args: Sequence[Any]) -> PackedArgs:
         if len(_plans) >= _MAX_PLANS:
             _plans.clear()
         _plans[key] = plan
+    return plan
+
+
+def pack_args(args: Sequence[Any]) -> PackedArgs:
+    """Pack ``args`` for a kernel launch or kernel node (see the module docstring)."""
+    if not args:
+        return _EMPTY
+    plan = plan_for(args)
     try:
         return plan.pack(args)
     except struct.error as exc:

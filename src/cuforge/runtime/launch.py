@@ -19,13 +19,14 @@ construction; wrong argument count/type -> TypeError; driver failures -> CUDAErr
 from __future__ import annotations
 
 import operator
+import struct
 import threading
 from typing import Any
 
 from cuda.bindings import driver
 
 from cuforge.runtime import _init
-from cuforge.runtime.args import PackedArgs, pack_args
+from cuforge.runtime.args import PackedArgs, _Plan, pack_args, plan_for
 from cuforge.runtime.errors import error_for
 from cuforge.runtime.module import Kernel
 from cuforge.runtime.stream import Stream
@@ -151,14 +152,21 @@ class LaunchConfig:
         return cfg
 
 
-def _validate(kernel: Kernel, packed: PackedArgs, nargs: int) -> None:
+def validate_args(kernel: Kernel, packed: PackedArgs, nargs: int) -> None:
+    """Raise TypeError unless ``packed`` (from ``nargs`` arguments) fits ``kernel``'s
+    parameters: same count, and no value narrower than its parameter (only an int may
+    be wider: its low bytes are used). Cached per kernel and argument-type signature;
+    the graph layer can call it before building kernel nodes."""
+    if packed.plan not in kernel._checked:
+        _validate_plan(kernel, packed.plan, nargs)
+
+
+def _validate_plan(kernel: Kernel, plan: _Plan | None, nargs: int) -> None:
     params = kernel.param_sizes
     if nargs != len(params):
         raise TypeError(f"kernel {kernel.name} takes {len(params)} argument(s), got {nargs}")
-    plan = packed.plan
     if plan is not None:
-        fmt_sizes = packed.sizes
-        for i, (have, need) in enumerate(zip(fmt_sizes, params, strict=True)):
+        for i, (have, need) in enumerate(zip(plan.sizes, params, strict=True)):
             if have == need:
                 continue
             # intptr_t into a narrower integer parameter: the low bytes are the value.
@@ -186,11 +194,21 @@ def launch(stream: Any, config: LaunchConfig, kernel: Kernel, *args: Any) -> Non
         raise TypeError(f"config must be a LaunchConfig, not {type(config).__name__}")
     if type(kernel) is not Kernel:
         raise TypeError(f"kernel must be a Kernel, not {type(kernel).__name__}")
-    packed = pack_args(args)
-    if packed.plan not in kernel._checked:
-        _validate(kernel, packed, len(args))
+    keep: Any = None  # the parameter storage: must stay alive until the launch call
+    if args:
+        plan = plan_for(args)
+        if plan not in kernel._checked:
+            _validate_plan(kernel, plan, len(args))
+        try:
+            params, keep = plan.raw(args)
+        except struct.error:  # u64 bit patterns or overflow: the general path sorts it
+            keep = pack_args(args)
+            params = keep.params
+    else:
+        if None not in kernel._checked:
+            _validate_plan(kernel, None, 0)
+        params = None
     native = config._native.get(stream._handle_int) or config._native_for(stream)
-    params = packed.params or None
     (err,) = driver.cuLaunchKernelEx(native, kernel._as_function, params, 0)
     if err != _SUCCESS:
         if err == _INVALID_CONTEXT:

@@ -202,15 +202,25 @@ class Kernel:
         """Byte size of each kernel parameter, from the kernel image."""
         params = self._params
         if params is None:
-            sizes = []
-            while True:
-                res = driver.cuKernelGetParamInfo(self._handle, len(sizes))
-                if res[0] == _INVALID_VALUE:
-                    break
-                check(res, "cuKernelGetParamInfo")
-                sizes.append(int(res[2]))
-            params = self._params = tuple(sizes)
+            try:
+                params = self._read_param_sizes()
+            except CUDAError as exc:
+                if exc.result != driver.CUresult.CUDA_ERROR_INVALID_CONTEXT:
+                    raise
+                # The query needs some context; any device's will do.
+                with Device()._scope():
+                    params = self._read_param_sizes()
+            self._params = params
         return params
+
+    def _read_param_sizes(self) -> tuple[int, ...]:
+        sizes: list[int] = []
+        while True:
+            res = driver.cuKernelGetParamInfo(self._handle, len(sizes))
+            if res[0] == _INVALID_VALUE:
+                return tuple(sizes)
+            check(res, "cuKernelGetParamInfo")
+            sizes.append(int(res[2]))
 
     @property
     def num_arguments(self) -> int:

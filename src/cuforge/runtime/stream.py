@@ -201,7 +201,10 @@ class Stream:
 
     def close(self) -> None:
         """Destroy a stream cuforge created (pending work still completes); forget a
-        borrowed one. Idempotent."""
+        borrowed one. Idempotent; a no-op on the legacy/per-thread default streams,
+        which are shared and never go away."""
+        if not self._owned and self._handle_int in (_LEGACY, _PER_THREAD):
+            return
         handle, self._handle = self._handle, None
         self._owner = None
         if handle is not None and self._owned:
