@@ -536,3 +536,19 @@ def test_launch_overhead_smoke(dev, kernels):
     per = (time.perf_counter() - t0) / 2000 * 1e6
     s.sync()
     assert per < 50, f"{per:.1f} us per launch"
+
+
+def test_plain_launches_take_the_c_entry_point_and_report_driver_errors(dev, kernels):
+    """Plain configs go through cuforge._native._launch; its errors are CUDAErrors."""
+    from cuforge import CUDAError, LaunchConfig, launch
+    from cuforge.runtime import launch as launch_module
+
+    s = dev.create_stream()
+    launch(s, LaunchConfig(1, 1), kernels["empty"])
+    s.sync()
+    assert launch_module._entry, "cuLaunchKernel entry point was not resolved"
+    assert launch_module._c_launch.__module__ == "cuforge._native._launch"
+    too_much_shared = LaunchConfig(1, 1, shmem_size=1 << 30)
+    with pytest.raises(CUDAError, match="CUDA_ERROR_INVALID_VALUE"):
+        launch(s, too_much_shared, kernels["empty"])
+    s.close()

@@ -20,6 +20,7 @@ from cuda.bindings import driver
 from cuforge._native import _release as _native
 from cuforge.runtime.args import pack_args
 from cuforge.runtime.errors import CUDAError, check
+from cuforge.runtime.launch import validate_args
 
 _TRAMPOLINE = _native.host_trampoline_address()
 _CFuncPtr = ctypes._CFuncPtr  # base class of every ctypes function pointer type
@@ -120,6 +121,9 @@ def kernel_params(
     else:
         raise TypeError(f"kernel must be a Kernel, got {type(kernel).__name__}")
     packed = pack_args(args)
+    if isinstance(handle, driver.CUkernel):
+        # The same count/width check launch() makes: a bad node must not be built.
+        validate_args(kernel, packed, len(args))
     p.kernelParams = packed.params
     # packed is kept too: its params memory must outlive the driver call, and the
     # bundle is the cheapest place that is guaranteed to.

@@ -1,4 +1,9 @@
-"""``LaunchConfig`` and ``launch``: run a Kernel on a Stream via ``cuLaunchKernelEx``.
+"""``LaunchConfig`` and ``launch``: run a Kernel on a Stream.
+
+Plain configurations (no cluster, not cooperative) launch through
+``cuforge._native._launch``, which calls the driver's ``cuLaunchKernel`` entry point
+with plain ints; the others, or a build without the C helper, use
+``cuLaunchKernelEx`` through cuda-bindings. Both give the same result and errors.
 
 Guarantees:
 - ``LaunchConfig`` is immutable and validated at construction: ``grid``, ``block`` and
@@ -64,6 +69,7 @@ class LaunchConfig:
     __slots__ = (
         "_lock",
         "_native",
+        "_plain",
         "block",
         "cluster",
         "cooperative_launch",
@@ -100,6 +106,9 @@ class LaunchConfig:
         init(self, "cooperative_launch", cooperative_launch)
         init(self, "grid_in_blocks", blocks)
         init(self, "_native", {})
+        # What the C launcher takes; None where launch attributes are needed.
+        plain = None if c is not None or cooperative_launch else (*blocks, *b, shmem_size)
+        init(self, "_plain", plain)
         init(self, "_lock", threading.Lock())
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -181,6 +190,30 @@ def _validate_plan(kernel: Kernel, plan: _Plan | None, nargs: int) -> None:
     kernel._checked.add(plan)
 
 
+_entry: int | None = None  # cuLaunchKernel's address; 0 when unavailable
+
+
+def _c_launch(*args: int) -> int:  # replaced by the C function once resolved
+    raise RuntimeError("C launcher not resolved")
+
+
+def _resolve_entry() -> int:
+    """The driver's cuLaunchKernel address for the C launcher, or 0 (use the bindings)."""
+    global _entry, _c_launch
+    try:
+        from cuforge._native import _launch
+
+        flags = driver.CUdriverProcAddress_flags.CU_GET_PROC_ADDRESS_DEFAULT
+        err, pfn, _status = driver.cuGetProcAddress(b"cuLaunchKernel", 12000, flags)
+        entry = int(pfn) if err == _SUCCESS and pfn else 0
+    except Exception:
+        entry = 0
+    if entry:
+        _c_launch = _launch.launch
+    _entry = entry
+    return entry
+
+
 def launch(stream: Any, config: LaunchConfig, kernel: Kernel, *args: Any) -> None:
     """Launch ``kernel`` with ``args`` on ``stream`` (a Stream or ``__cuda_stream__``
     object) as described by ``config``. Returns once queued (asynchronous)."""
@@ -208,6 +241,19 @@ def launch(stream: Any, config: LaunchConfig, kernel: Kernel, *args: Any) -> Non
         if None not in kernel._checked:
             _validate_plan(kernel, None, 0)
         params = None
+    plain = config._plain
+    if plain is not None and (_entry if _entry is not None else _resolve_entry()):
+        code = _c_launch(_entry, kernel._function_int, *plain, stream._handle_int, params or 0)
+        if code == 0:
+            return
+        err = driver.CUresult(code)
+        if err == _INVALID_CONTEXT:
+            stream.device.set_current()
+            code = _c_launch(_entry, kernel._function_int, *plain, stream._handle_int, params or 0)
+            err = driver.CUresult(code)
+        if err != _SUCCESS:
+            raise error_for(err, f"launch {kernel.name}")
+        return
     native = config._native.get(stream._handle_int) or config._native_for(stream)
     (err,) = driver.cuLaunchKernelEx(native, kernel._as_function, params, 0)
     if err != _SUCCESS:

@@ -159,7 +159,16 @@ class KernelAttributes:
 class Kernel:
     """A loaded kernel. ``handle`` is its ``CUkernel``; it keeps its library loaded."""
 
-    __slots__ = ("__weakref__", "_as_function", "_checked", "_handle", "_lib", "_name", "_params")
+    __slots__ = (
+        "__weakref__",
+        "_as_function",
+        "_checked",
+        "_function_int",
+        "_handle",
+        "_lib",
+        "_name",
+        "_params",
+    )
 
     def __init__(self) -> None:
         raise TypeError("use ObjectCode.get_kernel(name)")
@@ -172,6 +181,7 @@ class Kernel:
         self._name = name
         # cuLaunchKernelEx accepts a CUkernel cast to CUfunction (context from the stream).
         self._as_function = driver.CUfunction(int(handle))
+        self._function_int = int(handle)  # the same, as an address for the C launcher
         self._params: tuple[int, ...] | None = None
         self._checked: set[Any] = set()
         return self
