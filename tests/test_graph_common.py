@@ -92,11 +92,18 @@ def write_ints(buf, values) -> None:
 
 def released(pred, timeout: float = 10.0) -> bool:
     """Poll (draining the release queue) until pred() holds; bounded."""
+    from cuda.bindings import driver
+
     from cuforge.graph import _owners
 
     def check() -> bool:
         gc.collect()
-        return pred()
+        if pred():
+            return True
+        # CUDA may defer user-object destruction until the driver next does work
+        # (seen under compute-sanitizer); a synchronize gives it that chance.
+        driver.cuCtxSynchronize()
+        return False
 
     return _owners.wait_until(check, timeout)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import importlib
 import threading
 import time
 from dataclasses import dataclass, field
@@ -541,7 +542,8 @@ def test_launch_overhead_smoke(dev, kernels):
 def test_plain_launches_take_the_c_entry_point_and_report_driver_errors(dev, kernels):
     """Plain configs go through cuforge._native._launch; its errors are CUDAErrors."""
     from cuforge import CUDAError, LaunchConfig, launch
-    from cuforge.runtime import launch as launch_module
+
+    launch_module = importlib.import_module("cuforge.runtime.launch")
 
     s = dev.create_stream()
     launch(s, LaunchConfig(1, 1), kernels["empty"])
