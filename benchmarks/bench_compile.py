@@ -13,19 +13,11 @@ import time
 from types import SimpleNamespace
 from typing import Any
 
+from bench_storage import _timed_calls
+
 # A 1 KB source: a real kernel padded with a comment to the size the targets name.
 _KERNEL = 'extern "C" __global__ void scale(float* a, float s) { a[threadIdx.x] *= s; }\n'
 SOURCE_1KB = _KERNEL + "// " + "x" * (1024 - len(_KERNEL) - 4) + "\n"
-
-
-def _per_call(fn: Any, n: int, batch: int = 200) -> list[float]:
-    out = []
-    for _ in range(max(1, n // batch)):
-        t0 = time.perf_counter()
-        for _ in range(batch):
-            fn()
-        out.append((time.perf_counter() - t0) / batch)
-    return out
 
 
 def bench_key(api: SimpleNamespace, n: int = 20000) -> float:
@@ -37,8 +29,8 @@ def bench_key(api: SimpleNamespace, n: int = 20000) -> float:
             code=SOURCE_1KB, code_type="c++", options=opts, target_type="cubin"
         )
 
-    _per_call(key, 1000)
-    return statistics.median(_per_call(key, n)) * 1e6
+    _timed_calls(key, 1000)
+    return statistics.median(_timed_calls(key, n)) * 1e6
 
 
 def bench_hit(api: SimpleNamespace, n: int = 10000) -> float:
@@ -54,8 +46,8 @@ def bench_hit(api: SimpleNamespace, n: int = 10000) -> float:
         def hit() -> Any:
             return api.Program(SOURCE_1KB, "c++", options=opts).compile("cubin", cache=cache)
 
-        _per_call(hit, 1000)
-        return statistics.median(_per_call(hit, n)) * 1e6
+        _timed_calls(hit, 1000)
+        return statistics.median(_timed_calls(hit, n)) * 1e6
 
 
 def bench_miss_overhead(api: SimpleNamespace, rounds: int = 12) -> tuple[float, float, float]:
