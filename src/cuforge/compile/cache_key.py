@@ -244,7 +244,9 @@ def _digest(
 ) -> bytes:
     """The key for already-normalised types and encoded code (``Program``'s fast path)."""
     state = _prefix(_BACKENDS[code_type], code_type, target, options, extra_digest is not None)
-    state.update(_frame(b"code", code_bytes))
+    # Framed like _frame, without copying the source into a new bytes object.
+    state.update(b"code" + len(code_bytes).to_bytes(8, "little"))
+    state.update(code_bytes)
     if name_expressions:
         state.update(_encode_name_expressions(name_expressions))
     if extra_digest is not None:

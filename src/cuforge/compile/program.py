@@ -18,9 +18,10 @@ from collections.abc import Iterable
 from typing import Any
 
 from cuforge.compile import _versions
+from cuforge.compile.cached import compile_cached
 from cuforge.compile.object_code import ObjectCode
 from cuforge.compile.options import ProgramOptions
-from cuforge.compile.targets import normalize_code_type, normalize_target
+from cuforge.compile.targets import SUPPORTED_TARGETS, normalize_code_type, normalize_target
 
 _BACKENDS = {"c++": "NVRTC", "nvvm": "NVVM"}
 
@@ -42,7 +43,10 @@ class Program:
     """
 
     def __init__(self, code: str | bytes, code_type: str, options: ProgramOptions | None = None):
-        self._code_type = normalize_code_type(code_type)
+        # Canonical spellings skip normalisation: this is on the cache-hit path.
+        self._code_type = (
+            code_type if code_type in SUPPORTED_TARGETS else normalize_code_type(code_type)
+        )
         if isinstance(code, str):
             code_bytes = code.encode()
         elif isinstance(code, (bytes, bytearray)) and self._code_type == "nvvm":
@@ -53,7 +57,7 @@ class Program:
                 f"code for code_type {self._code_type!r} must be {allowed}, "
                 f"got {type(code).__name__}"
             )
-        if not code_bytes.strip():
+        if not code_bytes or code_bytes.isspace():
             raise ValueError("code must not be empty")
         if options is None:
             options = ProgramOptions()
@@ -136,7 +140,11 @@ class Program:
         observe (include paths, PCH, ...) raise ValueError pointing at
         ``make_program_cache_key(extra_digest=...)``.
         """
-        target = normalize_target(self._code_type, target_type)
+        target = (
+            target_type
+            if target_type in SUPPORTED_TARGETS[self._code_type]
+            else normalize_target(self._code_type, target_type)
+        )
         names = tuple(name_expressions)
         for i, expr in enumerate(names):
             if not isinstance(expr, (str, bytes)):
@@ -150,8 +158,6 @@ class Program:
         if logs is not None and not callable(getattr(logs, "write", None)):
             raise TypeError(f"logs must have a write(str) method, got {type(logs).__name__}")
         if cache is not None:
-            from cuforge.compile.cached import compile_cached
-
             return compile_cached(self, target, names, logs, cache)
         return self._compile_uncached(target, names, logs)
 
