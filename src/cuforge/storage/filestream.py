@@ -53,6 +53,7 @@ _O_READ = os.O_RDONLY | _O_BINARY
 _O_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_BINARY
 _UTIME_BY_FD = os.utime in os.supports_fd
 _NAME_CACHE_MAX = 4096
+_MEMO_MAX_BYTES = 32 << 20  # verified bytes kept per handle for repeat hits
 _EVICT_LOCK_TIMEOUT = 30.0
 
 
@@ -85,8 +86,12 @@ class FileStreamProgramCache(ProgramCacheResource):
       (length, CRC-32 and key binding); a truncated, empty, bit-flipped or
       misplaced entry is a miss, is removed (only if nobody replaced it meanwhile)
       and counts in ``stats().integrity_failures``. Payload files stay the raw
-      binary.
-    - **Atomic entries.** Writes stage in ``tmp/``, fsync the payload and publish
+      binary. A repeat hit in one process may serve the bytes it verified
+      earlier for that key, after one ``stat`` shows the same file (inode, size,
+      mtime) still stands at the entry's path; the full check reruns at least
+      once a second per entry, and a replaced, deleted or cleared entry is never
+      served from memory.
+    - **Atomic entries.** Writes stage in ``tmp/`` (fsync with ``durable=True``) and publish
       with ``os.replace`` (sidecar first, then payload), so readers see an old
       pair, a new pair, or a mismatch -- which is a miss, never wrong bytes.
     - **Never breaks the caller.** ``cache[key] = value`` does not raise
@@ -144,6 +149,9 @@ class FileStreamProgramCache(ProgramCacheResource):
         self._warned = False
         self._names: dict[Any, _Names] = {}
         self._bumped: dict[str, int] = {}
+        # payload path -> (fingerprint of the file verified, its bytes): repeat hits.
+        self._memo: dict[str, tuple[Fingerprint, bytes]] = {}
+        self._memo_bytes = 0
         self._evict_mutex = threading.Lock()
         self._writer = PairWriter(self._tmp, self._dir_mode, self._file_mode)
         self._sweep_temps(time.time_ns())
@@ -203,6 +211,17 @@ class FileStreamProgramCache(ProgramCacheResource):
         names = self._names.get(key) if type(key) is bytes else None
         if names is None:
             names = self._names_for(key)
+        memo = self._memo.get(names.payload)
+        if memo is not None:
+            data = self._from_memo(names.payload, memo)
+            if data is not None:
+                stats = self._stats
+                stats.hits += 1
+                stats.bytes_read += len(data)
+                self._ops += 1
+                if self._ops >= FLUSH_EVERY:
+                    self._flush_stats()
+                return data
         result = self._read_pair(names)
         if type(result) is bytes:
             stats = self._stats
@@ -259,7 +278,9 @@ class FileStreamProgramCache(ProgramCacheResource):
                         break
                     data += chunk
                 if side == sidecar_for(names.key_digest, names.seed, data):
-                    self._maybe_bump_atime(fd, names.payload)
+                    st = self._maybe_bump_atime(fd, names.payload)
+                    if st is not None:
+                        self._remember(names.payload, fingerprint(st), data)
                     return data
                 return _Mismatch(fingerprint(os.fstat(fd)), fingerprint(os.fstat(sfd)))
             finally:
@@ -269,13 +290,45 @@ class FileStreamProgramCache(ProgramCacheResource):
         finally:
             os.close(sfd)
 
-    def _maybe_bump_atime(self, fd: int, path: str) -> None:
-        # At most once per interval per entry and process: a hit costs no extra
-        # syscall in a tight loop, and LRU order stays exact to the interval.
+    def _from_memo(self, path: str, memo: tuple[Fingerprint, bytes]) -> bytes | None:
+        """The remembered bytes if the same file still stands at ``path`` and no
+        atime bump (which rereads and reverifies) is due; else None."""
+        last = self._bumped.get(path)
+        if last is None or time.monotonic_ns() - last >= self.ATIME_BUMP_INTERVAL_NS:
+            return None
+        try:
+            st = os.stat(path)
+        except OSError:
+            self._forget(path)
+            return None
+        if fingerprint(st) != memo[0]:
+            self._forget(path)
+            return None
+        return memo[1]
+
+    def _remember(self, path: str, fp: Fingerprint, data: bytes) -> None:
+        if len(data) > _MEMO_MAX_BYTES // 8:
+            return
+        if self._memo_bytes + len(data) > _MEMO_MAX_BYTES:
+            self._memo.clear()
+            self._memo_bytes = 0
+        self._forget(path)
+        self._memo[path] = (fp, data)
+        self._memo_bytes += len(data)
+
+    def _forget(self, path: str) -> None:
+        old = self._memo.pop(path, None)
+        if old is not None:
+            self._memo_bytes -= len(old[1])
+
+    def _maybe_bump_atime(self, fd: int, path: str) -> os.stat_result | None:
+        """Bump the entry's atime at most once per interval per entry and process (a
+        hit in a tight loop costs no extra syscall; LRU order stays exact to the
+        interval). Returns the payload's stat when it made one, for the memo."""
         now = time.monotonic_ns()
         last = self._bumped.get(path)
         if last is not None and now - last < self.ATIME_BUMP_INTERVAL_NS:
-            return
+            return None
         if len(self._bumped) >= _NAME_CACHE_MAX:
             self._bumped.clear()
         self._bumped[path] = now
@@ -287,14 +340,20 @@ class FileStreamProgramCache(ProgramCacheResource):
                 os.utime(fd, ns=(time.time_ns(), st.st_mtime_ns))
             elif fingerprint(os.stat(path)) == fingerprint(st):
                 os.utime(path, ns=(time.time_ns(), st.st_mtime_ns))
+            else:
+                return None  # replaced under us: nothing stamped, nothing to remember
+            return st
         except PermissionError:
-            # Not the file's owner (group-shared cache): only "now" is allowed.
+            # Not the file's owner (group-shared cache): only "now" is allowed, which
+            # moves mtime too, so the memo would never match: remember nothing.
             with contextlib.suppress(OSError):
                 os.utime(fd if _UTIME_BY_FD else path)
         except OSError:
             pass
+        return None
 
     def _drop_corrupt(self, names: _Names, fps: tuple[Fingerprint, Fingerprint | None]) -> None:
+        self._forget(names.payload)
         payload_fp, sidecar_fp = fps
         freed = 0
         if unlink_if_unchanged(names.payload, payload_fp):
@@ -311,6 +370,7 @@ class FileStreamProgramCache(ProgramCacheResource):
         self._check_open()
         names = self._names_for(key)
         data = coerce_value(value, "FileStreamProgramCache.__setitem__")
+        self._forget(names.payload)
         try:
             delta = self._write_pair(names, data)
         except OSError as exc:
@@ -352,6 +412,7 @@ class FileStreamProgramCache(ProgramCacheResource):
     def __delitem__(self, key: CacheKey) -> None:
         self._check_open()
         names = self._names_for(key)
+        self._forget(names.payload)
         freed = 0
         try:
             st = os.stat(names.payload)
@@ -430,6 +491,8 @@ class FileStreamProgramCache(ProgramCacheResource):
         """Remove every entry; concurrent writers' new entries may survive. Never raises
         for files that vanish or change meanwhile."""
         self._check_open()
+        self._memo.clear()
+        self._memo_bytes = 0
         with self._exclusive_scan():
             base = self._ledger.total() if self._ledger is not None else 0
             now = time.time_ns()
