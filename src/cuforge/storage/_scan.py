@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import stat as stat_mod
+from collections.abc import Iterator
 from typing import NamedTuple
 
 from ._fsutil import Fingerprint, fingerprint, unlink_if_unchanged
@@ -34,22 +35,28 @@ def sweep_temps(tmp_dir: str, now_ns: int, stale_age_ns: int) -> int:
     counted because they occupy the disk too.
     """
     live = 0
-    try:
-        entries = list(os.scandir(tmp_dir))
-    except OSError:
-        return 0
-    for e in entries:
-        try:
-            st = e.stat(follow_symlinks=False)
-        except OSError:
-            continue
-        if not stat_mod.S_ISREG(st.st_mode):
-            continue
+    for e, st in _regular_files(tmp_dir):
         if st.st_mtime_ns < now_ns - stale_age_ns:
             unlink_if_unchanged(e.path, fingerprint(st))
         else:
             live += st.st_size
     return live
+
+
+def _regular_files(directory: str) -> Iterator[tuple[os.DirEntry[str], os.stat_result]]:
+    """Regular files in ``directory`` with their stats; a directory or file that
+    vanishes or cannot be read meanwhile is skipped."""
+    try:
+        listing = list(os.scandir(directory))
+    except OSError:
+        return
+    for e in listing:
+        try:
+            st = e.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if stat_mod.S_ISREG(st.st_mode):
+            yield e, st
 
 
 def scan_entries(entries_dir: str) -> tuple[list[Scanned], int]:
@@ -62,17 +69,7 @@ def scan_entries(entries_dir: str) -> tuple[list[Scanned], int]:
         shards = []
     cut = -len(SIDECAR_SUFFIX)
     for shard in shards:
-        try:
-            listing = list(os.scandir(shard))
-        except OSError:
-            continue  # vanished or unreadable: skip it
-        for e in listing:
-            try:
-                st = e.stat(follow_symlinks=False)
-            except OSError:
-                continue
-            if not stat_mod.S_ISREG(st.st_mode):
-                continue
+        for e, st in _regular_files(shard):
             if e.name.endswith(SIDECAR_SUFFIX):
                 sidecars[e.path[:cut]] = st
             else:
