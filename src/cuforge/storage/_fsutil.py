@@ -81,3 +81,20 @@ def unlink_if_unchanged(path: str, expected: Fingerprint) -> bool:
     except FileNotFoundError:
         return False
     return True
+
+
+def read_at0(fd: int, n: int) -> bytes:
+    """Up to ``n`` bytes from the start of ``fd``, without moving a shared offset."""
+    if hasattr(os, "pread"):
+        return os.pread(fd, n, 0)
+    os.lseek(fd, 0, os.SEEK_SET)  # pragma: no cover - Windows
+    return os.read(fd, n)  # pragma: no cover
+
+
+def write_at0(fd: int, data: bytes) -> None:
+    """Write ``data`` at the start of ``fd`` (fixed-size records rewritten in place)."""
+    if hasattr(os, "pwrite"):
+        os.pwrite(fd, data, 0)
+    else:  # pragma: no cover - Windows
+        os.lseek(fd, 0, os.SEEK_SET)
+        os.write(fd, data)

@@ -18,27 +18,13 @@ import struct
 import threading
 from collections.abc import Callable
 
+from ._fsutil import read_at0, write_at0
 from ._locking import lock_fd, unlock_fd
 
 __all__ = ["SizeLedger"]
 
 _MAGIC = b"CFLEDG01"
 _RECORD = struct.Struct("<8sQ")
-
-
-def _pread(fd: int, n: int) -> bytes:
-    if hasattr(os, "pread"):
-        return os.pread(fd, n, 0)
-    os.lseek(fd, 0, os.SEEK_SET)  # pragma: no cover - Windows
-    return os.read(fd, n)  # pragma: no cover
-
-
-def _pwrite(fd: int, data: bytes) -> None:
-    if hasattr(os, "pwrite"):
-        os.pwrite(fd, data, 0)
-    else:  # pragma: no cover - Windows
-        os.lseek(fd, 0, os.SEEK_SET)
-        os.write(fd, data)
 
 
 class SizeLedger:
@@ -77,14 +63,14 @@ class SizeLedger:
         self._open()
 
     def _read_locked(self) -> int | None:
-        data = _pread(self._fd, _RECORD.size)
+        data = read_at0(self._fd, _RECORD.size)
         if len(data) != _RECORD.size:
             return None
         magic, total = _RECORD.unpack(data)
         return total if magic == _MAGIC else None
 
     def _write_locked(self, total: int) -> None:
-        _pwrite(self._fd, _RECORD.pack(_MAGIC, max(0, total)))
+        write_at0(self._fd, _RECORD.pack(_MAGIC, max(0, total)))
 
     def _update(self, fn: Callable[[int], int]) -> int:
         with self._mutex:

@@ -17,6 +17,7 @@ import os
 import secrets
 import socket
 
+from ._fsutil import write_at0
 from ._locking import lock_fd, try_lock_fd, unlock_fd
 from .stats import RECORD_SIZE, CacheStats
 
@@ -34,14 +35,6 @@ def _read_record(path: str) -> CacheStats | None:
             return CacheStats.from_record(f.read(RECORD_SIZE + 1))
     except OSError:
         return None
-
-
-def _write_at0(fd: int, data: bytes) -> None:
-    if hasattr(os, "pwrite"):
-        os.pwrite(fd, data, 0)
-    else:  # pragma: no cover - Windows
-        os.lseek(fd, 0, os.SEEK_SET)
-        os.write(fd, data)
 
 
 def read_totals(stats_dir: str) -> CacheStats:
@@ -96,7 +89,7 @@ class StatsStore:
         try:
             if self._fd < 0:
                 self._create()
-            _write_at0(self._fd, stats.to_record())
+            write_at0(self._fd, stats.to_record())
         except OSError:
             self._broken = True  # read-only or full: keep counting in memory only
 
@@ -167,6 +160,6 @@ def _compact_locked(stats_dir: str, file_mode: int | None) -> None:
             if file_mode is not None:
                 with contextlib.suppress(OSError, AttributeError):
                     os.fchmod(fd, file_mode)
-            _write_at0(fd, merged.to_record())
+            write_at0(fd, merged.to_record())
         finally:
             os.close(fd)
