@@ -26,7 +26,7 @@ test: $(STAMP) lint
 # beside an editable cuforge, so one run prints both columns and their ratio.
 BENCH_VENV := .bench-venv
 BENCH_STAMP := $(BENCH_VENV)/.installed
-$(BENCH_STAMP): pyproject.toml setup.py
+$(BENCH_STAMP): pyproject.toml setup.py $(wildcard src/cuforge/_native/*.c)
 	test -x $(BENCH_VENV)/bin/python || $(PYTHON) -m venv $(BENCH_VENV)
 	$(BENCH_VENV)/bin/python -m pip install -q --upgrade pip
 	$(BENCH_VENV)/bin/python -m pip install -q -e . 'cuda-core==1.2.2' numpy

@@ -1,17 +1,20 @@
-"""Build + instantiate + launch(+sync) of a 1,000-kernel-node graph: cuforge vs cuda.core.
+"""Build, instantiate, launch(+sync) and destroy a 1,000-kernel-node graph: cuforge vs cuda.core.
 
-Run on a GPU machine: ``python benchmarks/bench_graph.py [--nodes 1000] [--reps 20]``.
-Prints the median of each phase for both libraries and cuforge's time as a ratio of
-cuda.core's (<= 1.0x is the target). The cuda.core column is skipped, with a note,
-when cuda.core (or its explicit graph API) cannot be imported.
+Run on a GPU machine: ``python benchmarks/bench_graph.py [--nodes 1000] [--rounds 15]``.
+Each round times every phase once for each library, alternating libraries so that
+drift in clocks or host load hits both alike. Objects made in a round are kept
+until its timings are taken, so no phase pays for destroying the previous round's
+graph (that cost is the separate ``destroy`` phase). Prints medians and cuforge's
+time as a ratio of cuda.core's (<= 1.0x is the target for build, instantiate and
+launch+sync). The cuda.core column is skipped, with a note, when it cannot run.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import statistics
 import time
-from collections.abc import Callable
 from typing import Any
 
 SRC = r"""
@@ -20,73 +23,98 @@ extern "C" __global__ void add_one(int *a, long long n) {
     if (i < n) a[i] += 1;
 }
 """
+PHASES = ("build", "instantiate", "launch+sync", "destroy")
 
 
-def _time(fn: Callable[[], Any], reps: int) -> tuple[float, Any]:
-    samples, out = [], None
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        out = fn()
-        samples.append(time.perf_counter() - t0)
-    return statistics.median(samples) * 1e3, out
+class Subject:
+    """One library's graph workload, timed one phase at a time."""
 
+    def __init__(self, mod: Any, gdef_cls: Any, dev: Any, n: int) -> None:
+        dev.set_current()
+        self.dev = dev
+        arch = "sm_" + "".join(str(x) for x in dev.compute_capability)
+        code = mod.Program(SRC, "c++", mod.ProgramOptions(arch=arch)).compile("cubin")
+        self.kernel = code.get_kernel("add_one")
+        self.stream = dev.create_stream()
+        self.buf = dev.allocate(4, stream=self.stream)
+        self.stream.sync()
+        self.config = mod.LaunchConfig(grid=1, block=1)
+        self.gdef_cls = gdef_cls
+        self.n = n
+        self.samples: dict[str, list[float]] = {p: [] for p in PHASES}
+        self._close(*self._round())  # warm-up: argument plans, kernel handles, pools
 
-def _phases(mod: Any, gdef_cls: Any, dev: Any, n: int, reps: int) -> dict[str, float]:
-    arch = "sm_" + "".join(str(x) for x in dev.compute_capability)
-    code = mod.Program(SRC, "c++", mod.ProgramOptions(arch=arch)).compile("cubin")
-    kernel = code.get_kernel("add_one")
-    stream = dev.create_stream()
-    buf = dev.allocate(4, stream=stream)
-    stream.sync()
-    config = mod.LaunchConfig(grid=1, block=1)
-
-    def build() -> Any:
-        g = gdef_cls()
+    def _build(self) -> Any:
+        g = self.gdef_cls()
+        config, kernel, buf = self.config, self.kernel, self.buf
         node = g.launch(config, kernel, buf, 1)
-        for _ in range(n - 1):
+        for _ in range(self.n - 1):
             node = node.launch(config, kernel, buf, 1)
         return g
 
-    build()  # warm caches (argument plans, kernel handles)
-    t_build, g = _time(build, reps)
-    t_inst, exe = _time(g.instantiate, reps)
-    exe.launch(stream)
-    stream.sync()
+    def _round(self) -> tuple[Any, Any, dict[str, float]]:
+        t: dict[str, float] = {}
+        t0 = time.perf_counter()
+        g = self._build()
+        t1 = time.perf_counter()
+        exe = g.instantiate()
+        t2 = time.perf_counter()
+        exe.launch(self.stream)  # first launch uploads; time the steady state
+        self.stream.sync()
+        t3 = time.perf_counter()
+        exe.launch(self.stream)
+        self.stream.sync()
+        t4 = time.perf_counter()
+        t["build"], t["instantiate"], t["launch+sync"] = t1 - t0, t2 - t1, t4 - t3
+        return g, exe, t
 
-    def run() -> None:
-        exe.launch(stream)
-        stream.sync()
+    def _close(self, g: Any, exe: Any, t: dict[str, float]) -> float:
+        t0 = time.perf_counter()
+        exe.close()
+        # cuda.core's GraphDefinition has no close(): dropping it destroys the graph.
+        getattr(g, "close", lambda: None)()
+        del g, exe
+        return time.perf_counter() - t0
 
-    t_launch, _ = _time(run, reps)
-    return {"build": t_build, "instantiate": t_inst, "launch+sync": t_launch}
+    def run_round(self) -> None:
+        self.dev.set_current()
+        gc.collect()
+        g, exe, t = self._round()
+        t["destroy"] = self._close(g, exe, t)
+        for phase, seconds in t.items():
+            self.samples[phase].append(seconds * 1e3)
+
+    def medians(self) -> dict[str, float]:
+        return {p: statistics.median(v) for p, v in self.samples.items()}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--nodes", type=int, default=1000)
-    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=15)
     args = ap.parse_args()
 
     import cuforge
     from cuforge.graph import GraphDefinition
 
-    dev = cuforge.Device(0)
-    dev.set_current()
-    ours = _phases(cuforge, GraphDefinition, dev, args.nodes, args.reps)
-    theirs: dict[str, float] | None = None
+    subjects = {"cuforge": Subject(cuforge, GraphDefinition, cuforge.Device(0), args.nodes)}
     note = ""
     try:
         import cuda.core as cc
         from cuda.core.graph import GraphDefinition as CCGraphDefinition
 
-        cdev = cc.Device(0)
-        cdev.set_current()
-        theirs = _phases(cc, CCGraphDefinition, cdev, args.nodes, args.reps)
+        subjects["cuda.core"] = Subject(cc, CCGraphDefinition, cc.Device(0), args.nodes)
         note = f"cuda.core {getattr(cc, '__version__', '?')}"
     except Exception as exc:  # the peer is optional: report why its column is empty
         note = f"cuda.core column skipped: {type(exc).__name__}: {exc}"
 
-    print(f"{args.nodes}-kernel-node graph, median of {args.reps} (ms); {note}")
+    for _ in range(args.rounds):
+        for s in subjects.values():
+            s.run_round()
+
+    ours = subjects["cuforge"].medians()
+    theirs = subjects["cuda.core"].medians() if "cuda.core" in subjects else None
+    print(f"{args.nodes}-kernel-node graph, median of {args.rounds} rounds (ms); {note}")
     print(f"{'phase':<14}{'cuforge':>10}{'cuda.core':>12}{'ratio':>8}")
     for phase, ms in ours.items():
         if theirs:

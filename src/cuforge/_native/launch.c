@@ -8,7 +8,14 @@
  * costs one vectorcall and one driver call; the GIL is released around the
  * driver call, as cuda-bindings does, because a full launch queue blocks.
  *
- * No CUDA header is included: the signature below is cuLaunchKernel's ABI.
+ * add_kernel_node(entry, graph, dep, kernel, ctx, dims, params) does the same for a
+ * graph kernel node: it calls cuGraphAddKernelNode (the v12000 entry point, which
+ * takes CUDA_KERNEL_NODE_PARAMS_v2) with at most one dependency and returns
+ * (CUresult, node address).  ``dims`` is the 7-tuple (gx, gy, gz, bx, by, bz,
+ * shmem); ``kernel`` is a CUkernel, run in context ``ctx`` (0: the current one).  The driver copies
+ * the parameter struct and the argument values during the call.
+ *
+ * No CUDA header is included: the signatures and the struct below are the ABI.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -16,6 +23,20 @@
 typedef int (*launch_kernel_fn)(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                                 unsigned by, unsigned bz, unsigned shmem, void *stream,
                                 void **params, void **extra);
+
+typedef struct {
+    void *func;
+    unsigned grid[3];
+    unsigned block[3];
+    unsigned shmem;
+    void **kernel_params;
+    void **extra;
+    void *kern;
+    void *ctx;
+} kernel_node_params_v2;
+
+typedef int (*add_kernel_node_fn)(void **node, void *graph, void *const *deps, size_t ndeps,
+                                  const kernel_node_params_v2 *params);
 
 static int as_uint(PyObject *obj, unsigned *out) {
     unsigned long v = PyLong_AsUnsignedLong(obj);
@@ -57,7 +78,42 @@ static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return PyLong_FromLong(result);
 }
 
+static PyObject *add_kernel_node(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 7 || !PyTuple_Check(args[5]) || PyTuple_GET_SIZE(args[5]) != 7) {
+        PyErr_SetString(PyExc_TypeError,
+                        "add_kernel_node(entry, graph, dep, kernel, ctx, dims 7-tuple, params)");
+        return NULL;
+    }
+    void *entry, *graph, *dep, *kern, *ctx, *params;
+    if (as_ptr(args[0], &entry) || as_ptr(args[1], &graph) || as_ptr(args[2], &dep) ||
+        as_ptr(args[3], &kern) || as_ptr(args[4], &ctx) || as_ptr(args[6], &params))
+        return NULL;
+    if (entry == NULL) {
+        PyErr_SetString(PyExc_ValueError, "no cuGraphAddKernelNode entry point");
+        return NULL;
+    }
+    kernel_node_params_v2 p = {0};
+    unsigned dims[7];
+    for (int i = 0; i < 7; i++)
+        if (as_uint(PyTuple_GET_ITEM(args[5], i), &dims[i])) return NULL;
+    p.grid[0] = dims[0], p.grid[1] = dims[1], p.grid[2] = dims[2];
+    p.block[0] = dims[3], p.block[1] = dims[4], p.block[2] = dims[5];
+    p.shmem = dims[6];
+    p.kernel_params = (void **)params;
+    p.kern = kern;
+    p.ctx = ctx;
+    void *node = NULL;
+    int result;
+    Py_BEGIN_ALLOW_THREADS
+    result = ((add_kernel_node_fn)entry)(&node, graph, dep ? &dep : NULL, dep ? 1 : 0, &p);
+    Py_END_ALLOW_THREADS
+    return Py_BuildValue("(iN)", result, PyLong_FromVoidPtr(node));
+}
+
 static PyMethodDef methods[] = {
+    {"add_kernel_node", (PyCFunction)(void (*)(void))add_kernel_node, METH_FASTCALL,
+     "add_kernel_node(entry, graph, dep, kernel, ctx, dims, params) -> (CUresult, node)"},
     {"launch", (PyCFunction)(void (*)(void))launch, METH_FASTCALL,
      "launch(entry, function, gx, gy, gz, bx, by, bz, shmem, stream, params) -> CUresult"},
     {NULL, NULL, 0, NULL},
@@ -65,7 +121,7 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "cuforge._native._launch",
-    "Kernel launch through the driver's cuLaunchKernel entry point.", -1, methods,
+    "Kernel launches and kernel nodes through the driver's entry points.", -1, methods,
 };
 
 PyMODINIT_FUNC PyInit__launch(void) { return PyModule_Create(&module); }

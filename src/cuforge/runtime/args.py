@@ -127,7 +127,7 @@ def _handler_for(tp: type) -> _Handler | None:
 class _Plan:
     """How to pack one tuple of argument types (compiled to a small function)."""
 
-    __slots__ = ("__weakref__", "codes", "fmt", "pack", "raw", "sizes")
+    __slots__ = ("__weakref__", "codes", "fill", "fmt", "nbytes", "pack", "raw", "sizes")
 
     def __init__(self, types: Sequence[type]) -> None:
         n = len(types)
@@ -178,6 +178,12 @@ class _Plan:
             f"    b = _addr(buf)\n"
             f"    _pack_into(buf, 0, {ptrs}, {', '.join(values)})\n"
             f"    return b, buf\n"
+            # Graph nodes' variant: into the caller's memory at address b (the driver
+            # copies it during the add call); returns only what must be kept alive.
+            f"def fill(args, buf, b):\n"
+            f"    {names}, = args\n"
+            f"    _pack_into(buf, 0, {ptrs}, {', '.join(values)})\n"
+            f"    return {owner_tuple}\n"
         )
         env: dict[str, Any] = {
             "_new": ctypes.c_char * offset,
@@ -192,6 +198,8 @@ class _Plan:
         exec(compile(src, f"<cuforge pack_args {self.fmt}>", "exec"), env)
         self.pack: Callable[[Sequence[Any]], PackedArgs] = env["pack"]
         self.raw: Callable[[Sequence[Any]], tuple[int, Any]] = env["raw"]
+        self.fill: Callable[[Sequence[Any], Any, int], tuple[Any, ...]] = env["fill"]
+        self.nbytes = offset
 
 
 _plans: dict[tuple[type, ...], _Plan] = {}
