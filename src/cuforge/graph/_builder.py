@@ -44,10 +44,10 @@ PRIMARY, FORKED, BODY = "primary", "forked", "conditional body"
 INIT, BUILDING, BUILT, CLOSED = "not started", "building", "built", "closed"
 
 
-def _new_stream() -> driver.CUstream:
-    ops.current_context()
+def _new_stream(ctx: driver.CUcontext) -> driver.CUstream:
     flags = driver.CUstream_flags.CU_STREAM_NON_BLOCKING
-    return check(driver.cuStreamCreate(flags), "cuStreamCreate")
+    with ops.in_context(ctx):
+        return check(driver.cuStreamCreate(flags), "cuStreamCreate")
 
 
 class GraphBuilder:
@@ -57,6 +57,7 @@ class GraphBuilder:
         "__weakref__",
         "_bodies",
         "_body_state",
+        "_ctx",
         "_kind",
         "_own_streams",
         "_pending",
@@ -82,7 +83,12 @@ class GraphBuilder:
         primary: GraphBuilder | None = None,
         pending: list[tuple[Any, ...]] | None = None,
     ) -> None:
-        ops.stream_handle(stream)  # TypeError early for non-streams
+        handle = ops.stream_handle(stream)  # TypeError early for non-streams
+        # The builder's graphs belong to its stream's context (see GraphState).
+        if primary is not None:
+            self._ctx = primary._ctx
+        else:
+            self._ctx = check(driver.cuStreamGetCtx(handle), "cuStreamGetCtx")
         self._kind = kind
         self._stream = stream
         self._phase = INIT if kind != FORKED else BUILDING
@@ -164,7 +170,7 @@ class GraphBuilder:
             for owners in pending:
                 self._body_state.add_bundle(owners)
         else:
-            self._state = GraphState(graph)
+            self._state = GraphState(graph, ctx=self._ctx)
             self._state.pending.extend(pending)
             for body in self._bodies:
                 body.parent = self._state
@@ -212,6 +218,12 @@ class GraphBuilder:
         """Capture ``child`` as a child-graph node (CUDA copies it with its owners)."""
         self._require(BUILDING)
         child._state.check_open()
+        if int(self._ctx) != child._state.ctx_int:
+            raise ValueError(
+                f"embed(child): it belongs to device {child._state.device_id} (context "
+                f"{child._state.ctx_int:#x}) but this builder captures in context "
+                f"{int(self._ctx):#x}; a cuforge graph runs on one device"
+            )
         child._state.flush()
         graph, deps = self._capture_info()
         node = check(driver.cuGraphAddChildGraphNode(graph, deps, len(deps), child._state.handle),
@@ -226,7 +238,7 @@ class GraphBuilder:
         root = self._root()
         out = [self]
         for _ in range(count - 1):
-            s = _new_stream()
+            s = _new_stream(self._ctx)
             root._own_streams.append(s)
             _fork_wait(self.handle, s)
             out.append(GraphBuilder._child(FORKED, s, root, self._pending))
@@ -239,7 +251,14 @@ class GraphBuilder:
             raise ValueError("join needs at least one builder")
         first = builders[0]
         for b in builders:
+            if not isinstance(b, GraphBuilder):
+                raise TypeError(f"join expects GraphBuilders, got {type(b).__name__}")
             b._require(BUILDING)
+            if b._root() is not first._root():
+                raise ValueError(
+                    "join: every builder must come from the same capture (split() of one "
+                    "builder); builders of separate captures or devices cannot be joined"
+                )
         for b in builders[1:]:
             _fork_wait(b.handle, first.handle)
             if b._kind == FORKED:
@@ -250,7 +269,7 @@ class GraphBuilder:
         """A condition for a conditional node of the graph being captured."""
         self._require(BUILDING)
         graph, _ = self._capture_info()
-        return create_condition(GraphState(graph, owned=False), default_value)
+        return create_condition(GraphState(graph, owned=False, ctx=self._ctx), default_value)
 
     def _conditional(self, cond: Condition, kind: Any, size: int) -> tuple[GraphBuilder, ...]:
         self._require(BUILDING)
@@ -262,18 +281,18 @@ class GraphBuilder:
         p.conditional.handle = cond.handle
         p.conditional.type = kind
         p.conditional.size = size
-        p.conditional.ctx = ops.current_context()
+        p.conditional.ctx = self._ctx
         node = check(driver.cuGraphAddNode(graph, deps, None, len(deps), p),
                      "cuGraphAddNode(conditional)")  # fmt: skip
         self._insert(node)
         root = self._root()
         out = []
         for g in list(p.conditional.phGraph_out)[:size]:
-            s = _new_stream()
+            s = _new_stream(self._ctx)
             root._own_streams.append(s)
             body = GraphBuilder._child(BODY, s, root)
             parent = self._body_state if self._kind == BODY else None
-            body._body_state = GraphState(g, parent=parent, owned=False)
+            body._body_state = GraphState(g, parent=parent, owned=False, ctx=self._ctx)
             if parent is None:
                 root._bodies.append(body._body_state)
             out.append(body)

@@ -93,7 +93,7 @@ def create_condition(state: GraphState, default_value: int | None) -> Condition:
     flags = 0 if default_value is None else 1  # CU_GRAPH_COND_ASSIGN_DEFAULT
     handle = check(
         driver.cuGraphConditionalHandleCreate(
-            state.handle, ops.current_context(), int(default_value or 0), flags
+            state.handle, state.ctx, int(default_value or 0), flags
         ),
         "cuGraphConditionalHandleCreate",
     )
@@ -106,9 +106,11 @@ class GraphDefinition(_Adder):
     __slots__ = ("__weakref__", "_state")
 
     def __init__(self) -> None:
+        """An empty graph for the device whose context is current on this thread."""
         ensure_initialized()
+        ctx = ops.current_context()
         graph = check(driver.cuGraphCreate(0), "cuGraphCreate")
-        self._state = GraphState(graph)
+        self._state = GraphState(graph, ctx=ctx)
 
     @classmethod
     def _wrap(cls, state: GraphState) -> GraphDefinition:
@@ -116,7 +118,7 @@ class GraphDefinition(_Adder):
         self._state = state
         return self
 
-    def _target(self) -> tuple[GraphState, list[driver.CUgraphNode]]:
+    def _target(self) -> tuple[GraphState, list[int]]:
         self._state.check_open()
         return self._state, []
 
@@ -133,7 +135,7 @@ class GraphDefinition(_Adder):
         for n in nodes:
             if not isinstance(n, GraphNode):
                 raise TypeError(f"join expects graph nodes, got {type(n).__name__}")
-            if n._state.handle is not state.handle and int(n._state.handle) != int(state.handle):
+            if n._state.handle_int != state.handle_int:
                 raise ValueError("join: every node must belong to this graph")
             deps.append(n._handle)
         node = check(driver.cuGraphAddEmptyNode(state.handle, deps, len(deps)), "cuGraphAddEmptyNode")  # fmt: skip  # noqa: E501
@@ -172,7 +174,7 @@ class GraphDefinition(_Adder):
         self._state.check_open()
         self._state.flush()
         graph = check(driver.cuGraphClone(self._state.handle), "cuGraphClone")
-        return GraphDefinition._wrap(GraphState(graph))
+        return GraphDefinition._wrap(GraphState(graph, ctx=self._state.ctx))
 
     def instantiate(self, options: GraphCompleteOptions | None = None) -> Any:
         """Create an executable :class:`Graph` from the current contents."""

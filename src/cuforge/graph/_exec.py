@@ -36,6 +36,7 @@ from cuforge.graph._nodes import (
 )
 from cuforge.graph._state import GraphState
 from cuforge.runtime.errors import CUDAError, check, error_for
+from cuforge.runtime.stream import Stream
 
 _SUCCESS = driver.CUresult.CUDA_SUCCESS
 _MOVE = driver.CUuserObjectRetain_flags.CU_GRAPH_USER_OBJECT_MOVE
@@ -65,7 +66,7 @@ def _with_accumulator(state: GraphState, action: Any) -> tuple[Any, int, dict]:
 class Graph:
     """An executable graph: ``launch`` it on a stream; update nodes through ``graph[node]``."""
 
-    __slots__ = ("__weakref__", "_acc", "_acc_token", "_event", "_handle", "_source")
+    __slots__ = ("__weakref__", "_acc", "_acc_token", "_device_id", "_event", "_handle", "_source")
 
     def __init__(self) -> None:
         raise TypeError("use GraphDefinition.instantiate() or GraphBuilder.complete()")
@@ -84,6 +85,7 @@ class Graph:
         self._event = None
         # Exec node calls name nodes of the graph this was instantiated from: keep it.
         self._source = state
+        self._device_id = state.device_id
         upload = getattr(options, "upload_stream", None)
         if upload is not None:
             self.upload(upload)
@@ -96,7 +98,17 @@ class Graph:
         return self._handle
 
     def launch(self, stream: Any) -> None:
-        """Enqueue one run on ``stream`` (ordered after previous launches of this graph)."""
+        """Enqueue one run on ``stream`` (ordered after previous launches of this graph).
+
+        ValueError if ``stream`` is a cuforge Stream of another device.
+        """
+        if type(stream) is Stream:
+            dev = stream._device
+            if dev is not None and dev._id != self._device_id:
+                raise ValueError(
+                    f"launch: the stream belongs to device {dev._id} but this graph to "
+                    f"device {self._device_id}"
+                )
         s = ops.stream_handle(stream)
         check(driver.cuGraphLaunch(self.handle, s), "cuGraphLaunch")
         ev = self._event
@@ -126,6 +138,8 @@ class Graph:
         On failure the graph is unchanged and CUDAError names the driver's reason.
         """
         state = definition._state
+        if self._source is not None:
+            self._source.require_same_context(state, "update(definition)")
         info: list[Any] = []
 
         def go() -> None:
@@ -190,7 +204,7 @@ class ExecNode:
 
     @property
     def enabled(self) -> bool:
-        self._graph._source.check_open()
+        self._live_source()
         res = check(driver.cuGraphNodeGetEnabled(self._graph.handle, self._node._handle),
                     "cuGraphNodeGetEnabled")  # fmt: skip
         return bool(res)
@@ -206,13 +220,17 @@ class ExecNode:
     def disable(self) -> None:
         self.enabled = False
 
-    def _apply(self, setter: Any, params: Any, owners: tuple[Any, ...], *extra: Any) -> None:
+    def _live_source(self) -> GraphState:
         source = self._graph._source
         if source is None or source.closed:
             raise ValueError(
                 "node updates need the definition this graph was instantiated from, "
-                "and it was closed"
+                "and it (or this graph) was closed"
             )
+        return source
+
+    def _apply(self, setter: Any, params: Any, owners: tuple[Any, ...], *extra: Any) -> None:
+        self._live_source()
         # The owners are recorded only after the driver accepted the parameters: a
         # refused update leaves the exec and its accumulator exactly as they were.
         check(setter(self._graph.handle, self._node._handle, params, *extra), setter.__name__)
@@ -223,12 +241,19 @@ class ExecKernelNode(ExecNode):
     __slots__ = ()
 
     def update(self, config: Any, kernel: Any, *args: Any) -> None:
+        self._live_source()  # the node must still exist before the driver is asked about it
         p, owners = ops.kernel_params(config, kernel, args)
+        if ops.config_launch_attributes(config) != ops.node_launch_attributes(self._node._handle):
+            raise ValueError(
+                "an executable-graph update cannot change a kernel node's cluster dims or "
+                "cooperative flag: update the definition's node and call Graph.update(definition)"
+            )
         if hasattr(kernel, "function"):
             # Executable-graph updates take the function of the current context (the
             # node's own); the CUkernel form is only for adding nodes.
             p.kern = None
-            p.func = kernel.function()
+            with ops.in_context(self._live_source().ctx):
+                p.func = kernel.function()
         self._apply(driver.cuGraphExecKernelNodeSetParams, p, owners)
 
 
@@ -238,7 +263,7 @@ class ExecMemcpyNode(ExecNode):
     def update(self, dst: Any, src: Any, size: int, *, dst_owner: Any = None,
                src_owner: Any = None) -> None:  # fmt: skip
         p, owners = MemcpyNode._params(dst, src, size, dst_owner, src_owner)
-        self._apply(driver.cuGraphExecMemcpyNodeSetParams, p, owners, ops.current_context())
+        self._apply(driver.cuGraphExecMemcpyNodeSetParams, p, owners, self._live_source().ctx)
 
 
 class ExecMemsetNode(ExecNode):
@@ -247,7 +272,7 @@ class ExecMemsetNode(ExecNode):
     def update(self, dst: Any, value: Any, width: int, height: int = 1, pitch: int = 0, *,
                dst_owner: Any = None) -> None:  # fmt: skip
         p, owners = MemsetNode._params(dst, value, width, height, pitch, dst_owner)
-        self._apply(driver.cuGraphExecMemsetNodeSetParams, p, owners, ops.current_context())
+        self._apply(driver.cuGraphExecMemsetNodeSetParams, p, owners, self._live_source().ctx)
 
 
 class ExecHostCallbackNode(ExecNode):
@@ -278,6 +303,7 @@ class ExecChildGraphNode(ExecNode):
     def update(self, child: Any) -> None:
         """Copy ``child``'s parameters in; CUDA swaps in child's owner references."""
         child._state.check_open()
+        self._live_source().require_same_context(child._state, "update(child)")
         child._state.flush()
         self._apply(driver.cuGraphExecChildGraphNodeSetParams, child._state.handle, ())
 

@@ -13,13 +13,19 @@ node is added and nothing is retained.
 
 from __future__ import annotations
 
+import struct
 from typing import TYPE_CHECKING, Any
 
 from cuda.bindings import driver
 
+from cuforge._native._launch import add_kernel_node as _c_add
 from cuforge.graph import _operands as ops
 from cuforge.graph._state import GraphState
+from cuforge.runtime.args import plan_for
 from cuforge.runtime.errors import check, error_for
+from cuforge.runtime.launch import LaunchConfig, _validate_plan
+from cuforge.runtime.memory import Buffer
+from cuforge.runtime.module import Kernel
 
 if TYPE_CHECKING:
     from cuforge.graph._definition import Condition, GraphDefinition
@@ -27,6 +33,7 @@ if TYPE_CHECKING:
 _SUCCESS = driver.CUresult.CUDA_SUCCESS
 _T = driver.CUgraphNodeType
 _COND = driver.CUgraphConditionalNodeType
+_CLONE = driver.CUgraphChildGraphNodeOwnership.CU_GRAPH_CHILD_GRAPH_OWNERSHIP_CLONE
 
 
 def _commit(state: GraphState, node: driver.CUgraphNode, owners: tuple[Any, ...]) -> None:
@@ -35,6 +42,98 @@ def _commit(state: GraphState, node: driver.CUgraphNode, owners: tuple[Any, ...]
     except BaseException:
         driver.cuGraphDestroyNode(node)
         raise
+
+
+_add_entry: int | None = None  # cuGraphAddKernelNode's address; 0 when unavailable
+
+
+def _resolve_add_entry() -> int:
+    global _add_entry
+    try:
+        flags = driver.CUdriverProcAddress_flags.CU_GET_PROC_ADDRESS_DEFAULT
+        err, pfn, _status = driver.cuGetProcAddress(b"cuGraphAddKernelNode", 12000, flags)
+        entry = int(pfn) if err == _SUCCESS and pfn else 0
+    except Exception:
+        entry = 0
+    _add_entry = entry
+    return entry
+
+
+def _add_kernel_node(
+    state: GraphState, dep: int, config: Any, kernel: Any, args: tuple[Any, ...]
+) -> KernelNode:
+    """Add a kernel node after node address ``dep`` (0: none) and record its owners.
+
+    The common case (a plain LaunchConfig and a cuforge Kernel) packs the arguments
+    into the graph's scratch memory and adds the node with one C call; everything
+    else goes through cuda.bindings. Like every CUgraph, a definition must not be
+    modified from two threads at once (the scratch memory relies on that too).
+    """
+    if type(config) is not LaunchConfig or type(kernel) is not Kernel:
+        return _add_kernel_node_generic(state, [dep] if dep else [], config, kernel, args)
+    plain = config._plain
+    entry = _add_entry if _add_entry is not None else _resolve_add_entry()
+    if plain is None or not entry:
+        return _add_kernel_node_generic(state, [dep] if dep else [], config, kernel, args)
+    if args:
+        plan = plan_for(args)
+        if plan.nbytes > state.scratch_size:
+            state.grow_scratch(plan.nbytes)
+        try:
+            held = plan.fill(args, state.scratch, state.scratch_addr)
+        except struct.error:  # unsigned 64-bit values and overflow: pack_args sorts them out
+            return _add_kernel_node_generic(state, [dep] if dep else [], config, kernel, args)
+        params = state.scratch_addr
+    else:
+        plan, held, params = None, (), 0
+    if plan not in kernel._checked:
+        _validate_plan(kernel, plan, len(args))
+    err, node = _c_add(entry, state.handle_int, dep, kernel._function_int, state.ctx_int,
+                       plain, params)  # fmt: skip
+    if err:
+        raise error_for(driver.CUresult(err), "cuGraphAddKernelNode")
+    # held: the allocations of Buffer arguments and the arrays passed by pointer
+    # (a Buffer's close() must not free them); args: everything else passed.
+    owners = (kernel, args, held)
+    if state.owned:
+        state.pending.append(owners)
+    else:
+        _commit(state, driver.CUgraphNode(node), owners)
+    out = object.__new__(KernelNode)
+    out._state = state
+    out._h = node
+    return out
+
+
+def _add_kernel_node_generic(
+    state: GraphState, deps: list[int], config: Any, kernel: Any, args: tuple[Any, ...]
+) -> KernelNode:
+    p, owners = ops.kernel_params(config, kernel, args)
+    if int(p.kern):
+        p.ctx = state.ctx  # run in the graph's context whatever is current
+    dep_objs = [driver.CUgraphNode(d) for d in deps]
+    node = check(driver.cuGraphAddKernelNode(state.handle, dep_objs, len(dep_objs), p),
+                 "cuGraphAddKernelNode")  # fmt: skip
+    try:
+        ops.set_kernel_node_attributes(node, config)
+    except BaseException:
+        driver.cuGraphDestroyNode(node)
+        raise
+    _commit(state, node, owners)
+    return KernelNode._wrap(state, node)
+
+
+def _same_device(state: GraphState, obj: Any, what: str) -> None:
+    """ValueError if ``obj`` (a Buffer or Event) lives on another device than the graph."""
+    if isinstance(obj, Buffer):
+        dev = None if obj.is_closed else obj.device_id
+    else:
+        dev = getattr(getattr(obj, "_device", None), "device_id", None)
+    if dev is not None and dev != state.device_id:
+        raise ValueError(
+            f"{what}: it belongs to device {dev} but this graph to device {state.device_id}; "
+            "a cuforge graph runs on one device"
+        )
 
 
 def _query_nodes(fn: Any, *args: Any) -> list[driver.CUgraphNode]:
@@ -49,39 +148,37 @@ class _Adder:
 
     __slots__ = ()
 
-    def _target(self) -> tuple[GraphState, list[driver.CUgraphNode]]:
+    def _target(self) -> tuple[GraphState, list[int]]:
+        """The graph to add to and the addresses of the new node's dependencies."""
         raise NotImplementedError
 
-    def _add(self, cls: type[GraphNode], fn: Any, *args: Any, owners: tuple[Any, ...] = ()):
+    def _add(
+        self, cls: type[GraphNode], fn: Any, *args: Any, owners: tuple[Any, ...] = (),
+        in_context: bool = False,
+    ):  # fmt: skip
         state, deps = self._target()
-        node = check(fn(state.handle, deps, len(deps), *args), fn.__name__)
+        if in_context:
+            args = (*args, state.ctx)
+        dep_objs = [driver.CUgraphNode(d) for d in deps]
+        node = check(fn(state.handle, dep_objs, len(dep_objs), *args), fn.__name__)
         _commit(state, node, owners)
         return cls._wrap(state, node)
 
     def launch(self, config: Any, kernel: Any, *args: Any) -> KernelNode:
-        """Add a kernel node; retains the kernel, ``args`` and their allocations."""
-        # The hot path of graph building: the generic _add, inlined.
+        """Add a kernel node; retains the kernel, ``args`` and their allocations.
+
+        Cluster and cooperative configs become the node's launch attributes.
+        """
         state, deps = self._target()
-        p, owners = ops.kernel_params(config, kernel, args)
-        err, node = driver.cuGraphAddKernelNode(state.handle, deps, len(deps), p)
-        if err != _SUCCESS:
-            raise error_for(err, "cuGraphAddKernelNode")
-        if state.owned:
-            state.pending.append(owners)
-        else:
-            _commit(state, node, owners)
-        out = object.__new__(KernelNode)
-        out._state = state
-        out._handle = node
-        return out
+        return _add_kernel_node(state, deps[0] if deps else 0, config, kernel, args)
 
     def memcpy(
         self, dst: Any, src: Any, size: int, *, dst_owner: Any = None, src_owner: Any = None
     ) -> MemcpyNode:
         """Add a 1-D copy of ``size`` bytes; Buffer operands are retained, ints are not."""
         p, owners = MemcpyNode._params(dst, src, size, dst_owner, src_owner)
-        return self._add(MemcpyNode, driver.cuGraphAddMemcpyNode, p, ops.current_context(),
-                         owners=owners)  # fmt: skip
+        return self._add(MemcpyNode, driver.cuGraphAddMemcpyNode, p, owners=owners,
+                         in_context=True)  # fmt: skip
 
     def memset(
         self, dst: Any, value: Any, width: int, height: int = 1, pitch: int = 0, *,
@@ -89,8 +186,9 @@ class _Adder:
     ) -> MemsetNode:  # fmt: skip
         """Add a memset of ``width`` x ``height`` elements (element size from ``value``)."""
         p, owners = MemsetNode._params(dst, value, width, height, pitch, dst_owner)
-        return self._add(MemsetNode, driver.cuGraphAddMemsetNode, p, ops.current_context(),
-                         owners=owners)  # fmt: skip
+        _same_device(self._target()[0], dst, "memset dst")
+        return self._add(MemsetNode, driver.cuGraphAddMemsetNode, p, owners=owners,
+                         in_context=True)  # fmt: skip
 
     def callback(self, fn: Any, *, user_data: Any = None) -> HostCallbackNode:
         """Add a host node running ``fn``; retains fn and a private copy of user_data."""
@@ -99,6 +197,7 @@ class _Adder:
 
     def record(self, event: Any) -> EventRecordNode:
         """Add an event-record node; retains the event."""
+        _same_device(self._target()[0], event, "record(event)")
         return self._add(EventRecordNode, driver.cuGraphAddEventRecordNode,
                          ops.event_handle(event), owners=(event,))  # fmt: skip
 
@@ -110,6 +209,7 @@ class _Adder:
     def embed(self, child: GraphDefinition) -> ChildGraphNode:
         """Add a child-graph node: CUDA copies ``child`` together with its owners."""
         child._state.check_open()
+        self._target()[0].require_same_context(child._state, "embed(child)")
         child._state.flush()
         return self._add(ChildGraphNode, driver.cuGraphAddChildGraphNode, child._state.handle)
 
@@ -122,13 +222,14 @@ class _Adder:
         state, deps = self._target()
         dev_id = getattr(device, "device_id", device)
         if dev_id is None:
-            dev_id = int(check(driver.cuCtxGetDevice(), "cuCtxGetDevice"))
+            dev_id = state.device_id
         p = driver.CUDA_MEM_ALLOC_NODE_PARAMS()
         p.poolProps.allocType = driver.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
         p.poolProps.location.type = driver.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
         p.poolProps.location.id = int(dev_id)
         p.bytesize = int(size)
-        node = check(driver.cuGraphAddMemAllocNode(state.handle, deps, len(deps), p),
+        dep_objs = [driver.CUgraphNode(d) for d in deps]
+        node = check(driver.cuGraphAddMemAllocNode(state.handle, dep_objs, len(dep_objs), p),
                      "cuGraphAddMemAllocNode")  # fmt: skip
         return AllocNode._wrap(state, node)
 
@@ -148,8 +249,9 @@ class _Adder:
         p.conditional.handle = cond.handle
         p.conditional.type = kind
         p.conditional.size = size
-        p.conditional.ctx = ops.current_context()
-        node = check(driver.cuGraphAddNode(state.handle, deps, None, len(deps), p),
+        p.conditional.ctx = state.ctx
+        dep_objs = [driver.CUgraphNode(d) for d in deps]
+        node = check(driver.cuGraphAddNode(state.handle, dep_objs, None, len(dep_objs), p),
                      "cuGraphAddNode(conditional)")  # fmt: skip
         bodies = tuple(
             GraphDefinition._wrap(GraphState(g, parent=state))
@@ -180,7 +282,9 @@ class _Adder:
 class GraphNode(_Adder):
     """A node of a graph definition; adding from it makes the new node depend on it."""
 
-    __slots__ = ("_handle", "_state")
+    # _h: the node's address; _hobj: its CUgraphNode, made on first use (the hot
+    # kernel-node path never needs one).
+    __slots__ = ("_h", "_hobj", "_state")
     _KIND = "node"
 
     def __init__(self) -> None:
@@ -190,12 +294,30 @@ class GraphNode(_Adder):
     def _wrap(cls, state: GraphState, handle: driver.CUgraphNode) -> Any:
         self = object.__new__(cls)
         self._state = state
-        self._handle = handle
+        self._h = int(handle)
+        self._hobj = handle
         return self
 
-    def _target(self) -> tuple[GraphState, list[driver.CUgraphNode]]:
-        self._state.check_open()
-        return self._state, [self._handle]
+    def _target(self) -> tuple[GraphState, list[int]]:
+        state = self._state
+        if state.closed or state.parent is not None:
+            state.check_open()
+        return state, [self._h]
+
+    def launch(self, config: Any, kernel: Any, *args: Any) -> KernelNode:
+        """Add a kernel node depending on this one (see GraphDefinition.launch)."""
+        state = self._state
+        if state.closed or state.parent is not None:
+            state.check_open()
+        return _add_kernel_node(state, self._h, config, kernel, args)
+
+    @property
+    def _handle(self) -> driver.CUgraphNode:
+        try:
+            return self._hobj
+        except AttributeError:  # not made yet (kernel nodes from the C path)
+            h = self._hobj = driver.CUgraphNode(self._h)
+            return h
 
     @property
     def handle(self) -> driver.CUgraphNode:
@@ -233,13 +355,13 @@ class GraphNode(_Adder):
         check(driver.cuGraphDestroyNode(self._handle), "cuGraphDestroyNode")
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, GraphNode) and int(other._handle) == int(self._handle)
+        return isinstance(other, GraphNode) and other._h == self._h
 
     def __hash__(self) -> int:
-        return hash(int(self._handle))
+        return hash(self._h)
 
     def __repr__(self) -> str:
-        return f"<{type(self).__name__} {int(self._handle):#x}>"
+        return f"<{type(self).__name__} {self._h:#x}>"
 
     # Definition-level update: subclasses give _params and _set.
     def _update(self, params: Any, owners: tuple[Any, ...]) -> None:
@@ -255,11 +377,24 @@ class KernelNode(GraphNode):
     __slots__ = ()
 
     def update(self, config: Any, kernel: Any, *args: Any) -> None:
-        """New launch parameters for this node (old owners stay with older versions)."""
-        self._update(*ops.kernel_params(config, kernel, args))
+        """New launch parameters for this node (old owners stay with older versions).
 
-    def _set(self, p: Any) -> None:
+        Cluster dims and the cooperative flag follow ``config``.
+        """
+        self._state.check_open()
+        p, owners = ops.kernel_params(config, kernel, args)
+        if int(p.kern):
+            p.ctx = self._state.ctx
+        current = ops.node_launch_attributes(self._handle)
         check(driver.cuGraphKernelNodeSetParams(self._handle, p), "cuGraphKernelNodeSetParams")
+        ops.set_kernel_node_attributes(self._handle, config, current)
+        self._state.add_bundle(owners)
+
+    @property
+    def launch_attributes(self) -> tuple[tuple[int, int, int], bool]:
+        """(cluster dims, cooperative) as the driver holds them; (0, 0, 0) = no cluster."""
+        self._state.check_open()
+        return ops.node_launch_attributes(self._handle)
 
 
 class MemcpyNode(GraphNode):
@@ -267,9 +402,10 @@ class MemcpyNode(GraphNode):
 
     @staticmethod
     def _params(dst: Any, src: Any, size: int, dst_owner: Any, src_owner: Any):
-        d, downers = ops.resolve_pointer(dst, dst_owner, "memcpy dst")
-        s, sowners = ops.resolve_pointer(src, src_owner, "memcpy src")
-        return ops.memcpy_params(d, s, int(size)), downers + sowners
+        size = int(size)
+        d, downers = ops.resolve_pointer(dst, dst_owner, "memcpy dst", size)
+        s, sowners = ops.resolve_pointer(src, src_owner, "memcpy src", size)
+        return ops.memcpy_params(d, s, size), downers + sowners
 
     def update(self, dst: Any, src: Any, size: int, *, dst_owner: Any = None,
                src_owner: Any = None) -> None:  # fmt: skip
@@ -284,8 +420,11 @@ class MemsetNode(GraphNode):
 
     @staticmethod
     def _params(dst: Any, value: Any, width: int, height: int, pitch: int, dst_owner: Any):
-        d, owners = ops.resolve_pointer(dst, dst_owner, "memset dst")
-        return ops.memset_params(d, value, int(width), int(height), int(pitch)), owners
+        width, height, pitch = int(width), int(height), int(pitch)
+        elem = ops.memset_value(value)[1]
+        extent = (pitch or width * elem) * (height - 1) + width * elem
+        d, owners = ops.resolve_pointer(dst, dst_owner, "memset dst", extent)
+        return ops.memset_params(d, value, width, height, pitch), owners
 
     def update(self, dst: Any, value: Any, width: int, height: int = 1, pitch: int = 0, *,
                dst_owner: Any = None) -> None:  # fmt: skip
@@ -327,6 +466,32 @@ class EventWaitNode(GraphNode):
 
 class ChildGraphNode(GraphNode):
     __slots__ = ()
+
+    def update(self, child: GraphDefinition) -> None:
+        """Make this node run a copy of ``child`` from now on (this definition only).
+
+        The node keeps a private clone of ``child`` (which holds every owner of
+        ``child``) for as long as any version of this graph may run it; older
+        versions keep what they embedded. ValueError if ``child`` is of another
+        device; CUDAError if the driver refuses the new contents.
+        """
+        state = self._state
+        state.check_open()
+        child._state.check_open()
+        state.require_same_context(child._state, "update(child)")
+        child._state.flush()
+        snapshot = check(driver.cuGraphClone(child._state.handle), "cuGraphClone")
+        keep = GraphState(snapshot, ctx=child._state.ctx)
+        p = driver.CUgraphNodeParams()
+        p.type = _T.CU_GRAPH_NODE_TYPE_GRAPH
+        p.graph.graph = snapshot
+        p.graph.ownership = _CLONE
+        try:
+            check(driver.cuGraphNodeSetParams(self._handle, p), "cuGraphNodeSetParams(child)")
+            state.add_bundle((keep,))
+        except BaseException:
+            keep.close()
+            raise
 
 
 class EmptyNode(GraphNode):

@@ -11,8 +11,10 @@ ValueError; nothing is retained when resolution fails.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 from cuda.bindings import driver
@@ -21,6 +23,7 @@ from cuforge._native import _release as _native
 from cuforge.runtime.args import pack_args
 from cuforge.runtime.errors import CUDAError, check
 from cuforge.runtime.launch import validate_args
+from cuforge.runtime.memory import Buffer
 
 _TRAMPOLINE = _native.host_trampoline_address()
 _CFuncPtr = ctypes._CFuncPtr  # base class of every ctypes function pointer type
@@ -36,35 +39,89 @@ def current_context() -> driver.CUcontext:
     return ctx
 
 
-def resolve_pointer(obj: Any, owner: Any, what: str) -> tuple[int, tuple[Any, ...]]:
+@contextlib.contextmanager
+def in_context(ctx: driver.CUcontext) -> Iterator[None]:
+    """Run the block with ``ctx`` current (pushed and popped only if it is not)."""
+    if int(check(driver.cuCtxGetCurrent(), "cuCtxGetCurrent")) == int(ctx):
+        yield
+        return
+    check(driver.cuCtxPushCurrent(ctx), "cuCtxPushCurrent")
+    try:
+        yield
+    finally:
+        driver.cuCtxPopCurrent()
+
+
+def context_device(ctx: driver.CUcontext) -> int:
+    """The device ordinal of ``ctx``."""
+    with in_context(ctx):
+        return int(check(driver.cuCtxGetDevice(), "cuCtxGetDevice"))
+
+
+def resolve_pointer(
+    obj: Any, owner: Any, what: str, nbytes: int = 0
+) -> tuple[int, tuple[Any, ...]]:
     """A device/host address for a copy operand, and what keeps it valid.
 
-    Buffer -> its allocation; ``__cuda_array_interface__`` object -> the object;
-    int -> nothing, unless ``owner`` names something to keep alive.
+    Buffer -> its allocation; an array with ``__cuda_array_interface__`` or
+    ``__dlpack__`` (torch, CuPy) -> the array itself; int -> nothing, unless
+    ``owner`` names something to keep alive. ``nbytes`` is the extent the node
+    touches: more than a Buffer or a contiguous array holds raises ValueError.
     """
     if isinstance(obj, bool):
         raise TypeError(f"{what}: expected a Buffer or an int address, got bool")
     if isinstance(obj, int):
         return obj, (() if owner is None else (owner,))
-    allocation = getattr(obj, "allocation", None)
-    if allocation is not None or hasattr(obj, "allocation"):
-        if owner is not None:
-            raise ValueError(
-                f"{what}: an owner may only accompany a raw int address; "
-                "a Buffer already keeps its allocation alive"
-            )
+    if owner is not None:
+        raise ValueError(
+            f"{what}: an owner may only accompany a raw int address; a "
+            f"{type(obj).__name__} operand is kept alive by the graph itself"
+        )
+    if isinstance(obj, Buffer):
+        allocation = obj._alloc
         if allocation is None:
             raise ValueError(f"{what}: the Buffer is closed")
-        return int(obj.handle), (allocation,)
+        _check_extent(what, nbytes, obj.size)
+        return obj.handle, (allocation,)
     cai = getattr(obj, "__cuda_array_interface__", None)
     if cai is not None:
-        if owner is not None:
-            raise ValueError(f"{what}: an owner may only accompany a raw int address")
+        _check_extent(what, nbytes, _cai_nbytes(cai))
         return int(cai["data"][0]), (obj,)
+    if hasattr(obj, "__dlpack__"):
+        from cuforge.runtime.interop import dlpack_extent
+
+        try:
+            ptr, size = dlpack_extent(obj)
+        except Exception as exc:
+            raise TypeError(f"{what}: {type(obj).__name__} is not CUDA memory ({exc})") from exc
+        _check_extent(what, nbytes, size)
+        return ptr, (obj,)
     raise TypeError(
-        f"{what}: expected a Buffer, an object with __cuda_array_interface__, or an int "
-        f"address, got {type(obj).__name__}"
+        f"{what}: expected a Buffer, an array with __cuda_array_interface__ or __dlpack__, "
+        f"or an int address, got {type(obj).__name__}"
     )
+
+
+def _cai_nbytes(cai: dict[str, Any]) -> int | None:
+    """Byte size of a C-contiguous ``__cuda_array_interface__`` array, else None."""
+    shape = tuple(cai.get("shape", ()))
+    itemsize = int(str(cai.get("typestr", "|u1"))[2:] or 1)
+    count = 1
+    for n in shape:
+        count *= int(n)
+    strides = cai.get("strides")
+    if strides is not None:
+        expect = itemsize
+        for n, st in zip(reversed(shape), reversed(tuple(strides)), strict=True):
+            if n != 1 and st != expect:
+                return None
+            expect *= n
+    return count * itemsize
+
+
+def _check_extent(what: str, nbytes: int, size: int | None) -> None:
+    if size is not None and nbytes > size:
+        raise ValueError(f"{what}: the node touches {nbytes} bytes but the operand holds {size}")
 
 
 _local = threading.local()
@@ -83,13 +140,9 @@ def _node_params_for(config: Any) -> driver.CUDA_KERNEL_NODE_PARAMS:
     if entry is not None and entry[0] is config:
         return entry[1]
     try:
-        grid, block, shmem = config.grid, config.block, config.shmem_size
+        grid, block, shmem = config.grid_in_blocks, config.block, config.shmem_size
     except AttributeError:
         raise TypeError(f"config must be a LaunchConfig, got {type(config).__name__}") from None
-    if getattr(config, "cluster", None) or getattr(config, "cooperative_launch", False):
-        raise NotImplementedError(
-            "graph kernel nodes do not support cluster or cooperative launch configs yet"
-        )
     p = driver.CUDA_KERNEL_NODE_PARAMS()
     p.gridDimX, p.gridDimY, p.gridDimZ = grid
     p.blockDimX, p.blockDimY, p.blockDimZ = block
@@ -98,6 +151,46 @@ def _node_params_for(config: Any) -> driver.CUDA_KERNEL_NODE_PARAMS:
         cache.clear()
     cache[id(config)] = (config, p)  # holding config keeps its id from being reused
     return p
+
+
+_ATTR = driver.CUkernelNodeAttrID
+_CLUSTER = _ATTR.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+_COOPERATIVE = _ATTR.CU_LAUNCH_ATTRIBUTE_COOPERATIVE
+
+
+def node_launch_attributes(node: driver.CUgraphNode) -> tuple[tuple[int, int, int], bool]:
+    """A kernel node's (cluster dims, cooperative); (0, 0, 0) means no cluster."""
+    v = check(driver.cuGraphKernelNodeGetAttribute(node, _CLUSTER), "cuGraphKernelNodeGetAttribute")
+    cluster = (int(v.clusterDim.x), int(v.clusterDim.y), int(v.clusterDim.z))
+    v = check(driver.cuGraphKernelNodeGetAttribute(node, _COOPERATIVE), "cuGraphKernelNodeGetAttribute")  # fmt: skip  # noqa: E501
+    return cluster, bool(v.cooperative)
+
+
+def config_launch_attributes(config: Any) -> tuple[tuple[int, int, int], bool]:
+    """What ``config`` asks for, in node_launch_attributes' terms."""
+    return (config.cluster or (0, 0, 0)), bool(config.cooperative_launch)
+
+
+def set_kernel_node_attributes(
+    node: driver.CUgraphNode, config: Any, current: tuple[Any, bool] | None = None
+) -> None:
+    """Give ``node`` the cluster dims and cooperative flag of ``config``.
+
+    ``current`` (the node's present attributes) lets an update reset what the new
+    config no longer asks for; a new node starts with none.
+    """
+    cluster, coop = config_launch_attributes(config)
+    have_cluster, have_coop = current if current is not None else ((0, 0, 0), False)
+    if cluster != have_cluster:
+        v = driver.CUkernelNodeAttrValue()
+        v.clusterDim.x, v.clusterDim.y, v.clusterDim.z = cluster
+        check(driver.cuGraphKernelNodeSetAttribute(node, _CLUSTER, v),
+              "cuGraphKernelNodeSetAttribute(cluster)")  # fmt: skip
+    if coop != have_coop:
+        v = driver.CUkernelNodeAttrValue()
+        v.cooperative = int(coop)
+        check(driver.cuGraphKernelNodeSetAttribute(node, _COOPERATIVE, v),
+              "cuGraphKernelNodeSetAttribute(cooperative)")  # fmt: skip
 
 
 def kernel_params(

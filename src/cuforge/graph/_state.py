@@ -8,16 +8,32 @@ embedding, whole-graph exec update), so CUDA sees exactly the same owners as wit
 one user object per bundle, for a fraction of the driver calls. Until then the
 ``GraphState`` holds them itself: nothing but this graph can use them yet.
 Conditional-body graphs (owned by their parent's node) attach each bundle at once.
+
+Every graph belongs to one CUDA context (and so one device): the context current
+when it was created, its parent's for a body, the capturing stream's for a builder.
+Nodes are added to run in that context whatever is current later, and operations
+that would mix contexts (embedding, exec updates, launches) are refused.
 """
 
 from __future__ import annotations
 
+import ctypes
 import weakref
 from typing import Any
 
 from cuda.bindings import driver
 
 from cuforge.graph import _owners
+from cuforge.graph._operands import context_device, current_context
+
+
+def mixing_message(what: str, theirs: GraphState, ours: GraphState) -> str:
+    """The error for an operation that would mix two graphs' contexts."""
+    return (
+        f"{what}: it belongs to device {theirs.device_id} (context {theirs.ctx_int:#x}) "
+        f"but this graph to device {ours.device_id} (context {ours.ctx_int:#x}); "
+        "a cuforge graph runs on one device"
+    )
 
 
 def _destroy(handle: driver.CUgraph) -> None:
@@ -27,12 +43,29 @@ def _destroy(handle: driver.CUgraph) -> None:
 class GraphState:
     """Owns (or borrows) one CUgraph and the owner bundles not yet given to CUDA."""
 
-    __slots__ = ("__weakref__", "_finalizer", "closed", "handle", "owned", "parent", "pending")
+    __slots__ = (
+        "__weakref__", "_device_id", "_finalizer", "closed", "ctx", "ctx_int", "handle",
+        "handle_int", "owned", "parent", "pending", "scratch", "scratch_addr", "scratch_size",
+    )  # fmt: skip
 
     def __init__(
-        self, handle: driver.CUgraph, parent: GraphState | None = None, owned: bool = True
+        self,
+        handle: driver.CUgraph,
+        parent: GraphState | None = None,
+        owned: bool = True,
+        ctx: driver.CUcontext | None = None,
     ) -> None:
         self.handle = handle
+        self.handle_int = int(handle)
+        if ctx is None:
+            ctx = parent.ctx if parent is not None else current_context()
+        self.ctx = ctx
+        self.ctx_int = int(ctx)
+        self._device_id: int | None = None
+        # Kernel-node parameters are packed here for the add call (the driver copies them).
+        self.scratch: Any = None
+        self.scratch_addr = 0
+        self.scratch_size = 0
         # A body graph lives inside its parent's node: hold the parent so the CUgraph
         # that owns this one cannot be destroyed under us.
         self.parent = parent
@@ -44,6 +77,25 @@ class GraphState:
             fin = weakref.finalize(self, _destroy, handle)
             fin.atexit = False  # no CUDA calls during interpreter shutdown
             self._finalizer = fin
+
+    def grow_scratch(self, nbytes: int) -> None:
+        """Make the parameter scratch memory at least ``nbytes`` long."""
+        size = max(nbytes, 2 * self.scratch_size, 256)
+        self.scratch = (ctypes.c_char * size)()
+        self.scratch_addr = ctypes.addressof(self.scratch)
+        self.scratch_size = size
+
+    @property
+    def device_id(self) -> int:
+        """The ordinal of the device this graph's context belongs to."""
+        if self._device_id is None:
+            self._device_id = context_device(self.ctx)
+        return self._device_id
+
+    def require_same_context(self, other: GraphState, what: str) -> None:
+        """ValueError unless ``other`` (a graph used by ``what``) shares this one's context."""
+        if other.ctx_int != self.ctx_int:
+            raise ValueError(mixing_message(what, other, self))
 
     @property
     def is_body(self) -> bool:

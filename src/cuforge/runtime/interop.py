@@ -130,11 +130,32 @@ def dlpack_pointer(obj: Any) -> int:
 
     Raises TypeError when the object's memory is not CUDA-accessible.
     """
+    return dlpack_extent(obj)[0]
+
+
+def dlpack_extent(obj: Any) -> tuple[int, int | None]:
+    """(device data pointer, byte size) of a ``__dlpack__`` object.
+
+    The size is None when the tensor is not C-contiguous (its extent is then not a
+    single range). Raises TypeError when the memory is not CUDA-accessible.
+    """
     capsule = obj.__dlpack__()
     managed = DLManagedTensor.from_address(_capsule_get_pointer(capsule, _NAME))
     t = managed.dl_tensor
     if t.device.device_type not in _DEVICE_TYPES:
         raise TypeError(f"DLPack device type {t.device.device_type} is not CUDA memory")
     ptr = (t.data or 0) + t.byte_offset
+    shape = [t.shape[i] for i in range(t.ndim)]
+    count = 1
+    for n in shape:
+        count *= n
+    nbytes: int | None = count * ((t.dtype.bits * t.dtype.lanes + 7) // 8)
+    if t.strides:
+        expect = 1
+        for i in reversed(range(t.ndim)):
+            if shape[i] != 1 and t.strides[i] != expect:
+                nbytes = None
+                break
+            expect *= shape[i]
     del capsule  # unconsumed: its destructor hands the tensor back to the producer
-    return ptr
+    return ptr, nbytes
