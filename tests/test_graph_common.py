@@ -8,8 +8,10 @@ from __future__ import annotations
 import ctypes
 import functools
 import gc
+import traceback
 
 import numpy as np
+import pytest
 
 KERNELS = r"""
 typedef unsigned long long cuforge_cond_t;
@@ -37,6 +39,12 @@ extern "C" __global__ void count_while(int *counter, cuforge_cond_t h, long long
     cudaGraphSetConditional(h, c < limit ? 1u : 0u);
 }
 
+extern "C" __global__ void cluster_size(int *out) {
+    unsigned n;
+    asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(n));
+    if (threadIdx.x == 0) out[blockIdx.x] = (int)n;
+}
+
 extern "C" __global__ void set_cond(cuforge_cond_t h, long long value) {
     cudaGraphSetConditional(h, (unsigned int)value);
 }
@@ -52,7 +60,7 @@ def kernels():
     dev.set_current()
     arch = "sm_" + "".join(str(x) for x in dev.compute_capability)
     code = Program(KERNELS, "c++", ProgramOptions(arch=arch)).compile("cubin")
-    names = ("add_one", "noop", "spin_add", "count_while", "set_cond")
+    names = ("add_one", "noop", "spin_add", "count_while", "set_cond", "cluster_size")
     return {n: code.get_kernel(n) for n in names}
 
 
@@ -109,3 +117,64 @@ def released(pred, timeout: float = 10.0) -> bool:
 
 
 HOSTFN = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+
+@pytest.fixture(autouse=True)
+def no_leftover_bundles():
+    """Every test must leave no owner bundle behind once its graphs are gone."""
+    from cuforge.graph import _owners, live_bundles
+
+    before = set(_owners._registry)
+    graphs_before = {id(o) for o in _live_graph_states()}
+    yield
+    if not released(lambda: live_bundles() <= len(before)):
+        left = {t: _owners._registry[t] for t in set(_owners._registry) - before}
+        kinds = {t: [type(o).__name__ for o in _flatten(b)] for t, b in left.items()}
+        graphs = [g for g in _live_graph_states() if id(g) not in graphs_before]
+        pytest.fail(
+            f"{len(left)} bundle(s) left behind by this test: {kinds}; "
+            f"{len(graphs)} graph(s) of this test still open, held by: "
+            f"{[_holders(g, {id(graphs)}) for g in graphs]}"
+        )
+
+
+def _live_graph_states() -> list:
+    from cuforge.graph._state import GraphState
+
+    return [o for o in gc.get_objects() if isinstance(o, GraphState) and not o.closed]
+
+
+def _holders(obj, ignore: set[int], depth: int = 5) -> list:
+    """What refers to obj, a few levels up (frames by function name): failure diagnostics."""
+    out: list = []
+    if depth == 0:
+        return out
+    ignore = ignore | {id(out)}
+    for r in gc.get_referrers(obj):
+        if id(r) in ignore:
+            continue
+        if hasattr(r, "f_code"):
+            if r.f_code.co_name not in ("_holders", "no_leftover_bundles"):
+                out.append((f"frame {r.f_code.co_name}", _holders(r, ignore, depth - 1)))
+            continue
+        out.append((type(r).__name__, _holders(r, ignore, depth - 1)))
+    return out[:8]
+
+
+def _flatten(bundle) -> list:
+    if isinstance(bundle, (tuple, list)):
+        return [x for item in bundle for x in _flatten(item)]
+    if isinstance(bundle, dict):
+        return [f"dict[{len(bundle)}]"]
+    return [bundle]
+
+
+def expect_raises(exc: type[BaseException], fn, *args) -> None:
+    """Like pytest.raises, but keeps no traceback (and so no frame locals) alive."""
+    try:
+        fn(*args)
+    except exc as e:
+        traceback.clear_frames(e.__traceback__)  # drop the failed call's locals now
+        e.__traceback__ = None
+        return
+    raise AssertionError(f"{exc.__name__} not raised")

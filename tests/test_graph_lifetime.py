@@ -8,16 +8,17 @@ its clones, its executables and their launches are gone (bounded polling).
 from __future__ import annotations
 
 import gc
-import traceback
 import weakref
 
 import numpy as np
 import pytest
 
-from test_graph_common import (
+from test_graph_common import (  # noqa: F401 - no_leftover_bundles is an autouse fixture
     HOSTFN,
     cfg,
+    expect_raises,
     kernels,
+    no_leftover_bundles,
     read_ints,
     released,
     setup_device,
@@ -33,38 +34,6 @@ def dev():
 pytestmark = pytest.mark.gpu
 
 N = 256
-
-
-@pytest.fixture(autouse=True)
-def no_leftover_bundles():
-    """Every test must leave no owner bundle behind once its graphs are gone."""
-    from cuforge.graph import _owners, live_bundles
-
-    before = set(_owners._registry)
-    yield
-    if not released(lambda: live_bundles() <= len(before)):
-        left = {t: _owners._registry[t] for t in set(_owners._registry) - before}
-        kinds = {t: [type(o).__name__ for o in _flatten(b)] for t, b in left.items()}
-        pytest.fail(f"{len(left)} bundle(s) left behind by this test: {kinds}")
-
-
-def _flatten(bundle) -> list:
-    if isinstance(bundle, (tuple, list)):
-        return [x for item in bundle for x in _flatten(item)]
-    if isinstance(bundle, dict):
-        return [f"dict[{len(bundle)}]"]
-    return [bundle]
-
-
-def _expect(exc: type[BaseException], fn, *args) -> None:
-    """Like pytest.raises, but keeps no traceback (and so no frame locals) alive."""
-    try:
-        fn(*args)
-    except exc as e:
-        traceback.clear_frames(e.__traceback__)  # drop the failed call's locals now
-        e.__traceback__ = None
-        return
-    raise AssertionError(f"{exc.__name__} not raised")
 
 
 def _weak(buf):
@@ -199,7 +168,7 @@ def test_exec_node_update_in_flight_then_idle_prunes(dev) -> None:
     stream.sync()
     assert read_ints(d, 1)[0] == 1 and read_ints(c, 1)[0] == 0
     g.close()
-    _expect(ValueError, view.update, cfg(), k["spin_add"], c, 1000)
+    expect_raises(ValueError, view.update, cfg(), k["spin_add"], c, 1000)
     exe.close()
     del a
 
@@ -215,17 +184,10 @@ def test_failed_exec_update_rolls_back(dev) -> None:
     g = GraphDefinition()
     node = g.memset(dst, 7, 64)
     exe = g.instantiate()
-    _expect(CUDAError, exe[node].update, other, 9, 16, 2)  # 2-D update of 1-D memset
-    _expect(TypeError, exe[node].update, object(), 9, 64)
+    expect_raises(CUDAError, exe[node].update, other, 9, 16, 2)  # 2-D update of 1-D memset
+    expect_raises(TypeError, exe[node].update, object(), 9, 64)
     del other
-    ok = released(lambda: not wo.alive)  # the refused update retained nothing
-    if not ok:
-        alloc = wo._ref()
-        refs = gc.get_referrers(alloc)
-        print("still referenced by:", [type(r).__name__ for r in refs])
-        for r in refs:
-            print("  ", type(r).__name__, [type(x).__name__ for x in gc.get_referrers(r)][:8])
-    assert ok
+    assert released(lambda: not wo.alive)  # the refused update retained nothing
     exe.launch(stream)
     stream.sync()
     assert (read_ints(dst, 16) == 0x07070707).all()
@@ -308,9 +270,9 @@ def test_memcpy_memset_owner_rules(dev) -> None:
     stream = dev.create_stream()
     src, dst = dev.allocate(64), dev.allocate(64)
     g = GraphDefinition()
-    _expect(ValueError, lambda: g.memcpy(dst, src, 64, dst_owner=object()))
-    _expect(ValueError, lambda: g.memcpy(dst, src, 64, src_owner=object()))
-    _expect(ValueError, lambda: g.memset(dst, 0, 64, dst_owner=object()))
+    expect_raises(ValueError, lambda: g.memcpy(dst, src, 64, dst_owner=object()))
+    expect_raises(ValueError, lambda: g.memcpy(dst, src, 64, src_owner=object()))
+    expect_raises(ValueError, lambda: g.memset(dst, 0, 64, dst_owner=object()))
 
     class Owner:
         pass
