@@ -173,6 +173,37 @@ def test_exec_node_update_in_flight_then_idle_prunes(dev) -> None:
     del a
 
 
+def test_launch_before_any_exec_update_keeps_the_instantiated_owners(dev) -> None:
+    """Launches made before the first exec node update record no idle event; the
+    versions set later are never used by them, so pruning stays correct."""
+    from cuforge.graph import GraphDefinition
+
+    k = kernels()
+    stream = dev.create_stream()
+    a, b, c = (dev.allocate(4) for _ in range(3))
+    for x in (a, b, c):
+        write_ints(x, [0])
+    wa, wb, a_ptr = _weak(a), _weak(b), a.handle
+    g = GraphDefinition()
+    node = g.launch(cfg(), k["spin_add"], a, 200_000_000)
+    del a
+    exe = g.instantiate()
+    exe.launch(stream)  # ~200 ms on a
+    exe[node].update(cfg(), k["spin_add"], b, 1000)
+    del b
+    exe[node].update(cfg(), k["spin_add"], c, 1000)  # b was never launched: it may go
+    assert released(lambda: not wb.alive)
+    assert wa.alive  # the running launch's own parameters stay
+    stream.sync()
+    assert read_ints(a_ptr, 1)[0] == 1  # (b's memory is gone: it must not be read)
+    exe.launch(stream)
+    stream.sync()
+    assert read_ints(c, 1)[0] == 1
+    exe.close()
+    g.close()
+    assert released(lambda: not wa.alive)
+
+
 def test_failed_exec_update_rolls_back(dev) -> None:
     from cuforge import CUDAError
     from cuforge.graph import GraphDefinition

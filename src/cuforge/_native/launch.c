@@ -15,6 +15,10 @@
  * shmem); ``kernel`` is a CUkernel, run in context ``ctx`` (0: the current one).  The driver copies
  * the parameter struct and the argument values during the call.
  *
+ * graph_launch(launch_entry, record_entry, exec, stream, event) calls cuGraphLaunch
+ * and then, if it succeeded, cuEventRecord(event, stream), returning both CUresults:
+ * an executable graph's launch and the event that tells when it is idle in one call.
+ *
  * No CUDA header is included: the signatures and the struct below are the ABI.
  */
 #define PY_SSIZE_T_CLEAN
@@ -111,7 +115,35 @@ static PyObject *add_kernel_node(PyObject *self, PyObject *const *args, Py_ssize
     return Py_BuildValue("(iN)", result, PyLong_FromVoidPtr(node));
 }
 
+typedef int (*graph_launch_fn)(void *exec, void *stream);
+typedef int (*event_record_fn)(void *event, void *stream);
+
+static PyObject *graph_launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError,
+                        "graph_launch(launch_entry, record_entry, exec, stream, event)");
+        return NULL;
+    }
+    void *launch_entry, *record_entry, *exec, *stream, *event;
+    if (as_ptr(args[0], &launch_entry) || as_ptr(args[1], &record_entry) ||
+        as_ptr(args[2], &exec) || as_ptr(args[3], &stream) || as_ptr(args[4], &event))
+        return NULL;
+    if (launch_entry == NULL || record_entry == NULL) {
+        PyErr_SetString(PyExc_ValueError, "no cuGraphLaunch/cuEventRecord entry point");
+        return NULL;
+    }
+    int launched, recorded = 0;
+    Py_BEGIN_ALLOW_THREADS
+    launched = ((graph_launch_fn)launch_entry)(exec, stream);
+    if (launched == 0 && event != NULL) recorded = ((event_record_fn)record_entry)(event, stream);
+    Py_END_ALLOW_THREADS
+    return Py_BuildValue("(ii)", launched, recorded);
+}
+
 static PyMethodDef methods[] = {
+    {"graph_launch", (PyCFunction)(void (*)(void))graph_launch, METH_FASTCALL,
+     "graph_launch(launch_entry, record_entry, exec, stream, event) -> (CUresult, CUresult)"},
     {"add_kernel_node", (PyCFunction)(void (*)(void))add_kernel_node, METH_FASTCALL,
      "add_kernel_node(entry, graph, dep, kernel, ctx, dims, params) -> (CUresult, node)"},
     {"launch", (PyCFunction)(void (*)(void))launch, METH_FASTCALL,

@@ -22,6 +22,7 @@ from typing import Any
 
 from cuda.bindings import driver
 
+from cuforge._native._launch import graph_launch as _c_graph_launch
 from cuforge.graph import _operands as ops
 from cuforge.graph import _owners
 from cuforge.graph._nodes import (
@@ -40,6 +41,23 @@ from cuforge.runtime.stream import Stream
 
 _SUCCESS = driver.CUresult.CUDA_SUCCESS
 _MOVE = driver.CUuserObjectRetain_flags.CU_GRAPH_USER_OBJECT_MOVE
+
+
+_launch_entries: tuple[int, int] | None = None  # (cuGraphLaunch, cuEventRecord); () if absent
+
+
+def _resolve_launch_entries() -> tuple[int, int] | tuple[()]:
+    global _launch_entries
+    flags = driver.CUdriverProcAddress_flags.CU_GET_PROC_ADDRESS_DEFAULT
+    found = []
+    for name in (b"cuGraphLaunch", b"cuEventRecord"):
+        try:
+            err, pfn, _status = driver.cuGetProcAddress(name, 12000, flags)
+            found.append(int(pfn) if err == _SUCCESS and pfn else 0)
+        except Exception:
+            found.append(0)
+    _launch_entries = (found[0], found[1]) if all(found) else ()
+    return _launch_entries
 
 
 def _with_accumulator(state: GraphState, action: Any) -> tuple[Any, int, dict]:
@@ -66,7 +84,10 @@ def _with_accumulator(state: GraphState, action: Any) -> tuple[Any, int, dict]:
 class Graph:
     """An executable graph: ``launch`` it on a stream; update nodes through ``graph[node]``."""
 
-    __slots__ = ("__weakref__", "_acc", "_acc_token", "_device_id", "_event", "_handle", "_source")
+    __slots__ = (
+        "__weakref__", "_acc", "_acc_token", "_device_id", "_event", "_handle", "_source",
+        "_untracked",
+    )  # fmt: skip
 
     def __init__(self) -> None:
         raise TypeError("use GraphDefinition.instantiate() or GraphBuilder.complete()")
@@ -83,6 +104,7 @@ class Graph:
         self._handle = handle
         self._acc, self._acc_token = acc, token
         self._event = None
+        self._untracked = False  # a launch whose completion event was never recorded
         # Exec node calls name nodes of the graph this was instantiated from: keep it.
         self._source = state
         self._device_id = state.device_id
@@ -109,20 +131,47 @@ class Graph:
                     f"launch: the stream belongs to device {dev._id} but this graph to "
                     f"device {self._device_id}"
                 )
-        s = ops.stream_handle(stream)
-        check(driver.cuGraphLaunch(self.handle, s), "cuGraphLaunch")
+            if stream._handle is None:
+                raise ValueError("cannot launch on a closed stream")
+            s = stream._handle_int
+        else:
+            s = int(ops.stream_handle(stream))
+        handle = self.handle
+        # The idle event only matters once exec node updates have put versions in the
+        # accumulator: a version is used only by launches made after it was set, and
+        # from then on every launch records (see _idle).
         ev = self._event
-        if ev is None:
-            flags = driver.CUevent_flags.CU_EVENT_DISABLE_TIMING
-            ev = self._event = check(driver.cuEventCreate(flags), "cuEventCreate")
-        check(driver.cuEventRecord(ev, s), "cuEventRecord")
+        if self._acc:
+            if ev is None:
+                flags = driver.CUevent_flags.CU_EVENT_DISABLE_TIMING
+                ev = self._event = check(driver.cuEventCreate(flags), "cuEventCreate")
+        else:
+            ev = 0
+        entries = _launch_entries if _launch_entries is not None else _resolve_launch_entries()
+        if entries:
+            launched, recorded = _c_graph_launch(*entries, int(handle), s, int(ev))
+        else:
+            launched = int(driver.cuGraphLaunch(handle, s)[0])
+            recorded = int(driver.cuEventRecord(ev, s)[0]) if ev and not launched else 0
+        if launched:
+            raise error_for(driver.CUresult(launched), "cuGraphLaunch")
+        if recorded:
+            # This launch's end cannot be observed: never treat the graph as idle again.
+            self._untracked = True
+            raise error_for(driver.CUresult(recorded), "cuEventRecord")
 
     def upload(self, stream: Any) -> None:
         """Upload the graph's device resources ahead of the first launch."""
         check(driver.cuGraphUpload(self.handle, ops.stream_handle(stream)), "cuGraphUpload")
 
     def _idle(self) -> bool:
-        """True when no launch of this graph can still be running."""
+        """True when no launch that may use an accumulated version can still be running.
+
+        Launches record the event only while the accumulator holds versions; an
+        unrecorded launch (made before any version existed) uses none of them.
+        """
+        if self._untracked:
+            return False
         ev = self._event
         return ev is None or driver.cuEventQuery(ev)[0] == _SUCCESS
 

@@ -53,7 +53,14 @@ def in_context(ctx: driver.CUcontext) -> Iterator[None]:
 
 
 def context_device(ctx: driver.CUcontext) -> int:
-    """The device ordinal of ``ctx``."""
+    """The device ordinal of ``ctx`` (primary contexts cuforge holds: no driver call)."""
+    from cuforge.runtime.device import _instances
+
+    ctx_int = int(ctx)
+    for dev in tuple(_instances.values()):
+        primary = dev._ctx
+        if primary is not None and int(primary) == ctx_int:
+            return dev._id
     with in_context(ctx):
         return int(check(driver.cuCtxGetDevice(), "cuCtxGetDevice"))
 
