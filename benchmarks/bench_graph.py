@@ -1,8 +1,9 @@
 """Build, instantiate, launch(+sync) and destroy a 1,000-kernel-node graph: cuforge vs cuda.core.
 
 Run on a GPU machine: ``python benchmarks/bench_graph.py [--nodes 1000] [--rounds 15]``.
-Each round times every phase once for each library, alternating libraries so that
-drift in clocks or host load hits both alike. Objects made in a round are kept
+Each round times every phase once for each library; the library that goes first
+alternates from round to round, so drift in clocks or host load and any advantage of
+going first or second hit both alike. Objects made in a round are kept
 until its timings are taken, so no phase pays for destroying the previous round's
 graph (that cost is the separate ``destroy`` phase). Prints medians and cuforge's
 time as a ratio of cuda.core's (<= 1.0x is the target for build, instantiate and
@@ -108,9 +109,11 @@ def main() -> None:
     except Exception as exc:  # the peer is optional: report why its column is empty
         note = f"cuda.core column skipped: {type(exc).__name__}: {exc}"
 
+    order = list(subjects.values())
     for _ in range(args.rounds):
-        for s in subjects.values():
+        for s in order:
             s.run_round()
+        order.reverse()
 
     ours = subjects["cuforge"].medians()
     theirs = subjects["cuda.core"].medians() if "cuda.core" in subjects else None
