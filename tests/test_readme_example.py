@@ -11,10 +11,10 @@ import pytest
 README = Path(__file__).resolve().parent.parent / "README.md"
 
 
-def _example() -> str:
+def _example(index: int = 0) -> str:
     blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.DOTALL)
-    assert blocks, "README.md has no python example"
-    return blocks[0]
+    assert len(blocks) > index, f"README.md has no python example #{index}"
+    return blocks[index]
 
 
 @pytest.mark.gpu
@@ -44,3 +44,21 @@ def test_readme_example_runs_and_its_kernel_doubles(tmp_path, monkeypatch):
     with FileStreamProgramCache() as cache:
         Program(ns["src"], "c++", ProgramOptions(arch="sm_90")).compile("cubin", cache=cache)
         assert cache.stats().hits == 1 and cache.stats().misses == 0
+
+
+@pytest.mark.gpu
+def test_readme_graph_example_runs_after_the_buffer_is_closed(tmp_path, monkeypatch):
+    from cuda.bindings import driver
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    ns: dict = {}
+    exec(compile(_example(0), "README.md", "exec"), ns)
+    values = np.arange(32, dtype=np.float32)
+    ns["stream"].sync()
+    assert driver.cuMemcpyHtoD(ns["buf"].handle, values.ctypes.data, values.nbytes)[0] == 0
+    exec(compile(_example(1), "README.md", "exec"), ns)
+    assert ns["buf"].is_closed
+    out = np.empty_like(values)
+    assert driver.cuMemcpyDtoH(out.ctypes.data, ns["out"].handle, out.nbytes)[0] == 0
+    assert np.array_equal(out, values * 2)  # the closed buffer's memory was still valid
+    ns["exe"].close()
