@@ -37,6 +37,7 @@ from cuforge.graph._nodes import (
 )
 from cuforge.graph._state import GraphState
 from cuforge.runtime.errors import CUDAError, check, error_for
+from cuforge.runtime.launch import driver_entry
 from cuforge.runtime.stream import Stream
 
 _SUCCESS = driver.CUresult.CUDA_SUCCESS
@@ -48,15 +49,8 @@ _launch_entries: tuple[int, int] | None = None  # (cuGraphLaunch, cuEventRecord)
 
 def _resolve_launch_entries() -> tuple[int, int] | tuple[()]:
     global _launch_entries
-    flags = driver.CUdriverProcAddress_flags.CU_GET_PROC_ADDRESS_DEFAULT
-    found = []
-    for name in (b"cuGraphLaunch", b"cuEventRecord"):
-        try:
-            err, pfn, _status = driver.cuGetProcAddress(name, 12000, flags)
-            found.append(int(pfn) if err == _SUCCESS and pfn else 0)
-        except Exception:
-            found.append(0)
-    _launch_entries = (found[0], found[1]) if all(found) else ()
+    found = (driver_entry(b"cuGraphLaunch"), driver_entry(b"cuEventRecord"))
+    _launch_entries = found if all(found) else ()
     return _launch_entries
 
 

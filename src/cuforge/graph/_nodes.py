@@ -23,7 +23,7 @@ from cuforge.graph import _operands as ops
 from cuforge.graph._state import GraphState
 from cuforge.runtime.args import plan_for
 from cuforge.runtime.errors import check, error_for
-from cuforge.runtime.launch import LaunchConfig, _validate_plan
+from cuforge.runtime.launch import LaunchConfig, _validate_plan, driver_entry
 from cuforge.runtime.memory import Buffer
 from cuforge.runtime.module import Kernel
 
@@ -49,14 +49,8 @@ _add_entry: int | None = None  # cuGraphAddKernelNode's address; 0 when unavaila
 
 def _resolve_add_entry() -> int:
     global _add_entry
-    try:
-        flags = driver.CUdriverProcAddress_flags.CU_GET_PROC_ADDRESS_DEFAULT
-        err, pfn, _status = driver.cuGetProcAddress(b"cuGraphAddKernelNode", 12000, flags)
-        entry = int(pfn) if err == _SUCCESS and pfn else 0
-    except Exception:
-        entry = 0
-    _add_entry = entry
-    return entry
+    _add_entry = driver_entry(b"cuGraphAddKernelNode")
+    return _add_entry
 
 
 def _add_kernel_node(

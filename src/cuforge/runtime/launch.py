@@ -197,17 +197,26 @@ def _c_launch(*args: int) -> int:  # replaced by the C function once resolved
     raise RuntimeError("C launcher not resolved")
 
 
+def driver_entry(name: bytes) -> int:
+    """The address of driver function ``name`` (its CUDA 12.0 ABI, default-stream
+    semantics as cuda.bindings uses), or 0 when the driver does not provide it."""
+    try:
+        flags = driver.CUdriverProcAddress_flags.CU_GET_PROC_ADDRESS_DEFAULT
+        err, pfn, _status = driver.cuGetProcAddress(name, 12000, flags)
+        return int(pfn) if err == _SUCCESS and pfn else 0
+    except Exception:
+        return 0
+
+
 def _resolve_entry() -> int:
     """The driver's cuLaunchKernel address for the C launcher, or 0 (use the bindings)."""
     global _entry, _c_launch
     try:
         from cuforge._native import _launch
-
-        flags = driver.CUdriverProcAddress_flags.CU_GET_PROC_ADDRESS_DEFAULT
-        err, pfn, _status = driver.cuGetProcAddress(b"cuLaunchKernel", 12000, flags)
-        entry = int(pfn) if err == _SUCCESS and pfn else 0
-    except Exception:
-        entry = 0
+    except ImportError:  # no C helpers built: the bindings path still works
+        _entry = 0
+        return 0
+    entry = driver_entry(b"cuLaunchKernel")
     if entry:
         _c_launch = _launch.launch
     _entry = entry
