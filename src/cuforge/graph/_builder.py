@@ -29,7 +29,8 @@ from cuda.bindings import driver
 
 from cuforge.graph import _operands as ops
 from cuforge.graph._definition import Condition, GraphDefinition, create_condition
-from cuforge.graph._state import GraphState
+from cuforge.graph._state import GraphState, require_same_context
+from cuforge.runtime.device import _ContextScope
 from cuforge.runtime.errors import CUDAError, check
 
 _MODES = {
@@ -46,7 +47,7 @@ INIT, BUILDING, BUILT, CLOSED = "not started", "building", "built", "closed"
 
 def _new_stream(ctx: driver.CUcontext) -> driver.CUstream:
     flags = driver.CUstream_flags.CU_STREAM_NON_BLOCKING
-    with ops.in_context(ctx):
+    with _ContextScope(ctx):
         return check(driver.cuStreamCreate(flags), "cuStreamCreate")
 
 
@@ -218,12 +219,7 @@ class GraphBuilder:
         """Capture ``child`` as a child-graph node (CUDA copies it with its owners)."""
         self._require(BUILDING)
         child._state.check_open()
-        if int(self._ctx) != child._state.ctx_int:
-            raise ValueError(
-                f"embed(child): it belongs to device {child._state.device_id} (context "
-                f"{child._state.ctx_int:#x}) but this builder captures in context "
-                f"{int(self._ctx):#x}; a cuforge graph runs on one device"
-            )
+        require_same_context("embed(child)", child._state, self._ctx)
         child._state.flush()
         graph, deps = self._capture_info()
         node = check(driver.cuGraphAddChildGraphNode(graph, deps, len(deps), child._state.handle),

@@ -36,6 +36,7 @@ from cuforge.graph._nodes import (
     MemsetNode,
 )
 from cuforge.graph._state import GraphState
+from cuforge.runtime.device import _ContextScope
 from cuforge.runtime.errors import CUDAError, check, error_for
 from cuforge.runtime.launch import driver_entry
 from cuforge.runtime.stream import Stream
@@ -295,7 +296,7 @@ class ExecKernelNode(ExecNode):
             # Executable-graph updates take the function of the current context (the
             # node's own); the CUkernel form is only for adding nodes.
             p.kern = None
-            with ops.in_context(self._live_source().ctx):
+            with _ContextScope(self._live_source().ctx):
                 p.func = kernel.function()
         self._apply(driver.cuGraphExecKernelNodeSetParams, p, owners)
 

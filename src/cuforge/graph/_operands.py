@@ -11,10 +11,8 @@ ValueError; nothing is retained when resolution fails.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 from cuda.bindings import driver
@@ -22,6 +20,7 @@ from cuda.bindings import driver
 from cuforge._native import _release as _native
 from cuforge.runtime.args import pack_args
 from cuforge.runtime.errors import CUDAError, check
+from cuforge.runtime.interop import contiguous_nbytes, dlpack_extent
 from cuforge.runtime.launch import validate_args
 from cuforge.runtime.memory import Buffer
 
@@ -39,29 +38,16 @@ def current_context() -> driver.CUcontext:
     return ctx
 
 
-@contextlib.contextmanager
-def in_context(ctx: driver.CUcontext) -> Iterator[None]:
-    """Run the block with ``ctx`` current (pushed and popped only if it is not)."""
-    if int(check(driver.cuCtxGetCurrent(), "cuCtxGetCurrent")) == int(ctx):
-        yield
-        return
-    check(driver.cuCtxPushCurrent(ctx), "cuCtxPushCurrent")
-    try:
-        yield
-    finally:
-        driver.cuCtxPopCurrent()
-
-
 def context_device(ctx: driver.CUcontext) -> int:
     """The device ordinal of ``ctx`` (primary contexts cuforge holds: no driver call)."""
-    from cuforge.runtime.device import _instances
+    from cuforge.runtime.device import _ContextScope, _instances
 
     ctx_int = int(ctx)
     for dev in tuple(_instances.values()):
         primary = dev._ctx
         if primary is not None and int(primary) == ctx_int:
             return dev._id
-    with in_context(ctx):
+    with _ContextScope(ctx):
         return int(check(driver.cuCtxGetDevice(), "cuCtxGetDevice"))
 
 
@@ -95,8 +81,6 @@ def resolve_pointer(
         _check_extent(what, nbytes, _cai_nbytes(cai))
         return int(cai["data"][0]), (obj,)
     if hasattr(obj, "__dlpack__"):
-        from cuforge.runtime.interop import dlpack_extent
-
         try:
             ptr, size = dlpack_extent(obj)
         except Exception as exc:
@@ -111,19 +95,11 @@ def resolve_pointer(
 
 def _cai_nbytes(cai: dict[str, Any]) -> int | None:
     """Byte size of a C-contiguous ``__cuda_array_interface__`` array, else None."""
-    shape = tuple(cai.get("shape", ()))
     itemsize = int(str(cai.get("typestr", "|u1"))[2:] or 1)
-    count = 1
-    for n in shape:
-        count *= int(n)
     strides = cai.get("strides")
-    if strides is not None:
-        expect = itemsize
-        for n, st in zip(reversed(shape), reversed(tuple(strides)), strict=True):
-            if n != 1 and st != expect:
-                return None
-            expect *= n
-    return count * itemsize
+    return contiguous_nbytes(
+        tuple(cai.get("shape", ())), itemsize, None if strides is None else tuple(strides)
+    )
 
 
 def _check_extent(what: str, nbytes: int, size: int | None) -> None:

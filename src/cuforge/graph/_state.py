@@ -27,13 +27,14 @@ from cuforge.graph import _owners
 from cuforge.graph._operands import context_device, current_context
 
 
-def mixing_message(what: str, theirs: GraphState, ours: GraphState) -> str:
-    """The error for an operation that would mix two graphs' contexts."""
-    return (
-        f"{what}: it belongs to device {theirs.device_id} (context {theirs.ctx_int:#x}) "
-        f"but this graph to device {ours.device_id} (context {ours.ctx_int:#x}); "
-        "a cuforge graph runs on one device"
-    )
+def require_same_context(what: str, theirs: GraphState, ctx: driver.CUcontext) -> None:
+    """ValueError unless ``theirs`` (a graph used by ``what``) belongs to context ``ctx``."""
+    if theirs.ctx_int != int(ctx):
+        raise ValueError(
+            f"{what}: it belongs to device {theirs.device_id} (context {theirs.ctx_int:#x}) "
+            f"but this graph to device {context_device(ctx)} (context {int(ctx):#x}); "
+            "a cuforge graph runs on one device"
+        )
 
 
 def _destroy(handle: driver.CUgraph) -> None:
@@ -94,8 +95,7 @@ class GraphState:
 
     def require_same_context(self, other: GraphState, what: str) -> None:
         """ValueError unless ``other`` (a graph used by ``what``) shares this one's context."""
-        if other.ctx_int != self.ctx_int:
-            raise ValueError(mixing_message(what, other, self))
+        require_same_context(what, other, self.ctx)
 
     @property
     def is_body(self) -> bool:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import itertools
 import threading
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -133,6 +134,22 @@ def dlpack_pointer(obj: Any) -> int:
     return dlpack_extent(obj)[0]
 
 
+def contiguous_nbytes(
+    shape: Sequence[int], itemsize: int, byte_strides: Sequence[int] | None
+) -> int | None:
+    """Byte size of a C-contiguous array (``byte_strides`` None: compact), else None."""
+    count = 1
+    for n in shape:
+        count *= int(n)
+    if byte_strides is not None:
+        expect = itemsize
+        for n, stride in zip(reversed(shape), reversed(byte_strides), strict=True):
+            if n != 1 and stride != expect:
+                return None
+            expect *= int(n)
+    return count * itemsize
+
+
 def dlpack_extent(obj: Any) -> tuple[int, int | None]:
     """(device data pointer, byte size) of a ``__dlpack__`` object.
 
@@ -146,16 +163,9 @@ def dlpack_extent(obj: Any) -> tuple[int, int | None]:
         raise TypeError(f"DLPack device type {t.device.device_type} is not CUDA memory")
     ptr = (t.data or 0) + t.byte_offset
     shape = [t.shape[i] for i in range(t.ndim)]
-    count = 1
-    for n in shape:
-        count *= n
-    nbytes: int | None = count * ((t.dtype.bits * t.dtype.lanes + 7) // 8)
-    if t.strides:
-        expect = 1
-        for i in reversed(range(t.ndim)):
-            if shape[i] != 1 and t.strides[i] != expect:
-                nbytes = None
-                break
-            expect *= shape[i]
+    itemsize = (t.dtype.bits * t.dtype.lanes + 7) // 8
+    # DLPack strides count elements (NULL: compact row-major).
+    strides = [t.strides[i] * itemsize for i in range(t.ndim)] if t.strides else None
+    nbytes = contiguous_nbytes(shape, itemsize, strides)
     del capsule  # unconsumed: its destructor hands the tensor back to the producer
     return ptr, nbytes
