@@ -10,7 +10,11 @@ runtime layer.
 from __future__ import annotations
 
 import importlib
+import logging
 from typing import Any
+
+# A library configures no logging: records go nowhere unless the application asks.
+logging.getLogger("cuforge").addHandler(logging.NullHandler())
 
 __version__ = "0.1.0"
 

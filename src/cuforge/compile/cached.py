@@ -13,46 +13,51 @@ Guarantees:
 - A PTX hit warns exactly as a fresh PTX compile does when the driver is older
   than the compiler that wrote it.
 
-Name-expression results keep their mapping in a second entry (a small JSON document
-under a key derived from the program's key), so payload entries stay raw
-cubin/PTX/LTO-IR for cuobjdump. A hit needs both entries; one without the other is a
-miss and is recompiled.
+Each entry is stored with a ``program`` record as its metadata (see
+``cuforge.storage.record``): code type, target, arch, source name, compiler build,
+the flags, a digest of the source and the name-expression mapping. The payload
+stays raw cubin/PTX/LTO-IR for cuobjdump. A hit with name expressions needs the
+record's mapping to cover exactly the names asked for; anything else is a miss and
+is recompiled. ``cuforge cache ls/show/explain`` read the same record.
+
+Logging: the ``cuforge.cache`` logger records every hit, miss and store at DEBUG
+(short entry id and source name); nothing above DEBUG on the hit path.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
+import logging
+import time
 import warnings
 from typing import TYPE_CHECKING, Any
 
 from cuforge.compile import _versions
-from cuforge.compile.cache_key import _digest
+from cuforge.compile.cache_key import _BACKENDS, _digest
 from cuforge.compile.object_code import ObjectCode
+from cuforge.storage.base import ProgramCacheResource
+from cuforge.storage.entry import CacheEntry, entry_id
+from cuforge.storage.record import decode_record, encode_record
 
 if TYPE_CHECKING:
     from cuforge.compile.program import Program
 
 _WARNED_ATTR = "_cuforge_write_warned"
+log = logging.getLogger("cuforge.cache")
 
 
-def symbols_key(key: bytes) -> bytes:
-    """The key of the entry that holds ``key``'s symbol mapping."""
-    return hashlib.blake2b(key, digest_size=32, person=b"cuforge-symbols").digest()
+def _encode_mapping(mapping: dict[str | bytes, str]) -> list[list[str]]:
+    return sorted(
+        ["b", k.hex(), v] if isinstance(k, bytes) else ["s", k, v] for k, v in mapping.items()
+    )
 
 
-def _encode_mapping(mapping: dict[str | bytes, str]) -> bytes:
-    items = [["b", k.hex(), v] if isinstance(k, bytes) else ["s", k, v] for k, v in mapping.items()]
-    return json.dumps(sorted(items), separators=(",", ":")).encode()
-
-
-def _decode_mapping(data: bytes) -> dict[str | bytes, str] | None:
-    """The mapping in ``data``, or None when it is not one we wrote."""
+def _decode_mapping(items: Any) -> dict[str | bytes, str] | None:
+    """The mapping a record holds, or None when it is not one we wrote."""
+    if not isinstance(items, list):
+        return None
+    mapping: dict[str | bytes, str] = {}
     try:
-        items = json.loads(data)
-        if not isinstance(items, list):
-            return None
-        mapping: dict[str | bytes, str] = {}
         for item in items:
             if not (isinstance(item, list) and len(item) == 3):
                 return None
@@ -60,14 +65,39 @@ def _decode_mapping(data: bytes) -> dict[str | bytes, str] | None:
             if tag not in ("s", "b") or not isinstance(name, str) or not isinstance(mangled, str):
                 return None
             mapping[bytes.fromhex(name) if tag == "b" else name] = mangled
-        return mapping
-    except (ValueError, RecursionError):  # not JSON, bad hex, or nested too deep
+    except ValueError:  # bad hex
         return None
+    return mapping
 
 
-def _lookup(cache: Any, key: bytes) -> bytes | None:
+def program_record(
+    program: Program, target: str, obj: ObjectCode, names: tuple[str | bytes, ...]
+) -> bytes:
+    """The metadata stored with a compiled entry (see the module docstring)."""
+    options = program._options
+    backend = _BACKENDS[program._code_type]
+    return encode_record(
+        "program",
+        {
+            "code_type": program._code_type,
+            "target": target,
+            "arch": options.arch,
+            "name": options.name or "",
+            "compiler": backend.identity().decode("utf-8", "replace"),
+            "options": backend.option_fingerprint(options).decode("utf-8", "replace").split("\0"),
+            "source": hashlib.blake2b(program._code, digest_size=16).hexdigest(),
+            "symbols": _encode_mapping(obj.symbol_mapping) if names else [],
+            "created": int(time.time()),
+        },
+    )
+
+
+def _get_entry(cache: Any, key: bytes) -> CacheEntry | None:
     try:
-        return cache.get(key)
+        getter = getattr(cache, "get_entry", None)
+        if getter is None:  # a duck-typed mapping: metadata under a derived key
+            return ProgramCacheResource.get_entry(cache, key)
+        return getter(key)
     except Exception as exc:  # a broken backend is a miss, never a failed compile
         _warn_once(cache, f"cache lookup failed ({type(exc).__name__}: {exc}); compiling")
         return None
@@ -87,9 +117,15 @@ def _warn_once(cache: Any, message: str) -> None:
     warnings.warn(message, CacheWriteWarning, stacklevel=6)
 
 
-def _store(cache: Any, key: bytes, value: Any) -> None:
+def _store(cache: Any, key: bytes, value: Any, meta: bytes) -> None:
     try:
-        cache[key] = value
+        setter = getattr(cache, "set_entry", None)
+        if setter is None:
+            ProgramCacheResource.set_entry(cache, key, value, meta)
+        else:
+            setter(key, value, meta)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("store %s (%d bytes)", entry_id(key)[:12], len(value))
     except Exception as exc:
         stats = getattr(cache, "_stats", None)
         if stats is not None and hasattr(stats, "write_failures"):
@@ -104,16 +140,23 @@ def _store(cache: Any, key: bytes, value: Any) -> None:
 def _hit(
     cache: Any, key: bytes, target: str, name: str, names: tuple[str | bytes, ...]
 ) -> ObjectCode | None:
-    data = _lookup(cache, key)
-    if data is None:
+    entry = _get_entry(cache, key)
+    if entry is None:
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("miss %s %s: no entry for this key", entry_id(key)[:12], name)
         return None
+    data = entry.data
     mapping: dict[str | bytes, str] = {}
     if names:
-        raw = _lookup(cache, symbols_key(key))
-        decoded = None if raw is None else _decode_mapping(raw)
+        record = decode_record(entry.meta, "program")
+        decoded = None if record is None else _decode_mapping(record.get("symbols"))
         if decoded is None or set(decoded) != set(names):
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("miss %s %s: entry lacks the name mapping", entry_id(key)[:12], name)
             return None
         mapping = decoded
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug("hit %s %s", entry_id(key)[:12], name)
     obj = ObjectCode._trusted(data, target, name, mapping)
     if target == "ptx":
         # stacklevel 4: warn_if -> _hit -> compile_cached -> Program.compile -> caller.
@@ -176,11 +219,8 @@ def _fill(
 ) -> ObjectCode:
     # stacklevel 5: _compile_uncached -> _fill -> compile_cached -> Program.compile -> caller.
     obj = program._compile_uncached(target, names, logs, stacklevel=5)
-    if names:
-        # Mapping first: a reader that sees the payload then finds its mapping.
-        _store(cache, symbols_key(key), _encode_mapping(obj.symbol_mapping))
-    _store(cache, key, obj.code)
+    _store(cache, key, obj.code, program_record(program, target, obj, names))
     return obj
 
 
-__all__ = ["compile_cached", "symbols_key"]
+__all__ = ["compile_cached", "program_record"]

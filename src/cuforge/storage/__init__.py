@@ -7,16 +7,20 @@ from __future__ import annotations
 
 from ._winretry import _is_windows_sharing_violation
 from .base import CacheWriteWarning, ProgramCacheResource
+from .entry import CacheEntry, EntryInfo, entry_id
 from .filestream import FileStreamProgramCache, default_cache_dir
 from .memory import InMemoryProgramCache
 from .stats import CacheStats
 
 __all__ = [
+    "CacheEntry",
     "CacheStats",
     "CacheWriteWarning",
+    "EntryInfo",
     "FileStreamProgramCache",
     "InMemoryProgramCache",
     "ProgramCacheResource",
     "_is_windows_sharing_violation",
     "default_cache_dir",
+    "entry_id",
 ]

@@ -43,7 +43,7 @@ class PairWriter:
         side: bytes,
         durable: bool,
     ) -> int:
-        """Publish both files; return the previous payload's size (-1 if none).
+        """Publish both files; return the bytes the replaced pair occupied (0 if none).
 
         Raises ``OSError`` on failure, leaving no temp file behind.
         """
@@ -51,10 +51,10 @@ class PairWriter:
         tmp_side: str | None = None
         try:
             tmp_side = self._write_temp(side, False)
-            try:
-                old = os.stat(payload_path).st_size
-            except OSError:
-                old = -1
+            old = 0
+            for path in (payload_path, sidecar_path):
+                with contextlib.suppress(OSError):
+                    old += os.stat(path).st_size
             self._publish(tmp_side, sidecar_path, shard)
             tmp_side = None
             self._publish(tmp_payload, payload_path, shard)

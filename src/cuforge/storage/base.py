@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterable, Mapping
+import contextlib
+import hashlib
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from typing import Any
 
 from ._keylock import KeyLocks
 from ._values import coerce_key
+from .entry import CacheEntry, EntryInfo
 from .stats import CacheStats
 
-__all__ = ["CacheKey", "CacheValue", "CacheWriteWarning", "ProgramCacheResource"]
+__all__ = ["CacheKey", "CacheValue", "CacheWriteWarning", "ProgramCacheResource", "meta_key"]
 
 CacheKey = bytes | str
 #: bytes, bytearray, memoryview, or an ObjectCode-like object (``.code`` + ``.code_type``).
@@ -22,6 +25,11 @@ DEFAULT_LOCK_TIMEOUT = 120.0
 
 class CacheWriteWarning(RuntimeWarning):
     """A cache could not store an entry; the program still compiled and works."""
+
+
+def meta_key(key: bytes) -> bytes:
+    """Where a backend without native metadata keeps ``key``'s metadata: a derived key."""
+    return hashlib.blake2b(key, digest_size=32, person=b"cuforge-meta").digest()
 
 
 class ProgramCacheResource(abc.ABC):
@@ -51,6 +59,19 @@ class ProgramCacheResource(abc.ABC):
     ``held`` is False when the lock could not be taken within the timeout (a hung
     holder, or a backend that cannot lock): the caller then compiles anyway, so a
     lock problem costs a duplicate compile, never a stuck process.
+
+    Every entry may carry a small metadata byte string (``set_entry``/``get_entry``)
+    stored and verified together with the payload; the built-in backends keep it
+    natively. A subclass that implements only the mapping methods inherits a
+    fallback that keeps metadata under a derived key (:func:`meta_key`): correct,
+    but two entries, so payload and metadata can be replaced separately by racing
+    writers -- a reader that then finds mismatched metadata treats the entry as a
+    miss (``Program.compile`` checks that the record names the key it asked for).
+
+    Listing and per-entry maintenance (``iter_entries``, ``check_entry``,
+    ``read_entry``, ``remove_entry``) serve the command line (``cuforge cache ls``,
+    ``verify``, ``prune``, ``show``); a backend that cannot enumerate its entries
+    raises NotImplementedError there and works for everything else.
 
     Backends are context managers; ``close()`` releases what they hold.
     """
@@ -109,6 +130,48 @@ class ProgramCacheResource(abc.ABC):
         for key, value in pairs:
             self[key] = value
 
+    # -- entries with metadata --------------------------------------------------
+    def get_entry(self, key: CacheKey) -> CacheEntry | None:
+        """The verified ``(data, meta)`` stored under ``key``, or None on any miss."""
+        data = self.get(key)
+        if data is None:
+            return None
+        return CacheEntry(data, self.get(meta_key(coerce_key(key))) or b"")
+
+    def set_entry(self, key: CacheKey, value: CacheValue, meta: bytes = b"") -> None:
+        """Store ``value`` with ``meta`` under ``key`` (same failure rules as ``cache[key] =``).
+
+        Raises TypeError when ``meta`` is not bytes.
+        """
+        check_meta(meta)
+        mkey = meta_key(coerce_key(key))
+        if meta:
+            self[mkey] = meta  # metadata first: a reader that finds the payload finds it
+        else:
+            with contextlib.suppress(KeyError):
+                del self[mkey]
+        self[key] = value
+
+    # -- listing and maintenance (the command line's view) ----------------------
+    def iter_entries(self) -> Iterator[EntryInfo]:
+        """Every entry, unverified, in no particular order (a snapshot as it goes)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot list its entries")
+
+    def check_entry(self, entry_id: str) -> str | None:
+        """None when the entry verifies, else what is wrong with it (one line).
+
+        Raises KeyError when no entry has this id.
+        """
+        raise NotImplementedError(f"{type(self).__name__} cannot check entries by id")
+
+    def read_entry(self, entry_id: str) -> CacheEntry | None:
+        """The verified entry with this id, or None when it is absent or damaged."""
+        raise NotImplementedError(f"{type(self).__name__} cannot read entries by id")
+
+    def remove_entry(self, entry_id: str) -> bool:
+        """Remove the entry with this id; whether something was removed."""
+        raise NotImplementedError(f"{type(self).__name__} cannot remove entries by id")
+
     # -- single-flight -----------------------------------------------------------
     def lock(
         self, key: CacheKey, timeout: float | None = DEFAULT_LOCK_TIMEOUT
@@ -134,3 +197,10 @@ class ProgramCacheResource(abc.ABC):
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def check_meta(meta: Any) -> bytes:
+    """``meta`` if it is bytes; TypeError naming ``meta`` otherwise."""
+    if type(meta) is not bytes:
+        raise TypeError(f"meta must be bytes, got {type(meta).__name__}")
+    return meta

@@ -3,33 +3,40 @@
 On-disk layout under the cache root::
 
     entries/<2 hex>/<62 hex>          the raw compiled binary (cuobjdump reads it)
-    entries/<2 hex>/<62 hex>.cfsum    its 56-byte digest sidecar (see _integrity)
+    entries/<2 hex>/<62 hex>.cfsum    its digest sidecar with the entry's metadata (see _integrity)
     tmp/                              staging for atomic writes
     size.ledger                       shared running byte total (see _sizeindex)
     evict.lock                        serialises eviction scans across processes
     locks/<64 hex>.lock               single-flight locks, one per key being filled
     stats/                            persisted counters (see _statsfile)
 
-The 64 hex digits are blake2b-256 of the key, so any key length maps to a short
-fixed name.
+The 64 hex digits are blake2b-256 of the key (the entry's public id, see
+``entry.entry_id``), so any key length maps to a short fixed name.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
-import hashlib
 import os
 import threading
 import time
 import warnings
 import weakref
+from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from typing import Any, NamedTuple
 
 from ._atomicwrite import PairWriter
 from ._fsutil import Fingerprint, check_mode, fingerprint, make_dir, unlink_if_unchanged
-from ._integrity import SIDECAR_SIZE, SIDECAR_SUFFIX, key_seed, payload_size, sidecar_for
+from ._integrity import (
+    SIDECAR_READ,
+    SIDECAR_SIZE,
+    SIDECAR_SUFFIX,
+    key_seed,
+    parse_sidecar,
+    sidecar_for,
+)
 from ._locking import FileKeyLock, lock_fd, unlock_fd
 from ._scan import Scanned, remove_scanned, scan_entries, sweep_temps
 from ._sizeindex import SizeLedger
@@ -42,7 +49,9 @@ from .base import (
     CacheValue,
     CacheWriteWarning,
     ProgramCacheResource,
+    check_meta,
 )
+from .entry import CacheEntry, EntryInfo, key_digest
 from .memory import check_max_size
 from .stats import CacheStats
 
@@ -75,6 +84,25 @@ class _Names(NamedTuple):
 class _Mismatch(NamedTuple):
     payload_fp: Fingerprint
     sidecar_fp: Fingerprint
+    problem: str
+
+
+def _describe(side: bytes, data: bytes, names: _Names) -> str:
+    """Why a pair that was read does not verify (for ``check_entry``)."""
+    size, total = parse_sidecar(side)
+    if total == 0:
+        return "sidecar damaged (not a cuforge sidecar)"
+    if len(side) != total:
+        return f"sidecar is {len(side)} bytes, its header says {total}"
+    if side[SIDECAR_SIZE - 32 : SIDECAR_SIZE] != names.key_digest:
+        return "sidecar belongs to another key"
+    if len(data) != size:
+        return f"payload is {len(data)} bytes, sidecar says {size}"
+    return "checksum mismatch (payload or metadata damaged)"
+
+
+def _is_entry_id(text: str) -> bool:
+    return len(text) == 64 and all(c in "0123456789abcdef" for c in text)
 
 
 class FileStreamProgramCache(ProgramCacheResource):
@@ -150,7 +178,7 @@ class FileStreamProgramCache(ProgramCacheResource):
         self._names: dict[Any, _Names] = {}
         self._bumped: dict[str, int] = {}
         # payload path -> (fingerprint of the file verified, its bytes): repeat hits.
-        self._memo: dict[str, tuple[Fingerprint, bytes]] = {}
+        self._memo: dict[str, tuple[Fingerprint, CacheEntry]] = {}
         self._memo_bytes = 0
         self._evict_mutex = threading.Lock()
         self._writer = PairWriter(self._tmp, self._dir_mode, self._file_mode)
@@ -188,15 +216,22 @@ class FileStreamProgramCache(ProgramCacheResource):
         except TypeError:  # unhashable: let coerce_key name the problem
             names = None
         if names is None:
-            kd = hashlib.blake2b(coerce_key(key), digest_size=32).digest()
-            h = kd.hex()
-            shard = os.path.join(self._entries, h[:2])
-            payload = os.path.join(shard, h[2:])
-            names = _Names(payload, payload + SIDECAR_SUFFIX, shard, kd, key_seed(kd))
+            names = self._names_of(key_digest(coerce_key(key)))
             if len(self._names) >= _NAME_CACHE_MAX:
                 self._names.clear()
             self._names[key] = names
         return names
+
+    def _names_of(self, kd: bytes) -> _Names:
+        h = kd.hex()
+        shard = os.path.join(self._entries, h[:2])
+        payload = os.path.join(shard, h[2:])
+        return _Names(payload, payload + SIDECAR_SUFFIX, shard, kd, key_seed(kd))
+
+    def _names_of_id(self, entry_id: str) -> _Names:
+        if not isinstance(entry_id, str) or not _is_entry_id(entry_id):
+            raise KeyError(entry_id)
+        return self._names_of(bytes.fromhex(entry_id))
 
     # -- reads ---------------------------------------------------------------------
     def __getitem__(self, key: CacheKey) -> bytes:
@@ -206,6 +241,10 @@ class FileStreamProgramCache(ProgramCacheResource):
         return data
 
     def get(self, key: CacheKey, default: bytes | None = None) -> bytes | None:
+        entry = self.get_entry(key)
+        return default if entry is None else entry.data
+
+    def get_entry(self, key: CacheKey) -> CacheEntry | None:
         if self._closed:
             raise ValueError("operation on a closed FileStreamProgramCache")
         names = self._names.get(key) if type(key) is bytes else None
@@ -213,40 +252,35 @@ class FileStreamProgramCache(ProgramCacheResource):
             names = self._names_for(key)
         memo = self._memo.get(names.payload)
         if memo is not None:
-            data = self._from_memo(names.payload, memo)
-            if data is not None:
+            entry = self._from_memo(names.payload, memo)
+            if entry is not None:
                 stats = self._stats
                 stats.hits += 1
-                stats.bytes_read += len(data)
+                stats.bytes_read += len(entry.data)
                 self._ops += 1
                 if self._ops >= FLUSH_EVERY:
                     self._flush_stats()
-                return data
+                return entry
         result = self._read_pair(names)
-        if type(result) is bytes:
-            stats = self._stats
-            stats.hits += 1
-            stats.bytes_read += len(result)
+        if type(result) is _Mismatch:
+            # A writer replacing the pair under us also mismatches: look once more.
+            result = self._read_pair(names)
+            if type(result) is _Mismatch:
+                self._drop_corrupt(names, result)
+                result = None
+        if result is None:
+            self._stats.misses += 1
         else:
-            if result is not None:
-                # A writer replacing the pair under us also mismatches: look once more.
-                result = self._read_pair(names)
-                if type(result) is not bytes and result is not None:
-                    self._drop_corrupt(names, result)
-                    result = None
-            if result is None:
-                self._stats.misses += 1
-            else:
-                self._stats.hits += 1
-                self._stats.bytes_read += len(result)
+            self._stats.hits += 1
+            self._stats.bytes_read += len(result.data)
         self._ops += 1
         if self._ops >= FLUSH_EVERY:
             self._flush_stats()
-        return default if result is None else result
+        return result
 
-    def _read_pair(self, names: _Names) -> bytes | _Mismatch | None:
-        """Payload bytes if the pair verifies; None if absent or unreadable; else
-        the fingerprints of the two files read, for a guarded removal."""
+    def _read_pair(self, names: _Names, remember: bool = True) -> CacheEntry | _Mismatch | None:
+        """The entry if the pair verifies; None if absent or unreadable; else the
+        fingerprints of the two files read, for a guarded removal."""
         try:
             sfd = os.open(names.sidecar, _O_READ)
         except FileNotFoundError:
@@ -259,8 +293,13 @@ class FileStreamProgramCache(ProgramCacheResource):
             except OSError:
                 return None
         try:
-            side = os.read(sfd, SIDECAR_SIZE + 1)
-            size = payload_size(side)
+            side = os.read(sfd, SIDECAR_READ)
+            size, total = parse_sidecar(side)
+            while len(side) <= total:  # metadata beyond the first read (rare)
+                chunk = os.read(sfd, total + 1 - len(side))
+                if not chunk:
+                    break
+                side += chunk
             try:
                 fd = os.open(names.payload, _O_READ)
             except FileNotFoundError:
@@ -277,12 +316,19 @@ class FileStreamProgramCache(ProgramCacheResource):
                     if not chunk:
                         break
                     data += chunk
-                if side == sidecar_for(names.key_digest, names.seed, data):
-                    st = self._maybe_bump_atime(fd, names.payload)
-                    if st is not None:
-                        self._remember(names.payload, fingerprint(st), data)
-                    return data
-                return _Mismatch(fingerprint(os.fstat(fd)), fingerprint(os.fstat(sfd)))
+                meta = side[SIDECAR_SIZE:total]
+                if side == sidecar_for(names.key_digest, names.seed, data, meta):
+                    entry = CacheEntry(data, meta)
+                    if remember:
+                        st = self._maybe_bump_atime(fd, names.payload)
+                        if st is not None:
+                            self._remember(names.payload, fingerprint(st), entry)
+                    return entry
+                return _Mismatch(
+                    fingerprint(os.fstat(fd)),
+                    fingerprint(os.fstat(sfd)),
+                    _describe(side, data, names),
+                )
             finally:
                 os.close(fd)
         except OSError:
@@ -290,7 +336,7 @@ class FileStreamProgramCache(ProgramCacheResource):
         finally:
             os.close(sfd)
 
-    def _from_memo(self, path: str, memo: tuple[Fingerprint, bytes]) -> bytes | None:
+    def _from_memo(self, path: str, memo: tuple[Fingerprint, CacheEntry]) -> CacheEntry | None:
         """The remembered bytes if the same file still stands at ``path`` and no
         atime bump (which rereads and reverifies) is due; else None."""
         last = self._bumped.get(path)
@@ -306,20 +352,21 @@ class FileStreamProgramCache(ProgramCacheResource):
             return None
         return memo[1]
 
-    def _remember(self, path: str, fp: Fingerprint, data: bytes) -> None:
-        if len(data) > _MEMO_MAX_BYTES // 8:
+    def _remember(self, path: str, fp: Fingerprint, entry: CacheEntry) -> None:
+        size = len(entry.data) + len(entry.meta)
+        if size > _MEMO_MAX_BYTES // 8:
             return
-        if self._memo_bytes + len(data) > _MEMO_MAX_BYTES:
+        if self._memo_bytes + size > _MEMO_MAX_BYTES:
             self._memo.clear()
             self._memo_bytes = 0
         self._forget(path)
-        self._memo[path] = (fp, data)
-        self._memo_bytes += len(data)
+        self._memo[path] = (fp, entry)
+        self._memo_bytes += size
 
     def _forget(self, path: str) -> None:
         old = self._memo.pop(path, None)
         if old is not None:
-            self._memo_bytes -= len(old[1])
+            self._memo_bytes -= len(old[1].data) + len(old[1].meta)
 
     def _maybe_bump_atime(self, fd: int, path: str) -> os.stat_result | None:
         """Bump the entry's atime at most once per interval per entry and process (a
@@ -352,9 +399,9 @@ class FileStreamProgramCache(ProgramCacheResource):
             pass
         return None
 
-    def _drop_corrupt(self, names: _Names, fps: tuple[Fingerprint, Fingerprint | None]) -> None:
+    def _drop_corrupt(self, names: _Names, bad: _Mismatch) -> None:
         self._forget(names.payload)
-        payload_fp, sidecar_fp = fps
+        payload_fp, sidecar_fp = bad.payload_fp, bad.sidecar_fp
         freed = 0
         if unlink_if_unchanged(names.payload, payload_fp):
             freed += payload_fp.size
@@ -367,12 +414,17 @@ class FileStreamProgramCache(ProgramCacheResource):
     # -- writes --------------------------------------------------------------------
     def __setitem__(self, key: CacheKey, value: CacheValue) -> None:
         """Store ``value``; OS errors become a warning + ``write_failures`` (see class)."""
+        self.set_entry(key, value)
+
+    def set_entry(self, key: CacheKey, value: CacheValue, meta: bytes = b"") -> None:
+        """Store ``value`` with ``meta``; OS errors become a warning + ``write_failures``."""
         self._check_open()
         names = self._names_for(key)
         data = coerce_value(value, "FileStreamProgramCache.__setitem__")
+        check_meta(meta)
         self._forget(names.payload)
         try:
-            delta = self._write_pair(names, data)
+            delta = self._write_pair(names, data, meta)
         except OSError as exc:
             self._write_failed(exc)
             return
@@ -388,13 +440,13 @@ class FileStreamProgramCache(ProgramCacheResource):
         except OSError as exc:
             self._write_failed(exc)
 
-    def _write_pair(self, names: _Names, data: bytes) -> int:
+    def _write_pair(self, names: _Names, data: bytes, meta: bytes) -> int:
         """Publish payload + sidecar; return the change in bytes on disk."""
-        side = sidecar_for(names.key_digest, names.seed, data)
+        side = sidecar_for(names.key_digest, names.seed, data, meta)
         old = self._writer.write_pair(
             names.payload, names.sidecar, names.shard, data, side, self._durable
         )
-        return len(data) + SIDECAR_SIZE - (old + SIDECAR_SIZE if old >= 0 else 0)
+        return len(data) + len(side) - old
 
     def _write_failed(self, exc: OSError) -> None:
         self._stats.write_failures += 1
@@ -509,6 +561,63 @@ class FileStreamProgramCache(ProgramCacheResource):
         found, _ = self._scan(time.time_ns())
         return sum(1 for e in found if e.payload is not None and e.sidecar is not None)
 
+    # -- listing and maintenance (by entry id) -------------------------------------
+    def iter_entries(self) -> Iterator[EntryInfo]:
+        """Entries with both files present; ``meta`` read from each sidecar."""
+        self._check_open()
+        found, _ = scan_entries(self._entries)
+        for e in found:
+            if e.payload is None or e.sidecar is None:
+                continue
+            assert e.payload_fp is not None and e.sidecar_fp is not None
+            shard, name = os.path.split(e.payload)
+            eid = os.path.basename(shard) + name
+            if not _is_entry_id(eid):
+                continue
+            yield EntryInfo(
+                eid,
+                e.payload_fp.size + e.sidecar_fp.size,
+                e.payload_fp.mtime_ns,
+                max(e.atime_ns, e.payload_fp.mtime_ns),
+                _read_meta(e.sidecar),
+            )
+
+    def check_entry(self, entry_id: str) -> str | None:
+        self._check_open()
+        result = self._read_pair(self._names_of_id(entry_id), remember=False)
+        if result is None:
+            raise KeyError(entry_id)
+        return result.problem if type(result) is _Mismatch else None
+
+    def read_entry(self, entry_id: str) -> CacheEntry | None:
+        self._check_open()
+        try:
+            names = self._names_of_id(entry_id)
+        except KeyError:
+            return None
+        result = self._read_pair(names, remember=False)
+        return result if type(result) is CacheEntry else None
+
+    def remove_entry(self, entry_id: str) -> bool:
+        self._check_open()
+        try:
+            names = self._names_of_id(entry_id)
+        except KeyError:
+            return False
+        self._forget(names.payload)
+        freed = 0
+        removed = False
+        for path in (names.payload, names.sidecar):
+            with contextlib.suppress(OSError):
+                st = os.stat(path)
+                if unlink_if_unchanged(path, fingerprint(st)):
+                    freed += st.st_size
+                    removed = removed or path == names.payload
+        if freed:
+            with contextlib.suppress(OSError):
+                self._ledger_add(-freed)
+        return removed
+
     # -- single-flight, statistics, lifetime ------------------------------------------
     def lock(
         self, key: CacheKey, timeout: float | None = DEFAULT_LOCK_TIMEOUT
@@ -566,6 +675,19 @@ class FileStreamProgramCache(ProgramCacheResource):
 
     def __repr__(self) -> str:
         return f"FileStreamProgramCache({self._root!r}, max_size_bytes={self._max})"
+
+
+def _read_meta(sidecar: str) -> bytes | None:
+    """The metadata a sidecar file holds (unverified), or None if unreadable."""
+    try:
+        with open(sidecar, "rb") as f:
+            side = f.read(SIDECAR_READ)
+            _, total = parse_sidecar(side)
+            if len(side) < total:
+                side += f.read(total - len(side))
+    except OSError:
+        return None
+    return side[SIDECAR_SIZE:total] if total else None
 
 
 _LIVE: weakref.WeakSet[FileStreamProgramCache] = weakref.WeakSet()

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict
+from collections.abc import Iterator
 
 from ._values import coerce_key, coerce_value
-from .base import CacheKey, CacheValue, ProgramCacheResource
+from .base import CacheKey, CacheValue, ProgramCacheResource, check_meta
+from .entry import CacheEntry, EntryInfo, entry_id
 from .stats import CacheStats
 
 __all__ = ["InMemoryProgramCache"]
@@ -25,21 +28,31 @@ def check_max_size(max_size_bytes: int | None) -> int | None:
     return max_size_bytes
 
 
+class _Slot:
+    __slots__ = ("data", "meta", "size", "stored_ns", "used_ns")
+
+    def __init__(self, data: bytes, meta: bytes) -> None:
+        self.data = data
+        self.meta = meta
+        self.size = len(data) + len(meta)
+        self.stored_ns = self.used_ns = time.time_ns()
+
+
 class InMemoryProgramCache(ProgramCacheResource):
     """Thread-safe, single-process LRU cache; every operation is O(1).
 
-    ``max_size_bytes`` (> 0, or None for unbounded) caps the sum of stored value
-    sizes; storing past it evicts least-recently-used entries (a read or a write
-    makes an entry most recent). A value larger than the cap is not kept (counted
-    as a store and an eviction). Entries are immutable ``bytes`` objects, so they
-    cannot be corrupted in place; nothing is persisted and ``lock()`` serialises
-    the threads of this process.
+    ``max_size_bytes`` (> 0, or None for unbounded) caps the sum of stored
+    payload and metadata sizes; storing past it evicts least-recently-used
+    entries (a read or a write makes an entry most recent). A value larger than
+    the cap is not kept (counted as a store and an eviction). Entries are
+    immutable ``bytes`` objects, so they cannot be corrupted in place; nothing is
+    persisted and ``lock()`` serialises the threads of this process.
     """
 
     def __init__(self, max_size_bytes: int | None = None) -> None:
         super().__init__()
         self._max = check_max_size(max_size_bytes)
-        self._entries: OrderedDict[bytes, bytes] = OrderedDict()
+        self._entries: OrderedDict[bytes, _Slot] = OrderedDict()
         self._total = 0
         self._mutex = threading.RLock()
 
@@ -49,48 +62,55 @@ class InMemoryProgramCache(ProgramCacheResource):
 
     @property
     def size_bytes(self) -> int:
-        """Sum of the stored value sizes."""
+        """Sum of the stored payload and metadata sizes."""
         return self._total
 
-    def __getitem__(self, key: CacheKey) -> bytes:
+    def _find(self, key: CacheKey) -> _Slot | None:
         k = coerce_key(key)
         with self._mutex:
-            value = self._entries.get(k)
-            if value is None:
+            slot = self._entries.get(k)
+            if slot is None:
                 self._stats.misses += 1
-                raise KeyError(key)
+                return None
             self._entries.move_to_end(k)
+            slot.used_ns = time.time_ns()
             self._stats.hits += 1
-            self._stats.bytes_read += len(value)
-            return value
+            self._stats.bytes_read += len(slot.data)
+            return slot
+
+    def __getitem__(self, key: CacheKey) -> bytes:
+        slot = self._find(key)
+        if slot is None:
+            raise KeyError(key)
+        return slot.data
 
     def get(self, key: CacheKey, default: bytes | None = None) -> bytes | None:
-        k = coerce_key(key)
-        with self._mutex:
-            value = self._entries.get(k)
-            if value is None:
-                self._stats.misses += 1
-                return default
-            self._entries.move_to_end(k)
-            self._stats.hits += 1
-            self._stats.bytes_read += len(value)
-            return value
+        slot = self._find(key)
+        return default if slot is None else slot.data
+
+    def get_entry(self, key: CacheKey) -> CacheEntry | None:
+        slot = self._find(key)
+        return None if slot is None else CacheEntry(slot.data, slot.meta)
 
     def __setitem__(self, key: CacheKey, value: CacheValue) -> None:
+        self.set_entry(key, value)
+
+    def set_entry(self, key: CacheKey, value: CacheValue, meta: bytes = b"") -> None:
         k = coerce_key(key)
         data = coerce_value(value, "InMemoryProgramCache.__setitem__")
+        slot = _Slot(data, check_meta(meta))
         with self._mutex:
             old = self._entries.pop(k, None)
             if old is not None:
-                self._total -= len(old)
-            self._entries[k] = data
-            self._total += len(data)
+                self._total -= old.size
+            self._entries[k] = slot
+            self._total += slot.size
             self._stats.stores += 1
             self._stats.bytes_written += len(data)
             if self._max is not None:
                 while self._total > self._max and self._entries:
                     _, evicted = self._entries.popitem(last=False)
-                    self._total -= len(evicted)
+                    self._total -= evicted.size
                     self._stats.evictions += 1
 
     def __delitem__(self, key: CacheKey) -> None:
@@ -99,7 +119,7 @@ class InMemoryProgramCache(ProgramCacheResource):
             old = self._entries.pop(k, None)
             if old is None:
                 raise KeyError(key)
-            self._total -= len(old)
+            self._total -= old.size
 
     def __len__(self) -> int:
         with self._mutex:
@@ -113,3 +133,34 @@ class InMemoryProgramCache(ProgramCacheResource):
     def stats(self) -> CacheStats:
         with self._mutex:
             return self._stats.copy()
+
+    # -- listing and maintenance ---------------------------------------------------
+    def _key_of(self, eid: str) -> bytes | None:
+        with self._mutex:
+            return next((k for k in self._entries if entry_id(k) == eid), None)
+
+    def iter_entries(self) -> Iterator[EntryInfo]:
+        with self._mutex:
+            items = list(self._entries.items())
+        for k, s in items:
+            yield EntryInfo(entry_id(k), s.size, s.stored_ns, s.used_ns, s.meta)
+
+    def check_entry(self, entry_id: str) -> str | None:
+        if self._key_of(entry_id) is None:
+            raise KeyError(entry_id)
+        return None  # immutable bytes in this process: nothing can damage them
+
+    def read_entry(self, entry_id: str) -> CacheEntry | None:
+        k = self._key_of(entry_id)
+        with self._mutex:
+            slot = None if k is None else self._entries.get(k)
+            return None if slot is None else CacheEntry(slot.data, slot.meta)
+
+    def remove_entry(self, entry_id: str) -> bool:
+        k = self._key_of(entry_id)
+        with self._mutex:
+            old = None if k is None else self._entries.pop(k, None)
+            if old is None:
+                return False
+            self._total -= old.size
+            return True
