@@ -22,21 +22,16 @@ from collections.abc import Iterator
 from typing import Any
 
 ENV_DIR = "CUFORGE_CACHE_DIR"
-_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
 
 
 def parse_size(text: str) -> int:
-    """``"500M"`` -> bytes; accepts an integer with an optional K/M/G suffix."""
-    raw = text.strip().lower().removesuffix("b").removesuffix("i")
-    unit = raw[-1:] if raw[-1:] in _UNITS else ""
-    number = raw[: len(raw) - len(unit)]
+    """``"500M"`` -> bytes for argparse (see ``cuforge.storage.units.parse_size``)."""
+    from cuforge.storage.units import parse_size as parse
+
     try:
-        value = int(float(number) * _UNITS[unit])
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 500M, 2G)") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"size must be > 0, got {text!r}")
-    return value
+        return parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def cache_dir(args: argparse.Namespace) -> str:
@@ -97,6 +92,7 @@ def register(subparsers: Any, parsers: dict[str, argparse.ArgumentParser]) -> No
 
 def _stats(args: argparse.Namespace) -> int:
     from cuforge.storage import FileStreamProgramCache
+    from cuforge.storage.units import format_size
 
     path = cache_dir(args)
     with FileStreamProgramCache(path) as cache:
@@ -111,11 +107,11 @@ def _stats(args: argparse.Namespace) -> int:
         return 0
     print(f"cache directory     {path}")
     print(f"entries             {entries}")
-    print(f"size                {_human(size)}")
+    print(f"size                {format_size(size)}")
     rate = "-" if report["hit_rate"] is None else f"{report['hit_rate'] * 100:.1f} %"
     print(f"hit rate            {rate}")
     for name, value in totals.items():
-        shown = _human(value) if name.startswith("bytes") else str(value)
+        shown = format_size(value) if name.startswith("bytes") else str(value)
         print(f"{name.replace('_', ' '):<20}{shown}")
     return 0
 
@@ -133,14 +129,6 @@ def _clear(args: argparse.Namespace) -> int:
 def _dir(args: argparse.Namespace) -> int:
     print(cache_dir(args))
     return 0
-
-
-def _human(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
 
 
 __all__ = ["ENV_DIR", "cache_dir", "parse_size", "register"]

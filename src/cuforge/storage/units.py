@@ -1,0 +1,52 @@
+"""Sizes and durations as people write them: ``500M``, ``2GiB``, ``90s``, ``7d``.
+
+One parser for the cache URLs and the command line. Each raises ValueError naming
+the text and what was expected, so callers can show the message as it is.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["format_size", "parse_duration", "parse_size"]
+
+_SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*", re.IGNORECASE)
+_SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+_DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(s|m|h|d|w)?\s*", re.IGNORECASE)
+_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_size(text: str) -> int:
+    """Bytes in ``text``: an integer or decimal with an optional K/M/G/T suffix
+    (binary multiples; ``KiB``, ``KB`` and ``K`` all mean 1024). Must be > 0."""
+    match = _SIZE.fullmatch(text) if isinstance(text, str) else None
+    if match is None or match.group(3).lower() not in ("", "b", "ib"):
+        raise ValueError(f"not a size: {text!r} (expected e.g. 500M, 2G, 64KiB)")
+    if match.group(3).lower() == "ib" and not match.group(2):
+        raise ValueError(f"not a size: {text!r} (expected e.g. 500M, 2G, 64KiB)")
+    value = int(float(match.group(1)) * _SIZE_UNITS[match.group(2).lower()])
+    if value <= 0:
+        raise ValueError(f"size must be > 0, got {text!r}")
+    return value
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in ``text``: a number with an optional s/m/h/d/w suffix (seconds if
+    none). Must be > 0."""
+    match = _DURATION.fullmatch(text) if isinstance(text, str) else None
+    if match is None:
+        raise ValueError(f"not a duration: {text!r} (expected e.g. 90s, 30m, 12h, 7d)")
+    value = float(match.group(1)) * _DURATION_UNITS[(match.group(2) or "s").lower()]
+    if value <= 0:
+        raise ValueError(f"duration must be > 0, got {text!r}")
+    return value
+
+
+def format_size(n: int) -> str:
+    """``n`` bytes for people: ``512 B``, ``1.5 KiB``, ``2.0 GiB``."""
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{n} B" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{n} B"  # pragma: no cover - unreachable

@@ -1,0 +1,188 @@
+"""Cache URLs: one parser for every place a cache is named (``open_cache``, the CLI,
+``CUFORGE_CACHE``).
+
+Grammar::
+
+    URL      := LEVEL ("," LEVEL)*           several levels make a tiered cache
+    LEVEL    := SCHEME "://" LOCATION ["?" QUERY] | PATH
+    QUERY    := NAME["=" VALUE] ("&" NAME["=" VALUE])*
+
+A plain path (no ``://``) is a FileStream directory. Each scheme declares the query
+parameters it accepts; ``ro`` (read-only level) is accepted by every scheme.
+Location and values are percent-decoded, so a path containing ``,`` or ``?`` is
+written ``%2C`` / ``%3F``. Every error is a ValueError that names the bad part of
+the URL and what was expected.
+
+Schemes register an opener with :func:`register_scheme`; this module knows
+``memory`` and ``file``; the other backends register themselves in their modules
+and are imported lazily by name here (so ``redis`` loads only for redis URLs).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from urllib.parse import unquote
+
+from .base import ProgramCacheResource
+from .units import parse_duration, parse_size
+
+__all__ = ["CacheSpec", "open_cache", "parse_cache_url", "register_scheme"]
+
+
+@dataclass(frozen=True)
+class CacheSpec:
+    """One level of a cache URL, parsed but not opened."""
+
+    scheme: str
+    location: str
+    params: dict[str, str] = field(default_factory=dict)
+    read_only: bool = False
+    text: str = ""
+
+    def error(self, message: str) -> ValueError:
+        """A ValueError that names this level of the URL."""
+        return ValueError(f"cache URL {self.text!r}: {message}")
+
+    def size(self, name: str) -> int | None:
+        """Parameter ``name`` as a size (``64M``), or None when absent."""
+        raw = self.params.get(name)
+        if raw is None:
+            return None
+        try:
+            return parse_size(raw)
+        except ValueError as exc:
+            raise self.error(f"{name}: {exc}") from None
+
+    def duration(self, name: str) -> float | None:
+        """Parameter ``name`` as seconds (``7d``), or None when absent."""
+        raw = self.params.get(name)
+        if raw is None:
+            return None
+        try:
+            return parse_duration(raw)
+        except ValueError as exc:
+            raise self.error(f"{name}: {exc}") from None
+
+    def flag(self, name: str) -> bool:
+        """Parameter ``name`` as a boolean (present, 1/true/yes/on; 0/false/no/off)."""
+        raw = self.params.get(name)
+        if raw is None:
+            return False
+        value = raw.lower()
+        if value in ("", "1", "true", "yes", "on"):
+            return True
+        if value in ("0", "false", "no", "off"):
+            return False
+        raise self.error(f"{name}={raw!r} is not a boolean (use 1 or 0)")
+
+
+@dataclass(frozen=True)
+class _Scheme:
+    opener: Callable[[CacheSpec], ProgramCacheResource]
+    params: frozenset[str]
+
+
+_SCHEMES: dict[str, _Scheme] = {}
+# Schemes whose module registers itself on import.
+_LAZY: dict[str, str] = {}
+
+
+def register_scheme(
+    scheme: str, opener: Callable[[CacheSpec], ProgramCacheResource], params: set[str]
+) -> None:
+    """Make ``scheme://`` URLs open through ``opener``; ``params`` are the query
+    names it accepts (besides ``ro``)."""
+    _SCHEMES[scheme] = _Scheme(opener, frozenset(params) | {"ro"})
+
+
+def _scheme(name: str, spec_text: str) -> _Scheme:
+    if name not in _SCHEMES and name in _LAZY:
+        importlib.import_module(_LAZY[name])
+    found = _SCHEMES.get(name)
+    if found is None:
+        known = ", ".join(sorted({*_SCHEMES, *_LAZY}))
+        raise ValueError(f"cache URL {spec_text!r}: unknown scheme {name!r} (expected {known})")
+    return found
+
+
+def _parse_level(text: str) -> CacheSpec:
+    if not text.strip():
+        raise ValueError("cache URL: empty level (two commas, or a trailing comma?)")
+    if "://" not in text:
+        path, _, query = text.partition("?")
+        scheme, location = "file", path
+    else:
+        scheme, _, rest = text.partition("://")
+        scheme = scheme.lower()
+        location, _, query = rest.partition("?")
+    accepted = _scheme(scheme, text).params
+    params: dict[str, str] = {}
+    for item in filter(None, query.split("&")):
+        name, _, value = item.partition("=")
+        name = unquote(name)
+        if name not in accepted:
+            allowed = ", ".join(sorted(accepted))
+            raise ValueError(
+                f"cache URL {text!r}: unknown parameter {name!r} for {scheme}:// "
+                f"(accepted: {allowed})"
+            )
+        if name in params:
+            raise ValueError(f"cache URL {text!r}: parameter {name!r} given twice")
+        params[name] = unquote(value)
+    spec = CacheSpec(scheme, unquote(location), params, False, text)
+    return CacheSpec(scheme, spec.location, params, spec.flag("ro"), text)
+
+
+def parse_cache_url(url: str) -> list[CacheSpec]:
+    """The levels of ``url``, fastest first. Raises ValueError naming the bad part."""
+    if not isinstance(url, str):
+        raise TypeError(f"cache URL must be a str, got {type(url).__name__}")
+    if not url.strip():
+        raise ValueError("cache URL is empty")
+    return [_parse_level(part.strip()) for part in url.split(",")]
+
+
+def open_cache(url: str) -> ProgramCacheResource:
+    """Open the cache ``url`` names: one backend, or a tiered cache for several levels.
+
+    Raises ValueError for a bad URL (naming the bad part); errors opening a level
+    (a path that is a file, a database that is not ours) propagate from the backend.
+    """
+    specs = parse_cache_url(url)
+    if len(specs) > 1 or specs[0].read_only:
+        from .tiered import open_tiered  # the fleet issue builds TieredProgramCache
+
+        return open_tiered(specs)
+    return _SCHEMES[specs[0].scheme].opener(specs[0])
+
+
+def _open_memory(spec: CacheSpec) -> ProgramCacheResource:
+    from .memory import InMemoryProgramCache
+
+    if spec.location:
+        raise spec.error("memory:// takes no location (use memory://?max_size=64M)")
+    return InMemoryProgramCache(max_size_bytes=spec.size("max_size"))
+
+
+def _open_file(spec: CacheSpec) -> ProgramCacheResource:
+    from .filestream import FileStreamProgramCache
+
+    if not spec.location:
+        raise spec.error("file:// needs a directory (file:///path/to/cache)")
+    mode = spec.params.get("mode")
+    try:
+        mode_value = None if mode is None else int(mode, 8)
+    except ValueError:
+        raise spec.error(f"mode={mode!r} is not an octal permission (e.g. 2770)") from None
+    return FileStreamProgramCache(
+        spec.location,
+        max_size_bytes=spec.size("max_size"),
+        mode=mode_value,
+        durable=spec.flag("durable"),
+    )
+
+
+register_scheme("memory", _open_memory, {"max_size"})
+register_scheme("file", _open_file, {"max_size", "mode", "durable"})
