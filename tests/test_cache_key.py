@@ -463,17 +463,8 @@ def test_side_effect_options_are_rejected_even_with_a_digest(field, value):
             key(options=options, extra_digest=extra)
 
 
-@pytest.mark.parametrize(
-    "field, value",
-    [
-        ("include_path", ["inc"]),
-        ("pre_include", "pre.h"),
-        ("pch", True),
-        ("use_pch", "x.pch"),
-        ("pch_dir", "pchdir"),
-    ],
-)
-def test_external_content_options_need_extra_digest(field, value):
+@pytest.mark.parametrize("field, value", [("pch", True), ("use_pch", "x.pch"), ("pch_dir", "d")])
+def test_precompiled_headers_need_extra_digest(field, value):
     options = ProgramOptions(**{"arch": ARCH, field: value})
     with pytest.raises(ValueError, match=f"options.{field}.*extra_digest="):
         key(options=options)
@@ -491,14 +482,8 @@ def test_nvvm_libdevice_needs_extra_digest():
     assert len(nvvm_key(use_libdevice=True, extra_digest=b"libdevice")) == 32
 
 
-def test_cpp_name_with_a_directory_needs_extra_digest():
-    options = ProgramOptions(arch=ARCH, name=os.path.join("kernels", "k.cu"))
-    with pytest.raises(ValueError, match=r"options.name.*directory.*extra_digest="):
-        key(options=options)
-    assert len(key(options=options, extra_digest=b"neighbours")) == 32
-    # A plain file name resolves nothing relative to a directory.
-    assert len(cpp_key(name="k.cu")) == 32
-    # PTX and NVVM have no #include: a directory in the name is harmless there.
+def test_a_directory_in_the_name_is_harmless_for_ptx_and_nvvm():
+    # PTX and NVVM have no #include: a directory in the name changes only the name.
     assert len(ptx_key(name=os.path.join("kernels", "k.ptx"))) == 32
     assert len(nvvm_key(name=os.path.join("kernels", "k.ll"))) == 32
 

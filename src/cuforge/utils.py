@@ -5,7 +5,12 @@ Change ``from cuda.core.utils import ...`` to ``from cuforge.utils import ...``.
 
 from __future__ import annotations
 
-from cuforge.compile.cache_key import KEY_SCHEMA_VERSION, make_program_cache_key
+from cuforge.compile.cache_key import (
+    KEY_SCHEMA_VERSION,
+    fingerprint_headers,
+    make_program_cache_key,
+)
+from cuforge.compile.explain import Explanation, explain
 from cuforge.storage import (
     CacheStats,
     CacheWriteWarning,
@@ -19,9 +24,12 @@ __all__ = [
     "KEY_SCHEMA_VERSION",
     "CacheStats",
     "CacheWriteWarning",
+    "Explanation",
     "FileStreamProgramCache",
     "InMemoryProgramCache",
     "ProgramCacheResource",
     "default_cache_dir",
+    "explain",
+    "fingerprint_headers",
     "make_program_cache_key",
 ]

@@ -7,7 +7,7 @@ NVRTC failure raises CompileError with the program log and the flags used.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from cuforge.compile.errors import CompileError, decode_log
@@ -51,8 +51,12 @@ def compile_cpp(
     options: Sequence[bytes],
     target: str,
     name_expressions: Sequence[str | bytes] = (),
+    headers: Mapping[str, bytes] | None = None,
 ) -> tuple[bytes, str, dict[str | bytes, str]]:
     """Compile ``source`` with ``options`` to ``target``.
+
+    ``headers`` (include name -> content) are handed to NVRTC in memory; it takes
+    them before any directory it searches.
 
     Returns ``(code, log, symbol_mapping)``: the raw output bytes, the program log
     (warnings; "" when clean) and each name expression -> its mangled name (str).
@@ -62,7 +66,14 @@ def compile_cpp(
     """
     from cuda.bindings import nvrtc
 
-    err, prog = nvrtc.nvrtcCreateProgram(source, name.encode(), 0, [], [])
+    names = list(headers or ())
+    err, prog = nvrtc.nvrtcCreateProgram(
+        source,
+        name.encode(),
+        len(names),
+        [headers[n] for n in names] if headers else [],
+        [n.encode("utf-8", "surrogateescape") for n in names],
+    )
     if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
         raise CompileError("NVRTC", err.name, "", options, name)
     log = ""

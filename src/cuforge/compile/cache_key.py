@@ -3,15 +3,25 @@
 Guarantee: two calls return the same key only when everything that can change the
 compiler's output is the same -- the schema version, code and target types, the
 source, the exact flag list the consuming backend receives, the backend's exact
-build (see ``_identity``), name expressions, NVVM extras, ``options.name`` and the
-caller's ``extra_digest``. Each field is labelled and length-prefixed, in a fixed
-order, so no two different inputs frame to the same bytes.
+build (see ``_identity``), name expressions, NVVM extras, ``options.name``, the
+working directory when debug or line info embeds it, the content of every header
+the compile can read, and the caller's ``extra_digest``. Each field is labelled
+and length-prefixed, in a fixed order, so no two different inputs frame to the
+same bytes.
+
+Headers: without ``extra_digest``, a C++ source that can read files (``#include``
+of anything outside the compiler's own headers, ``include_path``,
+``pre_include``) has its dependencies resolved (see ``_includes``): every file
+found is in the key by search position, relative name and content digest, and
+every candidate searched before it by its absence. With ``extra_digest`` the
+caller fingerprints the content instead (``fingerprint_headers`` helps).
+``Program.compile(cache=)`` does better than re-reading every header per lookup:
+see ``cached.py`` and ``_manifest.py``.
 
 Inputs whose effect the key cannot observe are refused with a ValueError that says
-what to do: options with compile-time side effects (a hit would skip them), and
-options that pull in file content (include paths, pre-includes, PCH, libdevice, an
-``options.name`` with a directory) unless ``extra_digest`` fingerprints that
-content.
+what to do: options with compile-time side effects (a hit would skip them),
+precompiled headers and libdevice (unless ``extra_digest`` fingerprints them), and
+includes no scan can resolve (``_includes.UntrackableInclude``).
 
 Cost: the per-(options, code_type, target_type) part of the digest is prepared
 once and reused (see ``ProgramOptions`` fingerprint caching); a key for a 1 KB
@@ -25,15 +35,17 @@ import os
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from cuforge.compile import _identity
+from cuforge.compile import _identity, _includes
 from cuforge.compile.options import ProgramOptions
 from cuforge.compile.targets import SUPPORTED_TARGETS, normalize_code_type, normalize_target
 
 #: Bumped whenever the framing or a field's meaning changes; old entries then miss.
-KEY_SCHEMA_VERSION = 1
+KEY_SCHEMA_VERSION = 2
 
 _SIDE_EFFECT_OPTIONS = ("create_pch", "time", "fdevice_time_trace")
-_NVRTC_EXTERNAL_OPTIONS = ("include_path", "pre_include", "pch", "use_pch", "pch_dir")
+_NVRTC_EXTERNAL_OPTIONS = ("pch", "use_pch", "pch_dir")
+_INCLUDE_FLAG = b"--include-path="
+_NO_SOURCE_INCLUDE = b"--no-source-include"
 
 
 def _frame(label: bytes, value: bytes) -> bytes:
@@ -61,7 +73,7 @@ class _Backend:
     def identity(self) -> bytes:
         raise NotImplementedError
 
-    def option_fingerprint(self, options: ProgramOptions) -> bytes:
+    def option_fingerprint(self, options: ProgramOptions, closed: bool = False) -> bytes:
         raise NotImplementedError
 
     def extra_fields(self, options: ProgramOptions) -> Iterable[bytes]:
@@ -71,9 +83,8 @@ class _Backend:
 def _need_extra_digest(what: str) -> ValueError:
     return ValueError(
         f"{what} makes the output depend on file content the cache key cannot see; "
-        "fingerprint that content and pass it as extra_digest= to "
-        "cuforge.utils.make_program_cache_key (Program.compile(cache=...) cannot do this "
-        "for you), or compile without cache="
+        "fingerprint that content (cuforge.utils.fingerprint_headers) and pass it as "
+        "extra_digest= to cuforge.utils.make_program_cache_key, or compile without cache="
     )
 
 
@@ -86,18 +97,13 @@ class _NvrtcBackend(_Backend):
             return
         for field in _NVRTC_EXTERNAL_OPTIONS:
             if _is_set(getattr(options, field, None)):
-                raise _need_extra_digest(f"options.{field}")
-        name = options.name
-        if name and (os.sep in name or (os.altsep and os.altsep in name)):
-            raise _need_extra_digest(
-                f"options.name={name!r} (NVRTC resolves quoted #include relative to its directory)"
-            )
+                raise _need_extra_digest(f"options.{field} (a precompiled header)")
 
     def identity(self) -> bytes:
         return _identity.nvrtc_identity()
 
-    def option_fingerprint(self, options: ProgramOptions) -> bytes:
-        return b"\0".join(options.as_nvrtc_options())
+    def option_fingerprint(self, options: ProgramOptions, closed: bool = False) -> bytes:
+        return b"\0".join(closed_flags(options) if closed else options.as_nvrtc_options())
 
 
 class _LinkerBackend(_Backend):
@@ -111,7 +117,7 @@ class _LinkerBackend(_Backend):
         # The driver JIT-compiles PTX on this path, so its version shapes the output.
         return b"driver-linker|" + _identity.driver_identity()
 
-    def option_fingerprint(self, options: ProgramOptions) -> bytes:
+    def option_fingerprint(self, options: ProgramOptions, closed: bool = False) -> bytes:
         from cuforge.compile.linker import linker_backend
 
         if linker_backend() == "nvjitlink":
@@ -131,7 +137,7 @@ class _NvvmBackend(_Backend):
     def identity(self) -> bytes:
         return _identity.nvvm_identity()
 
-    def option_fingerprint(self, options: ProgramOptions) -> bytes:
+    def option_fingerprint(self, options: ProgramOptions, closed: bool = False) -> bytes:
         return b"\0".join(options.as_nvvm_options())
 
     def extra_fields(self, options: ProgramOptions) -> Iterable[bytes]:
@@ -146,6 +152,22 @@ class _NvvmBackend(_Backend):
 _BACKENDS: dict[str, _Backend] = {
     b.code_type: b for b in (_NvrtcBackend(), _LinkerBackend(), _NvvmBackend())
 }
+
+
+def closed_flags(options: ProgramOptions) -> list[bytes]:
+    """The NVRTC flags of a "closed world" compile (``compile(cache=)`` with tracked
+    headers): the user's include directories are not passed -- their files go to
+    NVRTC in memory -- and the source directory is not searched."""
+    flags = [f for f in options.as_nvrtc_options() if not f.startswith(_INCLUDE_FLAG)]
+    if _NO_SOURCE_INCLUDE not in flags:
+        flags.append(_NO_SOURCE_INCLUDE)
+    return flags
+
+
+def embeds_cwd(options: ProgramOptions) -> bool:
+    """Debug and line info name source files by absolute path: the working
+    directory then shapes the output."""
+    return bool(options.debug or options.lineinfo)
 
 
 def _encode_name_expressions(name_expressions: Sequence[str | bytes]) -> bytes:
@@ -166,16 +188,22 @@ def _encode_name_expressions(name_expressions: Sequence[str | bytes]) -> bytes:
 
 
 def _prefix(
-    backend: _Backend, code_type: str, target: str, options: ProgramOptions, has_extra: bool
+    backend: _Backend,
+    code_type: str,
+    target: str,
+    options: ProgramOptions,
+    has_extra: bool,
+    closed: bool = False,
 ) -> Any:
     """The digest state over every field that depends only on options and types.
 
     Validation and fingerprinting run once per (options, code_type, target,
-    compiler, extra_digest given?) -- options are frozen, so the result stays true.
+    compiler, extra_digest given?, closed world?) -- options are frozen, so the
+    result stays true.
     """
     cache = options.__dict__.setdefault("_cuforge_key_prefix", {})
     ident = backend.identity()
-    slot = (code_type, target, ident, has_extra)
+    slot = (code_type, target, ident, has_extra, closed)
     state = cache.get(slot)
     if state is None:
         if code_type != "nvvm" and _is_set(getattr(options, "extra_sources", None)):
@@ -186,7 +214,10 @@ def _prefix(
         state.update(_frame(b"code_type", code_type.encode()))
         state.update(_frame(b"target", target.encode()))
         state.update(_frame(b"compiler", ident))
-        state.update(_frame(b"options", backend.option_fingerprint(options)))
+        state.update(_frame(b"options", backend.option_fingerprint(options, closed)))
+        if closed:
+            n_dirs = len(options.include_path or ())
+            state.update(_frame(b"closed", str(n_dirs).encode()))
         for field in backend.extra_fields(options):
             state.update(field)
         state.update(_frame(b"name", (options.name or "").encode()))
@@ -209,7 +240,12 @@ def make_program_cache_key(
         TypeError: ``options`` is not a ProgramOptions, ``code`` or ``extra_digest``
             has the wrong type, or a name expression is not str/bytes.
         ValueError: unknown code_type/target_type or an unsupported pair; options
-            with side effects; file-reading options without ``extra_digest``.
+            with side effects; precompiled headers or libdevice without
+            ``extra_digest``; an include no scan can resolve (UntrackableInclude).
+
+    Without ``extra_digest``, a C++ source that can read headers has them resolved
+    and read on every call (see the module docstring); give ``extra_digest`` (e.g.
+    from ``fingerprint_headers``) to fingerprint them yourself instead.
     """
     if not isinstance(options, ProgramOptions):
         raise TypeError(f"options must be a ProgramOptions, got {type(options).__name__}")
@@ -231,7 +267,30 @@ def make_program_cache_key(
             + (" (bytes are accepted only for 'nvvm')" if isinstance(code, bytes) else "")
             + f", got {type(code).__name__}"
         )
+    if code_type == "c++" and extra_digest is None:
+        roots = source_roots(options)
+        if _includes.may_read_user_files(
+            _includes.scan(code_bytes), bool(roots.user), roots.source is not None
+        ) or _is_set(options.pre_include):
+            deps = _includes.resolve(
+                code_bytes, options.name or "<source>", roots,
+                options.define_macro or (), options.pre_include or (),
+            )  # fmt: skip
+            return _digest(
+                code_type, target, options, code_bytes, name_expressions, None, deps=deps
+            )
     return _digest(code_type, target, options, code_bytes, name_expressions, extra_digest)
+
+
+def source_roots(options: ProgramOptions, toolkit: tuple[str, ...] = ()) -> _includes.Roots:
+    """The include search roots of a C++ compile with ``options`` here and now."""
+    cwd = os.getcwd()
+    name = options.name or ""
+    source = None
+    if not options.no_source_include:
+        source = os.path.join(cwd, os.path.dirname(name)) if os.path.dirname(name) else cwd
+    user = tuple(os.path.join(cwd, d) for d in options.include_path or ())
+    return _includes.Roots(source, cwd, user, toolkit)
 
 
 def _digest(
@@ -241,9 +300,21 @@ def _digest(
     code_bytes: bytes,
     name_expressions: Sequence[str | bytes],
     extra_digest: bytes | None,
+    *,
+    closed: bool = False,
+    deps: _includes.DepSet | None = None,
+    label: bytes = b"",
 ) -> bytes:
-    """The key for already-normalised types and encoded code (``Program``'s fast path)."""
-    state = _prefix(_BACKENDS[code_type], code_type, target, options, extra_digest is not None)
+    """The key for already-normalised types and encoded code (``Program``'s fast path).
+
+    ``deps`` folds resolved dependencies in: with ``closed`` (the closed world) the
+    in-memory headers NVRTC is given, by name and content digest; otherwise every
+    file found (position, relative name, digest) and every absent candidate.
+    ``label`` separates keys of different roles (a manifest's key from an entry's).
+    """
+    state = _prefix(
+        _BACKENDS[code_type], code_type, target, options, extra_digest is not None, closed
+    )
     # Framed like _frame, without copying the source into a new bytes object.
     state.update(b"code" + len(code_bytes).to_bytes(8, "little"))
     state.update(code_bytes)
@@ -251,7 +322,47 @@ def _digest(
         state.update(_encode_name_expressions(name_expressions))
     if extra_digest is not None:
         state.update(_frame(b"extra_digest", extra_digest))
+    if code_type == "c++" and embeds_cwd(options):
+        state.update(_frame(b"cwd", os.getcwd().encode("utf-8", "surrogateescape")))
+    if label:
+        state.update(_frame(b"role", label))
+    if deps is not None:
+        if closed:
+            for name, digest in deps.header_digests():
+                state.update(_frame(b"header", name.encode("utf-8", "surrogateescape")))
+                state.update(_frame(b"digest", digest.encode()))
+        else:
+            for (pos, rel), dep in sorted(deps.files.items()):
+                state.update(_frame(b"file", f"{pos}\0{rel}".encode("utf-8", "surrogateescape")))
+                state.update(_frame(b"digest", dep.digest.encode()))
+            for pos, rel in sorted(deps.absent):
+                state.update(_frame(b"absent", f"{pos}\0{rel}".encode("utf-8", "surrogateescape")))
     return state.digest()
 
 
-__all__ = ["KEY_SCHEMA_VERSION", "SUPPORTED_TARGETS", "make_program_cache_key"]
+def fingerprint_headers(paths: Iterable[str | os.PathLike[str]]) -> bytes:
+    """A 32-byte digest of the named files' contents, in the order given, for
+    ``make_program_cache_key(extra_digest=...)`` when you track headers yourself.
+
+    Each file contributes its content (framed, so moving bytes between files
+    changes the digest); names and locations do not count.
+
+    Raises:
+        TypeError: ``paths`` is a single path rather than a collection of paths.
+        OSError: a file cannot be read (the message names it).
+    """
+    if isinstance(paths, (str, bytes, os.PathLike)):
+        raise TypeError("paths must be a list of paths, not a single path")
+    state = hashlib.blake2b(digest_size=32, person=b"cuforge-headers")
+    for path in paths:
+        with open(os.fspath(path), "rb") as f:
+            state.update(_frame(b"file", f.read()))
+    return state.digest()
+
+
+__all__ = [
+    "KEY_SCHEMA_VERSION",
+    "SUPPORTED_TARGETS",
+    "fingerprint_headers",
+    "make_program_cache_key",
+]

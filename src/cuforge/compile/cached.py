@@ -30,9 +30,11 @@ import hashlib
 import logging
 import time
 import warnings
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from cuforge.compile import _versions
+from cuforge.compile._callers import outside_level
 from cuforge.compile.cache_key import _BACKENDS, _digest
 from cuforge.compile.object_code import ObjectCode
 from cuforge.storage.base import ProgramCacheResource
@@ -71,14 +73,23 @@ def _decode_mapping(items: Any) -> dict[str | bytes, str] | None:
 
 
 def program_record(
-    program: Program, target: str, obj: ObjectCode, names: tuple[str | bytes, ...]
+    program: Program,
+    target: str,
+    obj: ObjectCode,
+    names: tuple[str | bytes, ...],
+    headers: list[tuple[str, str]] | None = None,
 ) -> bytes:
-    """The metadata stored with a compiled entry (see the module docstring)."""
+    """The metadata stored with a compiled entry (see the module docstring).
+
+    ``headers``: the (name, digest) pairs a closed-world compile was given.
+    """
     options = program._options
     backend = _BACKENDS[program._code_type]
     return encode_record(
         "program",
         {
+            "headers": [list(h) for h in headers or ()],
+            "include_path": list(options.include_path or ()) if program._code_type == "c++" else [],
             "code_type": program._code_type,
             "target": target,
             "arch": options.arch,
@@ -112,9 +123,7 @@ def _warn_once(cache: Any, message: str) -> None:
         setattr(cache, _WARNED_ATTR, True)
     except AttributeError:
         pass
-    # stacklevel 6: _warn_once -> _lookup/_store -> _hit/_fill -> compile_cached ->
-    # Program.compile -> the caller.
-    warnings.warn(message, CacheWriteWarning, stacklevel=6)
+    warnings.warn(message, CacheWriteWarning, stacklevel=outside_level())
 
 
 def _store(cache: Any, key: bytes, value: Any, meta: bytes) -> None:
@@ -159,8 +168,7 @@ def _hit(
         log.debug("hit %s %s", entry_id(key)[:12], name)
     obj = ObjectCode._trusted(data, target, name, mapping)
     if target == "ptx":
-        # stacklevel 4: warn_if -> _hit -> compile_cached -> Program.compile -> caller.
-        _versions.warn_if_ptx_unloadable(data, stacklevel=4)
+        _versions.warn_if_ptx_unloadable(data, stacklevel=outside_level())
     return obj
 
 
@@ -173,7 +181,9 @@ def compile_cached(
 ) -> ObjectCode:
     """``program`` compiled to ``target`` through ``cache`` (see the module doc).
 
-    Raises TypeError when ``cache`` is not a mapping-like program cache.
+    Raises TypeError when ``cache`` is not a mapping-like program cache, and
+    ValueError (``UntrackableInclude``) when the headers the compile may read
+    cannot all be known.
     """
     if not (callable(getattr(cache, "get", None)) and hasattr(cache, "__setitem__")):
         raise TypeError(
@@ -182,31 +192,69 @@ def compile_cached(
         )
     if program._closed:  # a hit must not hide what an uncached compile would raise
         raise RuntimeError("Program is closed")
-    options = program._options
-    key = _digest(program._code_type, target, options, program._code, names, None)
-    name = options.name or ""
-    obj = _hit(cache, key, target, name, names)
+    if program._code_type == "c++":
+        roots = _tracking.roots_if_tracked(program)
+        if roots is not None:
+            return _tracking.compile_tracked(program, target, names, logs, cache, roots)
+    key = _digest(program._code_type, target, program._options, program._code, names, None)
+    name = program._options.name or ""
+    return single_flight(
+        cache,
+        key,
+        lambda: _hit(cache, key, target, name, names),
+        lambda: _fill(program, target, names, logs, cache, key),
+    )
+
+
+def single_flight(
+    cache: Any,
+    lock_key: bytes,
+    lookup: Callable[[], ObjectCode | None],
+    fill: Callable[[], ObjectCode],
+) -> ObjectCode:
+    """Look up; on a miss take ``lock_key``'s lock, look again, and fill.
+
+    ``lookup`` counts one hit or miss in the cache's statistics; the look-again
+    under the lock is the same request, so its miss is not counted twice. A lock
+    that cannot be had (or a backend that cannot lock) costs a duplicate fill,
+    never a failed compile.
+    """
+    obj = lookup()
     if obj is not None:
         return obj
     try:
-        guard = cache.lock(key)
+        guard = cache.lock(lock_key)
     except Exception:
         guard = None
     if guard is None:
-        return _fill(program, target, names, logs, cache, key)
+        return fill()
     with guard:
-        # The look-again is the same request as the first lookup: count one outcome.
-        _forget_last_miss(cache)
-        obj = _hit(cache, key, target, name, names)
+        uncount(cache, None)
+        obj = lookup()
         if obj is not None:
             return obj
-        return _fill(program, target, names, logs, cache, key)
+        return fill()
 
 
-def _forget_last_miss(cache: Any) -> None:
+def uncount(cache: Any, entry: CacheEntry | None) -> None:
+    """Take back the hit or miss a lookup of ``entry`` counted (a lookup that is
+    part of a request already counted)."""
     stats = getattr(cache, "_stats", None)
-    if stats is not None and getattr(stats, "misses", 0) > 0:
-        stats.misses -= 1
+    if stats is None:
+        return
+    if entry is None:
+        if getattr(stats, "misses", 0) > 0:
+            stats.misses -= 1
+    elif getattr(stats, "hits", 0) > 0:
+        stats.hits -= 1
+        stats.bytes_read = max(0, stats.bytes_read - len(entry.data))
+
+
+def count_miss(cache: Any) -> None:
+    """Count a miss found without a counted lookup (no manifest variant held)."""
+    stats = getattr(cache, "_stats", None)
+    if stats is not None and hasattr(stats, "misses"):
+        stats.misses += 1
 
 
 def _fill(
@@ -217,10 +265,11 @@ def _fill(
     cache: Any,
     key: bytes,
 ) -> ObjectCode:
-    # stacklevel 5: _compile_uncached -> _fill -> compile_cached -> Program.compile -> caller.
-    obj = program._compile_uncached(target, names, logs, stacklevel=5)
+    obj = program._compile_uncached(target, names, logs)
     _store(cache, key, obj.code, program_record(program, target, obj, names))
     return obj
 
 
-__all__ = ["compile_cached", "program_record"]
+from cuforge.compile import _tracking  # noqa: E402 - it builds on the helpers above
+
+__all__ = ["compile_cached", "count_miss", "program_record", "single_flight", "uncount"]

@@ -86,8 +86,12 @@ class Program:
             return "nvJitLink" if linker_backend() == "nvjitlink" else "driver"
         return _BACKENDS[self._code_type]
 
-    def _base_flags(self) -> list[bytes]:
+    def _base_flags(self, closed: bool = False) -> list[bytes]:
         if self._code_type == "c++":
+            if closed:
+                from cuforge.compile.cache_key import closed_flags
+
+                return closed_flags(self._options)
             return self._options.as_nvrtc_options()
         if self._code_type == "nvvm":
             return self._options.as_nvvm_options()
@@ -95,9 +99,9 @@ class Program:
             return self._options.as_nvjitlink_options()
         return self._options.as_driver_linker_options()
 
-    def _flags(self, target: str) -> list[bytes]:
+    def _flags(self, target: str, closed: bool = False) -> list[bytes]:
         """The base flags plus the one a target implies (LTO output)."""
-        flags = self._base_flags()
+        flags = self._base_flags(closed)
         lto = bool(self._options.link_time_optimization)
         if target in ("cubin",) and not self._options.arch.startswith("sm_"):
             raise ValueError(
@@ -167,19 +171,24 @@ class Program:
         name_expressions: tuple[str | bytes, ...],
         logs: Any,
         *,
-        stacklevel: int = 3,
+        headers: dict[str, bytes] | None = None,
     ) -> ObjectCode:
-        """Run the backend for ``target`` (already canonical) and wrap the result."""
+        """Run the backend for ``target`` (already canonical) and wrap the result.
+
+        ``headers`` (C++ only) makes a closed-world compile: NVRTC gets those files
+        in memory and neither the user's include directories nor the source
+        directory (see ``cache_key.closed_flags``).
+        """
         if self._closed:
             raise RuntimeError("Program is closed")
-        flags = self._flags(target)
+        flags = self._flags(target, closed=headers is not None)
         name = self._options.name or ""
         mapping: dict[str | bytes, str] = {}
         if self._code_type == "c++":
             from cuforge.compile import _nvrtc
 
             code, log, mapping = _nvrtc.compile_cpp(
-                self._code, name, flags, target, name_expressions
+                self._code, name, flags, target, name_expressions, headers
             )
         elif self._code_type == "nvvm":
             from cuforge.compile import _nvvm
@@ -199,8 +208,9 @@ class Program:
             logs.write(log)
         obj = ObjectCode(code, target, name=name, symbol_mapping=mapping)
         if target == "ptx":
-            # Default stacklevel 3: warn_if -> _compile_uncached -> compile -> the caller.
-            _versions.warn_if_ptx_unloadable(code, stacklevel=stacklevel)
+            from cuforge.compile._callers import outside_level
+
+            _versions.warn_if_ptx_unloadable(code, stacklevel=outside_level())
         return obj
 
     def close(self) -> None:

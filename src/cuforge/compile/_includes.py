@@ -1,0 +1,411 @@
+"""Which files a CUDA C++ compile can read, found the way NVRTC finds them.
+
+NVRTC has no ``-M``: it cannot say which files it opened. So cuforge finds them
+itself, as a safe superset, and (for ``compile(cache=)``) hands NVRTC exactly those
+files as in-memory headers, so the compiler reads nothing else from the user's
+directories (see ``cached.py``: the "closed world").
+
+Search order (checked against NVRTC 13.x; see docs/architecture.md):
+
+- ``#include "x"`` in a file F: F's own directory, then each ``include_path`` entry
+  in order. For the main source F's directory is the source directory (the
+  directory part of ``options.name``, else the working directory) unless
+  ``no_source_include`` is set.
+- ``#include <x>``: each ``include_path`` entry in order.
+- ``--pre-include=x``: the working directory, then each ``include_path`` entry.
+- an absolute name: that path.
+- after the user's directories come the toolkit's ("the compiler's"): a name found
+  there is covered by the compiler identity in the key and is not read or tracked.
+
+Completeness: every ``#include``/``#import`` and ``__has_include`` operand in every
+user file is resolved, whatever ``#if`` branch it sits in (a superset can only
+cause extra misses). A name found in a user directory is a dependency (position,
+relative path, content digest); every user-directory candidate searched before it,
+and every candidate of a name found nowhere, is recorded as absent, so a file
+created there later (which would shadow or newly satisfy the include) is noticed.
+``#include MACRO`` is resolved through every object-like definition of the macro
+in the scanned files and ``-D`` options. Where that is not possible, or where the
+in-memory mechanism cannot express the search (``#include_next``; one name meaning
+different files in one compile), :class:`UntrackableInclude` says what to do.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import stat as stat_mod
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+__all__ = [
+    "ABSOLUTE",
+    "CWD",
+    "SOURCE",
+    "DepSet",
+    "Directive",
+    "FileDep",
+    "Roots",
+    "UntrackableInclude",
+    "file_digest",
+    "may_read_user_files",
+    "resolve",
+    "scan",
+]
+
+#: Search-root positions as they appear in manifests ("0", "1", ... are include_path).
+SOURCE, CWD, ABSOLUTE = "S", "C", "A"
+
+_OPERAND = re.compile(rb'[ \t]*(?:"([^"\n]*)"|<([^>\n]*)>|([A-Za-z_]\w*)?)')
+_DIRECTIVE = re.compile(rb"#[ \t]*(include_next|include|import)\b")
+_HAS_INCLUDE = re.compile(rb"__has_include(_next)?[ \t]*\(")
+_LINE_START = re.compile(rb"(?:^|\n)[ \t]*(?:/\*.*?\*/[ \t]*)*$", re.DOTALL)
+_DEFINE = re.compile(rb"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)(\(?)(.*)$", re.MULTILINE)
+_MAX_MACRO_DEPTH = 32
+
+
+class UntrackableInclude(ValueError):
+    """cuforge cannot know every file this compile may read; the message says why
+    and what to do."""
+
+
+class Directive(NamedTuple):
+    """One include-like construct found in a file."""
+
+    kind: str  # "include", "include_next", "has_include", "has_include_next"
+    spelling: str | None  # the name between quotes/brackets; None: computed (macro)
+    angle: bool
+    macro: str | None  # the macro name of a computed include, if it is one identifier
+    line: int
+    certain: bool  # a directive at the start of a line (not text inside a string, say)
+
+
+def _line_of(text: bytes, pos: int) -> int:
+    return text.count(b"\n", 0, pos) + 1
+
+
+def scan(text: bytes) -> list[Directive]:
+    """Every include-like construct in ``text`` (a superset: ``#if`` is ignored).
+
+    Line continuations are joined first. Literal operands are taken wherever they
+    appear; a computed operand is ``certain`` only for a directive that starts its
+    line (a ``#include X`` inside a string literal must not refuse the compile).
+    """
+    if b"\\\n" in text or b"\\\r\n" in text:
+        text = text.replace(b"\\\r\n", b"").replace(b"\\\n", b"")
+    found: list[Directive] = []
+    for pattern in (_DIRECTIVE, _HAS_INCLUDE):
+        for m in pattern.finditer(text):
+            op = _OPERAND.match(text, m.end())
+            assert op is not None  # every group is optional
+            quoted, bracket, macro = op.groups()
+            if pattern is _DIRECTIVE:
+                kind = "include_next" if m.group(1) == b"include_next" else "include"
+                start = text.rfind(b"\n", 0, m.start()) + 1
+                certain = _LINE_START.match(b"\n" + text[start : m.start()]) is not None
+            else:
+                kind = "has_include_next" if m.group(1) else "has_include"
+                certain = True
+            spelling = quoted if quoted is not None else bracket
+            found.append(
+                Directive(
+                    kind,
+                    None if spelling is None else spelling.decode("utf-8", "surrogateescape"),
+                    bracket is not None,
+                    None if macro is None else macro.decode(),
+                    _line_of(text, m.start()),
+                    certain,
+                )
+            )
+    return found
+
+
+def may_read_user_files(
+    directives: Iterable[Directive], has_user_dirs: bool, source_dir_searched: bool
+) -> bool:
+    """Whether a source with these directives can read anything outside the
+    compiler's own headers (when False, no manifest is needed)."""
+    if has_user_dirs:
+        return any(True for _ in directives)
+    for d in directives:
+        if d.spelling is None or os.path.isabs(d.spelling):
+            return True
+        if not d.angle and source_dir_searched:
+            return True
+    return False
+
+
+@dataclass(frozen=True)
+class Roots:
+    """Where the search looks, by position. ``source`` is None with no_source_include."""
+
+    source: str | None
+    cwd: str
+    user: tuple[str, ...]
+    toolkit: tuple[str, ...] = ()
+
+    def path(self, pos: str, rel: str) -> str | None:
+        """The absolute path of ``rel`` under position ``pos`` (None: no such root)."""
+        if pos == ABSOLUTE:
+            return rel
+        if pos == SOURCE:
+            base = self.source
+        elif pos == CWD:
+            base = self.cwd
+        else:
+            try:
+                base = self.user[int(pos)]
+            except (ValueError, IndexError):
+                return None
+        return None if base is None else os.path.join(base, rel)
+
+
+class FileDep(NamedTuple):
+    """A user file the compile reads: where it was found and what it held."""
+
+    pos: str
+    rel: str
+    digest: str  # hex blake2b-128 of the content
+    stat: tuple[int, int, int, int]  # (size, mtime_ns, ino, ctime_ns) when read
+
+
+@dataclass
+class DepSet:
+    """The result of :func:`resolve`.
+
+    ``headers`` maps each in-memory header name (an include spelling) to its
+    content; ``files`` and ``absent`` are what a manifest records and validates.
+    """
+
+    headers: dict[str, bytes] = field(default_factory=dict)
+    files: dict[tuple[str, str], FileDep] = field(default_factory=dict)
+    absent: set[tuple[str, str]] = field(default_factory=set)
+
+    def header_digests(self) -> list[tuple[str, str]]:
+        """Sorted (name, content digest) pairs: exactly what NVRTC is given."""
+        return sorted((n, file_digest(c)) for n, c in self.headers.items())
+
+
+def file_digest(content: bytes) -> str:
+    return hashlib.blake2b(content, digest_size=16).hexdigest()
+
+
+def _read_regular(path: str) -> tuple[bytes, os.stat_result] | None:
+    """Content and stat of a regular file at ``path``; None when there is none."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat_mod.S_ISREG(st.st_mode):
+            return None
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks), st
+    finally:
+        os.close(fd)
+
+
+def _is_file(path: str) -> bool:
+    try:
+        return stat_mod.S_ISREG(os.stat(path).st_mode)
+    except (OSError, ValueError):
+        return False
+
+
+# What a spelling resolved to: ("user", pos, rel, digest) | ("toolkit",) | ("none",)
+_Target = tuple[str, ...]
+_Includer = tuple[str, str] | None
+
+
+class _Resolver:
+    """One resolution: files found, absent candidates, and one meaning per name."""
+
+    def __init__(self, roots: Roots, defines: Iterable[str]) -> None:
+        self.roots = roots
+        self.out = DepSet()
+        self.contents: dict[tuple[str, str], bytes] = {}
+        self.names: dict[str, tuple[_Target, str]] = {}  # spelling -> (content id, where)
+        self.macros: dict[str, set[bytes | None]] = {}  # None: function-like
+        for item in defines:
+            name, eq, value = item.partition("=")
+            self.macros.setdefault(name, set()).add(value.encode() if eq else b"1")
+        self.unscanned: list[tuple[bytes, _Includer, str]] = []
+
+    # -- candidates and lookup ------------------------------------------------------
+    def _candidates(self, spelling: str, angle: bool, includer: _Includer) -> list[tuple[str, str]]:
+        if os.path.isabs(spelling):
+            return [(ABSOLUTE, spelling)]
+        out = []
+        if not angle and includer is not None:
+            pos, rel = includer
+            out.append((pos, os.path.join(os.path.dirname(rel), spelling)))
+        out.extend((str(i), spelling) for i in range(len(self.roots.user)))
+        return out
+
+    def _lookup(self, spelling: str, angle: bool, includer: _Includer) -> _Target:
+        for pos, rel in self._candidates(spelling, angle, includer):
+            path = self.roots.path(pos, rel)
+            if path is None:
+                continue
+            known = self.out.files.get((pos, rel))
+            if known is not None:
+                return ("user", pos, rel, known.digest)
+            if pos != ABSOLUTE and self._in_toolkit_root(path):
+                return ("toolkit",)
+            found = _read_regular(path)
+            if found is None:
+                self.out.absent.add((pos, rel))
+                continue
+            content, st = found
+            stat = (st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns)
+            dep = FileDep(pos, rel, file_digest(content), stat)
+            self.out.files[(pos, rel)] = dep
+            self.contents[(pos, rel)] = content
+            self.unscanned.append((content, (pos, rel), path))
+            return ("user", pos, rel, dep.digest)
+        if not os.path.isabs(spelling) and any(
+            _is_file(os.path.join(d, spelling)) for d in self.roots.toolkit
+        ):
+            return ("toolkit",)
+        return ("none",)
+
+    def _in_toolkit_root(self, path: str) -> bool:
+        """A user include directory that is one of the toolkit's own counts as the
+        compiler's (it is in the key through the toolkit identity)."""
+        parent = os.path.dirname(path)
+        return any(parent == d or parent.startswith(d + os.sep) for d in self.roots.toolkit)
+
+    def _bind(self, spelling: str, target: _Target, where: str) -> None:
+        """Record what ``spelling`` means; one name must mean one content."""
+        if target[0] == "user":
+            content_id: _Target = ("user", target[3])
+            self.out.headers[spelling] = self.contents[(target[1], target[2])]
+        else:
+            content_id = target
+        seen = self.names.get(spelling)
+        if seen is None:
+            self.names[spelling] = (content_id, where)
+        elif seen[0] != content_id:
+            raise UntrackableInclude(
+                f"the include name {spelling!r} means different files in one compile "
+                f"({seen[1]} and {where}); NVRTC's in-memory headers have one name space, so "
+                "compile(cache=) cannot hand both to the compiler. Give one of the headers "
+                "another name or path, or compile without cache="
+            )
+
+    # -- macros ---------------------------------------------------------------------------
+    def _learn_defines(self, text: bytes) -> bool:
+        """Add the object-like (and note function-like) macros ``text`` defines."""
+        grew = False
+        for m in _DEFINE.finditer(text):
+            body = None if m.group(2) else m.group(3)
+            bodies = self.macros.setdefault(m.group(1).decode(), set())
+            if body not in bodies:
+                bodies.add(body)
+                grew = True
+        return grew
+
+    def _expand(self, macro: str, depth: int = 0) -> set[tuple[str, bool]] | None:
+        """Every (spelling, angle) ``macro`` can expand to; None when unknown."""
+        bodies = self.macros.get(macro)
+        if not bodies or depth > _MAX_MACRO_DEPTH:
+            return None
+        out: set[tuple[str, bool]] = set()
+        for body in bodies:
+            if body is None:
+                return None
+            text = _COMMENT.sub(b"", body).strip()
+            op = _MACRO_BODY.fullmatch(text)
+            if op is None:
+                return None
+            if op.group(3) is not None:
+                inner = self._expand(op.group(3).decode(), depth + 1)
+                if inner is None:
+                    return None
+                out |= inner
+            else:
+                quoted = op.group(1)
+                spelling = quoted if quoted is not None else op.group(2)
+                out.add((spelling.decode("utf-8", "surrogateescape"), quoted is None))
+        return out
+
+    # -- directives -------------------------------------------------------------------------
+    def _include(self, spelling: str, angle: bool, includer: _Includer, where: str) -> None:
+        if spelling:
+            self._bind(spelling, self._lookup(spelling, angle, includer), where)
+
+    def _directive(self, d: Directive, includer: _Includer, label: str, computed: list) -> None:
+        where = f"{label}:{d.line}"
+        if d.kind in ("include_next", "has_include_next"):
+            if d.certain:
+                raise UntrackableInclude(
+                    f"{where} uses #include_next / __has_include_next, which NVRTC's "
+                    "in-memory headers cannot express; compile without cache=, or include "
+                    "the header by a path of its own"
+                )
+        elif d.spelling is not None:
+            self._include(d.spelling, d.angle, includer, where)
+        else:
+            computed.append((d, includer, where))
+
+    def _computed(self, d: Directive, includer: _Includer, where: str, final: bool) -> None:
+        expanded = None if d.macro is None else self._expand(d.macro)
+        if expanded is None:
+            if final and d.certain:
+                what = d.macro or "a computed name"
+                raise UntrackableInclude(
+                    f"{where}: cuforge cannot tell which file this include reads ({what} is "
+                    'not a macro defined as "name" or <name> in the files it scanned or in '
+                    "define_macro), so a cached result could go stale. Spell the name out, "
+                    "define the macro in the source or in ProgramOptions.define_macro, or "
+                    "fingerprint the headers yourself and pass extra_digest= to "
+                    "make_program_cache_key"
+                )
+            return
+        for spelling, angle in sorted(expanded):
+            self._include(spelling, angle, includer, where)
+
+    def run(self, source: bytes, source_label: str, pre_includes: Iterable[str]) -> DepSet:
+        main: _Includer = None if self.roots.source is None else (SOURCE, "")
+        self.unscanned.append((source, main, source_label))
+        for spelling in pre_includes:
+            self._include(spelling, False, (CWD, ""), f"pre_include {spelling!r}")
+        computed: list[tuple[Directive, _Includer, str]] = []
+        # Literal includes first; then computed ones with every definition seen so
+        # far, which may find more files (and definitions): repeat to a fixpoint.
+        while True:
+            while self.unscanned:
+                text, includer, label = self.unscanned.pop(0)
+                self._learn_defines(text)
+                for d in scan(text):
+                    self._directive(d, includer, label, computed)
+            for d, includer, where in computed:
+                self._computed(d, includer, where, final=False)
+            if not self.unscanned:
+                break
+        for d, includer, where in computed:
+            self._computed(d, includer, where, final=True)
+        return self.out
+
+
+_COMMENT = re.compile(rb"/\*.*?\*/|//.*")
+_MACRO_BODY = re.compile(rb'"([^"]*)"|<([^>]*)>|([A-Za-z_]\w*)')
+
+
+def resolve(
+    source: bytes,
+    source_label: str,
+    roots: Roots,
+    defines: Iterable[str] = (),
+    pre_includes: Iterable[str] = (),
+) -> DepSet:
+    """Every user file the compile of ``source`` can read, and every absent candidate.
+
+    Raises UntrackableInclude (a ValueError) where completeness cannot be
+    guaranteed or the in-memory mechanism cannot express the search.
+    """
+    return _Resolver(roots, defines).run(source, source_label, pre_includes)

@@ -1,0 +1,179 @@
+"""Would this compile hit the cache? If not, which input changed?
+
+:func:`explain` answers without compiling and without touching the cache's
+statistics. For a C++ program that reads headers it checks the manifest's newest
+variant and names each header that was edited, deleted or is now shadowed by a
+new file. When there is no entry (or manifest) for these inputs at all, it
+compares them with the nearest entry of the same source name (the one that
+differs in the fewest inputs) and names what differs: the source, an option, the
+compiler build, target or arch, name expressions, a header.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from cuforge.compile import _manifest, _tracking
+from cuforge.compile.cache_key import _BACKENDS, _digest
+from cuforge.compile.cached import _get_entry, uncount
+from cuforge.compile.program import Program
+from cuforge.compile.targets import normalize_target
+from cuforge.storage.entry import entry_id
+from cuforge.storage.record import decode_record
+
+__all__ = ["Explanation", "explain"]
+
+
+@dataclass
+class Explanation:
+    """The answer of :func:`explain`. ``str()`` gives one line per reason."""
+
+    hit: bool
+    key: str  # the entry (or manifest) id the compile would look up
+    reasons: list[str] = field(default_factory=list)
+    nearest: str | None = None  # id of the entry the inputs were compared with
+
+    def __str__(self) -> str:
+        if self.hit:
+            return f"hit: entry {self.key[:16]} would be served"
+        lines = [f"miss: {r}" for r in self.reasons] or ["miss"]
+        return "\n".join(lines)
+
+
+def explain(
+    program: Program,
+    target_type: str,
+    cache: Any,
+    name_expressions: Iterable[str | bytes] = (),
+) -> Explanation:
+    """Whether ``program.compile(target_type, name_expressions, cache=cache)`` would hit.
+
+    Raises what ``Program.compile`` raises for bad arguments (TypeError/ValueError).
+    """
+    if not isinstance(program, Program):
+        raise TypeError(f"program must be a cuforge Program, got {type(program).__name__}")
+    target = normalize_target(program.code_type, target_type)
+    names = tuple(name_expressions)
+    roots = _tracking.roots_if_tracked(program) if program.code_type == "c++" else None
+    if roots is not None:
+        mkey = _tracking._manifest_key(program, target, names)
+        manifest = _tracking.lookup_manifest(cache, mkey)
+        if manifest is not None:
+            return _from_manifest(cache, manifest, roots, entry_id(mkey))
+        key = mkey
+    else:
+        key = _digest(program.code_type, target, program.options, program._code, names, None)
+        entry = _get_entry(cache, key)
+        uncount(cache, entry)
+        if entry is not None:
+            return Explanation(True, entry_id(key))
+    return _nearest(cache, program, target, names, entry_id(key))
+
+
+def _from_manifest(cache: Any, manifest: dict[str, Any], roots: Any, mid: str) -> Explanation:
+    reasons: list[str] = []
+    for variant in manifest["variants"]:
+        problems = _manifest.check_variant(variant, roots, all_problems=True)
+        if not problems:
+            entry = _get_entry(cache, bytes.fromhex(variant["key"]))
+            uncount(cache, entry)
+            if entry is not None:
+                return Explanation(True, variant["key"])
+            reasons.append("the headers match a compile whose entry is gone (evicted)")
+        elif not reasons:
+            reasons.extend(str(p) for p in problems)
+    return Explanation(False, mid, reasons)
+
+
+def _program_records(cache: Any, name: str, code_type: str) -> list[tuple[str, dict[str, Any]]]:
+    out = []
+    for info in cache.iter_entries():
+        record = decode_record(info.meta, "program")
+        if record and record.get("name") == name and record.get("code_type") == code_type:
+            out.append((info.id, record))
+    return out
+
+
+def _nearest(
+    cache: Any, program: Program, target: str, names: tuple[str | bytes, ...], key_id: str
+) -> Explanation:
+    name = program.options.name or ""
+    try:
+        candidates = _program_records(cache, name, program.code_type)
+    except NotImplementedError:
+        return Explanation(
+            False, key_id, [f"no entry for these inputs ({type(cache).__name__} cannot list "
+                            "entries to compare with)"],
+        )  # fmt: skip
+    if not candidates:
+        return Explanation(False, key_id, [f"no entry for source name {name!r} in this cache"])
+    current = _inputs(program, target, names)
+    best: tuple[int, str, list[str]] | None = None
+    for eid, record in candidates:
+        diffs = _differences(current, record)
+        if best is None or len(diffs) < best[0]:
+            best = (len(diffs), eid, diffs)
+    assert best is not None
+    reasons = best[2] or ["an entry with the same inputs exists under another key (schema?)"]
+    return Explanation(False, key_id, reasons, best[1])
+
+
+def _inputs(program: Program, target: str, names: tuple[str | bytes, ...]) -> dict[str, Any]:
+    from cuforge.compile.cached import program_record
+    from cuforge.compile.object_code import ObjectCode
+
+    options = program.options
+    backend = _BACKENDS[program.code_type]
+    headers: list[list[str]] = []
+    roots = _tracking.roots_if_tracked(program) if program.code_type == "c++" else None
+    if roots is not None:
+        from cuforge.compile import _includes
+
+        try:
+            deps = _includes.resolve(
+                program._code, options.name or "<source>", roots,
+                options.define_macro or (), options.pre_include or (),
+            )  # fmt: skip
+            headers = [list(h) for h in deps.header_digests()]
+        except ValueError:
+            headers = []
+    fake = ObjectCode(b"\0", target, symbol_mapping={n: "" for n in names})
+    record = decode_record(program_record(program, target, fake, names, None), "program")
+    assert record is not None
+    record["headers"] = headers
+    record["compiler"] = backend.identity().decode("utf-8", "replace")
+    return record
+
+
+def _differences(now: dict[str, Any], then: dict[str, Any]) -> list[str]:
+    out: list[str] = []
+    if now.get("source") != then.get("source"):
+        out.append("the source changed")
+    for fieldname in ("target", "arch"):
+        if now.get(fieldname) != then.get(fieldname):
+            out.append(f"{fieldname} {then.get(fieldname)} -> {now.get(fieldname)}")
+    if now.get("compiler") != then.get("compiler"):
+        out.append(f"compiler build changed ({then.get('compiler')} -> {now.get('compiler')})")
+    old_opts, new_opts = then.get("options") or [], now.get("options") or []
+    for flag in new_opts:
+        if flag not in old_opts:
+            out.append(f"option {flag} added")
+    for flag in old_opts:
+        if flag not in new_opts:
+            out.append(f"option {flag} removed")
+    old_names = {tuple(s[:2]) for s in then.get("symbols") or []}
+    new_names = {tuple(s[:2]) for s in now.get("symbols") or []}
+    if old_names != new_names:
+        out.append("name expressions changed")
+    old_h = {h[0]: h[1] for h in then.get("headers") or []}
+    new_h = {h[0]: h[1] for h in now.get("headers") or []}
+    for header in sorted(set(old_h) | set(new_h)):
+        if header not in new_h:
+            out.append(f"header {header} no longer included")
+        elif header not in old_h:
+            out.append(f"header {header} newly included")
+        elif old_h[header] != new_h[header]:
+            out.append(f"header {header} edited")
+    return out

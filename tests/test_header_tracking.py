@@ -1,0 +1,382 @@
+"""Never a stale hit: every file a C++ compile can read is tracked (real NVRTC compiles).
+
+Each test compiles to PTX and reads back the constant the kernel stores, so "the
+output changed" is checked on what NVRTC produced, not on keys.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from _cache_workers import ARCH
+from cuforge.compile import CompileError, Program, ProgramOptions, _nvrtc
+from cuforge.compile._includes import UntrackableInclude, scan
+from cuforge.storage import FileStreamProgramCache, InMemoryProgramCache
+from cuforge.utils import explain, fingerprint_headers, make_program_cache_key
+
+KERNEL = 'extern "C" __global__ void k(int* a) { *a = VALUE; }\n'
+_VALUE = re.compile(rb"mov\.u32\s+%r\d+,\s*(-?\d+);")
+
+
+def value(obj) -> int:
+    found = _VALUE.findall(obj.code)
+    assert len(found) == 1, obj.code.decode()
+    return int(found[0])
+
+
+class Compiles:
+    """Counts real NVRTC compiles."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.count = 0
+        real = _nvrtc.compile_cpp
+
+        def counting(*args, **kwargs):
+            self.count += 1
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(_nvrtc, "compile_cpp", counting)
+
+
+@pytest.fixture
+def compiles(monkeypatch) -> Compiles:
+    return Compiles(monkeypatch)
+
+
+@pytest.fixture(params=["memory", "filestream"])
+def cache(request, tmp_path):
+    c = (
+        InMemoryProgramCache()
+        if request.param == "memory"
+        else FileStreamProgramCache(tmp_path / "cache")
+    )
+    yield c
+    c.close()
+
+
+def compile_value(cache, src: str, **fields) -> int:
+    opts = ProgramOptions(**{"arch": ARCH, **fields})
+    return value(Program(src, "c++", opts).compile("ptx", cache=cache))
+
+
+def write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+# -- each way a header can be found ---------------------------------------------------------
+
+
+def test_header_through_include_path(cache, compiles, tmp_path):
+    write(tmp_path / "inc" / "params.h", "#define VALUE 1\n")
+    src = '#include "params.h"\n' + KERNEL
+    inc = [str(tmp_path / "inc")]
+    assert compile_value(cache, src, include_path=inc) == 1
+    assert compile_value(cache, src, include_path=inc) == 1  # unchanged: a hit
+    assert compiles.count == 1
+    write(tmp_path / "inc" / "params.h", "#define VALUE 2\n")
+    assert compile_value(cache, src, include_path=inc) == 2
+    assert compiles.count == 2
+    assert compile_value(cache, src, include_path=inc) == 2
+    assert compiles.count == 2
+
+
+def test_header_beside_a_source_named_with_a_directory(cache, compiles, tmp_path):
+    write(tmp_path / "src" / "params.h", "#define VALUE 5\n")
+    name = str(tmp_path / "src" / "k.cu")
+    src = '#include "params.h"\n' + KERNEL
+    assert compile_value(cache, src, name=name) == 5
+    write(tmp_path / "src" / "params.h", "#define VALUE 6\n")
+    assert compile_value(cache, src, name=name) == 6
+    assert compile_value(cache, src, name=name) == 6
+    assert compiles.count == 2
+
+
+def test_header_in_the_current_directory(cache, compiles, tmp_path, monkeypatch):
+    """The issue's reproduction: a quoted include resolved from the working directory."""
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path / "params.h", "#define VALUE 1\n")
+    src = '#include "params.h"\n' + KERNEL
+    assert compile_value(cache, src) == 1
+    write(tmp_path / "params.h", "#define VALUE 2\n")
+    assert compile_value(cache, src) == 2
+    assert compiles.count == 2
+
+
+def test_pre_include_file(cache, compiles, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path / "pre.h", "#define VALUE 10\n")
+    assert compile_value(cache, KERNEL, pre_include="pre.h") == 10
+    assert compile_value(cache, KERNEL, pre_include="pre.h") == 10
+    write(tmp_path / "pre.h", "#define VALUE 11\n")
+    assert compile_value(cache, KERNEL, pre_include="pre.h") == 11
+    assert compiles.count == 2
+
+
+def test_nested_include(cache, compiles, tmp_path):
+    write(tmp_path / "inc" / "outer.h", '#include "detail/inner.h"\n')
+    write(tmp_path / "inc" / "detail" / "inner.h", "#define VALUE 20\n")
+    src = "#include <outer.h>\n" + KERNEL
+    inc = [str(tmp_path / "inc")]
+    assert compile_value(cache, src, include_path=inc) == 20
+    write(tmp_path / "inc" / "detail" / "inner.h", "#define VALUE 21\n")
+    assert compile_value(cache, src, include_path=inc) == 21
+    assert compiles.count == 2
+
+
+def test_new_header_shadowing_one_later_in_the_search_path(cache, compiles, tmp_path):
+    write(tmp_path / "b" / "params.h", "#define VALUE 30\n")
+    (tmp_path / "a").mkdir()
+    src = "#include <params.h>\n" + KERNEL
+    inc = [str(tmp_path / "a"), str(tmp_path / "b")]
+    assert compile_value(cache, src, include_path=inc) == 30
+    write(tmp_path / "a" / "params.h", "#define VALUE 31\n")  # earlier in the search
+    assert compile_value(cache, src, include_path=inc) == 31
+    assert compiles.count == 2
+    (tmp_path / "a" / "params.h").unlink()
+    assert compile_value(cache, src, include_path=inc) == 30  # the old variant holds again
+    assert compiles.count == 2
+
+
+def test_deleted_header_is_a_compile_error_never_a_stale_hit(cache, compiles, tmp_path):
+    write(tmp_path / "inc" / "params.h", "#define VALUE 40\n")
+    src = '#include "params.h"\n' + KERNEL
+    inc = [str(tmp_path / "inc")]
+    assert compile_value(cache, src, include_path=inc) == 40
+    (tmp_path / "inc" / "params.h").unlink()
+    with pytest.raises(CompileError, match=r"params\.h"):
+        compile_value(cache, src, include_path=inc)
+
+
+def test_if_guarded_include_toggled_by_define(cache, compiles, tmp_path):
+    write(tmp_path / "inc" / "one.h", "#define VALUE 50\n")
+    write(tmp_path / "inc" / "two.h", "#define VALUE 51\n")
+    src = '#ifdef USE_TWO\n#include "two.h"\n#else\n#include "one.h"\n#endif\n' + KERNEL
+    inc = [str(tmp_path / "inc")]
+    assert compile_value(cache, src, include_path=inc) == 50
+    assert compile_value(cache, src, include_path=inc, define_macro="USE_TWO") == 51
+    # Editing the header of the inactive branch is a miss too (a safe superset).
+    write(tmp_path / "inc" / "two.h", "#define VALUE 52\n")
+    assert compile_value(cache, src, include_path=inc, define_macro="USE_TWO") == 52
+    assert compile_value(cache, src, include_path=inc) == 50
+    assert compiles.count == 4
+
+
+def test_include_through_a_macro(cache, compiles, tmp_path):
+    write(tmp_path / "inc" / "cfg_a.h", "#define VALUE 60\n")
+    write(tmp_path / "inc" / "cfg_b.h", "#define VALUE 61\n")
+    src = "#include CONFIG\n" + KERNEL
+    inc = [str(tmp_path / "inc")]
+    assert compile_value(cache, src, include_path=inc, define_macro='CONFIG="cfg_a.h"') == 60
+    assert compile_value(cache, src, include_path=inc, define_macro="CONFIG=<cfg_b.h>") == 61
+    write(tmp_path / "inc" / "cfg_a.h", "#define VALUE 62\n")
+    assert compile_value(cache, src, include_path=inc, define_macro='CONFIG="cfg_a.h"') == 62
+    # A macro defined in the source, through another macro.
+    src2 = '#define PICK "cfg_b.h"\n#define CONFIG PICK\n#include CONFIG\n' + KERNEL
+    assert compile_value(cache, src2, include_path=inc) == 61
+    write(tmp_path / "inc" / "cfg_b.h", "#define VALUE 63\n")
+    assert compile_value(cache, src2, include_path=inc) == 63
+    assert compiles.count == 5
+
+
+def test_has_include_sees_a_header_created_later(cache, compiles, tmp_path):
+    (tmp_path / "inc").mkdir()
+    src = '#if __has_include("extra.h")\n#include "extra.h"\n#else\n#define VALUE 70\n#endif\n'
+    src += KERNEL
+    inc = [str(tmp_path / "inc")]
+    assert compile_value(cache, src, include_path=inc) == 70
+    write(tmp_path / "inc" / "extra.h", "#define VALUE 71\n")
+    assert compile_value(cache, src, include_path=inc) == 71
+    assert compiles.count == 2
+
+
+def test_stat_shortcut_never_hides_a_same_size_edit(cache, compiles, tmp_path):
+    header = tmp_path / "inc" / "params.h"
+    write(header, "#define VALUE 80\n")
+    old = header.stat()
+    os.utime(header, ns=(old.st_atime_ns - 10**10, old.st_mtime_ns - 10**10))  # look old
+    src = '#include "params.h"\n' + KERNEL
+    inc = [str(tmp_path / "inc")]
+    assert compile_value(cache, src, include_path=inc) == 80
+    before = header.stat()
+    header.write_text("#define VALUE 81\n")  # same size
+    os.utime(header, ns=(before.st_atime_ns, before.st_mtime_ns))  # and the same mtime
+    assert compile_value(cache, src, include_path=inc) == 81
+    assert compiles.count == 2
+
+
+# -- sharing and explanation ------------------------------------------------------------
+
+
+def _tree(root: Path, value: int) -> None:
+    write(root / "inc" / "params.h", f"#define VALUE {value}\n")
+    write(root / "src" / "k.cu", '#include "params.h"\n' + KERNEL)
+
+
+def test_two_checkouts_at_different_roots_share_an_entry(tmp_path, monkeypatch, compiles):
+    with FileStreamProgramCache(tmp_path / "cache") as cache:
+        for root in (tmp_path / "runner1", tmp_path / "runner2"):
+            _tree(root, 90)
+            monkeypatch.chdir(root)
+            src = (root / "src" / "k.cu").read_text()
+            assert compile_value(cache, src, name="src/k.cu", include_path=["inc"]) == 90
+        assert compiles.count == 1  # the second checkout hit the first one's entry
+        write(tmp_path / "runner2" / "inc" / "params.h", "#define VALUE 91\n")
+        assert compile_value(cache, src, name="src/k.cu", include_path=["inc"]) == 91
+        assert compiles.count == 2
+
+
+def test_explain_names_the_changed_header_and_option(tmp_path, caplog):
+    write(tmp_path / "inc" / "params.h", "#define VALUE 1\n")
+    src = '#include "params.h"\n' + KERNEL
+    opts = ProgramOptions(arch=ARCH, include_path=[str(tmp_path / "inc")], name="k.cu")
+    with FileStreamProgramCache(tmp_path / "cache") as cache:
+        Program(src, "c++", opts).compile("ptx", cache=cache)
+        assert explain(Program(src, "c++", opts), "ptx", cache).hit
+        write(tmp_path / "inc" / "params.h", "#define VALUE 2\n")
+        why = explain(Program(src, "c++", opts), "ptx", cache)
+        assert not why.hit and "params.h" in str(why) and "edited" in str(why)
+        with caplog.at_level(logging.DEBUG, logger="cuforge.cache"):
+            Program(src, "c++", opts).compile("ptx", cache=cache)
+        assert any("params.h edited" in r.getMessage() for r in caplog.records)
+        faster = ProgramOptions(arch=ARCH, include_path=[str(tmp_path / "inc")], name="k.cu",
+                                use_fast_math=True)  # fmt: skip
+        why = explain(Program(src, "c++", faster), "ptx", cache)
+        assert not why.hit and "option --use_fast_math added" in str(why)
+        stats = cache.stats()
+    # explain() never counts as a lookup.
+    assert (stats.hits, stats.misses) == (0, 2)
+
+
+# -- what cannot be tracked is refused before compiling ------------------------------------
+
+
+def test_unknown_computed_include_is_refused(cache, compiles, tmp_path):
+    src = "#include SOMEWHERE\n" + KERNEL
+    with pytest.raises(UntrackableInclude, match="SOMEWHERE"):
+        compile_value(cache, src, include_path=[str(tmp_path)])
+    assert compiles.count == 0
+
+
+def test_include_next_is_refused(cache, compiles, tmp_path):
+    write(tmp_path / "inc" / "wrap.h", "#include_next <wrap.h>\n")
+    src = '#include "wrap.h"\n' + KERNEL
+    with pytest.raises(UntrackableInclude, match="include_next"):
+        compile_value(cache, src, include_path=[str(tmp_path / "inc")])
+    assert compiles.count == 0
+
+
+def test_one_name_meaning_two_files_is_refused(cache, compiles, tmp_path):
+    write(tmp_path / "inc" / "a" / "x.h", '#include "cfg.h"\n')
+    write(tmp_path / "inc" / "a" / "cfg.h", "#define VALUE 1\n")
+    write(tmp_path / "inc" / "b" / "y.h", '#include "cfg.h"\n')
+    write(tmp_path / "inc" / "b" / "cfg.h", "#define OTHER 2\n")
+    src = '#include "a/x.h"\n#include "b/y.h"\n' + KERNEL
+    with pytest.raises(UntrackableInclude, match=r"'cfg\.h' means different files"):
+        compile_value(cache, src, include_path=[str(tmp_path / "inc")])
+
+
+def test_text_that_only_looks_like_an_include_is_not_refused(cache, tmp_path):
+    src = '__device__ const char* s = "#include NOT_A_MACRO";\n#include <params.h>\n' + KERNEL
+    write(tmp_path / "inc" / "params.h", "#define VALUE 3\n")
+    assert compile_value(cache, src, include_path=[str(tmp_path / "inc")]) == 3
+
+
+def test_sources_without_user_headers_take_the_plain_key(cache, tmp_path):
+    Program(KERNEL.replace("VALUE", "4"), "c++", ProgramOptions(arch=ARCH)).compile(
+        "ptx", cache=cache
+    )
+    # One entry, no manifest: nothing on disk could change the output.
+    assert len(cache) == 1
+
+
+def test_scan_finds_every_form():
+    found = scan(
+        b'#include "a.h"\n  #  include <b/c.h>\n/* c */ #include D\n#import "e.h"\n'
+        b'#if __has_include(<f.h>) && __has_include_next("g.h")\n#endif\n'
+        b'#include \\\n  "h.h"\n'
+    )
+    spellings = {(d.kind, d.spelling, d.angle, d.macro) for d in found}
+    assert ("include", "a.h", False, None) in spellings
+    assert ("include", "b/c.h", True, None) in spellings
+    assert ("include", None, False, "D") in spellings
+    assert ("include", "e.h", False, None) in spellings
+    assert ("has_include", "f.h", True, None) in spellings
+    assert ("has_include_next", "g.h", False, None) in spellings
+    assert ("include", "h.h", False, None) in spellings
+
+
+# -- make_program_cache_key and fingerprint_headers ---------------------------------------
+
+
+def test_make_program_cache_key_tracks_headers_without_extra_digest(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path / "params.h", "#define VALUE 1\n")
+    src = '#include "params.h"\n' + KERNEL
+    opts = ProgramOptions(arch=ARCH)
+
+    def key():
+        return make_program_cache_key(code=src, code_type="c++", options=opts, target_type="ptx")
+
+    first = key()
+    assert key() == first
+    write(tmp_path / "params.h", "#define VALUE 2\n")
+    assert key() != first
+    # With extra_digest the caller fingerprints: files are not read.
+    digest = fingerprint_headers([tmp_path / "params.h"])
+    with_extra = make_program_cache_key(
+        code=src, code_type="c++", options=opts, target_type="ptx", extra_digest=digest
+    )
+    (tmp_path / "params.h").unlink()
+    assert (
+        make_program_cache_key(
+            code=src, code_type="c++", options=opts, target_type="ptx", extra_digest=digest
+        )
+        == with_extra
+    )
+
+
+def test_fingerprint_headers(tmp_path):
+    write(tmp_path / "a.h", "one")
+    write(tmp_path / "b.h", "two")
+    both = fingerprint_headers([tmp_path / "a.h", tmp_path / "b.h"])
+    assert len(both) == 32
+    assert fingerprint_headers([str(tmp_path / "b.h"), tmp_path / "a.h"]) != both
+    write(tmp_path / "b.h", "twO")
+    assert fingerprint_headers([tmp_path / "a.h", tmp_path / "b.h"]) != both
+    with pytest.raises(TypeError, match="list of paths"):
+        fingerprint_headers(str(tmp_path / "a.h"))
+    with pytest.raises(FileNotFoundError, match=r"gone\.h"):
+        fingerprint_headers([tmp_path / "gone.h"])
+
+
+# -- the command line ----------------------------------------------------------------------
+
+
+def test_cli_compile_with_include_dir_hits_and_misses_after_an_edit(tmp_path):
+    write(tmp_path / "inc" / "params.h", "#define VALUE 100\n")
+    write(tmp_path / "k.cu", '#include "params.h"\n' + KERNEL)
+
+    def run() -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "cuforge", "compile", "k.cu", "--arch", ARCH, "--target",
+             "ptx", "-I", "inc", "--cache", str(tmp_path / "cache"), "-o", "k.ptx"],
+            capture_output=True, text=True, cwd=tmp_path,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    assert "miss" in run()
+    assert "hit" in run()
+    write(tmp_path / "inc" / "params.h", "#define VALUE 101\n")
+    assert "miss" in run()
+    assert b"101" in (tmp_path / "k.ptx").read_bytes()
+    shutil.rmtree(tmp_path / "cache")
