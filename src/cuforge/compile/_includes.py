@@ -35,6 +35,7 @@ import hashlib
 import os
 import re
 import stat as stat_mod
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -181,6 +182,7 @@ class DepSet:
     headers: dict[str, bytes] = field(default_factory=dict)
     files: dict[tuple[str, str], FileDep] = field(default_factory=dict)
     absent: set[tuple[str, str]] = field(default_factory=set)
+    started_ns: int = field(default_factory=time.time_ns)  # before any file was looked at
 
     def header_digests(self) -> list[tuple[str, str]]:
         """Sorted (name, content digest) pairs: exactly what NVRTC is given."""

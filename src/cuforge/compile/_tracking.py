@@ -25,12 +25,14 @@ possible; ``UntrackableInclude`` refuses the few cases a scan cannot decide.
 
 from __future__ import annotations
 
+import functools
 import logging
+import os
 import threading
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
-from cuforge.compile import _includes, _manifest
+from cuforge.compile import _includes, _manifest, _watch
 from cuforge.compile.cache_key import _digest, source_roots
 from cuforge.compile.cached import (
     _get_entry,
@@ -56,6 +58,7 @@ _scan_lock = threading.Lock()
 _scan_memo: OrderedDict[bytes, list[_includes.Directive]] = OrderedDict()
 
 
+@functools.cache
 def toolkit_dirs() -> tuple[str, ...]:
     """The compiler's own include directories (CUDA runtime headers, CCCL)."""
     try:
@@ -79,6 +82,18 @@ def _directives(code: bytes) -> list[_includes.Directive]:
     return found
 
 
+def _roots(options: Any) -> _includes.Roots:
+    """``source_roots`` for ``options`` here, memoised per options and working directory
+    (options are frozen; the working directory is the only other input)."""
+    cwd = os.getcwd()
+    memo = options.__dict__.get("_cuforge_roots")
+    if memo is not None and memo[0] == cwd:
+        return memo[1]
+    roots = source_roots(options, toolkit_dirs())
+    options.__dict__["_cuforge_roots"] = (cwd, roots)
+    return roots
+
+
 def roots_if_tracked(program: Program) -> _includes.Roots | None:
     """The search roots when ``program`` can read user files; None when it cannot
     (then the plain key covers every input)."""
@@ -86,7 +101,7 @@ def roots_if_tracked(program: Program) -> _includes.Roots | None:
     options = program._options
     if b"include" not in code and b"import" not in code and not options.pre_include:
         return None
-    roots = source_roots(options, toolkit_dirs())
+    roots = _roots(options)
     if options.pre_include or _includes.may_read_user_files(
         _directives(code), bool(roots.user), roots.source is not None
     ):
@@ -101,11 +116,33 @@ def _manifest_key(program: Program, target: str, names: tuple[str | bytes, ...])
     )  # fmt: skip
 
 
-def lookup_manifest(cache: Any, mkey: bytes) -> dict[str, Any] | None:
-    """The manifest stored under ``mkey`` (its lookup is not counted as a request)."""
+def lookup_manifest(
+    cache: Any, mkey: bytes, roots: _includes.Roots
+) -> list[_manifest.Prepared] | None:
+    """The variants of the manifest under ``mkey``, prepared for ``roots`` (its
+    lookup is not counted as a request); None when there is none."""
     entry = _get_entry(cache, mkey)
     uncount(cache, entry)
-    return None if entry is None else _manifest.decode(entry.data)
+    record = None if entry is None else _manifest.decode(entry.data)
+    if record is None:
+        return None
+    assert entry is not None
+    return _manifest.prepare(entry.data, record, roots)
+
+
+# Manifest key -> (roots, entry key, watcher epoch) of a variant validated while
+# watched: it stands until the watcher reports a relevant change.
+_VALIDATED_MAX = 4096
+_validated_lock = threading.Lock()
+_validated: OrderedDict[bytes, tuple[_includes.Roots, bytes, int]] = OrderedDict()
+
+
+def _remember_valid(mkey: bytes, roots: _includes.Roots, key: bytes, epoch: int) -> None:
+    with _validated_lock:
+        _validated[mkey] = (roots, key, epoch)
+        _validated.move_to_end(mkey)
+        if len(_validated) > _VALIDATED_MAX:
+            _validated.popitem(last=False)
 
 
 def _recall(
@@ -118,18 +155,32 @@ def _recall(
 ) -> ObjectCode | None:
     """A hit through a manifest variant that holds here; counts one hit or miss."""
     name = program._options.name or ""
-    manifest = lookup_manifest(cache, mkey)
-    if manifest is None:
+    watcher = _watch.watcher()
+    if watcher is not None:
+        known = _validated.get(mkey)
+        if known is not None and known[0] == roots and known[2] == watcher.epoch():
+            obj = _hit(cache, known[1], target, name, names)
+            if obj is not None:
+                return obj
+            uncount(cache, None)
+    variants = lookup_manifest(cache, mkey, roots)
+    if variants is None:
         reason = "no manifest for this source, options and compiler"
     else:
         reason = ""
-        for variant in manifest["variants"]:
-            problems = _manifest.check_variant(variant, roots)
+        for variant in variants:
+            watched = watcher is not None and watcher.watch(
+                list(variant.watch_files), list(variant.watch_dirs)
+            )
+            epoch = watcher.epoch() if watcher is not None else 0
+            problems = _manifest.check(variant)
             if problems:
                 reason = reason or str(problems[0])
                 continue
-            obj = _hit(cache, bytes.fromhex(variant["key"]), target, name, names)
+            obj = _hit(cache, variant.key, target, name, names)
             if obj is not None:
+                if watched:
+                    _remember_valid(mkey, roots, variant.key, epoch)
                 return obj
             uncount(cache, None)  # the entry is gone; a later variant may still hold
             reason = reason or "the entry of a matching variant is gone (evicted?)"
@@ -181,8 +232,10 @@ def _fill(
         _store(cache, key, obj.code, record)
     else:
         uncount(cache, CacheEntry(obj.code, b""))
-    old = lookup_manifest(cache, mkey)
-    manifest = _manifest.add_variant(old, name, key, deps)
+    old = _get_entry(cache, mkey)
+    uncount(cache, old)
+    record = None if old is None else _manifest.decode(old.data)
+    manifest = _manifest.add_variant(record, name, key, deps, roots)
     info = encode_record(
         "manifest", {"name": name, "target": target, "arch": options.arch, "code_type": "c++"}
     )

@@ -59,9 +59,9 @@ def explain(
     roots = _tracking.roots_if_tracked(program) if program.code_type == "c++" else None
     if roots is not None:
         mkey = _tracking._manifest_key(program, target, names)
-        manifest = _tracking.lookup_manifest(cache, mkey)
-        if manifest is not None:
-            return _from_manifest(cache, manifest, roots, entry_id(mkey))
+        variants = _tracking.lookup_manifest(cache, mkey, roots)
+        if variants is not None:
+            return _from_manifest(cache, variants, entry_id(mkey))
         key = mkey
     else:
         key = _digest(program.code_type, target, program.options, program._code, names, None)
@@ -72,15 +72,15 @@ def explain(
     return _nearest(cache, program, target, names, entry_id(key))
 
 
-def _from_manifest(cache: Any, manifest: dict[str, Any], roots: Any, mid: str) -> Explanation:
+def _from_manifest(cache: Any, variants: list[_manifest.Prepared], mid: str) -> Explanation:
     reasons: list[str] = []
-    for variant in manifest["variants"]:
-        problems = _manifest.check_variant(variant, roots, all_problems=True)
+    for variant in variants:
+        problems = _manifest.check(variant, all_problems=True)
         if not problems:
-            entry = _get_entry(cache, bytes.fromhex(variant["key"]))
+            entry = _get_entry(cache, variant.key)
             uncount(cache, entry)
             if entry is not None:
-                return Explanation(True, variant["key"])
+                return Explanation(True, entry_id(variant.key))
             reasons.append("the headers match a compile whose entry is gone (evicted)")
         elif not reasons:
             reasons.extend(str(p) for p in problems)

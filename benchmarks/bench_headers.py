@@ -1,0 +1,211 @@
+"""Header tracking: what a hit costs with a 20-header manifest, what a miss pays to resolve.
+
+- ``hit``: median µs of ``Program(src).compile("cubin", cache=...)`` on a hit, for a
+  kernel that includes 20 headers through ``include_path``, beside the plain hit (a
+  kernel with no includes) on the same cache -- with the change watcher (a long-lived
+  process) and without it (``CUFORGE_WATCH=0``: every hit stats each header). The
+  peer is cuda.core 1.2.2 doing what its users must: fingerprint the 20 headers
+  themselves, pass ``extra_digest=`` to ``make_program_cache_key``, look the key up.
+- ``miss``: median ms of a cold compile of that kernel without a cache and through an
+  empty FileStream cache (dependency resolution, closed-world compile, entry and
+  manifest writes), and the overhead in percent.
+
+Headers are made older than two seconds first, as real headers are: cuforge does not
+trust the stat of a file younger than that (see ``compile/_manifest.py``).
+
+    python benchmarks/bench_headers.py            # prints the table
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+from bench_storage import _timed_calls
+
+N_HEADERS = 20
+KERNEL = 'extern "C" __global__ void scale(float* a, float s) { a[threadIdx.x] *= s + H3; }\n'
+
+
+def make_tree(root: str) -> tuple[str, str, list[str]]:
+    """An include dir of 20 headers (older than 2 s); returns (dir, source, paths)."""
+    inc = os.path.join(root, "inc")
+    os.makedirs(inc, exist_ok=True)
+    paths = []
+    for i in range(N_HEADERS):
+        path = os.path.join(inc, f"h{i}.h")
+        with open(path, "w") as f:
+            f.write(f"#pragma once\n#define H{i} {i}\n" + "// a typical header line\n" * 30)
+        paths.append(path)
+    source = "".join(f'#include "h{i}.h"\n' for i in range(N_HEADERS)) + KERNEL
+    return inc, source, paths
+
+
+def bench_hits(n: int = 5000) -> dict[str, float]:
+    """Medians (µs) of the plain and the 20-header hit, FileStream and InMemory."""
+    from cuforge import Program, ProgramOptions
+    from cuforge.utils import FileStreamProgramCache, InMemoryProgramCache
+
+    root = tempfile.mkdtemp(prefix="bench-headers-")
+    try:
+        inc, source, _ = make_tree(root)
+        time.sleep(2.1)  # headers as old as real ones
+        plain_src = KERNEL.replace("H3", "3")
+        opts = ProgramOptions(arch="sm_90", include_path=[inc])
+        popts = ProgramOptions(arch="sm_90")
+        out: dict[str, float] = {}
+        for label, make in (
+            ("filestream", lambda: FileStreamProgramCache(os.path.join(root, "c"))),
+            ("memory", InMemoryProgramCache),
+        ):
+            with make() as cache:
+                Program(plain_src, "c++", popts).compile("cubin", cache=cache)
+                Program(source, "c++", opts).compile("cubin", cache=cache)
+
+                def plain(c: Any = cache) -> Any:
+                    return Program(plain_src, "c++", popts).compile("cubin", cache=c)
+
+                def tracked(c: Any = cache) -> Any:
+                    return Program(source, "c++", opts).compile("cubin", cache=c)
+
+                _timed_calls(plain, 500)
+                _timed_calls(tracked, 500)
+                out[f"{label} plain"] = statistics.median(_timed_calls(plain, n)) * 1e6
+                out[f"{label} 20 headers"] = statistics.median(_timed_calls(tracked, n)) * 1e6
+        return out
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def bench_cuda_core_hit(n: int = 5000) -> float | None:
+    """Median µs of the cuda.core idiom: fingerprint 20 headers, key, get, wrap."""
+    try:
+        from cuda.core import ObjectCode, Program, ProgramOptions
+        from cuda.core.utils import FileStreamProgramCache, make_program_cache_key
+    except ImportError:
+        return None
+    import hashlib
+
+    root = tempfile.mkdtemp(prefix="bench-headers-cc-")
+    try:
+        inc, source, paths = make_tree(root)
+        opts = ProgramOptions(arch="sm_90", include_path=[inc])
+        with FileStreamProgramCache(os.path.join(root, "c")) as cache:
+
+            def fingerprint() -> bytes:
+                h = hashlib.blake2b(digest_size=32)
+                for p in paths:
+                    with open(p, "rb") as f:
+                        h.update(f.read())
+                return h.digest()
+
+            key = make_program_cache_key(
+                code=source, code_type="c++", options=opts, target_type="cubin",
+                extra_digest=fingerprint(),
+            )  # fmt: skip
+            cache[key] = Program(source, "c++", options=opts).compile("cubin")
+
+            def hit() -> Any:
+                k = make_program_cache_key(
+                    code=source, code_type="c++", options=opts, target_type="cubin",
+                    extra_digest=fingerprint(),
+                )  # fmt: skip
+                return ObjectCode.from_cubin(cache[k])
+
+            _timed_calls(hit, 500)
+            return statistics.median(_timed_calls(hit, n)) * 1e6
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def bench_miss(rounds: int = 9) -> tuple[float, float, float]:
+    """(uncached ms, cached-miss ms, overhead %) for the 20-header kernel, medians."""
+    from cuforge import Program, ProgramOptions
+    from cuforge.utils import FileStreamProgramCache
+
+    root = tempfile.mkdtemp(prefix="bench-headers-miss-")
+    try:
+        inc, source, _ = make_tree(root)
+        opts = ProgramOptions(arch="sm_90", include_path=[inc])
+        plain, cached = [], []
+        for i in range(rounds):
+            for j, sink in enumerate((plain, cached)):
+                src = source.replace("s + H3", f"s + H3 + {i * 2 + j}.0f")
+                if sink is plain:
+                    t0 = time.perf_counter()
+                    Program(src, "c++", opts).compile("cubin")
+                else:
+                    with FileStreamProgramCache(tempfile.mkdtemp(dir=root)) as c:
+                        t0 = time.perf_counter()
+                        Program(src, "c++", opts).compile("cubin", cache=c)
+                sink.append(time.perf_counter() - t0)
+        p, c = statistics.median(plain), statistics.median(cached)
+        return p * 1e3, c * 1e3, (c - p) / p * 100
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _unwatched_hits(n: int) -> dict[str, float]:
+    """bench_hits in a child process with the watcher off (it is per process)."""
+    code = (
+        "import sys, json; sys.path.insert(0, sys.argv[1]); import bench_headers as b; "
+        f"print(json.dumps(b.bench_hits({n})))"
+    )
+    env = {**os.environ, "CUFORGE_WATCH": "0"}
+    done = subprocess.run(
+        [sys.executable, "-c", code, os.path.dirname(os.path.abspath(__file__))],
+        capture_output=True, text=True, env=env, check=True,
+    )  # fmt: skip
+    import json
+
+    return json.loads(done.stdout)
+
+
+def rows(quick: bool = False) -> list[tuple[str, str, str, str, str]]:
+    """Table rows (measurement, cuforge, cuda.core, ratio, target) for run.py."""
+    n = 1000 if quick else 5000
+    watched = bench_hits(n)
+    unwatched = _unwatched_hits(n)
+    cc = bench_cuda_core_hit(n)
+    out = []
+    for label in ("filestream", "memory"):
+        plain, tracked = watched[f"{label} plain"], watched[f"{label} 20 headers"]
+        out.append((
+            f"{label} hit, 20 headers (plain {plain:.1f} us)",
+            f"{tracked:.1f} us",
+            f"{cc:.1f} us" if cc and label == "filestream" else "-",
+            f"{tracked / plain:.2f}x plain",
+            "<= 2x plain",
+        ))  # fmt: skip
+        stat_only = unwatched[f"{label} 20 headers"]
+        out.append((
+            "  without the watcher (stat each header)",
+            f"{stat_only:.1f} us",
+            "",
+            f"{stat_only / unwatched[f'{label} plain']:.2f}x plain",
+            "",
+        ))  # fmt: skip
+    p, c, pct = bench_miss(5 if quick else 9)
+    out.append(("miss with 20 headers: resolution overhead", f"{pct:+.2f} %", "-", "-", "<= 5 %"))
+    out.append(("  (uncached / cached miss)", f"{p:.1f}/{c:.1f} ms", "", "", ""))
+    return out
+
+
+def main() -> int:
+    table = rows("--quick" in sys.argv)
+    head = ("measurement", "cuforge", "cuda.core 1.2.2", "ratio", "target")
+    widths = [max(len(r[i]) for r in [head, *table]) for i in range(5)]
+    for r in [head, *table]:
+        print("  ".join(f"{c:<{widths[i]}}" if i == 0 else f"{c:>{widths[i]}}"
+                        for i, c in enumerate(r)))  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
