@@ -1,10 +1,12 @@
 """``cuforge.utils`` mirrors ``cuda.core.utils``: program caches and cache keys.
 
 Change ``from cuda.core.utils import ...`` to ``from cuforge.utils import ...``.
+``toolkit_headers()`` (cuforge's own) reports the CUDA headers C++ programs get.
 """
 
 from __future__ import annotations
 
+from cuforge.compile._toolkit import toolkit_headers
 from cuforge.compile.cache_key import KEY_SCHEMA_VERSION, make_program_cache_key
 from cuforge.storage import (
     CacheStats,
@@ -24,4 +26,5 @@ __all__ = [
     "ProgramCacheResource",
     "default_cache_dir",
     "make_program_cache_key",
+    "toolkit_headers",
 ]

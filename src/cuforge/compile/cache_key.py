@@ -2,10 +2,12 @@
 
 Guarantee: two calls return the same key only when everything that can change the
 compiler's output is the same -- the schema version, code and target types, the
-source, the exact flag list the consuming backend receives, the backend's exact
-build (see ``_identity``), name expressions, NVVM extras, ``options.name`` and the
-caller's ``extra_digest``. Each field is labelled and length-prefixed, in a fixed
-order, so no two different inputs frame to the same bytes.
+source, the exact flag list the consuming backend receives (less the toolkit's
+include directories), the backend's exact build (see ``_identity``) and, for C++,
+the CUDA header sets NVRTC gets (see ``_toolkit``), name expressions, NVVM
+extras, ``options.name`` and the caller's ``extra_digest``. Each field is labelled
+and length-prefixed, in a fixed order, so no two different inputs frame to the
+same bytes.
 
 Inputs whose effect the key cannot observe are refused with a ValueError that says
 what to do: options with compile-time side effects (a hit would skip them), and
@@ -25,7 +27,7 @@ import os
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from cuforge.compile import _identity
+from cuforge.compile import _identity, _toolkit
 from cuforge.compile.options import ProgramOptions
 from cuforge.compile.targets import SUPPORTED_TARGETS, normalize_code_type, normalize_target
 
@@ -93,10 +95,25 @@ class _NvrtcBackend(_Backend):
                 f"options.name={name!r} (NVRTC resolves quoted #include relative to its directory)"
             )
 
+    _memo: tuple[bytes, bytes, bytes] = (b"", b"", b"")
+
     def identity(self) -> bytes:
-        return _identity.nvrtc_identity()
+        # The toolkit headers NVRTC gets are the compiler's too (see _toolkit): a new
+        # CCCL or runtime header set is a new compiler. Both parts are computed once
+        # per process; the memo returns the same bytes object, whose hash is cached,
+        # so a hit pays two calls and two identity checks for them.
+        nvrtc = _identity.nvrtc_identity()
+        headers = _toolkit.toolkit_identity()
+        memo = self._memo
+        if memo[0] is nvrtc and memo[1] is headers:
+            return memo[2]
+        ident = _frame(b"nvrtc", nvrtc) + _frame(b"headers", headers)
+        self._memo = (nvrtc, headers, ident)
+        return ident
 
     def option_fingerprint(self, options: ProgramOptions) -> bytes:
+        # The toolkit's --include-path flags are not here: their locations do not
+        # change the output, their content is pinned by identity().
         return b"\0".join(options.as_nvrtc_options())
 
 
@@ -209,7 +226,8 @@ def make_program_cache_key(
         TypeError: ``options`` is not a ProgramOptions, ``code`` or ``extra_digest``
             has the wrong type, or a name expression is not str/bytes.
         ValueError: unknown code_type/target_type or an unsupported pair; options
-            with side effects; file-reading options without ``extra_digest``.
+            with side effects; file-reading options without ``extra_digest``;
+            for C++, CUFORGE_TOOLKIT_HEADERS naming a directory without a toolkit.
     """
     if not isinstance(options, ProgramOptions):
         raise TypeError(f"options must be a ProgramOptions, got {type(options).__name__}")
