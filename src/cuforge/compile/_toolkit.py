@@ -38,7 +38,7 @@ import os
 import re
 import sys
 import threading
-from dataclasses import dataclass
+from typing import NamedTuple
 
 #: The environment variable that turns the headers off or points to a toolkit.
 ENV_VAR = "CUFORGE_TOOLKIT_HEADERS"
@@ -53,8 +53,7 @@ _FORMAT = b"toolkit-headers/1"
 _NONE = b"toolkit-headers:none"
 
 
-@dataclass(frozen=True)
-class _Spec:
+class _Spec(NamedTuple):
     """One header set: how to recognise it, find it and fingerprint it."""
 
     name: str
@@ -109,8 +108,7 @@ _SPECS = (
 )
 
 
-@dataclass(frozen=True)
-class HeaderSet:
+class HeaderSet(NamedTuple):
     """One header set in use: where it is, where it came from, what version."""
 
     name: str  #: "runtime", "crt" or "cccl"
@@ -121,8 +119,7 @@ class HeaderSet:
     digest: str  #: hex digest of the set's content (see the module docstring)
 
 
-@dataclass(frozen=True)
-class ToolkitHeaders:
+class ToolkitHeaders(NamedTuple):
     """What ``cuforge.utils.toolkit_headers()`` reports; ``str()`` renders a table."""
 
     setting: str  #: the value of CUFORGE_TOOLKIT_HEADERS ("" when unset)
