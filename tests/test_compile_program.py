@@ -11,7 +11,14 @@ import warnings
 
 import pytest
 
-from cuforge.compile import CompileError, ObjectCode, Program, ProgramOptions, _versions
+from cuforge.compile import (
+    CompileError,
+    ObjectCode,
+    Program,
+    ProgramOptions,
+    _toolkit,
+    _versions,
+)
 
 ARCH = "sm_90"
 SAXPY = r"""
@@ -91,7 +98,10 @@ def test_compile_failure_is_compile_error_with_log_and_options():
     assert err.backend == "NVRTC" and err.status == "NVRTC_ERROR_COMPILATION"
     assert 'identifier "nope" is undefined' in err.log
     assert "broken.cu" in err.log
-    assert err.options == ("--gpu-architecture=sm_90", "--std=c++17")
+    # The user's flags, then the toolkit's include directories (see test_compile_toolkit.py).
+    toolkit = tuple(f"--include-path={d}" for d in _toolkit.toolkit_include_dirs())
+    assert toolkit, "the header wheels cuforge depends on should be found here"
+    assert err.options == ("--gpu-architecture=sm_90", "--std=c++17", *toolkit)
     assert "nope" in str(err)
 
 

@@ -380,3 +380,22 @@ def test_cli_compile_with_include_dir_hits_and_misses_after_an_edit(tmp_path):
     assert "miss" in run()
     assert b"101" in (tmp_path / "k.ptx").read_bytes()
     shutil.rmtree(tmp_path / "cache")
+
+
+def test_user_header_named_like_a_toolkit_header_wins_and_is_tracked(cache, compiles, tmp_path):
+    write(tmp_path / "inc" / "cuda_fp16.h", "#define VALUE 110\n")
+    src = "#include <cuda_fp16.h>\n" + KERNEL
+    inc = [str(tmp_path / "inc")]
+    assert compile_value(cache, src, include_path=inc) == 110
+    write(tmp_path / "inc" / "cuda_fp16.h", "#define VALUE 111\n")
+    assert compile_value(cache, src, include_path=inc) == 111
+    assert compiles.count == 2
+
+
+def test_toolkit_headers_are_the_compilers_not_tracked(cache, compiles):
+    src = "#include <cuda_fp16.h>\n" + KERNEL.replace("VALUE", "__half2float(__float2half(3.0f))")
+    opts = ProgramOptions(arch=ARCH)
+    first = Program(src, "c++", opts).compile("ptx", cache=cache)
+    assert Program(src, "c++", opts).compile("ptx", cache=cache).code == first.code
+    assert compiles.count == 1
+    assert len(cache) == 1  # the plain key: no manifest, nothing to stat on a hit

@@ -1,10 +1,12 @@
 """``cuforge.utils`` mirrors ``cuda.core.utils``: program caches and cache keys.
 
 Change ``from cuda.core.utils import ...`` to ``from cuforge.utils import ...``.
+``toolkit_headers()`` (cuforge's own) reports the CUDA headers C++ programs get.
 """
 
 from __future__ import annotations
 
+from cuforge.compile._toolkit import toolkit_headers
 from cuforge.compile.cache_key import (
     KEY_SCHEMA_VERSION,
     fingerprint_headers,
@@ -32,4 +34,5 @@ __all__ = [
     "explain",
     "fingerprint_headers",
     "make_program_cache_key",
+    "toolkit_headers",
 ]

@@ -25,14 +25,13 @@ possible; ``UntrackableInclude`` refuses the few cases a scan cannot decide.
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import threading
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
-from cuforge.compile import _includes, _manifest, _watch
+from cuforge.compile import _includes, _manifest, _toolkit, _watch
 from cuforge.compile.cache_key import _digest, source_roots
 from cuforge.compile.cached import (
     _get_entry,
@@ -58,14 +57,10 @@ _scan_lock = threading.Lock()
 _scan_memo: OrderedDict[bytes, list[_includes.Directive]] = OrderedDict()
 
 
-@functools.cache
 def toolkit_dirs() -> tuple[str, ...]:
-    """The compiler's own include directories (CUDA runtime headers, CCCL)."""
-    try:
-        from cuforge.compile._toolkit import toolkit_include_dirs
-    except ImportError:
-        return ()
-    return toolkit_include_dirs()
+    """The compiler's own include directories (CUDA runtime headers, CCCL): what is
+    found there is covered by the key's toolkit identity and is not tracked."""
+    return _toolkit.toolkit_include_dirs()
 
 
 def _directives(code: bytes) -> list[_includes.Directive]:

@@ -2,12 +2,13 @@
 
 Guarantee: two calls return the same key only when everything that can change the
 compiler's output is the same -- the schema version, code and target types, the
-source, the exact flag list the consuming backend receives, the backend's exact
-build (see ``_identity``), name expressions, NVVM extras, ``options.name``, the
-working directory when debug or line info embeds it, the content of every header
-the compile can read, and the caller's ``extra_digest``. Each field is labelled
-and length-prefixed, in a fixed order, so no two different inputs frame to the
-same bytes.
+source, the exact flag list the consuming backend receives (less the toolkit's
+include directories), the backend's exact build (see ``_identity``) and, for C++,
+the CUDA header sets NVRTC gets (see ``_toolkit``), name expressions, NVVM
+extras, ``options.name``, the working directory when debug or line info embeds
+it, the content of every user header the compile can read, and the caller's
+``extra_digest``. Each field is labelled and length-prefixed, in a fixed order,
+so no two different inputs frame to the same bytes.
 
 Headers: without ``extra_digest``, a C++ source that can read files (``#include``
 of anything outside the compiler's own headers, ``include_path``,
@@ -35,7 +36,7 @@ import os
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from cuforge.compile import _identity, _includes
+from cuforge.compile import _identity, _includes, _toolkit
 from cuforge.compile.options import ProgramOptions
 from cuforge.compile.targets import SUPPORTED_TARGETS, normalize_code_type, normalize_target
 
@@ -73,6 +74,10 @@ class _Backend:
     def identity(self) -> bytes:
         raise NotImplementedError
 
+    def describe(self) -> str:
+        """The identity for people (records, ``cuforge cache ls``, ``explain``)."""
+        return self.identity().decode("utf-8", "replace")
+
     def option_fingerprint(self, options: ProgramOptions, closed: bool = False) -> bytes:
         raise NotImplementedError
 
@@ -99,10 +104,31 @@ class _NvrtcBackend(_Backend):
             if _is_set(getattr(options, field, None)):
                 raise _need_extra_digest(f"options.{field} (a precompiled header)")
 
+    _memo: tuple[bytes, bytes, bytes] = (b"", b"", b"")
+
     def identity(self) -> bytes:
-        return _identity.nvrtc_identity()
+        # The toolkit headers NVRTC gets are the compiler's too (see _toolkit): a new
+        # CCCL or runtime header set is a new compiler. Both parts are computed once
+        # per process; the memo returns the same bytes object, whose hash is cached,
+        # so a hit pays two calls and two identity checks for them.
+        nvrtc = _identity.nvrtc_identity()
+        headers = _toolkit.toolkit_identity()
+        memo = self._memo
+        if memo[0] is nvrtc and memo[1] is headers:
+            return memo[2]
+        ident = _frame(b"nvrtc", nvrtc) + _frame(b"headers", headers)
+        self._memo = (nvrtc, headers, ident)
+        return ident
+
+    def describe(self) -> str:
+        self.identity()
+        nvrtc, headers, _ = self._memo
+        digest = hashlib.blake2b(headers, digest_size=6).hexdigest()
+        return f"{nvrtc.decode('utf-8', 'replace')}|headers:{digest}"
 
     def option_fingerprint(self, options: ProgramOptions, closed: bool = False) -> bytes:
+        # The toolkit's --include-path flags are not here: their locations do not
+        # change the output, their content is pinned by identity().
         return b"\0".join(closed_flags(options) if closed else options.as_nvrtc_options())
 
 
@@ -241,7 +267,8 @@ def make_program_cache_key(
             has the wrong type, or a name expression is not str/bytes.
         ValueError: unknown code_type/target_type or an unsupported pair; options
             with side effects; precompiled headers or libdevice without
-            ``extra_digest``; an include no scan can resolve (UntrackableInclude).
+            ``extra_digest``; an include no scan can resolve (UntrackableInclude);
+            for C++, CUFORGE_TOOLKIT_HEADERS naming a directory without a toolkit.
 
     Without ``extra_digest``, a C++ source that can read headers has them resolved
     and read on every call (see the module docstring); give ``extra_digest`` (e.g.

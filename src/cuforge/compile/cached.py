@@ -94,7 +94,7 @@ def program_record(
             "target": target,
             "arch": options.arch,
             "name": options.name or "",
-            "compiler": backend.identity().decode("utf-8", "replace"),
+            "compiler": backend.describe(),
             "options": backend.option_fingerprint(options).decode("utf-8", "replace").split("\0"),
             "source": hashlib.blake2b(program._code, digest_size=16).hexdigest(),
             "symbols": _encode_mapping(obj.symbol_mapping) if names else [],

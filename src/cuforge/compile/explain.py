@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cuforge.compile import _manifest, _tracking
-from cuforge.compile.cache_key import _BACKENDS, _digest
+from cuforge.compile.cache_key import _digest
 from cuforge.compile.cached import _get_entry, uncount
 from cuforge.compile.program import Program
 from cuforge.compile.targets import normalize_target
@@ -125,7 +125,6 @@ def _inputs(program: Program, target: str, names: tuple[str | bytes, ...]) -> di
     from cuforge.compile.object_code import ObjectCode
 
     options = program.options
-    backend = _BACKENDS[program.code_type]
     headers: list[list[str]] = []
     roots = _tracking.roots_if_tracked(program) if program.code_type == "c++" else None
     if roots is not None:
@@ -143,7 +142,6 @@ def _inputs(program: Program, target: str, names: tuple[str | bytes, ...]) -> di
     record = decode_record(program_record(program, target, fake, names, None), "program")
     assert record is not None
     record["headers"] = headers
-    record["compiler"] = backend.identity().decode("utf-8", "replace")
     return record
 
 

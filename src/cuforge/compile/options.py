@@ -8,7 +8,8 @@ Guarantees:
 - ``as_nvrtc_options``/``as_nvjitlink_options``/``as_nvvm_options``/
   ``as_driver_linker_options`` are deterministic: equal options give byte-equal
   lists, in field-declaration order. They are exactly what the backend receives,
-  except for the one flag a target implies (``Program`` appends it; see there).
+  except for what ``Program`` appends: the one flag a target implies and, for C++,
+  the toolkit's include directories (see ``_toolkit``).
 - No option is silently dropped: a set field that a backend cannot honour raises
   ValueError naming it when that backend's list is asked for.
 - ``arch=None`` resolves to the current device's ``sm_XY`` when a driver and device

@@ -10,6 +10,8 @@ Guarantees:
   successful compile goes to ``logs.write`` when ``logs`` is given.
 - A fresh PTX result warns (RuntimeWarning) when the local driver is older than
   the compiler that wrote it.
+- C++ compiles see the CUDA runtime headers and CCCL after the program's own
+  ``include_path`` (``_toolkit`` decides which; the cache key pins them).
 """
 
 from __future__ import annotations
@@ -185,8 +187,11 @@ class Program:
         name = self._options.name or ""
         mapping: dict[str | bytes, str] = {}
         if self._code_type == "c++":
-            from cuforge.compile import _nvrtc
+            from cuforge.compile import _nvrtc, _toolkit
 
+            # The one place the toolkit's headers join: last, because NVRTC searches
+            # include directories in order and a program's own include_path must win.
+            flags += _toolkit.toolkit_include_flags()
             code, log, mapping = _nvrtc.compile_cpp(
                 self._code, name, flags, target, name_expressions, headers
             )
