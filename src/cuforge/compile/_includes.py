@@ -203,10 +203,13 @@ def _read_regular(path: str) -> tuple[bytes, os.stat_result] | None:
         st = os.fstat(fd)
         if not stat_mod.S_ISREG(st.st_mode):
             return None
-        chunks = []
-        while chunk := os.read(fd, 1 << 20):
-            chunks.append(chunk)
-        return b"".join(chunks), st
+        data = os.read(fd, st.st_size + 1)  # one read for a file that did not grow
+        if len(data) > st.st_size:
+            chunks = [data]
+            while chunk := os.read(fd, 1 << 20):
+                chunks.append(chunk)
+            data = b"".join(chunks)
+        return data, st
     finally:
         os.close(fd)
 
@@ -236,6 +239,7 @@ class _Resolver:
             name, eq, value = item.partition("=")
             self.macros.setdefault(name, set()).add(value.encode() if eq else b"1")
         self.unscanned: list[tuple[bytes, _Includer, str]] = []
+        self.toolkit_prefixes = tuple(d.rstrip(os.sep) + os.sep for d in roots.toolkit)
 
     # -- candidates and lookup ------------------------------------------------------
     def _candidates(self, spelling: str, angle: bool, includer: _Includer) -> list[tuple[str, str]]:
@@ -256,6 +260,8 @@ class _Resolver:
             known = self.out.files.get((pos, rel))
             if known is not None:
                 return ("user", pos, rel, known.digest)
+            if (pos, rel) in self.out.absent:
+                continue
             if pos != ABSOLUTE and self._in_toolkit_root(path):
                 return ("toolkit",)
             found = _read_regular(path)
@@ -278,8 +284,7 @@ class _Resolver:
     def _in_toolkit_root(self, path: str) -> bool:
         """A user include directory that is one of the toolkit's own counts as the
         compiler's (it is in the key through the toolkit identity)."""
-        parent = os.path.dirname(path)
-        return any(parent == d or parent.startswith(d + os.sep) for d in self.roots.toolkit)
+        return bool(self.toolkit_prefixes) and path.startswith(self.toolkit_prefixes)
 
     def _bind(self, spelling: str, target: _Target, where: str) -> None:
         """Record what ``spelling`` means; one name must mean one content."""

@@ -308,6 +308,7 @@ def add_variant(
     dirs: list[list[Any]] = []
     dir_index: dict[tuple[str, str], int] = {}
     witness_of: dict[str, tuple[str, os.stat_result] | None] = {}  # parent -> witness
+    rel_of: dict[tuple[str, str], str | None] = {}
     absent = []
     for pos, rel in sorted(deps.absent):
         w = -1
@@ -321,7 +322,11 @@ def add_variant(
                 except OSError:
                     witness_of[parent] = None
             found = witness_of[parent]
-            wrel = None if found is None else _relative(roots, pos, found[0])
+            wrel = None
+            if found is not None:
+                wrel = rel_of.get((pos, found[0]), "")
+                if wrel == "":
+                    wrel = rel_of[(pos, found[0])] = _relative(roots, pos, found[0])
             if found is not None and wrel is not None and not os.path.lexists(path):
                 w = dir_index.get((pos, found[0]), -1)
                 if w < 0:
