@@ -2,37 +2,47 @@
 
 Change ``from cuda.core.utils import ...`` to ``from cuforge.utils import ...``.
 ``toolkit_headers()`` (cuforge's own) reports the CUDA headers C++ programs get.
+
+Names resolve on first use: ``import cuforge.utils`` costs almost nothing, and
+using a cache class loads only the storage code (the compile layer loads with the
+first name that needs it).
 """
 
 from __future__ import annotations
 
-from cuforge.compile._toolkit import toolkit_headers
-from cuforge.compile.cache_key import (
-    KEY_SCHEMA_VERSION,
-    fingerprint_headers,
-    make_program_cache_key,
-)
-from cuforge.compile.explain import Explanation, explain
-from cuforge.storage import (
-    CacheStats,
-    CacheWriteWarning,
-    FileStreamProgramCache,
-    InMemoryProgramCache,
-    ProgramCacheResource,
-    default_cache_dir,
-)
+import importlib
 
-__all__ = [
-    "KEY_SCHEMA_VERSION",
-    "CacheStats",
-    "CacheWriteWarning",
-    "Explanation",
-    "FileStreamProgramCache",
-    "InMemoryProgramCache",
-    "ProgramCacheResource",
-    "default_cache_dir",
-    "explain",
-    "fingerprint_headers",
-    "make_program_cache_key",
-    "toolkit_headers",
-]
+TYPE_CHECKING = False  # typing is not imported at run time: it costs a cold process ~5 ms
+if TYPE_CHECKING:
+    from typing import Any
+
+# public name -> module that defines it
+_EXPORTS = {
+    "KEY_SCHEMA_VERSION": "cuforge.compile.cache_key",
+    "CacheStats": "cuforge.storage.stats",
+    "CacheWriteWarning": "cuforge.storage.base",
+    "Explanation": "cuforge.compile.explain",
+    "FileStreamProgramCache": "cuforge.storage.filestream",
+    "InMemoryProgramCache": "cuforge.storage.memory",
+    "ProgramCacheResource": "cuforge.storage.base",
+    "default_cache_dir": "cuforge.storage.filestream",
+    "explain": "cuforge.compile.explain",
+    "fingerprint_headers": "cuforge.compile.cache_key",
+    "make_program_cache_key": "cuforge.compile.cache_key",
+    "toolkit_headers": "cuforge.compile._toolkit",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

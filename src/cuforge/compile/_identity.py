@@ -14,7 +14,6 @@ deterministic, so the failure is visible as a miss rather than as a wrong hit.
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import hashlib
 import os
@@ -86,6 +85,8 @@ def _call_version(path: str, symbol: str, count: int) -> tuple[int, ...]:
     ctypes instead of cuda.bindings: importing the bindings costs ~80 ms, which a
     process whose first compile is a cache hit need not pay.
     """
+    import ctypes  # on use: a hit served from the identity store never loads it
+
     outs = [ctypes.c_int() for _ in range(count)]
     status = getattr(ctypes.CDLL(path), symbol)(*(ctypes.byref(o) for o in outs))
     if status != 0:

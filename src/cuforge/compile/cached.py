@@ -27,12 +27,12 @@ Logging: the ``cuforge.cache`` logger records every hit, miss and store at DEBUG
 from __future__ import annotations
 
 import hashlib
-import logging
 import time
 import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from cuforge._log import debug_enabled, get_logger
 from cuforge.compile import _versions
 from cuforge.compile._callers import outside_level
 from cuforge.compile.cache_key import _BACKENDS, _digest
@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from cuforge.compile.program import Program
 
 _WARNED_ATTR = "_cuforge_write_warned"
-log = logging.getLogger("cuforge.cache")
+LOGGER = "cuforge.cache"  # logging is imported only once someone listens (see cuforge._log)
 
 
 def _encode_mapping(mapping: dict[str | bytes, str]) -> list[list[str]]:
@@ -133,8 +133,8 @@ def _store(cache: Any, key: bytes, value: Any, meta: bytes) -> None:
             ProgramCacheResource.set_entry(cache, key, value, meta)
         else:
             setter(key, value, meta)
-        if log.isEnabledFor(logging.DEBUG):
-            log.debug("store %s (%d bytes)", entry_id(key)[:12], len(value))
+        if debug_enabled(LOGGER):
+            get_logger(LOGGER).debug("store %s (%d bytes)", entry_id(key)[:12], len(value))
     except Exception as exc:
         stats = getattr(cache, "_stats", None)
         if stats is not None and hasattr(stats, "write_failures"):
@@ -151,8 +151,8 @@ def _hit(
 ) -> ObjectCode | None:
     entry = _get_entry(cache, key)
     if entry is None:
-        if log.isEnabledFor(logging.DEBUG):
-            log.debug("miss %s %s: no entry for this key", entry_id(key)[:12], name)
+        if debug_enabled(LOGGER):
+            get_logger(LOGGER).debug("miss %s %s: no entry for this key", entry_id(key)[:12], name)
         return None
     data = entry.data
     mapping: dict[str | bytes, str] = {}
@@ -160,12 +160,14 @@ def _hit(
         record = decode_record(entry.meta, "program")
         decoded = None if record is None else _decode_mapping(record.get("symbols"))
         if decoded is None or set(decoded) != set(names):
-            if log.isEnabledFor(logging.DEBUG):
-                log.debug("miss %s %s: entry lacks the name mapping", entry_id(key)[:12], name)
+            if debug_enabled(LOGGER):
+                get_logger(LOGGER).debug(
+                    "miss %s %s: entry lacks the name mapping", entry_id(key)[:12], name
+                )
             return None
         mapping = decoded
-    if log.isEnabledFor(logging.DEBUG):
-        log.debug("hit %s %s", entry_id(key)[:12], name)
+    if debug_enabled(LOGGER):
+        get_logger(LOGGER).debug("hit %s %s", entry_id(key)[:12], name)
     obj = ObjectCode._trusted(data, target, name, mapping)
     if target == "ptx":
         _versions.warn_if_ptx_unloadable(data, stacklevel=outside_level())

@@ -1,26 +1,43 @@
 """Bytes-in/bytes-out program caches. Imports nothing from CUDA or other cuforge layers.
 
-Public names mirror ``cuda.core.utils``; ``cuforge.utils`` re-exports them.
+Public names mirror ``cuda.core.utils``; ``cuforge.utils`` re-exports them. Names
+resolve on first use, so ``import cuforge.storage.filestream`` (a cache hit from a
+fresh process) loads only the modules that backend needs.
 """
 
 from __future__ import annotations
 
-from ._winretry import _is_windows_sharing_violation
-from .base import CacheWriteWarning, ProgramCacheResource
-from .entry import CacheEntry, EntryInfo, entry_id
-from .filestream import FileStreamProgramCache, default_cache_dir
-from .memory import InMemoryProgramCache
-from .stats import CacheStats
+import importlib
 
-__all__ = [
-    "CacheEntry",
-    "CacheStats",
-    "CacheWriteWarning",
-    "EntryInfo",
-    "FileStreamProgramCache",
-    "InMemoryProgramCache",
-    "ProgramCacheResource",
-    "_is_windows_sharing_violation",
-    "default_cache_dir",
-    "entry_id",
-]
+TYPE_CHECKING = False  # typing is not imported at run time: it costs a cold hit ~5 ms
+if TYPE_CHECKING:
+    from typing import Any
+
+# public name -> module (relative to this package) that defines it
+_EXPORTS = {
+    "CacheEntry": "entry",
+    "CacheStats": "stats",
+    "CacheWriteWarning": "base",
+    "EntryInfo": "entry",
+    "FileStreamProgramCache": "filestream",
+    "InMemoryProgramCache": "memory",
+    "ProgramCacheResource": "base",
+    "_is_windows_sharing_violation": "_winretry",
+    "default_cache_dir": "filestream",
+    "entry_id": "entry",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

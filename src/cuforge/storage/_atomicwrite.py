@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
-import secrets
 
 from ._fsutil import make_dir
 from ._winretry import replace_retry
@@ -31,7 +30,7 @@ class PairWriter:
         self.renew()
 
     def renew(self) -> None:
-        self._prefix = os.path.join(self._tmp, f"{os.getpid()}-{secrets.token_hex(4)}-")
+        self._prefix = os.path.join(self._tmp, f"{os.getpid()}-{os.urandom(4).hex()}-")
         self._seq = itertools.count()
 
     def write_pair(

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import secrets
-import socket
 
 from ._fsutil import write_at0
 from ._locking import lock_fd, try_lock_fd, unlock_fd
@@ -27,6 +25,15 @@ FLUSH_EVERY = 256
 _SUFFIX = ".cnt"
 _MERGED = "merged"
 _MERGE_LOCK = "merge.lock"
+
+
+def _hostname() -> str:
+    # os.uname is what socket.gethostname reads on POSIX, without importing socket.
+    if hasattr(os, "uname"):
+        return os.uname().nodename
+    import socket  # pragma: no cover - Windows
+
+    return socket.gethostname()  # pragma: no cover
 
 
 def _read_record(path: str) -> CacheStats | None:
@@ -65,7 +72,7 @@ class StatsStore:
 
     def _create(self) -> None:
         # Locked before it gets its final name, so compact() never sees it unlocked.
-        name = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}{_SUFFIX}"
+        name = f"{_hostname()}-{os.getpid()}-{os.urandom(4).hex()}{_SUFFIX}"
         tmp = os.path.join(self._tmp, "stats-" + name)
         fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
         try:

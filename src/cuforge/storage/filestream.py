@@ -23,9 +23,9 @@ import threading
 import time
 import warnings
 import weakref
+from collections import namedtuple
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
-from typing import Any, NamedTuple
 
 from ._atomicwrite import PairWriter
 from ._fsutil import Fingerprint, check_mode, fingerprint, make_dir, unlink_if_unchanged
@@ -55,6 +55,10 @@ from .entry import CacheEntry, EntryInfo, key_digest
 from .memory import check_max_size
 from .stats import CacheStats
 
+TYPE_CHECKING = False  # typing is not imported at run time: it costs a cold hit ~5 ms
+if TYPE_CHECKING:
+    from typing import Any
+
 __all__ = ["FileStreamProgramCache", "default_cache_dir"]
 
 _O_BINARY = getattr(os, "O_BINARY", 0)
@@ -73,7 +77,8 @@ def default_cache_dir() -> str:
     return str(user_cache_path("cuforge", appauthor=False) / "program-cache")
 
 
-class _Names(NamedTuple):
+class _Names(namedtuple("_Names", ["payload", "sidecar", "shard", "key_digest", "seed"])):
+    __slots__ = ()
     payload: str
     sidecar: str
     shard: str
@@ -81,7 +86,8 @@ class _Names(NamedTuple):
     seed: int
 
 
-class _Mismatch(NamedTuple):
+class _Mismatch(namedtuple("_Mismatch", ["payload_fp", "sidecar_fp", "problem"])):
+    __slots__ = ()
     payload_fp: Fingerprint
     sidecar_fp: Fingerprint
     problem: str

@@ -1,0 +1,43 @@
+"""cuforge's loggers, without importing ``logging`` on the hit path.
+
+``logging`` costs a fresh process several milliseconds of imports. Nothing can
+listen to a logger before the ``logging`` module exists, so :func:`debug_enabled`
+answers False without importing it; once the application has imported logging,
+the answer is the logger's own. The ``cuforge`` logger gets a NullHandler when
+first created here, so a library never prints through logging's last resort.
+"""
+
+from __future__ import annotations
+
+import sys
+
+_DEBUG = 10  # logging.DEBUG
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import logging
+
+_loggers: dict[str, logging.Logger] = {}
+
+
+def get_logger(name: str) -> logging.Logger:
+    """``logging.getLogger(name)`` (imports logging), with cuforge's NullHandler in place."""
+    found = _loggers.get(name)
+    if found is None:
+        import logging
+
+        root = logging.getLogger("cuforge")
+        if not any(isinstance(h, logging.NullHandler) for h in root.handlers):
+            root.addHandler(logging.NullHandler())
+        found = _loggers[name] = logging.getLogger(name)
+    return found
+
+
+def debug_enabled(name: str) -> bool:
+    """Whether ``name`` would emit DEBUG records; False while logging is not imported."""
+    if "logging" not in sys.modules:
+        return False
+    return get_logger(name).isEnabledFor(_DEBUG)
+
+
+__all__ = ["debug_enabled", "get_logger"]
