@@ -1,50 +1,104 @@
 """The ``cuforge`` command line (also ``python -m cuforge``).
 
-Each subcommand lives in its own module exposing ``register(subparsers, parsers)``:
-it adds its parser(s) and sets ``handler`` (a function ``args -> int``) as a default.
-``parsers`` maps command names to their parsers, so a later module can extend an
-earlier command (e.g. add ``--cache DIR`` to ``compile``). Adding a command is one
-line in ``_COMMANDS``. Stdlib only; CUDA libraries load only when a command runs.
+Commands, one module each: ``compile`` (``compile.py``), ``cache`` with ``stats``,
+``zero-stats``, ``ls``, ``show``, ``dir`` (``cache.py``), ``verify``, ``prune``,
+``clear`` (``cache_maint.py``) and ``explain`` (``explain.py``), ``warm``
+(``warm.py``) and ``doctor`` (``doctor.py``). Each module's ``register`` adds its
+parsers and sets ``handler`` (``args -> exit status``).
+
+A repeated ``cuforge compile`` is first offered to ``_direct``, which answers a
+hit it can prove without importing argparse or the compile layer; everything
+else goes through argparse (stdlib, fast to import; a third-party parser would
+buy nothing here and cost start-up time).
+
+Exit status: 0 ok; 1 the command ran and found a failure (a compile error, bad
+entries, a miss for ``explain`` or ``warm --fail-on-miss``); 2 usage errors, one
+line on stderr, never a traceback; 130 interrupted.
 """
 
 from __future__ import annotations
 
-import argparse
-import importlib
 import sys
-from collections.abc import Sequence
 
-import cuforge
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
-#: Modules registered in this order; later ones may extend earlier parsers.
-_COMMANDS = ("cuforge.cli.compile_cmd", "cuforge.cli.cache_cmd")
+    from cuforge.cli._args import Parser
+
+__all__ = ["build_parser", "main"]
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The full argument parser, with every command module registered."""
-    parser = argparse.ArgumentParser(
-        prog="cuforge", description="JIT-compile CUDA through a cache that is never wrong."
+def build_parser() -> Parser:
+    """The full argument parser, with every command registered."""
+    import cuforge
+    from cuforge.cli import cache, cache_maint, compile, doctor, explain, warm
+    from cuforge.cli._args import Parser
+
+    parser = Parser(
+        prog="cuforge",
+        description="JIT-compile CUDA through a cache that is never wrong.",
     )
     parser.add_argument("--version", action="version", version=f"cuforge {cuforge.__version__}")
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    parsers: dict[str, argparse.ArgumentParser] = {}
-    for module in _COMMANDS:
-        importlib.import_module(module).register(subparsers, parsers)
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    compile.register(commands)
+    actions = cache.register(commands)
+    cache_maint.register(actions)
+    explain.register(actions)
+    warm.register(commands)
+    doctor.register(commands)
     return parser
 
 
+def _warning(message: object, category: type, filename: str, lineno: int, *rest: object) -> None:
+    print(f"cuforge: warning: {message}", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run one command; returns the process exit status (0 ok, 1 failed, 2 usage)."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    handler = getattr(args, "handler", None)
-    if handler is None:
-        parser.print_help(sys.stderr)
-        return 2
+    """Run one command; returns the process exit status."""
+    args = list(sys.argv[1:] if argv is None else argv)
     try:
-        return int(handler(args))
+        if args[:1] == ["compile"]:
+            from cuforge.cli import _direct
+
+            served = _direct.serve(args[1:])
+            if served is not None:
+                return served
+        return _run(args)
     except KeyboardInterrupt:
         return 130
 
 
-__all__ = ["build_parser", "main"]
+def _run(argv: list[str]) -> int:
+    import warnings
+
+    from cuforge.cli._args import UsageError
+
+    warnings.showwarning = _warning  # one line, not a file:line dump, for people
+    parser = build_parser()
+    try:
+        args, extra = parser.parse_known_args(argv)
+        if extra:  # named against the command they were given to, not the top level
+            raise UsageError(f"unrecognized arguments: {' '.join(extra)} (see --help)")
+        handler = getattr(args, "handler", None)
+        if handler is None:
+            parser.print_help(sys.stderr)
+            return 2
+        if args.command == "compile":
+            args.argv = argv[1:]  # what _direct names its records by
+        return int(handler(args))
+    except UsageError as exc:
+        prog = exc.prog or _prog(argv)
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        return 1
+
+
+def _prog(argv: list[str]) -> str:
+    words = ["cuforge"]
+    if argv and not argv[0].startswith("-"):
+        words.append(argv[0])
+        if argv[0] == "cache" and len(argv) > 1 and not argv[1].startswith("-"):
+            words.append(argv[1])
+    return " ".join(words)

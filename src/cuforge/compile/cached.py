@@ -33,7 +33,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from cuforge._log import debug_enabled, get_logger
-from cuforge.compile import _versions
+from cuforge.compile import _identity_store, _versions
 from cuforge.compile._callers import outside_level
 from cuforge.compile.cache_key import _BACKENDS, _digest
 from cuforge.compile.object_code import ObjectCode
@@ -127,6 +127,18 @@ def _warn_once(cache: Any, message: str) -> None:
 
 
 def _store(cache: Any, key: bytes, value: Any, meta: bytes) -> None:
+    if not _identity_store.confirm():
+        # The key named a compiler identity kept on disk that a fresh probe now
+        # contradicts (a library or header set changed during this process).
+        stats = getattr(cache, "_stats", None)
+        if stats is not None and hasattr(stats, "write_failures"):
+            stats.write_failures += 1
+        _warn_once(
+            cache,
+            "the compiler or its CUDA headers changed while this process ran; the "
+            "program is returned but not cached",
+        )
+        return
     try:
         setter = getattr(cache, "set_entry", None)
         if setter is None:

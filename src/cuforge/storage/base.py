@@ -194,6 +194,15 @@ class ProgramCacheResource(abc.ABC):
         """A copy of this handle's counters."""
         return self._stats.copy()
 
+    def zero_stats(self) -> None:
+        """Start the counters this cache reports for all its users over from zero
+        (``cuforge cache zero-stats``): afterwards ``total_stats()`` -- or ``stats()``
+        where a backend keeps no shared counters -- counts only what happens next.
+
+        Raises NotImplementedError where the backend cannot reset them.
+        """
+        raise NotImplementedError(f"{type(self).__name__} cannot reset its statistics")
+
     def close(self) -> None:  # noqa: B027 - optional hook, default is a no-op
         """Release backend resources (files, connections). Idempotent."""
 

@@ -40,7 +40,7 @@ from ._integrity import (
 from ._locking import FileKeyLock, lock_fd, unlock_fd
 from ._scan import Scanned, remove_scanned, scan_entries, sweep_temps
 from ._sizeindex import SizeLedger
-from ._statsfile import FLUSH_EVERY, StatsStore, read_totals
+from ._statsfile import FLUSH_EVERY, StatsStore, read_totals, zero_totals
 from ._values import coerce_key, coerce_value
 from ._winretry import _is_windows_sharing_violation, open_retry
 from .base import (
@@ -646,6 +646,18 @@ class FileStreamProgramCache(ProgramCacheResource):
         """
         self._flush_stats()
         return read_totals(self._stats_dir)
+
+    def zero_stats(self) -> None:
+        """Make ``total_stats()`` count from zero for every process using this directory.
+
+        Live handles keep their own counters: the totals they have persisted so far
+        are recorded as a baseline that later totals subtract (see ``_statsfile``), so
+        what any process counts after this call is counted once. Raises OSError when
+        the baseline cannot be written (a read-only cache).
+        """
+        self._check_open()
+        self._flush_stats()
+        zero_totals(self._stats_dir, self._tmp, self._file_mode)
 
     def _flush_stats(self) -> None:
         self._ops = 0
