@@ -90,9 +90,11 @@ def ago(ns: int, now_ns: int | None = None) -> str:
 
 class Progress:
     """``done/total`` with a bar on a terminal (one line redrawn on stderr); off a
-    terminal, :meth:`item` prints one plain line per finished item to stdout."""
+    terminal, :meth:`item` prints one plain line per finished item to ``lines``
+    (stdout unless the caller's stdout is for machines)."""
 
-    def __init__(self, total: int, label: str) -> None:
+    def __init__(self, total: int, label: str, lines: TextIO | None = None) -> None:
+        self.lines = lines
         self.total = total
         self.done = 0
         self.label = label
@@ -104,7 +106,7 @@ class Progress:
         """One item finished; ``line`` says how (printed as is off a terminal)."""
         self.done += 1
         if not self.tty:
-            print(line, flush=True)
+            print(line, file=self.lines or sys.stdout, flush=True)
             return
         now = time.monotonic()
         if now - self._last >= 0.05 or self.done == self.total:

@@ -109,7 +109,7 @@ def _warm(args: argparse.Namespace) -> int:
     # the chdir below.
     url = chosen.url if "://" in chosen.url or "," in chosen.url else os.path.abspath(chosen.url)
     os.chdir(folder)  # compile as `cuforge compile` run from the manifest's directory would
-    progress = _term.Progress(len(specs), "warming")
+    progress = _term.Progress(len(specs), "warming", sys.stderr if args.json else None)
     results: list[dict[str, Any]] = []
     start = time.perf_counter()
 
