@@ -518,3 +518,11 @@ def test_rediss_talks_tls_and_verifies_the_server(tmp_path):
             assert got is None and len(caught) == 1
     finally:
         server.stop()
+
+
+def test_listing_reads_metadata_larger_than_its_first_read(redis_server):
+    meta = b"m" * 10_000
+    with RedisProgramCache(redis_server.url) as c:
+        c.set_entry(b"k", b"payload", meta)
+        (info,) = list(c.iter_entries())
+        assert info.meta == meta and info.size == 44 + len(meta) + len(b"payload")

@@ -26,10 +26,13 @@ from __future__ import annotations
 
 import hashlib
 import struct
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
 
-from .entry import CacheEntry
+from .entry import CacheEntry, EntryInfo
 
-__all__ = ["PREFIX_SIZE", "pack", "peek", "unpack"]
+__all__ = ["PREFIX_SIZE", "describe", "pack", "peek", "unpack"]
 
 MAGIC = b"CFRE"
 VERSION = 1
@@ -41,6 +44,8 @@ _PERSON = b"cuforge-redis-1"
 PREFIX_SIZE = _HEADER.size + _DIGEST_SIZE
 # Never believe a header that claims more than this much metadata.
 _MAX_META = 16 << 20
+# A listing reads this much of each value: the header and typical metadata.
+_LISTING_HEAD = 4096
 
 
 def _digest(key_digest: bytes, header: bytes | memoryview, meta, payload) -> bytes:
@@ -86,3 +91,34 @@ def peek(head: bytes) -> tuple[int, int] | None:
     if meta_len > _MAX_META:
         return None
     return stored_ns, meta_len
+
+
+def describe(
+    client: Any, names: list[bytes], id_of: Callable[[bytes], str | None]
+) -> Iterator[EntryInfo]:
+    """Listing records for ``names`` (entry keys), read with one pipelined round trip
+    (plus one GETRANGE per entry whose metadata outgrows the first read)."""
+    if not names:
+        return
+    pipe = client.pipeline(transaction=False)
+    for name in names:
+        pipe.object("idletime", name)  # before the read below refreshes it
+        pipe.getrange(name, 0, _LISTING_HEAD - 1)
+        pipe.strlen(name)
+    replies = pipe.execute(raise_on_error=False)
+    now = time.time_ns()
+    for i, name in enumerate(names):
+        idle, head, size = replies[3 * i : 3 * i + 3]
+        eid = id_of(name)
+        if eid is None or isinstance(size, Exception) or not size:
+            continue
+        peeked = peek(head) if isinstance(head, bytes) else None
+        meta = None
+        stored = now
+        if peeked is not None:
+            stored, end = peeked[0], PREFIX_SIZE + peeked[1]
+            if end > len(head):
+                head = client.getrange(name, 0, end - 1)
+            meta = head[PREFIX_SIZE:end] if len(head) >= end else None
+        used = now - int(idle) * 1_000_000_000 if isinstance(idle, int) else stored
+        yield EntryInfo(eid, int(size), stored, max(used, stored), meta)

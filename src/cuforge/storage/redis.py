@@ -29,6 +29,7 @@ from urllib.parse import urlsplit
 from . import _redisframe as frame
 from ._breaker import CircuitBreaker
 from ._redislock import RELEASE, RENEW, LockLease, poll_lock
+from ._redisurl import register_redis_schemes
 from ._values import coerce_key, coerce_value
 from .base import (
     DEFAULT_LOCK_TIMEOUT,
@@ -40,7 +41,6 @@ from .base import (
 )
 from .entry import CacheEntry, EntryInfo, key_digest
 from .stats import CacheStats
-from .urls import CacheSpec, register_scheme
 
 try:
     import redis as _redis
@@ -52,7 +52,6 @@ except ImportError:  # pragma: no cover - exercised only without the extra
 __all__ = ["RedisProgramCache"]
 
 _PROTECTED = "_cuforge_redis_warned"
-_LISTING_HEAD = 4096
 _SCAN_COUNT = 500
 _STAT_FIELDS = tuple(CacheStats().as_dict())
 
@@ -207,7 +206,10 @@ class RedisProgramCache(ProgramCacheResource):
 
     def _failed(self, exc: BaseException, what: str) -> None:
         """Record a failed command: back off when the server is unreachable; warn once."""
-        refused = isinstance(exc, _redis.ResponseError)
+        # An error answer (read-only replica, OOM) is no outage; a down cluster is.
+        refused = isinstance(exc, _redis.ResponseError) and not isinstance(
+            exc, _redis.exceptions.ClusterError
+        )
         retry = None if refused else self._breaker.failure()
         if self._warned:
             return
@@ -407,38 +409,9 @@ class RedisProgramCache(ProgramCacheResource):
             for name in self._names():
                 batch.append(name)
                 if len(batch) >= 100:
-                    yield from self._describe(client, batch)
+                    yield from frame.describe(client, batch, self._id_of)
                     batch = []
-            yield from self._describe(client, batch)
-
-    def _describe(self, client: Any, names: list[bytes]) -> Iterator[EntryInfo]:
-        if not names:
-            return
-        pipe = client.pipeline(transaction=False)
-        for name in names:
-            pipe.object("idletime", name)  # before the read below refreshes it
-            pipe.getrange(name, 0, _LISTING_HEAD - 1)
-            pipe.strlen(name)
-        replies = pipe.execute(raise_on_error=False)
-        now = time.time_ns()
-        for i, name in enumerate(names):
-            idle, head, size = replies[3 * i : 3 * i + 3]
-            eid = self._id_of(name)
-            if eid is None or isinstance(size, Exception) or not size:
-                continue
-            peeked = frame.peek(head) if isinstance(head, bytes) else None
-            stored, meta = (now, None) if peeked is None else (peeked[0], self._meta(name, head))
-            used = now - int(idle) * 1_000_000_000 if isinstance(idle, int) else stored
-            yield EntryInfo(eid, int(size), stored, max(used, stored), meta)
-
-    def _meta(self, name: bytes, head: bytes) -> bytes | None:
-        peeked = frame.peek(head)
-        if peeked is None:
-            return None
-        end = frame.PREFIX_SIZE + peeked[1]
-        if end > len(head):
-            head = self._conn().getrange(name, 0, end - 1)
-        return head[frame.PREFIX_SIZE : end] if len(head) >= end else None
+            yield from frame.describe(client, batch, self._id_of)
 
     def _value_of_id(self, entry_id: str) -> tuple[bytes, bytes | None]:
         if not isinstance(entry_id, str) or not _is_entry_id(entry_id):
@@ -592,7 +565,7 @@ class _Maintenance:
         return None
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        if exc is not None and isinstance(exc, _redis.RedisError):
+        if isinstance(exc, (_redis.RedisError, _redis.exceptions.RedisClusterException)):
             raise ConnectionError(
                 f"Redis cache {self.cache._where}: could not {self.what} "
                 f"({type(exc).__name__}: {exc})"
@@ -624,54 +597,4 @@ if hasattr(os, "register_at_fork"):
 atexit.register(_flush_all_at_exit)
 
 
-# -- cache URLs -------------------------------------------------------------------------
-_SSL_PARAMS = {"ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_cert_reqs"}
-_PARAMS = {
-    "prefix", "ttl", "timeout", "connect_timeout", "lock_lease", "retry_after", "cluster",
-    *_SSL_PARAMS,
-}  # fmt: skip
-
-
-def _open_redis(spec: CacheSpec) -> ProgramCacheResource:
-    """``redis://[[user]:password@]host[:port][/db]?prefix=..&ttl=7d&timeout=500ms...``."""
-    _need_redis()
-    rest = spec.text.split("?", 1)[0].partition("://")[2]
-    parts = urlsplit("redis://" + rest)
-    try:
-        _ = parts.port  # validates it
-    except ValueError:
-        raise spec.error(f"port {parts.netloc.rpartition(':')[2]!r} is not a number") from None
-    if not parts.hostname:
-        raise spec.error(f"{spec.scheme}:// needs a host (e.g. {spec.scheme}://localhost:6379)")
-    path = parts.path.strip("/")
-    if path and not path.isdigit():
-        raise spec.error(f"database {path!r} is not a number (e.g. /0)")
-    cluster = spec.scheme.endswith("+cluster") or spec.flag("cluster")
-    if cluster and path not in ("", "0"):
-        raise spec.error("Redis Cluster has only database 0")
-    tls = spec.scheme.startswith("rediss")
-    options: dict[str, Any] = {}
-    for name in sorted(_SSL_PARAMS & spec.params.keys()):
-        if not tls:
-            raise spec.error(f"{name} needs TLS: use rediss://")
-        options[name] = spec.params[name]
-    timeouts = {
-        name: value
-        for name in ("ttl", "timeout", "connect_timeout", "lock_lease", "retry_after")
-        if (value := spec.duration(name)) is not None
-    }
-    url = f"{'rediss' if tls else 'redis'}{'+cluster' if cluster else ''}://{parts.netloc}"
-    try:
-        return RedisProgramCache(
-            url + ("" if cluster else f"/{path or 0}"),
-            prefix=spec.params.get("prefix", "cuforge:"),
-            cluster=cluster,
-            client_options=options,
-            **timeouts,
-        )
-    except ValueError as exc:
-        raise spec.error(str(exc)) from None
-
-
-for _scheme in ("redis", "rediss", "redis+cluster", "rediss+cluster"):
-    register_scheme(_scheme, _open_redis, _PARAMS)
+register_redis_schemes()
