@@ -291,7 +291,7 @@ def test_a_read_only_replica_serves_hits_and_counts_refused_writes(redis_server,
     try:
         with RedisProgramCache(redis_server.url) as primary:
             primary[b"k"] = b"from the primary"
-        reader = RedisProgramCache(replica.url)
+        reader = RedisProgramCache(replica.url, ttl=60)  # a replica refuses GETEX
         deadline = time.monotonic() + 10
         while reader.get(b"k") is None:
             assert time.monotonic() < deadline, "replication did not catch up"
@@ -526,3 +526,26 @@ def test_listing_reads_metadata_larger_than_its_first_read(redis_server):
         c.set_entry(b"k", b"payload", meta)
         (info,) = list(c.iter_entries())
         assert info.meta == meta and info.size == 44 + len(meta) + len(b"payload")
+
+
+def test_a_read_only_handle_never_writes_to_the_server(redis_server):
+    raw = redis_server.client()
+    with RedisProgramCache(redis_server.url, ttl=60) as writer:
+        writer[b"k"] = b"v"
+    raw.delete(b"cuforge:stats")
+    raw.persist(name_of(b"k"))
+    with open_cache(redis_server.url + "?ro&ttl=1h") as tier:
+        (ro,) = tier.levels
+        assert ro.read_only and tier.read_only == (0,)
+        assert tier.get(b"k") == b"v"
+        assert raw.pttl(name_of(b"k")) == -1  # no TTL renewal
+        tier[b"new"] = b"not stored"
+        ro[b"new"] = b"not stored either"
+        with tier.lock(b"new") as held, ro.lock(b"new") as held_too:
+            assert held and held_too  # this process's threads only
+        _damage(raw, name_of(b"k"), "payload bit")
+        assert ro.get(b"k") is None and ro.stats().integrity_failures == 1
+        for call in (ro.clear, lambda: ro.remove_entry(entry_id(b"k"))):
+            with pytest.raises(PermissionError, match="read-only"):
+                call()
+    assert sorted(raw.keys("*")) == [name_of(b"k")]  # damaged value kept, nothing added

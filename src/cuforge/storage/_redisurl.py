@@ -54,6 +54,7 @@ def open_redis(spec: CacheSpec) -> RedisProgramCache:
             url + ("" if cluster else f"/{path or 0}"),
             prefix=spec.params.get("prefix", "cuforge:"),
             cluster=cluster,
+            read_only=spec.read_only,
             client_options=options,
             **durations,
         )

@@ -29,6 +29,7 @@ from urllib.parse import urlsplit
 from . import _redisframe as frame
 from ._breaker import CircuitBreaker
 from ._redislock import RELEASE, RENEW, LockLease, poll_lock
+from ._redisstats import FleetCounters, read_fleet
 from ._redisurl import register_redis_schemes
 from ._values import coerce_key, coerce_value
 from .base import (
@@ -53,7 +54,6 @@ __all__ = ["RedisProgramCache"]
 
 _PROTECTED = "_cuforge_redis_warned"
 _SCAN_COUNT = 500
-_STAT_FIELDS = tuple(CacheStats().as_dict())
 
 
 def _need_redis() -> None:
@@ -103,6 +103,10 @@ class RedisProgramCache(ProgramCacheResource):
     - **Single-flight across hosts**: ``lock(key)`` is an expiring lock key (see
       ``_redislock``) with a ``lock_lease`` renewed while held; a dead holder frees
       it within one lease.
+    - ``read_only=True`` (a ``?ro`` level) never writes to the server: no stores,
+      TTL renewals, removals of damaged values, locks or fleet counters (a
+      ``PermissionError`` from ``clear``/``del``/``remove_entry``). On a replica,
+      hits stop renewing TTLs by themselves.
     """
 
     def __init__(
@@ -119,6 +123,7 @@ class RedisProgramCache(ProgramCacheResource):
         max_retry_after: float = 30.0,
         stats_every: int = 64,
         stats_interval: float = 10.0,
+        read_only: bool = False,
         client_options: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
@@ -130,17 +135,17 @@ class RedisProgramCache(ProgramCacheResource):
         self._connect_timeout = _positive("connect_timeout", connect_timeout)
         self._lease_ms = max(1, int(_positive("lock_lease", lock_lease) * 1000))
         self._ttl_ms = None if ttl is None else max(1, int(ttl * 1000))
+        self._read_only = bool(read_only)
+        # A read-only handle never writes, not even a TTL renewal.
+        self._refresh_ms = None if self._read_only else self._ttl_ms
         self._prefix = prefix
         self._pre = prefix.encode()
-        self._stats_name = self._pre + b"stats"
         self._breaker = CircuitBreaker(
             _positive("retry_after", retry_after), _positive("max_retry_after", max_retry_after)
         )
-        self._stats_every = max(1, int(stats_every))
-        self._stats_interval = _positive("stats_interval", stats_interval)
-        self._flushed = CacheStats()
-        self._ops = 0
-        self._last_flush = time.monotonic()
+        self._fleet = FleetCounters(
+            self._pre + b"stats", stats_every, _positive("stats_interval", stats_interval)
+        )
         self._warned = False
         self._closed = False
         self._mutex = threading.Lock()
@@ -173,6 +178,10 @@ class RedisProgramCache(ProgramCacheResource):
     @property
     def cluster(self) -> bool:
         return self._cluster
+
+    @property
+    def read_only(self) -> bool:
+        return self._read_only
 
     def _conn(self) -> Any:
         client = self._client
@@ -268,10 +277,15 @@ class RedisProgramCache(ProgramCacheResource):
         name = self._entry_name(kd)
         try:
             client = self._conn()
-            if self._ttl_ms is None:
+            refresh = self._refresh_ms
+            if refresh is None:
                 value = client.get(name)
             else:
-                value = client.getex(name, px=self._ttl_ms)
+                try:
+                    value = client.getex(name, px=refresh)
+                except _redis.exceptions.ReadOnlyError:
+                    self._refresh_ms = None  # a replica: read without renewing TTLs
+                    value = client.get(name)
         except Exception as exc:  # every server problem is a miss
             stats.misses += 1
             stats.read_failures += 1
@@ -293,6 +307,8 @@ class RedisProgramCache(ProgramCacheResource):
 
     def _drop(self, name: bytes, value: bytes) -> None:
         """Delete a damaged value unless someone replaced it meanwhile."""
+        if self._read_only:
+            return
         with contextlib.suppress(Exception):
             self._conn().eval(
                 "if redis.call('getrange', KEYS[1], 0, ARGV[2]) == ARGV[1] then "
@@ -340,7 +356,7 @@ class RedisProgramCache(ProgramCacheResource):
 
     def _write(self, batch: list[tuple[bytes, bytes, int]]) -> None:
         stats = self._stats
-        if not self._breaker.allow():
+        if self._read_only or not self._breaker.allow():
             stats.write_failures += len(batch)
             return
         try:
@@ -362,7 +378,7 @@ class RedisProgramCache(ProgramCacheResource):
         self._tick()
 
     def __delitem__(self, key: CacheKey) -> None:
-        self._check_open()
+        self._check_writable()
         name = self._entry_name(key_digest(coerce_key(key)))
         with self._maintenance("delete"):
             removed = self._conn().delete(name)
@@ -377,7 +393,7 @@ class RedisProgramCache(ProgramCacheResource):
 
     def clear(self) -> None:
         """Remove every entry under this prefix (SCAN + UNLINK); counters stay."""
-        self._check_open()
+        self._check_writable()
         with self._maintenance("clear"):
             client = self._conn()
             batch: list[bytes] = []
@@ -435,7 +451,7 @@ class RedisProgramCache(ProgramCacheResource):
         return result if type(result) is CacheEntry else None
 
     def remove_entry(self, entry_id: str) -> bool:
-        self._check_open()
+        self._check_writable()
         if not isinstance(entry_id, str) or not _is_entry_id(entry_id):
             return False
         with self._maintenance("remove an entry"):
@@ -464,8 +480,8 @@ class RedisProgramCache(ProgramCacheResource):
     def _hold(self, kd: bytes, timeout: float | None) -> Iterator[bool]:
         deadline = float("inf") if timeout is None else time.monotonic() + max(0.0, timeout)
         with self._key_locks.hold(kd, timeout) as local:
-            if not local:
-                yield False
+            if not local or self._read_only:  # read-only: this process's threads only
+                yield local
                 return
             lock_name = self._entry_name(kd) + b":lock"
             token = None
@@ -490,30 +506,18 @@ class RedisProgramCache(ProgramCacheResource):
 
     # -- statistics and lifetime ----------------------------------------------------------
     def _tick(self) -> None:
-        self._ops += 1
-        if self._ops >= self._stats_every or (
-            time.monotonic() - self._last_flush >= self._stats_interval
-        ):
+        if self._fleet.due():
             self._flush_stats()
 
     def _flush_stats(self, raise_errors: bool = False) -> None:
         """Add what this handle counted since the last flush to the fleet's hash."""
-        self._ops = 0
-        self._last_flush = time.monotonic()
-        current = self._stats.copy()
-        delta = {n: v for n, v in (current - self._flushed).as_dict().items() if v}
-        if not delta:
-            return
+        if self._read_only:
+            return  # counters stay in this handle
         try:
-            pipe = self._conn().pipeline(transaction=False)
-            for name, value in delta.items():
-                pipe.hincrby(self._stats_name, name, value)
-            pipe.execute()
+            self._fleet.flush(self._conn(), self._stats)
         except Exception:
             if raise_errors:
                 raise
-            return  # kept for the next flush
-        self._flushed = current
 
     def total_stats(self) -> CacheStats:
         """Counters summed over every host and process that used this prefix.
@@ -524,20 +528,22 @@ class RedisProgramCache(ProgramCacheResource):
         self._check_open()
         with self._maintenance("read statistics"):
             self._flush_stats(raise_errors=True)
-            raw = self._conn().hgetall(self._stats_name)
-        fields = {k.decode(): int(v) for k, v in raw.items() if k.decode() in _STAT_FIELDS}
-        return CacheStats(**fields)
+            return read_fleet(self._conn(), self._fleet.name)
 
     def _check_open(self) -> None:
         if self._closed:
             raise ValueError("operation on a closed RedisProgramCache")
 
+    def _check_writable(self) -> None:
+        self._check_open()
+        if self._read_only:
+            raise PermissionError(f"Redis cache {self._where} was opened read-only")
+
     def _after_fork_in_child(self) -> None:
         # The child must not report the parent's counts as its own; redis-py's
         # pools open fresh connections in a child by themselves.
         self._stats = CacheStats()
-        self._flushed = CacheStats()
-        self._ops = 0
+        self._fleet.reset()
         self._mutex = threading.Lock()
 
     def close(self) -> None:
