@@ -54,5 +54,8 @@ PERSISTENT: dict[str, Factory] = {
     "redis": _redis,
 }
 
-#: Single backends (no wrapper, no tiers): the signing layer is tested on each.
-PLAIN = ("memory", "filestream", "redis")
+#: Composites of the backends above (not backends of their own).
+COMPOSITE = ("tiered", "signed-filestream")
+
+#: Single backends: the signing layer is tested on each (a new backend joins by itself).
+PLAIN = tuple(name for name in FACTORIES if name not in COMPOSITE)
