@@ -196,8 +196,14 @@ def cmd_redis_traffic(args: dict) -> dict:
         assert cache.get(b"present") is not None
     for i in range(args["misses"]):
         assert cache.get(b"absent-%d" % i) is None
-    cache.close()
+    if args.get("close", True):
+        cache.close()
+    else:  # kept open until the interpreter exits, which flushes its counters
+        _KEEP.append(cache)
     return {"stats": cache.stats().as_dict()}
+
+
+_KEEP: list = []
 
 
 COMMANDS = {

@@ -413,6 +413,28 @@ def test_fleet_stats_sum_over_processes_and_show_in_the_cli(redis_server):
     assert report["hit_rate"] == round(30 / 38, 4)
 
 
+def test_counters_are_flushed_at_exit_and_not_inherited_by_a_fork(redis_server):
+    finish(worker("redis_traffic", url=redis_server.url, hits=7, misses=2, close=False))
+    with RedisProgramCache(redis_server.url) as c:
+        assert (c.total_stats().hits, c.total_stats().misses) == (7, 2)
+    parent = RedisProgramCache(redis_server.url, prefix="fork:")
+    for _ in range(5):
+        parent.get(b"absent")
+    pid = os.fork()
+    if pid == 0:  # the child counts its own lookups only
+        code = 1
+        try:
+            parent.get(b"absent-in-child")
+            parent.close()
+            code = 0
+        finally:
+            os._exit(code)
+    assert os.waitpid(pid, 0)[1] == 0
+    parent.close()
+    with RedisProgramCache(redis_server.url, prefix="fork:") as c:
+        assert c.total_stats().misses == 6
+
+
 def test_live_handles_flush_every_few_operations(redis_server):
     with (
         RedisProgramCache(redis_server.url, stats_every=4) as busy,
@@ -549,3 +571,16 @@ def test_a_read_only_handle_never_writes_to_the_server(redis_server):
             with pytest.raises(PermissionError, match="read-only"):
                 call()
     assert sorted(raw.keys("*")) == [name_of(b"k")]  # damaged value kept, nothing added
+
+
+def test_constructor_errors_name_the_argument(redis_server):
+    with pytest.raises(ValueError, match="url_or_client: 'h:1' is not a Redis URL"):
+        RedisProgramCache("http://user:pw@h:1")
+    with pytest.raises(TypeError, match="url_or_client must be"):
+        RedisProgramCache(None)
+    for bad in ({"ttl": 0}, {"timeout": -1}, {"prefix": ""}, {"lock_lease": "1s"}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            RedisProgramCache(redis_server.url, **bad)
+    with RedisProgramCache(redis_server.client()) as c:  # a ready client
+        c[b"k"] = b"v"
+        assert c[b"k"] == b"v" and not c.cluster

@@ -3,20 +3,25 @@
 The hash ``<prefix>stats`` has one integer field per CacheStats counter. A handle
 sends what it counted since its last flush -- the difference between its counters
 now and at that flush, negative where the compile layer took a count back -- as
-pipelined HINCRBYs every ``every`` operations, every ``interval`` seconds, and at
-close. A flush that fails is retried with the next one, so counts are late but
-not lost while the handle lives; a handle killed between flushes loses at most
-``every`` operations' worth.
+pipelined HINCRBYs every ``every`` operations, every ``interval`` seconds, at
+close, and at interpreter exit for handles still open. A flush that fails is
+retried with the next one, so counts are late but not lost while the handle
+lives; a handle killed, or dropped without ``close()``, between flushes loses at
+most ``every`` operations' worth.
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import os
 import time
+import weakref
 from typing import Any
 
 from .stats import CacheStats
 
-__all__ = ["FleetCounters", "read_fleet"]
+__all__ = ["FleetCounters", "read_fleet", "track", "untrack"]
 
 _FIELDS = tuple(CacheStats().as_dict())
 
@@ -60,3 +65,35 @@ def read_fleet(client: Any, name: bytes) -> CacheStats:
     raw = client.hgetall(name)
     fields = {k.decode(): int(v) for k, v in raw.items() if k.decode() in _FIELDS}
     return CacheStats(**fields)
+
+
+# Open handles: flushed at interpreter exit; reset in a forked child, which must not
+# report its parent's counts as its own.
+_LIVE: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def track(cache: Any) -> None:
+    """Call ``cache._flush_at_exit()`` at exit and ``cache._after_fork_in_child()`` in a
+    forked child, while the handle lives."""
+    _LIVE.add(cache)
+
+
+def untrack(cache: Any) -> None:
+    _LIVE.discard(cache)
+
+
+def _reset_in_child() -> None:
+    for cache in list(_LIVE):
+        with contextlib.suppress(Exception):
+            cache._after_fork_in_child()
+
+
+def _flush_all_at_exit() -> None:
+    for cache in list(_LIVE):
+        with contextlib.suppress(Exception):
+            cache._flush_at_exit()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_in_child)
+atexit.register(_flush_all_at_exit)

@@ -14,13 +14,10 @@ every operation stays on one shard. The cache never breaks a compile: see
 
 from __future__ import annotations
 
-import atexit
 import contextlib
-import os
 import threading
 import time
 import warnings
-import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from typing import Any
@@ -29,7 +26,7 @@ from urllib.parse import urlsplit
 from . import _redisframe as frame
 from ._breaker import CircuitBreaker
 from ._redislock import RELEASE, RENEW, LockLease, poll_lock
-from ._redisstats import FleetCounters, read_fleet
+from ._redisstats import FleetCounters, read_fleet, track, untrack
 from ._redisurl import register_redis_schemes
 from ._values import coerce_key, coerce_value
 from .base import (
@@ -52,7 +49,7 @@ except ImportError:  # pragma: no cover - exercised only without the extra
 
 __all__ = ["RedisProgramCache"]
 
-_PROTECTED = "_cuforge_redis_warned"
+_URL_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")
 _SCAN_COUNT = 500
 
 
@@ -152,19 +149,30 @@ class RedisProgramCache(ProgramCacheResource):
         self._client: Any = None
         self._scripts: tuple[Any, Any] | None = None
         if isinstance(url_or_client, str):
+            scheme = url_or_client.partition("://")[0].lower()
+            if scheme not in _URL_SCHEMES:
+                raise ValueError(
+                    f"url_or_client: {url_or_client.split('@')[-1]!r} is not a Redis URL "
+                    f"(expected {', '.join(s + '://' for s in _URL_SCHEMES)})"
+                )
             self._url = url_or_client
             parts = urlsplit(url_or_client)
             self._cluster = bool(cluster) or parts.scheme.endswith("+cluster")
             self._where = f"{parts.hostname or 'localhost'}:{parts.port or 6379}{parts.path}"
             self._options = dict(client_options or {})
-        else:
+        elif callable(getattr(url_or_client, "pipeline", None)):
             self._url = None
             self._client = url_or_client
             self._cluster = isinstance(url_or_client, _redis.cluster.RedisCluster)
             kw = getattr(getattr(url_or_client, "connection_pool", None), "connection_kwargs", {})
             self._where = f"{kw.get('host', '?')}:{kw.get('port', '?')}/{kw.get('db', 0)}"
             self._options = {}
-        _LIVE.add(self)
+        else:
+            raise TypeError(
+                "url_or_client must be a Redis URL or a redis-py client, got "
+                f"{type(url_or_client).__name__}"
+            )
+        track(self)
 
     # -- connection and failure handling -------------------------------------------
     @property
@@ -236,9 +244,15 @@ class RedisProgramCache(ProgramCacheResource):
             stacklevel=4,
         )
 
-    def _maintenance(self, what: str) -> Any:
-        """A context that turns Redis errors of a maintenance call into ConnectionError."""
-        return _Maintenance(self, what)
+    @contextlib.contextmanager
+    def _maintenance(self, what: str) -> Iterator[None]:
+        """Turns Redis errors of a maintenance call into one ConnectionError."""
+        try:
+            yield
+        except (_redis.RedisError, _redis.exceptions.RedisClusterException) as exc:
+            raise ConnectionError(
+                f"Redis cache {self._where}: could not {what} ({type(exc).__name__}: {exc})"
+            ) from exc
 
     # -- names ------------------------------------------------------------------------
     def _entry_name(self, kd: bytes) -> bytes:
@@ -539,6 +553,10 @@ class RedisProgramCache(ProgramCacheResource):
         if self._read_only:
             raise PermissionError(f"Redis cache {self._where} was opened read-only")
 
+    def _flush_at_exit(self) -> None:
+        if not self._closed and self._breaker.allow():
+            self._flush_stats()
+
     def _after_fork_in_child(self) -> None:
         # The child must not report the parent's counts as its own; redis-py's
         # pools open fresh connections in a child by themselves.
@@ -553,7 +571,7 @@ class RedisProgramCache(ProgramCacheResource):
         if self._breaker.allow():
             self._flush_stats()
         self._closed = True
-        _LIVE.discard(self)
+        untrack(self)
         if self._url is not None and self._client is not None:
             with contextlib.suppress(Exception):
                 self._client.close()
@@ -562,45 +580,8 @@ class RedisProgramCache(ProgramCacheResource):
         return f"RedisProgramCache({self._where!r}, prefix={self._prefix!r})"
 
 
-class _Maintenance:
-    def __init__(self, cache: RedisProgramCache, what: str) -> None:
-        self.cache = cache
-        self.what = what
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        if isinstance(exc, (_redis.RedisError, _redis.exceptions.RedisClusterException)):
-            raise ConnectionError(
-                f"Redis cache {self.cache._where}: could not {self.what} "
-                f"({type(exc).__name__}: {exc})"
-            ) from exc
-
-
 def _is_entry_id(text: str) -> bool:
     return len(text) == 64 and all(c in "0123456789abcdef" for c in text)
-
-
-_LIVE: weakref.WeakSet[RedisProgramCache] = weakref.WeakSet()
-
-
-def _reset_in_child() -> None:
-    for cache in list(_LIVE):
-        with contextlib.suppress(Exception):
-            cache._after_fork_in_child()
-
-
-def _flush_all_at_exit() -> None:
-    for cache in list(_LIVE):
-        with contextlib.suppress(Exception):
-            if cache._breaker.allow():
-                cache._flush_stats()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_reset_in_child)
-atexit.register(_flush_all_at_exit)
 
 
 register_redis_schemes()
