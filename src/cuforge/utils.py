@@ -14,15 +14,17 @@ from cuforge.storage import (
     FileStreamProgramCache,
     InMemoryProgramCache,
     ProgramCacheResource,
-    SignedProgramCache,
-    TieredProgramCache,
     default_cache,
     default_cache_dir,
-    open_cache,
 )
 
 if TYPE_CHECKING:
-    from cuforge.storage.redis import RedisProgramCache
+    from cuforge.storage import (
+        RedisProgramCache,
+        SignedProgramCache,
+        TieredProgramCache,
+        open_cache,
+    )
 
 __all__ = [
     "KEY_SCHEMA_VERSION",
@@ -42,9 +44,9 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    # RedisProgramCache needs redis-py (pip install 'cuforge[redis]'): imported on use.
-    if name == "RedisProgramCache":
-        from cuforge.storage.redis import RedisProgramCache
+    # Loaded on use (RedisProgramCache needs redis-py: pip install 'cuforge[redis]').
+    if name in ("RedisProgramCache", "SignedProgramCache", "TieredProgramCache", "open_cache"):
+        import cuforge.storage
 
-        return RedisProgramCache
+        return getattr(cuforge.storage, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -13,13 +13,13 @@ from .config import default_cache
 from .entry import CacheEntry, EntryInfo, entry_id
 from .filestream import FileStreamProgramCache, default_cache_dir
 from .memory import InMemoryProgramCache
-from .signing import SignedProgramCache
 from .stats import CacheStats
-from .tiered import TieredProgramCache
-from .urls import open_cache
 
 if TYPE_CHECKING:
     from .redis import RedisProgramCache
+    from .signing import SignedProgramCache
+    from .tiered import TieredProgramCache
+    from .urls import open_cache
 
 __all__ = [
     "CacheEntry",
@@ -40,10 +40,20 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    # The Redis backend imports redis-py: load it only when asked for.
-    if name == "RedisProgramCache":
-        from .redis import RedisProgramCache
+# Loaded on first use: the Redis backend imports redis-py, and the others are not on
+# the hit path of a plain FileStream cache (the CLI imports this package).
+_LAZY = {
+    "RedisProgramCache": ".redis",
+    "SignedProgramCache": ".signing",
+    "TieredProgramCache": ".tiered",
+    "open_cache": ".urls",
+}
 
-        return RedisProgramCache
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module, __name__), name)
