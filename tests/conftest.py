@@ -38,3 +38,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             reason = reason or gpu_unavailable_reason()
             if reason:
                 item.add_marker(pytest.mark.skip(reason=f"gpu test: {reason}"))
+
+
+@pytest.fixture
+def redis_server(tmp_path_factory: pytest.TempPathFactory):
+    """A fresh redis-server on a free loopback port, stopped after the test."""
+    from _redis import RedisServer
+
+    server = RedisServer(tmp_path_factory.mktemp("redis"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory):
+    """A fresh 3-node Redis Cluster on loopback ports, stopped after the test."""
+    from _redis import RedisCluster
+
+    cluster = RedisCluster(tmp_path_factory.mktemp("redis-cluster"))
+    yield cluster
+    cluster.stop()

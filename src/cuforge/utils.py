@@ -6,6 +6,8 @@ Change ``from cuda.core.utils import ...`` to ``from cuforge.utils import ...``.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from cuforge.compile._toolkit import toolkit_headers
 from cuforge.compile.cache_key import (
     KEY_SCHEMA_VERSION,
@@ -19,8 +21,17 @@ from cuforge.storage import (
     FileStreamProgramCache,
     InMemoryProgramCache,
     ProgramCacheResource,
+    default_cache,
     default_cache_dir,
 )
+
+if TYPE_CHECKING:
+    from cuforge.storage import (
+        RedisProgramCache,
+        SignedProgramCache,
+        TieredProgramCache,
+        open_cache,
+    )
 
 __all__ = [
     "KEY_SCHEMA_VERSION",
@@ -30,9 +41,23 @@ __all__ = [
     "FileStreamProgramCache",
     "InMemoryProgramCache",
     "ProgramCacheResource",
+    "RedisProgramCache",
+    "SignedProgramCache",
+    "TieredProgramCache",
+    "default_cache",
     "default_cache_dir",
     "explain",
     "fingerprint_headers",
     "make_program_cache_key",
+    "open_cache",
     "toolkit_headers",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # Loaded on use (RedisProgramCache needs redis-py: pip install 'cuforge[redis]').
+    if name in ("RedisProgramCache", "SignedProgramCache", "TieredProgramCache", "open_cache"):
+        import cuforge.storage
+
+        return getattr(cuforge.storage, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

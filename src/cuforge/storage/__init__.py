@@ -5,12 +5,21 @@ Public names mirror ``cuda.core.utils``; ``cuforge.utils`` re-exports them.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from ._winretry import _is_windows_sharing_violation
 from .base import CacheWriteWarning, ProgramCacheResource
+from .config import default_cache
 from .entry import CacheEntry, EntryInfo, entry_id
 from .filestream import FileStreamProgramCache, default_cache_dir
 from .memory import InMemoryProgramCache
 from .stats import CacheStats
+
+if TYPE_CHECKING:
+    from .redis import RedisProgramCache
+    from .signing import SignedProgramCache
+    from .tiered import TieredProgramCache
+    from .urls import open_cache
 
 __all__ = [
     "CacheEntry",
@@ -20,7 +29,31 @@ __all__ = [
     "FileStreamProgramCache",
     "InMemoryProgramCache",
     "ProgramCacheResource",
+    "RedisProgramCache",
+    "SignedProgramCache",
+    "TieredProgramCache",
     "_is_windows_sharing_violation",
+    "default_cache",
     "default_cache_dir",
     "entry_id",
+    "open_cache",
 ]
+
+
+# Loaded on first use: the Redis backend imports redis-py, and the others are not on
+# the hit path of a plain FileStream cache (the CLI imports this package).
+_LAZY = {
+    "RedisProgramCache": ".redis",
+    "SignedProgramCache": ".signing",
+    "TieredProgramCache": ".tiered",
+    "open_cache": ".urls",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module, __name__), name)
