@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench clean redis-server
 
 $(STAMP): pyproject.toml setup.py $(wildcard src/cuforge/_native/*.c)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -19,7 +19,18 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks examples
 	$(VENV)/bin/ruff format --check src tests benchmarks examples
 
-test: $(STAMP) lint
+# The Redis tests start their own redis-server on free loopback ports (never 6379);
+# install it when this machine lacks one (apt: Debian/Ubuntu, as root or via sudo).
+redis-server:
+	@command -v redis-server >/dev/null 2>&1 || { \
+	  command -v apt-get >/dev/null 2>&1 || { echo "install redis-server (>= 6.2) first" >&2; exit 1; }; \
+	  sudo=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	  echo "installing redis-server with apt-get"; \
+	  DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -q redis-server >/dev/null 2>&1 || { \
+	    $$sudo apt-get update -q >/dev/null && \
+	    DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -q redis-server >/dev/null; }; }
+
+test: $(STAMP) lint redis-server
 	$(PY) -m pytest -q
 
 # cuda-core is the peer we measure against: it lives only in this separate venv,
@@ -29,10 +40,10 @@ BENCH_STAMP := $(BENCH_VENV)/.installed
 $(BENCH_STAMP): pyproject.toml setup.py $(wildcard src/cuforge/_native/*.c)
 	test -x $(BENCH_VENV)/bin/python || $(PYTHON) -m venv $(BENCH_VENV)
 	$(BENCH_VENV)/bin/python -m pip install -q --upgrade pip
-	$(BENCH_VENV)/bin/python -m pip install -q -e . 'cuda-core==1.2.2' numpy
+	$(BENCH_VENV)/bin/python -m pip install -q -e '.[redis]' 'cuda-core==1.2.2' numpy
 	touch $(BENCH_STAMP)
 
-bench: $(BENCH_STAMP)
+bench: $(BENCH_STAMP) redis-server
 	$(BENCH_VENV)/bin/python benchmarks/run.py
 
 clean:

@@ -1,5 +1,8 @@
 """``make bench``: the program-cache targets, cuforge beside cuda.core 1.2.2, one run.
 
+The Redis rows (bench_fleet.py) run against a private redis-server on a loopback
+port; cuda.core has no remote cache, so their cuda.core column is empty.
+
 Prints one table: each measurement for cuforge, for cuda.core (when importable),
 their ratio (cuforge / cuda.core; below 1 is better) and the target. GPU
 benchmarks (launch overhead, graphs) need the GPU machine: see bench_launch.py and
@@ -24,6 +27,7 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import bench_compile as bc
+import bench_fleet as bf
 import bench_storage as bs
 
 
@@ -50,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="smaller sizes (smoke run)")
     ap.add_argument("--writes", type=int, default=20000, help="capped writes for cuforge")
     ap.add_argument("--cc-writes", type=int, default=3000, help="capped writes for cuda.core")
+    ap.add_argument("--processes", type=int, default=None, help="Redis stampede size (64)")
     args = ap.parse_args(argv)
     n_writes = 2000 if args.quick else args.writes
     n_cc = min(n_writes, 1000 if args.quick else args.cc_writes)
@@ -118,6 +123,21 @@ def main(argv: list[str] | None = None) -> int:
         m = bs.bench_memory_get(mem_ours, n=n_calls)["median_us"]
         mc = storage_theirs and bs.bench_memory_get(storage_theirs[1], n=n_calls)["median_us"]
         add("InMemory get, 4 KiB", m, mc, "us", "")
+
+        missing = bf.redis_available()
+        if missing:
+            rows.append((f"Redis rows skipped: {missing}", "-", "-", "-", ""))
+        else:
+            hits = bf.bench_hits(1000 if args.quick else 5000)
+            add("compile(cubin, cache=Redis) hit, 1 KB", hits["redis_hit_us"], None, "us",
+                "<= 250 us")  # fmt: skip
+            add("compile(cubin, cache=memory->Redis) repeat hit", hits["tiered_hit_us"], None,
+                "us", "<= 15 us")  # fmt: skip
+            st = bf.bench_stampede(args.processes or (8 if args.quick else 64))
+            rows.append((
+                f"{st['processes']} processes x {st['kernels']} kernels, cold Redis: compiles",
+                str(st["compiles"]), "-", "-", f"<= {st['kernels']}",
+            ))  # fmt: skip
 
         plain, cached, pct = bc.bench_miss_overhead(ours, 6 if args.quick else 12)
         rows.append(("miss overhead over uncached compile", f"{pct:+.2f} %", "-", "-", "<= 2 %"))

@@ -13,16 +13,49 @@ from typing import Any
 
 import pytest
 
-from cuforge.storage import FileStreamProgramCache, InMemoryProgramCache
+from cuforge.storage import (
+    FileStreamProgramCache,
+    InMemoryProgramCache,
+    SignedProgramCache,
+    TieredProgramCache,
+)
 
 Factory = Callable[[Path, pytest.FixtureRequest], Any]
+
+SECRET = b"contract-test-secret-0123456789"
+
+
+def _redis(tmp: Path, request: pytest.FixtureRequest) -> Any:
+    from cuforge.storage.redis import RedisProgramCache
+
+    server = request.getfixturevalue("redis_server")
+    return RedisProgramCache(server.url, prefix="t:")
+
+
+def _tiered(tmp: Path, request: pytest.FixtureRequest) -> Any:
+    return TieredProgramCache(
+        InMemoryProgramCache(), FileStreamProgramCache(tmp / "tier-fs"), _redis(tmp, request)
+    )
+
 
 FACTORIES: dict[str, Factory] = {
     "memory": lambda tmp, request: InMemoryProgramCache(),
     "filestream": lambda tmp, request: FileStreamProgramCache(tmp / "fs"),
+    "redis": _redis,
+    "tiered": _tiered,
+    "signed-filestream": lambda tmp, request: SignedProgramCache(
+        FileStreamProgramCache(tmp / "signed-fs"), SECRET
+    ),
 }
 
 #: Backends whose entries survive closing the handle (reopen tests use these).
 PERSISTENT: dict[str, Factory] = {
     "filestream": FACTORIES["filestream"],
+    "redis": _redis,
 }
+
+#: Composites of the backends above (not backends of their own).
+COMPOSITE = ("tiered", "signed-filestream")
+
+#: Single backends: the signing layer is tested on each (a new backend joins by itself).
+PLAIN = tuple(name for name in FACTORIES if name not in COMPOSITE)

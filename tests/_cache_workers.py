@@ -146,7 +146,75 @@ def cmd_efbig(args: dict) -> dict:
     }
 
 
-COMMANDS = {"keys": cmd_keys, "compile": cmd_compile, "hold": cmd_hold, "efbig": cmd_efbig}
+def cmd_compile_url(args: dict) -> dict:
+    """Compile ``args["sources"]`` (default: SRC) to cubin through ``open_cache(args["url"])``,
+    or through ``cache=True`` (the environment's default cache) when no url is given."""
+    from cuforge.compile import Program, ProgramOptions
+    from cuforge.utils import open_cache
+
+    if args.get("counter"):
+        count_compiles(args["counter"])
+    sources = args.get("sources") or [SRC]
+    cache = open_cache(args["url"]) if args.get("url") else True
+    if args.get("barrier"):
+        wait_barrier(args["barrier"], args["parties"])
+    digests = []
+    for src in sources:
+        obj = Program(src, "c++", ProgramOptions(arch=ARCH)).compile("cubin", cache=cache)
+        digests.append(hashlib.sha256(obj.code).hexdigest())
+    stats = None
+    if cache is not True:
+        stats = cache.stats().as_dict()
+        cache.close()
+    return {"sha256": digests, "stats": stats}
+
+
+def cmd_redis_hold(args: dict) -> dict:
+    """Take the Redis single-flight lock of SRC's cubin key and hold it forever."""
+    from cuforge.compile import ProgramOptions
+    from cuforge.storage.redis import RedisProgramCache
+    from cuforge.utils import make_program_cache_key
+
+    key = make_program_cache_key(
+        code=SRC, code_type="c++", options=ProgramOptions(arch=ARCH), target_type="cubin"
+    )
+    cache = RedisProgramCache(args["url"], lock_lease=args["lease"])
+    with cache.lock(key, timeout=10) as held:
+        with open(args["ready"], "w") as f:
+            f.write("held" if held else "not held")
+        while True:
+            time.sleep(60)
+
+
+def cmd_redis_traffic(args: dict) -> dict:
+    """``hits`` hits and ``misses`` misses on a Redis cache, then close (flushes counters)."""
+    from cuforge.storage.redis import RedisProgramCache
+
+    cache = RedisProgramCache(args["url"], stats_every=args.get("stats_every", 64))
+    cache[b"present"] = b"x" * 100
+    for _ in range(args["hits"]):
+        assert cache.get(b"present") is not None
+    for i in range(args["misses"]):
+        assert cache.get(b"absent-%d" % i) is None
+    if args.get("close", True):
+        cache.close()
+    else:  # kept open until the interpreter exits, which flushes its counters
+        _KEEP.append(cache)
+    return {"stats": cache.stats().as_dict()}
+
+
+_KEEP: list = []
+
+
+COMMANDS = {
+    "keys": cmd_keys,
+    "compile": cmd_compile,
+    "hold": cmd_hold,
+    "efbig": cmd_efbig,
+    "compile_url": cmd_compile_url,
+    "redis_hold": cmd_redis_hold,
+    "redis_traffic": cmd_redis_traffic,
+}
 
 if __name__ == "__main__":
     result = COMMANDS[sys.argv[1]](json.loads(sys.argv[2]) if len(sys.argv) > 2 else {})

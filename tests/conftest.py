@@ -47,3 +47,23 @@ def _private_state_dir(tmp_path_factory: pytest.TempPathFactory) -> None:
     import os
 
     os.environ["CUFORGE_STATE_DIR"] = str(tmp_path_factory.mktemp("cuforge-state"))
+
+
+@pytest.fixture
+def redis_server(tmp_path_factory: pytest.TempPathFactory):
+    """A fresh redis-server on a free loopback port, stopped after the test."""
+    from _redis import RedisServer
+
+    server = RedisServer(tmp_path_factory.mktemp("redis"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory):
+    """A fresh 3-node Redis Cluster on loopback ports, stopped after the test."""
+    from _redis import RedisCluster
+
+    cluster = RedisCluster(tmp_path_factory.mktemp("redis-cluster"))
+    yield cluster
+    cluster.stop()

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from _backends import FACTORIES
 from _cache_workers import ARCH
 from cuforge.compile import CompileError, Program, ProgramOptions, _nvrtc
 from cuforge.compile._includes import UntrackableInclude, scan
@@ -399,3 +400,23 @@ def test_toolkit_headers_are_the_compilers_not_tracked(cache, compiles):
     assert Program(src, "c++", opts).compile("ptx", cache=cache).code == first.code
     assert compiles.count == 1
     assert len(cache) == 1  # the plain key: no manifest, nothing to stat on a hit
+
+
+@pytest.mark.parametrize("backend", sorted(FACTORIES))
+def test_manifests_work_on_every_backend(backend, request, tmp_path, compiles):
+    """Manifests and entries go through get_entry/set_entry: every backend carries them."""
+    cache = FACTORIES[backend](tmp_path, request)
+    try:
+        write(tmp_path / "inc" / "params.h", "#define VALUE 120\n")
+        src = '#include "params.h"\n' + KERNEL
+        inc = [str(tmp_path / "inc")]
+        assert compile_value(cache, src, include_path=inc) == 120
+        assert compile_value(cache, src, include_path=inc) == 120
+        assert compiles.count == 1
+        write(tmp_path / "inc" / "params.h", "#define VALUE 121\n")
+        assert compile_value(cache, src, include_path=inc) == 121
+        assert compiles.count == 2
+        assert explain(Program(src, "c++", ProgramOptions(arch=ARCH, include_path=inc)),
+                       "ptx", cache).hit  # fmt: skip
+    finally:
+        cache.close()

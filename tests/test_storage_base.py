@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from _backends import FACTORIES
 from cuforge.storage import (
     CacheStats,
     FileStreamProgramCache,
@@ -27,9 +28,9 @@ class FakeObjectCode:
         self.code_type = code_type
 
 
-@pytest.fixture(params=["memory", "filestream"])
+@pytest.fixture(params=sorted(FACTORIES))
 def cache(request: pytest.FixtureRequest, tmp_path: Path):
-    c = InMemoryProgramCache() if request.param == "memory" else FileStreamProgramCache(tmp_path)
+    c = FACTORIES[request.param](tmp_path, request)
     yield c
     c.close()
 
@@ -170,8 +171,10 @@ def test_stats_count_hits_misses_stores(cache) -> None:
         "write_failures",
         "bytes_read",
         "bytes_written",
+        "signature_failures",
+        "read_failures",
     ]
-    assert (s + s).hits == 2
+    assert (s + s).hits == 2 and (s - s).hits == 0
 
 
 def test_inmemory_lru_by_bytes() -> None:
@@ -256,9 +259,36 @@ def test_storage_imports_no_cuda_and_no_other_layer() -> None:
     import subprocess
 
     code = (
-        "import sys, cuforge.storage\n"
+        "import sys, cuforge.storage, cuforge.storage.redis, cuforge.storage.tiered\n"
+        "import cuforge.storage.signing, cuforge.storage.config\n"
         "bad = [m for m in sys.modules if m.startswith(('cuda', 'cuforge.compile',"
         " 'cuforge.runtime', 'cuforge.graph', 'pickle'))]\n"
         "assert not bad, bad\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_stats_records_of_older_and_newer_layouts_still_count(tmp_path: Path) -> None:
+    """Counters are only appended: an older (8-counter) record reads with the new
+    counters at zero, a newer (longer) one with its extra counters ignored."""
+    import struct
+
+    from cuforge.storage.stats import MAX_RECORD_SIZE, RECORD_SIZE
+
+    old = struct.pack("<8Q", 1, 2, 3, 4, 5, 6, 7, 8)
+    newer = CacheStats(hits=10, signature_failures=4, read_failures=5).to_record() + b"\x09" * 16
+    assert CacheStats.from_record(old) == CacheStats(1, 2, 3, 4, 5, 6, 7, 8)
+    assert CacheStats.from_record(newer) == CacheStats(
+        hits=10, signature_failures=4, read_failures=5
+    )
+    for bad in (b"", old[:-1], old[:56], b"\0" * (MAX_RECORD_SIZE + 8)):
+        assert CacheStats.from_record(bad) is None
+    assert len(CacheStats().to_record()) == RECORD_SIZE
+    with FileStreamProgramCache(tmp_path) as c:
+        (tmp_path / "stats" / "old-host-1-abcd.cnt").write_bytes(old)
+        (tmp_path / "stats" / "merged").write_bytes(newer)
+        total = c.total_stats()
+    assert (total.hits, total.misses, total.signature_failures) == (11, 2, 4)
+    with FileStreamProgramCache(tmp_path) as c:  # compaction folds both into `merged`
+        assert c.total_stats().hits == 11
+    assert len((tmp_path / "stats" / "merged").read_bytes()) == RECORD_SIZE

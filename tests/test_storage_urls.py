@@ -87,3 +87,46 @@ def test_bad_urls_raise_valueerror_naming_the_bad_part(url: str, names: str) -> 
 def test_url_must_be_a_string() -> None:
     with pytest.raises(TypeError, match="str"):
         open_cache(b"memory://")  # type: ignore[arg-type]
+
+
+def test_milliseconds() -> None:
+    assert parse_duration("500ms") == 0.5 and parse_duration("5m") == 300
+
+
+def test_redis_urls_carry_their_options_without_connecting() -> None:
+    from cuforge.storage.redis import RedisProgramCache
+
+    url = "redis://:pw@127.0.0.1:1/3?prefix=team:&ttl=7d&timeout=250ms&connect_timeout=50ms"
+    with open_cache(url, secret=None) as c:  # nothing listens on port 1: opening is lazy
+        assert isinstance(c, RedisProgramCache)
+        assert (c.prefix, c.ttl, c.cluster) == ("team:", 7 * 86400, False)
+        assert (c._timeout, c._connect_timeout) == (0.25, 0.05)
+        assert "pw" not in repr(c)
+    for cluster_url in ("redis+cluster://h:7000", "redis://h:7000?cluster=1", "rediss+cluster://h"):
+        with open_cache(cluster_url, secret=None) as c:
+            assert c.cluster
+
+
+@pytest.mark.parametrize(
+    ("url", "names"),
+    [
+        ("redis://host:port", "port 'port' is not a number"),
+        ("redis://", "needs a host"),
+        ("redis://h/db1", "database 'db1'"),
+        ("redis+cluster://h/2", "only database 0"),
+        ("redis://h?cluster=1&prefix=a", None),
+        ("redis://h?ssl_ca_certs=/ca.pem", "needs TLS: use rediss://"),
+        ("redis://h?ttl=forever", "ttl"),
+        ("redis://h?timeout=0s", "timeout"),
+        ("redis://h?prefix=a{b}", "braces"),
+        ("redis://h?prefix=", "prefix"),
+        ("redis://h?db=2", "unknown parameter 'db'"),
+    ],
+)
+def test_bad_redis_urls_name_the_bad_part(url: str, names: str | None) -> None:
+    if names is None:
+        open_cache(url, secret=None).close()
+        return
+    with pytest.raises(ValueError, match=names.replace("?", r"\?")) as info:
+        open_cache(url, secret=None)
+    assert url.split("?")[0] in str(info.value)

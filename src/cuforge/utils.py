@@ -25,10 +25,15 @@ _EXPORTS = {
     "FileStreamProgramCache": "cuforge.storage.filestream",
     "InMemoryProgramCache": "cuforge.storage.memory",
     "ProgramCacheResource": "cuforge.storage.base",
+    "RedisProgramCache": "cuforge.storage.redis",  # needs redis-py: cuforge[redis]
+    "SignedProgramCache": "cuforge.storage.signing",
+    "TieredProgramCache": "cuforge.storage.tiered",
+    "default_cache": "cuforge.storage.config",
     "default_cache_dir": "cuforge.storage.filestream",
     "explain": "cuforge.compile.explain",
     "fingerprint_headers": "cuforge.compile.cache_key",
     "make_program_cache_key": "cuforge.compile.cache_key",
+    "open_cache": "cuforge.storage.urls",
     "toolkit_headers": "cuforge.compile._toolkit",
 }
 

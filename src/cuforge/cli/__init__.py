@@ -12,8 +12,9 @@ else goes through argparse (stdlib, fast to import; a third-party parser would
 buy nothing here and cost start-up time).
 
 Exit status: 0 ok; 1 the command ran and found a failure (a compile error, bad
-entries, a miss for ``explain`` or ``warm --fail-on-miss``); 2 usage errors, one
-line on stderr, never a traceback; 130 interrupted.
+entries, a miss for ``explain`` or ``warm --fail-on-miss``, a cache server that
+cannot be reached); 2 usage errors, one line on stderr, never a traceback; 130
+interrupted.
 """
 
 from __future__ import annotations
@@ -92,6 +93,9 @@ def _run(argv: list[str]) -> int:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
     except BrokenPipeError:
+        return 1
+    except OSError as exc:  # a cache that cannot be reached or written while in use
+        print(f"{_prog(argv)}: error: {exc}", file=sys.stderr)
         return 1
 
 

@@ -136,7 +136,7 @@ def _stats(args: argparse.Namespace) -> int:
         kinds[row.kind] = kinds.get(row.kind, 0) + 1
     lookups = counters["hits"] + counters["misses"]
     report: dict[str, Any] = {
-        "cache": choice.shown(),
+        "path": choice.shown(),
         "backend": type(cache).__name__,
         "entries": None if listed is None else len(listed),
         "kinds": kinds,
@@ -156,7 +156,7 @@ def _stats(args: argparse.Namespace) -> int:
     size = "-" if report["size_bytes"] is None else format_size(report["size_bytes"])
     rate = "-" if report["hit_rate"] is None else f"{report['hit_rate'] * 100:.1f} %"
     lines = [
-        ("cache", f"{report['cache']} ({report['backend']})"),
+        ("cache", f"{report['path']} ({report['backend']})"),
         ("entries", entries),
         ("size", size + (f" of {format_size(cap)} cap" if cap else " (no cap set)")),
         ("hit rate", f"{rate} ({counters['hits']} hits / {lookups} lookups)"),

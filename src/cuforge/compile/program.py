@@ -24,6 +24,7 @@ from cuforge.compile.cached import compile_cached
 from cuforge.compile.object_code import ObjectCode
 from cuforge.compile.options import ProgramOptions
 from cuforge.compile.targets import SUPPORTED_TARGETS, normalize_code_type, normalize_target
+from cuforge.storage.config import default_cache
 
 _BACKENDS = {"c++": "NVRTC", "nvvm": "NVVM"}
 
@@ -140,7 +141,9 @@ class Program:
             RuntimeError: the Program is closed.
             CompileError: the backend failed.
 
-        ``cache``: a ``cuforge.utils.ProgramCacheResource``. A hit returns without
+        ``cache``: a ``cuforge.utils.ProgramCacheResource``; ``True`` for the
+        default cache (``$CUFORGE_CACHE``, see ``cuforge.storage.config``; none
+        when it is ``off``); None or False for none. A hit returns without
         compiling; concurrent misses compile once; a failing cache never fails the
         compile (see ``cuforge.compile.cached``). Options the cache key cannot
         observe (include paths, PCH, ...) raise ValueError pointing at
@@ -163,7 +166,9 @@ class Program:
             )
         if logs is not None and not callable(getattr(logs, "write", None)):
             raise TypeError(f"logs must have a write(str) method, got {type(logs).__name__}")
-        if cache is not None:
+        if cache is True:  # the default cache: $CUFORGE_CACHE, opened once per process
+            cache = default_cache()
+        if cache is not None and cache is not False:
             return compile_cached(self, target, names, logs, cache)
         return self._compile_uncached(target, names, logs)
 

@@ -22,9 +22,14 @@ _EXPORTS = {
     "FileStreamProgramCache": "filestream",
     "InMemoryProgramCache": "memory",
     "ProgramCacheResource": "base",
+    "RedisProgramCache": "redis",  # imports redis-py: pip install 'cuforge[redis]'
+    "SignedProgramCache": "signing",
+    "TieredProgramCache": "tiered",
     "_is_windows_sharing_violation": "_winretry",
+    "default_cache": "config",
     "default_cache_dir": "filestream",
     "entry_id": "entry",
+    "open_cache": "urls",
 }
 
 __all__ = sorted(_EXPORTS)

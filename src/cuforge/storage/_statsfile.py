@@ -20,7 +20,7 @@ import os
 
 from ._fsutil import write_at0
 from ._locking import lock_fd, try_lock_fd, unlock_fd
-from .stats import RECORD_SIZE, CacheStats
+from .stats import MAX_RECORD_SIZE, CacheStats
 
 __all__ = ["FLUSH_EVERY", "StatsStore", "read_totals", "zero_totals"]
 
@@ -43,7 +43,7 @@ def _hostname() -> str:
 def _read_record(path: str) -> CacheStats | None:
     try:
         with open(path, "rb") as f:
-            return CacheStats.from_record(f.read(RECORD_SIZE + 1))
+            return CacheStats.from_record(f.read(MAX_RECORD_SIZE + 1))
     except OSError:
         return None
 
@@ -194,7 +194,7 @@ def _compact_locked(stats_dir: str, file_mode: int | None) -> None:
         try:
             if not try_lock_fd(fd):
                 continue  # its owner is alive
-            rec = CacheStats.from_record(os.read(fd, RECORD_SIZE + 1))
+            rec = CacheStats.from_record(os.read(fd, MAX_RECORD_SIZE + 1))
             os.unlink(path)
             if rec is not None:
                 merged = merged + rec
@@ -209,6 +209,8 @@ def _compact_locked(stats_dir: str, file_mode: int | None) -> None:
             if file_mode is not None:
                 with contextlib.suppress(OSError, AttributeError):
                     os.fchmod(fd, file_mode)
-            write_at0(fd, merged.to_record())
+            record = merged.to_record()
+            write_at0(fd, record)
+            os.ftruncate(fd, len(record))  # a longer record from another version
         finally:
             os.close(fd)

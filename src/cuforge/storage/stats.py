@@ -11,6 +11,8 @@ import struct
 
 __all__ = ["CacheStats"]
 
+# Only ever appended: persisted records of an older layout read with the new fields
+# at zero (see CacheStats.from_record).
 _FIELDS = (
     "hits",
     "misses",
@@ -20,6 +22,8 @@ _FIELDS = (
     "write_failures",
     "bytes_read",
     "bytes_written",
+    "signature_failures",
+    "read_failures",
 )
 
 
@@ -29,7 +33,14 @@ class CacheStats:
     ``integrity_failures`` counts entries found corrupt (truncated, empty, bit-flipped,
     or bound to another key) and removed; each is also a miss. ``write_failures``
     counts stores dropped because the backend could not write (full disk, read-only
-    directory, ...); such a store is never counted in ``stores``.
+    directory, an unreachable server, ...); such a store is never counted in
+    ``stores``. ``signature_failures`` counts entries rejected by a signed cache
+    (unsigned, forged, or signed with another secret); each is also a miss.
+    ``read_failures`` counts lookups that could not consult the backend (a server
+    that is down, slow, or being backed off from); each is also a miss.
+
+    Fields are only ever appended: persisted records of an older layout read with
+    the new fields at zero (see :meth:`from_record`).
 
     A plain slotted class rather than a dataclass: ``dataclasses`` imports
     ``inspect``, several milliseconds of a cold process that only wants a hit.
@@ -44,6 +55,8 @@ class CacheStats:
     write_failures: int
     bytes_read: int
     bytes_written: int
+    signature_failures: int
+    read_failures: int
 
     def __init__(self, *values: int, **named: int) -> None:
         if len(values) > len(_FIELDS):
@@ -62,6 +75,11 @@ class CacheStats:
 
     def copy(self) -> CacheStats:
         return CacheStats(*self._values())
+
+    def __sub__(self, other: CacheStats) -> CacheStats:
+        if not isinstance(other, CacheStats):
+            return NotImplemented
+        return CacheStats(*(a - b for a, b in zip(self._values(), other._values(), strict=True)))
 
     def __add__(self, other: CacheStats) -> CacheStats:
         if not isinstance(other, CacheStats):
@@ -88,11 +106,22 @@ class CacheStats:
 
     @classmethod
     def from_record(cls, data: bytes) -> CacheStats | None:
-        """Parse a record written by :meth:`to_record`; ``None`` if it is not one."""
-        if len(data) != _RECORD.size:
+        """Parse a record written by :meth:`to_record` of this or another version.
+
+        A record is a run of u64 counters in field order. An older, shorter record
+        (at least the original eight counters) leaves the newer fields at zero; a
+        newer, longer one has its extra counters ignored. ``None`` if it is not a
+        record at all.
+        """
+        size = len(data)
+        if size % 8 or not _MIN_RECORD_SIZE <= size <= MAX_RECORD_SIZE:
             return None
-        return cls(*_RECORD.unpack(data))
+        values = struct.unpack(f"<{size // 8}Q", data)
+        return cls(*values[: len(_FIELDS)])
 
 
 _RECORD = struct.Struct("<" + "Q" * len(_FIELDS))
 RECORD_SIZE = _RECORD.size
+_MIN_RECORD_SIZE = 8 * 8  # the first layout: hits .. bytes_written
+#: Read this many bytes to get any record, of this or a later layout.
+MAX_RECORD_SIZE = 64 * 8

@@ -1,4 +1,4 @@
-"""Sizes and durations as people write them: ``500M``, ``2GiB``, ``90s``, ``7d``.
+"""Sizes and durations as people write them: ``500M``, ``2GiB``, ``500ms``, ``7d``.
 
 One parser for the cache URLs and the command line. Each raises ValueError naming
 the text and what was expected, so callers can show the message as it is.
@@ -12,8 +12,8 @@ __all__ = ["format_size", "parse_duration", "parse_size"]
 
 _SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*", re.IGNORECASE)
 _SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-_DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(s|m|h|d|w)?\s*", re.IGNORECASE)
-_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+_DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*", re.IGNORECASE)
+_DURATION_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
 def parse_size(text: str) -> int:
@@ -31,11 +31,11 @@ def parse_size(text: str) -> int:
 
 
 def parse_duration(text: str) -> float:
-    """Seconds in ``text``: a number with an optional s/m/h/d/w suffix (seconds if
-    none). Must be > 0."""
+    """Seconds in ``text``: a number with an optional ms/s/m/h/d/w suffix (seconds
+    if none). Must be > 0."""
     match = _DURATION.fullmatch(text) if isinstance(text, str) else None
     if match is None:
-        raise ValueError(f"not a duration: {text!r} (expected e.g. 90s, 30m, 12h, 7d)")
+        raise ValueError(f"not a duration: {text!r} (expected e.g. 500ms, 90s, 30m, 12h, 7d)")
     value = float(match.group(1)) * _DURATION_UNITS[(match.group(2) or "s").lower()]
     if value <= 0:
         raise ValueError(f"duration must be > 0, got {text!r}")

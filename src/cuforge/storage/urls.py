@@ -23,12 +23,20 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import unquote
 
 from .base import ProgramCacheResource
 from .units import parse_duration, parse_size
 
-__all__ = ["CacheSpec", "open_cache", "parse_cache_url", "register_scheme"]
+__all__ = [
+    "FROM_ENV",
+    "CacheSpec",
+    "open_cache",
+    "open_level",
+    "parse_cache_url",
+    "register_scheme",
+]
 
 
 @dataclass(frozen=True)
@@ -86,7 +94,12 @@ class _Scheme:
 
 _SCHEMES: dict[str, _Scheme] = {}
 # Schemes whose module registers itself on import.
-_LAZY: dict[str, str] = {}
+_LAZY: dict[str, str] = {
+    "redis": "cuforge.storage.redis",
+    "rediss": "cuforge.storage.redis",
+    "redis+cluster": "cuforge.storage.redis",
+    "rediss+cluster": "cuforge.storage.redis",
+}
 
 
 def register_scheme(
@@ -144,18 +157,51 @@ def parse_cache_url(url: str) -> list[CacheSpec]:
     return [_parse_level(part.strip()) for part in url.split(",")]
 
 
-def open_cache(url: str) -> ProgramCacheResource:
+class _FromEnv:
+    def __repr__(self) -> str:
+        return "FROM_ENV"
+
+
+#: ``open_cache``'s default ``secret``: ``$CUFORGE_CACHE_SECRET`` when set, else none.
+FROM_ENV: Any = _FromEnv()
+
+
+def open_level(spec: CacheSpec, secret: bytes | str | None = None) -> ProgramCacheResource:
+    """Open one parsed level; with ``secret``, wrap it in a SignedProgramCache --
+    except ``memory://``, which only this process can write."""
+    cache = _scheme(spec.scheme, spec.text).opener(spec)
+    if secret is not None and spec.scheme != "memory":
+        from .signing import SignedProgramCache
+
+        try:
+            cache = SignedProgramCache(cache, secret)
+        except BaseException:
+            cache.close()
+            raise
+    return cache
+
+
+def open_cache(url: str, *, secret: bytes | str | None = FROM_ENV) -> ProgramCacheResource:
     """Open the cache ``url`` names: one backend, or a tiered cache for several levels.
 
-    Raises ValueError for a bad URL (naming the bad part); errors opening a level
-    (a path that is a file, a database that is not ours) propagate from the backend.
+    ``secret`` signs and verifies every entry of every shared level (see
+    ``storage.signing``); by default it is ``$CUFORGE_CACHE_SECRET`` when that is
+    set; ``secret=None`` opens unsigned whatever the environment says.
+
+    Raises ValueError for a bad URL (naming the bad part) or a too-short secret;
+    errors opening a level (a path that is a file, a database that is not ours)
+    propagate from the backend.
     """
     specs = parse_cache_url(url)
-    if len(specs) > 1 or specs[0].read_only:
-        from .tiered import open_tiered  # the fleet issue builds TieredProgramCache
+    if secret is FROM_ENV:
+        from .config import secret_from_env
 
-        return open_tiered(specs)
-    return _SCHEMES[specs[0].scheme].opener(specs[0])
+        secret = secret_from_env()
+    if len(specs) > 1 or specs[0].read_only:
+        from .tiered import open_tiered
+
+        return open_tiered(specs, secret=secret)
+    return open_level(specs[0], secret)
 
 
 def _open_memory(spec: CacheSpec) -> ProgramCacheResource:

@@ -1,0 +1,246 @@
+"""Fleet benchmarks: compile hits through Redis and a memory->Redis tier, and a start-up
+stampede of many processes against one cold Redis cache.
+
+Each measurement starts its own redis-server on a free loopback port (``--save ""
+--appendonly no``) and stops it. Run standalone::
+
+    python benchmarks/bench_fleet.py                  # 64 processes x 10 kernels
+    python benchmarks/bench_fleet.py --quick          # 8 processes, fewer hits
+    python benchmarks/bench_fleet.py --processes 32   # another stampede size
+
+cuda.core has no remote cache, so there is no side-by-side column here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from bench_compile import SOURCE_1KB
+from bench_storage import _timed_calls
+
+ARCH = "sm_90"
+
+
+def redis_available() -> str | None:
+    """None when redis-server and redis-py are here, else what is missing."""
+    if shutil.which("redis-server") is None:
+        return "redis-server not found (make bench installs it)"
+    try:
+        import redis  # noqa: F401
+    except ImportError:
+        return "redis-py not installed (pip install 'cuforge[redis]')"
+    return None
+
+
+@contextmanager
+def redis_server() -> Iterator[str]:
+    """A private redis-server on a free loopback port; yields its URL."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    workdir = tempfile.mkdtemp(prefix="bench-redis-")
+    proc = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+         "--appendonly", "no", "--dir", workdir],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.2) as c:
+                    c.sendall(b"PING\r\n")
+                    if c.recv(16).startswith(b"+PONG"):
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise RuntimeError("redis-server did not start")
+            time.sleep(0.01)
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        proc.terminate()
+        proc.wait()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _median_hit_us(cache: Any, n: int) -> float:
+    from cuforge import Program, ProgramOptions
+
+    opts = ProgramOptions(arch=ARCH)
+    Program(SOURCE_1KB, "c++", options=opts).compile("cubin", cache=cache)
+
+    def hit() -> Any:
+        return Program(SOURCE_1KB, "c++", options=opts).compile("cubin", cache=cache)
+
+    _timed_calls(hit, max(100, n // 10))
+    return statistics.median(_timed_calls(hit, n)) * 1e6
+
+
+def bench_hits(n: int = 5000) -> dict[str, float]:
+    """Median microseconds of a full ``Program(src).compile("cubin", cache=...)`` hit:
+    on Redis over loopback, signed Redis, and a memory->Redis tier after its backfill."""
+    from cuforge.storage import InMemoryProgramCache, SignedProgramCache, TieredProgramCache
+    from cuforge.storage.redis import RedisProgramCache
+
+    out: dict[str, float] = {}
+    with redis_server() as url:
+        with RedisProgramCache(url) as redis:
+            out["redis_hit_us"] = _median_hit_us(redis, n)
+        with SignedProgramCache(RedisProgramCache(url, prefix="signed:"), b"s" * 32) as signed:
+            out["signed_redis_hit_us"] = _median_hit_us(signed, n)
+        # A fresh tier over the warm server: the first compile hits Redis and backfills
+        # memory; the timed ones are repeat hits served by memory.
+        with TieredProgramCache(InMemoryProgramCache(), RedisProgramCache(url)) as tier:
+            out["tiered_hit_us"] = _median_hit_us(tier, n * 4)
+            assert tier.level_stats()[1].hits == 1, "expected one Redis hit, then memory"
+    return out
+
+
+def kernel_sources(k: int) -> list[str]:
+    """``k`` distinct small kernels (distinct constants: distinct keys and cubins)."""
+    return [
+        f'extern "C" __global__ void k{i}(float* a) {{ a[threadIdx.x] *= {i + 2}.0f; }}\n'
+        for i in range(k)
+    ]
+
+
+def _worker(args: dict) -> None:
+    """One stampede process: import, open the cache, wait for the start, compile all."""
+    from cuforge import Program, ProgramOptions
+    from cuforge.compile import _nvrtc
+    from cuforge.utils import open_cache
+
+    real = _nvrtc.compile_cpp
+
+    def counted(*a: Any, **kw: Any) -> Any:
+        with open(args["counter"], "a") as f:
+            f.write(f"{os.getpid()}\n")
+        return real(*a, **kw)
+
+    _nvrtc.compile_cpp = counted
+    cache = open_cache(args["url"])
+    sources = kernel_sources(args["kernels"])
+    random.Random(args["seed"]).shuffle(sources)  # hosts need kernels in any order
+    opts = ProgramOptions(arch=ARCH)
+    open(os.path.join(args["dir"], f"ready.{os.getpid()}"), "w").close()
+    go = os.path.join(args["dir"], "go")
+    while not os.path.exists(go):
+        time.sleep(0.001)
+    t0 = time.perf_counter()
+    for src in sources:
+        Program(src, "c++", options=opts).compile("cubin", cache=cache)
+    elapsed = time.perf_counter() - t0
+    stats = cache.stats().as_dict()
+    cache.close()
+    print(json.dumps({"elapsed_s": elapsed, "stats": stats}))
+
+
+def bench_stampede(processes: int = 64, kernels: int = 10, timeout: str = "") -> dict[str, Any]:
+    """``processes`` processes start at once against one cold Redis cache and each
+    compile the same ``kernels`` kernels; returns total compiles and timings."""
+    from cuforge.storage.redis import RedisProgramCache
+
+    work = tempfile.mkdtemp(prefix="bench-stampede-")
+    counter = os.path.join(work, "compiles")
+    try:
+        with redis_server() as url:
+            cache_url = url + (f"?timeout={timeout}" if timeout else "")
+            procs = []
+            for i in range(processes):
+                job = {"url": cache_url, "counter": counter, "dir": work, "kernels": kernels}
+                procs.append(
+                    subprocess.Popen(
+                        [sys.executable, __file__, "--worker", json.dumps({**job, "seed": i})],
+                        stdout=subprocess.PIPE,
+                        stderr=subprocess.PIPE,
+                        text=True,
+                    )
+                )
+            deadline = time.monotonic() + 600
+            while sum(n.startswith("ready.") for n in os.listdir(work)) < processes:
+                if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
+                    raise RuntimeError("a stampede worker failed to start")
+                time.sleep(0.01)
+            t0 = time.perf_counter()
+            open(os.path.join(work, "go"), "w").close()
+            results = []
+            for p in procs:
+                out, err = p.communicate(timeout=600)
+                if p.returncode != 0:
+                    raise RuntimeError(f"stampede worker failed:\n{err}")
+                results.append(json.loads(out))
+            wall = time.perf_counter() - t0
+            with RedisProgramCache(url) as c:
+                fleet = c.total_stats().as_dict()
+        with open(counter) as f:
+            compiles = len(f.read().splitlines())
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    per_process = sorted(r["elapsed_s"] for r in results)
+    return {
+        "processes": processes,
+        "kernels": kernels,
+        "compiles": compiles,
+        "wall_s": wall,
+        "p50_process_s": per_process[len(per_process) // 2],
+        "max_process_s": per_process[-1],
+        "fleet": fleet,
+        "read_failures": sum(r["stats"]["read_failures"] for r in results),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="8 processes, fewer hits")
+    ap.add_argument("--processes", type=int, default=None, help="stampede size (default 64)")
+    ap.add_argument("--timeout", default="", help="Redis command timeout for the stampede")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.worker:
+        _worker(json.loads(args.worker))
+        return 0
+    missing = redis_available()
+    if missing:
+        print(f"skipped: {missing}")
+        return 0
+    hits = bench_hits(1000 if args.quick else 5000)
+    n = args.processes or (8 if args.quick else 64)
+    s = bench_stampede(n, timeout=args.timeout)
+    rows = [
+        ("compile(cubin, cache=Redis) hit, 1 KB", f"{hits['redis_hit_us']:.1f} us", "<= 250 us"),
+        ("compile(cubin, cache=signed Redis) hit", f"{hits['signed_redis_hit_us']:.1f} us", ""),
+        ("compile(cubin, cache=memory->Redis) repeat hit", f"{hits['tiered_hit_us']:.2f} us",
+         "<= 15 us"),
+        (f"{s['processes']} processes x {s['kernels']} kernels, cold Redis: compiles",
+         str(s["compiles"]), f"<= {s['kernels']}"),
+    ]  # fmt: skip
+    for name, value, target in rows:
+        print(f"{name:<58}{value:>12}  {target}")
+    print(
+        f"  wall {s['wall_s']:.2f} s; per process p50 {s['p50_process_s']:.2f} s, max "
+        f"{s['max_process_s']:.2f} s; fleet stores={s['fleet']['stores']} "
+        f"hits={s['fleet']['hits']} misses={s['fleet']['misses']}; "
+        f"read_failures={s['read_failures']}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,67 @@
+"""Redis cache URLs: ``redis://``, ``rediss://`` (TLS), ``redis+cluster://``, ``rediss+cluster://``.
+
+``redis://[[user]:password@]host[:port][/db]?prefix=..&ttl=7d&timeout=500ms...``:
+the location is what redis-py's ``from_url`` reads; the query holds cuforge's
+options (below) and, for ``rediss://``, the TLS files. Parsed here, opened by
+:class:`cuforge.storage.redis.RedisProgramCache`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from .urls import CacheSpec, register_scheme
+
+if TYPE_CHECKING:
+    from .redis import RedisProgramCache
+
+__all__ = ["open_redis", "register_redis_schemes"]
+
+_SSL_PARAMS = {"ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_cert_reqs"}
+_DURATIONS = ("ttl", "timeout", "connect_timeout", "lock_lease", "retry_after")
+_PARAMS = {"prefix", "cluster", *_DURATIONS, *_SSL_PARAMS}
+
+
+def open_redis(spec: CacheSpec) -> RedisProgramCache:
+    """The RedisProgramCache ``spec`` names; ValueError naming the bad part."""
+    from .redis import RedisProgramCache
+
+    rest = spec.text.split("?", 1)[0].partition("://")[2]
+    parts = urlsplit("redis://" + rest)
+    try:
+        _ = parts.port  # validates it
+    except ValueError:
+        raise spec.error(f"port {parts.netloc.rpartition(':')[2]!r} is not a number") from None
+    if not parts.hostname:
+        raise spec.error(f"{spec.scheme}:// needs a host (e.g. {spec.scheme}://localhost:6379)")
+    path = parts.path.strip("/")
+    if path and not path.isdigit():
+        raise spec.error(f"database {path!r} is not a number (e.g. /0)")
+    cluster = spec.scheme.endswith("+cluster") or spec.flag("cluster")
+    if cluster and path not in ("", "0"):
+        raise spec.error("Redis Cluster has only database 0")
+    tls = spec.scheme.startswith("rediss")
+    options: dict[str, Any] = {}
+    for name in sorted(_SSL_PARAMS & spec.params.keys()):
+        if not tls:
+            raise spec.error(f"{name} needs TLS: use rediss://")
+        options[name] = spec.params[name]
+    durations = {n: v for n in _DURATIONS if (v := spec.duration(n)) is not None}
+    url = f"{'rediss' if tls else 'redis'}{'+cluster' if cluster else ''}://{parts.netloc}"
+    try:
+        return RedisProgramCache(
+            url + ("" if cluster else f"/{path or 0}"),
+            prefix=spec.params.get("prefix", "cuforge:"),
+            cluster=cluster,
+            read_only=spec.read_only,
+            client_options=options,
+            **durations,
+        )
+    except ValueError as exc:
+        raise spec.error(str(exc)) from None
+
+
+def register_redis_schemes() -> None:
+    for scheme in ("redis", "rediss", "redis+cluster", "rediss+cluster"):
+        register_scheme(scheme, open_redis, _PARAMS)

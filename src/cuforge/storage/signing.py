@@ -1,0 +1,210 @@
+"""Signed entries: an HMAC-SHA256 layer any backend can wear.
+
+A cache shared between hosts or users (a Redis server, a group directory) lets
+anyone who can write to it plant an entry -- a cubin another host will then load
+and run. :class:`SignedProgramCache` closes that: every entry it stores carries an
+HMAC-SHA256, under a secret only the fleet knows, over the key's digest, the
+metadata and the payload; every entry it reads must carry a valid one. An entry
+that is unsigned, forged, tampered with, or signed under another secret is a miss
+(counted in ``signature_failures``), never a hit.
+
+The signature rides in the entry's metadata, so it works on every backend and the
+payload stays the raw binary::
+
+    stored meta = b"CFSG" | version (1 byte, = 1) | HMAC-SHA256 (32 bytes) | caller's meta
+    HMAC input  = b"cuforge-sig-1\\0" | key digest (32 bytes) | u64 LE len(meta) | meta | payload
+
+The key digest (blake2b-256 of the key, the entry's id) stands for the key, so an
+entry can also be checked by id (``check_entry``). Signing does not hide entries:
+payloads are readable by anyone who can read the backend.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import struct
+from collections.abc import Iterator
+from contextlib import AbstractContextManager
+from typing import Any
+
+from ._values import coerce_key, coerce_value
+from .base import DEFAULT_LOCK_TIMEOUT, CacheKey, CacheValue, ProgramCacheResource, check_meta
+from .entry import CacheEntry, EntryInfo, key_digest
+from .stats import CacheStats
+
+__all__ = ["MIN_SECRET_BYTES", "SignedProgramCache", "secret_bytes"]
+
+_MAGIC = b"CFSG"
+_VERSION = 1
+_HEAD = len(_MAGIC) + 1
+_MAC_SIZE = 32
+_ENVELOPE = _HEAD + _MAC_SIZE
+_DOMAIN = b"cuforge-sig-1\0"
+_LEN = struct.Struct("<Q")
+#: Shorter secrets are refused: 32 random bytes (``openssl rand -hex 32``) is the advice.
+MIN_SECRET_BYTES = 16
+
+
+def secret_bytes(secret: bytes | str, source: str = "secret") -> bytes:
+    """``secret`` as bytes (a str is UTF-8); ValueError/TypeError naming ``source``."""
+    if isinstance(secret, str):
+        secret = secret.encode("utf-8")
+    if not isinstance(secret, (bytes, bytearray)):
+        raise TypeError(f"{source} must be bytes or str, got {type(secret).__name__}")
+    if len(secret) < MIN_SECRET_BYTES:
+        raise ValueError(
+            f"{source} must be at least {MIN_SECRET_BYTES} bytes (got {len(secret)}); "
+            "use e.g. `openssl rand -hex 32`"
+        )
+    return bytes(secret)
+
+
+class SignedProgramCache(ProgramCacheResource):
+    """``inner`` with every entry signed on store and verified on read.
+
+    Statistics are the inner cache's: a lookup whose entry fails verification is
+    counted as a miss and a ``signature_failure`` there (so a shared backend's fleet
+    totals include them). Rejected entries are left in place -- the next fill
+    overwrites them with a signed one -- and ``check_entry`` names the problem.
+    ``lock``, deletion, ``len``, ``clear`` and ``total_stats`` are the inner
+    cache's. Other public attributes (``path``, ``max_size_bytes``...) read through.
+    """
+
+    def __init__(self, inner: ProgramCacheResource, secret: bytes | str) -> None:
+        # ProgramCacheResource.__init__ is not called: the counters are the inner
+        # cache's (see _stats) and lock() is delegated.
+        if not isinstance(inner, ProgramCacheResource):
+            raise TypeError(f"inner must be a ProgramCacheResource, got {type(inner).__name__}")
+        self._inner = inner
+        self._mac = hmac.new(secret_bytes(secret), _DOMAIN, hashlib.sha256)
+
+    @property
+    def inner(self) -> ProgramCacheResource:
+        """The wrapped backend."""
+        return self._inner
+
+    @property
+    def _stats(self) -> CacheStats:  # type: ignore[override]
+        return self._inner._stats
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self._inner, name)
+
+    # -- the signature ------------------------------------------------------------------
+    def _sign(self, kd: bytes, data: bytes, meta: bytes) -> bytes:
+        mac = self._mac.copy()
+        mac.update(kd)
+        mac.update(_LEN.pack(len(meta)))
+        mac.update(meta)
+        mac.update(data)
+        return mac.digest()
+
+    def _verify(self, kd: bytes, entry: CacheEntry) -> CacheEntry | str:
+        stored = entry.meta
+        if len(stored) < _ENVELOPE or stored[:4] != _MAGIC:
+            return "unsigned entry (written without the secret)"
+        if stored[4] != _VERSION:
+            return f"unknown signature version {stored[4]}"
+        meta = stored[_ENVELOPE:]
+        if not hmac.compare_digest(stored[_HEAD:_ENVELOPE], self._sign(kd, entry.data, meta)):
+            return "signature does not verify (tampered, or signed with another secret)"
+        return CacheEntry(entry.data, meta)
+
+    def _rejected(self, entry: CacheEntry) -> None:
+        stats = self._inner._stats
+        stats.hits -= 1
+        stats.misses += 1
+        stats.bytes_read -= len(entry.data)
+        stats.signature_failures += 1
+
+    # -- mapping and entries ------------------------------------------------------------
+    def get_entry(self, key: CacheKey) -> CacheEntry | None:
+        k = coerce_key(key)
+        entry = self._inner.get_entry(k)
+        if entry is None:
+            return None
+        result = self._verify(key_digest(k), entry)
+        if type(result) is CacheEntry:
+            return result
+        self._rejected(entry)
+        return None
+
+    def __getitem__(self, key: CacheKey) -> bytes:
+        entry = self.get_entry(key)
+        if entry is None:
+            raise KeyError(key)
+        return entry.data
+
+    def get(self, key: CacheKey, default: bytes | None = None) -> bytes | None:
+        entry = self.get_entry(key)
+        return default if entry is None else entry.data
+
+    def set_entry(self, key: CacheKey, value: CacheValue, meta: bytes = b"") -> None:
+        k = coerce_key(key)
+        data = coerce_value(value, f"{type(self._inner).__name__}.__setitem__")
+        check_meta(meta)
+        envelope = b"".join((_MAGIC, bytes((_VERSION,)), self._sign(key_digest(k), data, meta)))
+        self._inner.set_entry(k, data, envelope + meta)
+
+    def __setitem__(self, key: CacheKey, value: CacheValue) -> None:
+        self.set_entry(key, value)
+
+    def __delitem__(self, key: CacheKey) -> None:
+        del self._inner[key]
+
+    def __len__(self) -> int:
+        return len(self._inner)
+
+    def clear(self) -> None:
+        self._inner.clear()
+
+    # -- listing and maintenance ----------------------------------------------------------
+    def iter_entries(self) -> Iterator[EntryInfo]:
+        """The inner listing with the signature envelope taken off the metadata."""
+        for info in self._inner.iter_entries():
+            meta = info.meta
+            if meta is not None and len(meta) >= _ENVELOPE and meta[:4] == _MAGIC:
+                info = info._replace(meta=meta[_ENVELOPE:])
+            yield info
+
+    def check_entry(self, entry_id: str) -> str | None:
+        problem = self._inner.check_entry(entry_id)  # KeyError when absent
+        if problem is not None:
+            return problem
+        entry = self._inner.read_entry(entry_id)
+        if entry is None:
+            return "entry changed or vanished while it was checked"
+        result = self._verify(bytes.fromhex(entry_id), entry)
+        return None if type(result) is CacheEntry else result
+
+    def read_entry(self, entry_id: str) -> CacheEntry | None:
+        entry = self._inner.read_entry(entry_id)
+        if entry is None:
+            return None
+        result = self._verify(bytes.fromhex(entry_id), entry)
+        return result if type(result) is CacheEntry else None
+
+    def remove_entry(self, entry_id: str) -> bool:
+        return self._inner.remove_entry(entry_id)
+
+    # -- the rest is the inner cache's ----------------------------------------------------
+    def lock(
+        self, key: CacheKey, timeout: float | None = DEFAULT_LOCK_TIMEOUT
+    ) -> AbstractContextManager[bool]:
+        return self._inner.lock(key, timeout)
+
+    def stats(self) -> CacheStats:
+        return self._inner.stats()
+
+    def total_stats(self) -> CacheStats:
+        """The inner cache's totals (its ``stats()`` when it keeps no shared totals)."""
+        return getattr(self._inner, "total_stats", self._inner.stats)()
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def __repr__(self) -> str:
+        return f"SignedProgramCache({self._inner!r})"

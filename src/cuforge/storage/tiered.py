@@ -1,0 +1,326 @@
+"""Tiered caches: several backends read fastest first, e.g. memory -> FileStream -> Redis.
+
+``TieredProgramCache(*levels, read_only=())``:
+
+- **Read through, backfill.** A lookup asks each level in order and stops at the
+  first hit; the faster writable levels that missed get a copy (so the next hit is
+  served by the fastest level).
+- **Write through.** A store goes to every writable level. A read-only level (the
+  shared cache a CI job fills and workers only read) is never written: not by
+  stores, backfills, deletions or ``clear``.
+- **Isolated failures.** A level that raises is skipped for that call (a miss
+  there, a ``read_failures``/``write_failures`` count and one warning): a dead Redis
+  never hides the local disk. Backends that fail open by themselves (Redis,
+  FileStream) count their own failures.
+- **Single-flight** uses the lock of the widest writable level (the last one):
+  where the result will be shared is where concurrent fillers must meet.
+
+``stats()`` counts what callers saw (a hit at any level is one hit) plus every
+level's failure counters; ``level_stats()`` gives each level's own counters;
+``total_stats()`` is the widest level's shared totals (e.g. the fleet's, for Redis).
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from typing import TYPE_CHECKING, Any
+
+from ._values import coerce_key, coerce_value
+from .base import (
+    DEFAULT_LOCK_TIMEOUT,
+    CacheKey,
+    CacheValue,
+    CacheWriteWarning,
+    ProgramCacheResource,
+    check_meta,
+)
+from .entry import CacheEntry, EntryInfo
+from .stats import CacheStats
+
+if TYPE_CHECKING:
+    from .urls import CacheSpec
+
+__all__ = ["TieredProgramCache", "open_tiered"]
+
+_FAILURE_FIELDS = (
+    "evictions",
+    "integrity_failures",
+    "write_failures",
+    "signature_failures",
+    "read_failures",
+)
+
+
+class TieredProgramCache(ProgramCacheResource):
+    """Levels fastest first; ``read_only`` holds indices or the level objects themselves."""
+
+    def __init__(self, *levels: ProgramCacheResource, read_only: Iterable[Any] = ()) -> None:
+        super().__init__()
+        if not levels:
+            raise ValueError("TieredProgramCache needs at least one level")
+        for i, level in enumerate(levels):
+            if not isinstance(level, ProgramCacheResource):
+                raise TypeError(
+                    f"level {i} must be a ProgramCacheResource, got {type(level).__name__}"
+                )
+        self._levels: tuple[ProgramCacheResource, ...] = levels
+        ro: set[int] = set()
+        for item in read_only:
+            if isinstance(item, int) and not isinstance(item, bool):
+                if not -len(levels) <= item < len(levels):
+                    raise ValueError(
+                        f"read_only index {item} is out of range (0..{len(levels) - 1})"
+                    )
+                ro.add(item % len(levels))
+            else:
+                found = [i for i, lv in enumerate(levels) if lv is item]
+                if not found:
+                    raise ValueError("read_only names an object that is not one of the levels")
+                ro.update(found)
+        self._writable = tuple(i not in ro for i in range(len(levels)))
+        widest = max((i for i in range(len(levels)) if self._writable[i]), default=None)
+        self._locker_index = widest
+        self._warned = False
+        self._last_missed = threading.local()
+
+    @property
+    def levels(self) -> tuple[ProgramCacheResource, ...]:
+        return self._levels
+
+    @property
+    def read_only(self) -> tuple[int, ...]:
+        """Indices of the read-only levels."""
+        return tuple(i for i, w in enumerate(self._writable) if not w)
+
+    # -- failures ---------------------------------------------------------------------------
+    def _level_failed(self, i: int, exc: BaseException, what: str, counter: str) -> None:
+        setattr(self._stats, counter, getattr(self._stats, counter) + 1)
+        if self._warned:
+            return
+        self._warned = True
+        warnings.warn(
+            f"cuforge tiered cache: level {i} ({type(self._levels[i]).__name__}) failed to "
+            f"{what} ({type(exc).__name__}: {exc}); it is skipped for that call and the other "
+            "levels serve. Later failures are counted in stats() without a warning.",
+            CacheWriteWarning,
+            stacklevel=4,
+        )
+
+    # -- reads ------------------------------------------------------------------------------
+    def get_entry(self, key: CacheKey) -> CacheEntry | None:
+        k = coerce_key(key)
+        levels = self._levels
+        missed: list[int] = []
+        found = None
+        for i, level in enumerate(levels):
+            try:
+                found = level.get_entry(k)
+            except Exception as exc:  # one level never hides the others
+                self._level_failed(i, exc, "look up an entry", "read_failures")
+                found = None
+            if found is not None:
+                break
+            missed.append(i)
+        self._last_missed.value = (k, missed)
+        stats = self._stats
+        if found is None:
+            stats.misses += 1
+            return None
+        stats.hits += 1
+        stats.bytes_read += len(found.data)
+        for j in missed:
+            if self._writable[j]:
+                self._put(j, k, found.data, found.meta, "store a backfill")
+        return found
+
+    def __getitem__(self, key: CacheKey) -> bytes:
+        entry = self.get_entry(key)
+        if entry is None:
+            raise KeyError(key)
+        return entry.data
+
+    def get(self, key: CacheKey, default: bytes | None = None) -> bytes | None:
+        entry = self.get_entry(key)
+        return default if entry is None else entry.data
+
+    # -- writes -----------------------------------------------------------------------------
+    def _put(self, i: int, key: bytes, data: bytes, meta: bytes, what: str) -> None:
+        try:
+            self._levels[i].set_entry(key, data, meta)
+        except Exception as exc:  # isolated per level
+            self._level_failed(i, exc, what, "write_failures")
+
+    def set_entry(self, key: CacheKey, value: CacheValue, meta: bytes = b"") -> None:
+        """Store in every writable level (each level's failure is its own)."""
+        k = coerce_key(key)
+        data = coerce_value(value, "TieredProgramCache.__setitem__")
+        check_meta(meta)
+        if self._locker_index is None:  # every level is read-only
+            self._stats.write_failures += 1
+            return
+        for i in range(len(self._levels)):
+            if self._writable[i]:
+                self._put(i, k, data, meta, "store an entry")
+        self._stats.stores += 1
+        self._stats.bytes_written += len(data)
+
+    def __setitem__(self, key: CacheKey, value: CacheValue) -> None:
+        self.set_entry(key, value)
+
+    def __delitem__(self, key: CacheKey) -> None:
+        """Delete from every writable level; KeyError if none of them had it."""
+        k = coerce_key(key)
+        removed = False
+        for i, level in enumerate(self._levels):
+            if self._writable[i]:
+                try:
+                    del level[k]
+                    removed = True
+                except KeyError:
+                    pass
+        if not removed:
+            raise KeyError(key)
+
+    def clear(self) -> None:
+        """Clear every writable level (read-only levels keep their entries)."""
+        for i, level in enumerate(self._levels):
+            if self._writable[i]:
+                level.clear()
+
+    def __len__(self) -> int:
+        """Distinct entries over all levels (lists every level)."""
+        return len({e.id for e in self.iter_entries()})
+
+    # -- listing and maintenance --------------------------------------------------------------
+    def iter_entries(self) -> Iterator[EntryInfo]:
+        """Each entry once, as the fastest level holding it describes it."""
+        seen: set[str] = set()
+        for level in self._levels:
+            for info in level.iter_entries():
+                if info.id not in seen:
+                    seen.add(info.id)
+                    yield info
+
+    def check_entry(self, entry_id: str) -> str | None:
+        """None when every level holding the entry verifies it, else the first problem
+        (prefixed with its level). KeyError when no level holds it."""
+        present = False
+        for i, level in enumerate(self._levels):
+            try:
+                problem = level.check_entry(entry_id)
+            except KeyError:
+                continue
+            present = True
+            if problem is not None:
+                return f"level {i} ({type(level).__name__}): {problem}"
+        if not present:
+            raise KeyError(entry_id)
+        return None
+
+    def read_entry(self, entry_id: str) -> CacheEntry | None:
+        for level in self._levels:
+            entry = level.read_entry(entry_id)
+            if entry is not None:
+                return entry
+        return None
+
+    def remove_entry(self, entry_id: str) -> bool:
+        """Remove from every writable level; whether any removed it."""
+        removed = False
+        for i, level in enumerate(self._levels):
+            if self._writable[i]:
+                removed = level.remove_entry(entry_id) or removed
+        return removed
+
+    # -- single-flight ------------------------------------------------------------------------
+    def lock(
+        self, key: CacheKey, timeout: float | None = DEFAULT_LOCK_TIMEOUT
+    ) -> AbstractContextManager[bool]:
+        """The widest writable level's lock (threads of this process if none is writable).
+
+        The look-again a caller makes under the lock repeats the lookup that missed:
+        the levels' miss counts of that lookup are taken back here, so a fill counts
+        one miss at each level, as it does on a single backend.
+        """
+        k = coerce_key(key)
+        return self._hold(k, timeout)
+
+    @contextmanager
+    def _hold(self, key: bytes, timeout: float | None) -> Iterator[bool]:
+        last = getattr(self._last_missed, "value", None)
+        if last is not None and last[0] == key:
+            self._last_missed.value = None
+            for i in last[1]:
+                stats = getattr(self._levels[i], "_stats", None)
+                if stats is not None and stats.misses > 0:
+                    stats.misses -= 1
+        widest = self._locker_index
+        if widest is None:
+            with self._key_locks.hold(key, timeout) as held:
+                yield held
+            return
+        try:
+            guard = self._levels[widest].lock(key, timeout)
+        except Exception as exc:  # no lock: the caller compiles unlocked
+            self._level_failed(widest, exc, "lock", "read_failures")
+            yield False
+            return
+        with guard as held:
+            yield held
+
+    # -- statistics and lifetime ----------------------------------------------------------------
+    def stats(self) -> CacheStats:
+        """What callers saw, plus each level's failure counters."""
+        out = self._stats.copy()
+        for level in self._levels:
+            own = level.stats()
+            for name in _FAILURE_FIELDS:
+                setattr(out, name, getattr(out, name) + getattr(own, name))
+        return out
+
+    def level_stats(self) -> list[CacheStats]:
+        """Each level's own counters, fastest first."""
+        return [level.stats() for level in self._levels]
+
+    def total_stats(self) -> CacheStats:
+        """The widest level that keeps shared totals (``total_stats``): e.g. the fleet's."""
+        for level in reversed(self._levels):
+            if hasattr(level, "total_stats"):
+                return level.total_stats()
+        return self.stats()
+
+    def close(self) -> None:
+        """Close every level (each once, even if one raises)."""
+        errors = []
+        for level in self._levels:
+            try:
+                level.close()
+            except Exception as exc:  # close the rest, then report
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+
+    def __repr__(self) -> str:
+        inner = ", ".join(
+            repr(lv) + ("" if self._writable[i] else " (read-only)")
+            for i, lv in enumerate(self._levels)
+        )
+        return f"TieredProgramCache({inner})"
+
+
+def open_tiered(specs: Sequence[CacheSpec], *, secret: bytes | None = None) -> TieredProgramCache:
+    """Open every level of a parsed cache URL; ``?ro`` levels are read-only."""
+    from .urls import open_level
+
+    opened: list[ProgramCacheResource] = []
+    try:
+        for spec in specs:
+            opened.append(open_level(spec, secret))
+    except BaseException:
+        for level in opened:
+            level.close()
+        raise
+    return TieredProgramCache(*opened, read_only=[i for i, s in enumerate(specs) if s.read_only])

@@ -1,0 +1,144 @@
+"""Signed entries on every backend: accept, reject (tampered or another secret),
+unsigned, listing and checking through the signature, and a planted cubin."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from _backends import FACTORIES, PLAIN
+from _cache_workers import ARCH, SRC
+from cuforge.compile import Program, ProgramOptions
+from cuforge.storage import SignedProgramCache, TieredProgramCache, entry_id
+from cuforge.storage.entry import CacheEntry
+from cuforge.utils import make_program_cache_key, open_cache
+
+SECRET = b"s" * 32
+OTHER = b"o" * 32
+
+
+@pytest.fixture(params=PLAIN)
+def backend(request: pytest.FixtureRequest, tmp_path: Path):
+    """A plain backend: what another host (or an attacker) writes to directly."""
+    c = FACTORIES[request.param](tmp_path, request)
+    yield c
+    c.close()
+
+
+def test_signed_entries_round_trip_and_carry_their_metadata(backend) -> None:
+    signed = SignedProgramCache(backend, SECRET)
+    signed.set_entry(b"k", b"payload", b"meta")
+    signed[b"plain"] = b"no meta"
+    assert signed.get_entry(b"k") == CacheEntry(b"payload", b"meta")
+    assert signed.get(b"plain") == b"no meta"
+    s = signed.stats()  # the inner cache's counters
+    assert (s.hits, s.misses, s.signature_failures) == (2, 0, 0)
+    assert backend.get(b"k") == b"payload"  # the payload stays raw in the backend
+    assert backend.get_entry(b"k").meta.endswith(b"meta")  # signature in front
+    assert signed.check_entry(entry_id(b"k")) is None
+    assert signed.read_entry(entry_id(b"k")) == CacheEntry(b"payload", b"meta")
+    listed = {e.id: e.meta for e in signed.iter_entries()}
+    assert listed == {entry_id(b"k"): b"meta", entry_id(b"plain"): b""}
+
+
+def _assert_rejected(signed: SignedProgramCache, key: bytes, why: str) -> None:
+    before = signed.stats()
+    assert signed.get_entry(key) is None
+    assert signed.get(key) is None
+    after = signed.stats()
+    assert after.signature_failures - before.signature_failures == 2
+    assert after.misses - before.misses == 2
+    assert after.hits == before.hits  # a rejected entry is never a hit
+    assert why in signed.check_entry(entry_id(key))
+    assert signed.read_entry(entry_id(key)) is None
+
+
+def test_unsigned_entries_are_misses(backend) -> None:
+    backend.set_entry(b"k", b"planted", b"meta")  # written without the secret
+    _assert_rejected(SignedProgramCache(backend, SECRET), b"k", "unsigned")
+
+
+def test_entries_signed_with_another_secret_are_misses(backend) -> None:
+    SignedProgramCache(backend, OTHER).set_entry(b"k", b"payload", b"meta")
+    _assert_rejected(SignedProgramCache(backend, SECRET), b"k", "does not verify")
+
+
+@pytest.mark.parametrize("part", ["payload", "metadata", "other key"])
+def test_tampered_entries_are_misses(backend, part: str) -> None:
+    signed = SignedProgramCache(backend, SECRET)
+    signed.set_entry(b"k", b"payload", b"meta")
+    stored = backend.get_entry(b"k")
+    if part == "payload":  # a valid envelope with another payload
+        backend.set_entry(b"k", b"evil payload", stored.meta)
+    elif part == "metadata":
+        backend.set_entry(b"k", stored.data, stored.meta[:-4] + b"evil")
+    else:  # a genuine signed entry copied under another key
+        signed.set_entry(b"other", b"evil payload", b"meta")
+        theirs = backend.get_entry(b"other")
+        backend.set_entry(b"k", theirs.data, theirs.meta)
+    _assert_rejected(signed, b"k", "does not verify")
+
+
+def test_a_planted_cubin_is_never_loaded(backend, monkeypatch) -> None:
+    """Someone who can write the shared backend stores a forged cubin under the real
+    key; a signed compile ignores it, compiles, and overwrites it with a signed entry."""
+    options = ProgramOptions(arch=ARCH)
+    key = make_program_cache_key(code=SRC, code_type="c++", options=options, target_type="cubin")
+    backend.set_entry(key, b"\x7fELF forged cubin", b"")
+    signed = SignedProgramCache(backend, SECRET)
+    obj = Program(SRC, "c++", options).compile("cubin", cache=signed)
+    genuine = Program(SRC, "c++", options).compile("cubin").code
+    assert obj.code == genuine
+    assert signed.stats().signature_failures >= 1
+    assert signed.get(key) == genuine  # replaced by a signed entry
+    hit = Program(SRC, "c++", options).compile("cubin", cache=signed)
+    assert hit.code == genuine
+
+
+def test_signing_through_a_tier_rejects_what_a_level_holds(tmp_path: Path) -> None:
+    from cuforge.storage import FileStreamProgramCache, InMemoryProgramCache
+
+    shared = FileStreamProgramCache(tmp_path)
+    shared.set_entry(b"k", b"planted", b"")
+    with open_cache(f"memory://,file://{tmp_path}", secret=SECRET) as tier:
+        assert isinstance(tier, TieredProgramCache)
+        assert isinstance(tier.levels[0], InMemoryProgramCache)  # in-process: not signed
+        assert isinstance(tier.levels[1], SignedProgramCache)
+        assert tier.get(b"k") is None and tier.stats().signature_failures == 1
+        tier[b"k"] = b"genuine"
+    with open_cache(f"file://{tmp_path}", secret=SECRET) as again:
+        assert again.get(b"k") == b"genuine"
+
+
+def test_open_cache_takes_the_secret_from_the_environment(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("CUFORGE_CACHE_SECRET", "e" * 32)
+    with open_cache(str(tmp_path)) as c:
+        assert isinstance(c, SignedProgramCache)
+        c[b"k"] = b"v"
+    with open_cache(str(tmp_path), secret=None) as c:  # explicitly unsigned
+        assert not isinstance(c, SignedProgramCache)
+        assert c.get_entry(b"k").meta[:4] == b"CFSG"
+    with open_cache(str(tmp_path), secret=OTHER) as c:
+        assert c.get(b"k") is None
+
+
+@pytest.mark.parametrize(
+    ("secret", "error", "match"),
+    [
+        (b"short", ValueError, "at least 16 bytes"),
+        ("", ValueError, "at least 16 bytes"),
+        (12345, TypeError, "bytes or str"),
+    ],
+)
+def test_bad_secrets_are_refused(secret, error, match) -> None:
+    from cuforge.storage import InMemoryProgramCache
+
+    with pytest.raises(error, match=match):
+        SignedProgramCache(InMemoryProgramCache(), secret)
+
+
+def test_a_short_secret_in_the_environment_names_the_variable(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("CUFORGE_CACHE_SECRET", "hunter2")
+    with pytest.raises(ValueError, match=r"\$CUFORGE_CACHE_SECRET must be at least 16 bytes"):
+        open_cache(str(tmp_path))

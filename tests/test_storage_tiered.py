@@ -1,0 +1,193 @@
+"""TieredProgramCache: read-through with backfill, write-through, read-only levels,
+isolated failures, the widest level's lock, and tier URLs."""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+
+import pytest
+
+from _cache_workers import ARCH, SRC
+from cuforge.compile import Program, ProgramOptions, _nvrtc
+from cuforge.storage import (
+    CacheWriteWarning,
+    FileStreamProgramCache,
+    InMemoryProgramCache,
+    ProgramCacheResource,
+    TieredProgramCache,
+    entry_id,
+)
+from cuforge.storage.entry import CacheEntry
+from cuforge.storage.redis import RedisProgramCache
+from cuforge.utils import open_cache
+
+
+class Broken(ProgramCacheResource):
+    """A third-party backend whose every call fails (a real failure mode, not a mock:
+    backends are allowed to raise, and the tier must isolate them)."""
+
+    def _fail(self, *args, **kwargs):
+        raise OSError("backend is broken")
+
+    __getitem__ = __setitem__ = __delitem__ = get_entry = set_entry = _fail
+    iter_entries = check_entry = read_entry = remove_entry = lock = _fail
+
+    def __len__(self) -> int:
+        return self._fail()
+
+    def clear(self) -> None:
+        self._fail()
+
+
+def test_a_hit_in_a_slower_level_backfills_the_faster_ones(tmp_path: Path) -> None:
+    mem, fs = InMemoryProgramCache(), FileStreamProgramCache(tmp_path)
+    fs.set_entry(b"k", b"payload", b"meta")
+    with TieredProgramCache(mem, fs) as tier:
+        assert tier.get_entry(b"k") == CacheEntry(b"payload", b"meta")
+        assert mem.get_entry(b"k") == CacheEntry(b"payload", b"meta")  # backfilled
+        fs.clear()
+        assert tier.get(b"k") == b"payload"  # now served by memory
+        assert [s.hits for s in tier.level_stats()] == [2, 1]
+        s = tier.stats()
+        assert (s.hits, s.misses) == (2, 0)
+        assert tier.get(b"absent") is None and tier.stats().misses == 1
+
+
+def test_writes_go_to_every_writable_level_and_never_to_read_only_ones(tmp_path: Path) -> None:
+    mem = InMemoryProgramCache()
+    local = FileStreamProgramCache(tmp_path / "local")
+    ci = FileStreamProgramCache(tmp_path / "ci")
+    ci.set_entry(b"from-ci", b"built by CI", b"m")
+    with TieredProgramCache(mem, local, ci, read_only=[ci]) as tier:
+        assert tier.read_only == (2,)
+        tier[b"new"] = b"compiled here"
+        assert mem.get(b"new") == local.get(b"new") == b"compiled here"
+        assert ci.get(b"new") is None
+        assert tier.get(b"from-ci") == b"built by CI"
+        assert local.get(b"from-ci") == b"built by CI"  # backfilled below the CI level
+        del tier[b"from-ci"]
+        tier.clear()
+        assert tier.remove_entry(entry_id(b"from-ci")) is False
+        assert ci.get_entry(b"from-ci") == CacheEntry(b"built by CI", b"m")  # untouched
+        assert mem.get(b"new") is None and local.get(b"new") is None
+        assert len(tier) == 1  # what is left: the CI level's entry
+
+
+def test_only_read_only_levels_store_nothing_and_count_it(tmp_path: Path) -> None:
+    fs = FileStreamProgramCache(tmp_path)
+    with TieredProgramCache(fs, read_only=[0]) as tier:
+        tier[b"k"] = b"v"
+        assert fs.get(b"k") is None and tier.stats().write_failures == 1
+        with tier.lock(b"k", timeout=1) as held:
+            assert held  # this process's threads still single-flight
+
+
+def test_a_failing_level_never_hides_the_others(tmp_path: Path) -> None:
+    fs = FileStreamProgramCache(tmp_path)
+    fs[b"k"] = b"on disk"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        tier = TieredProgramCache(InMemoryProgramCache(), Broken(), fs)
+        assert tier.get(b"k") == b"on disk"
+        tier[b"k2"] = b"v2"
+        assert fs.get(b"k2") == b"v2"
+        assert tier.get(b"k2") == b"v2"  # the memory level was written too
+    assert len([w for w in caught if w.category is CacheWriteWarning]) == 1
+    s = tier.stats()
+    assert s.read_failures == 1 and s.write_failures >= 2
+    tier.close()
+
+
+@pytest.mark.skipif(os.name == "nt", reason="POSIX signals")
+def test_a_dead_redis_never_hides_the_local_disk(redis_server, tmp_path: Path) -> None:
+    url = f"memory://,file://{tmp_path / 'fs'},{redis_server.url}?timeout=200ms"
+    with open_cache(url) as tier:
+        tier[b"k"] = b"everywhere"
+    redis_server.kill()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CacheWriteWarning)
+        with open_cache(url) as tier:  # a new process would start with empty memory
+            assert tier.get(b"k") == b"everywhere"  # from the disk
+            tier[b"k2"] = b"stored locally"
+            assert tier.get(b"k2") == b"stored locally"
+            assert tier.stats().write_failures == 1  # counted by the Redis level
+
+
+def test_single_flight_uses_the_widest_writable_levels_lock(redis_server, tmp_path) -> None:
+    raw = redis_server.client()
+    redis = RedisProgramCache(redis_server.url)
+    ci = FileStreamProgramCache(tmp_path / "ci")
+    with TieredProgramCache(InMemoryProgramCache(), redis, ci, read_only=[2]) as tier:
+        with tier.lock(b"k") as held:
+            assert held
+            assert raw.exists(f"cuforge:{{{entry_id(b'k')}}}:lock".encode())
+        assert not raw.keys("*:lock")
+
+
+def test_a_compile_through_a_tier_counts_one_miss_per_level(redis_server, monkeypatch) -> None:
+    real = _nvrtc.compile_cpp
+    count = [0]
+
+    def counted(*args, **kwargs):
+        count[0] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(_nvrtc, "compile_cpp", counted)
+    mem = InMemoryProgramCache()
+    redis = RedisProgramCache(redis_server.url)
+    with TieredProgramCache(mem, redis) as tier:
+        for _ in range(3):
+            Program(SRC, "c++", ProgramOptions(arch=ARCH)).compile("cubin", cache=tier)
+        assert count[0] == 1
+        assert (tier.stats().misses, tier.stats().hits, tier.stats().stores) == (1, 2, 1)
+        assert [(s.misses, s.hits, s.stores) for s in tier.level_stats()] == [
+            (1, 2, 1),
+            (1, 0, 1),
+        ]
+        assert tier.total_stats().stores == 1  # the fleet's view: the Redis level
+
+
+def test_listing_checking_and_reading_across_levels(tmp_path: Path) -> None:
+    mem, fs = InMemoryProgramCache(), FileStreamProgramCache(tmp_path)
+    fs.set_entry(b"a", b"in fs", b"ma")
+    mem.set_entry(b"b", b"in memory", b"mb")
+    with TieredProgramCache(mem, fs) as tier:
+        listed = {e.id: e.meta for e in tier.iter_entries()}
+        assert listed == {entry_id(b"a"): b"ma", entry_id(b"b"): b"mb"}
+        assert tier.read_entry(entry_id(b"a")) == CacheEntry(b"in fs", b"ma")
+        assert tier.check_entry(entry_id(b"a")) is None
+        sidecar = tmp_path / "entries" / entry_id(b"a")[:2] / (entry_id(b"a")[2:] + ".cfsum")
+        raw = bytearray(sidecar.read_bytes())
+        raw[-1] ^= 1
+        sidecar.write_bytes(bytes(raw))
+        assert tier.check_entry(entry_id(b"a")).startswith("level 1 (FileStreamProgramCache)")
+        with pytest.raises(KeyError):
+            tier.check_entry(entry_id(b"nothing"))
+
+
+def test_constructor_errors_name_the_argument(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="at least one level"):
+        TieredProgramCache()
+    with pytest.raises(TypeError, match="level 1"):
+        TieredProgramCache(InMemoryProgramCache(), {})  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="read_only index 2"):
+        TieredProgramCache(InMemoryProgramCache(), InMemoryProgramCache(), read_only=[2])
+    with pytest.raises(ValueError, match="not one of the levels"):
+        TieredProgramCache(InMemoryProgramCache(), read_only=[InMemoryProgramCache()])
+
+
+def test_tier_urls_open_levels_in_order_with_read_only_ones(redis_server, tmp_path) -> None:
+    url = f"memory://?max_size=1M,file://{tmp_path / 'a'},{redis_server.url}&ro"
+    # `&ro` after the Redis URL's path has no `?`: spell it properly.
+    with pytest.raises(ValueError, match="database"):
+        open_cache(url)
+    url = f"memory://?max_size=1M,file://{tmp_path / 'a'},{redis_server.url}?ro&prefix=ci:"
+    with open_cache(url) as tier:
+        assert isinstance(tier, TieredProgramCache)
+        kinds = [type(level).__name__ for level in tier.levels]
+        assert kinds == ["InMemoryProgramCache", "FileStreamProgramCache", "RedisProgramCache"]
+        assert tier.read_only == (2,) and tier.levels[2].prefix == "ci:"
+    with open_cache(f"file://{tmp_path / 'b'}?ro") as single:  # one read-only level
+        assert isinstance(single, TieredProgramCache) and single.read_only == (0,)
