@@ -334,3 +334,52 @@ def test_every_cache_action_rejects_bad_caches_with_one_line(tmp_path):
     off = cli(tmp_path, "cache", "stats", env=isolated_env(tmp_path, CUFORGE_CACHE="off"))
     assert "caching is off" in one_line_error(off, "cuforge cache stats")
     assert "an action is required" in one_line_error(cli(tmp_path, "cache"), "cuforge cache")
+
+
+# -- the same commands on a Redis cache (every command goes through the storage API) ----------
+def test_every_command_on_a_redis_cache(tmp_path, redis_server):
+    url = f"{redis_server.url}?prefix=cli:"
+    out = str(tmp_path / "out")
+    build = ("compile", str(SAXPY), "--arch", "sm_80", "--arch", "sm_90", "--outdir", out,
+             "--cache", url, "--json")  # fmt: skip
+    assert [r["cache"] for r in json.loads(cli(tmp_path, *build).stdout)] == ["miss", "miss"]
+    assert [r["cache"] for r in json.loads(cli(tmp_path, *build).stdout)] == ["hit", "hit"]
+    stats = json.loads(cli(tmp_path, "cache", "stats", "--cache", url, "--json").stdout)
+    assert stats["backend"] == "RedisProgramCache" and stats["path"] == url
+    assert (stats["entries"], stats["hits"], stats["misses"], stats["stores"]) == (2, 2, 2, 2)
+
+    listed = _ls(tmp_path, url)
+    assert sorted(e["arch"] for e in listed) == ["sm_80", "sm_90"]
+    (sm90,) = [e for e in listed if e["arch"] == "sm_90"]
+    extracted = tmp_path / "x.cubin"
+    shown = cli(tmp_path, "cache", "show", sm90["id"][:10], "--cache", url, "--extract",
+                str(extracted))  # fmt: skip
+    assert shown.returncode == 0 and "verifies        yes" in shown.stdout
+    assert extracted.read_bytes() == (tmp_path / "out" / "saxpy.sm_90.cubin").read_bytes()
+
+    hit = cli(tmp_path, "cache", "explain", str(SAXPY), "--arch", "sm_90", "--cache", url)
+    assert hit.returncode == 0 and hit.stdout.startswith("hit")
+    miss = cli(tmp_path, "cache", "explain", str(SAXPY), "--arch", "sm_90", "-D", "Z=1",
+               "--cache", url)  # fmt: skip
+    assert miss.returncode == 1 and "option --define-macro=Z=1 added" in miss.stdout
+
+    raw = redis_server.client()
+    name = f"cli:{{{sm90['id']}}}".encode()
+    value = bytearray(raw.get(name))
+    value[-1] ^= 0x10
+    raw.set(name, bytes(value))
+    bad = cli(tmp_path, "cache", "verify", "--cache", url)
+    assert bad.returncode == 1 and "1 bad" in bad.stdout and sm90["id"][:12] in bad.stdout
+    assert cli(tmp_path, "cache", "verify", "--cache", url, "--fix").returncode == 1
+    assert cli(tmp_path, "cache", "verify", "--cache", url).returncode == 0
+    assert len(_ls(tmp_path, url)) == 1
+
+    assert "removed 1 entries" in cli(tmp_path, "cache", "prune", "--cache", url,
+                                      "--max-size", "1K").stdout  # fmt: skip
+    assert _ls(tmp_path, url) == []
+    cli(tmp_path, *build)
+    assert cli(tmp_path, "cache", "clear", "--cache", url, "--yes").returncode == 0
+    assert _ls(tmp_path, url) == []
+    # Redis keeps fleet counters of its own; resetting them is the backend's to offer
+    zero = cli(tmp_path, "cache", "zero-stats", "--cache", url)
+    assert "cannot reset its statistics" in one_line_error(zero, "cuforge cache zero-stats")

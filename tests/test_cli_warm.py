@@ -55,18 +55,30 @@ def test_warmed_entries_are_what_compile_from_the_manifest_directory_hits(warmed
         assert result.returncode == 0 and "cache hit" in result.stdout, result.stderr
 
 
-def test_fail_on_miss_fails_a_cold_cache_and_processes_fill_it(tmp_path):
+def test_fail_on_miss_fails_a_cold_cache_and_workers_count_in_stats(tmp_path):
     small = tmp_path / "m.toml"
     shutil.copy(EXAMPLES / "saxpy.cu", tmp_path / "saxpy.cu")
-    (tmp_path / "two.cu").write_text('extern "C" __global__ void two(int* p) { *p = 2; }\n')
-    small.write_text('[defaults]\narch = "sm_90"\n[[kernel]]\nsources = ["saxpy.cu", "two.cu"]\n')
+    for i in range(3):
+        (tmp_path / f"k{i}.cu").write_text(
+            f'extern "C" __global__ void k(int* p) {{ *p = {i}; }}\n'
+        )
+    small.write_text(
+        '[defaults]\narch = "sm_90"\n[[kernel]]\nsources = ["saxpy.cu", "k0.cu", "k1.cu"]\n'
+        '[[kernel]]\nsource = "k2.cu"\n'
+    )
     cold = run(tmp_path, "warm", str(small), "--cache", str(tmp_path / "c"), "--fail-on-miss",
-               "--processes", "--jobs", "2")  # fmt: skip
+               "--jobs", "2")  # fmt: skip
     assert cold.returncode == 1
-    assert "2 compiles were not cached (--fail-on-miss)" in cold.stderr
-    assert "2 compiles: 2 compiled" in cold.stdout
-    warm = run(tmp_path, "warm", str(small), "--cache", str(tmp_path / "c"), "--fail-on-miss")
-    assert warm.returncode == 0 and "2 already cached" in warm.stdout
+    assert "4 compiles were not cached (--fail-on-miss)" in cold.stderr
+    assert "4 compiles: 4 compiled" in cold.stdout and "(2 jobs)" in cold.stdout
+    # the worker processes persisted their counters when they exited
+    stats = json.loads(run(tmp_path, "cache", "stats", "--cache", str(tmp_path / "c"),
+                           "--json").stdout)  # fmt: skip
+    assert (stats["misses"], stats["stores"], stats["entries"]) == (4, 4, 4)
+    for extra in ((), ("--threads", "--jobs", "2")):
+        warm = run(tmp_path, "warm", str(small), "--cache", str(tmp_path / "c"), "--fail-on-miss",
+                   *extra)  # fmt: skip
+        assert warm.returncode == 0 and "4 already cached" in warm.stdout, warm.stderr
 
 
 def test_a_failing_kernel_shows_the_first_lines_of_its_log(tmp_path):

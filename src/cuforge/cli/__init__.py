@@ -59,22 +59,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; returns the process exit status."""
     args = list(sys.argv[1:] if argv is None else argv)
     try:
+        digest = None
         if args[:1] == ["compile"]:
             from cuforge.cli import _direct
 
-            served = _direct.serve(args[1:])
+            try:
+                digest = _direct.request_digest(args[1:])
+            except OSError:  # the working directory or cuforge's files vanished
+                digest = None
+            served = None if digest is None else _direct.serve(args[1:], digest)
             if served is not None:
                 return served
-        return _run(args)
+        return _run(args, digest)
     except KeyboardInterrupt:
         return 130
 
 
-def _run(argv: list[str]) -> int:
+def _run(argv: list[str], digest: str | None = None) -> int:
+    import os
     import warnings
 
     from cuforge.cli._args import UsageError
 
+    # A command-line process compiles each source once: the header watcher (inotify)
+    # would cost more to start than the stat checks it saves. CUFORGE_WATCH=1 keeps it.
+    os.environ.setdefault("CUFORGE_WATCH", "0")
     warnings.showwarning = _warning  # one line, not a file:line dump, for people
     parser = build_parser()
     try:
@@ -86,7 +95,7 @@ def _run(argv: list[str]) -> int:
             parser.print_help(sys.stderr)
             return 2
         if args.command == "compile":
-            args.argv = argv[1:]  # what _direct names its records by
+            args.request_digest = digest  # what _direct names its hit record by
         return int(handler(args))
     except UsageError as exc:
         prog = exc.prog or _prog(argv)

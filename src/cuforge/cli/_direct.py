@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
     from cuforge.storage.filestream import FileStreamProgramCache
 
-__all__ = ["remember", "serve"]
+__all__ = ["remember", "request_digest", "serve"]
 
 _FORMAT = b"cuforge-direct-1"
 _ENV_NAMES = ("HOME", "XDG_CACHE_HOME")
@@ -57,8 +57,9 @@ def _records_dir() -> str | None:
     return None if root is None else os.path.join(root, "cli-hits")
 
 
-def _request_digest(argv: Sequence[str]) -> str:
-    """Names everything that gives the same command line the same meaning."""
+def request_digest(argv: Sequence[str]) -> str:
+    """Names everything that gives the same command line the same meaning. Computed
+    once per process, before the command runs (it reads the environment)."""
     import cuforge
 
     package = os.path.dirname(os.path.abspath(cuforge.__file__))
@@ -99,8 +100,9 @@ def _source_digest(raw: bytes) -> str:
 
 
 # -- the fast path -----------------------------------------------------------------
-def serve(argv: Sequence[str]) -> int | None:
-    """Answer ``cuforge compile ARGV`` from a hit record, or None (then run the full path).
+def serve(argv: Sequence[str], digest: str) -> int | None:
+    """Answer ``cuforge compile ARGV`` (whose ``request_digest`` is ``digest``) from a
+    hit record, or None (then run the full path).
 
     Prints exactly what the full path prints for the same hits and returns 0.
     """
@@ -110,7 +112,6 @@ def serve(argv: Sequence[str]) -> int | None:
     if folder is None:
         return None
     try:
-        digest = _request_digest(argv)
         with open(os.path.join(folder, digest[:2], digest), "rb") as f:
             fields = f.read(1 << 20).split(b"\0")
     except OSError:
@@ -212,10 +213,11 @@ def _take_back(cache: FileStreamProgramCache, hits: list, missed: bool = True) -
 
 
 # -- writing records (after the full path) --------------------------------------------
-def remember(argv: Sequence[str], cache: object, mode: str, done: list[tuple]) -> None:
-    """Leave a hit record for this request when every output qualifies (see the
-    module docstring). ``done``: (SourceFile, Program, target, output path, ObjectCode)
-    per output, all written. Best effort: never raises for the file system.
+def remember(digest: str, cache: object, mode: str, done: list[tuple]) -> None:
+    """Leave a hit record for the request ``digest`` names when every output
+    qualifies (see the module docstring). ``done``: (SourceFile, Program, target,
+    output path, binary) per output, all written. Best effort: never raises for the
+    file system.
     """
     from cuforge.compile import _identity, _toolkit, _tracking
     from cuforge.compile.cache_key import _digest
@@ -235,19 +237,19 @@ def remember(argv: Sequence[str], cache: object, mode: str, done: list[tuple]) -
             return  # not (yet) on disk, or not what these keys were made from
         facts.append((fact, _facts_digest(values)))
     outputs = []
-    for source, program, target, output, obj in done:
+    for source, program, target, output, code in done:
         if program.code_type != "c++" or _tracking.roots_if_tracked(program) is not None:
             return
         if target == "ptx":
             return  # a PTX hit may warn about the driver (compile.cached): full path only
         key = _digest("c++", target, program.options, program._code, (), None)
         stored = cache.read_entry(entry_id(key))
-        if stored is None or stored.data != obj.code:
+        if stored is None or stored.data != code:
             return  # the key is not what the compile used: never record a guess
         outputs.append((source, output, key, target, program.options.arch))
     fields = [_FORMAT, os.fsencode(cache.path), mode.encode(), str(len(facts)).encode()]
-    for fact, digest in facts:
-        fields += [fact.encode(), digest.encode()]
+    for fact, fact_digest in facts:
+        fields += [fact.encode(), fact_digest.encode()]
     fields.append(str(len(outputs)).encode())
     for source, output, key, target, arch in outputs:
         fields += [
@@ -258,7 +260,7 @@ def remember(argv: Sequence[str], cache: object, mode: str, done: list[tuple]) -
             target.encode(),
             arch.encode(),
         ]
-    _write(folder, _request_digest(argv), b"\0".join(fields))
+    _write(folder, digest, b"\0".join(fields))
 
 
 def _write(folder: str, digest: str, data: bytes) -> None:

@@ -26,7 +26,15 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from cuforge.storage.base import ProgramCacheResource
 
-__all__ = ["ENV_CACHE", "ENV_DIR", "Choice", "add_cache_option", "choose", "open_choice"]
+__all__ = [
+    "ENV_CACHE",
+    "ENV_DIR",
+    "Choice",
+    "add_cache_option",
+    "choose",
+    "open_choice",
+    "url_of",
+]
 
 ENV_DIR = "CUFORGE_CACHE_DIR"
 ENV_CACHE = "CUFORGE_CACHE"
@@ -83,6 +91,19 @@ def choose(args: argparse.Namespace) -> Choice:
     return Choice(default_cache_dir(), "the default cache directory")
 
 
+def url_of(choice: Choice, max_size: int | None = None) -> str:
+    """The URL to open for ``choice`` (not off): a plain directory made absolute (so
+    it means the same after a chdir or in a worker process), ``max_size`` added."""
+    assert choice.url is not None
+    url = choice.url
+    if "://" not in url and "," not in url and "?" not in url:
+        url = os.path.abspath(os.path.expanduser(url))
+    if max_size is not None:
+        last = url.rsplit(",", 1)[-1]
+        url += ("&" if "?" in last else "?") + f"max_size={max_size}"
+    return url
+
+
 def open_choice(choice: Choice, max_size: int | None = None) -> ProgramCacheResource:
     """Open ``choice`` (which must not be off). ``max_size`` caps a file cache.
 
@@ -90,11 +111,7 @@ def open_choice(choice: Choice, max_size: int | None = None) -> ProgramCacheReso
     """
     from cuforge.storage.urls import open_cache
 
-    assert choice.url is not None
-    url = choice.url
-    if max_size is not None:
-        last = url.rsplit(",", 1)[-1]
-        url += ("&" if "?" in last else "?") + f"max_size={max_size}"
+    url = url_of(choice, max_size)
     where = f"{choice.origin} {choice.shown()!r}" if choice.origin != "--cache" else "--cache"
     try:
         return open_cache(url)

@@ -35,6 +35,7 @@ import os
 import sys
 
 from cuforge.cli._args import UsageError
+from cuforge.cli._pool import Spec
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -47,29 +48,6 @@ _SCALARS = ("target", "std")
 _KERNEL_KEYS = {"source", "sources", "arch", "variants", *_LISTS, *_SCALARS}
 _DEFAULT_KEYS = {"arch", *_LISTS, *_SCALARS}
 _VARIANT_KEYS = {"arch", *_LISTS, *_SCALARS}
-
-
-class Spec:
-    """One compile the manifest asks for (plain data: it crosses process boundaries)."""
-
-    __slots__ = ("arch", "defines", "includes", "label", "pre_include", "source", "std", "target")
-
-    def __init__(self, **fields: Any) -> None:
-        for name in self.__slots__:
-            setattr(self, name, fields[name])
-
-    def key(self) -> tuple:
-        return tuple(
-            tuple(v) if isinstance(v, list) else v
-            for v in (getattr(self, n) for n in self.__slots__ if n != "label")
-        )
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {n: getattr(self, n) for n in self.__slots__}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        for name, value in state.items():
-            setattr(self, name, value)
 
 
 def _toml(path: str) -> dict[str, Any]:

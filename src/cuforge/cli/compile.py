@@ -1,9 +1,10 @@
 """``cuforge compile FILE... [--arch A ...]``: compile sources through the cache.
 
-Every FILE is compiled for every ``--arch`` (in parallel threads: NVRTC releases the
-GIL). Outputs: ``-o OUT`` for a single output; ``--outdir DIR`` for any number
-(``DIR/<stem>.<target>``, or ``DIR/<stem>.<arch>.<target>`` with several archs);
-otherwise beside each source, named the same way. One line per output says where
+Every FILE is compiled for every ``--arch``, in parallel worker processes when
+there are several (see ``_pool``). Outputs: ``-o OUT`` for a single output;
+``--outdir DIR`` for any number (``DIR/<stem>.<target>``, or
+``DIR/<stem>.<arch>.<target>`` with several archs); otherwise beside each source,
+named the same way. One line per output says where
 it went, its size, the time and whether the cache served it (``--json``: one JSON
 array). Caching is on by default (see ``_select`` for which cache); ``--no-cache``
 compiles without one.
@@ -20,12 +21,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import io
 import os
 import sys
-import time
 
-from cuforge.cli import _direct, _programs, _select
+from cuforge.cli import _direct, _pool, _programs, _select
 from cuforge.cli._args import UsageError, size_arg
 from cuforge.cli._report import render
 
@@ -57,15 +56,13 @@ def register(subparsers: Any) -> None:
 class Job:
     """One source compiled for one arch into one output file."""
 
-    __slots__ = ("arch", "compiled", "error", "ms", "obj", "output", "program", "source")
+    __slots__ = ("arch", "output", "program", "result", "source", "spec")
 
-    def __init__(self, source: _programs.SourceFile, arch: str | None, output: str) -> None:
-        self.source, self.arch, self.output = source, arch, output
+    def __init__(self, source: _programs.SourceFile, spec: _pool.Spec, output: str) -> None:
+        self.source, self.spec, self.output = source, spec, output
+        self.arch = spec.arch
         self.program: Any = None
-        self.obj: Any = None
-        self.compiled = False
-        self.error: str | None = None
-        self.ms = 0.0
+        self.result: dict[str, Any] = {}
 
 
 def _output_for(args: argparse.Namespace, path: str, arch: str | None, several_archs: bool) -> str:
@@ -95,30 +92,18 @@ def plan(args: argparse.Namespace) -> list[Job]:
             fields = _programs.option_fields(
                 source, arch, args.defines, args.includes, args.std, args.pre_include
             )
-            job = Job(source, arch, _output_for(args, path, arch, len(archs) > 1))
-            job.program = _programs.make_program(source, fields)
-            job.arch = job.program.options.arch
+            program = _programs.make_program(source, fields)
+            spec = _pool.Spec(
+                source=path, arch=program.options.arch, target=args.target, std=args.std,
+                defines=args.defines, includes=args.includes, pre_include=args.pre_include,
+            )  # fmt: skip
+            job = Job(source, spec, _output_for(args, path, arch, len(archs) > 1))
+            job.program = program
             other = seen.setdefault(os.path.abspath(job.output), path)
             if other is not path:
                 raise UsageError(f"{other} and {path} would both be written to {job.output}")
             jobs.append(job)
     return jobs
-
-
-def _compile(job: Job, target: str, cache: Any) -> None:
-    from cuforge.compile.errors import CompileError
-
-    logs = io.StringIO()
-    start = time.perf_counter()
-    try:
-        job.obj, job.compiled = _programs.compile_through(job.program, target, logs, cache)
-    except CompileError as exc:
-        job.error = str(exc)
-    except (TypeError, ValueError) as exc:  # e.g. an include no scan can track
-        job.error = f"{type(exc).__name__}: {exc}"
-    job.ms = (time.perf_counter() - start) * 1000
-    if logs.getvalue().strip():
-        sys.stderr.write(f"{job.source.path} ({job.arch}): {logs.getvalue().rstrip()}\n")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -128,37 +113,39 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--max-size applies to a cache; it was given with no cache")
     jobs = plan(args)
     cache = _select.open_choice(choice, args.max_size) if choice.url is not None else None
-    with cache if cache is not None else contextlib.nullcontext():
-        if len(jobs) == 1:
-            _compile(jobs[0], args.target, cache)
-        else:
-            from concurrent.futures import ThreadPoolExecutor
+    url = _select.url_of(choice, args.max_size) if cache is not None else None
 
-            with ThreadPoolExecutor(max_workers=min(len(jobs), os.cpu_count() or 1)) as pool:
-                list(pool.map(lambda j: _compile(j, args.target, cache), jobs))
+    def done(i: int, result: dict[str, Any]) -> None:
+        jobs[i].result = result
+        if result.get("warnings"):
+            sys.stderr.write(f"{jobs[i].source.path} ({jobs[i].arch}): {result['warnings']}\n")
+
+    with cache if cache is not None else contextlib.nullcontext():
+        _pool.run_specs([j.spec for j in jobs], os.cpu_count() or 1, cache, url, done, True)
         results = []
         for job in jobs:
-            if job.error is not None:
-                sys.stderr.write(f"{job.source.path} ({job.arch}): {job.error}\n")
+            r = job.result
+            if r["status"] == "failed":
+                sys.stderr.write(f"{job.source.path} ({job.arch}): {r['log']}\n")
                 results.append(
                     {"source": job.source.path, "arch": job.arch, "target": args.target,
-                     "error": job.error}
+                     "error": r["log"]}
                 )  # fmt: skip
                 continue
             try:
                 with open(job.output, "wb") as f:
-                    f.write(job.obj.code)
+                    f.write(r["code"])
             except OSError as exc:
                 raise UsageError(f"cannot write {job.output}: {exc.strerror or exc}") from None
-            status = "off" if cache is None else ("miss" if job.compiled else "hit")
+            status = "off" if cache is None else ("miss" if r["status"] == "compiled" else "hit")
             results.append(
                 {"source": job.source.path, "arch": job.arch, "target": args.target,
-                 "output": job.output, "bytes": len(job.obj.code), "ms": round(job.ms, 3),
+                 "output": job.output, "bytes": r["bytes"], "ms": round(r["seconds"] * 1000, 3),
                  "cache": status}
             )  # fmt: skip
-        failed = any(job.error is not None for job in jobs)
-        if not failed and cache is not None and getattr(args, "argv", None) is not None:
-            done = [(j.source, j.program, args.target, j.output, j.obj) for j in jobs]
-            _direct.remember(args.argv, cache, "json" if args.json else "text", done)
+        failed = any(job.result["status"] == "failed" for job in jobs)
+        if not failed and cache is not None and getattr(args, "request_digest", None):
+            made = [(j.source, j.program, args.target, j.output, j.result["code"]) for j in jobs]
+            _direct.remember(args.request_digest, cache, "json" if args.json else "text", made)
     print(render(results, args.json))
     return 1 if failed else 0
