@@ -79,12 +79,25 @@ def _run(argv: list[str], digest: str | None = None) -> int:
     import os
     import warnings
 
-    from cuforge.cli._args import UsageError
-
     # A command-line process compiles each source once: the header watcher (inotify)
     # would cost more to start than the stat checks it saves. CUFORGE_WATCH=1 keeps it.
+    # Set for this command and its worker processes, and put back after (main() may be
+    # called as a function).
+    watch = os.environ.get("CUFORGE_WATCH")
     os.environ.setdefault("CUFORGE_WATCH", "0")
+    shown = warnings.showwarning
     warnings.showwarning = _warning  # one line, not a file:line dump, for people
+    try:
+        return _dispatch(argv, digest)
+    finally:
+        warnings.showwarning = shown
+        if watch is None:
+            os.environ.pop("CUFORGE_WATCH", None)
+
+
+def _dispatch(argv: list[str], digest: str | None) -> int:
+    from cuforge.cli._args import UsageError
+
     parser = build_parser()
     try:
         args, extra = parser.parse_known_args(argv)
