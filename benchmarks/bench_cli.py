@@ -129,8 +129,8 @@ def bench_warm(rounds: int, n_cub: int = 8) -> dict[str, dict[str, float]]:
         }
         modes = {
             "--jobs 1": ["--jobs", "1"],
-            "--jobs 2 threads": ["--jobs", "2"],
-            "--jobs 2 processes": ["--jobs", "2", "--processes"],
+            "--jobs 2 threads": ["--jobs", "2", "--threads"],
+            "--jobs 2 processes": ["--jobs", "2"],
         }
         out: dict[str, dict[str, float]] = {}
         for label, manifest in manifests.items():
