@@ -41,7 +41,10 @@ def build_parser() -> Parser:
         description="JIT-compile CUDA through a cache that is never wrong.",
     )
     parser.add_argument("--version", action="version", version=f"cuforge {cuforge.__version__}")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    # prog given: argparse would otherwise build a help formatter (and import shutil) now
+    commands = parser.add_subparsers(
+        dest="command", metavar="COMMAND", parser_class=Parser, prog="cuforge"
+    )
     compile.register(commands)
     actions = cache.register(commands)
     cache_maint.register(actions)

@@ -19,7 +19,6 @@ Exit status: 0 ok; 1 ``show`` could not extract a damaged entry; 2 usage errors.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import sys
 import time
@@ -47,7 +46,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     """Add the ``cache`` group; returns its action subparsers' parent for the other
     cache modules to extend."""
     group = subparsers.add_parser("cache", help="inspect, verify, prune or clear a cache")
-    actions = group.add_subparsers(dest="action", metavar="ACTION")
+    actions = group.add_subparsers(dest="action", metavar="ACTION", prog="cuforge cache")
     group.set_defaults(handler=lambda args: _missing_action(group))
 
     p = actions.add_parser("stats", help="size, entries and counters over all processes")
@@ -113,6 +112,8 @@ class opened:  # lower case: used like open()
 
 
 def _when(ns: int) -> str:
+    import datetime
+
     if not ns:
         return "-"
     stamp = datetime.datetime.fromtimestamp(ns / 1e9).strftime("%Y-%m-%d %H:%M:%S")

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 
 from cuforge.cli import _select, _term
@@ -139,6 +138,8 @@ def _plain_directory(url: str) -> str | None:
 
 
 def _doctor(args: argparse.Namespace) -> int:
+    import platform
+
     import cuforge
     from cuforge.compile import _identity, _identity_store, _toolkit
 
