@@ -36,6 +36,8 @@ import time
 import cuforge
 
 SCRIPT = os.path.join(os.path.dirname(sys.executable), "cuforge")
+if not os.path.exists(SCRIPT):  # installed for a system interpreter: on PATH
+    SCRIPT = shutil.which("cuforge") or SCRIPT
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
 KERNEL = 'extern "C" __global__ void k(float* a, float s) { a[threadIdx.x] *= s; }\n'
 CUB_KERNEL = """#include <cub/block/block_reduce.cuh>
