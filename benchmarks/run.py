@@ -1,7 +1,8 @@
 """``make bench``: the program-cache targets, cuforge beside cuda.core 1.2.2, one run.
 
 Prints one table: each measurement for cuforge, for cuda.core (when importable),
-their ratio (cuforge / cuda.core; below 1 is better) and the target. GPU
+their ratio (cuforge / cuda.core; below 1 is better) and the target; then 4 KiB
+get/set on every backend with SQLite beside diskcache (``bench_backends``). GPU
 benchmarks (launch overhead, graphs) need the GPU machine: see bench_launch.py and
 bench_graph.py.
 
@@ -23,6 +24,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import bench_backends as bb
 import bench_compile as bc
 import bench_storage as bs
 
@@ -135,6 +137,11 @@ def main(argv: list[str] | None = None) -> int:
         )
     if theirs is None:
         print("\ncuda.core is not importable here: run `make bench` for the side-by-side column.")
+    print()
+    backends = bb.run(n_calls, 1000 if args.quick else 5000)
+    bb.print_table(bb.table(backends))
+    if "diskcache" not in backends:
+        print("\ndiskcache is not importable here: run `make bench` for its row.")
     return 0
 
 

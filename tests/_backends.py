@@ -13,16 +13,18 @@ from typing import Any
 
 import pytest
 
-from cuforge.storage import FileStreamProgramCache, InMemoryProgramCache
+from cuforge.storage import FileStreamProgramCache, InMemoryProgramCache, SQLiteProgramCache
 
 Factory = Callable[[Path, pytest.FixtureRequest], Any]
 
 FACTORIES: dict[str, Factory] = {
     "memory": lambda tmp, request: InMemoryProgramCache(),
     "filestream": lambda tmp, request: FileStreamProgramCache(tmp / "fs"),
+    "sqlite": lambda tmp, request: SQLiteProgramCache(tmp / "cache.db"),
 }
 
 #: Backends whose entries survive closing the handle (reopen tests use these).
 PERSISTENT: dict[str, Factory] = {
     "filestream": FACTORIES["filestream"],
+    "sqlite": FACTORIES["sqlite"],
 }

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from _backends import FACTORIES
 from cuforge.storage import (
     CacheStats,
     FileStreamProgramCache,
@@ -27,9 +28,9 @@ class FakeObjectCode:
         self.code_type = code_type
 
 
-@pytest.fixture(params=["memory", "filestream"])
+@pytest.fixture(params=sorted(FACTORIES))
 def cache(request: pytest.FixtureRequest, tmp_path: Path):
-    c = InMemoryProgramCache() if request.param == "memory" else FileStreamProgramCache(tmp_path)
+    c = FACTORIES[request.param](tmp_path, request)
     yield c
     c.close()
 

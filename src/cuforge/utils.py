@@ -7,21 +7,27 @@ from __future__ import annotations
 
 from cuforge.compile.cache_key import KEY_SCHEMA_VERSION, make_program_cache_key
 from cuforge.storage import (
+    CacheRecoveryWarning,
     CacheStats,
     CacheWriteWarning,
     FileStreamProgramCache,
     InMemoryProgramCache,
     ProgramCacheResource,
+    SQLiteProgramCache,
     default_cache_dir,
+    default_db_path,
 )
 
 __all__ = [
     "KEY_SCHEMA_VERSION",
+    "CacheRecoveryWarning",
     "CacheStats",
     "CacheWriteWarning",
     "FileStreamProgramCache",
     "InMemoryProgramCache",
     "ProgramCacheResource",
+    "SQLiteProgramCache",
     "default_cache_dir",
+    "default_db_path",
     "make_program_cache_key",
 ]

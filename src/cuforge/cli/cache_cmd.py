@@ -2,7 +2,8 @@
 
 - ``cuforge compile FILE --cache [DIR]`` compiles through a FileStreamProgramCache
   (DIR, else ``$CUFORGE_CACHE_DIR``, else the user cache directory); ``--max-size``
-  caps it.
+  caps it. A value with ``://`` is a cache URL (``sqlite:///path.db``, see
+  ``cuforge.storage.urls``).
 - ``cuforge cache stats [--cache DIR] [--json]`` prints the counters summed over
   every process that used the cache, with its size and entry count.
 - ``cuforge cache clear [--cache DIR]`` removes every entry (safe while others use it).
@@ -51,6 +52,19 @@ def _open_for_compile(args: argparse.Namespace) -> Iterator[Any]:
     if args.cache is None:
         yield None
         return
+    if "://" in args.cache:  # a cache URL (sqlite:///path.db, ...)
+        from cuforge.storage.urls import open_cache
+
+        url = args.cache
+        if args.max_size is not None and "max_size=" not in url:
+            url += ("&" if "?" in url else "?") + f"max_size={args.max_size}"
+        try:
+            opened = open_cache(url)
+        except OSError as exc:
+            raise ValueError(f"cannot open the cache {args.cache}: {exc}") from None
+        with opened as cache:
+            yield cache
+        return
     from cuforge.storage import FileStreamProgramCache
 
     with FileStreamProgramCache(cache_dir(args), max_size_bytes=args.max_size) as cache:
@@ -65,8 +79,9 @@ def register(subparsers: Any, parsers: dict[str, argparse.ArgumentParser]) -> No
         nargs="?",
         const="",
         default=None,
-        metavar="DIR",
-        help=f"compile through a file cache (DIR, else ${ENV_DIR}, else the user cache dir)",
+        metavar="DIR|URL",
+        help=f"compile through a file cache (DIR, else ${ENV_DIR}, else the user cache dir) "
+        "or a cache URL such as sqlite:///path/cache.db",
     )
     compile_parser.add_argument(
         "--max-size", type=parse_size, default=None, metavar="SIZE", help="cap the cache (e.g. 2G)"

@@ -87,6 +87,7 @@ class _Scheme:
 _SCHEMES: dict[str, _Scheme] = {}
 # Schemes whose module registers itself on import.
 _LAZY: dict[str, str] = {}
+_LAZY["sqlite"] = "cuforge.storage.sqlite"
 
 
 def register_scheme(
