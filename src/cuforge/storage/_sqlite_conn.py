@@ -13,7 +13,41 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["Connections"]
+__all__ = ["Connections", "load_sqlite3", "pragmas"]
+
+
+def load_sqlite3() -> Any:
+    """Python's sqlite3 module, imported now (``import cuforge`` never needs it).
+
+    Raises ImportError on interpreters built without it, RuntimeError when the
+    SQLite library is older than 3.24 (UPSERT).
+    """
+    try:
+        import sqlite3
+    except ImportError as exc:
+        raise ImportError(
+            f"SQLiteProgramCache needs Python's sqlite3 module, which this interpreter "
+            f"lacks ({exc}); use FileStreamProgramCache instead"
+        ) from exc
+    if sqlite3.sqlite_version_info < (3, 24, 0):
+        raise RuntimeError(
+            f"SQLiteProgramCache needs SQLite 3.24 or newer; Python here links "
+            f"{sqlite3.sqlite_version}"
+        )
+    return sqlite3
+
+
+def pragmas(durable: bool, wal_limit: int) -> tuple[str, ...]:
+    """How every connection is set up."""
+    return (
+        f"PRAGMA synchronous = {'FULL' if durable else 'NORMAL'}",
+        f"PRAGMA journal_size_limit = {wal_limit}",
+        "PRAGMA wal_autocheckpoint = 0",  # the cache checkpoints (see SQLiteProgramCache)
+        "PRAGMA cell_size_check = ON",
+        # Some builds zero every freed page (SECURE_DELETE): WAL traffic for nothing.
+        "PRAGMA secure_delete = FAST",
+        "PRAGMA trusted_schema = OFF",
+    )
 
 
 class Connections:

@@ -11,9 +11,10 @@ the WAL.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
-__all__ = ["checkpoint", "evict_rows", "pages_in_use", "vacuum"]
+__all__ = ["checkpoint", "evict_down", "evict_rows", "pages_in_use", "shrink_to", "vacuum"]
 
 
 def pages_in_use(conn: Any) -> int:
@@ -95,3 +96,35 @@ def checkpoint(conn: Any, timeout: float) -> bool:
         if log != -1 or time.monotonic() >= deadline:
             return False  # readers outlasted the busy timeout, or no turn came
         time.sleep(0.001)
+
+
+def evict_down(
+    conn: Any,
+    room: Callable[[], float],
+    page: int,
+    step: int,
+    timeout: float,
+    first: Callable[[], object],
+) -> list[int]:
+    """Evict in transactions of at most ``step`` rows, each followed by a checkpoint,
+    until the pages in use fit ``room()``; call ``first()`` before the first one.
+    The row ids deleted."""  # fmt: skip
+    gone: list[int] = []
+    for _ in range(64):
+        fits = room()
+        if pages_in_use(conn) * page <= fits:
+            break
+        if not gone:
+            first()
+        batch = evict_rows(conn, fits, page, step)
+        gone += batch
+        if not batch or not checkpoint(conn, timeout):
+            break
+    return gone
+
+
+def shrink_to(conn: Any, share: float, page: int, step: int, timeout: float) -> None:
+    """Give back the free pages of a file larger than ``share`` bytes (pages free
+    inside a file within its share are reused by later writes)."""
+    pages = conn.execute("PRAGMA page_count").fetchall()[0][0]
+    vacuum(conn, pages - int(share // page), step, timeout)

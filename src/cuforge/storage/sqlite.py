@@ -24,8 +24,8 @@ from zlib import crc32
 
 from ._fsutil import make_dir
 from ._integrity import key_seed
-from ._sqlite_conn import Connections
-from ._sqlite_evict import checkpoint, evict_rows, pages_in_use, vacuum
+from ._sqlite_conn import Connections, load_sqlite3, pragmas
+from ._sqlite_evict import checkpoint, evict_down, shrink_to, vacuum
 from ._sqlite_lock import LockFile, reset_after_fork
 from ._sqlite_open import mark_damaged, open_database
 from ._sqlite_schema import SQL, STAT_COLUMNS, is_corruption, rid_of, row_check
@@ -93,9 +93,9 @@ class SQLiteProgramCache(ProgramCacheResource):
       (index on last use; a running total kept by triggers: no table scan), frees
       the pages (incremental vacuum) and truncates the WAL, leaving about 90 % of
       the cap. The cap is soft while other processes pin the WAL with reads.
-    - **LRU by use.** A hit records its time in memory (at most once a second per
-      entry) and writes the batch with the handle's counters at most once a second
-      or every 256 operations, so hits stay read-only transactions.
+    - **LRU by use.** A hit records its time in memory; the handle writes those
+      uses back with its counters at most once a second or every 256 operations
+      (a bounded batch per transaction), so hits stay read-only transactions.
     - **Threads and processes.** One connection per thread; WAL, so reads never wait
       for writers. ``lock(key)`` is a record lock in ``<path>.lock``: a dead holder
       frees it at once, a live one past the timeout lets waiters through.
@@ -118,18 +118,7 @@ class SQLiteProgramCache(ProgramCacheResource):
         timeout: float = 5.0,
     ) -> None:
         super().__init__()
-        try:
-            import sqlite3
-        except ImportError as exc:
-            raise ImportError(
-                f"SQLiteProgramCache needs Python's sqlite3 module, which this interpreter "
-                f"lacks ({exc}); use FileStreamProgramCache instead"
-            ) from exc
-        if sqlite3.sqlite_version_info < (3, 24, 0):
-            raise RuntimeError(
-                f"SQLiteProgramCache needs SQLite 3.24 or newer; Python here links "
-                f"{sqlite3.sqlite_version}"
-            )
+        sqlite3 = load_sqlite3()
         self._sqlite = sqlite3
         self._error = sqlite3.Error
         self._max = check_max_size(max_size_bytes)
@@ -149,16 +138,9 @@ class SQLiteProgramCache(ProgramCacheResource):
         wal_limit = _WAL_MAX if self._max is None else min(_WAL_MAX, max(16384, self._max // 16))
         self._wal_limit = wal_limit
         self._touch_batch = max(32, wal_limit // 4096 // 4)  # uses written per transaction
-        pragmas = (
-            f"PRAGMA synchronous = {'FULL' if self._durable else 'NORMAL'}",
-            f"PRAGMA journal_size_limit = {wal_limit}",
-            "PRAGMA wal_autocheckpoint = 0",  # checkpoints are ours: see _make_room
-            "PRAGMA cell_size_check = ON",
-            # Some builds zero every freed page (SECURE_DELETE): WAL traffic for nothing.
-            "PRAGMA secure_delete = FAST",
-            "PRAGMA trusted_schema = OFF",
+        self._conns = Connections(
+            sqlite3, self._path, self._timeout, pragmas(self._durable, wal_limit)
         )
-        self._conns = Connections(sqlite3, self._path, self._timeout, pragmas)
         self._closed = False
         self._warned = False
         self._recovery_warned = False
@@ -388,25 +370,15 @@ class SQLiteProgramCache(ProgramCacheResource):
             wait = self.CHECKPOINT_TIMEOUT_MS / 1000
             with self._conns.busy_timeout(conn, self.CHECKPOINT_TIMEOUT_MS):
                 step = max(4, self._wal_limit // self._page // 4)  # a row writes ~2 pages
-                evicted = 0
-                for _ in range(64 if self._max is not None and disk > self._max else 0):
-                    room = self._room()
-                    if pages_in_use(conn) * self._page <= room:
-                        break
-                    if not evicted:
-                        self._housekeep(wait=False)  # our recent hits count in the order
-                    gone = evict_rows(conn, room, self._page, step)
+                if self._max is not None and disk > self._max:
+                    gone = evict_down(
+                        conn, self._room, self._page, step, wait, lambda: self._housekeep(False)
+                    )
                     for rid in gone:
                         self._pending.pop(rid, None)
-                    evicted += len(gone)
                     self._stats.evictions += len(gone)
-                    if not gone or not checkpoint(conn, wait):
-                        break
-                if evicted:
-                    # Free pages inside the file are reused by later writes; only a
-                    # file larger than its share of the cap gives pages back.
-                    pages = conn.execute("PRAGMA page_count").fetchall()[0][0]
-                    vacuum(conn, pages - int(self._file_share() // self._page), step // 2, wait)
+                    if gone:
+                        shrink_to(conn, self._file_share(), self._page, step // 2, wait)
                 db, wal = self._sizes()
                 if wal > 0 and db + wal >= self._retry_checkpoint_at:
                     done = checkpoint(conn, wait)
