@@ -86,7 +86,7 @@ def bench_set(factory: Factory, root: str, n: int, size: int = 4 * KIB) -> tuple
     return mean, lat[int(len(lat) * 0.99)] * 1e6
 
 
-def run(n_get: int, n_set: int, rounds: int = 3) -> dict[str, dict[str, float]]:
+def run(n_get: int, n_set: int, rounds: int = 5) -> dict[str, dict[str, float]]:
     """``{backend: {"get": us, "set": us, "set_p99": us}}``, each the median of
     ``rounds`` runs, backends interleaved per round so drift hits all alike."""
     found = factories()

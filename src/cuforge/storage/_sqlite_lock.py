@@ -87,8 +87,14 @@ class _Shared:
         self.mutex = threading.Lock()
         self.key_locks = KeyLocks()
         self.using = False  # this process holds byte 0 shared
+        flags = os.O_RDWR | getattr(os, "O_BINARY", 0)
+        self.created = False
         try:
-            self.fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_BINARY", 0), 0o666)
+            try:
+                self.fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o666)
+                self.created = True
+            except FileExistsError:
+                self.fd = os.open(path, flags)
         except OSError:
             self.fd = -1  # read-only directory: no cross-process locking
 
@@ -188,8 +194,10 @@ class LockFile:
                     with contextlib.suppress(OSError):
                         _unlock(s.fd, offset)
 
-    def release(self) -> None:
-        """This handle's share ends; the last one closes the file (dropping its locks)."""
+    def release(self, remove_if_created: bool = False) -> None:
+        """This handle's share ends; the last one closes the file (dropping its locks)
+        and, with ``remove_if_created``, deletes it if this process created it (so a
+        refused database is left as it was found)."""
         s, self._shared = self._shared, None
         if s is None:
             return
@@ -199,6 +207,9 @@ class LockFile:
                 return
             del _REGISTRY[s.path]
         if s.fd >= 0:
+            if remove_if_created and s.created:
+                with contextlib.suppress(OSError):
+                    os.unlink(s.path)
             os.close(s.fd)
 
 

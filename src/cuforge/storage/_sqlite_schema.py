@@ -206,8 +206,9 @@ def ensure_schema(conn: Any, path: str) -> str:
     kind, detail = _inspect(conn)
     if kind == "foreign":
         raise _foreign(path, detail)
-    if kind == "empty":
-        conn.execute("PRAGMA auto_vacuum = INCREMENTAL")  # only before the first table
+    if kind == "empty":  # both only take effect before the first table
+        conn.execute("PRAGMA page_size = 4096")
+        conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
     if conn.execute("PRAGMA journal_mode").fetchall()[0][0] != "wal":
         conn.execute("PRAGMA journal_mode = WAL").fetchall()
     if kind == "ours":

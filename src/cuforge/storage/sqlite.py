@@ -28,7 +28,14 @@ from ._sqlite_conn import Connections, load_sqlite3, pragmas
 from ._sqlite_evict import checkpoint, evict_down, shrink_to, vacuum
 from ._sqlite_lock import LockFile, reset_after_fork
 from ._sqlite_open import mark_damaged, open_database
-from ._sqlite_schema import SQL, STAT_COLUMNS, is_corruption, rid_of, row_check
+from ._sqlite_schema import (
+    SQL,
+    STAT_COLUMNS,
+    ForeignDatabaseError,
+    is_corruption,
+    rid_of,
+    row_check,
+)
 from ._values import coerce_key, coerce_value
 from .base import (
     DEFAULT_LOCK_TIMEOUT,
@@ -52,7 +59,7 @@ _SECOND = 1_000_000_000  # ... or nanoseconds
 _U32 = 0xFFFFFFFF
 _GET = SQL.get  # the hit path avoids an attribute lookup
 _PENDING_MAX = 4096
-_WAL_MAX = 16 << 20  # WAL bytes between checkpoints (a cap takes a 16th of itself)
+_WAL_MAX = 64 << 20  # WAL budget (a cap gives a 16th of itself, up to this)
 
 
 def default_db_path() -> str:
@@ -157,14 +164,17 @@ class SQLiteProgramCache(ProgramCacheResource):
         self._lockfile = LockFile(self._path)
         try:
             opened = open_database(sqlite3, self._conns, self._lockfile, self._path, self._timeout)
-        except BaseException:
+        except BaseException as exc:
             self._conns.close_all()
-            self._lockfile.release()
+            self._lockfile.release(remove_if_created=isinstance(exc, ForeignDatabaseError))
             raise
         self._broken = opened.broken
         if opened.notice is not None:
             tail = "; this handle serves misses (compiles still work)" if opened.broken else ""
             self._warn_recovery(f"cuforge program cache {self._path}: {opened.notice}{tail}")
+        # A handle dropped without close() still lets go of its connections and locks.
+        self._finalizer = weakref.finalize(self, _release, self._conns, self._lockfile)
+        self._finalizer.atexit = False  # the exit flush needs them; the OS frees them after
         _LIVE.add(self)
 
     def _warn_recovery(self, message: str, stacklevel: int = 3) -> None:
@@ -561,11 +571,15 @@ class SQLiteProgramCache(ProgramCacheResource):
         _LIVE.discard(self)
         with contextlib.suppress(Exception):
             self._housekeep(wait=True)
-        self._conns.close_all()
-        self._lockfile.release()
+        self._finalizer()
 
     def __repr__(self) -> str:
         return f"SQLiteProgramCache({self._path!r}, max_size_bytes={self._max})"
+
+
+def _release(conns: Connections, lockfile: LockFile) -> None:
+    conns.close_all()
+    lockfile.release()
 
 
 def _open_sqlite(spec: CacheSpec) -> ProgramCacheResource:
