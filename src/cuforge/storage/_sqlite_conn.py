@@ -41,8 +41,10 @@ def pragmas(durable: bool, wal_limit: int) -> tuple[str, ...]:
     """How every connection is set up."""
     return (
         f"PRAGMA synchronous = {'FULL' if durable else 'NORMAL'}",
-        f"PRAGMA journal_size_limit = {wal_limit}",
-        "PRAGMA wal_autocheckpoint = 0",  # the cache checkpoints (see SQLiteProgramCache)
+        # The cache checkpoints itself when the WAL file passes half its budget
+        # (SQLiteProgramCache._make_room); a restarted WAL is cut back to that.
+        f"PRAGMA journal_size_limit = {wal_limit // 2}",
+        "PRAGMA wal_autocheckpoint = 0",
         "PRAGMA cell_size_check = ON",
         # Some builds zero every freed page (SECURE_DELETE): WAL traffic for nothing.
         "PRAGMA secure_delete = FAST",

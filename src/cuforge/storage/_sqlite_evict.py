@@ -4,8 +4,7 @@ Deciding needs no scan: the pages in use come from two pragmas and the stored by
 from the running total the triggers keep. Choosing walks the ``used_ns`` index from
 the oldest row and stops as soon as enough is chosen. Deleted rows free pages inside
 the file; ``incremental_vacuum`` hands them back (truncating the database as the WAL
-is folded in) in steps, each followed by ``wal_checkpoint(TRUNCATE)``, which empties
-the WAL.
+is folded in) in steps, each followed by a WAL checkpoint.
 """
 
 from __future__ import annotations
@@ -80,17 +79,18 @@ def vacuum(conn: Any, pages: int, step: int, timeout: float) -> None:
         free = left
 
 
-def checkpoint(conn: Any, timeout: float) -> bool:
-    """Fold the WAL into the database and truncate it; whether that completed within
-    ``timeout`` seconds.
+def checkpoint(conn: Any, timeout: float, truncate: bool = False) -> bool:
+    """Fold the WAL into the database so the next writer starts it over (RESTART:
+    its file is reused, cut to ``journal_size_limit``), or empty its file
+    (TRUNCATE); whether that completed within ``timeout`` seconds.
 
     SQLite waits (busy handler) for readers, but not for another connection's
-    checkpoint -- which, with several processes committing, is nearly always running
-    (their automatic passive checkpoints) -- so that case is retried here.
+    checkpoint, so that case is retried here.
     """
+    sql = f"PRAGMA wal_checkpoint({'TRUNCATE' if truncate else 'RESTART'})"
     deadline = time.monotonic() + timeout
     while True:
-        busy, log, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()[0]
+        busy, log, _ = conn.execute(sql).fetchall()[0]
         if busy == 0:
             return True
         if log != -1 or time.monotonic() >= deadline:

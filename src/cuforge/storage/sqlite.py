@@ -77,39 +77,23 @@ class CacheRecoveryWarning(RuntimeWarning):
 class SQLiteProgramCache(ProgramCacheResource):
     """Program cache in one SQLite file, safe across threads and processes.
 
-    Guarantees:
+    Guarantees (docs/cache.md has the full account):
 
-    - **Never a corrupt hit.** Each row holds a key-seeded CRC-32 over its payload,
-      payload length and metadata, and the key digest; a read that does not verify
-      is a miss, removes that row (unless a writer replaced it meanwhile) and counts
-      in ``integrity_failures``.
-    - **Never breaks the caller.** A lock held past ``timeout`` seconds (the busy
-      timeout), a full disk or a read-only file make a read a miss and a write a
-      dropped store (one :class:`CacheWriteWarning` per handle, ``write_failures``).
-      None of these ever deletes the file. Bad arguments still raise.
-    - **Damage on open.** A file that is not SQLite, is shorter than its header
-      says, or that SQLite cannot read is renamed ``<path>.corrupt-<timestamp>``
-      and the cache starts empty (one :class:`CacheRecoveryWarning`) -- but only
-      when no other process has it open; otherwise this handle serves misses. Damage
-      SQLite reports later leaves ``<path>.damaged``, and the next open checks the
-      whole file. A valid SQLite database that is not ours raises
-      ``ForeignDatabaseError`` (a ValueError) and is never written. Another schema
-      version of ours is dropped and rebuilt.
-    - **Size cap on real disk use.** ``max_size_bytes`` bounds database + WAL + WAL
-      index. A write that finds them over the cap deletes least-recently-used rows
-      (index on last use; a running total kept by triggers: no table scan), frees
-      the pages (incremental vacuum) and truncates the WAL, leaving about 90 % of
-      the cap. The cap is soft while other processes pin the WAL with reads.
-    - **LRU by use.** A hit records its time in memory; the handle writes those
-      uses back with its counters at most once a second or every 256 operations
-      (a bounded batch per transaction), so hits stay read-only transactions.
-    - **Threads and processes.** One connection per thread; WAL, so reads never wait
-      for writers. ``lock(key)`` is a record lock in ``<path>.lock``: a dead holder
-      frees it at once, a live one past the timeout lets waiters through.
-    - **Statistics** live in the database: ``total_stats()`` is every process's sum.
-
-    ``durable=True`` makes each commit survive power loss (``synchronous=FULL``); by
-    default a host crash can lose the newest entries but never damages old ones.
+    - **Never a corrupt hit**: every read checks the row's key digest and a key-seeded
+      CRC-32 over payload, payload length and metadata; a row that fails is a miss,
+      is removed (unless a writer replaced it) and counts in ``integrity_failures``.
+    - **Never breaks the caller**: a lock held past ``timeout`` seconds, a full disk or
+      a read-only file make a read a miss and a write a dropped store (one
+      :class:`CacheWriteWarning` per handle, ``write_failures``); none deletes the file.
+    - **Damage**: a file that is not SQLite, is truncated or unreadable is moved to
+      ``<path>.corrupt-<timestamp>`` (only while no other process uses it) and the
+      cache starts empty (:class:`CacheRecoveryWarning`). A foreign database raises
+      ``ForeignDatabaseError`` untouched; another schema version is rebuilt.
+    - **Cap on real disk use**: ``max_size_bytes`` bounds database + WAL + index; LRU
+      eviction walks an index on last use, vacuums and checkpoints (no table scans).
+    - **Threads and processes**: a connection per thread, WAL (reads never wait for
+      writers), ``lock(key)`` by record locks in ``<path>.lock``, counters in the
+      database (``total_stats()``). ``durable=True``: ``synchronous=FULL``.
     """
 
     EVICT_LOW_WATER = 0.9
@@ -356,6 +340,7 @@ class SQLiteProgramCache(ProgramCacheResource):
             with self._conns.busy_timeout(conn, self.CHECKPOINT_TIMEOUT_MS):
                 step = max(8, self._wal_limit // 4096 // 4)
                 vacuum(conn, 1 << 62, step, self.CHECKPOINT_TIMEOUT_MS / 1000)
+                checkpoint(conn, self.CHECKPOINT_TIMEOUT_MS / 1000, truncate=True)
         except self._error as exc:
             self._write_failed(exc)
 
@@ -367,18 +352,20 @@ class SQLiteProgramCache(ProgramCacheResource):
         return int(self._conn().execute("SELECT entries FROM cuforge_state").fetchall()[0][0])
 
     # -- eviction ----------------------------------------------------------------------
-    def _make_room(self, disk: int) -> None:
+    def _make_room(self, disk: int, wait_ms: int = 0) -> None:
         """Over the cap: delete least-recently-used rows until the database would fit
-        ~90 % of it and give the pages back. WAL over its budget (or anything over the
-        cap): fold the WAL in and truncate it. See ``_sqlite_evict``."""
+        ~90 % of it and give the pages back. WAL past half its budget: fold it in
+        (truncate it when over the cap). Waits ``wait_ms`` (default
+        CHECKPOINT_TIMEOUT_MS) for readers at each checkpoint. See ``_sqlite_evict``."""
         if not self._evict_mutex.acquire(blocking=False):
             return  # another thread of this handle is at it
         try:
             conn = self._conns.get()
             if not self._page:
                 self._page = conn.execute("PRAGMA page_size").fetchall()[0][0]
-            wait = self.CHECKPOINT_TIMEOUT_MS / 1000
-            with self._conns.busy_timeout(conn, self.CHECKPOINT_TIMEOUT_MS):
+            wait_ms = wait_ms or self.CHECKPOINT_TIMEOUT_MS
+            wait = wait_ms / 1000
+            with self._conns.busy_timeout(conn, wait_ms):
                 step = max(4, self._wal_limit // self._page // 4)  # a row writes ~2 pages
                 if self._max is not None and disk > self._max:
                     gone = evict_down(
@@ -390,8 +377,9 @@ class SQLiteProgramCache(ProgramCacheResource):
                     if gone:
                         shrink_to(conn, self._file_share(), self._page, step // 2, wait)
                 db, wal = self._sizes()
-                if wal > 0 and db + wal >= self._retry_checkpoint_at:
-                    done = checkpoint(conn, wait)
+                over = self._max is not None and db + wal > self._max
+                if (over or wal > self._wal_limit // 2) and db + wal >= self._retry_checkpoint_at:
+                    done = checkpoint(conn, wait, truncate=over)
                     # Readers outlasting the wait: try again after another WAL budget's
                     # worth of writes, not on every write.
                     self._retry_checkpoint_at = 0 if done else db + wal + self._wal_limit
@@ -571,6 +559,11 @@ class SQLiteProgramCache(ProgramCacheResource):
         _LIVE.discard(self)
         with contextlib.suppress(Exception):
             self._housekeep(wait=True)
+            db, wal = self._sizes()
+            if self._max is not None and not self._broken and db + wal > self._max:
+                # Leave the cache within its cap, waiting as long as a write would.
+                self._retry_checkpoint_at = 0
+                self._make_room(db + wal, int(self._timeout * 1000))
         self._finalizer()
 
     def __repr__(self) -> str:
