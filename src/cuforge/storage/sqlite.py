@@ -113,7 +113,11 @@ class SQLiteProgramCache(ProgramCacheResource):
         self._sqlite = sqlite3
         self._error = sqlite3.Error
         self._max = check_max_size(max_size_bytes)
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
+        if (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, (int, float))
+            or not (0 <= timeout < 1e6)
+        ):
             raise ValueError(f"timeout must be a number of seconds >= 0, got {timeout!r}")
         self._timeout = float(timeout)
         self._durable = bool(durable)
@@ -138,7 +142,7 @@ class SQLiteProgramCache(ProgramCacheResource):
         self._broken: str | None = None  # why this handle serves misses only
         self._flush_mutex = threading.Lock()
         self._evict_mutex = threading.Lock()
-        self._ids: dict[Any, tuple[bytes, int]] = {}
+        self._ids: dict[Any, tuple[bytes, int, int]] = {}
         self._pending: dict[int, int] = {}  # rid -> wall ns, not yet written
         self._flushed = CacheStats()
         self._ops = 0
