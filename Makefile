@@ -35,12 +35,14 @@ test: $(STAMP) lint redis-server
 
 # cuda-core is the peer we measure against: it lives only in this separate venv,
 # beside an editable cuforge, so one run prints both columns and their ratio.
+# diskcache (the SQLite-backed Python cache) is the peer of SQLiteProgramCache.
 BENCH_VENV := .bench-venv
 BENCH_STAMP := $(BENCH_VENV)/.installed
 $(BENCH_STAMP): pyproject.toml setup.py $(wildcard src/cuforge/_native/*.c)
 	test -x $(BENCH_VENV)/bin/python || $(PYTHON) -m venv $(BENCH_VENV)
 	$(BENCH_VENV)/bin/python -m pip install -q --upgrade pip
 	$(BENCH_VENV)/bin/python -m pip install -q -e '.[redis]' 'cuda-core==1.2.2' numpy
+	$(BENCH_VENV)/bin/python -m pip install -q 'diskcache==5.6.3'
 	touch $(BENCH_STAMP)
 
 bench: $(BENCH_STAMP) redis-server

@@ -4,7 +4,8 @@ The Redis rows (bench_fleet.py) run against a private redis-server on a loopback
 port; cuda.core has no remote cache, so their cuda.core column is empty.
 
 Prints one table: each measurement for cuforge, for cuda.core (when importable),
-their ratio (cuforge / cuda.core; below 1 is better) and the target. GPU
+their ratio (cuforge / cuda.core; below 1 is better) and the target; then 4 KiB
+get/set on every backend with SQLite beside diskcache (``bench_backends``). GPU
 benchmarks (launch overhead, graphs) need the GPU machine: see bench_launch.py and
 bench_graph.py.
 
@@ -26,6 +27,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import bench_backends as bb
 import bench_compile as bc
 import bench_fleet as bf
 import bench_storage as bs
@@ -180,6 +182,11 @@ def main(argv: list[str] | None = None) -> int:
             "\ncuda.core compiles CUB only when handed the include directories; a '-' hit means"
             " its cache refuses include paths (no extra_digest through compile(cache=))."
         )
+    print()
+    backends = bb.run(n_calls, 1000 if args.quick else 5000)
+    bb.print_table(bb.table(backends))
+    if "diskcache" not in backends:
+        print("\ndiskcache is not importable here: run `make bench` for its row.")
     return 0
 
 

@@ -16,13 +16,16 @@ from cuforge.compile.cache_key import (
 )
 from cuforge.compile.explain import Explanation, explain
 from cuforge.storage import (
+    CacheRecoveryWarning,
     CacheStats,
     CacheWriteWarning,
     FileStreamProgramCache,
     InMemoryProgramCache,
     ProgramCacheResource,
+    SQLiteProgramCache,
     default_cache,
     default_cache_dir,
+    default_db_path,
 )
 
 if TYPE_CHECKING:
@@ -35,6 +38,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "KEY_SCHEMA_VERSION",
+    "CacheRecoveryWarning",
     "CacheStats",
     "CacheWriteWarning",
     "Explanation",
@@ -42,10 +46,12 @@ __all__ = [
     "InMemoryProgramCache",
     "ProgramCacheResource",
     "RedisProgramCache",
+    "SQLiteProgramCache",
     "SignedProgramCache",
     "TieredProgramCache",
     "default_cache",
     "default_cache_dir",
+    "default_db_path",
     "explain",
     "fingerprint_headers",
     "make_program_cache_key",

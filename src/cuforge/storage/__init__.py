@@ -13,6 +13,7 @@ from .config import default_cache
 from .entry import CacheEntry, EntryInfo, entry_id
 from .filestream import FileStreamProgramCache, default_cache_dir
 from .memory import InMemoryProgramCache
+from .sqlite import CacheRecoveryWarning, SQLiteProgramCache, default_db_path
 from .stats import CacheStats
 
 if TYPE_CHECKING:
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CacheEntry",
+    "CacheRecoveryWarning",
     "CacheStats",
     "CacheWriteWarning",
     "EntryInfo",
@@ -30,11 +32,13 @@ __all__ = [
     "InMemoryProgramCache",
     "ProgramCacheResource",
     "RedisProgramCache",
+    "SQLiteProgramCache",
     "SignedProgramCache",
     "TieredProgramCache",
     "_is_windows_sharing_violation",
     "default_cache",
     "default_cache_dir",
+    "default_db_path",
     "entry_id",
     "open_cache",
 ]
