@@ -30,6 +30,7 @@ from cuda.bindings import driver
 from cuforge.graph import _operands as ops
 from cuforge.graph._definition import Condition, GraphDefinition, create_condition
 from cuforge.graph._state import GraphState, require_same_context
+from cuforge.runtime import capture_guard
 from cuforge.runtime.device import _ContextScope
 from cuforge.runtime.errors import CUDAError, check
 
@@ -58,6 +59,7 @@ class GraphBuilder:
         "__weakref__",
         "_bodies",
         "_body_state",
+        "_capture",
         "_ctx",
         "_kind",
         "_own_streams",
@@ -96,6 +98,7 @@ class GraphBuilder:
         self._primary = primary
         self._state: GraphState | None = None
         self._body_state: GraphState | None = None
+        self._capture: Any = None  # (capture_guard record, its abandon finalizer)
         self._own_streams: list[driver.CUstream] = []
         self._bodies: list[GraphState] = []
         # Host-callback bundles captured so far; forks share their origin's list.
@@ -155,8 +158,22 @@ class GraphBuilder:
                   "cuStreamBeginCaptureToGraph")  # fmt: skip
         else:
             check(driver.cuStreamBeginCapture(self.handle, m), "cuStreamBeginCapture")
+        # Releases that this capture forbids are deferred until it ends (capture_guard).
+        stream = int(self.handle)
+        rec = capture_guard.begin(stream, mode)
+        fin = weakref.finalize(self, _abandon, rec, stream, self._kind == PRIMARY)
+        fin.atexit = False
+        self._capture = (rec, fin)
         self._phase = BUILDING
         return self
+
+    def _capture_over(self) -> None:
+        """The capture ended (or was abandoned): run the releases it deferred."""
+        if self._capture is not None:
+            rec, fin = self._capture
+            self._capture = None
+            fin.detach()
+            capture_guard.end(rec)
 
     def end_building(self) -> GraphBuilder:
         """Stop capturing; the captured graph (and retained callbacks) become the result."""
@@ -165,14 +182,18 @@ class GraphBuilder:
         self._require(BUILDING)
         pending = list(self._pending)
         self._pending.clear()
-        graph = check(driver.cuStreamEndCapture(self.handle), "cuStreamEndCapture")
+        try:
+            graph = check(driver.cuStreamEndCapture(self.handle), "cuStreamEndCapture")
+        finally:
+            self._capture_over()  # ended, successfully or not
         self._phase = BUILT
         if self._kind == BODY:
             for owners in pending:
                 self._body_state.add_bundle(owners)
         else:
             self._state = GraphState(graph, ctx=self._ctx)
-            self._state.pending.extend(pending)
+            for owners in pending:
+                self._state.add_bundle(owners)
             for body in self._bodies:
                 body.parent = self._state
         return self
@@ -321,8 +342,9 @@ class GraphBuilder:
             return
         if self._phase == BUILDING and self._kind != FORKED:
             res = driver.cuStreamEndCapture(self.handle)  # abandon the capture
+            self._capture_over()
             if self._kind == PRIMARY and res[0] == driver.CUresult.CUDA_SUCCESS and int(res[1]):
-                driver.cuGraphDestroy(res[1])
+                capture_guard.destroy(b"cuGraphDestroy", int(res[1]))
         self._phase = CLOSED
         self._pending = []
         self._state = None
@@ -341,7 +363,16 @@ class GraphBuilder:
 
 def _destroy_streams(streams: list[driver.CUstream]) -> None:
     while streams:
-        driver.cuStreamDestroy(streams.pop())
+        capture_guard.destroy(b"cuStreamDestroy", int(streams.pop()))
+
+
+def _abandon(rec: capture_guard.Capture, stream: int, primary: bool) -> None:
+    """A builder collected mid-capture: end its capture (CUDA refuses if another thread
+    began it in a strict mode) and stop deferring releases on its account."""
+    res = driver.cuStreamEndCapture(driver.CUstream(stream))
+    capture_guard.end(rec)
+    if primary and res[0] == driver.CUresult.CUDA_SUCCESS and int(res[1]):
+        capture_guard.destroy(b"cuGraphDestroy", int(res[1]))
 
 
 def _fork_wait(src: driver.CUstream, dst: driver.CUstream) -> None:

@@ -20,10 +20,11 @@ from typing import Any
 from cuda.bindings import driver
 
 from cuforge.graph import _operands as ops
+from cuforge.graph import _owners
 from cuforge.graph._nodes import EmptyNode, GraphNode, _Adder, _query_nodes, wrap_node
 from cuforge.graph._state import GraphState
-from cuforge.runtime._init import ensure_initialized
-from cuforge.runtime.errors import check
+from cuforge.runtime import _init
+from cuforge.runtime.errors import check, error_for
 
 _F = driver.CUgraphInstantiate_flags
 
@@ -107,10 +108,20 @@ class GraphDefinition(_Adder):
 
     def __init__(self) -> None:
         """An empty graph for the device whose context is current on this thread."""
-        ensure_initialized()
-        ctx = ops.current_context()
-        graph = check(driver.cuGraphCreate(0), "cuGraphCreate")
-        self._state = GraphState(graph, ctx=ctx)
+        if not _init._done:
+            _init.ensure_initialized()
+        c = _owners.native_graph()
+        if not c:
+            ctx = ops.current_context()
+            graph = check(driver.cuGraphCreate(0), "cuGraphCreate")
+            self._state = GraphState(graph, ctx=ctx)
+            return
+        err, ctx, graph = c.create(0)
+        if err:
+            raise error_for(driver.CUresult(err), "cuGraphCreate")
+        if not ctx:
+            ops.current_context()  # raises the "no current context" CUDAError
+        self._state = GraphState._new(graph, ctx)
 
     @classmethod
     def _wrap(cls, state: GraphState) -> GraphDefinition:
@@ -211,5 +222,5 @@ class GraphDefinition(_Adder):
         self.close()
 
     def __repr__(self) -> str:
-        state = "closed" if self._state.closed else f"{int(self._state.handle):#x}"
+        state = "closed" if self._state.closed else f"{self._state.handle_int:#x}"
         return f"<GraphDefinition {state}>"

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from cuda.bindings import driver
 
 from cuforge._native._launch import add_kernel_node as _c_add
+from cuforge._native._launch import add_kernel_node_args as _c_add_args
 from cuforge.graph import _operands as ops
 from cuforge.graph._state import GraphState
 from cuforge.runtime.args import plan_for
@@ -59,9 +60,10 @@ def _add_kernel_node(
     """Add a kernel node after node address ``dep`` (0: none) and record its owners.
 
     The common case (a plain LaunchConfig and a cuforge Kernel) packs the arguments
-    into the graph's scratch memory and adds the node with one C call; everything
-    else goes through cuda.bindings. Like every CUgraph, a definition must not be
-    modified from two threads at once (the scratch memory relies on that too).
+    and adds the node in one C call (arrays and other values C cannot pack are
+    packed into the graph's scratch memory first); everything else goes through
+    cuda.bindings. Like every CUgraph, a definition must not be modified from two
+    threads at once (the scratch memory relies on that too).
     """
     if type(config) is not LaunchConfig or type(kernel) is not Kernel:
         return _add_kernel_node_generic(state, [dep] if dep else [], config, kernel, args)
@@ -69,29 +71,49 @@ def _add_kernel_node(
     entry = _add_entry if _add_entry is not None else _resolve_add_entry()
     if plain is None or not entry:
         return _add_kernel_node_generic(state, [dep] if dep else [], config, kernel, args)
-    if args:
+    res: Any = -1
+    last = kernel._last
+    if last is not None:  # the types last validated for this kernel (C checks them)
+        res = _c_add_args(entry, state.handle_int, dep, kernel._function_int, state.ctx_int,
+                          plain, last[0], last[1], args)  # fmt: skip
+    if type(res) is tuple:
+        pass  # added
+    elif args:
         plan = plan_for(args)
-        if plan.nbytes > state.scratch_size:
-            state.grow_scratch(plan.nbytes)
-        try:
-            held = plan.fill(args, state.scratch, state.scratch_addr)
-        except struct.error:  # unsigned 64-bit values and overflow: pack_args sorts them out
-            return _add_kernel_node_generic(state, [dep] if dep else [], config, kernel, args)
-        params = state.scratch_addr
+        if plan not in kernel._checked:
+            _validate_plan(kernel, plan, len(args))
+        codes = plan.ccodes
+        if codes is not None:  # -1: a value C leaves to Python (closed Buffer, range)
+            kernel._last = (codes, plan.types)
+            res = _c_add_args(entry, state.handle_int, dep, kernel._function_int,
+                              state.ctx_int, plain, codes, None, args)  # fmt: skip
+        if type(res) is not tuple:
+            if plan.nbytes > state.scratch_size:
+                state.grow_scratch(plan.nbytes)
+            try:
+                held = plan.fill(args, state.scratch, state.scratch_addr)
+            except struct.error:  # unsigned 64-bit values and overflow: pack_args sorts them
+                return _add_kernel_node_generic(state, [dep] if dep else [], config, kernel, args)
+            params = state.scratch_addr
     else:
-        plan, held, params = None, (), 0
-    if plan not in kernel._checked:
-        _validate_plan(kernel, plan, len(args))
-    err, node = _c_add(entry, state.handle_int, dep, kernel._function_int, state.ctx_int,
-                       plain, params)  # fmt: skip
+        if None not in kernel._checked:
+            _validate_plan(kernel, None, 0)
+        kernel._last = (b"", ())
+        held, params = (), 0
+    if type(res) is tuple:
+        err, node, held = res
+    else:
+        err, node = _c_add(entry, state.handle_int, dep, kernel._function_int, state.ctx_int,
+                           plain, params)  # fmt: skip
     if err:
         raise error_for(driver.CUresult(err), "cuGraphAddKernelNode")
     # held: the allocations of Buffer arguments and the arrays passed by pointer
     # (a Buffer's close() must not free them); args: everything else passed.
     owners = (kernel, args, held)
-    if state.owned:
-        state.pending.append(owners)
-    else:
+    lst = state.pending
+    if lst is not None:
+        lst.append(owners)
+    else:  # a body graph, or no open bundle list yet
         _commit(state, driver.CUgraphNode(node), owners)
     out = object.__new__(KernelNode)
     out._state = state

@@ -124,13 +124,20 @@ def _handler_for(tp: type) -> _Handler | None:
     return None
 
 
+_C_CODES = frozenset("?bBhHiIqQfd")
+
+
 class _Plan:
     """How to pack one tuple of argument types (compiled to a small function)."""
 
-    __slots__ = ("__weakref__", "codes", "fill", "fmt", "nbytes", "pack", "raw", "sizes")
+    __slots__ = (
+        "__weakref__", "ccodes", "codes", "fill", "fmt", "nbytes", "pack", "raw", "sizes",
+        "types",
+    )  # fmt: skip
 
     def __init__(self, types: Sequence[type]) -> None:
         n = len(types)
+        self.types = tuple(types)
         handlers = []
         for i, tp in enumerate(types):
             h = _handler_for(tp)
@@ -159,6 +166,18 @@ class _Plan:
                 owners.append(owner.format(a=a, i=i))
         self.fmt = "".join(fmt)
         self.codes = tuple(h[0] for h in handlers)
+        # What the C packer (cuforge._native._launch) takes: one byte per argument, or
+        # None when some argument needs Python (arrays, bytes-like values, half floats).
+        cc = []
+        for tp, (code, getter, _owner) in zip(types, handlers, strict=True):
+            if issubclass(tp, Buffer):
+                cc.append("P")
+            elif getter is None and code in _C_CODES:
+                cc.append(code)
+            else:
+                cc = None
+                break
+        self.ccodes: bytes | None = "".join(cc).encode() if cc is not None else None
         self.sizes = tuple(sizes)
         names = ", ".join(f"a{i}" for i in range(n))
         ptrs = ", ".join(f"b + {o}" for o in offsets)

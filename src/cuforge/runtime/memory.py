@@ -24,8 +24,9 @@ from typing import Any
 
 from cuda.bindings import driver
 
+from cuforge.runtime import capture_guard
 from cuforge.runtime.device import Device
-from cuforge.runtime.errors import check
+from cuforge.runtime.errors import check, error_for
 from cuforge.runtime.stream import Stream
 
 
@@ -69,13 +70,18 @@ class Allocation:
         # Interpreter shutdown: leak rather than call into a driver being torn down.
         if sys.is_finalizing() or self.mr is None or not self.ptr:
             return
-        try:
-            self.mr.deallocate(self.ptr, self.size, self._free_stream)
-        except Exception as exc:  # a finaliser must not raise; report like CPython does
-            sys.unraisablehook(_Unraisable(exc, self))
+        # Never during a capture that forbids it (queued until the capture ends).
+        capture_guard.release(_free, self.mr, self.ptr, self.size, self._free_stream)
 
     def __repr__(self) -> str:
         return f"<Allocation {self.ptr:#x} size={self.size}>"
+
+
+def _free(mr: MemoryResource, ptr: int, size: int, stream: Stream | None) -> None:
+    try:
+        mr.deallocate(ptr, size, stream)
+    except Exception as exc:  # a finaliser must not raise; report like CPython does
+        sys.unraisablehook(_Unraisable(exc, f"<Allocation {ptr:#x} size={size}>"))
 
 
 class _Unraisable:
@@ -163,12 +169,22 @@ class DeviceMemoryResource(MemoryResource):
         return Buffer._wrap(Allocation(ptr, size, self, s, device_id=self._device.device_id))
 
     def deallocate(self, ptr: int, size: int, stream: Any = None) -> None:
+        """Free ``ptr`` ordered on ``stream``; queued (see ``capture_guard``) while that
+        stream is capturing, or while a capture forbids the synchronisation a closed
+        ``stream`` needs."""
         s = _as_stream(stream, self._device)
         with self._device._scope():
             if s._handle is None:  # the free stream was closed: order after everything
+                if capture_guard.any_active():  # a context sync is invalid during capture
+                    capture_guard.defer(self.deallocate, ptr, size, stream)
+                    return
                 check(driver.cuCtxSynchronize(), "cuCtxSynchronize")
                 s = self._device.default_stream
-            check(driver.cuMemFreeAsync(ptr, s.handle), "cuMemFreeAsync")
+            err = capture_guard.free_on_stream(b"cuMemFreeAsync", ptr, s._handle_int)
+        if err == capture_guard.DEFERRED:  # recorded into that capture otherwise
+            capture_guard.defer(self.deallocate, ptr, size, s)
+        elif err:
+            raise error_for(driver.CUresult(err), "cuMemFreeAsync")
 
     @property
     def is_device_accessible(self) -> bool:
@@ -207,12 +223,22 @@ class PinnedMemoryResource(MemoryResource):
         return Buffer._wrap(Allocation(ptr, size, self, s, device_id=self._device.device_id))
 
     def deallocate(self, ptr: int, size: int, stream: Any = None) -> None:
+        """Free ``ptr`` after ``stream``'s work; queued (see ``capture_guard``) while
+        that stream is capturing."""
         if stream is not None:
             s = Stream.from_foreign(stream)
             if s._handle is not None:
-                s.sync()  # the host memory may still be read by queued copies
+                if capture_guard.stream_capturing(s._handle_int):
+                    capture_guard.defer(self.deallocate, ptr, size, stream)
+                    return
+                # The host memory may still be read by queued copies.
+                err = capture_guard.call(b"cuStreamSynchronize", s._handle_int)
+                if err:
+                    raise error_for(driver.CUresult(err), "cuStreamSynchronize")
         with self._device._scope():
-            check(driver.cuMemFreeHost(ptr), "cuMemFreeHost")
+            err = capture_guard.call(b"cuMemFreeHost", ptr)
+        if err:
+            raise error_for(driver.CUresult(err), "cuMemFreeHost")
 
     @property
     def is_device_accessible(self) -> bool:
