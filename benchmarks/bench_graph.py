@@ -55,7 +55,7 @@ class Subject:
             node = node.launch(config, kernel, buf, 1)
         return g
 
-    def _round(self) -> tuple[Any, Any, dict[str, float]]:
+    def _round(self) -> tuple[list[Any], dict[str, float]]:
         t: dict[str, float] = {}
         t0 = time.perf_counter()
         g = self._build()
@@ -69,22 +69,26 @@ class Subject:
         self.stream.sync()
         t4 = time.perf_counter()
         t["build"], t["instantiate"], t["launch+sync"] = t1 - t0, t2 - t1, t4 - t3
-        return g, exe, t
+        return [g, exe], t
 
-    def _close(self, g: Any, exe: Any, t: dict[str, float]) -> float:
+    def _close(self, objs: list[Any], t: dict[str, float]) -> float:
+        """Destroy the round's exec and definition; ``objs`` holds the only references,
+        so both libraries' objects die inside the timed region."""
         t0 = time.perf_counter()
+        g, exe = objs
         exe.close()
         # cuda.core's GraphDefinition has no close(): dropping it destroys the graph.
         getattr(g, "close", lambda: None)()
         del g, exe
+        objs.clear()
         return time.perf_counter() - t0
 
     def run_round(self, collect: bool = True) -> None:
         self.dev.set_current()
         if collect:
             gc.collect()
-        g, exe, t = self._round()
-        t["destroy"] = self._close(g, exe, t)
+        objs, t = self._round()
+        t["destroy"] = self._close(objs, t)
         for phase, seconds in t.items():
             self.samples[phase].append(seconds * 1e3)
 

@@ -298,12 +298,12 @@ def test_deferred_release_is_run_at_exit(tmp_path) -> None:
     stream whose foreign capture ended without cuforge seeing it)."""
     script = textwrap.dedent(
         """
-        import atexit, gc
+        import atexit, gc, os
         from cuda.bindings import driver
 
         def report():  # registered first, so it runs after cuforge's own exit hook
             from cuforge.runtime import capture_guard
-            pool = driver.cuDeviceGetMemPool(0)[1]
+            pool = driver.cuDeviceGetMemPool(dev.device_id)[1]
             attr = driver.CUmemPool_attribute.CU_MEMPOOL_ATTR_USED_MEM_CURRENT
             driver.cuCtxSynchronize()
             used = int(driver.cuMemPoolGetAttribute(pool, attr)[1])
@@ -311,7 +311,7 @@ def test_deferred_release_is_run_at_exit(tmp_path) -> None:
 
         atexit.register(report)
         from cuforge import Device, Stream
-        dev = Device(0); dev.set_current()
+        dev = Device(int(os.environ.get("CUFORGE_TEST_DEVICE", "0"))); dev.set_current()
         raw = driver.cuStreamCreate(1)[1]
         buf = dev.allocate(64 << 20, stream=Stream.from_handle(int(raw)))
         driver.cuStreamBeginCapture(raw, driver.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_GLOBAL)

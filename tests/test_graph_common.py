@@ -13,6 +13,8 @@ import traceback
 import numpy as np
 import pytest
 
+from conftest import device_ordinal
+
 KERNELS = r"""
 typedef unsigned long long cuforge_cond_t;
 extern "C" __device__ __cudart_builtin__ void cudaGraphSetConditional(cuforge_cond_t h,
@@ -53,10 +55,10 @@ extern "C" __global__ void set_cond(cuforge_cond_t h, long long value) {
 
 @functools.cache
 def kernels():
-    """Device 0 current; the compiled kernels by name."""
+    """The test device current; the compiled kernels by name."""
     from cuforge import Device, Program, ProgramOptions
 
-    dev = Device(0)
+    dev = Device(device_ordinal())
     dev.set_current()
     arch = "sm_" + "".join(str(x) for x in dev.compute_capability)
     code = Program(KERNELS, "c++", ProgramOptions(arch=arch)).compile("cubin")
@@ -65,10 +67,11 @@ def kernels():
 
 
 def setup_device():
-    """Device 0, made current, with the test kernels compiled and loaded."""
+    """The test device (``CUFORGE_TEST_DEVICE``, default 0), made current, with the
+    test kernels compiled and loaded."""
     from cuforge import Device
 
-    d = Device(0)
+    d = Device(device_ordinal())
     d.set_current()
     kernels()
     return d

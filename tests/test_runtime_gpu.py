@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 
+from conftest import device_ordinal
+
 pytestmark = pytest.mark.gpu
 
 SOURCE = r"""
@@ -84,7 +86,7 @@ def nvrtc_cubin(source: str, arch: str) -> bytes:
 def dev():
     from cuforge import Device
 
-    d = Device(0)
+    d = Device(device_ordinal())
     d.set_current()
     return d
 
@@ -149,7 +151,7 @@ def grid_for(n, block=256):
 def test_device_identity_and_properties(dev):
     from cuforge import CUDAError, Device
 
-    assert Device(0) is dev and Device() is dev
+    assert Device(dev.device_id) is dev and Device() is dev
     major, minor = dev.compute_capability
     assert dev.arch == f"{major}{minor}"
     assert isinstance(dev.name, str) and dev.name

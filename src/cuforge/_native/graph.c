@@ -9,9 +9,10 @@
  * Python side (cuforge.graph) registers every owner bundle before a call and
  * forgets it on failure, exactly as with the bindings.
  *
- * create(flags) -> (CUresult, ctx, graph)
+ * create(flags, token) -> (CUresult, ctx, graph, committed)
  *     cuCtxGetCurrent, then cuGraphCreate; ctx is 0 (and no graph is made) when
- *     the thread has no current context.
+ *     the thread has no current context.  With a token, commit(graph, token)
+ *     follows (the new graph's first bundle list); committed says it happened.
  * commit(graph, token) -> CUresult
  *     A user object owning ``token`` (destructor: cuforge_release, no destructor
  *     sync) moved onto ``graph`` (cuGraphRetainUserObject, MOVE).  On a failed
@@ -20,6 +21,14 @@
  *     commit(graph, flush_token) unless it is 0, then cuGraphInstantiateWithFlags
  *     (the exec copies the graph's user-object references).  stage says which
  *     step failed: 1 commit, 3 instantiate.
+ *
+ * host_func(stream, fn, data) -> CUresult
+ *     cuLaunchHostFunc(stream, fn, data) as is.  (cuda-bindings' cuLaunchHostFunc
+ *     runs fn through a wrapper whose state it frees after the first call, so a
+ *     host function captured into a graph through it crashes on the second launch.)
+ * release_after(stream, event, token) -> CUresult
+ *     cuStreamWaitEvent(stream, event), then cuLaunchHostFunc(stream, destructor,
+ *     token): ``token`` is queued for release once the event's work completed.
  *
  * The GIL is released around driver calls, as cuda-bindings does.  No CUDA
  * header is included: the signatures below are the ABI.
@@ -34,6 +43,8 @@ typedef int (*uobj_create_fn)(void **uobj, void *ptr, void (*destroy)(void *), u
 typedef int (*uobj_release_fn)(void *uobj, unsigned count);
 typedef int (*graph_retain_fn)(void *graph, void *uobj, unsigned count, unsigned flags);
 typedef int (*instantiate_fn)(void **exec, void *graph, unsigned long long flags);
+typedef int (*launch_host_fn)(void *stream, void (*fn)(void *), void *data);
+typedef int (*wait_event_fn)(void *stream, void *event, unsigned flags);
 
 enum { NO_DESTRUCTOR_SYNC = 1, MOVE = 1 };
 
@@ -44,6 +55,8 @@ static struct {
     uobj_release_fn uobj_release;
     graph_retain_fn graph_retain;
     instantiate_fn instantiate;
+    launch_host_fn launch_host;
+    wait_event_fn wait_event;
     void (*destructor)(void *);
 } E;
 
@@ -61,15 +74,16 @@ static int not_ready(void) {
 
 static PyObject *set_entries(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    void *p[7];
-    if (nargs != 7) {
+    void *p[9];
+    if (nargs != 9) {
         PyErr_SetString(PyExc_TypeError,
                         "set_entries(cuCtxGetCurrent, cuGraphCreate, cuUserObjectCreate, "
                         "cuUserObjectRelease, cuGraphRetainUserObject, "
-                        "cuGraphInstantiateWithFlags, destructor)");
+                        "cuGraphInstantiateWithFlags, cuLaunchHostFunc, cuStreamWaitEvent, "
+                        "destructor)");
         return NULL;
     }
-    for (int i = 0; i < 7; i++) {
+    for (int i = 0; i < 9; i++) {
         if (as_ptr(args[i], &p[i])) return NULL;
         if (p[i] == NULL) {
             PyErr_Format(PyExc_ValueError, "set_entries: entry %d is missing", i);
@@ -82,23 +96,11 @@ static PyObject *set_entries(PyObject *self, PyObject *const *args, Py_ssize_t n
     E.uobj_release = (uobj_release_fn)p[3];
     E.graph_retain = (graph_retain_fn)p[4];
     E.instantiate = (instantiate_fn)p[5];
-    E.destructor = (void (*)(void *))p[6];
+    E.launch_host = (launch_host_fn)p[6];
+    E.wait_event = (wait_event_fn)p[7];
+    E.destructor = (void (*)(void *))p[8];
     ready = 1;
     Py_RETURN_NONE;
-}
-
-static PyObject *create(PyObject *self, PyObject *arg) {
-    (void)self;
-    if (!ready && not_ready()) return NULL;
-    unsigned long flags = PyLong_AsUnsignedLong(arg);
-    if (flags == (unsigned long)-1 && PyErr_Occurred()) return NULL;
-    void *ctx = NULL, *graph = NULL;
-    int err;
-    Py_BEGIN_ALLOW_THREADS
-    err = E.ctx_get_current(&ctx);
-    if (err == 0 && ctx != NULL) err = E.graph_create(&graph, (unsigned)flags);
-    Py_END_ALLOW_THREADS
-    return Py_BuildValue("(iNN)", err, PyLong_FromVoidPtr(ctx), PyLong_FromVoidPtr(graph));
 }
 
 /* Without the GIL. */
@@ -109,6 +111,31 @@ static int do_commit(void *graph, void *token) {
     err = E.graph_retain(graph, uobj, 1, MOVE);
     if (err) E.uobj_release(uobj, 1); /* still ours: destroys it (token queued) */
     return err;
+}
+
+static PyObject *create(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "create(flags, token)");
+        return NULL;
+    }
+    if (!ready && not_ready()) return NULL;
+    unsigned long flags = PyLong_AsUnsignedLong(args[0]);
+    if (flags == (unsigned long)-1 && PyErr_Occurred()) return NULL;
+    void *token;
+    if (as_ptr(args[1], &token)) return NULL;
+    void *ctx = NULL, *graph = NULL;
+    int err, committed = 0;
+    Py_BEGIN_ALLOW_THREADS
+    err = E.ctx_get_current(&ctx);
+    if (err == 0 && ctx != NULL) err = E.graph_create(&graph, (unsigned)flags);
+    if (err == 0 && graph != NULL && token != NULL) {
+        err = do_commit(graph, token);
+        committed = err == 0;
+    }
+    Py_END_ALLOW_THREADS
+    return Py_BuildValue("(iNNi)", err, PyLong_FromVoidPtr(ctx), PyLong_FromVoidPtr(graph),
+                         committed);
 }
 
 static PyObject *commit(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -153,10 +180,49 @@ static PyObject *instantiate(PyObject *self, PyObject *const *args, Py_ssize_t n
     return Py_BuildValue("(iiN)", err, stage, PyLong_FromVoidPtr(exec));
 }
 
+static PyObject *host_func(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    void *stream, *fn, *data;
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "host_func(stream, fn, data)");
+        return NULL;
+    }
+    if (!ready && not_ready()) return NULL;
+    if (as_ptr(args[0], &stream) || as_ptr(args[1], &fn) || as_ptr(args[2], &data)) return NULL;
+    int err;
+    Py_BEGIN_ALLOW_THREADS
+    err = E.launch_host(stream, (void (*)(void *))fn, data);
+    Py_END_ALLOW_THREADS
+    return PyLong_FromLong(err);
+}
+
+static PyObject *release_after(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    void *stream, *event, *token;
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "release_after(stream, event, token)");
+        return NULL;
+    }
+    if (!ready && not_ready()) return NULL;
+    if (as_ptr(args[0], &stream) || as_ptr(args[1], &event) || as_ptr(args[2], &token))
+        return NULL;
+    int err;
+    Py_BEGIN_ALLOW_THREADS
+    err = E.wait_event(stream, event, 0);
+    if (!err) err = E.launch_host(stream, E.destructor, token);
+    Py_END_ALLOW_THREADS
+    return PyLong_FromLong(err);
+}
+
 static PyMethodDef methods[] = {
+    {"host_func", (PyCFunction)(void (*)(void))host_func, METH_FASTCALL,
+     "host_func(stream, fn, data) -> CUresult: cuLaunchHostFunc, no wrapper."},
+    {"release_after", (PyCFunction)(void (*)(void))release_after, METH_FASTCALL,
+     "release_after(stream, event, token) -> CUresult: release token after event's work."},
     {"set_entries", (PyCFunction)(void (*)(void))set_entries, METH_FASTCALL,
      "Install the driver entry points and the user-object destructor."},
-    {"create", create, METH_O, "create(flags) -> (CUresult, ctx, graph)"},
+    {"create", (PyCFunction)(void (*)(void))create, METH_FASTCALL,
+     "create(flags, token) -> (CUresult, ctx, graph, committed)"},
     {"commit", (PyCFunction)(void (*)(void))commit, METH_FASTCALL,
      "commit(graph, token) -> CUresult: a user object owning token, moved onto graph."},
     {"instantiate", (PyCFunction)(void (*)(void))instantiate, METH_FASTCALL,

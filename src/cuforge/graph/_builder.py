@@ -28,11 +28,12 @@ from typing import Any
 from cuda.bindings import driver
 
 from cuforge.graph import _operands as ops
+from cuforge.graph import _owners
 from cuforge.graph._definition import Condition, GraphDefinition, create_condition
 from cuforge.graph._state import GraphState, require_same_context
 from cuforge.runtime import capture_guard
 from cuforge.runtime.device import _ContextScope
-from cuforge.runtime.errors import CUDAError, check
+from cuforge.runtime.errors import CUDAError, check, error_for
 
 _MODES = {
     "global": driver.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_GLOBAL,
@@ -139,6 +140,12 @@ class GraphBuilder:
     def is_building(self) -> bool:
         return self._phase == BUILDING
 
+    @property
+    def is_join_required(self) -> bool:
+        """True for builders made by ``split`` (they must be joined back before
+        ``end_building``); False for the primary."""
+        return self._kind == FORKED
+
     def _root(self) -> GraphBuilder:
         return self._primary if self._primary is not None else self
 
@@ -233,12 +240,21 @@ class GraphBuilder:
         self._require(BUILDING)
         p, owners = ops.host_callback(fn, user_data)
         self._capture_info()  # refuse before enqueueing: outside capture it would run
-        check(driver.cuLaunchHostFunc(self.handle, p.fn, p.userData), "cuLaunchHostFunc")
+        # Straight to the driver: cuda-bindings' cuLaunchHostFunc wraps the function in
+        # one-shot state, which a graph launched twice would call after it was freed.
+        c = _owners.native_graph()
+        if not c:
+            raise CUDAError("capturing a host callback needs cuforge's C helpers (not built)")
+        err = c.host_func(int(self.handle), int(p.fn), int(p.userData or 0))
+        if err:
+            raise error_for(driver.CUresult(err), "cuLaunchHostFunc")
         self._pending.append(owners)
 
-    def embed(self, child: GraphDefinition) -> None:
-        """Capture ``child`` as a child-graph node (CUDA copies it with its owners)."""
+    def embed(self, child: GraphDefinition | GraphBuilder) -> None:
+        """Capture ``child`` (a definition, or a builder that finished building) as a
+        child-graph node; CUDA copies it with its owners."""
         self._require(BUILDING)
+        child = _as_definition(child, "embed(child)")
         child._state.check_open()
         require_same_context("embed(child)", child._state, self._ctx)
         child._state.flush()
@@ -263,7 +279,9 @@ class GraphBuilder:
 
     @staticmethod
     def join(*builders: GraphBuilder) -> GraphBuilder:
-        """Make ``builders[0]`` wait for all the others; the others are closed."""
+        """Make one builder wait for all the others and return it: the primary when it
+        is among ``builders`` (so ``end_building`` can follow), else ``builders[0]``.
+        The other forked builders are closed."""
         if not builders:
             raise ValueError("join needs at least one builder")
         first = builders[0]
@@ -276,11 +294,13 @@ class GraphBuilder:
                     "join: every builder must come from the same capture (split() of one "
                     "builder); builders of separate captures or devices cannot be joined"
                 )
-        for b in builders[1:]:
-            _fork_wait(b.handle, first.handle)
-            if b._kind == FORKED:
-                b._phase = CLOSED
-        return first
+        target = next((b for b in builders if b._kind != FORKED), first)
+        for b in builders:
+            if b is not target:
+                _fork_wait(b.handle, target.handle)
+                if b._kind == FORKED:
+                    b._phase = CLOSED
+        return target
 
     def create_conditional_handle(self, default_value: int | None = None) -> Condition:
         """A condition for a conditional node of the graph being captured."""
@@ -318,6 +338,8 @@ class GraphBuilder:
     def if_cond(self, handle: Condition) -> GraphBuilder:
         """Body builder of an IF node (runs when the condition is non-zero)."""
         return self._conditional(handle, _COND.CU_GRAPH_COND_TYPE_IF, 1)[0]
+
+    if_then = if_cond  # cuda.core's newer name
 
     def if_else(self, handle: Condition) -> tuple[GraphBuilder, GraphBuilder]:
         """(then, else) body builders of an IF/ELSE node."""
@@ -359,6 +381,17 @@ class GraphBuilder:
 
     def __repr__(self) -> str:
         return f"<GraphBuilder {self._kind} {self._phase}>"
+
+
+def _as_definition(obj: Any, what: str) -> GraphDefinition:
+    """``obj`` as a GraphDefinition: itself, or a finished builder's graph."""
+    if isinstance(obj, GraphDefinition):
+        return obj
+    if isinstance(obj, GraphBuilder):
+        if obj._phase == CLOSED:
+            raise ValueError(f"{what}: the graph builder is closed")
+        return obj.graph_definition
+    raise TypeError(f"{what}: expected a GraphDefinition or GraphBuilder, got {type(obj).__name__}")
 
 
 def _destroy_streams(streams: list[driver.CUstream]) -> None:

@@ -23,7 +23,7 @@ from cuforge.graph import _operands as ops
 from cuforge.graph import _owners
 from cuforge.graph._nodes import EmptyNode, GraphNode, _Adder, _query_nodes, wrap_node
 from cuforge.graph._state import GraphState
-from cuforge.runtime import _init
+from cuforge.runtime import _init, capture_guard
 from cuforge.runtime.errors import check, error_for
 
 _F = driver.CUgraphInstantiate_flags
@@ -116,12 +116,19 @@ class GraphDefinition(_Adder):
             graph = check(driver.cuGraphCreate(0), "cuGraphCreate")
             self._state = GraphState(graph, ctx=ctx)
             return
-        err, ctx, graph = c.create(0)
-        if err:
+        # The graph and its first bundle list (see GraphState) in one C call.
+        lst: list[Any] = []
+        token = _owners.register(lst)
+        err, ctx, graph, _committed = c.create(0, token)
+        if err or not ctx:
+            _owners.unregister(token)
+            if graph:
+                capture_guard.destroy(b"cuGraphDestroy", graph)
+            if not ctx:
+                ops.current_context()  # raises the "no current context" CUDAError
             raise error_for(driver.CUresult(err), "cuGraphCreate")
-        if not ctx:
-            ops.current_context()  # raises the "no current context" CUDAError
-        self._state = GraphState._new(graph, ctx)
+        state = self._state = GraphState._new(graph, ctx)
+        state.pending = lst
 
     @classmethod
     def _wrap(cls, state: GraphState) -> GraphDefinition:

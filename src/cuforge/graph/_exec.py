@@ -96,10 +96,8 @@ def _drop_when_idle(acc: Any, ev: Any, untracked: bool, device_id: int, own: boo
             return  # idle: acc goes with this frame
         token = _owners.register(acc)
         s = _release_stream(device_id)
-        if (
-            driver.cuStreamWaitEvent(s, ev, 0)[0] == _SUCCESS
-            and driver.cuLaunchHostFunc(s, _owners._DESTRUCTOR, token)[0] == _SUCCESS
-        ):
+        c = _owners.native_graph()
+        if c and c.release_after(int(s), int(ev), token) == 0:
             return  # CUDA runs cuforge_release(token) after the last launch
         check(driver.cuEventSynchronize(ev), "cuEventSynchronize")  # fallback: wait here
         _owners.unregister(token)
@@ -223,9 +221,12 @@ class Graph:
     def update(self, definition: Any) -> None:
         """Take every node's parameters from ``definition`` (same topology required).
 
-        On failure the graph is unchanged and CUDAError names the driver's reason.
+        ``definition`` may be a GraphBuilder that finished building. On failure the
+        graph is unchanged and CUDAError names the driver's reason.
         """
-        state = definition._state
+        from cuforge.graph._builder import _as_definition
+
+        state = _as_definition(definition, "update(definition)")._state
         if self._source is not None:
             self._source.require_same_context(state, "update(definition)")
         state.check_open()
@@ -355,7 +356,11 @@ class ExecMemcpyNode(ExecNode):
     def update(self, dst: Any, src: Any, size: int, *, dst_owner: Any = None,
                src_owner: Any = None) -> None:  # fmt: skip
         p, owners = MemcpyNode._params(dst, src, size, dst_owner, src_owner)
-        self._apply(driver.cuGraphExecMemcpyNodeSetParams, p, owners, self._live_source().ctx)
+        source = self._live_source()
+        try:
+            self._apply(driver.cuGraphExecMemcpyNodeSetParams, p, owners, source.ctx)
+        except CUDAError as exc:
+            raise ops.explain_copy_failure(exc, source.device_id, p) from None
 
 
 class ExecMemsetNode(ExecNode):

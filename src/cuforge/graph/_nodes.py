@@ -23,7 +23,7 @@ from cuforge._native._launch import add_kernel_node_args as _c_add_args
 from cuforge.graph import _operands as ops
 from cuforge.graph._state import GraphState
 from cuforge.runtime.args import plan_for
-from cuforge.runtime.errors import check, error_for
+from cuforge.runtime.errors import CUDAError, check, error_for
 from cuforge.runtime.launch import LaunchConfig, _validate_plan, driver_entry
 from cuforge.runtime.memory import Buffer
 from cuforge.runtime.module import Kernel
@@ -193,8 +193,11 @@ class _Adder:
     ) -> MemcpyNode:
         """Add a 1-D copy of ``size`` bytes; Buffer operands are retained, ints are not."""
         p, owners = MemcpyNode._params(dst, src, size, dst_owner, src_owner)
-        return self._add(MemcpyNode, driver.cuGraphAddMemcpyNode, p, owners=owners,
-                         in_context=True)  # fmt: skip
+        try:
+            return self._add(MemcpyNode, driver.cuGraphAddMemcpyNode, p, owners=owners,
+                             in_context=True)  # fmt: skip
+        except CUDAError as exc:
+            raise ops.explain_copy_failure(exc, self._target()[0].device_id, p) from None
 
     def memset(
         self, dst: Any, value: Any, width: int, height: int = 1, pitch: int = 0, *,
@@ -222,8 +225,12 @@ class _Adder:
         return self._add(EventWaitNode, driver.cuGraphAddEventWaitNode,
                          ops.event_handle(event), owners=(event,))  # fmt: skip
 
-    def embed(self, child: GraphDefinition) -> ChildGraphNode:
-        """Add a child-graph node: CUDA copies ``child`` together with its owners."""
+    def embed(self, child: Any) -> ChildGraphNode:
+        """Add a child-graph node: CUDA copies ``child`` (a definition, or a builder
+        that finished building) together with its owners."""
+        from cuforge.graph._builder import _as_definition
+
+        child = _as_definition(child, "embed(child)")
         child._state.check_open()
         self._target()[0].require_same_context(child._state, "embed(child)")
         child._state.flush()
@@ -428,7 +435,10 @@ class MemcpyNode(GraphNode):
         self._update(*self._params(dst, src, size, dst_owner, src_owner))
 
     def _set(self, p: Any) -> None:
-        check(driver.cuGraphMemcpyNodeSetParams(self._handle, p), "cuGraphMemcpyNodeSetParams")
+        try:
+            check(driver.cuGraphMemcpyNodeSetParams(self._handle, p), "cuGraphMemcpyNodeSetParams")
+        except CUDAError as exc:
+            raise ops.explain_copy_failure(exc, self._state.device_id, p) from None
 
 
 class MemsetNode(GraphNode):

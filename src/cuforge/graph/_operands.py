@@ -260,6 +260,19 @@ def memcpy_params(dst: int, src: int, size: int) -> driver.CUDA_MEMCPY3D:
     return p
 
 
+def explain_copy_failure(exc: CUDAError, device_id: int, p: Any) -> CUDAError:
+    """``exc`` (a refused memcpy node add/update) with what to call when an operand
+    lives on another device that may not access it (see ``peer_access_hint``)."""
+    from cuforge.runtime.memory import peer_access_hint
+
+    hint = peer_access_hint(device_id, (int(p.srcDevice), int(p.dstDevice)))
+    if not hint:
+        return exc
+    out = CUDAError(f"{exc} ({hint})", exc.result)
+    out.__cause__ = exc
+    return out
+
+
 def host_callback(fn: Any, user_data: Any) -> tuple[driver.CUDA_HOST_NODE_PARAMS, tuple[Any, ...]]:
     """Host-node parameters for ``fn`` and the owners that keep fn/user_data valid.
 
@@ -270,6 +283,15 @@ def host_callback(fn: Any, user_data: Any) -> tuple[driver.CUDA_HOST_NODE_PARAMS
     """
     p = driver.CUDA_HOST_NODE_PARAMS()
     if isinstance(fn, _CFuncPtr):
+        # CUDA calls it as void (*)(void *): another prototype would corrupt the call.
+        argtypes = getattr(fn, "argtypes", None)
+        if getattr(fn, "restype", None) is not None or (
+            argtypes is not None and tuple(argtypes) not in ((ctypes.c_void_p,), ())
+        ):
+            raise TypeError(
+                "callback: a ctypes function pointer must have the CUhostFn prototype "
+                "CFUNCTYPE(None, ctypes.c_void_p)"
+            )
         address = ctypes.cast(fn, ctypes.c_void_p).value
         if not address:
             raise ValueError("callback: the ctypes function pointer is NULL")

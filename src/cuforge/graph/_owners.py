@@ -115,7 +115,8 @@ def native_graph() -> Any:
             return _c_graph
         names = (
             b"cuCtxGetCurrent", b"cuGraphCreate", b"cuUserObjectCreate", b"cuUserObjectRelease",
-            b"cuGraphRetainUserObject", b"cuGraphInstantiateWithFlags",
+            b"cuGraphRetainUserObject", b"cuGraphInstantiateWithFlags", b"cuLaunchHostFunc",
+            b"cuStreamWaitEvent",
         )  # fmt: skip
         addrs = [driver_entry(n) for n in names]
         if all(addrs):

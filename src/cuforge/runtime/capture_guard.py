@@ -283,6 +283,11 @@ def destroy(name: bytes, handle: int) -> int:
         return DEFERRED
     if _queue:
         _maybe_drain()
+    g = _guard
+    if g:  # the common case, without the lookups of call()
+        addr = _entries.get(name)
+        if addr:
+            return g.relaxed_call(addr, handle)
     return call(name, handle)
 
 

@@ -84,6 +84,13 @@ def _free(mr: MemoryResource, ptr: int, size: int, stream: Stream | None) -> Non
         sys.unraisablehook(_Unraisable(exc, f"<Allocation {ptr:#x} size={size}>"))
 
 
+def _copy(dst: int, src: int, size: int, stream: Stream) -> None:
+    err = driver.cuMemcpyAsync(dst, src, size, stream.handle)[0]
+    if err != driver.CUresult.CUDA_SUCCESS:
+        hint = peer_access_hint(stream.device.device_id, (src, dst))
+        raise error_for(err, f"copy of {size} bytes" + (f" ({hint})" if hint else ""))
+
+
 class _Unraisable:
     def __init__(self, exc: BaseException, obj: object) -> None:
         self.exc_type = type(exc)
@@ -201,6 +208,59 @@ class DeviceMemoryResource(MemoryResource):
     @property
     def device(self) -> Device:
         return self._device
+
+    @property
+    def peer_accessible_by(self) -> tuple[int, ...]:
+        """Ordinals of the other devices whose kernels and copies may access memory of
+        this pool (``cuMemPoolGetAccess``), sorted.
+
+        Set it to a sequence of Devices or ordinals (``cuMemPoolSetAccess``): devices
+        added get read-write access, devices left out lose it; every allocation of the
+        pool, past and future, follows. The pool is the device's current one, shared
+        by every DeviceMemoryResource of the device. ValueError for this device itself
+        or one that cannot access it (``Device.can_access_peer``).
+        """
+        from cuforge.runtime._init import device_count
+
+        own = self._device.device_id
+        out = []
+        for i in range(device_count()):
+            if i == own:
+                continue
+            flags = check(driver.cuMemPoolGetAccess(self._pool, _location(i)), "cuMemPoolGetAccess")
+            if flags != _NO_ACCESS:
+                out.append(i)
+        return tuple(out)
+
+    @peer_accessible_by.setter
+    def peer_accessible_by(self, devices: Any) -> None:
+        own = self._device.device_id
+        want = set()
+        for d in devices:
+            i = d.device_id if isinstance(d, Device) else d
+            if isinstance(i, bool) or not isinstance(i, int):
+                raise TypeError(f"peer_accessible_by takes Devices or ordinals, got {d!r}")
+            if i == own:
+                raise ValueError(f"device {own} always accesses its own pool; list other devices")
+            if not Device(i).can_access_peer(own):
+                raise ValueError(
+                    f"device {i} cannot access device {own}'s memory (cuDeviceCanAccessPeer is 0)"
+                )
+            want.add(i)
+        have = set(self.peer_accessible_by)
+        descs = []
+        changes = [(i, _READ_WRITE) for i in sorted(want - have)]
+        changes += [(i, _NO_ACCESS) for i in sorted(have - want)]
+        for i, flags in changes:
+            desc = driver.CUmemAccessDesc()
+            desc.location = _location(i)
+            desc.flags = flags
+            descs.append(desc)
+        if descs:
+            with self._device._scope():
+                check(
+                    driver.cuMemPoolSetAccess(self._pool, descs, len(descs)), "cuMemPoolSetAccess"
+                )
 
 
 class PinnedMemoryResource(MemoryResource):
@@ -366,7 +426,7 @@ class Buffer:
         if dst.size != self._size:
             raise ValueError(f"size mismatch: {self._size} bytes into {dst.size}")
         if self._size:
-            check(driver.cuMemcpyAsync(dst.handle, self._ptr, self._size, s.handle), "copy")
+            _copy(dst.handle, self._ptr, self._size, s)
         return dst
 
     def copy_from(self, src: Buffer, *, stream: Any) -> None:
@@ -376,7 +436,7 @@ class Buffer:
             raise ValueError(f"size mismatch: {src.size} bytes into {self._size}")
         s = Stream.from_foreign(stream)
         if self._size:
-            check(driver.cuMemcpyAsync(self._ptr, src.handle, self._size, s.handle), "copy")
+            _copy(self._ptr, src.handle, self._size, s)
 
     def fill(self, value: int, *, stream: Any, width: int = 1) -> None:
         """Set every ``width``-byte element (1, 2 or 4) to ``value``."""
@@ -417,6 +477,54 @@ class Buffer:
         from cuforge.runtime.interop import to_dlpack
 
         return to_dlpack(self, **kwargs)
+
+
+_READ_WRITE = driver.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+_NO_ACCESS = driver.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_NONE
+
+
+def _location(device_id: int) -> driver.CUmemLocation:
+    loc = driver.CUmemLocation()
+    loc.type = driver.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+    loc.id = device_id
+    return loc
+
+
+def peer_access_hint(device_id: int, pointers: Any) -> str:
+    """What to call so that work on ``device_id`` may use ``pointers`` (device
+    addresses, possibly of other devices); "" when nothing is missing that cuforge
+    can tell. Used to explain a refused copy between devices."""
+    hints = []
+    for ptr in pointers:
+        try:
+            owner = _pointer_device(ptr)
+        except Exception:  # host or unknown memory: nothing to say
+            continue
+        if owner == device_id:
+            continue
+        if not Device(device_id).can_access_peer(owner):
+            hints.append(
+                f"device {device_id} cannot access device {owner}'s memory at all "
+                "(cuDeviceCanAccessPeer is 0): copy through host memory"
+            )
+            continue
+        attr = driver.CUpointer_attribute.CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE
+        err, pool = driver.cuPointerGetAttribute(attr, ptr)
+        if err == driver.CUresult.CUDA_SUCCESS and int(pool):
+            mr = Device(owner).memory_resource
+            if isinstance(mr, DeviceMemoryResource) and device_id in mr.peer_accessible_by:
+                continue
+            hints.append(
+                f"{ptr:#x} is pool memory of device {owner}: grant device {device_id} access "
+                f"with Device({owner}).memory_resource.peer_accessible_by = [{device_id}] "
+                "(keeping any device already listed)"
+            )
+        else:
+            hints.append(
+                f"{ptr:#x} is memory of device {owner}: call "
+                f"Device({device_id}).enable_peer_access({owner})"
+            )
+    return "; ".join(hints)
 
 
 def _pointer_device(ptr: int) -> int:
