@@ -50,6 +50,10 @@ extern "C" __global__ void cluster_size(int *out) {
 extern "C" __global__ void set_cond(cuforge_cond_t h, long long value) {
     cudaGraphSetConditional(h, (unsigned int)value);
 }
+
+extern "C" __global__ void set_cond_bool(cuforge_cond_t h, bool value) {
+    cudaGraphSetConditional(h, value ? 1u : 0u);
+}
 """
 
 
@@ -62,7 +66,8 @@ def kernels():
     dev.set_current()
     arch = "sm_" + "".join(str(x) for x in dev.compute_capability)
     code = Program(KERNELS, "c++", ProgramOptions(arch=arch)).compile("cubin")
-    names = ("add_one", "noop", "spin_add", "count_while", "set_cond", "cluster_size")
+    names = ("add_one", "noop", "spin_add", "count_while", "set_cond", "set_cond_bool",
+             "cluster_size")  # fmt: skip
     return {n: code.get_kernel(n) for n in names}
 
 

@@ -85,6 +85,10 @@ class Condition:
     def __int__(self) -> int:
         return int(self._handle)
 
+    def __kernel_arg_u64__(self) -> int:
+        """Passed to a kernel (launch or kernel node) as its 64-bit handle value."""
+        return int(self._handle)
+
     def __repr__(self) -> str:
         return f"<Condition {int(self._handle):#x} default={self.default_value}>"
 
@@ -116,6 +120,10 @@ class GraphDefinition(_Adder):
             graph = check(driver.cuGraphCreate(0), "cuGraphCreate")
             self._state = GraphState(graph, ctx=ctx)
             return
+        if _owners._native.queued():
+            # Releases whose drain request the interpreter refused (its pending-call
+            # queue was full) would otherwise wait for the next destructor call.
+            _owners.drain()
         # The graph and its first bundle list (see GraphState) in one C call.
         lst: list[Any] = []
         token = _owners.register(lst)
@@ -203,9 +211,20 @@ class GraphDefinition(_Adder):
     def debug_dot_print(self, path: str | os.PathLike[str], options: Any = None) -> None:
         """Write a Graphviz description of the graph to ``path``."""
         self._state.check_open()
+        if options is not None and not isinstance(options, GraphDebugPrintOptions):
+            raise TypeError(
+                f"options must be a GraphDebugPrintOptions, not {type(options).__name__}"
+            )
         flags = options.flags() if options is not None else 0
         check(driver.cuGraphDebugDotPrint(self._state.handle, os.fsencode(path), flags),
               "cuGraphDebugDotPrint")  # fmt: skip
+
+    def __eq__(self, other: object) -> bool:
+        """Two views of one graph (e.g. ``node.graph`` and the definition) are equal."""
+        return isinstance(other, GraphDefinition) and other._state is self._state
+
+    def __hash__(self) -> int:
+        return hash(("cuforge.GraphDefinition", id(self._state)))
 
     def close(self) -> None:
         """Destroy the graph now (executables and clones are unaffected); idempotent.

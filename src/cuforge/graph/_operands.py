@@ -58,13 +58,21 @@ def resolve_pointer(
 
     Buffer -> its allocation; an array with ``__cuda_array_interface__`` or
     ``__dlpack__`` (torch, CuPy) -> the array itself; int -> nothing, unless
-    ``owner`` names something to keep alive. ``nbytes`` is the extent the node
-    touches: more than a Buffer or a contiguous array holds raises ValueError.
+    ``owner`` names something to keep alive (a Buffer owner: its allocation, so
+    closing that Buffer later frees nothing; a closed one is a ValueError).
+    ``nbytes`` is the extent the node touches: more than a Buffer or a contiguous
+    array holds raises ValueError.
     """
     if isinstance(obj, bool):
         raise TypeError(f"{what}: expected a Buffer or an int address, got bool")
     if isinstance(obj, int):
-        return obj, (() if owner is None else (owner,))
+        if owner is None:
+            return obj, ()
+        if isinstance(owner, Buffer):  # the wrapper alone would not keep the memory
+            if owner._alloc is None:
+                raise ValueError(f"{what}: the owner Buffer is closed")
+            owner = owner._alloc
+        return obj, (owner,)
     if owner is not None:
         raise ValueError(
             f"{what}: an owner may only accompany a raw int address; a "

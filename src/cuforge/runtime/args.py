@@ -2,6 +2,7 @@
 and kernel nodes take.
 
 Mapping: Buffer -> its pointer (owner: its allocation); bool -> bool (1 byte);
+an object with ``__kernel_arg_u64__()`` (a graph Condition) -> that 64-bit value;
 int -> intptr_t (8 bytes; a kernel taking a narrower integer reads the low bytes);
 float -> double; numpy scalars -> their dtype's bytes; ctypes scalars and structures
 -> their bytes; objects with ``__cuda_array_interface__`` or ``__dlpack__`` (torch
@@ -117,6 +118,8 @@ def _handler_for(tp: type) -> _Handler | None:
         return (f"{dt.itemsize}s", "{a}.tobytes()", None)
     if issubclass(tp, (ctypes._SimpleCData, ctypes.Structure, ctypes.Union)):
         return (f"{ctypes.sizeof(tp)}s", "bytes({a})", None)
+    if hasattr(tp, "__kernel_arg_u64__"):  # e.g. cuforge.graph.Condition
+        return ("Q", "{a}.__kernel_arg_u64__()", None)
     if hasattr(tp, "__cuda_array_interface__"):
         return ("Q", "_cai_ptr({a}, {i})", "{a}")
     if hasattr(tp, "__dlpack__"):
