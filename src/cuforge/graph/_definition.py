@@ -189,11 +189,26 @@ class GraphDefinition(_Adder):
         s = self._state
         return tuple((wrap_node(s, a), wrap_node(s, b)) for a, b in zip(src, dst, strict=True))
 
-    def add_dependencies(self, src: GraphNode, dst: GraphNode) -> None:
-        """Make ``dst`` depend on ``src``."""
+    def _edge(self, src: GraphNode, dst: GraphNode) -> tuple[Any, Any]:
         self._state.check_open()
-        check(driver.cuGraphAddDependencies(self._state.handle, [src._handle], [dst._handle],
-                                            None, 1), "cuGraphAddDependencies")  # fmt: skip
+        for n in (src, dst):
+            if not isinstance(n, GraphNode):
+                raise TypeError(f"expected a GraphNode, got {type(n).__name__}")
+            n._check_live()
+        return [src._handle], [dst._handle]
+
+    def add_dependencies(self, src: GraphNode, dst: GraphNode) -> None:
+        """Make ``dst`` depend on ``src`` (CUDAError for a self edge, an existing edge
+        or a node of another graph)."""
+        a, b = self._edge(src, dst)
+        check(driver.cuGraphAddDependencies(self._state.handle, a, b, None, 1),
+              "cuGraphAddDependencies")  # fmt: skip
+
+    def remove_dependencies(self, src: GraphNode, dst: GraphNode) -> None:
+        """Drop the edge ``src`` -> ``dst`` (CUDAError if there is none)."""
+        a, b = self._edge(src, dst)
+        check(driver.cuGraphRemoveDependencies(self._state.handle, a, b, None, 1),
+              "cuGraphRemoveDependencies")  # fmt: skip
 
     def clone(self) -> GraphDefinition:
         """An independent copy; CUDA gives the copy its own references to every owner."""

@@ -245,6 +245,12 @@ class Graph:
         if view is None:
             raise TypeError(f"{type(node).__name__} has no executable-graph view")
         self.handle  # noqa: B018 - raises if closed
+        destroyed = node._state.destroyed
+        if destroyed and node._h in destroyed:
+            # CUDA requires the node to still exist in the graph the exec came from.
+            raise ValueError(
+                f"{type(node).__name__} {node._h:#x} was destroyed: it is no longer valid"
+            )
         return view(self, node)
 
     def close(self) -> None:
@@ -307,6 +313,8 @@ class ExecNode:
         check(driver.cuGraphNodeSetEnabled(self._graph.handle, self._node._handle, int(bool(on))),
               "cuGraphNodeSetEnabled")  # fmt: skip
 
+    is_enabled = enabled
+
     def enable(self) -> None:
         self.enabled = True
 
@@ -320,6 +328,9 @@ class ExecNode:
                 "node updates need the definition this graph was instantiated from, "
                 "and it (or this graph) was closed"
             )
+        destroyed = self._node._state.destroyed
+        if destroyed and self._node._h in destroyed:
+            raise ValueError("the node was destroyed in its definition: it is no longer valid")
         return source
 
     def _apply(self, setter: Any, params: Any, owners: tuple[Any, ...], *extra: Any) -> None:

@@ -323,15 +323,15 @@ class GraphNode(_Adder):
 
     def _target(self) -> tuple[GraphState, list[int]]:
         state = self._state
-        if state.closed or state.parent is not None:
-            state.check_open()
+        if state.closed or state.parent is not None or state.destroyed:
+            self._check_live()
         return state, [self._h]
 
     def launch(self, config: Any, kernel: Any, *args: Any) -> KernelNode:
         """Add a kernel node depending on this one (see GraphDefinition.launch)."""
         state = self._state
-        if state.closed or state.parent is not None:
-            state.check_open()
+        if state.closed or state.parent is not None or state.destroyed:
+            self._check_live()
         return _add_kernel_node(state, self._h, config, kernel, args)
 
     @property
@@ -355,14 +355,14 @@ class GraphNode(_Adder):
     @property
     def pred(self) -> tuple[GraphNode, ...]:
         """The nodes this node depends on."""
-        self._state.check_open()
+        self._check_live()
         found = _query_nodes(driver.cuGraphNodeGetDependencies, self._handle)
         return tuple(wrap_node(self._state, n) for n in found)
 
     @property
     def succ(self) -> tuple[GraphNode, ...]:
         """The nodes that depend on this node."""
-        self._state.check_open()
+        self._check_live()
         found = _query_nodes(driver.cuGraphNodeGetDependentNodes, self._handle)
         return tuple(wrap_node(self._state, n) for n in found)
 
@@ -373,9 +373,33 @@ class GraphNode(_Adder):
         return GraphDefinition._wrap(self._state).join(self, *nodes)
 
     def destroy(self) -> None:
-        """Remove this node; owners stay with the graph version that had them."""
-        self._state.check_open()
+        """Remove this node; owners stay with the graph version that had them.
+
+        Idempotent; afterwards the node (any object naming it) refuses further use,
+        executable-graph updates included, with ValueError."""
+        state = self._state
+        state.check_open()
+        if state.destroyed and self._h in state.destroyed:
+            return
         check(driver.cuGraphDestroyNode(self._handle), "cuGraphDestroyNode")
+        if state.destroyed is None:
+            state.destroyed = set()
+        state.destroyed.add(self._h)
+
+    def _check_live(self) -> None:
+        """ValueError if this node's graph is closed or the node was destroyed."""
+        state = self._state
+        state.check_open()
+        if state.destroyed and self._h in state.destroyed:
+            raise ValueError(f"{type(self).__name__} {self._h:#x} was destroyed")
+
+    @property
+    def is_valid(self) -> bool:
+        """False once the node was destroyed or its graph closed."""
+        state = self._state
+        if state.closed or (state.parent is not None and state.parent.closed):
+            return False
+        return not (state.destroyed and self._h in state.destroyed)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, GraphNode) and other._h == self._h
@@ -388,7 +412,7 @@ class GraphNode(_Adder):
 
     # Definition-level update: subclasses give _params and _set.
     def _update(self, params: Any, owners: tuple[Any, ...]) -> None:
-        self._state.check_open()
+        self._check_live()
         self._set(params)
         self._state.add_bundle(owners)
 
@@ -404,7 +428,7 @@ class KernelNode(GraphNode):
 
         Cluster dims and the cooperative flag follow ``config``.
         """
-        self._state.check_open()
+        self._check_live()
         p, owners = ops.kernel_params(config, kernel, args)
         if int(p.kern):
             p.ctx = self._state.ctx

@@ -54,8 +54,8 @@ class GraphState:
     """
 
     __slots__ = (
-        "__weakref__", "_ctx", "_device_id", "_hobj", "closed", "ctx_int", "handle_int",
-        "owned", "parent", "pending", "scratch", "scratch_addr", "scratch_size",
+        "__weakref__", "_ctx", "_device_id", "_hobj", "closed", "ctx_int", "destroyed",
+        "handle_int", "owned", "parent", "pending", "scratch", "scratch_addr", "scratch_size",
     )  # fmt: skip
 
     def __init__(
@@ -83,6 +83,7 @@ class GraphState:
         self.owned = owned and parent is None
         self.pending: list[Any] | None = None  # the open bundle list (owned graphs)
         self.closed = False
+        self.destroyed: set[int] | None = None  # addresses of nodes destroyed here
 
     @classmethod
     def _new(cls, handle: int, ctx: int) -> GraphState:
@@ -100,6 +101,7 @@ class GraphState:
         self.owned = True
         self.pending = None
         self.closed = False
+        self.destroyed = None
         return self
 
     def __del__(self) -> None:
