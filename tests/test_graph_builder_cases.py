@@ -324,3 +324,41 @@ def test_explicit_callback_nodes_run_on_every_launch(dev) -> None:
     s.sync()
     assert seen == [1] * 4 and got == [7] * 4
     exe.close()
+
+
+@pytest.mark.parametrize("mode", ["global", "thread_local", "relaxed"])
+def test_pool_allocation_on_a_capturing_stream_is_refused(dev, mode) -> None:
+    gb = dev.create_graph_builder().begin_building(mode)
+    with pytest.raises(RuntimeError, match="capturing stream"):
+        dev.allocate(16, stream=gb)
+    gb.end_building().complete().close()  # the capture is intact
+    gb.close()
+    dev.allocate(16, stream=dev.create_stream()).close()  # not capturing: fine
+
+
+def test_complete_options_modes_and_dot_output(dev, tmp_path) -> None:
+    from cuforge import launch
+    from cuforge.graph import GraphCompleteOptions, GraphDebugPrintOptions
+
+    k = kernels()
+    s = dev.create_stream()
+    for mode in ("global", "thread_local", "relaxed"):
+        gb = dev.create_graph_builder().begin_building(mode=mode)
+        for _ in range(3):
+            launch(gb, cfg(), k["noop"])
+        gb.end_building()
+        for opts in (
+            GraphCompleteOptions(auto_free_on_launch=True),
+            GraphCompleteOptions(upload_stream=s),
+            GraphCompleteOptions(device_launch=True),
+            GraphCompleteOptions(use_node_priority=True),
+        ):
+            exe = gb.complete(opts)
+            exe.launch(s)
+            s.sync()
+            exe.close()
+        gb.debug_dot_print(tmp_path / f"{mode}.dot", GraphDebugPrintOptions(verbose=True))
+        assert "digraph" in (tmp_path / f"{mode}.dot").read_text()
+        gb.close()
+    with pytest.raises(ValueError, match="mode must be one of"):
+        dev.create_graph_builder().begin_building(mode=None)

@@ -413,3 +413,91 @@ def test_kernel_and_event_stay_usable_after_their_names_go(dev) -> None:
     assert read_ints(buf, 1)[0] == 5
     exe.close()
     assert released(lambda: w_kernel() is None)
+
+
+def test_integration_loop_branches_child_events_and_graph_memory(dev) -> None:
+    """A while loop whose body halves an interval through an IF/ELSE (bisection for
+    sqrt(2)), fed by graph memory set by a child graph, timed by event nodes, read
+    back to pinned memory and checked in a host callback."""
+    import ctypes
+
+    from cuforge import EventOptions, PinnedMemoryResource, Program, ProgramOptions
+    from cuforge.graph import GraphDefinition
+
+    src = r"""
+    typedef unsigned long long cond_t;
+    extern "C" __device__ __cudart_builtin__ void cudaGraphSetConditional(cond_t h, unsigned v);
+    extern "C" __global__ void probe(float *lo, float *hi, cond_t c) {
+        float mid = 0.5f * (*lo + *hi);
+        cudaGraphSetConditional(c, mid * mid > 2.0f ? 1u : 0u);
+    }
+    extern "C" __global__ void take_lower(float *lo, float *hi) { *hi = 0.5f * (*lo + *hi); }
+    extern "C" __global__ void take_upper(float *lo, float *hi) { *lo = 0.5f * (*lo + *hi); }
+    extern "C" __global__ void tick(int *n, cond_t c) { cudaGraphSetConditional(c, --*n > 0); }
+    """
+    code = Program(src, "c++", ProgramOptions(arch=f"sm_{dev.arch}")).compile("cubin")
+    probe, lower, upper, tick = (code.get_kernel(n) for n in ("probe", "take_lower",
+                                                                "take_upper", "tick"))  # fmt: skip
+    host = PinnedMemoryResource(dev).allocate(4)
+    got: list[float] = []
+    start, end = (dev.create_event(EventOptions(enable_timing=True)) for _ in range(2))
+    g = GraphDefinition()
+    lo, hi, n = g.allocate(4), g.allocate(4), g.allocate(4)
+    init = GraphDefinition()
+    init.memset(lo.dptr, np.float32(0.0), 1).memset(hi.dptr, np.float32(2.0), 1).memset(
+        n.dptr, np.int32(30), 1
+    )
+    loop_cond, side = g.create_condition(1), g.create_condition(0)
+    loop = g.join(lo, hi, n).embed(init).record(start).while_loop(loop_cond)
+    step = loop.body.launch(cfg(), probe, lo.dptr, hi.dptr, side).if_else(side)
+    step.then.launch(cfg(), lower, lo.dptr, hi.dptr)
+    step.else_.launch(cfg(), upper, lo.dptr, hi.dptr)
+    step.launch(cfg(), tick, n.dptr, loop_cond)
+    loop.record(end).memcpy(host, lo.dptr, 4).callback(
+        lambda: got.append(ctypes.c_float.from_address(host.handle).value)
+    ).deallocate(lo).deallocate(hi).deallocate(n)
+    exe = g.instantiate()
+    init.close()
+    g.close()
+    s = dev.create_stream()
+    exe.launch(s)
+    s.sync()
+    assert len(got) == 1 and abs(got[0] - 2**0.5) < 1e-5
+    assert (end - start) >= 0.0
+    exe.close()
+
+
+def test_raising_callback_is_reported_and_the_graph_goes_on(dev, monkeypatch) -> None:
+    import ctypes
+    import sys
+
+    from cuforge.graph import GraphDefinition
+
+    records: list = []
+    monkeypatch.setattr(sys, "unraisablehook", records.append)
+    s = dev.create_stream()
+    buf, out = dev.allocate(16), dev.allocate(16)
+    payload = ctypes.create_string_buffer(b"\x5a\x00\x00\x00")
+    seen: list[tuple[int, int]] = []
+
+    @HOSTFN
+    def read_raw(p):
+        seen.append((p, ctypes.cast(p, ctypes.POINTER(ctypes.c_uint8))[0]))
+
+    def throws() -> None:
+        raise RuntimeError("callback raised")
+
+    g = GraphDefinition()
+    g.memset(buf, 0x33, 16).callback(throws).memcpy(out, buf, 16).callback(
+        read_raw,
+        user_data=ctypes.addressof(payload),  # an int: the caller's pointer
+    )
+    exe = g.instantiate()
+    g.close()
+    exe.launch(s)
+    s.sync()
+    assert [r.exc_type for r in records] == [RuntimeError]
+    assert "callback raised" in str(records[0].exc_value)
+    assert (read_ints(out, 4) == 0x33333333).all()  # the nodes after it ran
+    assert seen == [(ctypes.addressof(payload), 0x5A)]
+    exe.close()

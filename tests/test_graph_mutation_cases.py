@@ -228,3 +228,51 @@ def test_copy_node_updated_from_host_to_host_into_host_to_device(dev) -> None:
     assert (dst_view == 0x5A).all()
     exe.close()
     g.close()
+
+
+def test_whole_graph_update_from_builders_and_definitions(dev) -> None:
+    from cuforge import CUDAError, launch
+    from cuforge.graph import GraphDefinition
+
+    k = kernels()
+    s = dev.create_stream()
+    c = dev.allocate(8)
+    write_ints(c, [0, 0])
+    called: list[str] = []
+
+    def new() -> None:
+        called.append("new")
+
+    w_new = weakref.ref(new)
+    gb = dev.create_graph_builder().begin_building()
+    cond = gb.create_condition(0)
+    launch(gb, cfg(), k["set_cond"], cond, 0)
+    body = gb.if_then(cond)
+    body.graph_definition.launch(cfg(), k["add_one"], c, 1)
+    graph = gb.end_building().complete()
+    unfinished = dev.create_graph_builder().begin_building()
+    with pytest.raises(ValueError, match="not finished"):
+        graph.update(unfinished)
+    unfinished.end_building()
+    unfinished.close()
+    with pytest.raises(TypeError, match="GraphDefinition or GraphBuilder"):
+        graph.update("not a graph")
+    other = dev.create_graph_builder().begin_building()  # same shape, other target
+    cond2 = other.create_condition(0)
+    launch(other, cfg(), k["set_cond"], cond2, 1)
+    other.if_then(cond2).graph_definition.launch(cfg(), k["add_one"], c.handle + 4, 1)
+    other.end_building()
+    graph.update(other)
+    graph.launch(s)
+    s.sync()
+    assert list(read_ints(c, 2)) == [0, 1]
+    mismatch = GraphDefinition()
+    mismatch.callback(new)
+    with pytest.raises(CUDAError, match="CU_GRAPH_EXEC_UPDATE_ERROR"):
+        graph.update(mismatch)  # refused: nothing of it is adopted
+    mismatch.close()
+    del new
+    assert released(lambda: w_new() is None)
+    graph.close()
+    for b in (gb, other):
+        b.close()

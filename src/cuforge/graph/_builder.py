@@ -212,6 +212,10 @@ class GraphBuilder:
         self._require(BUILT)
         return self.graph_definition.instantiate(options)
 
+    def debug_dot_print(self, path: Any, options: Any = None) -> None:
+        """Write a Graphviz description of the built graph (see GraphDefinition)."""
+        self.graph_definition.debug_dot_print(path, options)
+
     @property
     def graph_definition(self) -> GraphDefinition:
         """The captured graph as a GraphDefinition sharing it (rules in the module doc)."""
@@ -302,6 +306,10 @@ class GraphBuilder:
                     b._phase = CLOSED
         return target
 
+    def create_condition(self, default_value: int | None = None) -> Condition:
+        """A condition for a conditional node of the graph being captured."""
+        return self.create_conditional_handle(default_value)
+
     def create_conditional_handle(self, default_value: int | None = None) -> Condition:
         """A condition for a conditional node of the graph being captured."""
         self._require(BUILDING)
@@ -390,6 +398,8 @@ def _as_definition(obj: Any, what: str) -> GraphDefinition:
     if isinstance(obj, GraphBuilder):
         if obj._phase == CLOSED:
             raise ValueError(f"{what}: the graph builder is closed")
+        if obj._kind == PRIMARY and obj._phase != BUILT:
+            raise ValueError(f"{what}: the graph builder has not finished building")
         return obj.graph_definition
     raise TypeError(f"{what}: expected a GraphDefinition or GraphBuilder, got {type(obj).__name__}")
 

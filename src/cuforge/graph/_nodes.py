@@ -575,6 +575,15 @@ class ConditionalNode(GraphNode):
         """The first (or only) body graph."""
         return self._branches[0]
 
+    then = body  # IF and IF/ELSE: the branch taken when the condition is non-zero
+
+    @property
+    def else_(self) -> GraphDefinition:
+        """IF/ELSE: the branch taken when the condition is zero."""
+        if len(self._branches) != 2:
+            raise AttributeError("only an IF/ELSE node has an else branch")
+        return self._branches[1]
+
     @property
     def condition(self) -> Condition:
         return self._condition

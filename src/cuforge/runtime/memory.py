@@ -162,8 +162,17 @@ class DeviceMemoryResource(MemoryResource):
         self._pool = check(driver.cuDeviceGetMemPool(self._device._cu_device), "cuDeviceGetMemPool")
 
     def allocate(self, size: int, stream: Any = None) -> Buffer:
+        """``size`` bytes of the device's pool, ordered on ``stream``. RuntimeError on a
+        capturing stream: the allocation would become graph memory, which lives only
+        while the graph runs, not a Buffer's memory."""
         _check_size(size)
         s = _as_stream(stream, self._device)
+        if capture_guard.stream_capturing(s._handle_int):
+            raise RuntimeError(
+                "cannot allocate from the device memory pool on a capturing stream: "
+                "allocate before begin_building(), or add graph memory with "
+                "GraphDefinition.allocate()"
+            )
         ptr = 0
         if size:
             with self._device._scope():
