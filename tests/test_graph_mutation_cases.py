@@ -59,6 +59,11 @@ def test_argument_and_driver_refusals(dev) -> None:
         other.if_then(g.create_condition(0))  # a condition of another graph
     joined = a.join()  # one dependency only
     assert joined.pred == (a,)
+    for device in (dev, dev.device_id):  # the allocating device, as a Device or ordinal
+        assert g.allocate(64, device=device).dptr != 0
+    from cuforge.graph import Condition
+
+    assert isinstance(g.create_condition(), Condition)  # no default value
     n1, n2 = g.empty(), other.empty()
     with pytest.raises(TypeError, match="GraphNode"):
         g.add_dependencies(n1, "node")
