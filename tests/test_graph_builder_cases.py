@@ -74,7 +74,8 @@ def test_diamond_split_join_and_join_required(dev) -> None:
 
     k = kernels()
     s = dev.create_stream()
-    c = _counter(dev)
+    c = _counter(dev)  # touched only before the split and after the join
+    branch = [_counter(dev) for _ in range(5)]  # one per parallel builder: no races
     gb = dev.create_graph_builder()
     assert gb.is_join_required is False
     gb.begin_building()
@@ -84,8 +85,8 @@ def test_diamond_split_join_and_join_required(dev) -> None:
     assert all(b.is_join_required for b in first[1:])
     second = first[-1].split(3)
     assert all(b.is_join_required for b in second)  # forks of a fork
-    for b in (*first[:-1], *second):
-        launch(b, cfg(), k["add_one"], c, 1)
+    for b, counter in zip((*first[:-1], *second), branch, strict=True):
+        launch(b, cfg(), k["add_one"], counter, 1)
     inner = GraphBuilder.join(*second)
     assert inner.is_join_required  # only forks were joined
     # Joining with the primary anywhere in the list yields the primary.
@@ -95,7 +96,8 @@ def test_diamond_split_join_and_join_required(dev) -> None:
     graph = joined.end_building().complete()
     graph.launch(s)
     s.sync()
-    assert read_ints(c, 1)[0] == 1 + 2 + 3 + 1
+    assert read_ints(c, 1)[0] == 2
+    assert [int(read_ints(b, 1)[0]) for b in branch] == [1] * 5
     graph.close()
     gb.close()
 

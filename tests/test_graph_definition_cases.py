@@ -224,8 +224,9 @@ def test_switch_and_if_bodies_run_by_condition_value(dev) -> None:
     cond = g.create_condition(0)
     sw = g.memset(c, 0, 4).launch(cfg(), k["set_cond"], cond, 2).switch(cond, 4)
     for i, body in enumerate(sw.branches):
-        for _ in range(i + 1):
-            body.launch(cfg(), k["add_one"], c, 1)
+        node = body.launch(cfg(), k["add_one"], c, 1)
+        for _ in range(i):  # chained: increments of one counter must not race
+            node = node.launch(cfg(), k["add_one"], c, 1)
     exe = g.instantiate()
     exe.launch(s)
     s.sync()

@@ -273,7 +273,7 @@ def test_whole_graph_update_from_builders_and_definitions(dev) -> None:
     assert list(read_ints(c, 2)) == [0, 1]
     mismatch = GraphDefinition()
     mismatch.callback(new)
-    with pytest.raises(CUDAError, match="CU_GRAPH_EXEC_UPDATE_ERROR"):
+    with pytest.raises(CUDAError, match="GRAPH_EXEC_UPDATE_FAILURE"):
         graph.update(mismatch)  # refused: nothing of it is adopted
     mismatch.close()
     del new

@@ -178,6 +178,17 @@ class Walk:
             self.stream.sync()
 
 
+def _walk(dev, seed: int, steps: int) -> tuple[list, dict]:
+    walk = Walk(dev, random.Random(seed))
+    for _ in range(steps):
+        walk.step()
+    walk.stream.sync()
+    for entry in walk.execs:
+        entry[0].close()
+    walk.stream.sync()
+    return walk.watch, walk.counts
+
+
 def test_random_lifetime_walk(capsys) -> None:
     from cuforge.graph import live_bundles
     from cuforge.runtime import capture_guard
@@ -188,15 +199,7 @@ def test_random_lifetime_walk(capsys) -> None:
     with capsys.disabled():
         print(f"\nrandom lifetime walk: seed {seed} (CUFORGE_STRESS_SEED={seed}), {steps} steps")
     base = live_bundles()
-    walk = Walk(dev, random.Random(seed))
-    for _ in range(steps):
-        walk.step()
-    walk.stream.sync()
-    watch, counts = walk.watch, walk.counts
-    for e, _n in walk.execs:
-        e.close()
-    walk.stream.sync()
-    del walk
+    watch, counts = _walk(dev, seed, steps)  # every object of the walk is unreferenced now
     assert released(lambda: live_bundles() <= base), f"owners left (seed {seed})"
     assert released(lambda: not any(w.alive for w in watch)), f"allocations left (seed {seed})"
     assert capture_guard.pending() == 0 and not capture_guard.active_captures()
