@@ -68,8 +68,20 @@ def pair():
 def _filled(dev, stream, values):
     buf = dev.allocate(4 * len(values), stream)
     stream.sync()
-    write_ints(buf, values)
+    _write(buf, values)
     return buf
+
+
+def _write(buf, values) -> None:
+    """Host -> a device's pool memory, in that device's context (the other device may
+    not access the pool: that is what some tests check)."""
+    with buf.device._scope():
+        write_ints(buf, values)
+
+
+def _read(buf_or_ptr, n, dev):
+    with dev._scope():
+        return read_ints(buf_or_ptr, n)
 
 
 def test_copies_between_devices_without_access_say_what_to_call(pair) -> None:
@@ -117,12 +129,12 @@ def test_peer_copies_both_ways_on_streams_and_in_graphs(pair) -> None:
     x0.copy_from(b, stream=s0)
     s0.sync()
     s1.sync()
-    assert (read_ints(x1, N) == src0.astype(np.int32)).all()
-    assert (read_ints(x0, N) == src1.astype(np.int32)).all()
+    assert (_read(x1, N, d1) == src0.astype(np.int32)).all()
+    assert (_read(x0, N, d0) == src1.astype(np.int32)).all()
 
     # In graphs: a device-0 graph copies 1 -> 0, a device-1 graph copies 0 -> 1.
     for buf in (x0, x1):
-        write_ints(buf, np.full(N, -7))
+        _write(buf, np.full(N, -7))
     d0.set_current()
     g0 = GraphDefinition()
     g0.memcpy(x0, b, 4 * N)
@@ -136,8 +148,8 @@ def test_peer_copies_both_ways_on_streams_and_in_graphs(pair) -> None:
     e1.launch(s1)
     s0.sync()
     s1.sync()
-    assert (read_ints(x0, N) == src1.astype(np.int32)).all()
-    assert (read_ints(x1, N) == src0.astype(np.int32)).all()
+    assert (_read(x0, N, d0) == src1.astype(np.int32)).all()
+    assert (_read(x1, N, d1) == src0.astype(np.int32)).all()
     e0.close()
     e1.close()
     for buf, s in ((a, s0), (x0, s0), (b, s1), (x1, s1)):
@@ -165,7 +177,7 @@ def test_device1_graph_kernel_reads_and_writes_a_device0_buffer(pair) -> None:
     g.close()
     exe.launch(s1)
     s1.sync()
-    assert (read_ints(ptr, N) == start + 2).all()  # read while the exec still holds it
+    assert (_read(ptr, N, d0) == start + 2).all()  # read while the exec still holds it
     exe.close()
 
 

@@ -118,6 +118,8 @@ def _add_kernel_node(
     out = object.__new__(KernelNode)
     out._state = state
     out._h = node
+    if state.destroyed:  # the driver reuses node addresses: this one lives again
+        state.destroyed.discard(node)
     return out
 
 
@@ -317,8 +319,10 @@ class GraphNode(_Adder):
     def _wrap(cls, state: GraphState, handle: driver.CUgraphNode) -> Any:
         self = object.__new__(cls)
         self._state = state
-        self._h = int(handle)
+        self._h = h = int(handle)
         self._hobj = handle
+        if state.destroyed:  # the driver reuses node addresses: this one lives again
+            state.destroyed.discard(h)
         return self
 
     def _target(self) -> tuple[GraphState, list[int]]:
@@ -376,7 +380,8 @@ class GraphNode(_Adder):
         """Remove this node; owners stay with the graph version that had them.
 
         Idempotent; afterwards the node (any object naming it) refuses further use,
-        executable-graph updates included, with ValueError."""
+        executable-graph updates included, with ValueError -- until the driver
+        reuses its address for a new node of the graph (CUDA's handles are addresses)."""
         state = self._state
         state.check_open()
         if state.destroyed and self._h in state.destroyed:
