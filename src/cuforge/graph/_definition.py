@@ -21,7 +21,8 @@ from cuda.bindings import driver
 
 from cuforge.graph import _operands as ops
 from cuforge.graph import _owners
-from cuforge.graph._nodes import EmptyNode, GraphNode, _Adder, _query_nodes, wrap_node
+from cuforge.graph._listing import query_nodes, wrap_node
+from cuforge.graph._nodes import EmptyNode, GraphNode, _Adder
 from cuforge.graph._state import GraphState
 from cuforge.runtime import _init, capture_guard
 from cuforge.runtime.errors import check, error_for
@@ -174,7 +175,7 @@ class GraphDefinition(_Adder):
     def nodes(self) -> tuple[GraphNode, ...]:
         """Every node of this graph (not of its bodies or children)."""
         self._state.check_open()
-        found = _query_nodes(driver.cuGraphGetNodes, self._state.handle)
+        found = query_nodes(driver.cuGraphGetNodes, self._state.handle)
         return tuple(wrap_node(self._state, n) for n in found)
 
     def edges(self) -> tuple[tuple[GraphNode, GraphNode], ...]:

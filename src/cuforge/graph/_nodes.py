@@ -154,13 +154,6 @@ def _same_device(state: GraphState, obj: Any, what: str) -> None:
         )
 
 
-def _query_nodes(fn: Any, *args: Any) -> list[driver.CUgraphNode]:
-    count = check(fn(*args, 0))[-1]
-    if not count:
-        return []
-    return list(check(fn(*args, count))[0])[:count]
-
-
 class _Adder:
     """Node-adding methods; subclasses say which graph and which dependencies."""
 
@@ -360,14 +353,18 @@ class GraphNode(_Adder):
     def pred(self) -> tuple[GraphNode, ...]:
         """The nodes this node depends on."""
         self._check_live()
-        found = _query_nodes(driver.cuGraphNodeGetDependencies, self._handle)
+        from cuforge.graph._listing import query_nodes, wrap_node
+
+        found = query_nodes(driver.cuGraphNodeGetDependencies, self._handle)
         return tuple(wrap_node(self._state, n) for n in found)
 
     @property
     def succ(self) -> tuple[GraphNode, ...]:
         """The nodes that depend on this node."""
         self._check_live()
-        found = _query_nodes(driver.cuGraphNodeGetDependentNodes, self._handle)
+        from cuforge.graph._listing import query_nodes, wrap_node
+
+        found = query_nodes(driver.cuGraphNodeGetDependentNodes, self._handle)
         return tuple(wrap_node(self._state, n) for n in found)
 
     def join(self, *nodes: GraphNode) -> EmptyNode:
@@ -592,35 +589,3 @@ class ConditionalNode(GraphNode):
     @property
     def condition(self) -> Condition:
         return self._condition
-
-
-class OtherNode(GraphNode):
-    """A node kind cuforge has no class for (e.g. external semaphores)."""
-
-    __slots__ = ()
-
-
-_BY_TYPE = {
-    _T.CU_GRAPH_NODE_TYPE_KERNEL: KernelNode,
-    _T.CU_GRAPH_NODE_TYPE_MEMCPY: MemcpyNode,
-    _T.CU_GRAPH_NODE_TYPE_MEMSET: MemsetNode,
-    _T.CU_GRAPH_NODE_TYPE_HOST: HostCallbackNode,
-    _T.CU_GRAPH_NODE_TYPE_GRAPH: ChildGraphNode,
-    _T.CU_GRAPH_NODE_TYPE_EMPTY: EmptyNode,
-    _T.CU_GRAPH_NODE_TYPE_EVENT_RECORD: EventRecordNode,
-    _T.CU_GRAPH_NODE_TYPE_WAIT_EVENT: EventWaitNode,
-    _T.CU_GRAPH_NODE_TYPE_MEM_ALLOC: AllocNode,
-    _T.CU_GRAPH_NODE_TYPE_MEM_FREE: FreeNode,
-}
-
-
-def wrap_node(state: GraphState, handle: driver.CUgraphNode) -> GraphNode:
-    """A node object of the right class for an existing node."""
-    kind = check(driver.cuGraphNodeGetType(handle), "cuGraphNodeGetType")
-    cls = _BY_TYPE.get(kind, OtherNode)
-    node = cls._wrap(state, handle)
-    if cls is OtherNode and kind == _T.CU_GRAPH_NODE_TYPE_CONDITIONAL:
-        node = ConditionalNode._wrap(state, handle)
-        node._branches = ()
-        node._condition = None
-    return node
