@@ -377,8 +377,12 @@ def test_writes_run_one_statement_and_eviction_walks_the_index(tmp_path: Path) -
         c._conn().set_trace_callback(statements.append)
         for i in range(50):
             c[f"k{i}"] = b"x" * 1000
-        # Only the upsert (traced again for each trigger it fires): no scan, no count.
-        assert len(statements) >= 50 and all(s.startswith("INSERT") for s in statements)
+        # Only the upsert (traced again for each trigger it fires) in its write
+        # transaction (BEGIN IMMEDIATE ... COMMIT): no scan, no count.
+        inserts = [s for s in statements if s.startswith("INSERT")]
+        assert len(inserts) >= 50
+        assert statements.count("BEGIN IMMEDIATE") == statements.count("COMMIT") == 50
+        assert all(s.startswith(("INSERT", "BEGIN IMMEDIATE", "COMMIT")) for s in statements)
         plan = " ".join(
             str(r)
             for r in c._conn().execute(

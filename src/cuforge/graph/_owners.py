@@ -29,7 +29,9 @@ from typing import Any
 from cuda.bindings import driver
 
 from cuforge._native import _release as _native
-from cuforge.runtime.errors import check
+from cuforge.runtime import capture_guard
+from cuforge.runtime._init import driver_entry
+from cuforge.runtime.errors import check, error_for
 
 _registry: dict[int, Any] = {}
 _ids = itertools.count(1)
@@ -77,13 +79,20 @@ def unregister(token: int) -> None:
         _registry.pop(token, None)
 
 
-def attach(graph: driver.CUgraph, owners: tuple[Any, ...]) -> int:
-    """Retain a new bundle holding ``owners`` on ``graph``; returns its id.
-
-    On failure nothing references the bundle and CUDAError is raised.
+def attach(graph: int, owners: Any) -> int:
+    """Retain a new bundle holding ``owners`` on the CUgraph at address ``graph``;
+    returns its id. On failure nothing references the bundle and CUDAError is raised.
     """
+    c = native_graph()
+    if c:
+        token = register(owners)
+        err = c.commit(graph, token)
+        if err:
+            unregister(token)
+            raise error_for(driver.CUresult(err), "cuGraphRetainUserObject")
+        return token
     token, uobj = create_user_object(owners)
-    err = driver.cuGraphRetainUserObject(graph, uobj, 1, _MOVE)[0]
+    err = driver.cuGraphRetainUserObject(driver.CUgraph(graph), uobj, 1, _MOVE)[0]
     if err != driver.CUresult.CUDA_SUCCESS:
         # Our reference is still ours: releasing it runs the destructor (queued).
         driver.cuUserObjectRelease(uobj, 1)
@@ -91,8 +100,41 @@ def attach(graph: driver.CUgraph, owners: tuple[Any, ...]) -> int:
     return token
 
 
+_c_graph: Any = None  # cuforge._native._graph with its entries set; False: unavailable
+
+
+def native_graph() -> Any:
+    """The C helper for graph creation, commits and instantiation, or False (then
+    cuda.bindings is used)."""
+    global _c_graph
+    if _c_graph is None:
+        try:
+            from cuforge._native import _graph
+        except ImportError:  # no C helpers built
+            _c_graph = False
+            return _c_graph
+        names = (
+            b"cuCtxGetCurrent", b"cuGraphCreate", b"cuUserObjectCreate", b"cuUserObjectRelease",
+            b"cuGraphRetainUserObject", b"cuGraphInstantiateWithFlags", b"cuLaunchHostFunc",
+            b"cuStreamWaitEvent",
+        )  # fmt: skip
+        addrs = [driver_entry(n) for n in names]
+        if all(addrs):
+            _graph.set_entries(*addrs, _native.destructor_address())
+            _c_graph = _graph
+        else:
+            _c_graph = False
+    return _c_graph
+
+
 def drain() -> int:
-    """Drop every bundle whose user object CUDA has destroyed; returns how many."""
+    """Drop every bundle whose user object CUDA has destroyed; returns how many.
+
+    Runs the releases a stream capture had deferred first (``capture_guard``), when
+    no capture forbids them any more.
+    """
+    if capture_guard.pending():
+        capture_guard.drain()
     tokens = _native.drain()
     if tokens:
         _release(tokens)

@@ -271,7 +271,7 @@ class SQLiteProgramCache(ProgramCacheResource):
         self._stats.integrity_failures += 1
         self._pending.pop(rid, None)
         with contextlib.suppress(self._error):
-            self._conns.get().execute(SQL.drop_if_same, (rid, crc))
+            _immediate(self._conns.get(), SQL.drop_if_same, (rid, crc))
 
     # -- writes ------------------------------------------------------------------------
     def __setitem__(self, key: CacheKey, value: CacheValue) -> None:
@@ -290,7 +290,7 @@ class SQLiteProgramCache(ProgramCacheResource):
         now = time.time_ns()
         row = (rid, kd, row_check(seed, data, meta), len(data) + len(meta), now, now, meta, data)
         try:
-            self._conn().execute(SQL.put, row)
+            _immediate(self._conn(), SQL.put, row)
         except self._error as exc:
             self._write_failed(exc)
             return
@@ -325,7 +325,7 @@ class SQLiteProgramCache(ProgramCacheResource):
         if self._broken:
             raise KeyError(key)
         try:
-            cur = self._conn().execute(SQL.delete_key, (rid, kd))
+            cur = _immediate(self._conn(), SQL.delete_key, (rid, kd))
         except self._error as exc:
             self._write_failed(exc)
             return
@@ -340,7 +340,7 @@ class SQLiteProgramCache(ProgramCacheResource):
         self._pending.clear()
         try:
             conn = self._conn()
-            conn.execute("DELETE FROM cuforge_entries")
+            _immediate(conn, "DELETE FROM cuforge_entries")
             with self._conns.busy_timeout(conn, self.CHECKPOINT_TIMEOUT_MS):
                 step = max(8, self._wal_limit // 4096 // 4)
                 vacuum(conn, 1 << 62, step, self.CHECKPOINT_TIMEOUT_MS / 1000)
@@ -524,7 +524,7 @@ class SQLiteProgramCache(ProgramCacheResource):
             return False
         kd = found[0]
         try:
-            cur = self._conn().execute(SQL.delete_key, (rid_of(kd), kd))
+            cur = _immediate(self._conn(), SQL.delete_key, (rid_of(kd), kd))
         except self._error:
             return False
         return cur.rowcount > 0
@@ -612,3 +612,21 @@ def _flush_all_at_exit() -> None:
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_reset_in_child)
 atexit.register(_flush_all_at_exit)
+
+
+def _immediate(conn: Any, sql: str, params: Any = ()) -> Any:
+    """Run one writing statement in a ``BEGIN IMMEDIATE`` transaction.
+
+    In WAL mode a statement that starts reading and then writes fails with "database
+    is locked" at once (no busy wait) when another connection committed meanwhile;
+    taking the write lock first makes it wait its turn under the busy timeout.
+    """
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        cur = conn.execute(sql, params)
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    return cur
