@@ -4,12 +4,12 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test test-cu12 lint bench clean
 
 $(STAMP): pyproject.toml setup.py $(wildcard src/cuforge/_native/*.c)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e '.[cu13,test]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -19,8 +19,22 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks examples
 	$(VENV)/bin/ruff format --check src tests benchmarks examples
 
+# Tests comparing CUDA 12 with 13 run here too once .venv-cu12 exists (make test-cu12).
 test: $(STAMP) lint
-	$(PY) -m pytest -q
+	CUFORGE_OTHER_PYTHON=$(wildcard $(abspath $(CU12_VENV))/bin/python) $(PY) -m pytest -q
+
+# The CPU suite again on CUDA 12 (cuda-bindings 12.x and the -cu12 wheels), in a
+# second venv; key tests compare with the default venv's keys (CUFORGE_OTHER_PYTHON).
+CU12_VENV := .venv-cu12
+CU12_STAMP := $(CU12_VENV)/.installed
+$(CU12_STAMP): pyproject.toml setup.py $(wildcard src/cuforge/_native/*.c)
+	test -x $(CU12_VENV)/bin/python || $(PYTHON) -m venv $(CU12_VENV)
+	$(CU12_VENV)/bin/python -m pip install -q --upgrade pip
+	$(CU12_VENV)/bin/python -m pip install -q -e '.[cu12,test]'
+	touch $(CU12_STAMP)
+
+test-cu12: $(CU12_STAMP) $(STAMP)
+	CUFORGE_OTHER_PYTHON=$(abspath $(PY)) $(CU12_VENV)/bin/python -m pytest -q
 
 # cuda-core is the peer we measure against: it lives only in this separate venv,
 # beside an editable cuforge, so one run prints both columns and their ratio.
@@ -36,4 +50,4 @@ bench: $(BENCH_STAMP)
 	$(BENCH_VENV)/bin/python benchmarks/run.py
 
 clean:
-	rm -rf $(VENV) $(BENCH_VENV) build src/*.egg-info .pytest_cache
+	rm -rf $(VENV) $(CU12_VENV) $(BENCH_VENV) build src/*.egg-info .pytest_cache
