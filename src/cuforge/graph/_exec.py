@@ -18,6 +18,8 @@ A failed update changes nothing: the new owners are only recorded on success.
 
 from __future__ import annotations
 
+import logging
+import time
 from typing import Any
 
 from cuda.bindings import driver
@@ -43,6 +45,10 @@ from cuforge.runtime.stream import Stream
 
 _SUCCESS = driver.CUresult.CUDA_SUCCESS
 _MOVE = driver.CUuserObjectRetain_flags.CU_GRAPH_USER_OBJECT_MOVE
+# DEBUG records of instantiate, launch and close; each site checks the level first,
+# so with DEBUG off a launch pays one isEnabledFor call.
+_log = logging.getLogger("cuforge.graph")
+_DEBUG = logging.DEBUG
 
 
 _launch_entries: tuple[int, int] | None = None  # (cuGraphLaunch, cuEventRecord); () if absent
@@ -90,6 +96,7 @@ class Graph:
     @classmethod
     def _instantiate(cls, state: GraphState, options: Any) -> Graph:
         flags = options.flags() if options is not None else 0
+        started = time.perf_counter() if _log.isEnabledFor(_DEBUG) else 0.0
 
         def go() -> driver.CUgraphExec:
             return check(driver.cuGraphInstantiate(state.handle, flags), "cuGraphInstantiate")
@@ -106,6 +113,11 @@ class Graph:
         upload = getattr(options, "upload_stream", None)
         if upload is not None:
             self.upload(upload)
+        if started:
+            _log.debug(
+                "instantiate graph %#x: exec %#x in %.1f us", int(state.handle), int(handle),
+                (time.perf_counter() - started) * 1e6,
+            )  # fmt: skip
         return self
 
     @property
@@ -154,6 +166,8 @@ class Graph:
             # This launch's end cannot be observed: never treat the graph as idle again.
             self._untracked = True
             raise error_for(driver.CUresult(recorded), "cuEventRecord")
+        if _log.isEnabledFor(_DEBUG):
+            _log.debug("launch exec %#x on stream %#x", int(handle), s)
 
     def upload(self, stream: Any) -> None:
         """Upload the graph's device resources ahead of the first launch."""
@@ -209,6 +223,8 @@ class Graph:
         if self._handle is not None:
             h, self._handle = self._handle, None
             driver.cuGraphExecDestroy(h)
+            if _log.isEnabledFor(_DEBUG):
+                _log.debug("close exec %#x", int(h))
         if self._event is not None:
             ev, self._event = self._event, None
             driver.cuEventDestroy(ev)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import atexit
 import itertools
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -31,6 +32,7 @@ from cuda.bindings import driver
 from cuforge._native import _release as _native
 from cuforge.runtime.errors import check
 
+_log = logging.getLogger("cuforge.graph")
 _registry: dict[int, Any] = {}
 _ids = itertools.count(1)
 _lock = threading.Lock()
@@ -46,7 +48,11 @@ def _release(tokens: Iterable[int]) -> None:
     with _lock:
         for token in tokens:
             dropped.append(_registry.pop(token, None))
+        live = len(_registry)
+    released = len(dropped)
     dropped.clear()
+    if _log.isEnabledFor(logging.DEBUG):
+        _log.debug("released %d owner bundles (%d still held by CUDA)", released, live)
 
 
 _native.set_release_callback(_release)
