@@ -1,7 +1,8 @@
 """``make bench``: the program-cache targets, cuforge beside cuda.core 1.2.2, one run.
 
 Prints one table: each measurement for cuforge, for cuda.core (when importable),
-their ratio (cuforge / cuda.core; below 1 is better) and the target. GPU
+their ratio (cuforge / cuda.core; below 1 is better) and the target. The
+logging rows show what cuforge's log calls cost a hit (bench_logging.py). GPU
 benchmarks (launch overhead, graphs) need the GPU machine: see bench_launch.py and
 bench_graph.py.
 
@@ -24,6 +25,7 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import bench_compile as bc
+import bench_logging as bl
 import bench_storage as bs
 
 
@@ -83,6 +85,23 @@ def main(argv: list[str] | None = None) -> int:
             theirs and bc.bench_hit(theirs, n_calls // 2),
             "us",
             "<= 15 us",
+        )
+        logged = bl.bench_hit_logging(*((1000, 3) if args.quick else (5000, 7)))
+        cost = logged["off"] - logged["stripped"]
+        for label, value in (
+            ("  same hit, no logging code (level checks removed)", logged["stripped"]),
+            ("  same hit, logging as shipped (DEBUG off)", logged["off"]),
+            ("  same hit, DEBUG on (records dropped)", logged["debug"]),
+        ):
+            rows.append((label, _fmt(value, "us"), "-", "-", ""))
+        rows.append(
+            (
+                "  logging cost of a hit, DEBUG off",
+                f"{cost * 1e3:+.0f} ns ({cost / logged['off']:+.1%})",
+                "-",
+                "-",
+                "not measurable",
+            )
         )
         got = bs.bench_get(fs_ours, sub("get-ours"), n=n_calls)["median_us"]
         ref = storage_theirs and bs.bench_get(storage_theirs[0], sub("get-cc"), n=n_calls)
