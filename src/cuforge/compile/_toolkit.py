@@ -235,8 +235,10 @@ def _version(directory: str, name: str) -> str:
 
 def _from_wheel(spec: _Spec, listings: dict[str, list[str]], major: int) -> HeaderSet | None:
     wheel = _cuda.header_wheel(spec.name, major)
-    found = wheel and _find_wheel(wheel.dist, listings)
-    if not found:
+    if wheel is None:
+        return None
+    found = _find_wheel(wheel.dist, listings)
+    if found is None:
         return None
     site, version, dist_info = found
     for rel in wheel.include_dirs:
