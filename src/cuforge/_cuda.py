@@ -54,6 +54,16 @@ RENAMED_ON_12 = {
     "cuStreamUpdateCaptureDependencies": "cuStreamUpdateCaptureDependencies_v2",
 }
 
+#: Of those, the calls that take edge data, and its position: CUDA 13 takes None for
+#: "no edge data", 12.x's ``_v2`` may insist on a list as long as the dependencies
+#: (cuGraphAddNode_v2 does), so None goes to the 12.x function without the argument.
+_EDGE_DATA_ARG = {
+    "cuGraphAddNode": 2,
+    "cuGraphAddDependencies": 3,
+    "cuGraphRemoveDependencies": 3,
+    "cuStreamUpdateCaptureDependencies": 2,
+}
+
 _VERSION = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")
 _VERSION_FILE = re.compile(r"""__version__\s*=\s*(?:version\s*=\s*)?['"]([^'"]+)['"]""")
 
@@ -161,11 +171,27 @@ def _driver_namespace() -> types.ModuleType:
                 ns = types.ModuleType(real.__name__, real.__doc__)
                 ns.__dict__.update(real.__dict__)
                 for name, v2 in RENAMED_ON_12.items():
-                    setattr(ns, name, getattr(real, v2))
+                    fn = getattr(real, v2)
+                    if name in _EDGE_DATA_ARG:
+                        fn = _edge_data_optional(getattr(real, name), fn, _EDGE_DATA_ARG[name])
+                    setattr(ns, name, fn)
                 _driver = ns
             else:
                 _driver = real
         return _driver
+
+
+def _edge_data_optional(v1: Any, v2: Any, index: int) -> Any:
+    """``v2`` with CUDA 13's meaning of None edge data: ``v1`` without the argument."""
+
+    def call(*args: Any) -> Any:
+        if args[index] is None:
+            return v1(*args[:index], *args[index + 1 :])
+        return v2(*args)
+
+    call.__name__ = v2.__name__
+    call.__doc__ = v2.__doc__
+    return call
 
 
 def __getattr__(name: str) -> Any:
