@@ -5,7 +5,8 @@ port; cuda.core has no remote cache, so their cuda.core column is empty.
 
 Prints one table: each measurement for cuforge, for cuda.core (when importable),
 their ratio (cuforge / cuda.core; below 1 is better) and the target; then 4 KiB
-get/set on every backend with SQLite beside diskcache (``bench_backends``). GPU
+get/set on every backend with SQLite beside diskcache (``bench_backends``). The
+logging rows show what cuforge's log calls cost a hit (bench_logging.py). GPU
 benchmarks (launch overhead, graphs) need the GPU machine: see bench_launch.py and
 bench_graph.py.
 
@@ -30,6 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_backends as bb
 import bench_compile as bc
 import bench_fleet as bf
+import bench_logging as bl
 import bench_storage as bs
 
 
@@ -90,6 +92,23 @@ def main(argv: list[str] | None = None) -> int:
             theirs and bc.bench_hit(theirs, n_calls // 2),
             "us",
             "<= 15 us",
+        )
+        logged = bl.bench_hit_logging(*((1000, 3) if args.quick else (5000, 7)))
+        cost = logged["off"] - logged["stripped"]
+        for label, value in (
+            ("  same hit, no logging code (level checks removed)", logged["stripped"]),
+            ("  same hit, logging as shipped (DEBUG off)", logged["off"]),
+            ("  same hit, DEBUG on (records dropped)", logged["debug"]),
+        ):
+            rows.append((label, _fmt(value, "us"), "-", "-", ""))
+        rows.append(
+            (
+                "  logging cost of a hit, DEBUG off",
+                f"{cost * 1e3:+.0f} ns ({cost / logged['off']:+.1%})",
+                "-",
+                "-",
+                "not measurable",
+            )
         )
         got = bs.bench_get(fs_ours, sub("get-ours"), n=n_calls)["median_us"]
         ref = storage_theirs and bs.bench_get(storage_theirs[0], sub("get-cc"), n=n_calls)

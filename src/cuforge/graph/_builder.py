@@ -25,8 +25,7 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-from cuda.bindings import driver
-
+from cuforge._cuda import driver
 from cuforge.graph import _operands as ops
 from cuforge.graph import _owners
 from cuforge.graph._definition import Condition, GraphDefinition, create_condition

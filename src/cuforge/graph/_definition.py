@@ -17,8 +17,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from cuda.bindings import driver
-
+from cuforge._cuda import driver
 from cuforge.graph import _operands as ops
 from cuforge.graph import _owners
 from cuforge.graph._listing import query_nodes, wrap_node

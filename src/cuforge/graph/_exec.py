@@ -20,6 +20,8 @@ A failed update changes nothing: the new owners are only recorded on success.
 
 from __future__ import annotations
 
+import logging
+import time
 from typing import Any
 
 from cuda.bindings import driver
@@ -47,6 +49,10 @@ from cuforge.runtime.stream import Stream
 _SUCCESS = driver.CUresult.CUDA_SUCCESS
 _LAUNCH = 0  # cuGraphLaunch's address; -1: unavailable (use the bindings)
 _RECORD = 0  # cuEventRecord's address
+# DEBUG records of instantiate, launch and close; each site checks the level first,
+# so with DEBUG off a launch pays one isEnabledFor call.
+_log = logging.getLogger("cuforge.graph")
+_DEBUG = logging.DEBUG
 
 
 def _resolve_launch_entries() -> int:
@@ -120,6 +126,7 @@ class Graph:
     @classmethod
     def _instantiate(cls, state: GraphState, options: Any) -> Graph:
         flags = options.flags() if options is not None else 0
+        started = time.perf_counter() if _log.isEnabledFor(_DEBUG) else 0.0
         c = _owners.native_graph()
         if c:
             h = _instantiate_native(c, state, flags)
@@ -141,6 +148,11 @@ class Graph:
             upload = getattr(options, "upload_stream", None)
             if upload is not None:
                 self.upload(upload)
+        if started:
+            _log.debug(
+                "instantiate graph %#x: exec %#x in %.1f us", int(state.handle), h,
+                (time.perf_counter() - started) * 1e6,
+            )  # fmt: skip
         return self
 
     @property
@@ -189,6 +201,8 @@ class Graph:
             recorded = int(driver.cuEventRecord(ev, s)[0]) if ev and not launched else 0
         if launched:
             raise error_for(driver.CUresult(launched), "cuGraphLaunch")
+        if _log.isEnabledFor(_DEBUG):
+            _log.debug("launch exec %#x on stream %#x", h, s)
         if recorded:
             # This launch's end cannot be observed: never treat the graph as idle again.
             self._untracked = True
@@ -262,6 +276,8 @@ class Graph:
             self._h = 0
             self._hobj = None
             capture_guard.destroy(b"cuGraphExecDestroy", h)
+            if _log.isEnabledFor(_DEBUG):
+                _log.debug("close exec %#x", h)
         acc, self._acc = self._acc, None
         ev, self._event = self._event, None
         if acc:

@@ -16,8 +16,7 @@ from __future__ import annotations
 import struct
 from typing import TYPE_CHECKING, Any
 
-from cuda.bindings import driver
-
+from cuforge._cuda import driver
 from cuforge._native._launch import add_kernel_node as _c_add
 from cuforge._native._launch import add_kernel_node_args as _c_add_args
 from cuforge.graph import _operands as ops

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import atexit
 import itertools
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -33,6 +34,7 @@ from cuforge.runtime import capture_guard
 from cuforge.runtime._init import driver_entry
 from cuforge.runtime.errors import check, error_for
 
+_log = logging.getLogger("cuforge.graph")
 _registry: dict[int, Any] = {}
 _ids = itertools.count(1)
 _lock = threading.Lock()
@@ -48,7 +50,11 @@ def _release(tokens: Iterable[int]) -> None:
     with _lock:
         for token in tokens:
             dropped.append(_registry.pop(token, None))
+        live = len(_registry)
+    released = len(dropped)
     dropped.clear()
+    if _log.isEnabledFor(logging.DEBUG):
+        _log.debug("released %d owner bundles (%d still held by CUDA)", released, live)
 
 
 _native.set_release_callback(_release)
