@@ -16,6 +16,7 @@ _DEBUG = 10  # logging.DEBUG
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import logging
+    from typing import Any
 
 _loggers: dict[str, logging.Logger] = {}
 
@@ -26,11 +27,23 @@ def get_logger(name: str) -> logging.Logger:
     if found is None:
         import logging
 
-        root = logging.getLogger("cuforge")
-        if not any(isinstance(h, logging.NullHandler) for h in root.handlers):
-            root.addHandler(logging.NullHandler())
+        _null_handler(logging)
         found = _loggers[name] = logging.getLogger(name)
     return found
+
+
+def _null_handler(logging: Any) -> None:
+    root = logging.getLogger("cuforge")
+    if not any(isinstance(h, logging.NullHandler) for h in root.handlers):
+        root.addHandler(logging.NullHandler())
+
+
+def null_handler_if_loaded() -> None:
+    """Give the ``cuforge`` logger its NullHandler now if ``logging`` is already
+    imported (free otherwise; ``get_logger`` does it when first used)."""
+    logging = sys.modules.get("logging")
+    if logging is not None:
+        _null_handler(logging)
 
 
 def debug_enabled(name: str) -> bool:
@@ -40,4 +53,4 @@ def debug_enabled(name: str) -> bool:
     return get_logger(name).isEnabledFor(_DEBUG)
 
 
-__all__ = ["debug_enabled", "get_logger"]
+__all__ = ["debug_enabled", "get_logger", "null_handler_if_loaded"]

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 # public name -> module that defines it
 _EXPORTS = {
     "KEY_SCHEMA_VERSION": "cuforge.compile.cache_key",
+    "CacheRecoveryWarning": "cuforge.storage.sqlite",
     "CacheStats": "cuforge.storage.stats",
     "CacheWriteWarning": "cuforge.storage.base",
     "Explanation": "cuforge.compile.explain",
@@ -26,10 +27,12 @@ _EXPORTS = {
     "InMemoryProgramCache": "cuforge.storage.memory",
     "ProgramCacheResource": "cuforge.storage.base",
     "RedisProgramCache": "cuforge.storage.redis",  # needs redis-py: cuforge[redis]
+    "SQLiteProgramCache": "cuforge.storage.sqlite",
     "SignedProgramCache": "cuforge.storage.signing",
     "TieredProgramCache": "cuforge.storage.tiered",
     "default_cache": "cuforge.storage.config",
     "default_cache_dir": "cuforge.storage.filestream",
+    "default_db_path": "cuforge.storage.sqlite",
     "explain": "cuforge.compile.explain",
     "fingerprint_headers": "cuforge.compile.cache_key",
     "make_program_cache_key": "cuforge.compile.cache_key",

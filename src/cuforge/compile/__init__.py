@@ -22,6 +22,7 @@ _EXPORTS = {
     "ObjectCode": "cuforge.compile.object_code",
     "Program": "cuforge.compile.program",
     "ProgramOptions": "cuforge.compile.options",
+    "ToolkitNotFoundError": "cuforge.compile.errors",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 # public name -> module (relative to this package) that defines it
 _EXPORTS = {
     "CacheEntry": "entry",
+    "CacheRecoveryWarning": "sqlite",
     "CacheStats": "stats",
     "CacheWriteWarning": "base",
     "EntryInfo": "entry",
@@ -23,11 +24,13 @@ _EXPORTS = {
     "InMemoryProgramCache": "memory",
     "ProgramCacheResource": "base",
     "RedisProgramCache": "redis",  # imports redis-py: pip install 'cuforge[redis]'
+    "SQLiteProgramCache": "sqlite",
     "SignedProgramCache": "signing",
     "TieredProgramCache": "tiered",
     "_is_windows_sharing_violation": "_winretry",
     "default_cache": "config",
     "default_cache_dir": "filestream",
+    "default_db_path": "sqlite",
     "entry_id": "entry",
     "open_cache": "urls",
 }
