@@ -336,16 +336,15 @@ def test_every_cache_action_rejects_bad_caches_with_one_line(tmp_path):
     assert "an action is required" in one_line_error(cli(tmp_path, "cache"), "cuforge cache")
 
 
-# -- the same commands on a Redis cache (every command goes through the storage API) ----------
-def test_every_command_on_a_redis_cache(tmp_path, redis_server):
-    url = f"{redis_server.url}?prefix=cli:"
+# -- the same commands on Redis and SQLite caches (every command goes through the storage API)
+def _every_command(tmp_path, url, damage):
     out = str(tmp_path / "out")
     build = ("compile", str(SAXPY), "--arch", "sm_80", "--arch", "sm_90", "--outdir", out,
              "--cache", url, "--json")  # fmt: skip
     assert [r["cache"] for r in json.loads(cli(tmp_path, *build).stdout)] == ["miss", "miss"]
     assert [r["cache"] for r in json.loads(cli(tmp_path, *build).stdout)] == ["hit", "hit"]
     stats = json.loads(cli(tmp_path, "cache", "stats", "--cache", url, "--json").stdout)
-    assert stats["backend"] == "RedisProgramCache" and stats["path"] == url
+    assert stats["path"] == url
     assert (stats["entries"], stats["hits"], stats["misses"], stats["stores"]) == (2, 2, 2, 2)
 
     listed = _ls(tmp_path, url)
@@ -363,11 +362,7 @@ def test_every_command_on_a_redis_cache(tmp_path, redis_server):
                "--cache", url)  # fmt: skip
     assert miss.returncode == 1 and "option --define-macro=Z=1 added" in miss.stdout
 
-    raw = redis_server.client()
-    name = f"cli:{{{sm90['id']}}}".encode()
-    value = bytearray(raw.get(name))
-    value[-1] ^= 0x10
-    raw.set(name, bytes(value))
+    damage(sm90["id"])
     bad = cli(tmp_path, "cache", "verify", "--cache", url)
     assert bad.returncode == 1 and "1 bad" in bad.stdout and sm90["id"][:12] in bad.stdout
     assert cli(tmp_path, "cache", "verify", "--cache", url, "--fix").returncode == 1
@@ -380,6 +375,40 @@ def test_every_command_on_a_redis_cache(tmp_path, redis_server):
     cli(tmp_path, *build)
     assert cli(tmp_path, "cache", "clear", "--cache", url, "--yes").returncode == 0
     assert _ls(tmp_path, url) == []
+    return stats["backend"]
+
+
+def test_every_command_on_a_redis_cache(tmp_path, redis_server):
+    raw = redis_server.client()
+
+    def damage(entry_id):
+        name = f"cli:{{{entry_id}}}".encode()
+        value = bytearray(raw.get(name))
+        value[-1] ^= 0x10
+        raw.set(name, bytes(value))
+
+    url = f"{redis_server.url}?prefix=cli:"
+    assert _every_command(tmp_path, url, damage) == "RedisProgramCache"
     # Redis keeps fleet counters of its own; resetting them is the backend's to offer
     zero = cli(tmp_path, "cache", "zero-stats", "--cache", url)
     assert "cannot reset its statistics" in one_line_error(zero, "cuforge cache zero-stats")
+
+
+def test_every_command_on_a_sqlite_cache(tmp_path):
+    import sqlite3
+
+    db = tmp_path / "cache.db"
+
+    def damage(entry_id):
+        with sqlite3.connect(db) as conn:
+            (data,) = conn.execute(
+                "SELECT data FROM cuforge_entries WHERE digest = ?", (bytes.fromhex(entry_id),)
+            ).fetchone()
+            flipped = bytearray(data)
+            flipped[len(flipped) // 2] ^= 0x01
+            conn.execute(
+                "UPDATE cuforge_entries SET data = ? WHERE digest = ?",
+                (bytes(flipped), bytes.fromhex(entry_id)),
+            )
+
+    assert _every_command(tmp_path, f"sqlite://{db}", damage) == "SQLiteProgramCache"
