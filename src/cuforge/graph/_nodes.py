@@ -14,21 +14,30 @@ node is added and nothing is retained.
 from __future__ import annotations
 
 import struct
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from cuforge._cuda import driver
 from cuforge._native._launch import add_kernel_node as _c_add
 from cuforge._native._launch import add_kernel_node_args as _c_add_args
 from cuforge.graph import _operands as ops
 from cuforge.graph._state import GraphState
+from cuforge.runtime._init import driver_entry
 from cuforge.runtime.args import plan_for
 from cuforge.runtime.errors import CUDAError, check, error_for
-from cuforge.runtime.launch import LaunchConfig, _validate_plan, driver_entry
+from cuforge.runtime.launch import LaunchConfig, _validate_plan
 from cuforge.runtime.memory import Buffer
 from cuforge.runtime.module import Kernel
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from cuforge._typing import DevicePointer, ReadableBuffer, Self
+    from cuforge.graph._builder import GraphBuilder
     from cuforge.graph._definition import Condition, GraphDefinition
+    from cuforge.runtime.device import Device
+    from cuforge.runtime.event import Event
+
+_N = TypeVar("_N", bound="GraphNode")
 
 _SUCCESS = driver.CUresult.CUDA_SUCCESS
 _T = driver.CUgraphNodeType
@@ -163,9 +172,9 @@ class _Adder:
         raise NotImplementedError
 
     def _add(
-        self, cls: type[GraphNode], fn: Any, *args: Any, owners: tuple[Any, ...] = (),
+        self, cls: type[_N], fn: Any, *args: Any, owners: tuple[Any, ...] = (),
         in_context: bool = False,
-    ):  # fmt: skip
+    ) -> _N:  # fmt: skip
         state, deps = self._target()
         if in_context:
             args = (*args, state.ctx)
@@ -174,7 +183,9 @@ class _Adder:
         _commit(state, node, owners)
         return cls._wrap(state, node)
 
-    def launch(self, config: Any, kernel: Any, *args: Any) -> KernelNode:
+    def launch(
+        self, config: LaunchConfig, kernel: Kernel | driver.CUfunction, *args: object
+    ) -> KernelNode:
         """Add a kernel node; retains the kernel, ``args`` and their allocations.
 
         Cluster and cooperative configs become the node's launch attributes.
@@ -183,8 +194,9 @@ class _Adder:
         return _add_kernel_node(state, deps[0] if deps else 0, config, kernel, args)
 
     def memcpy(
-        self, dst: Any, src: Any, size: int, *, dst_owner: Any = None, src_owner: Any = None
-    ) -> MemcpyNode:
+        self, dst: DevicePointer, src: DevicePointer, size: int, *, dst_owner: object = None,
+        src_owner: object = None,
+    ) -> MemcpyNode:  # fmt: skip
         """Add a 1-D copy of ``size`` bytes; Buffer operands are retained, ints are not."""
         p, owners = MemcpyNode._params(dst, src, size, dst_owner, src_owner)
         try:
@@ -194,8 +206,8 @@ class _Adder:
             raise ops.explain_copy_failure(exc, self._target()[0].device_id, p) from None
 
     def memset(
-        self, dst: Any, value: Any, width: int, height: int = 1, pitch: int = 0, *,
-        dst_owner: Any = None,
+        self, dst: DevicePointer, value: int | ReadableBuffer, width: int, height: int = 1,
+        pitch: int = 0, *, dst_owner: object = None,
     ) -> MemsetNode:  # fmt: skip
         """Add a memset of ``width`` x ``height`` elements (element size from ``value``)."""
         p, owners = MemsetNode._params(dst, value, width, height, pitch, dst_owner)
@@ -203,41 +215,43 @@ class _Adder:
         return self._add(MemsetNode, driver.cuGraphAddMemsetNode, p, owners=owners,
                          in_context=True)  # fmt: skip
 
-    def callback(self, fn: Any, *, user_data: Any = None) -> HostCallbackNode:
+    def callback(
+        self, fn: Callable[..., object], *, user_data: int | ReadableBuffer | None = None
+    ) -> HostCallbackNode:
         """Add a host node running ``fn``; retains fn and a private copy of user_data."""
         p, owners = ops.host_callback(fn, user_data)
         return self._add(HostCallbackNode, driver.cuGraphAddHostNode, p, owners=owners)
 
-    def record(self, event: Any) -> EventRecordNode:
+    def record(self, event: Event | driver.CUevent) -> EventRecordNode:
         """Add an event-record node; retains the event."""
         _same_device(self._target()[0], event, "record(event)")
         return self._add(EventRecordNode, driver.cuGraphAddEventRecordNode,
                          ops.event_handle(event), owners=(event,))  # fmt: skip
 
-    def wait(self, event: Any) -> EventWaitNode:
+    def wait(self, event: Event | driver.CUevent) -> EventWaitNode:
         """Add an event-wait node; retains the event."""
         return self._add(EventWaitNode, driver.cuGraphAddEventWaitNode,
                          ops.event_handle(event), owners=(event,))  # fmt: skip
 
-    def embed(self, child: Any) -> ChildGraphNode:
+    def embed(self, child: GraphDefinition | GraphBuilder) -> ChildGraphNode:
         """Add a child-graph node: CUDA copies ``child`` (a definition, or a builder
         that finished building) together with its owners."""
         from cuforge.graph._builder import _as_definition
 
-        child = _as_definition(child, "embed(child)")
-        child._state.check_open()
-        self._target()[0].require_same_context(child._state, "embed(child)")
-        child._state.flush()
-        return self._add(ChildGraphNode, driver.cuGraphAddChildGraphNode, child._state.handle)
+        state = _as_definition(child, "embed(child)")._state
+        state.check_open()
+        self._target()[0].require_same_context(state, "embed(child)")
+        state.flush()
+        return self._add(ChildGraphNode, driver.cuGraphAddChildGraphNode, state.handle)
 
     def empty(self) -> EmptyNode:
         """Add an empty node (a pure dependency point)."""
         return self._add(EmptyNode, driver.cuGraphAddEmptyNode)
 
-    def allocate(self, size: int, device: Any = None) -> AllocNode:
+    def allocate(self, size: int, device: Device | int | None = None) -> AllocNode:
         """Add a graph memory allocation of ``size`` bytes; its address is ``node.dptr``."""
         state, deps = self._target()
-        dev_id = getattr(device, "device_id", device)
+        dev_id: Any = getattr(device, "device_id", device)  # a Device (or alike) or an ordinal
         if dev_id is None:
             dev_id = state.device_id
         p = driver.CUDA_MEM_ALLOC_NODE_PARAMS()
@@ -250,7 +264,7 @@ class _Adder:
                      "cuGraphAddMemAllocNode")  # fmt: skip
         return AllocNode._wrap(state, node)
 
-    def deallocate(self, ptr: Any) -> FreeNode:
+    def deallocate(self, ptr: AllocNode | int) -> FreeNode:
         """Add a node freeing graph-allocated memory (an AllocNode or its address)."""
         address = ptr.dptr if isinstance(ptr, AllocNode) else int(ptr)
         return self._add(FreeNode, driver.cuGraphAddMemFreeNode, driver.CUdeviceptr(address))
@@ -302,13 +316,16 @@ class GraphNode(_Adder):
     # _h: the node's address; _hobj: its CUgraphNode, made on first use (the hot
     # kernel-node path never needs one).
     __slots__ = ("_h", "_hobj", "_state")
+    _h: int
+    _hobj: driver.CUgraphNode
+    _state: GraphState
     _KIND = "node"
 
     def __init__(self) -> None:
         raise TypeError("graph nodes are created by GraphDefinition/GraphNode methods")
 
     @classmethod
-    def _wrap(cls, state: GraphState, handle: driver.CUgraphNode) -> Any:
+    def _wrap(cls, state: GraphState, handle: driver.CUgraphNode) -> Self:
         self = object.__new__(cls)
         self._state = state
         self._h = h = int(handle)
@@ -323,7 +340,9 @@ class GraphNode(_Adder):
             self._check_live()
         return state, [self._h]
 
-    def launch(self, config: Any, kernel: Any, *args: Any) -> KernelNode:
+    def launch(
+        self, config: LaunchConfig, kernel: Kernel | driver.CUfunction, *args: object
+    ) -> KernelNode:
         """Add a kernel node depending on this one (see GraphDefinition.launch)."""
         state = self._state
         if state.closed or state.parent is not None or state.destroyed:
@@ -424,7 +443,9 @@ class GraphNode(_Adder):
 class KernelNode(GraphNode):
     __slots__ = ()
 
-    def update(self, config: Any, kernel: Any, *args: Any) -> None:
+    def update(
+        self, config: LaunchConfig, kernel: Kernel | driver.CUfunction, *args: object
+    ) -> None:
         """New launch parameters for this node (old owners stay with older versions).
 
         Cluster dims and the cooperative flag follow ``config``.
@@ -449,14 +470,16 @@ class MemcpyNode(GraphNode):
     __slots__ = ()
 
     @staticmethod
-    def _params(dst: Any, src: Any, size: int, dst_owner: Any, src_owner: Any):
+    def _params(
+        dst: DevicePointer, src: DevicePointer, size: int, dst_owner: object, src_owner: object
+    ) -> tuple[driver.CUDA_MEMCPY3D, tuple[Any, ...]]:
         size = int(size)
         d, downers = ops.resolve_pointer(dst, dst_owner, "memcpy dst", size)
         s, sowners = ops.resolve_pointer(src, src_owner, "memcpy src", size)
         return ops.memcpy_params(d, s, size), downers + sowners
 
-    def update(self, dst: Any, src: Any, size: int, *, dst_owner: Any = None,
-               src_owner: Any = None) -> None:  # fmt: skip
+    def update(self, dst: DevicePointer, src: DevicePointer, size: int, *,
+               dst_owner: object = None, src_owner: object = None) -> None:  # fmt: skip
         self._update(*self._params(dst, src, size, dst_owner, src_owner))
 
     def _set(self, p: Any) -> None:
@@ -470,15 +493,18 @@ class MemsetNode(GraphNode):
     __slots__ = ()
 
     @staticmethod
-    def _params(dst: Any, value: Any, width: int, height: int, pitch: int, dst_owner: Any):
+    def _params(
+        dst: DevicePointer, value: int | ReadableBuffer, width: int, height: int, pitch: int,
+        dst_owner: object,
+    ) -> tuple[driver.CUDA_MEMSET_NODE_PARAMS, tuple[Any, ...]]:  # fmt: skip
         width, height, pitch = int(width), int(height), int(pitch)
         elem = ops.memset_value(value)[1]
         extent = (pitch or width * elem) * (height - 1) + width * elem
         d, owners = ops.resolve_pointer(dst, dst_owner, "memset dst", extent)
         return ops.memset_params(d, value, width, height, pitch), owners
 
-    def update(self, dst: Any, value: Any, width: int, height: int = 1, pitch: int = 0, *,
-               dst_owner: Any = None) -> None:  # fmt: skip
+    def update(self, dst: DevicePointer, value: int | ReadableBuffer, width: int,
+               height: int = 1, pitch: int = 0, *, dst_owner: object = None) -> None:  # fmt: skip
         self._update(*self._params(dst, value, width, height, pitch, dst_owner))
 
     def _set(self, p: Any) -> None:
@@ -488,7 +514,9 @@ class MemsetNode(GraphNode):
 class HostCallbackNode(GraphNode):
     __slots__ = ()
 
-    def update(self, fn: Any, *, user_data: Any = None) -> None:
+    def update(
+        self, fn: Callable[..., object], *, user_data: int | ReadableBuffer | None = None
+    ) -> None:
         self._update(*ops.host_callback(fn, user_data))
 
     def _set(self, p: Any) -> None:
@@ -498,7 +526,7 @@ class HostCallbackNode(GraphNode):
 class EventRecordNode(GraphNode):
     __slots__ = ()
 
-    def update(self, event: Any) -> None:
+    def update(self, event: Event | driver.CUevent) -> None:
         self._update(ops.event_handle(event), (event,))
 
     def _set(self, ev: Any) -> None:
@@ -508,7 +536,7 @@ class EventRecordNode(GraphNode):
 class EventWaitNode(GraphNode):
     __slots__ = ()
 
-    def update(self, event: Any) -> None:
+    def update(self, event: Event | driver.CUevent) -> None:
         self._update(ops.event_handle(event), (event,))
 
     def _set(self, ev: Any) -> None:
@@ -565,6 +593,9 @@ class FreeNode(GraphNode):
 
 class ConditionalNode(GraphNode):
     __slots__ = ("_branches", "_condition")
+    _branches: tuple[GraphDefinition, ...]
+    # None for a node listed from a graph (GraphDefinition.nodes) rather than added
+    _condition: Condition | None
 
     @property
     def branches(self) -> tuple[GraphDefinition, ...]:
@@ -586,5 +617,7 @@ class ConditionalNode(GraphNode):
         return self._branches[1]
 
     @property
-    def condition(self) -> Condition:
+    def condition(self) -> Condition | None:
+        """The condition the node was added with; None for a node found by listing a
+        graph's nodes (the driver does not report it)."""
         return self._condition

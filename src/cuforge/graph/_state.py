@@ -57,6 +57,19 @@ class GraphState:
         "__weakref__", "_ctx", "_device_id", "_hobj", "closed", "ctx_int", "destroyed",
         "handle_int", "owned", "parent", "pending", "scratch", "scratch_addr", "scratch_size",
     )  # fmt: skip
+    _ctx: driver.CUcontext | None
+    _device_id: int | None
+    _hobj: driver.CUgraph | None
+    closed: bool
+    ctx_int: int
+    destroyed: set[int] | None  # addresses of nodes destroyed here
+    handle_int: int
+    owned: bool
+    parent: GraphState | None
+    pending: list[Any] | None  # the open bundle list (owned graphs)
+    scratch: ctypes.Array[ctypes.c_char] | None
+    scratch_addr: int
+    scratch_size: int
 
     def __init__(
         self,
@@ -72,18 +85,18 @@ class GraphState:
         self._hobj = handle if not isinstance(handle, int) else None
         self.ctx_int = int(ctx)
         self._ctx = ctx if not isinstance(ctx, int) else None
-        self._device_id: int | None = None
+        self._device_id = None
         # Kernel-node parameters are packed here for the add call (the driver copies them).
-        self.scratch: Any = None
+        self.scratch = None
         self.scratch_addr = 0
         self.scratch_size = 0
         # A body graph lives inside its parent's node: hold the parent so the CUgraph
         # that owns this one cannot be destroyed under us.
         self.parent = parent
         self.owned = owned and parent is None
-        self.pending: list[Any] | None = None  # the open bundle list (owned graphs)
+        self.pending = None
         self.closed = False
-        self.destroyed: set[int] | None = None  # addresses of nodes destroyed here
+        self.destroyed = None
 
     @classmethod
     def _new(cls, handle: int, ctx: int) -> GraphState:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import operator
 import struct
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cuda.bindings import driver
 
@@ -37,15 +37,22 @@ from cuforge.runtime.errors import error_for
 from cuforge.runtime.module import Kernel
 from cuforge.runtime.stream import Stream
 
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from cuforge._typing import IsStreamT
+
 _SUCCESS = driver.CUresult.CUDA_SUCCESS
 _INVALID_CONTEXT = driver.CUresult.CUDA_ERROR_INVALID_CONTEXT
 _MAX_CACHED_STREAMS = 64
 
 Dim3 = tuple[int, int, int]
+# (grid x, y, z, block x, y, z, shared memory bytes): what the C launcher takes
+Dims7 = tuple[int, int, int, int, int, int, int]
 
 
-def _dim3(value: Any, what: str) -> Dim3:
-    items = list(value) if isinstance(value, (tuple, list)) else [value]
+def _dim3(value: object, what: str) -> Dim3:
+    items: list[Any] = list(value) if isinstance(value, (tuple, list)) else [value]
     if not 1 <= len(items) <= 3:
         raise ValueError(f"{what} must have 1 to 3 dimensions, got {len(items)}")
     dims = []
@@ -78,6 +85,15 @@ class LaunchConfig:
         "grid_in_blocks",
         "shmem_size",
     )
+    _lock: threading.Lock
+    _native: dict[int, driver.CUlaunchConfig]
+    _plain: Dims7 | None
+    block: Dim3
+    cluster: Dim3 | None
+    cooperative_launch: bool
+    grid: Dim3
+    grid_in_blocks: Dim3
+    shmem_size: int
 
     def __init__(
         self,
@@ -108,11 +124,13 @@ class LaunchConfig:
         init(self, "grid_in_blocks", blocks)
         init(self, "_native", {})
         # What the C launcher takes; None where launch attributes are needed.
-        plain = None if c is not None or cooperative_launch else (*blocks, *b, shmem_size)
+        plain: Dims7 | None = None
+        if c is None and not cooperative_launch:
+            plain = (*blocks, *b, shmem_size)
         init(self, "_plain", plain)
         init(self, "_lock", threading.Lock())
 
-    def __setattr__(self, name: str, value: Any) -> None:
+    def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError("LaunchConfig is immutable; make a new one")
 
     def __repr__(self) -> str:
@@ -129,12 +147,12 @@ class LaunchConfig:
     def __hash__(self) -> int:
         return hash(self._key())
 
-    def _key(self) -> tuple[Any, ...]:
+    def _key(self) -> tuple[object, ...]:
         return (self.grid, self.block, self.shmem_size, self.cluster, self.cooperative_launch)
 
     def _native_for(self, stream: Stream) -> driver.CUlaunchConfig:
         """The driver struct for ``stream``, built once per stream handle."""
-        cached = self._native.get(stream._handle_int)
+        cached: driver.CUlaunchConfig | None = self._native.get(stream._handle_int)
         if cached is not None:
             return cached
         cfg = driver.CUlaunchConfig()
@@ -191,14 +209,18 @@ def _validate_plan(kernel: Kernel, plan: _Plan | None, nargs: int) -> None:
     kernel._checked.add(plan)
 
 
-_entry: int | None = None  # cuLaunchKernel's address; 0 when unavailable
+_entry = -1  # cuLaunchKernel's address; 0 when unavailable, -1 until looked up
 
 
-def _c_launch(*args: int) -> int:  # replaced by the C function once resolved
+def _unresolved_launch(*args: int) -> int:  # replaced by the C function once resolved
     raise RuntimeError("C launcher not resolved")
 
 
-_c_launch_args: Any = None  # cuforge._native._launch.launch_args once resolved
+_c_launch: Callable[..., int] = _unresolved_launch
+# cuforge._native._launch.launch_args once resolved
+_c_launch_args: (
+    Callable[[int, int, Dims7, int, bytes, tuple[type, ...] | None, tuple[object, ...]], int] | None
+) = None
 
 
 def _resolve_entry() -> int:
@@ -217,7 +239,7 @@ def _resolve_entry() -> int:
     return entry
 
 
-def launch(stream: Any, config: LaunchConfig, kernel: Kernel, *args: Any) -> None:
+def launch(stream: IsStreamT, config: LaunchConfig, kernel: Kernel, *args: object) -> None:
     """Launch ``kernel`` with ``args`` on ``stream`` (a Stream or ``__cuda_stream__``
     object) as described by ``config``. Returns once queued (asynchronous)."""
     if not _init._done:
@@ -243,10 +265,10 @@ def launch(stream: Any, config: LaunchConfig, kernel: Kernel, *args: Any) -> Non
     _launch(stream, config, kernel, args)
 
 
-def _launch(stream: Stream, config: LaunchConfig, kernel: Kernel, args: tuple[Any, ...]) -> None:
+def _launch(stream: Stream, config: LaunchConfig, kernel: Kernel, args: tuple[object, ...]) -> None:
     """The general path: plans, validates, packs and launches (C or bindings)."""
     plain = config._plain
-    if plain is not None and _entry is None:
+    if plain is not None and _entry < 0:
         _resolve_entry()
     keep: Any = None  # the parameter storage: must stay alive until the launch call
     if args:
