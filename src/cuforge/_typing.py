@@ -11,6 +11,9 @@ run-time dependency.
 - ``StrPath``: a filesystem path as ``str`` or ``os.PathLike[str]``.
 - ``SupportsWrite``: anything with ``write(str)`` (a file opened for text, ``sys.stderr``,
   ``io.StringIO``), for compile logs.
+- ``ObjectCodeLike``: what a program cache stores besides bytes: an object with
+  ``code`` (bytes-like, or a path to the binary) and ``code_type`` (cuforge's or
+  cuda.core's ``ObjectCode``; storage duck-types it, never importing the compile layer).
 - ``IsStreamT``: anything with ``__cuda_stream__() -> (version, handle)`` (cuforge,
   cuda.core, CuPy and PyTorch streams).
 - ``CudaArrayLike`` / ``DLPackLike``: arrays exporting ``__cuda_array_interface__`` or
@@ -46,6 +49,15 @@ class SupportsWrite(Protocol):
     """A text sink: ``write(text)``; what it returns is ignored."""
 
     def write(self, text: str, /) -> object: ...
+
+
+class ObjectCodeLike(Protocol):
+    """An ObjectCode as storage sees it: ``code`` and ``code_type``."""
+
+    @property
+    def code(self) -> bytes | bytearray | memoryview | str | os.PathLike[str]: ...
+    @property
+    def code_type(self) -> str: ...
 
 
 class IsStreamT(Protocol):
