@@ -259,7 +259,7 @@ class GraphDefinition(_Adder):
 
     @property
     def is_closed(self) -> bool:
-        return self._state.closed
+        return not self._state.is_open
 
     def __enter__(self) -> GraphDefinition:
         return self

@@ -30,6 +30,7 @@ from cuforge._native import _release
 from cuforge._native._launch import graph_launch as _c_graph_launch
 from cuforge.graph import _operands as ops
 from cuforge.graph import _owners
+from cuforge.graph import _params as _read
 from cuforge.graph._nodes import (
     ChildGraphNode,
     EventRecordNode,
@@ -392,6 +393,7 @@ class ExecKernelNode(ExecNode):
                 "an executable-graph update cannot change a kernel node's cluster dims or "
                 "cooperative flag: update the definition's node and call Graph.update(definition)"
             )
+        _read.require_same_programmatic(self._node._handle, config, "executable-graph update")
         if hasattr(kernel, "function"):
             # Executable-graph updates take the function of the current context (the
             # node's own); the CUkernel form is only for adding nodes.

@@ -9,6 +9,13 @@ Guarantees:
 - ``LaunchConfig`` is immutable and validated at construction: ``grid``, ``block`` and
   ``cluster`` become 3-tuples of positive ints. As in cuda.core, when ``cluster`` is
   set ``grid`` counts clusters; ``grid_in_blocks`` is the block grid CUDA sees.
+- ``programmatic_stream_serialization=True`` (programmatic dependent launch, sm_90+)
+  lets the kernel start before the previous kernel of its stream has finished: from
+  the moment every block of that kernel triggered (``griddepcontrol.launch_dependents``
+  / ``cudaTriggerProgrammaticLaunchCompletion``) or exited. The kernel must wait for
+  the previous one's results itself (``griddepcontrol.wait`` /
+  ``cudaGridDependencySynchronize``). Stream capture turns it into a programmatic
+  graph edge; graph kernel nodes make the same edge (see ``cuforge.graph``).
 - ``launch`` checks the argument count and each argument's packed size against the
   kernel image before the first launch of each argument-type signature, so a wrong
   count or a too-narrow value raises instead of reading garbage on the device.
@@ -31,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 from cuda.bindings import driver
 
 from cuforge.runtime import _init
-from cuforge.runtime._init import driver_entry
+from cuforge.runtime._init import driver_entry as driver_entry
 from cuforge.runtime.args import PackedArgs, _Plan, pack_args, plan_for
 from cuforge.runtime.errors import error_for
 from cuforge.runtime.module import Kernel
@@ -72,7 +79,8 @@ def _dim3(value: object, what: str) -> Dim3:
 
 class LaunchConfig:
     """How to launch: ``LaunchConfig(grid, block, shmem_size=0, cluster=None,
-    cooperative_launch=False)``; ints or 1-3 tuples for the dimensions."""
+    cooperative_launch=False, programmatic_stream_serialization=False)``; ints or
+    1-3 tuples for the dimensions."""
 
     __slots__ = (
         "_lock",
@@ -83,6 +91,7 @@ class LaunchConfig:
         "cooperative_launch",
         "grid",
         "grid_in_blocks",
+        "programmatic_stream_serialization",
         "shmem_size",
     )
     _lock: threading.Lock
@@ -93,6 +102,7 @@ class LaunchConfig:
     cooperative_launch: bool
     grid: Dim3
     grid_in_blocks: Dim3
+    programmatic_stream_serialization: bool
     shmem_size: int
 
     def __init__(
@@ -102,6 +112,7 @@ class LaunchConfig:
         shmem_size: int = 0,
         cluster: int | tuple[int, ...] | None = None,
         cooperative_launch: bool = False,
+        programmatic_stream_serialization: bool = False,
     ) -> None:
         g = _dim3(grid, "grid")
         b = _dim3(block, "block")
@@ -114,6 +125,9 @@ class LaunchConfig:
         c = None if cluster is None else _dim3(cluster, "cluster")
         if not isinstance(cooperative_launch, bool):
             raise TypeError("cooperative_launch must be a bool")
+        pdl = programmatic_stream_serialization
+        if not isinstance(pdl, bool):
+            raise TypeError("programmatic_stream_serialization must be a bool")
         blocks = g if c is None else (g[0] * c[0], g[1] * c[1], g[2] * c[2])
         init = object.__setattr__
         init(self, "grid", g)
@@ -121,12 +135,12 @@ class LaunchConfig:
         init(self, "shmem_size", shmem_size)
         init(self, "cluster", c)
         init(self, "cooperative_launch", cooperative_launch)
+        init(self, "programmatic_stream_serialization", pdl)
         init(self, "grid_in_blocks", blocks)
         init(self, "_native", {})
         # What the C launcher takes; None where launch attributes are needed.
-        plain: Dims7 | None = None
-        if c is None and not cooperative_launch:
-            plain = (*blocks, *b, shmem_size)
+        attrs = c is not None or cooperative_launch or pdl
+        plain: Dims7 | None = None if attrs else (*blocks, *b, shmem_size)
         init(self, "_plain", plain)
         init(self, "_lock", threading.Lock())
 
@@ -136,6 +150,8 @@ class LaunchConfig:
     def __repr__(self) -> str:
         extra = f", cluster={self.cluster}" if self.cluster else ""
         extra += ", cooperative_launch=True" if self.cooperative_launch else ""
+        if self.programmatic_stream_serialization:
+            extra += ", programmatic_stream_serialization=True"
         return (
             f"LaunchConfig(grid={self.grid}, block={self.block}, "
             f"shmem_size={self.shmem_size}{extra})"
@@ -148,7 +164,14 @@ class LaunchConfig:
         return hash(self._key())
 
     def _key(self) -> tuple[object, ...]:
-        return (self.grid, self.block, self.shmem_size, self.cluster, self.cooperative_launch)
+        return (
+            self.grid,
+            self.block,
+            self.shmem_size,
+            self.cluster,
+            self.cooperative_launch,
+            self.programmatic_stream_serialization,
+        )
 
     def _native_for(self, stream: Stream) -> driver.CUlaunchConfig:
         """The driver struct for ``stream``, built once per stream handle."""
@@ -170,6 +193,11 @@ class LaunchConfig:
             a = driver.CUlaunchAttribute()
             a.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_COOPERATIVE
             a.value.cooperative = 1
+            attrs.append(a)
+        if self.programmatic_stream_serialization:
+            a = driver.CUlaunchAttribute()
+            a.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+            a.value.programmaticStreamSerializationAllowed = 1
             attrs.append(a)
         cfg.attrs = attrs
         cfg.numAttrs = len(attrs)
