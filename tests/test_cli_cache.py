@@ -145,7 +145,8 @@ def test_show_needs_one_matching_entry(tmp_path, cache):
 def test_show_extract_of_a_damaged_entry_fails(tmp_path, cache):
     entry = _ls(tmp_path, cache)[0]
     payload = _payload(cache, entry["id"])
-    payload.write_bytes(payload.read_bytes()[:-1] + b"\x00")
+    data = payload.read_bytes()
+    payload.write_bytes(data[:-1] + bytes([data[-1] ^ 0x01]))  # always a different byte
     result = cli(tmp_path, "cache", "show", entry["id"], "--cache", str(cache), "--extract",
                  str(tmp_path / "x"))  # fmt: skip
     assert result.returncode == 1

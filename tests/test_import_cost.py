@@ -18,7 +18,13 @@ HEAVY = {"typing", "dataclasses", "hashlib", "json", "logging", "socket", "secre
 
 
 def _modules_after(statement: str) -> set[str]:
-    code = f"import sys\n{statement}\nprint('\\n'.join(sorted(sys.modules)))"
+    """The modules ``statement`` adds to a fresh interpreter (what site-packages'
+    .pth files import at start-up -- cuda-bindings 12 imports the ``cuda`` namespace
+    there -- is every process's, not the statement's)."""
+    code = (
+        f"import sys\nbefore = set(sys.modules)\n{statement}\n"
+        "print('\\n'.join(sorted(set(sys.modules) - before)))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     return set(out.stdout.split())
 

@@ -294,7 +294,11 @@ def make_program_cache_key(
             + (" (bytes are accepted only for 'nvvm')" if isinstance(code, bytes) else "")
             + f", got {type(code).__name__}"
         )
-    if code_type == "c++" and extra_digest is None:
+    if (
+        code_type == "c++"
+        and extra_digest is None
+        and (b"include" in code_bytes or b"import" in code_bytes or _is_set(options.pre_include))
+    ):
         roots = source_roots(options)
         if _includes.may_read_user_files(
             _includes.scan(code_bytes), bool(roots.user), roots.source is not None
