@@ -71,7 +71,7 @@ BENCH_STAMP := $(BENCH_VENV)/.installed
 $(BENCH_STAMP): pyproject.toml setup.py $(wildcard src/cuforge/_native/*.c)
 	test -x $(BENCH_VENV)/bin/python || $(PYTHON) -m venv $(BENCH_VENV)
 	$(BENCH_VENV)/bin/python -m pip install -q --upgrade pip
-	$(BENCH_VENV)/bin/python -m pip install -q -e '.[redis]' 'cuda-core==1.2.2' numpy
+	$(BENCH_VENV)/bin/python -m pip install -q -e '.[cu13,redis]' 'cuda-core==1.2.2' numpy
 	$(BENCH_VENV)/bin/python -m pip install -q 'diskcache==5.6.3'
 	touch $(BENCH_STAMP)
 
