@@ -75,8 +75,9 @@ $(BENCH_STAMP): pyproject.toml setup.py $(wildcard src/cuforge/_native/*.c)
 	$(BENCH_VENV)/bin/python -m pip install -q 'diskcache==5.6.3'
 	touch $(BENCH_STAMP)
 
+# BENCH_ARGS: e.g. --json benchmarks/results/run-cpu-DATE.json --note "..." (make plots)
 bench: $(BENCH_STAMP) redis-server
-	$(BENCH_VENV)/bin/python benchmarks/run.py
+	$(BENCH_VENV)/bin/python benchmarks/run.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) $(CU12_VENV) $(BENCH_VENV) build dist src/*.egg-info .pytest_cache
