@@ -16,8 +16,8 @@ demo: $(STAMP)
 	$(PY) examples/demo.py
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests benchmarks examples
-	$(VENV)/bin/ruff format --check src tests benchmarks examples
+	$(VENV)/bin/ruff check src tests benchmarks examples docs/conf.py docs/_apiref.py
+	$(VENV)/bin/ruff format --check src tests benchmarks examples docs/conf.py docs/_apiref.py
 
 # The Redis tests start their own redis-server on free loopback ports (never 6379);
 # install it when this machine lacks one (apt: Debian/Ubuntu, as root or via sudo).

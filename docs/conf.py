@@ -22,7 +22,7 @@ import cuforge  # noqa: E402
 
 project = "cuforge"
 author = "the cuforge authors"
-copyright = "the cuforge authors"  # noqa: A001 - Sphinx's name
+copyright = "the cuforge authors"
 release = version = cuforge.__version__
 
 extensions = [
