@@ -15,9 +15,11 @@ $(STAMP): pyproject.toml setup.py $(wildcard src/cuforge/_native/*.c)
 demo: $(STAMP)
 	$(PY) examples/demo.py
 
+# mypy --strict on src/ (settings in pyproject.toml, [tool.mypy]): zero errors.
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks examples docs/conf.py docs/_apiref.py
 	$(VENV)/bin/ruff format --check src tests benchmarks examples docs/conf.py docs/_apiref.py
+	$(VENV)/bin/mypy
 
 # The Redis tests start their own redis-server on free loopback ports (never 6379);
 # install it when this machine lacks one (apt: Debian/Ubuntu, as root or via sudo).

@@ -69,6 +69,9 @@ def test_an_sdist_and_a_manylinux_wheel_with_everything_in_them(dist):
     native = {n for n in names if n.startswith("cuforge/_native/")}
     assert {n.split(".")[0] for n in native if n.endswith(".so")} == helpers
     assert not any(n.endswith((".c", ".h")) for n in names)
+    # Typed (PEP 561): the marker, and a stub for every C helper.
+    assert "cuforge/py.typed" in names
+    assert {n.removesuffix(".pyi") for n in native if n.endswith(".pyi")} == helpers
     assert f"cuforge-{VERSION}.dist-info/licenses/LICENSE" in names
     # One version source; complete metadata.
     assert meta["Version"] == VERSION and meta["Requires-Python"] == ">=3.10"

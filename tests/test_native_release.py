@@ -156,3 +156,68 @@ def test_destructor_storm_during_interpreter_exit_neither_crashes_nor_hangs() ->
     )
     assert proc.returncode == 0, proc.stderr
     assert "exiting" in proc.stdout
+
+
+def test_a_refused_drain_request_leaves_the_release_for_the_next_drain() -> None:
+    """The interpreter's pending-call queue is full when the destructor runs: the
+    release waits, queued, and the next drain runs it -- on the main thread."""
+    proc = _run(
+        """
+        import ctypes
+        import threading
+        import time
+
+        from cuforge._native import _release as n
+        from cuforge.graph import _owners, drain_released
+
+        finished = []
+
+        class Owner:
+            def __del__(self):
+                finished.append(threading.get_ident())
+
+        token = _owners.register((Owner(),))
+        PENDING = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
+        add = ctypes.pythonapi.Py_AddPendingCall
+        add.argtypes = [PENDING, ctypes.c_void_p]
+        add.restype = ctypes.c_int
+        run = ctypes.pythonapi.Py_MakePendingCalls
+        run.argtypes = []
+        run.restype = ctypes.c_int
+        noop = PENDING(lambda _: 0)
+        before = n.pending_call_failures()
+        report = {}
+
+        ready, gate = threading.Event(), threading.Lock()
+        gate.acquire()
+
+        def fill_then_release():
+            # The main thread runs pending calls between bytecodes: wait until it is
+            # blocked in gate.acquire() (C, no bytecode) before filling its queue.
+            ready.wait()
+            time.sleep(0.05)
+            added = 0
+            while add(noop, None) == 0:
+                added += 1
+                assert added < 1_000_000, "the pending-call queue never filled"
+            n._test_release_from_thread(token)  # a foreign pthread, as CUDA's would be
+            report["queued"] = n.queued()
+            report["refused"] = n.pending_call_failures() - before
+            gate.release()
+
+        t = threading.Thread(target=fill_then_release)
+        t.start()
+        ready.set()
+        gate.acquire()
+        t.join()
+        assert report == {"queued": 1, "refused": 1}, report
+        assert run() == 0  # room again, and no drain request among the calls run
+        assert finished == [] and _owners.is_live(token) and n.queued() == 1
+        drain_released()
+        assert finished == [threading.main_thread().ident], finished
+        assert not _owners.is_live(token) and n.queued() == 0
+        print("ok")
+        """
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "ok"

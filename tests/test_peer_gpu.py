@@ -189,3 +189,48 @@ def test_enable_peer_access_is_idempotent(pair) -> None:
     d0.enable_peer_access(1)
     with d0._scope():
         driver.cuCtxDisablePeerAccess(d1.context)
+
+
+def test_two_devices_keep_callback_parameters_separate() -> None:
+    """Host nodes of graphs on two devices: each runs its own callable with its own
+    copy of user data, every launch, after the caller dropped its references."""
+    import ctypes
+    import gc
+
+    from cuforge import Device
+    from cuforge.graph import GraphDefinition
+    from cuforge.runtime._init import device_count
+
+    if device_count() < 2:
+        pytest.skip("needs two devices")
+    hostfn = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+    seen: list[tuple[str, int]] = []
+
+    @hostfn
+    def c_cb(data):
+        seen.append(("c", ctypes.cast(data, ctypes.POINTER(ctypes.c_uint8))[0]))
+
+    runs = []
+    for ordinal in (0, 1):
+        dev = Device(ordinal)
+        dev.set_current()
+        payload = bytearray([10 + ordinal])
+        g = GraphDefinition()
+        g.callback(lambda o=ordinal: seen.append(("py", o))).callback(c_cb, user_data=payload)
+        exe = g.instantiate()
+        g.close()
+        payload[0] = 99  # each node holds its own copy, taken when it was added
+        runs.append((dev, dev.create_stream(), exe))
+    del c_cb, payload
+    gc.collect()
+    for _ in range(2):
+        for _dev, stream, exe in runs:
+            exe.launch(stream)
+    for _dev, stream, _exe in runs:
+        stream.sync()
+    assert sorted(seen) == sorted([("py", 0), ("py", 1), ("c", 10), ("c", 11)] * 2)
+    for dev, stream, exe in runs:
+        exe.close()
+        with dev._scope():
+            stream.close()
+    Device(0).set_current()

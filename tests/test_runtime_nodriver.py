@@ -116,6 +116,21 @@ def test_launch_config_normalises_to_3_tuples():
         c.grid = (1, 1, 1)
 
 
+def test_programmatic_launch_config_takes_the_attribute_path_and_compares_by_flag():
+    from cuforge import LaunchConfig
+
+    plain = LaunchConfig(4, 32)
+    pdl = LaunchConfig(4, 32, programmatic_stream_serialization=True)
+    assert plain.programmatic_stream_serialization is False
+    assert pdl.programmatic_stream_serialization is True
+    assert pdl != plain and hash(pdl) != hash(plain)
+    assert pdl == LaunchConfig((4, 1, 1), (32, 1, 1), programmatic_stream_serialization=True)
+    assert "programmatic_stream_serialization=True" in repr(pdl)
+    assert "programmatic" not in repr(plain)
+    # The C launcher takes plain dimensions only: PDL needs cuLaunchKernelEx's attribute.
+    assert plain._plain is not None and pdl._plain is None
+
+
 @pytest.mark.parametrize(
     ("kwargs", "exc", "match"),
     [
@@ -130,6 +145,11 @@ def test_launch_config_normalises_to_3_tuples():
         ({"grid": 1, "block": 1, "shmem_size": 1.0}, TypeError, "shmem_size"),
         ({"grid": 1, "block": 1, "cluster": 0}, ValueError, "cluster"),
         ({"grid": 1, "block": 1, "cooperative_launch": 1}, TypeError, "cooperative"),
+        (
+            {"grid": 1, "block": 1, "programmatic_stream_serialization": 1},
+            TypeError,
+            "programmatic_stream_serialization must be a bool",
+        ),
     ],
 )
 def test_launch_config_validation(kwargs, exc, match):

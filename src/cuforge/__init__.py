@@ -17,6 +17,28 @@ TYPE_CHECKING = False  # typing is not imported at run time: it costs a cold pro
 if TYPE_CHECKING:
     from typing import Any
 
+    # What __getattr__ resolves, spelled out for type checkers (tests/test_typing.py
+    # checks that this block and _EXPORTS agree).
+    from cuforge.compile.errors import CompileError as CompileError
+    from cuforge.compile.linker import Linker as Linker
+    from cuforge.compile.linker import LinkerOptions as LinkerOptions
+    from cuforge.compile.object_code import ObjectCode as ObjectCode
+    from cuforge.compile.options import ProgramOptions as ProgramOptions
+    from cuforge.compile.program import Program as Program
+    from cuforge.runtime.device import Device as Device
+    from cuforge.runtime.errors import CUDAError as CUDAError
+    from cuforge.runtime.event import Event as Event
+    from cuforge.runtime.event import EventOptions as EventOptions
+    from cuforge.runtime.launch import LaunchConfig as LaunchConfig
+    from cuforge.runtime.launch import launch as launch
+    from cuforge.runtime.memory import Buffer as Buffer
+    from cuforge.runtime.memory import DeviceMemoryResource as DeviceMemoryResource
+    from cuforge.runtime.memory import MemoryResource as MemoryResource
+    from cuforge.runtime.memory import PinnedMemoryResource as PinnedMemoryResource
+    from cuforge.runtime.module import Kernel as Kernel
+    from cuforge.runtime.stream import Stream as Stream
+    from cuforge.runtime.stream import StreamOptions as StreamOptions
+
 # A library configures no logging: records go nowhere unless the application asks.
 # logging itself is not imported for this (a cold process would pay ~5 ms): the
 # handler goes on now if the application already imported logging, else when a

@@ -16,6 +16,29 @@ TYPE_CHECKING = False  # typing is not imported at run time: it costs a cold pro
 if TYPE_CHECKING:
     from typing import Any
 
+    # What __getattr__ resolves, spelled out for type checkers (tests/test_typing.py
+    # checks that this block and _EXPORTS agree).
+    from cuforge.compile._toolkit import toolkit_headers as toolkit_headers
+    from cuforge.compile.cache_key import KEY_SCHEMA_VERSION as KEY_SCHEMA_VERSION
+    from cuforge.compile.cache_key import fingerprint_headers as fingerprint_headers
+    from cuforge.compile.cache_key import make_program_cache_key as make_program_cache_key
+    from cuforge.compile.explain import Explanation as Explanation
+    from cuforge.compile.explain import explain as explain
+    from cuforge.storage.base import CacheWriteWarning as CacheWriteWarning
+    from cuforge.storage.base import ProgramCacheResource as ProgramCacheResource
+    from cuforge.storage.config import default_cache as default_cache
+    from cuforge.storage.filestream import FileStreamProgramCache as FileStreamProgramCache
+    from cuforge.storage.filestream import default_cache_dir as default_cache_dir
+    from cuforge.storage.memory import InMemoryProgramCache as InMemoryProgramCache
+    from cuforge.storage.redis import RedisProgramCache as RedisProgramCache
+    from cuforge.storage.signing import SignedProgramCache as SignedProgramCache
+    from cuforge.storage.sqlite import CacheRecoveryWarning as CacheRecoveryWarning
+    from cuforge.storage.sqlite import SQLiteProgramCache as SQLiteProgramCache
+    from cuforge.storage.sqlite import default_db_path as default_db_path
+    from cuforge.storage.stats import CacheStats as CacheStats
+    from cuforge.storage.tiered import TieredProgramCache as TieredProgramCache
+    from cuforge.storage.urls import open_cache as open_cache
+
 # public name -> module that defines it
 _EXPORTS = {
     "KEY_SCHEMA_VERSION": "cuforge.compile.cache_key",

@@ -24,6 +24,7 @@ import sys
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
+    from typing import TextIO
 
     from cuforge.cli._args import Parser
 
@@ -54,7 +55,14 @@ def build_parser() -> Parser:
     return parser
 
 
-def _warning(message: object, category: type, filename: str, lineno: int, *rest: object) -> None:
+def _warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: TextIO | None = None,
+    line: str | None = None,
+) -> None:
     print(f"cuforge: warning: {message}", file=sys.stderr)
 
 

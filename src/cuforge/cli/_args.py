@@ -10,6 +10,13 @@ from __future__ import annotations
 
 import argparse
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, NoReturn, TypeAlias
+
+    # What build_parser's add_subparsers returns: commands (and cache actions) register on it.
+    Subparsers: TypeAlias = "argparse._SubParsersAction[Parser]"
+
 __all__ = ["Parser", "UsageError", "duration_arg", "size_arg"]
 
 
@@ -25,11 +32,11 @@ class Parser(argparse.ArgumentParser):
     """An ArgumentParser whose errors raise :class:`UsageError` instead of printing
     usage and exiting; option names are never abbreviated (``--no`` is not ``--no-cache``)."""
 
-    def __init__(self, *args: object, **kwargs: object) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("allow_abbrev", False)
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        super().__init__(*args, **kwargs)
 
-    def error(self, message: str) -> None:  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         raise UsageError(f"{message} (see {self.prog} --help)", self.prog)
 
 

@@ -41,7 +41,9 @@ from cuforge.storage._hashing import blake2b
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
+    from typing import Any
 
+    from cuforge.storage.entry import CacheEntry
     from cuforge.storage.filestream import FileStreamProgramCache
 
 __all__ = ["remember", "request_digest", "serve"]
@@ -165,7 +167,7 @@ def _serve_entries(
     results = []
     cache = FileStreamProgramCache(root)
     try:
-        found = []
+        found: list[CacheEntry] = []
         for source, output, key, target, arch in outputs:
             start = time.perf_counter()
             entry = cache.get_entry(key)
@@ -202,7 +204,7 @@ def _serve_entries(
     return 0
 
 
-def _take_back(cache: FileStreamProgramCache, hits: list, missed: bool = True) -> None:
+def _take_back(cache: FileStreamProgramCache, hits: list[CacheEntry], missed: bool = True) -> None:
     """Undo this path's counts before the full path repeats the same lookups (the
     statistics must count each request once; cf. ``compile.cached.uncount``)."""
     stats = cache._stats
@@ -213,7 +215,7 @@ def _take_back(cache: FileStreamProgramCache, hits: list, missed: bool = True) -
 
 
 # -- writing records (after the full path) --------------------------------------------
-def remember(digest: str, cache: object, mode: str, done: list[tuple]) -> None:
+def remember(digest: str, cache: object, mode: str, done: list[tuple[Any, ...]]) -> None:
     """Leave a hit record for the request ``digest`` names when every output
     qualifies (see the module docstring). ``done``: (SourceFile, Program, target,
     output path, binary) per output, all written. Best effort: never raises for the

@@ -35,12 +35,20 @@ class Spec:
     """One compile: a source file (relative to the working directory) for one arch."""
 
     __slots__ = ("arch", "defines", "includes", "label", "pre_include", "source", "std", "target")
+    arch: str | None
+    defines: list[str] | None
+    includes: list[str] | None
+    label: str | None
+    pre_include: list[str] | None
+    source: str
+    std: str | None
+    target: str
 
     def __init__(self, **fields: Any) -> None:
         for name in self.__slots__:
             setattr(self, name, fields.get(name))
 
-    def key(self) -> tuple:
+    def key(self) -> tuple[object, ...]:
         return tuple(
             tuple(v) if isinstance(v, list) else v
             for v in (getattr(self, n) for n in self.__slots__ if n != "label")

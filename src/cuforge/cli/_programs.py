@@ -160,6 +160,7 @@ def compile_through(program: Program, target: str, logs: Any, cache: Any) -> tup
         ran.append(True)
         return uncached(*args, **kwargs)
 
+    # Shadowed on this instance for the one call (deleted below): deliberate.
     program._compile_uncached = counted  # type: ignore[method-assign]
     try:
         obj = program.compile(target, logs=logs, cache=cache)

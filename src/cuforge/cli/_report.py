@@ -12,12 +12,16 @@ Text: one line per output::
 
 from __future__ import annotations
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 __all__ = ["CACHE_WORDS", "render"]
 
 CACHE_WORDS = {"hit": ", cache hit", "miss": ", cache miss (compiled and stored)", "off": ""}
 
 
-def render(results: list[dict], as_json: bool) -> str:
+def render(results: list[dict[str, Any]], as_json: bool) -> str:
     """The text to print for ``results`` (dicts with the keys the module doc lists)."""
     if as_json:
         import json

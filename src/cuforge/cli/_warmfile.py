@@ -57,7 +57,8 @@ def _toml(path: str) -> dict[str, Any]:
         import tomli as tomllib
     try:
         with open(path, "rb") as f:
-            return tomllib.load(f)
+            data: dict[str, Any] = tomllib.load(f)
+            return data
     except OSError as exc:
         raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
     except tomllib.TOMLDecodeError as exc:
@@ -110,7 +111,7 @@ def load(path: str) -> tuple[str, list[Spec]]:
     if not isinstance(kernels, list) or not kernels:
         raise UsageError(f"{path}: no [[kernel]] tables (each names a source)")
     folder = os.path.dirname(os.path.abspath(path))
-    specs: dict[tuple, Spec] = {}
+    specs: dict[tuple[object, ...], Spec] = {}
     for i, kernel in enumerate(kernels, 1):
         where = f"{path} kernel {i}"
         _check_keys(kernel, _KERNEL_KEYS, where)

@@ -30,6 +30,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    from cuforge.cli._args import Subparsers
     from cuforge.storage.base import ProgramCacheResource
 
 __all__ = ["opened", "register"]
@@ -42,7 +43,7 @@ _SORTS = {
 }
 
 
-def register(subparsers: Any) -> argparse.ArgumentParser:
+def register(subparsers: Subparsers) -> Subparsers:
     """Add the ``cache`` group; returns its action subparsers' parent for the other
     cache modules to extend."""
     group = subparsers.add_parser("cache", help="inspect, verify, prune or clear a cache")

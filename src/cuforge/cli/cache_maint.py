@@ -27,12 +27,12 @@ from cuforge.cli.cache import opened
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from cuforge.cli._args import Subparsers
 
 __all__ = ["register"]
 
 
-def register(actions: Any) -> None:
+def register(actions: Subparsers) -> None:
     """Add ``verify``, ``prune`` and ``clear`` to the ``cache`` group."""
     p = actions.add_parser("verify", help="check every entry; --fix removes bad ones")
     p.add_argument("--fix", action="store_true", help="remove the bad entries")

@@ -32,10 +32,12 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    from cuforge.cli._args import Subparsers
+
 __all__ = ["register", "run"]
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: Subparsers) -> None:
     """Add ``compile``."""
     p = subparsers.add_parser(
         "compile",
@@ -67,7 +69,8 @@ class Job:
 
 def _output_for(args: argparse.Namespace, path: str, arch: str | None, several_archs: bool) -> str:
     if args.output:
-        return args.output
+        output: str = args.output
+        return output
     stem = os.path.splitext(os.path.basename(path))[0]
     name = f"{stem}.{arch}.{args.target}" if several_archs and arch else f"{stem}.{args.target}"
     folder = args.outdir if args.outdir else os.path.dirname(path)
@@ -85,7 +88,8 @@ def plan(args: argparse.Namespace) -> list[Job]:
             os.makedirs(args.outdir, exist_ok=True)
         except OSError as exc:
             raise UsageError(f"--outdir {args.outdir}: {exc.strerror or exc}") from None
-    jobs, seen = [], {}
+    jobs: list[Job] = []
+    seen: dict[str, str] = {}
     for path in args.files:
         source = _programs.read_source(path)
         for arch in archs:

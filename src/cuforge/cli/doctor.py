@@ -23,10 +23,12 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    from cuforge.cli._args import Subparsers
+
 __all__ = ["register"]
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: Subparsers) -> None:
     p = subparsers.add_parser("doctor", help="versions, compilers, devices, cache location")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(handler=_doctor)

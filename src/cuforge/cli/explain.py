@@ -19,12 +19,12 @@ from cuforge.cli.cache import opened
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from cuforge.cli._args import Subparsers
 
 __all__ = ["register"]
 
 
-def register(actions: Any) -> None:
+def register(actions: Subparsers) -> None:
     """Add ``explain`` to the ``cache`` group."""
     p = actions.add_parser(
         "explain",

@@ -30,12 +30,14 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    from cuforge.cli._args import Subparsers
+
 __all__ = ["register"]
 
 _LOG_LINES = 4
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: Subparsers) -> None:
     p = subparsers.add_parser(
         "warm",
         help="compile the kernels a TOML manifest lists into the cache",

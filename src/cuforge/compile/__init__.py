@@ -14,6 +14,17 @@ TYPE_CHECKING = False  # typing is not imported at run time: it costs a cold pro
 if TYPE_CHECKING:
     from typing import Any
 
+    # What __getattr__ resolves, spelled out for type checkers (tests/test_typing.py
+    # checks that this block and _EXPORTS agree).
+    from cuforge.compile.errors import CompileError as CompileError
+    from cuforge.compile.errors import ToolkitNotFoundError as ToolkitNotFoundError
+    from cuforge.compile.linker import Linker as Linker
+    from cuforge.compile.linker import LinkerOptions as LinkerOptions
+    from cuforge.compile.object_code import ObjectCode as ObjectCode
+    from cuforge.compile.options import ProgramOptions as ProgramOptions
+    from cuforge.compile.program import Program as Program
+    from cuforge.compile.targets import SUPPORTED_TARGETS as SUPPORTED_TARGETS
+
 _EXPORTS = {
     "SUPPORTED_TARGETS": "cuforge.compile.targets",
     "CompileError": "cuforge.compile.errors",

@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import sys
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from types import FrameType
+
 __all__ = ["outside_level"]
 
 
 def outside_level() -> int:
     """The ``warnings.warn`` stacklevel, for a warning issued in the calling
     function, that names the first frame outside the ``cuforge`` package."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     level = 1
     while frame is not None and frame.f_globals.get("__name__", "").startswith("cuforge."):
-        frame = frame.f_back  # type: ignore[assignment]
+        frame = frame.f_back
         level += 1
     return level

@@ -89,7 +89,7 @@ def _loaded_library(name: str) -> str:
     # so the file fingerprinted here is the one that compiles.
     from cuda.pathfinder import load_nvidia_dynamic_lib
 
-    path = load_nvidia_dynamic_lib(name).abs_path
+    path: str = load_nvidia_dynamic_lib(name).abs_path
     paths = getattr(_probing, "paths", None)
     if paths is not None:
         paths.append(path)

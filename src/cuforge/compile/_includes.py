@@ -345,7 +345,13 @@ class _Resolver:
         if spelling:
             self._bind(spelling, self._lookup(spelling, angle, includer), where)
 
-    def _directive(self, d: Directive, includer: _Includer, label: str, computed: list) -> None:
+    def _directive(
+        self,
+        d: Directive,
+        includer: _Includer,
+        label: str,
+        computed: list[tuple[Directive, _Includer, str]],
+    ) -> None:
         where = f"{label}:{d.line}"
         if d.kind in ("include_next", "has_include_next"):
             if d.certain:

@@ -34,7 +34,7 @@ import stat as stat_mod
 import threading
 import time
 from collections import OrderedDict
-from typing import Any, NamedTuple
+from typing import Any, Generic, NamedTuple, TypeVar
 
 from cuforge.compile._includes import ABSOLUTE, DepSet, Roots, file_digest
 from cuforge.storage.record import decode_record, encode_record
@@ -84,20 +84,24 @@ class Prepared(NamedTuple):
 
 
 # -- per-process memos ---------------------------------------------------------------------
-class _Memo:
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
+
+class _Memo(Generic[_K, _V]):
     def __init__(self, limit: int) -> None:
         self._lock = threading.Lock()
-        self._items: OrderedDict[Any, Any] = OrderedDict()
+        self._items: OrderedDict[_K, _V] = OrderedDict()
         self._limit = limit
 
-    def get(self, key: Any) -> Any:
+    def get(self, key: _K) -> _V | None:
         with self._lock:
             value = self._items.get(key)
             if value is not None:
                 self._items.move_to_end(key)
             return value
 
-    def put(self, key: Any, value: Any) -> None:
+    def put(self, key: _K, value: _V) -> None:
         with self._lock:
             self._items[key] = value
             self._items.move_to_end(key)
@@ -105,9 +109,10 @@ class _Memo:
                 self._items.popitem(last=False)
 
 
-_digests = _Memo(_MEMO_MAX)  # path -> (stat key, digest), for files older than RACY_NS
-_decoded = _Memo(256)  # manifest bytes -> decoded record
-_prepared = _Memo(256)  # (manifest bytes, roots) -> [Prepared]
+# path -> (stat key, digest), for files older than RACY_NS
+_digests: _Memo[str, tuple[_StatKey, str]] = _Memo(_MEMO_MAX)
+_decoded: _Memo[bytes, dict[str, Any]] = _Memo(256)  # manifest bytes -> decoded record
+_prepared: _Memo[tuple[bytes, Roots], list[Prepared]] = _Memo(256)  # (bytes, roots) -> [Prepared]
 
 
 def _stat_key(st: os.stat_result) -> _StatKey:

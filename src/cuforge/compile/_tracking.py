@@ -81,7 +81,7 @@ def _roots(options: Any) -> _includes.Roots:
     """``source_roots`` for ``options`` here, memoised per options and working directory
     (options are frozen; the working directory is the only other input)."""
     cwd = os.getcwd()
-    memo = options.__dict__.get("_cuforge_roots")
+    memo: tuple[str, _includes.Roots] | None = options.__dict__.get("_cuforge_roots")
     if memo is not None and memo[0] == cwd:
         return memo[1]
     roots = source_roots(options, toolkit_dirs())
@@ -229,8 +229,8 @@ def _fill(
         uncount(cache, CacheEntry(obj.code, b""))
     old = _get_entry(cache, mkey)
     uncount(cache, old)
-    record = None if old is None else _manifest.decode(old.data)
-    manifest = _manifest.add_variant(record, name, key, deps, roots)
+    previous = None if old is None else _manifest.decode(old.data)
+    manifest = _manifest.add_variant(previous, name, key, deps, roots)
     info = encode_record(
         "manifest", {"name": name, "target": target, "arch": options.arch, "code_type": "c++"}
     )

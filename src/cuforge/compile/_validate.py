@@ -87,10 +87,10 @@ def check_ints(where: str, value: Any) -> tuple[int, ...] | None:
 
 def choice_checker(choices: tuple[str, ...]) -> Checker:
     def check(where: str, value: Any) -> str | None:
-        value = check_str(where, value)
-        if value is not None and value not in choices:
-            raise ValueError(f"{where} must be one of {', '.join(choices)}; got {value!r}")
-        return value
+        text = check_str(where, value)
+        if text is not None and text not in choices:
+            raise ValueError(f"{where} must be one of {', '.join(choices)}; got {text!r}")
+        return text
 
     return check
 
@@ -159,13 +159,13 @@ _ARCH = re.compile(r"(sm|compute)_(\d{2,3})([af]?)")
 
 def check_arch(where: str, value: Any) -> str | None:
     """``"sm_90"``, ``"sm_90a"``, ``"compute_100f"``...; None means "probe the device"."""
-    value = check_str(where, value)
-    if value is not None and not _ARCH.fullmatch(value):
+    text = check_str(where, value)
+    if text is not None and not _ARCH.fullmatch(text):
         raise ValueError(
             f"{where} must look like 'sm_90' (or 'compute_90', with an optional 'a'/'f' "
-            f"suffix), got {value!r}"
+            f"suffix), got {text!r}"
         )
-    return value
+    return text
 
 
 def arch_number(arch: str) -> str:

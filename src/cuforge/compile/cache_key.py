@@ -220,7 +220,7 @@ def _prefix(
     options: ProgramOptions,
     has_extra: bool,
     closed: bool = False,
-) -> Any:
+) -> hashlib.blake2b:
     """The digest state over every field that depends only on options and types.
 
     Validation and fingerprinting run once per (options, code_type, target,
@@ -230,7 +230,7 @@ def _prefix(
     cache = options.__dict__.setdefault("_cuforge_key_prefix", {})
     ident = backend.identity()
     slot = (code_type, target, ident, has_extra, closed)
-    state = cache.get(slot)
+    state: hashlib.blake2b | None = cache.get(slot)
     if state is None:
         if code_type != "nvvm" and _is_set(getattr(options, "extra_sources", None)):
             raise ValueError("options.extra_sources is only supported for code_type 'nvvm'")

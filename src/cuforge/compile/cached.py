@@ -112,7 +112,8 @@ def _get_entry(cache: Any, key: bytes) -> CacheEntry | None:
         getter = getattr(cache, "get_entry", None)
         if getter is None:  # a duck-typed mapping: metadata under a derived key
             return ProgramCacheResource.get_entry(cache, key)
-        return getter(key)
+        entry: CacheEntry | None = getter(key)
+        return entry
     except Exception as exc:  # a broken backend is a miss, never a failed compile
         _warn_once(cache, f"cache lookup failed ({type(exc).__name__}: {exc}); compiling")
         _events.fail_open(

@@ -65,12 +65,18 @@ class LinkerOptions:
         default=None, metadata=_f(v.check_bool, "tristate", "-prec-sqrt")
     )
     fma: bool | None = field(default=None, metadata=_f(v.check_bool, "tristate", "-fma"))
-    kernels_used: Any = field(default=None, metadata=_f(v.check_strs, "each", "-kernels-used"))
-    variables_used: Any = field(default=None, metadata=_f(v.check_strs, "each", "-variables-used"))
+    kernels_used: str | list[str] | tuple[str, ...] | None = field(
+        default=None, metadata=_f(v.check_strs, "each", "-kernels-used")
+    )
+    variables_used: str | list[str] | tuple[str, ...] | None = field(
+        default=None, metadata=_f(v.check_strs, "each", "-variables-used")
+    )
     optimize_unused_variables: bool | None = field(
         default=None, metadata=_f(v.check_bool, "switch", "-optimize-unused-variables")
     )
-    ptxas_options: Any = field(default=None, metadata=_f(v.check_strs, "each", "-Xptxas"))
+    ptxas_options: str | list[str] | tuple[str, ...] | None = field(
+        default=None, metadata=_f(v.check_strs, "each", "-Xptxas")
+    )
     split_compile: int | None = field(
         default=None, metadata=_f(v.int_checker(0), "value", "-split-compile")
     )

@@ -19,12 +19,21 @@ Guarantees:
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from cuforge.compile import _validate as v
 from cuforge.compile._versions import current_device_arch
+
+# A path field accepts str or os.PathLike and is stored as str once validated.
+_Path = str | os.PathLike[str]
+# The fields typed Any below accept several forms and hold one normalised form after
+# __post_init__, which the compile code reads: define_macro "N", "N=V", ("N", "V") or a
+# list/tuple of those -> tuple[str, ...]; include_path / pre_include a path or a
+# list/tuple of paths -> tuple[str, ...]; extra_sources a list/tuple of (name, str or
+# bytes-like NVVM IR) -> tuple[tuple[str, bytes], ...].
 
 _STDS = ("c++03", "c++11", "c++14", "c++17", "c++20", "c++23")
 
@@ -206,7 +215,7 @@ class ProgramOptions:
     brief_diagnostics: bool | None = field(
         default=None, metadata=_tristate(nvrtc="--brief-diagnostics")
     )
-    time: Any = field(default=None, metadata=_opt(v.check_path, "value", nvrtc="--time"))
+    time: _Path | None = field(default=None, metadata=_opt(v.check_path, "value", nvrtc="--time"))
     split_compile: int | None = field(
         default=None,
         metadata=_opt(
@@ -220,7 +229,7 @@ class ProgramOptions:
     no_cache: bool | None = field(
         default=None, metadata=_switch(nvrtc="--no-cache", nvjitlink="-no-cache")
     )
-    fdevice_time_trace: Any = field(
+    fdevice_time_trace: _Path | None = field(
         default=None, metadata=_opt(v.check_path, "value", nvrtc="--fdevice-time-trace")
     )
     frandom_seed: str | None = field(
@@ -233,11 +242,15 @@ class ProgramOptions:
         ),
     )
     pch: bool | None = field(default=None, metadata=_switch(nvrtc="--pch"))
-    create_pch: Any = field(
+    create_pch: _Path | None = field(
         default=None, metadata=_opt(v.check_path, "value", nvrtc="--create-pch")
     )
-    use_pch: Any = field(default=None, metadata=_opt(v.check_path, "value", nvrtc="--use-pch"))
-    pch_dir: Any = field(default=None, metadata=_opt(v.check_path, "value", nvrtc="--pch-dir"))
+    use_pch: _Path | None = field(
+        default=None, metadata=_opt(v.check_path, "value", nvrtc="--use-pch")
+    )
+    pch_dir: _Path | None = field(
+        default=None, metadata=_opt(v.check_path, "value", nvrtc="--pch-dir")
+    )
     pch_verbose: bool | None = field(default=None, metadata=_tristate(nvrtc="--pch-verbose"))
     pch_messages: bool | None = field(default=None, metadata=_tristate(nvrtc="--pch-messages"))
     instantiate_templates_in_pch: bool | None = field(

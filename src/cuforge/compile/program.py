@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cuforge.compile import _compilelog, _versions
 from cuforge.compile.cached import compile_cached
@@ -26,6 +26,10 @@ from cuforge.compile.object_code import ObjectCode
 from cuforge.compile.options import ProgramOptions
 from cuforge.compile.targets import SUPPORTED_TARGETS, normalize_code_type, normalize_target
 from cuforge.storage.config import default_cache
+
+if TYPE_CHECKING:
+    from cuforge._typing import SupportsWrite
+    from cuforge.storage.base import ProgramCacheResource
 
 _BACKENDS = {"c++": "NVRTC", "nvvm": "NVVM"}
 
@@ -46,7 +50,9 @@ class Program:
             this code_type cannot honour (or ``arch`` missing without a device).
     """
 
-    def __init__(self, code: str | bytes, code_type: str, options: ProgramOptions | None = None):
+    def __init__(
+        self, code: str | bytes | bytearray, code_type: str, options: ProgramOptions | None = None
+    ) -> None:
         # Canonical spellings skip normalisation: this is on the cache-hit path.
         self._code_type = (
             code_type if code_type in SUPPORTED_TARGETS else normalize_code_type(code_type)
@@ -107,7 +113,7 @@ class Program:
         """The base flags plus the one a target implies (LTO output)."""
         flags = self._base_flags(closed)
         lto = bool(self._options.link_time_optimization)
-        if target in ("cubin",) and not self._options.arch.startswith("sm_"):
+        if target in ("cubin",) and not (self._options.arch or "").startswith("sm_"):
             raise ValueError(
                 f"target 'cubin' needs a real architecture (sm_XY); "
                 f"ProgramOptions.arch is {self._options.arch!r}"
@@ -125,8 +131,8 @@ class Program:
         self,
         target_type: str,
         name_expressions: Iterable[str | bytes] = (),
-        logs: Any = None,
-        cache: Any = None,
+        logs: SupportsWrite | None = None,
+        cache: ProgramCacheResource | bool | None = None,
     ) -> ObjectCode:
         """Compile to ``target_type`` ("ptx", "cubin" or "ltoir"; case-insensitive;
         valid targets depend on code_type).

@@ -23,7 +23,7 @@ refusals (e.g. an invalidated capture) -> CUDAError with the driver's reason.
 from __future__ import annotations
 
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cuforge._cuda import driver
 from cuforge.graph import _operands as ops
@@ -33,6 +33,13 @@ from cuforge.graph._state import GraphState, require_same_context
 from cuforge.runtime import capture_guard
 from cuforge.runtime.device import _ContextScope
 from cuforge.runtime.errors import CUDAError, check, error_for
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from cuforge._typing import IsStreamT, ReadableBuffer, StrPath
+    from cuforge.graph._definition import GraphCompleteOptions, GraphDebugPrintOptions
+    from cuforge.graph._exec import Graph
 
 _MODES = {
     "global": driver.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_GLOBAL,
@@ -69,20 +76,38 @@ class GraphBuilder:
         "_state",
         "_stream",
     )
+    _bodies: list[GraphState]
+    _body_state: GraphState | None
+    _capture: (
+        tuple[
+            capture_guard.Capture,
+            weakref.finalize[[capture_guard.Capture, int, bool], GraphBuilder],
+        ]
+        | None
+    )
+    _ctx: driver.CUcontext
+    _kind: str
+    _own_streams: list[driver.CUstream]
+    # Host-callback bundles captured so far; forks share their origin's list.
+    _pending: list[tuple[Any, ...]]
+    _phase: str
+    _primary: GraphBuilder | None
+    _state: GraphState | None
+    _stream: IsStreamT | driver.CUstream
 
-    def __init__(self, stream: Any) -> None:
+    def __init__(self, stream: IsStreamT) -> None:
         """A primary builder capturing on ``stream`` (a Stream or ``__cuda_stream__``)."""
         self._init(PRIMARY, stream)
 
     @classmethod
-    def _from_stream(cls, stream: Any) -> GraphBuilder:
+    def _from_stream(cls, stream: IsStreamT) -> GraphBuilder:
         """The factory ``Stream.create_graph_builder()`` uses."""
         return cls(stream)
 
     def _init(
         self,
         kind: str,
-        stream: Any,
+        stream: IsStreamT | driver.CUstream,
         primary: GraphBuilder | None = None,
         pending: list[tuple[Any, ...]] | None = None,
     ) -> None:
@@ -96,20 +121,23 @@ class GraphBuilder:
         self._stream = stream
         self._phase = INIT if kind != FORKED else BUILDING
         self._primary = primary
-        self._state: GraphState | None = None
-        self._body_state: GraphState | None = None
-        self._capture: Any = None  # (capture_guard record, its abandon finalizer)
-        self._own_streams: list[driver.CUstream] = []
-        self._bodies: list[GraphState] = []
-        # Host-callback bundles captured so far; forks share their origin's list.
-        self._pending: list[tuple[Any, ...]] = pending if pending is not None else []
+        self._state = None
+        self._body_state = None
+        self._capture = None  # (capture_guard record, its abandon finalizer)
+        self._own_streams = []
+        self._bodies = []
+        self._pending = pending if pending is not None else []
         if kind == PRIMARY:
             # Streams made for forks and bodies live until the primary goes.
             weakref.finalize(self, _destroy_streams, self._own_streams).atexit = False
 
     @classmethod
     def _child(
-        cls, kind: str, stream: Any, primary: GraphBuilder, pending: list | None = None
+        cls,
+        kind: str,
+        stream: driver.CUstream,
+        primary: GraphBuilder,
+        pending: list[tuple[Any, ...]] | None = None,
     ) -> GraphBuilder:
         self = object.__new__(cls)
         self._init(kind, stream, primary, pending)
@@ -124,7 +152,7 @@ class GraphBuilder:
             )
 
     @property
-    def stream(self) -> Any:
+    def stream(self) -> IsStreamT | driver.CUstream:
         return self._stream
 
     @property
@@ -145,6 +173,20 @@ class GraphBuilder:
         ``end_building``); False for the primary."""
         return self._kind == FORKED
 
+    def _body_graph(self) -> GraphState:
+        """A body builder's graph (set when the conditional node was added)."""
+        state = self._body_state
+        if state is None:
+            raise RuntimeError(f"a {self._kind} graph builder has no body graph")
+        return state
+
+    def _built_graph(self) -> GraphState:
+        """A primary builder's captured graph (set by end_building, cleared by close)."""
+        state = self._state
+        if state is None:
+            raise RuntimeError(f"GraphBuilder ({self._kind}) has no captured graph")
+        return state
+
     def _root(self) -> GraphBuilder:
         return self._primary if self._primary is not None else self
 
@@ -159,7 +201,7 @@ class GraphBuilder:
         except KeyError:
             raise ValueError(f"mode must be one of {sorted(_MODES)}, got {mode!r}") from None
         if self._kind == BODY:
-            check(driver.cuStreamBeginCaptureToGraph(self.handle, self._body_state.handle,
+            check(driver.cuStreamBeginCaptureToGraph(self.handle, self._body_graph().handle,
                                                      None, None, 0, m),
                   "cuStreamBeginCaptureToGraph")  # fmt: skip
         else:
@@ -194,24 +236,25 @@ class GraphBuilder:
             self._capture_over()  # ended, successfully or not
         self._phase = BUILT
         if self._kind == BODY:
+            body = self._body_graph()
             for owners in pending:
-                self._body_state.add_bundle(owners)
+                body.add_bundle(owners)
         else:
-            self._state = GraphState(graph, ctx=self._ctx)
+            state = self._state = GraphState(graph, ctx=self._ctx)
             for owners in pending:
-                self._state.add_bundle(owners)
-            for body in self._bodies:
-                body.parent = self._state
+                state.add_bundle(owners)
+            for body_state in self._bodies:
+                body_state.parent = state
         return self
 
-    def complete(self, options: Any = None) -> Any:
+    def complete(self, options: GraphCompleteOptions | None = None) -> Graph:
         """Instantiate the built graph as a :class:`Graph`."""
         if self._kind != PRIMARY:
             raise RuntimeError(f"complete() is for the primary builder, not a {self._kind} one")
         self._require(BUILT)
         return self.graph_definition.instantiate(options)
 
-    def debug_dot_print(self, path: Any, options: Any = None) -> None:
+    def debug_dot_print(self, path: StrPath, options: GraphDebugPrintOptions | None = None) -> None:
         """Write a Graphviz description of the built graph (see GraphDefinition)."""
         self.graph_definition.debug_dot_print(path, options)
 
@@ -222,9 +265,9 @@ class GraphBuilder:
             raise RuntimeError("a forked builder has no graph of its own; use the primary")
         if self._kind == PRIMARY:
             self._require(BUILT)
-            return GraphDefinition._wrap(self._state)
+            return GraphDefinition._wrap(self._built_graph())
         self._require(INIT, BUILT)
-        return GraphDefinition._wrap(self._body_state)
+        return GraphDefinition._wrap(self._body_graph())
 
     # --- capture-time operations -----------------------------------------------------
     def _capture_info(self) -> tuple[driver.CUgraph, list[driver.CUgraphNode]]:
@@ -238,7 +281,9 @@ class GraphBuilder:
         check(driver.cuStreamUpdateCaptureDependencies(self.handle, [node], None, 1, _SET_DEPS),
               "cuStreamUpdateCaptureDependencies")  # fmt: skip
 
-    def callback(self, fn: Any, *, user_data: Any = None) -> None:
+    def callback(
+        self, fn: Callable[..., object], *, user_data: int | ReadableBuffer | None = None
+    ) -> None:
         """Capture a host callback; ``fn`` and a copy of ``user_data`` are retained."""
         self._require(BUILDING)
         p, owners = ops.host_callback(fn, user_data)
@@ -257,12 +302,12 @@ class GraphBuilder:
         """Capture ``child`` (a definition, or a builder that finished building) as a
         child-graph node; CUDA copies it with its owners."""
         self._require(BUILDING)
-        child = _as_definition(child, "embed(child)")
-        child._state.check_open()
-        require_same_context("embed(child)", child._state, self._ctx)
-        child._state.flush()
+        state = _as_definition(child, "embed(child)")._state
+        state.check_open()
+        require_same_context("embed(child)", state, self._ctx)
+        state.flush()
         graph, deps = self._capture_info()
-        node = check(driver.cuGraphAddChildGraphNode(graph, deps, len(deps), child._state.handle),
+        node = check(driver.cuGraphAddChildGraphNode(graph, deps, len(deps), state.handle),
                      "cuGraphAddChildGraphNode")  # fmt: skip
         self._insert(node)
 
@@ -390,7 +435,7 @@ class GraphBuilder:
         return f"<GraphBuilder {self._kind} {self._phase}>"
 
 
-def _as_definition(obj: Any, what: str) -> GraphDefinition:
+def _as_definition(obj: GraphDefinition | GraphBuilder, what: str) -> GraphDefinition:
     """``obj`` as a GraphDefinition: itself, or a finished builder's graph."""
     if isinstance(obj, GraphDefinition):
         return obj

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cuforge._cuda import driver
+from cuforge._native import _release
 from cuforge.graph import _operands as ops
 from cuforge.graph import _owners
 from cuforge.graph._listing import query_nodes, wrap_node
@@ -25,6 +26,10 @@ from cuforge.graph._nodes import EmptyNode, GraphNode, _Adder
 from cuforge.graph._state import GraphState
 from cuforge.runtime import _init, capture_guard
 from cuforge.runtime.errors import check, error_for
+
+if TYPE_CHECKING:
+    from cuforge._typing import IsStreamT, StrPath
+    from cuforge.graph._exec import Graph
 
 _F = driver.CUgraphInstantiate_flags
 
@@ -40,7 +45,7 @@ class GraphCompleteOptions:
     """
 
     auto_free_on_launch: bool = False
-    upload_stream: Any = None
+    upload_stream: IsStreamT | None = None
     device_launch: bool = False
     use_node_priority: bool = False
 
@@ -120,7 +125,7 @@ class GraphDefinition(_Adder):
             graph = check(driver.cuGraphCreate(0), "cuGraphCreate")
             self._state = GraphState(graph, ctx=ctx)
             return
-        if _owners._native.queued():
+        if _release.queued():
             # Releases whose drain request the interpreter refused (its pending-call
             # queue was full) would otherwise wait for the next destructor call.
             _owners.drain()
@@ -217,13 +222,13 @@ class GraphDefinition(_Adder):
         graph = check(driver.cuGraphClone(self._state.handle), "cuGraphClone")
         return GraphDefinition._wrap(GraphState(graph, ctx=self._state.ctx))
 
-    def instantiate(self, options: GraphCompleteOptions | None = None) -> Any:
+    def instantiate(self, options: GraphCompleteOptions | None = None) -> Graph:
         """Create an executable :class:`Graph` from the current contents."""
         from cuforge.graph._exec import Graph
 
         return Graph._instantiate(self._state, options)
 
-    def debug_dot_print(self, path: str | os.PathLike[str], options: Any = None) -> None:
+    def debug_dot_print(self, path: StrPath, options: GraphDebugPrintOptions | None = None) -> None:
         """Write a Graphviz description of the graph to ``path``."""
         self._state.check_open()
         if options is not None and not isinstance(options, GraphDebugPrintOptions):
@@ -254,7 +259,7 @@ class GraphDefinition(_Adder):
 
     @property
     def is_closed(self) -> bool:
-        return self._state.closed
+        return not self._state.is_open
 
     def __enter__(self) -> GraphDefinition:
         return self

@@ -22,13 +22,15 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cuda.bindings import driver
 
+from cuforge._native import _release
 from cuforge._native._launch import graph_launch as _c_graph_launch
 from cuforge.graph import _operands as ops
 from cuforge.graph import _owners
+from cuforge.graph import _params as _read
 from cuforge.graph._nodes import (
     ChildGraphNode,
     EventRecordNode,
@@ -41,10 +43,20 @@ from cuforge.graph._nodes import (
 )
 from cuforge.graph._state import GraphState
 from cuforge.runtime import capture_guard
+from cuforge.runtime._init import driver_entry
 from cuforge.runtime.device import Device, _ContextScope
 from cuforge.runtime.errors import CUDAError, check, error_for
-from cuforge.runtime.launch import driver_entry
 from cuforge.runtime.stream import Stream
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from cuforge._typing import DevicePointer, IsStreamT, ReadableBuffer
+    from cuforge.graph._builder import GraphBuilder
+    from cuforge.graph._definition import GraphCompleteOptions, GraphDefinition
+    from cuforge.runtime.event import Event
+    from cuforge.runtime.launch import LaunchConfig
+    from cuforge.runtime.module import Kernel
 
 _SUCCESS = driver.CUresult.CUDA_SUCCESS
 _LAUNCH = 0  # cuGraphLaunch's address; -1: unavailable (use the bindings)
@@ -67,9 +79,10 @@ def _instantiate_native(c: Any, state: GraphState, flags: int) -> int:
     state.check_open()
     state.flush()
     err, _stage, h = c.instantiate(state.handle_int, 0, flags)
+    exec_address: int = h
     if err:
         raise error_for(driver.CUresult(err), "cuGraphInstantiate")
-    return h
+    return exec_address
 
 
 # --- dropping an accumulator once no launch can use it -----------------------------
@@ -119,12 +132,19 @@ class Graph:
     __slots__ = (
         "__weakref__", "_acc", "_device_id", "_event", "_h", "_hobj", "_source", "_untracked",
     )  # fmt: skip
+    _acc: dict[int, list[tuple[Any, ...]]] | None  # made by the first exec node update
+    _device_id: int
+    _event: driver.CUevent | None
+    _h: int
+    _hobj: driver.CUgraphExec | None
+    _source: GraphState | None
+    _untracked: bool
 
     def __init__(self) -> None:
         raise TypeError("use GraphDefinition.instantiate() or GraphBuilder.complete()")
 
     @classmethod
-    def _instantiate(cls, state: GraphState, options: Any) -> Graph:
+    def _instantiate(cls, state: GraphState, options: GraphCompleteOptions | None) -> Graph:
         flags = options.flags() if options is not None else 0
         started = time.perf_counter() if _log.isEnabledFor(_DEBUG) else 0.0
         c = _owners.native_graph()
@@ -137,7 +157,7 @@ class Graph:
         self = object.__new__(cls)
         self._h = h
         self._hobj = None
-        self._acc: dict[int, list[tuple[Any, ...]]] | None = None  # made by the 1st update
+        self._acc = None
         self._event = None
         self._untracked = False  # a launch whose completion event was never recorded
         # Exec node calls name nodes of the graph this was instantiated from: keep it.
@@ -164,7 +184,7 @@ class Graph:
             h = self._hobj = driver.CUgraphExec(self._h)
         return h
 
-    def launch(self, stream: Any) -> None:
+    def launch(self, stream: IsStreamT | driver.CUstream) -> None:
         """Enqueue one run on ``stream`` (ordered after previous launches of this graph).
 
         ValueError if ``stream`` is a cuforge Stream of another device.
@@ -208,7 +228,7 @@ class Graph:
             self._untracked = True
             raise error_for(driver.CUresult(recorded), "cuEventRecord")
 
-    def upload(self, stream: Any) -> None:
+    def upload(self, stream: IsStreamT | driver.CUstream) -> None:
         """Upload the graph's device resources ahead of the first launch."""
         check(driver.cuGraphUpload(self.handle, ops.stream_handle(stream)), "cuGraphUpload")
 
@@ -232,7 +252,7 @@ class Graph:
             versions.clear()  # nothing in flight can use a superseded version
         versions.append(owners)
 
-    def update(self, definition: Any) -> None:
+    def update(self, definition: GraphDefinition | GraphBuilder) -> None:
         """Take every node's parameters from ``definition`` (same topology required).
 
         ``definition`` may be a GraphBuilder that finished building. On failure the
@@ -287,7 +307,7 @@ class Graph:
         self._source = None
 
     def __del__(self) -> None:
-        if getattr(self, "_h", 0) and not _owners._native.is_shut_down():
+        if getattr(self, "_h", 0) and not _release.is_shut_down():
             self.close()
 
     def __enter__(self) -> Graph:
@@ -299,7 +319,8 @@ class Graph:
 
 def _reason(result: Any) -> str:
     try:
-        return driver.CUgraphExecUpdateResult(int(result.result)).name
+        name: str = driver.CUgraphExecUpdateResult(int(result.result)).name
+        return name
     except Exception:
         return "see CUresult"
 
@@ -349,7 +370,9 @@ class ExecNode:
             raise ValueError("the node was destroyed in its definition: it is no longer valid")
         return source
 
-    def _apply(self, setter: Any, params: Any, owners: tuple[Any, ...], *extra: Any) -> None:
+    def _apply(
+        self, setter: Callable[..., Any], params: Any, owners: tuple[Any, ...], *extra: Any
+    ) -> None:
         self._live_source()
         # The owners are recorded only after the driver accepted the parameters: a
         # refused update leaves the exec and its accumulator exactly as they were.
@@ -360,7 +383,9 @@ class ExecNode:
 class ExecKernelNode(ExecNode):
     __slots__ = ()
 
-    def update(self, config: Any, kernel: Any, *args: Any) -> None:
+    def update(
+        self, config: LaunchConfig, kernel: Kernel | driver.CUfunction, *args: object
+    ) -> None:
         self._live_source()  # the node must still exist before the driver is asked about it
         p, owners = ops.kernel_params(config, kernel, args)
         if ops.config_launch_attributes(config) != ops.node_launch_attributes(self._node._handle):
@@ -368,6 +393,7 @@ class ExecKernelNode(ExecNode):
                 "an executable-graph update cannot change a kernel node's cluster dims or "
                 "cooperative flag: update the definition's node and call Graph.update(definition)"
             )
+        _read.require_same_programmatic(self._node._handle, config, "executable-graph update")
         if hasattr(kernel, "function"):
             # Executable-graph updates take the function of the current context (the
             # node's own); the CUkernel form is only for adding nodes.
@@ -380,8 +406,8 @@ class ExecKernelNode(ExecNode):
 class ExecMemcpyNode(ExecNode):
     __slots__ = ()
 
-    def update(self, dst: Any, src: Any, size: int, *, dst_owner: Any = None,
-               src_owner: Any = None) -> None:  # fmt: skip
+    def update(self, dst: DevicePointer, src: DevicePointer, size: int, *,
+               dst_owner: object = None, src_owner: object = None) -> None:  # fmt: skip
         p, owners = MemcpyNode._params(dst, src, size, dst_owner, src_owner)
         source = self._live_source()
         try:
@@ -393,8 +419,8 @@ class ExecMemcpyNode(ExecNode):
 class ExecMemsetNode(ExecNode):
     __slots__ = ()
 
-    def update(self, dst: Any, value: Any, width: int, height: int = 1, pitch: int = 0, *,
-               dst_owner: Any = None) -> None:  # fmt: skip
+    def update(self, dst: DevicePointer, value: int | ReadableBuffer, width: int,
+               height: int = 1, pitch: int = 0, *, dst_owner: object = None) -> None:  # fmt: skip
         p, owners = MemsetNode._params(dst, value, width, height, pitch, dst_owner)
         self._apply(driver.cuGraphExecMemsetNodeSetParams, p, owners, self._live_source().ctx)
 
@@ -402,7 +428,9 @@ class ExecMemsetNode(ExecNode):
 class ExecHostCallbackNode(ExecNode):
     __slots__ = ()
 
-    def update(self, fn: Any, *, user_data: Any = None) -> None:
+    def update(
+        self, fn: Callable[..., object], *, user_data: int | ReadableBuffer | None = None
+    ) -> None:
         p, owners = ops.host_callback(fn, user_data)
         self._apply(driver.cuGraphExecHostNodeSetParams, p, owners)
 
@@ -410,21 +438,21 @@ class ExecHostCallbackNode(ExecNode):
 class ExecEventRecordNode(ExecNode):
     __slots__ = ()
 
-    def update(self, event: Any) -> None:
+    def update(self, event: Event | driver.CUevent) -> None:
         self._apply(driver.cuGraphExecEventRecordNodeSetEvent, ops.event_handle(event), (event,))
 
 
 class ExecEventWaitNode(ExecNode):
     __slots__ = ()
 
-    def update(self, event: Any) -> None:
+    def update(self, event: Event | driver.CUevent) -> None:
         self._apply(driver.cuGraphExecEventWaitNodeSetEvent, ops.event_handle(event), (event,))
 
 
 class ExecChildGraphNode(ExecNode):
     __slots__ = ()
 
-    def update(self, child: Any) -> None:
+    def update(self, child: GraphDefinition) -> None:
         """Copy ``child``'s parameters in; CUDA swaps in child's owner references."""
         child._state.check_open()
         self._live_source().require_same_context(child._state, "update(child)")

@@ -2,8 +2,10 @@
 ``pred``, ``succ``): the right class for each driver node type.
 
 Listing makes new views of the same nodes: equal (by node address) to the objects
-that created them, not identical. A conditional node listed this way has no branches
-(the driver does not hand its bodies back).
+that created them, not identical. A conditional node listed this way has the bodies
+and Condition cuforge made it with (the same graphs as the creating object's), and
+none for a node cuforge did not make in this graph (a captured or cloned one: the
+driver does not hand bodies back).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from cuforge.graph._nodes import (
     MemcpyNode,
     MemsetNode,
 )
-from cuforge.graph._state import GraphState
+from cuforge.graph._state import GraphState, NodeGraphs
 from cuforge.runtime.errors import check
 
 _T = driver.CUgraphNodeType
@@ -66,7 +68,15 @@ def wrap_node(state: GraphState, handle: driver.CUgraphNode) -> GraphNode:
     cls = _BY_TYPE.get(kind, OtherNode)
     node = cls._wrap(state, handle)
     if cls is OtherNode and kind == _T.CU_GRAPH_NODE_TYPE_CONDITIONAL:
+        from cuforge.graph._definition import GraphDefinition
+
         node = ConditionalNode._wrap(state, handle)
-        node._branches = ()
-        node._condition = None
+        entry = state.meta.get(node._h)
+        if isinstance(entry, NodeGraphs):
+            n = len(entry.handles)
+            node._branches = tuple(GraphDefinition._wrap(entry.graph(state, i)) for i in range(n))
+            node._condition = entry.condition
+        else:
+            node._branches = ()
+            node._condition = None
     return node

@@ -13,131 +13,33 @@ node is added and nothing is retained.
 
 from __future__ import annotations
 
-import struct
-from typing import TYPE_CHECKING, Any
+import operator
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from cuforge._cuda import driver
-from cuforge._native._launch import add_kernel_node as _c_add
-from cuforge._native._launch import add_kernel_node_args as _c_add_args
 from cuforge.graph import _operands as ops
-from cuforge.graph._state import GraphState
-from cuforge.runtime.args import plan_for
-from cuforge.runtime.errors import CUDAError, check, error_for
-from cuforge.runtime.launch import LaunchConfig, _validate_plan, driver_entry
+from cuforge.graph import _params as _read
+from cuforge.graph._kernel_add import add_kernel_node, commit
+from cuforge.graph._state import GraphState, NodeGraphs
+from cuforge.runtime.errors import CUDAError, check
+from cuforge.runtime.launch import LaunchConfig
 from cuforge.runtime.memory import Buffer
 from cuforge.runtime.module import Kernel
 
 if TYPE_CHECKING:
-    from cuforge.graph._definition import Condition, GraphDefinition
+    from collections.abc import Callable
 
-_SUCCESS = driver.CUresult.CUDA_SUCCESS
+    from cuforge._typing import DevicePointer, ReadableBuffer, Self
+    from cuforge.graph._builder import GraphBuilder
+    from cuforge.graph._definition import Condition, GraphDefinition
+    from cuforge.runtime.device import Device
+    from cuforge.runtime.event import Event
+
+_N = TypeVar("_N", bound="GraphNode")
+
 _T = driver.CUgraphNodeType
 _COND = driver.CUgraphConditionalNodeType
 _CLONE = driver.CUgraphChildGraphNodeOwnership.CU_GRAPH_CHILD_GRAPH_OWNERSHIP_CLONE
-
-
-def _commit(state: GraphState, node: driver.CUgraphNode, owners: tuple[Any, ...]) -> None:
-    try:
-        state.add_bundle(owners)
-    except BaseException:
-        driver.cuGraphDestroyNode(node)
-        raise
-
-
-_add_entry: int | None = None  # cuGraphAddKernelNode's address; 0 when unavailable
-
-
-def _resolve_add_entry() -> int:
-    global _add_entry
-    _add_entry = driver_entry(b"cuGraphAddKernelNode")
-    return _add_entry
-
-
-def _add_kernel_node(
-    state: GraphState, dep: int, config: Any, kernel: Any, args: tuple[Any, ...]
-) -> KernelNode:
-    """Add a kernel node after node address ``dep`` (0: none) and record its owners.
-
-    The common case (a plain LaunchConfig and a cuforge Kernel) packs the arguments
-    and adds the node in one C call (arrays and other values C cannot pack are
-    packed into the graph's scratch memory first); everything else goes through
-    cuda.bindings. Like every CUgraph, a definition must not be modified from two
-    threads at once (the scratch memory relies on that too).
-    """
-    if type(config) is not LaunchConfig or type(kernel) is not Kernel:
-        return _add_kernel_node_generic(state, [dep] if dep else [], config, kernel, args)
-    plain = config._plain
-    entry = _add_entry if _add_entry is not None else _resolve_add_entry()
-    if plain is None or not entry:
-        return _add_kernel_node_generic(state, [dep] if dep else [], config, kernel, args)
-    res: Any = -1
-    last = kernel._last
-    if last is not None:  # the types last validated for this kernel (C checks them)
-        res = _c_add_args(entry, state.handle_int, dep, kernel._function_int, state.ctx_int,
-                          plain, last[0], last[1], args)  # fmt: skip
-    if type(res) is tuple:
-        pass  # added
-    elif args:
-        plan = plan_for(args)
-        if plan not in kernel._checked:
-            _validate_plan(kernel, plan, len(args))
-        codes = plan.ccodes
-        if codes is not None:  # -1: a value C leaves to Python (closed Buffer, range)
-            kernel._last = (codes, plan.types)
-            res = _c_add_args(entry, state.handle_int, dep, kernel._function_int,
-                              state.ctx_int, plain, codes, None, args)  # fmt: skip
-        if type(res) is not tuple:
-            if plan.nbytes > state.scratch_size:
-                state.grow_scratch(plan.nbytes)
-            try:
-                held = plan.fill(args, state.scratch, state.scratch_addr)
-            except struct.error:  # unsigned 64-bit values and overflow: pack_args sorts them
-                return _add_kernel_node_generic(state, [dep] if dep else [], config, kernel, args)
-            params = state.scratch_addr
-    else:
-        if None not in kernel._checked:
-            _validate_plan(kernel, None, 0)
-        kernel._last = (b"", ())
-        held, params = (), 0
-    if type(res) is tuple:
-        err, node, held = res
-    else:
-        err, node = _c_add(entry, state.handle_int, dep, kernel._function_int, state.ctx_int,
-                           plain, params)  # fmt: skip
-    if err:
-        raise error_for(driver.CUresult(err), "cuGraphAddKernelNode")
-    # held: the allocations of Buffer arguments and the arrays passed by pointer
-    # (a Buffer's close() must not free them); args: everything else passed.
-    owners = (kernel, args, held)
-    lst = state.pending
-    if lst is not None:
-        lst.append(owners)
-    else:  # a body graph, or no open bundle list yet
-        _commit(state, driver.CUgraphNode(node), owners)
-    out = object.__new__(KernelNode)
-    out._state = state
-    out._h = node
-    if state.destroyed:  # the driver reuses node addresses: this one lives again
-        state.destroyed.discard(node)
-    return out
-
-
-def _add_kernel_node_generic(
-    state: GraphState, deps: list[int], config: Any, kernel: Any, args: tuple[Any, ...]
-) -> KernelNode:
-    p, owners = ops.kernel_params(config, kernel, args)
-    if int(p.kern):
-        p.ctx = state.ctx  # run in the graph's context whatever is current
-    dep_objs = [driver.CUgraphNode(d) for d in deps]
-    node = check(driver.cuGraphAddKernelNode(state.handle, dep_objs, len(dep_objs), p),
-                 "cuGraphAddKernelNode")  # fmt: skip
-    try:
-        ops.set_kernel_node_attributes(node, config)
-    except BaseException:
-        driver.cuGraphDestroyNode(node)
-        raise
-    _commit(state, node, owners)
-    return KernelNode._wrap(state, node)
 
 
 def _same_device(state: GraphState, obj: Any, what: str) -> None:
@@ -153,6 +55,13 @@ def _same_device(state: GraphState, obj: Any, what: str) -> None:
         )
 
 
+def _kernel_node(state: GraphState, h: int) -> KernelNode:
+    out = object.__new__(KernelNode)
+    out._state = state
+    out._h = h
+    return out
+
+
 class _Adder:
     """Node-adding methods; subclasses say which graph and which dependencies."""
 
@@ -163,28 +72,37 @@ class _Adder:
         raise NotImplementedError
 
     def _add(
-        self, cls: type[GraphNode], fn: Any, *args: Any, owners: tuple[Any, ...] = (),
-        in_context: bool = False,
-    ):  # fmt: skip
+        self, cls: type[_N], fn: Any, *args: Any, owners: tuple[Any, ...] = (),
+        in_context: bool = False, meta: Any = None,
+    ) -> _N:  # fmt: skip
         state, deps = self._target()
         if in_context:
             args = (*args, state.ctx)
         dep_objs = [driver.CUgraphNode(d) for d in deps]
         node = check(fn(state.handle, dep_objs, len(dep_objs), *args), fn.__name__)
-        _commit(state, node, owners)
-        return cls._wrap(state, node)
+        commit(state, node, owners)
+        out = cls._wrap(state, node)
+        if meta is not None:
+            state.meta[out._h] = meta
+        return out
 
-    def launch(self, config: Any, kernel: Any, *args: Any) -> KernelNode:
+    def launch(
+        self, config: LaunchConfig, kernel: Kernel | driver.CUfunction, *args: object
+    ) -> KernelNode:
         """Add a kernel node; retains the kernel, ``args`` and their allocations.
 
-        Cluster and cooperative configs become the node's launch attributes.
+        Cluster and cooperative configs become the node's launch attributes; a
+        ``programmatic_stream_serialization`` config makes the edges from kernel
+        predecessors programmatic (docs/graphs.md).
         """
         state, deps = self._target()
-        return _add_kernel_node(state, deps[0] if deps else 0, config, kernel, args)
+        h = add_kernel_node(state, deps[0] if deps else 0, config, kernel, args)
+        return _kernel_node(state, h)
 
     def memcpy(
-        self, dst: Any, src: Any, size: int, *, dst_owner: Any = None, src_owner: Any = None
-    ) -> MemcpyNode:
+        self, dst: DevicePointer, src: DevicePointer, size: int, *, dst_owner: object = None,
+        src_owner: object = None,
+    ) -> MemcpyNode:  # fmt: skip
         """Add a 1-D copy of ``size`` bytes; Buffer operands are retained, ints are not."""
         p, owners = MemcpyNode._params(dst, src, size, dst_owner, src_owner)
         try:
@@ -194,8 +112,8 @@ class _Adder:
             raise ops.explain_copy_failure(exc, self._target()[0].device_id, p) from None
 
     def memset(
-        self, dst: Any, value: Any, width: int, height: int = 1, pitch: int = 0, *,
-        dst_owner: Any = None,
+        self, dst: DevicePointer, value: int | ReadableBuffer, width: int, height: int = 1,
+        pitch: int = 0, *, dst_owner: object = None,
     ) -> MemsetNode:  # fmt: skip
         """Add a memset of ``width`` x ``height`` elements (element size from ``value``)."""
         p, owners = MemsetNode._params(dst, value, width, height, pitch, dst_owner)
@@ -203,41 +121,54 @@ class _Adder:
         return self._add(MemsetNode, driver.cuGraphAddMemsetNode, p, owners=owners,
                          in_context=True)  # fmt: skip
 
-    def callback(self, fn: Any, *, user_data: Any = None) -> HostCallbackNode:
+    def callback(
+        self, fn: Callable[..., object], *, user_data: int | ReadableBuffer | None = None
+    ) -> HostCallbackNode:
         """Add a host node running ``fn``; retains fn and a private copy of user_data."""
         p, owners = ops.host_callback(fn, user_data)
-        return self._add(HostCallbackNode, driver.cuGraphAddHostNode, p, owners=owners)
+        return self._add(HostCallbackNode, driver.cuGraphAddHostNode, p, owners=owners, meta=fn)
 
-    def record(self, event: Any) -> EventRecordNode:
+    def record(self, event: Event | driver.CUevent) -> EventRecordNode:
         """Add an event-record node; retains the event."""
         _same_device(self._target()[0], event, "record(event)")
         return self._add(EventRecordNode, driver.cuGraphAddEventRecordNode,
-                         ops.event_handle(event), owners=(event,))  # fmt: skip
+                         ops.event_handle(event), owners=(event,), meta=event)  # fmt: skip
 
-    def wait(self, event: Any) -> EventWaitNode:
+    def wait(self, event: Event | driver.CUevent) -> EventWaitNode:
         """Add an event-wait node; retains the event."""
         return self._add(EventWaitNode, driver.cuGraphAddEventWaitNode,
-                         ops.event_handle(event), owners=(event,))  # fmt: skip
+                         ops.event_handle(event), owners=(event,), meta=event)  # fmt: skip
 
-    def embed(self, child: Any) -> ChildGraphNode:
+    def embed(self, child: GraphDefinition | GraphBuilder) -> ChildGraphNode:
         """Add a child-graph node: CUDA copies ``child`` (a definition, or a builder
         that finished building) together with its owners."""
         from cuforge.graph._builder import _as_definition
 
-        child = _as_definition(child, "embed(child)")
-        child._state.check_open()
-        self._target()[0].require_same_context(child._state, "embed(child)")
-        child._state.flush()
-        return self._add(ChildGraphNode, driver.cuGraphAddChildGraphNode, child._state.handle)
+        state = _as_definition(child, "embed(child)")._state
+        state.check_open()
+        self._target()[0].require_same_context(state, "embed(child)")
+        state.flush()
+        return self._add(ChildGraphNode, driver.cuGraphAddChildGraphNode, state.handle)
 
     def empty(self) -> EmptyNode:
         """Add an empty node (a pure dependency point)."""
         return self._add(EmptyNode, driver.cuGraphAddEmptyNode)
 
-    def allocate(self, size: int, device: Any = None) -> AllocNode:
-        """Add a graph memory allocation of ``size`` bytes; its address is ``node.dptr``."""
+    def allocate(self, size: int, device: Device | int | None = None) -> AllocNode:
+        """Add a graph memory allocation of ``size`` bytes; its address is ``node.dptr``.
+
+        TypeError unless ``size`` is an int, ValueError unless it is positive (CUDA
+        refuses empty allocations too)."""
+        try:
+            if isinstance(size, bool):
+                raise TypeError
+            size = operator.index(size)
+        except TypeError:
+            raise TypeError(f"allocate(size): expected an int, got {type(size).__name__}") from None
+        if size <= 0:
+            raise ValueError(f"allocate(size): the size must be positive, got {size}")
         state, deps = self._target()
-        dev_id = getattr(device, "device_id", device)
+        dev_id: Any = getattr(device, "device_id", device)  # a Device (or alike) or an ordinal
         if dev_id is None:
             dev_id = state.device_id
         p = driver.CUDA_MEM_ALLOC_NODE_PARAMS()
@@ -250,12 +181,12 @@ class _Adder:
                      "cuGraphAddMemAllocNode")  # fmt: skip
         return AllocNode._wrap(state, node)
 
-    def deallocate(self, ptr: Any) -> FreeNode:
+    def deallocate(self, ptr: AllocNode | int) -> FreeNode:
         """Add a node freeing graph-allocated memory (an AllocNode or its address)."""
         address = ptr.dptr if isinstance(ptr, AllocNode) else int(ptr)
         return self._add(FreeNode, driver.cuGraphAddMemFreeNode, driver.CUdeviceptr(address))
 
-    def _conditional(self, cond: Condition, kind: Any, size: int) -> ConditionalNode:
+    def _conditional(self, cond: Condition, kind: Any, size: int, name: str) -> ConditionalNode:
         from cuforge.graph._definition import Condition, GraphDefinition
 
         if not isinstance(cond, Condition):
@@ -270,30 +201,29 @@ class _Adder:
         dep_objs = [driver.CUgraphNode(d) for d in deps]
         node = check(driver.cuGraphAddNode(state.handle, dep_objs, None, len(dep_objs), p),
                      "cuGraphAddNode(conditional)")  # fmt: skip
-        bodies = tuple(
-            GraphDefinition._wrap(GraphState(g, parent=state))
-            for g in list(p.conditional.phGraph_out)[:size]
-        )
+        bodies = tuple(int(g) for g in list(p.conditional.phGraph_out)[:size])
+        entry = NodeGraphs(name, bodies, cond)
         out = ConditionalNode._wrap(state, node)
-        out._branches = bodies
+        state.add_inner(out._h, entry)
+        out._branches = tuple(GraphDefinition._wrap(entry.graph(state, i)) for i in range(size))
         out._condition = cond
         return out
 
     def if_then(self, condition: Condition) -> ConditionalNode:
         """Add an IF node; fill ``node.body`` (runs when the condition is non-zero)."""
-        return self._conditional(condition, _COND.CU_GRAPH_COND_TYPE_IF, 1)
+        return self._conditional(condition, _COND.CU_GRAPH_COND_TYPE_IF, 1, "if")
 
     def if_else(self, condition: Condition) -> ConditionalNode:
         """Add an IF/ELSE node; ``node.branches`` is (then, else)."""
-        return self._conditional(condition, _COND.CU_GRAPH_COND_TYPE_IF, 2)
+        return self._conditional(condition, _COND.CU_GRAPH_COND_TYPE_IF, 2, "if_else")
 
     def while_loop(self, condition: Condition) -> ConditionalNode:
         """Add a WHILE node; ``node.body`` repeats while the condition is non-zero."""
-        return self._conditional(condition, _COND.CU_GRAPH_COND_TYPE_WHILE, 1)
+        return self._conditional(condition, _COND.CU_GRAPH_COND_TYPE_WHILE, 1, "while")
 
     def switch(self, condition: Condition, count: int) -> ConditionalNode:
         """Add a SWITCH node with ``count`` branches selected by the condition's value."""
-        return self._conditional(condition, _COND.CU_GRAPH_COND_TYPE_SWITCH, int(count))
+        return self._conditional(condition, _COND.CU_GRAPH_COND_TYPE_SWITCH, int(count), "switch")
 
 
 class GraphNode(_Adder):
@@ -302,13 +232,16 @@ class GraphNode(_Adder):
     # _h: the node's address; _hobj: its CUgraphNode, made on first use (the hot
     # kernel-node path never needs one).
     __slots__ = ("_h", "_hobj", "_state")
+    _h: int
+    _hobj: driver.CUgraphNode
+    _state: GraphState
     _KIND = "node"
 
     def __init__(self) -> None:
         raise TypeError("graph nodes are created by GraphDefinition/GraphNode methods")
 
     @classmethod
-    def _wrap(cls, state: GraphState, handle: driver.CUgraphNode) -> Any:
+    def _wrap(cls, state: GraphState, handle: driver.CUgraphNode) -> Self:
         self = object.__new__(cls)
         self._state = state
         self._h = h = int(handle)
@@ -323,12 +256,14 @@ class GraphNode(_Adder):
             self._check_live()
         return state, [self._h]
 
-    def launch(self, config: Any, kernel: Any, *args: Any) -> KernelNode:
+    def launch(
+        self, config: LaunchConfig, kernel: Kernel | driver.CUfunction, *args: object
+    ) -> KernelNode:
         """Add a kernel node depending on this one (see GraphDefinition.launch)."""
         state = self._state
         if state.closed or state.parent is not None or state.destroyed:
             self._check_live()
-        return _add_kernel_node(state, self._h, config, kernel, args)
+        return _kernel_node(state, add_kernel_node(state, self._h, config, kernel, args))
 
     @property
     def _handle(self) -> driver.CUgraphNode:
@@ -377,7 +312,10 @@ class GraphNode(_Adder):
 
         Idempotent; afterwards the node (any object naming it) refuses further use,
         executable-graph updates included, with ValueError -- until the driver
-        reuses its address for a new node of the graph (CUDA's handles are addresses)."""
+        reuses its address for a new node of the graph (CUDA's handles are addresses).
+        Graphs that lived inside the node (conditional bodies, a child graph view)
+        are closed with it. If the driver refuses (CUDA keeps the nodes of graphs with
+        memory nodes), CUDAError is raised and the node stays as it was."""
         state = self._state
         state.check_open()
         if state.destroyed and self._h in state.destroyed:
@@ -386,6 +324,7 @@ class GraphNode(_Adder):
         if state.destroyed is None:
             state.destroyed = set()
         state.destroyed.add(self._h)
+        state.forget_node(self._h)
 
     def _check_live(self) -> None:
         """ValueError if this node's graph is closed or the node was destroyed."""
@@ -396,9 +335,10 @@ class GraphNode(_Adder):
 
     @property
     def is_valid(self) -> bool:
-        """False once the node was destroyed or its graph closed."""
+        """False once the node was destroyed or its graph closed (a body or child
+        graph view is closed with the node it lived in)."""
         state = self._state
-        if state.closed or (state.parent is not None and state.parent.closed):
+        if not state.is_open:
             return False
         return not (state.destroyed and self._h in state.destroyed)
 
@@ -424,39 +364,64 @@ class GraphNode(_Adder):
 class KernelNode(GraphNode):
     __slots__ = ()
 
-    def update(self, config: Any, kernel: Any, *args: Any) -> None:
+    def update(
+        self, config: LaunchConfig, kernel: Kernel | driver.CUfunction, *args: object
+    ) -> None:
         """New launch parameters for this node (old owners stay with older versions).
 
-        Cluster dims and the cooperative flag follow ``config``.
+        Cluster dims and the cooperative flag follow ``config``; its programmatic
+        flag must match the node's edges (ValueError otherwise: edges stay).
         """
         self._check_live()
         p, owners = ops.kernel_params(config, kernel, args)
         if int(p.kern):
             p.ctx = self._state.ctx
+        _read.require_same_programmatic(self._handle, config, "KernelNode.update")
         current = ops.node_launch_attributes(self._handle)
         check(driver.cuGraphKernelNodeSetParams(self._handle, p), "cuGraphKernelNodeSetParams")
         ops.set_kernel_node_attributes(self._handle, config, current)
         self._state.add_bundle(owners)
+        self._state.meta[self._h] = kernel
 
     @property
     def launch_attributes(self) -> tuple[tuple[int, int, int], bool]:
         """(cluster dims, cooperative) as the driver holds them; (0, 0, 0) = no cluster."""
-        self._state.check_open()
+        self._check_live()
         return ops.node_launch_attributes(self._handle)
+
+    @property
+    def config(self) -> LaunchConfig:
+        """The LaunchConfig the node runs with, read from the driver (its programmatic
+        flag: whether kernel predecessors are programmatic dependencies)."""
+        self._check_live()
+        return _read.kernel_config(self._handle)
+
+    grid = _read.field(_read.launch_fields, 0, "config.grid")
+    block = _read.field(_read.launch_fields, 1, "config.block")
+    shmem_size = _read.field(_read.launch_fields, 2, "config.shmem_size")
+
+    @property
+    def kernel(self) -> Kernel | None:
+        """The Kernel cuforge gave this node (None for nodes of clones and captures)."""
+        self._check_live()
+        k = self._state.meta.get(self._h)
+        return k if isinstance(k, Kernel) else None
 
 
 class MemcpyNode(GraphNode):
     __slots__ = ()
 
     @staticmethod
-    def _params(dst: Any, src: Any, size: int, dst_owner: Any, src_owner: Any):
+    def _params(
+        dst: DevicePointer, src: DevicePointer, size: int, dst_owner: object, src_owner: object
+    ) -> tuple[driver.CUDA_MEMCPY3D, tuple[Any, ...]]:
         size = int(size)
         d, downers = ops.resolve_pointer(dst, dst_owner, "memcpy dst", size)
         s, sowners = ops.resolve_pointer(src, src_owner, "memcpy src", size)
         return ops.memcpy_params(d, s, size), downers + sowners
 
-    def update(self, dst: Any, src: Any, size: int, *, dst_owner: Any = None,
-               src_owner: Any = None) -> None:  # fmt: skip
+    def update(self, dst: DevicePointer, src: DevicePointer, size: int, *,
+               dst_owner: object = None, src_owner: object = None) -> None:  # fmt: skip
         self._update(*self._params(dst, src, size, dst_owner, src_owner))
 
     def _set(self, p: Any) -> None:
@@ -465,51 +430,88 @@ class MemcpyNode(GraphNode):
         except CUDAError as exc:
             raise ops.explain_copy_failure(exc, self._state.device_id, p) from None
 
+    dst = _read.field(_read.memcpy_fields, 0, "The destination address.")
+    src = _read.field(_read.memcpy_fields, 1, "The source address.")
+    size = _read.field(_read.memcpy_fields, 2, "Bytes copied.")
+
 
 class MemsetNode(GraphNode):
     __slots__ = ()
 
     @staticmethod
-    def _params(dst: Any, value: Any, width: int, height: int, pitch: int, dst_owner: Any):
+    def _params(
+        dst: DevicePointer, value: int | ReadableBuffer, width: int, height: int, pitch: int,
+        dst_owner: object,
+    ) -> tuple[driver.CUDA_MEMSET_NODE_PARAMS, tuple[Any, ...]]:  # fmt: skip
         width, height, pitch = int(width), int(height), int(pitch)
         elem = ops.memset_value(value)[1]
         extent = (pitch or width * elem) * (height - 1) + width * elem
         d, owners = ops.resolve_pointer(dst, dst_owner, "memset dst", extent)
         return ops.memset_params(d, value, width, height, pitch), owners
 
-    def update(self, dst: Any, value: Any, width: int, height: int = 1, pitch: int = 0, *,
-               dst_owner: Any = None) -> None:  # fmt: skip
+    def update(self, dst: DevicePointer, value: int | ReadableBuffer, width: int,
+               height: int = 1, pitch: int = 0, *, dst_owner: object = None) -> None:  # fmt: skip
         self._update(*self._params(dst, value, width, height, pitch, dst_owner))
 
     def _set(self, p: Any) -> None:
         check(driver.cuGraphMemsetNodeSetParams(self._handle, p), "cuGraphMemsetNodeSetParams")
 
+    _f = _read.memset_fields
+    dptr = _read.field(_f, 0, "The destination address.")
+    value = _read.field(_f, 1, "The element value (element_size bytes, little-endian).")
+    element_size = _read.field(_f, 2, "Bytes per element (1, 2 or 4).")
+    width = _read.field(_f, 3, "Elements per row.")
+    height = _read.field(_f, 4, "Rows.")
+    pitch = _read.field(_f, 5, "Bytes between rows (width * element_size if none was given).")
+    del _f
+
 
 class HostCallbackNode(GraphNode):
     __slots__ = ()
 
-    def update(self, fn: Any, *, user_data: Any = None) -> None:
+    def update(
+        self, fn: Callable[..., object], *, user_data: int | ReadableBuffer | None = None
+    ) -> None:
         self._update(*ops.host_callback(fn, user_data))
 
     def _set(self, p: Any) -> None:
         check(driver.cuGraphHostNodeSetParams(self._handle, p), "cuGraphHostNodeSetParams")
 
+    def _update(self, params: Any, owners: tuple[Any, ...]) -> None:
+        super()._update(params, owners)
+        self._state.meta[self._h] = owners[0]  # the callable (see ops.host_callback)
 
-class EventRecordNode(GraphNode):
+    @property
+    def fn(self) -> Any:
+        """The callable or ctypes function cuforge gave this node (None for nodes of
+        clones and captures). (``callback`` adds a host node after this one.)"""
+        self._check_live()
+        return self._state.meta.get(self._h)
+
+
+class _EventNode(GraphNode):
     __slots__ = ()
 
-    def update(self, event: Any) -> None:
+    def update(self, event: Event | driver.CUevent) -> None:
         self._update(ops.event_handle(event), (event,))
+        self._state.meta[self._h] = event
+
+    @property
+    def event(self) -> Any:
+        """The Event cuforge gave this node (None for nodes of clones and captures)."""
+        self._check_live()
+        return self._state.meta.get(self._h)
+
+
+class EventRecordNode(_EventNode):
+    __slots__ = ()
 
     def _set(self, ev: Any) -> None:
         check(driver.cuGraphEventRecordNodeSetEvent(self._handle, ev), "cuGraphEventRecordNodeSetEvent")  # fmt: skip  # noqa: E501
 
 
-class EventWaitNode(GraphNode):
+class EventWaitNode(_EventNode):
     __slots__ = ()
-
-    def update(self, event: Any) -> None:
-        self._update(ops.event_handle(event), (event,))
 
     def _set(self, ev: Any) -> None:
         check(driver.cuGraphEventWaitNodeSetEvent(self._handle, ev), "cuGraphEventWaitNodeSetEvent")  # fmt: skip  # noqa: E501
@@ -543,6 +545,24 @@ class ChildGraphNode(GraphNode):
         except BaseException:
             keep.close()
             raise
+        state.forget_node(self._h)  # the graph it embedded before is gone, and its views
+
+    @property
+    def child_graph(self) -> GraphDefinition:
+        """A view of the graph this node embeds (CUDA's copy, owned by the node).
+
+        Nodes added through it change what the node runs in later instantiations;
+        its bundles are attached to that graph at once. Closed (ValueError on use)
+        when this node is destroyed or updated; ``close()`` on it does nothing."""
+        from cuforge.graph._definition import GraphDefinition
+
+        self._check_live()
+        state = self._state
+        entry = state.meta.get(self._h)
+        if not isinstance(entry, NodeGraphs):
+            entry = NodeGraphs("child", (_read.child_graph(self._handle),))
+            state.add_inner(self._h, entry)
+        return GraphDefinition._wrap(entry.graph(state, 0))
 
 
 class EmptyNode(GraphNode):
@@ -552,19 +572,24 @@ class EmptyNode(GraphNode):
 class AllocNode(GraphNode):
     __slots__ = ()
 
-    @property
-    def dptr(self) -> int:
-        """The device address this node allocates (valid while the graph runs)."""
-        p = check(driver.cuGraphMemAllocNodeGetParams(self._handle), "cuGraphMemAllocNodeGetParams")
-        return int(p.dptr)
+    _f = _read.alloc_fields
+    dptr = _read.field(_f, 0, "The device address allocated (valid while the graph runs).")
+    bytesize = _read.field(_f, 1, "Bytes allocated.")
+    device_id = _read.field(_f, 2, "The device the memory is allocated on.")
+    del _f
 
 
 class FreeNode(GraphNode):
     __slots__ = ()
 
+    dptr = _read.field(_read.free_fields, 0, "The address this node frees.")
+
 
 class ConditionalNode(GraphNode):
     __slots__ = ("_branches", "_condition")
+    _branches: tuple[GraphDefinition, ...]
+    # None for a node listed from a graph (GraphDefinition.nodes) rather than added
+    _condition: Condition | None
 
     @property
     def branches(self) -> tuple[GraphDefinition, ...]:
@@ -586,5 +611,14 @@ class ConditionalNode(GraphNode):
         return self._branches[1]
 
     @property
-    def condition(self) -> Condition:
+    def condition(self) -> Condition | None:
+        """The Condition (None for a node listed from a captured graph)."""
         return self._condition
+
+    @property
+    def kind(self) -> str | None:
+        """ "if", "if_else", "while" or "switch" (None for a node listed from a
+        captured graph)."""
+        self._check_live()
+        entry = self._state.meta.get(self._h)
+        return entry.kind if isinstance(entry, NodeGraphs) else None

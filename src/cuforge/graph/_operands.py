@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import ctypes
 import threading
-from typing import Any
+from _ctypes import CFuncPtr as _CFuncPtr  # ctypes._CFuncPtr: every function pointer's base
+from typing import TYPE_CHECKING, Any
 
 from cuda.bindings import driver
 
@@ -24,8 +25,13 @@ from cuforge.runtime.interop import contiguous_nbytes, dlpack_extent
 from cuforge.runtime.launch import validate_args
 from cuforge.runtime.memory import Buffer
 
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from cuforge._typing import DevicePointer, IsStreamT, ReadableBuffer
+    from cuforge.runtime.event import Event
+
 _TRAMPOLINE = _native.host_trampoline_address()
-_CFuncPtr = ctypes._CFuncPtr  # base class of every ctypes function pointer type
 
 
 def current_context() -> driver.CUcontext:
@@ -52,7 +58,7 @@ def context_device(ctx: driver.CUcontext) -> int:
 
 
 def resolve_pointer(
-    obj: Any, owner: Any, what: str, nbytes: int = 0
+    obj: DevicePointer, owner: object, what: str, nbytes: int = 0
 ) -> tuple[int, tuple[Any, ...]]:
     """A device/host address for a copy operand, and what keeps it valid.
 
@@ -214,7 +220,7 @@ def kernel_params(
     return p, (kernel, args, packed, *packed.owners)
 
 
-def memset_value(value: Any) -> tuple[int, int]:
+def memset_value(value: int | ReadableBuffer) -> tuple[int, int]:
     """(value, element size) for a memset: an int byte, or 1/2/4 raw bytes."""
     if isinstance(value, bool):
         raise TypeError("memset value must be an int or 1, 2 or 4 bytes, not bool")
@@ -236,7 +242,7 @@ def memset_value(value: Any) -> tuple[int, int]:
 
 
 def memset_params(
-    dst: int, value: Any, width: int, height: int, pitch: int
+    dst: int, value: int | ReadableBuffer, width: int, height: int, pitch: int
 ) -> driver.CUDA_MEMSET_NODE_PARAMS:
     """Memset-node parameters (width in elements, pitch in bytes)."""
     val, elem = memset_value(value)
@@ -281,7 +287,10 @@ def explain_copy_failure(exc: CUDAError, device_id: int, p: Any) -> CUDAError:
     return out
 
 
-def host_callback(fn: Any, user_data: Any) -> tuple[driver.CUDA_HOST_NODE_PARAMS, tuple[Any, ...]]:
+def host_callback(
+    fn: Callable[..., object],
+    user_data: Any,  # int | ReadableBuffer | None, checked here
+) -> tuple[driver.CUDA_HOST_NODE_PARAMS, tuple[Any, ...]]:
     """Host-node parameters for ``fn`` and the owners that keep fn/user_data valid.
 
     A Python callable takes no arguments and runs with the GIL through the C
@@ -336,7 +345,7 @@ def host_callback(fn: Any, user_data: Any) -> tuple[driver.CUDA_HOST_NODE_PARAMS
     return p, (fn,)
 
 
-def stream_handle(stream: Any) -> driver.CUstream:
+def stream_handle(stream: IsStreamT | driver.CUstream) -> driver.CUstream:
     """A CUstream from a cuforge Stream, a GraphBuilder, ``__cuda_stream__`` or CUstream."""
     if isinstance(stream, driver.CUstream):
         return stream
@@ -350,7 +359,7 @@ def stream_handle(stream: Any) -> driver.CUstream:
     raise TypeError(f"expected a stream, got {type(stream).__name__}")
 
 
-def event_handle(event: Any) -> driver.CUevent:
+def event_handle(event: Event | driver.CUevent) -> driver.CUevent:
     """A CUevent from a cuforge Event or a raw CUevent."""
     if isinstance(event, driver.CUevent):
         return event

@@ -10,6 +10,15 @@ holds. So CUDA sees exactly the owners it would with one user object per bundle,
 for one user object per seal. Conditional-body graphs (owned by their parent's
 node) attach each bundle at once.
 
+*Node metadata* (``meta``): what cuforge gave a node that the driver cannot hand back
+as a Python object -- a kernel node's Kernel, a host node's callable, an event
+node's Event, a conditional node's kind, Condition and bodies, a child node's graph
+view -- keyed by node address and replaced by each definition-level update. Nodes
+of copies (clones, captures) have none: those getters answer None there. The
+entries only name objects the graph's bundles already keep alive, so they extend no
+lifetime; graphs that live inside a node (bodies, child views) are held weakly and
+closed when that node is destroyed or its child replaced.
+
 Every graph belongs to one CUDA context (and so one device): the context current
 when it was created, its parent's for a body, the capturing stream's for a builder.
 Nodes are added to run in that context whatever is current later, and operations
@@ -20,6 +29,7 @@ from __future__ import annotations
 
 import ctypes
 import sys
+import weakref
 from typing import Any
 
 from cuda.bindings import driver
@@ -39,6 +49,37 @@ def require_same_context(what: str, theirs: GraphState, ctx: Any) -> None:
         )
 
 
+class NodeGraphs:
+    """Metadata of a node that graphs live inside: a conditional node's bodies
+    (``kind`` "if", "if_else", "while" or "switch", with its Condition) or a child
+    node's graph (``kind`` "child"). ``handles`` are the CUgraph addresses; the
+    GraphStates made for them are held weakly in ``inner`` (None: none made yet)."""
+
+    __slots__ = ("condition", "handles", "inner", "kind")
+
+    def __init__(self, kind: str, handles: tuple[int, ...], condition: Any = None) -> None:
+        self.kind = kind
+        self.handles = handles
+        self.condition = condition
+        self.inner: list[Any] = [None] * len(handles)
+
+    def close_all(self) -> None:
+        """Close every GraphState made for these graphs (their node went)."""
+        for ref in self.inner:
+            g = ref() if ref is not None else None
+            if g is not None:
+                g.close()
+
+    def graph(self, owner: GraphState, i: int) -> GraphState:
+        """The GraphState of inner graph ``i`` (one per graph while any is alive)."""
+        ref = self.inner[i]
+        g = ref() if ref is not None else None
+        if g is None:
+            g = GraphState(self.handles[i], parent=owner)
+            self.inner[i] = weakref.ref(g)
+        return g
+
+
 def _destroy(handle: int) -> None:
     # Queued while a stream capture forbids it (see cuforge.runtime.capture_guard).
     capture_guard.destroy(b"cuGraphDestroy", handle)
@@ -55,8 +96,22 @@ class GraphState:
 
     __slots__ = (
         "__weakref__", "_ctx", "_device_id", "_hobj", "closed", "ctx_int", "destroyed",
-        "handle_int", "owned", "parent", "pending", "scratch", "scratch_addr", "scratch_size",
+        "handle_int", "has_inner", "meta", "owned", "parent", "pending", "scratch", "scratch_addr",
+        "scratch_size",
     )  # fmt: skip
+    _ctx: driver.CUcontext | None
+    _device_id: int | None
+    _hobj: driver.CUgraph | None
+    closed: bool
+    ctx_int: int
+    destroyed: set[int] | None  # addresses of nodes destroyed here
+    handle_int: int
+    owned: bool
+    parent: GraphState | None
+    pending: list[Any] | None  # the open bundle list (owned graphs)
+    scratch: ctypes.Array[ctypes.c_char] | None
+    scratch_addr: int
+    scratch_size: int
 
     def __init__(
         self,
@@ -72,18 +127,20 @@ class GraphState:
         self._hobj = handle if not isinstance(handle, int) else None
         self.ctx_int = int(ctx)
         self._ctx = ctx if not isinstance(ctx, int) else None
-        self._device_id: int | None = None
+        self._device_id = None
         # Kernel-node parameters are packed here for the add call (the driver copies them).
-        self.scratch: Any = None
+        self.scratch = None
         self.scratch_addr = 0
         self.scratch_size = 0
         # A body graph lives inside its parent's node: hold the parent so the CUgraph
         # that owns this one cannot be destroyed under us.
         self.parent = parent
         self.owned = owned and parent is None
-        self.pending: list[Any] | None = None  # the open bundle list (owned graphs)
+        self.pending = None
         self.closed = False
         self.destroyed: set[int] | None = None  # addresses of nodes destroyed here
+        self.meta: dict[int, Any] = {}  # node address -> what cuforge gave it (module doc)
+        self.has_inner = False  # whether meta ever held a NodeGraphs (graphs inside nodes)
 
     @classmethod
     def _new(cls, handle: int, ctx: int) -> GraphState:
@@ -102,6 +159,8 @@ class GraphState:
         self.pending = None
         self.closed = False
         self.destroyed = None
+        self.meta = {}
+        self.has_inner = False
         return self
 
     def __del__(self) -> None:
@@ -146,8 +205,41 @@ class GraphState:
         return not self.owned
 
     def check_open(self) -> None:
-        if self.closed or (self.parent is not None and self.parent.closed):
-            raise ValueError("the graph definition is closed")
+        """ValueError if this graph, or a graph it lives in, is closed (a body or a
+        child view is closed when its node is destroyed or its child replaced)."""
+        if self.closed:
+            raise ValueError(
+                "the graph definition is closed" if self.owned else
+                "this graph lived inside a node that was destroyed or replaced, or "
+                "inside a graph that was closed"
+            )  # fmt: skip
+        p = self.parent
+        while p is not None:
+            if p.closed:
+                raise ValueError("the graph this graph lives in is closed")
+            p = p.parent
+
+    @property
+    def is_open(self) -> bool:
+        """False once this graph, or a graph it lives in, is closed."""
+        s: GraphState | None = self
+        while s is not None:
+            if s.closed:
+                return False
+            s = s.parent
+        return True
+
+    def forget_node(self, node: int) -> None:
+        """A node of this graph was destroyed (or its child replaced): drop its
+        metadata and close the graphs that lived inside it."""
+        entry = self.meta.pop(node, None)
+        if type(entry) is NodeGraphs:
+            entry.close_all()
+
+    def add_inner(self, node: int, entry: NodeGraphs) -> None:
+        """Record the graphs that live inside ``node``."""
+        self.meta[node] = entry
+        self.has_inner = True
 
     def add_bundle(self, owners: tuple[Any, ...]) -> None:
         """Keep ``owners`` alive for as long as CUDA may use this graph version."""
@@ -185,3 +277,8 @@ class GraphState:
         if self.owned:
             _destroy(self.handle_int)
         self.pending = None
+        meta, self.meta = self.meta, {}
+        if self.has_inner:  # close the graphs inside nodes too, dropping their metadata
+            for entry in meta.values():
+                if type(entry) is NodeGraphs:
+                    entry.close_all()

@@ -171,16 +171,15 @@ class _Plan:
         self.codes = tuple(h[0] for h in handlers)
         # What the C packer (cuforge._native._launch) takes: one byte per argument, or
         # None when some argument needs Python (arrays, bytes-like values, half floats).
-        cc = []
+        cc: list[str] = []
         for tp, (code, getter, _owner) in zip(types, handlers, strict=True):
             if issubclass(tp, Buffer):
                 cc.append("P")
             elif getter is None and code in _C_CODES:
                 cc.append(code)
             else:
-                cc = None
                 break
-        self.ccodes: bytes | None = "".join(cc).encode() if cc is not None else None
+        self.ccodes: bytes | None = "".join(cc).encode() if len(cc) == len(types) else None
         self.sizes = tuple(sizes)
         names = ", ".join(f"a{i}" for i in range(n))
         ptrs = ", ".join(f"b + {o}" for o in offsets)

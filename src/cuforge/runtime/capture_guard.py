@@ -232,7 +232,8 @@ def call(name: bytes, *args: int) -> int:
     g = _native()
     addr = entry(name) if g else 0
     if g and addr:
-        return g.relaxed_call(addr, *args)
+        err: int = g.relaxed_call(addr, *args)
+        return err
     return _call_bindings(name, args)
 
 
@@ -254,12 +255,13 @@ def stream_capturing(stream: int) -> bool:
     legacy stream while a blocking stream captures counts as capturing)."""
     g = _native()
     if g:
-        return g.stream_capturing(int(stream)) != 0
+        status: int = g.stream_capturing(int(stream))
+        return status != 0
     from cuda.bindings import driver
 
     err, status = driver.cuStreamIsCapturing(int(stream))
     none = driver.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE
-    return err != 0 or status != none
+    return bool(err != 0 or status != none)
 
 
 def free_on_stream(name: bytes, ptr: int, stream: int) -> int:
@@ -268,7 +270,8 @@ def free_on_stream(name: bytes, ptr: int, stream: int) -> int:
     g = _native()
     addr = entry(name) if g else 0
     if g and addr:
-        return g.free_on_stream(addr, ptr, stream)
+        freed: int = g.free_on_stream(addr, ptr, stream)
+        return freed
     if stream_capturing(stream):
         return DEFERRED
     return _call_bindings(name, (ptr, stream))
@@ -287,7 +290,8 @@ def destroy(name: bytes, handle: int) -> int:
     if g:  # the common case, without the lookups of call()
         addr = _entries.get(name)
         if addr:
-            return g.relaxed_call(addr, handle)
+            err: int = g.relaxed_call(addr, handle)
+            return err
     return call(name, handle)
 
 
@@ -304,9 +308,9 @@ def _destroy_later(name: bytes, handle: int) -> None:
 class _Unraisable:
     def __init__(self, exc: BaseException, obj: object) -> None:
         self.exc_type = type(exc)
-        self.exc_value = exc
+        self.exc_value: BaseException | None = exc
         self.exc_traceback = exc.__traceback__
-        self.err_msg = "cuforge: a deferred release failed"
+        self.err_msg: str | None = "cuforge: a deferred release failed"
         self.object = obj
 
 

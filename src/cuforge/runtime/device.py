@@ -24,6 +24,7 @@ from cuforge.runtime._init import ensure_initialized
 from cuforge.runtime.errors import CUDAError, check
 
 if TYPE_CHECKING:
+    from cuforge.graph import GraphBuilder
     from cuforge.runtime.event import Event, EventOptions
     from cuforge.runtime.memory import Buffer, MemoryResource
     from cuforge.runtime.stream import Stream, StreamOptions
@@ -49,7 +50,7 @@ class DeviceProperties:
     def __getattr__(self, name: str) -> int:
         if name.startswith("_"):
             raise AttributeError(name)
-        cache = self.__dict__["_cache"]
+        cache: dict[str, int] = self.__dict__["_cache"]
         value = cache.get(name)
         if value is None:
             attr = getattr(driver.CUdevice_attribute, f"CU_DEVICE_ATTRIBUTE_{name.upper()}", None)
@@ -129,6 +130,13 @@ class Device:
         "_mr",
         "_props",
     )
+    _ctx: driver.CUcontext | None
+    _cu_device: driver.CUdevice
+    _default_stream: Stream | None
+    _id: int
+    _lock: threading.Lock
+    _mr: MemoryResource | None
+    _props: DeviceProperties | None
 
     def __new__(cls, device_id: int | None = None) -> Device:
         ensure_initialized()
@@ -179,7 +187,7 @@ class Device:
 
     @property
     def name(self) -> str:
-        raw = check(driver.cuDeviceGetName(256, self._cu_device), "cuDeviceGetName")
+        raw: bytes = check(driver.cuDeviceGetName(256, self._cu_device), "cuDeviceGetName")
         return raw.split(b"\0", 1)[0].decode()
 
     @property
@@ -320,7 +328,7 @@ class Device:
         if err not in (driver.CUresult.CUDA_SUCCESS, _ALREADY_ENABLED):
             check((err,), f"enable access from device {self._id} to device {other._id}")
 
-    def create_graph_builder(self) -> Any:
+    def create_graph_builder(self) -> GraphBuilder:
         """A ``cuforge.graph.GraphBuilder`` capturing on a new stream of this device.
 
         The builder holds the new Stream, so the stream lives as long as the builder.

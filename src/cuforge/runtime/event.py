@@ -41,6 +41,9 @@ class Event:
     """A CUDA event; make one with ``Device.create_event()`` or ``Stream.record()``."""
 
     __slots__ = ("__weakref__", "_device", "_handle", "_timing")
+    _device: Device
+    _handle: driver.CUevent | None
+    _timing: bool
 
     def __init__(self) -> None:
         raise TypeError("use Device.create_event() or Stream.record()")

@@ -74,8 +74,7 @@ _ids = itertools.count(1)
 _lock = threading.Lock()
 
 
-@_Deleter
-def _deleter(managed: int | None) -> None:
+def _drop_tensor(managed: int | None) -> None:
     if not managed:
         return
     ctx = DLManagedTensor.from_address(managed).manager_ctx
@@ -83,11 +82,16 @@ def _deleter(managed: int | None) -> None:
         _live.pop(ctx, None)
 
 
-@ctypes.CFUNCTYPE(None, ctypes.c_void_p)
-def _capsule_destructor(capsule: int | None) -> None:
+_deleter = _Deleter(_drop_tensor)
+
+
+def _drop_unconsumed(capsule: int | None) -> None:
     # A capsule still named "dltensor" was never consumed: its tensor is ours to drop.
     if capsule and _capsule_is_valid_raw(capsule, _NAME):
         _deleter(_get_pointer_raw(capsule, _NAME))
+
+
+_capsule_destructor = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(_drop_unconsumed)
 
 
 def dlpack_device(buf: Buffer) -> tuple[int, int]:

@@ -9,6 +9,13 @@ Guarantees:
 - ``LaunchConfig`` is immutable and validated at construction: ``grid``, ``block`` and
   ``cluster`` become 3-tuples of positive ints. As in cuda.core, when ``cluster`` is
   set ``grid`` counts clusters; ``grid_in_blocks`` is the block grid CUDA sees.
+- ``programmatic_stream_serialization=True`` (programmatic dependent launch, sm_90+)
+  lets the kernel start before the previous kernel of its stream has finished: from
+  the moment every block of that kernel triggered (``griddepcontrol.launch_dependents``
+  / ``cudaTriggerProgrammaticLaunchCompletion``) or exited. The kernel must wait for
+  the previous one's results itself (``griddepcontrol.wait`` /
+  ``cudaGridDependencySynchronize``). Stream capture turns it into a programmatic
+  graph edge; graph kernel nodes make the same edge (see ``cuforge.graph``).
 - ``launch`` checks the argument count and each argument's packed size against the
   kernel image before the first launch of each argument-type signature, so a wrong
   count or a too-narrow value raises instead of reading garbage on the device.
@@ -26,26 +33,33 @@ from __future__ import annotations
 import operator
 import struct
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cuda.bindings import driver
 
 from cuforge.runtime import _init
-from cuforge.runtime._init import driver_entry
+from cuforge.runtime._init import driver_entry as driver_entry
 from cuforge.runtime.args import PackedArgs, _Plan, pack_args, plan_for
 from cuforge.runtime.errors import error_for
 from cuforge.runtime.module import Kernel
 from cuforge.runtime.stream import Stream
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from cuforge._typing import IsStreamT
 
 _SUCCESS = driver.CUresult.CUDA_SUCCESS
 _INVALID_CONTEXT = driver.CUresult.CUDA_ERROR_INVALID_CONTEXT
 _MAX_CACHED_STREAMS = 64
 
 Dim3 = tuple[int, int, int]
+# (grid x, y, z, block x, y, z, shared memory bytes): what the C launcher takes
+Dims7 = tuple[int, int, int, int, int, int, int]
 
 
-def _dim3(value: Any, what: str) -> Dim3:
-    items = list(value) if isinstance(value, (tuple, list)) else [value]
+def _dim3(value: object, what: str) -> Dim3:
+    items: list[Any] = list(value) if isinstance(value, (tuple, list)) else [value]
     if not 1 <= len(items) <= 3:
         raise ValueError(f"{what} must have 1 to 3 dimensions, got {len(items)}")
     dims = []
@@ -65,7 +79,8 @@ def _dim3(value: Any, what: str) -> Dim3:
 
 class LaunchConfig:
     """How to launch: ``LaunchConfig(grid, block, shmem_size=0, cluster=None,
-    cooperative_launch=False)``; ints or 1-3 tuples for the dimensions."""
+    cooperative_launch=False, programmatic_stream_serialization=False)``; ints or
+    1-3 tuples for the dimensions."""
 
     __slots__ = (
         "_lock",
@@ -76,8 +91,19 @@ class LaunchConfig:
         "cooperative_launch",
         "grid",
         "grid_in_blocks",
+        "programmatic_stream_serialization",
         "shmem_size",
     )
+    _lock: threading.Lock
+    _native: dict[int, driver.CUlaunchConfig]
+    _plain: Dims7 | None
+    block: Dim3
+    cluster: Dim3 | None
+    cooperative_launch: bool
+    grid: Dim3
+    grid_in_blocks: Dim3
+    programmatic_stream_serialization: bool
+    shmem_size: int
 
     def __init__(
         self,
@@ -86,6 +112,7 @@ class LaunchConfig:
         shmem_size: int = 0,
         cluster: int | tuple[int, ...] | None = None,
         cooperative_launch: bool = False,
+        programmatic_stream_serialization: bool = False,
     ) -> None:
         g = _dim3(grid, "grid")
         b = _dim3(block, "block")
@@ -98,6 +125,9 @@ class LaunchConfig:
         c = None if cluster is None else _dim3(cluster, "cluster")
         if not isinstance(cooperative_launch, bool):
             raise TypeError("cooperative_launch must be a bool")
+        pdl = programmatic_stream_serialization
+        if not isinstance(pdl, bool):
+            raise TypeError("programmatic_stream_serialization must be a bool")
         blocks = g if c is None else (g[0] * c[0], g[1] * c[1], g[2] * c[2])
         init = object.__setattr__
         init(self, "grid", g)
@@ -105,19 +135,23 @@ class LaunchConfig:
         init(self, "shmem_size", shmem_size)
         init(self, "cluster", c)
         init(self, "cooperative_launch", cooperative_launch)
+        init(self, "programmatic_stream_serialization", pdl)
         init(self, "grid_in_blocks", blocks)
         init(self, "_native", {})
         # What the C launcher takes; None where launch attributes are needed.
-        plain = None if c is not None or cooperative_launch else (*blocks, *b, shmem_size)
+        attrs = c is not None or cooperative_launch or pdl
+        plain: Dims7 | None = None if attrs else (*blocks, *b, shmem_size)
         init(self, "_plain", plain)
         init(self, "_lock", threading.Lock())
 
-    def __setattr__(self, name: str, value: Any) -> None:
+    def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError("LaunchConfig is immutable; make a new one")
 
     def __repr__(self) -> str:
         extra = f", cluster={self.cluster}" if self.cluster else ""
         extra += ", cooperative_launch=True" if self.cooperative_launch else ""
+        if self.programmatic_stream_serialization:
+            extra += ", programmatic_stream_serialization=True"
         return (
             f"LaunchConfig(grid={self.grid}, block={self.block}, "
             f"shmem_size={self.shmem_size}{extra})"
@@ -129,12 +163,19 @@ class LaunchConfig:
     def __hash__(self) -> int:
         return hash(self._key())
 
-    def _key(self) -> tuple[Any, ...]:
-        return (self.grid, self.block, self.shmem_size, self.cluster, self.cooperative_launch)
+    def _key(self) -> tuple[object, ...]:
+        return (
+            self.grid,
+            self.block,
+            self.shmem_size,
+            self.cluster,
+            self.cooperative_launch,
+            self.programmatic_stream_serialization,
+        )
 
     def _native_for(self, stream: Stream) -> driver.CUlaunchConfig:
         """The driver struct for ``stream``, built once per stream handle."""
-        cached = self._native.get(stream._handle_int)
+        cached: driver.CUlaunchConfig | None = self._native.get(stream._handle_int)
         if cached is not None:
             return cached
         cfg = driver.CUlaunchConfig()
@@ -152,6 +193,11 @@ class LaunchConfig:
             a = driver.CUlaunchAttribute()
             a.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_COOPERATIVE
             a.value.cooperative = 1
+            attrs.append(a)
+        if self.programmatic_stream_serialization:
+            a = driver.CUlaunchAttribute()
+            a.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+            a.value.programmaticStreamSerializationAllowed = 1
             attrs.append(a)
         cfg.attrs = attrs
         cfg.numAttrs = len(attrs)
@@ -191,14 +237,18 @@ def _validate_plan(kernel: Kernel, plan: _Plan | None, nargs: int) -> None:
     kernel._checked.add(plan)
 
 
-_entry: int | None = None  # cuLaunchKernel's address; 0 when unavailable
+_entry = -1  # cuLaunchKernel's address; 0 when unavailable, -1 until looked up
 
 
-def _c_launch(*args: int) -> int:  # replaced by the C function once resolved
+def _unresolved_launch(*args: int) -> int:  # replaced by the C function once resolved
     raise RuntimeError("C launcher not resolved")
 
 
-_c_launch_args: Any = None  # cuforge._native._launch.launch_args once resolved
+_c_launch: Callable[..., int] = _unresolved_launch
+# cuforge._native._launch.launch_args once resolved
+_c_launch_args: (
+    Callable[[int, int, Dims7, int, bytes, tuple[type, ...] | None, tuple[object, ...]], int] | None
+) = None
 
 
 def _resolve_entry() -> int:
@@ -217,7 +267,7 @@ def _resolve_entry() -> int:
     return entry
 
 
-def launch(stream: Any, config: LaunchConfig, kernel: Kernel, *args: Any) -> None:
+def launch(stream: IsStreamT, config: LaunchConfig, kernel: Kernel, *args: object) -> None:
     """Launch ``kernel`` with ``args`` on ``stream`` (a Stream or ``__cuda_stream__``
     object) as described by ``config``. Returns once queued (asynchronous)."""
     if not _init._done:
@@ -243,10 +293,10 @@ def launch(stream: Any, config: LaunchConfig, kernel: Kernel, *args: Any) -> Non
     _launch(stream, config, kernel, args)
 
 
-def _launch(stream: Stream, config: LaunchConfig, kernel: Kernel, args: tuple[Any, ...]) -> None:
+def _launch(stream: Stream, config: LaunchConfig, kernel: Kernel, args: tuple[object, ...]) -> None:
     """The general path: plans, validates, packs and launches (C or bindings)."""
     plain = config._plain
-    if plain is not None and _entry is None:
+    if plain is not None and _entry < 0:
         _resolve_entry()
     keep: Any = None  # the parameter storage: must stay alive until the launch call
     if args:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import abc
 import sys
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cuda.bindings import driver
 
@@ -29,8 +29,13 @@ from cuforge.runtime.device import Device
 from cuforge.runtime.errors import check, error_for
 from cuforge.runtime.stream import Stream
 
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
-def _as_stream(stream: Any, device: Device | None) -> Stream:
+    from cuforge._typing import IsStreamT
+
+
+def _as_stream(stream: IsStreamT | None, device: Device | None) -> Stream:
     if stream is None:
         return (device if device is not None else Device()).default_stream
     return Stream.from_foreign(stream)
@@ -51,7 +56,7 @@ class Allocation:
         size: int,
         mr: MemoryResource | None,
         stream: Stream | None = None,
-        owner: Any = None,
+        owner: object = None,
         device_id: int | None = None,
     ) -> None:
         self.ptr = ptr
@@ -94,9 +99,9 @@ def _copy(dst: int, src: int, size: int, stream: Stream) -> None:
 class _Unraisable:
     def __init__(self, exc: BaseException, obj: object) -> None:
         self.exc_type = type(exc)
-        self.exc_value = exc
+        self.exc_value: BaseException | None = exc
         self.exc_traceback = exc.__traceback__
-        self.err_msg = "cuforge: failed to free an allocation"
+        self.err_msg: str | None = "cuforge: failed to free an allocation"
         self.object = obj
 
 
@@ -125,11 +130,11 @@ class MemoryResource(abc.ABC):
     """Where Buffers come from. Subclasses allocate and deallocate raw memory."""
 
     @abc.abstractmethod
-    def allocate(self, size: int, stream: Any = None) -> Buffer:
+    def allocate(self, size: int, stream: IsStreamT | None = None) -> Buffer:
         """Return a Buffer of ``size`` bytes, ordered on ``stream`` where meaningful."""
 
     @abc.abstractmethod
-    def deallocate(self, ptr: int, size: int, stream: Any = None) -> None:
+    def deallocate(self, ptr: int, size: int, stream: IsStreamT | None = None) -> None:
         """Free ``ptr`` (called once, by its allocation's finaliser)."""
 
     @property
@@ -161,7 +166,7 @@ class DeviceMemoryResource(MemoryResource):
         self._device = device if isinstance(device, Device) else Device(device)
         self._pool = check(driver.cuDeviceGetMemPool(self._device._cu_device), "cuDeviceGetMemPool")
 
-    def allocate(self, size: int, stream: Any = None) -> Buffer:
+    def allocate(self, size: int, stream: IsStreamT | None = None) -> Buffer:
         """``size`` bytes of the device's pool, ordered on ``stream``. RuntimeError on a
         capturing stream: the allocation would become graph memory, which lives only
         while the graph runs, not a Buffer's memory."""
@@ -184,7 +189,7 @@ class DeviceMemoryResource(MemoryResource):
                 )
         return Buffer._wrap(Allocation(ptr, size, self, s, device_id=self._device.device_id))
 
-    def deallocate(self, ptr: int, size: int, stream: Any = None) -> None:
+    def deallocate(self, ptr: int, size: int, stream: IsStreamT | None = None) -> None:
         """Free ``ptr`` ordered on ``stream``; queued (see ``capture_guard``) while that
         stream is capturing, or while a capture forbids the synchronisation a closed
         ``stream`` needs."""
@@ -242,7 +247,7 @@ class DeviceMemoryResource(MemoryResource):
         return tuple(out)
 
     @peer_accessible_by.setter
-    def peer_accessible_by(self, devices: Any) -> None:
+    def peer_accessible_by(self, devices: Iterable[Device | int]) -> None:
         own = self._device.device_id
         want = set()
         for d in devices:
@@ -281,7 +286,7 @@ class PinnedMemoryResource(MemoryResource):
     def __init__(self, device: Device | int | None = None) -> None:
         self._device = device if isinstance(device, Device) else Device(device)
 
-    def allocate(self, size: int, stream: Any = None) -> Buffer:
+    def allocate(self, size: int, stream: IsStreamT | None = None) -> Buffer:
         _check_size(size)
         ptr = 0
         if size:
@@ -291,7 +296,7 @@ class PinnedMemoryResource(MemoryResource):
         s = Stream.from_foreign(stream) if stream is not None else None
         return Buffer._wrap(Allocation(ptr, size, self, s, device_id=self._device.device_id))
 
-    def deallocate(self, ptr: int, size: int, stream: Any = None) -> None:
+    def deallocate(self, ptr: int, size: int, stream: IsStreamT | None = None) -> None:
         """Free ``ptr`` after ``stream``'s work; queued (see ``capture_guard``) while
         that stream is capturing."""
         if stream is not None:
@@ -326,6 +331,9 @@ class Buffer:
     """A claim on device or host memory; see the module docstring for ownership."""
 
     __slots__ = ("__weakref__", "_alloc", "_ptr", "_size")
+    _alloc: Allocation | None
+    _ptr: int
+    _size: int
 
     def __init__(self) -> None:
         raise TypeError("use a MemoryResource, Device.allocate() or Buffer.from_handle()")
@@ -340,7 +348,7 @@ class Buffer:
 
     @classmethod
     def from_handle(
-        cls, ptr: int, size: int, mr: MemoryResource | None = None, owner: Any = None
+        cls, ptr: int, size: int, mr: MemoryResource | None = None, owner: object = None
     ) -> Buffer:
         """Wrap memory cuforge did not allocate. ``owner`` is kept alive as long as the
         memory is claimed; with ``mr`` the memory is freed through ``mr.deallocate``,
@@ -402,7 +410,7 @@ class Buffer:
         mr = self._live().mr
         return False if mr is None else mr.is_host_accessible
 
-    def close(self, stream: Any = None) -> None:
+    def close(self, stream: IsStreamT | None = None) -> None:
         """Drop this Buffer's claim; the memory goes (ordered on ``stream``) once nothing
         else holds the allocation. Idempotent."""
         alloc, self._alloc = self._alloc, None
@@ -424,7 +432,7 @@ class Buffer:
         raise TypeError("Buffer objects cannot be pickled")
 
     # --- data movement --------------------------------------------------------------
-    def copy_to(self, dst: Buffer | None = None, *, stream: Any) -> Buffer:
+    def copy_to(self, dst: Buffer | None = None, *, stream: IsStreamT) -> Buffer:
         """Copy all bytes into ``dst`` (a new buffer from the same resource when None)."""
         alloc = self._live()
         s = Stream.from_foreign(stream)
@@ -438,7 +446,7 @@ class Buffer:
             _copy(dst.handle, self._ptr, self._size, s)
         return dst
 
-    def copy_from(self, src: Buffer, *, stream: Any) -> None:
+    def copy_from(self, src: Buffer, *, stream: IsStreamT) -> None:
         """Copy all of ``src`` (same size) into this buffer."""
         self._live()
         if src.size != self._size:
@@ -447,7 +455,7 @@ class Buffer:
         if self._size:
             _copy(self._ptr, src.handle, self._size, s)
 
-    def fill(self, value: int, *, stream: Any, width: int = 1) -> None:
+    def fill(self, value: int, *, stream: IsStreamT, width: int = 1) -> None:
         """Set every ``width``-byte element (1, 2 or 4) to ``value``."""
         self._live()
         if width not in (1, 2, 4):
@@ -480,7 +488,7 @@ class Buffer:
 
         return dlpack_device(self)
 
-    def __dlpack__(self, *, stream: Any = None, **kwargs: Any) -> Any:
+    def __dlpack__(self, *, stream: object = None, **kwargs: Any) -> Any:
         """A 1-D uint8 DLPack capsule; the consumer keeps the allocation alive. The
         caller orders access (no stream synchronisation is inserted)."""
         from cuforge.runtime.interop import to_dlpack
@@ -499,7 +507,7 @@ def _location(device_id: int) -> driver.CUmemLocation:
     return loc
 
 
-def peer_access_hint(device_id: int, pointers: Any) -> str:
+def peer_access_hint(device_id: int, pointers: Iterable[int]) -> str:
     """What to call so that work on ``device_id`` may use ``pointers`` (device
     addresses, possibly of other devices); "" when nothing is missing that cuforge
     can tell. Used to explain a refused copy between devices."""

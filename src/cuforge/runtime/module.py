@@ -18,7 +18,7 @@ import contextlib
 import sys
 import threading
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cuda.bindings import driver
 
@@ -26,6 +26,10 @@ from cuforge.runtime import capture_guard
 from cuforge.runtime._init import ensure_initialized
 from cuforge.runtime.device import Device
 from cuforge.runtime.errors import CUDAError, check
+
+if TYPE_CHECKING:
+    from cuforge.compile.object_code import ObjectCode
+    from cuforge.runtime.args import _Plan
 
 _LOADABLE = ("cubin", "ptx", "fatbin")
 _INVALID_VALUE = driver.CUresult.CUDA_ERROR_INVALID_VALUE
@@ -36,7 +40,7 @@ class _Library:
 
     def __init__(self, code: bytes) -> None:
         res = driver.cuLibraryLoadData(code, [], [], 0, [], [], 0)
-        self.handle = check(res, "cuLibraryLoadData")
+        self.handle: driver.CUlibrary = check(res, "cuLibraryLoadData")
         self.kernels: dict[str, Kernel] = {}
         self.lock = threading.Lock()
 
@@ -50,27 +54,25 @@ class _Library:
 
 
 # id(object_code) -> (weakref or strong ref to it, library)
-_libraries: dict[int, tuple[Any, _Library]] = {}
+_libraries: dict[int, tuple[object, _Library]] = {}
 _libraries_lock = threading.Lock()
 
 
-def _code_bytes(object_code: Any) -> bytes:
+def _code_bytes(object_code: ObjectCode) -> bytes:
     code_type = str(getattr(object_code, "code_type", "")).lower()
     if code_type not in _LOADABLE:
         raise ValueError(
             f"cannot load code of type {code_type!r}: only {', '.join(_LOADABLE)} load "
             "directly; link LTO-IR and relocatable objects into a cubin first"
         )
-    code = object_code.code
-    if isinstance(code, str):
-        code = code.encode()
-    code = bytes(code)
+    raw: bytes | str = object_code.code
+    code = bytes(raw.encode() if isinstance(raw, str) else raw)
     if code_type == "ptx" and not code.endswith(b"\0"):
         code += b"\0"  # the driver reads PTX as a C string
     return code
 
 
-def _library_for(object_code: Any) -> _Library:
+def _library_for(object_code: ObjectCode) -> _Library:
     key = id(object_code)
     entry = _libraries.get(key)
     if entry is not None and _referent(entry[0]) is object_code:
@@ -80,8 +82,12 @@ def _library_for(object_code: Any) -> _Library:
         if entry is not None and _referent(entry[0]) is object_code:
             return entry[1]
         lib = _Library(_code_bytes(object_code))
+
+        def forget(_ref: object, k: int = key) -> None:
+            _libraries.pop(k, None)
+
         try:
-            ref: Any = weakref.ref(object_code, lambda _r, k=key: _libraries.pop(k, None))
+            ref: object = weakref.ref(object_code, forget)
         except TypeError:
             # Not weak-referenceable: pin it, so its id cannot be reused while cached.
             ref = object_code
@@ -89,11 +95,11 @@ def _library_for(object_code: Any) -> _Library:
         return lib
 
 
-def _referent(ref: Any) -> Any:
+def _referent(ref: object) -> object:
     return ref() if isinstance(ref, weakref.ref) else ref
 
 
-def load_kernel(object_code: Any, name: str | bytes) -> Kernel:
+def load_kernel(object_code: ObjectCode, name: str | bytes) -> Kernel:
     """The kernel ``name`` (already mangled) from ``object_code``, loading it if needed."""
     ensure_initialized()
     lib = _library_for(object_code)
@@ -172,6 +178,16 @@ class Kernel:
         "_name",
         "_params",
     )
+    _as_function: driver.CUfunction
+    _checked: set[_Plan | None]
+    _function_int: int
+    _handle: driver.CUkernel
+    # (C packing codes, argument types) of the last validated signature: launches
+    # and kernel nodes with exactly these types skip planning (launch.py).
+    _last: tuple[bytes, tuple[type, ...]] | None
+    _lib: _Library
+    _name: str
+    _params: tuple[int, ...] | None
 
     def __init__(self) -> None:
         raise TypeError("use ObjectCode.get_kernel(name)")
@@ -185,11 +201,9 @@ class Kernel:
         # cuLaunchKernelEx accepts a CUkernel cast to CUfunction (context from the stream).
         self._as_function = driver.CUfunction(int(handle))
         self._function_int = int(handle)  # the same, as an address for the C launcher
-        self._params: tuple[int, ...] | None = None
-        self._checked: set[Any] = set()
-        # (C packing codes, argument types) of the last validated signature: launches
-        # and kernel nodes with exactly these types skip planning (launch.py).
-        self._last: tuple[bytes, tuple[type, ...]] | None = None
+        self._params = None
+        self._checked = set()
+        self._last = None
         return self
 
     @property
@@ -207,11 +221,14 @@ class Kernel:
     def function(self, device: Device | int | None = None) -> driver.CUfunction:
         """The ``CUfunction`` of this kernel in ``device``'s primary context (default:
         the thread's current context)."""
+        fn: driver.CUfunction
         if device is None:
-            return check(driver.cuKernelGetFunction(self._handle), "cuKernelGetFunction")
+            fn = check(driver.cuKernelGetFunction(self._handle), "cuKernelGetFunction")
+            return fn
         dev = device if isinstance(device, Device) else Device(device)
         with dev._scope():
-            return check(driver.cuKernelGetFunction(self._handle), "cuKernelGetFunction")
+            fn = check(driver.cuKernelGetFunction(self._handle), "cuKernelGetFunction")
+        return fn
 
     @property
     def param_sizes(self) -> tuple[int, ...]:

@@ -27,9 +27,14 @@ from cuforge.runtime.device import Device
 from cuforge.runtime.errors import check, error_for
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from cuforge._typing import IsStreamT
+    from cuforge.graph import GraphBuilder
     from cuforge.runtime.event import Event, EventOptions
 
 
+_call1: Callable[[int, int], int] | None
 try:
     from cuforge._native._launch import call1 as _call1
 except ImportError:  # no C helpers built: the bindings are used
@@ -65,6 +70,11 @@ class Stream:
     """A CUDA stream; make one with ``Device.create_stream()``."""
 
     __slots__ = ("__weakref__", "_device", "_handle", "_handle_int", "_owned", "_owner")
+    _device: Device | None
+    _handle: driver.CUstream | None
+    _handle_int: int
+    _owned: bool
+    _owner: object
 
     def __init__(self) -> None:
         raise TypeError(
@@ -73,7 +83,7 @@ class Stream:
         )
 
     @classmethod
-    def _new(cls, handle: int, device: Device | None, owned: bool, owner: Any) -> Stream:
+    def _new(cls, handle: int, device: Device | None, owned: bool, owner: object) -> Stream:
         self = object.__new__(cls)
         self._handle = driver.CUstream(handle)
         self._handle_int = handle
@@ -113,13 +123,13 @@ class Stream:
         return cls._new(_PER_THREAD, device if device is not None else Device(), False, None)
 
     @classmethod
-    def from_handle(cls, handle: int, owner: Any = None) -> Stream:
+    def from_handle(cls, handle: int, owner: object = None) -> Stream:
         """Wrap a raw ``CUstream`` (int); cuforge never destroys it; ``owner`` is kept alive."""
         ensure_initialized()
         return cls._new(int(handle), None, False, owner)
 
     @classmethod
-    def from_foreign(cls, obj: Any) -> Stream:
+    def from_foreign(cls, obj: IsStreamT) -> Stream:
         """Wrap anything with ``__cuda_stream__`` (returns ``obj`` itself if a Stream)."""
         if isinstance(obj, Stream):
             return obj
@@ -193,7 +203,7 @@ class Stream:
         if self._handle is None:
             raise ValueError("stream is closed")
         entry = _sync_entry if _sync_entry is not None else _resolve_sync()
-        if entry:
+        if entry and _call1 is not None:  # a non-zero entry implies the C helper
             err = _call1(entry, self._handle_int)
         else:
             err = int(driver.cuStreamSynchronize(self._handle_int)[0])
@@ -207,7 +217,7 @@ class Stream:
         check(driver.cuEventRecord(event.handle, self.handle), "cuEventRecord")
         return event
 
-    def wait(self, event_or_stream: Any) -> None:
+    def wait(self, event_or_stream: Event | IsStreamT) -> None:
         """Make later work on this stream wait for an event, or for another stream's
         work submitted so far (any ``__cuda_stream__`` object)."""
         from cuforge.runtime.event import Event, EventOptions
@@ -242,7 +252,7 @@ class Stream:
         with contextlib.suppress(Exception):  # a finaliser must never raise
             self.close()
 
-    def create_graph_builder(self) -> Any:
+    def create_graph_builder(self) -> GraphBuilder:
         """A ``cuforge.graph.GraphBuilder`` that captures work on this stream."""
         from cuforge.graph import GraphBuilder
 

@@ -13,6 +13,29 @@ TYPE_CHECKING = False  # typing is not imported at run time: it costs a cold hit
 if TYPE_CHECKING:
     from typing import Any
 
+    # What __getattr__ resolves, spelled out for type checkers (tests/test_typing.py
+    # checks that this block and _EXPORTS agree).
+    from cuforge.storage._winretry import (
+        _is_windows_sharing_violation as _is_windows_sharing_violation,
+    )
+    from cuforge.storage.base import CacheWriteWarning as CacheWriteWarning
+    from cuforge.storage.base import ProgramCacheResource as ProgramCacheResource
+    from cuforge.storage.config import default_cache as default_cache
+    from cuforge.storage.entry import CacheEntry as CacheEntry
+    from cuforge.storage.entry import EntryInfo as EntryInfo
+    from cuforge.storage.entry import entry_id as entry_id
+    from cuforge.storage.filestream import FileStreamProgramCache as FileStreamProgramCache
+    from cuforge.storage.filestream import default_cache_dir as default_cache_dir
+    from cuforge.storage.memory import InMemoryProgramCache as InMemoryProgramCache
+    from cuforge.storage.redis import RedisProgramCache as RedisProgramCache
+    from cuforge.storage.signing import SignedProgramCache as SignedProgramCache
+    from cuforge.storage.sqlite import CacheRecoveryWarning as CacheRecoveryWarning
+    from cuforge.storage.sqlite import SQLiteProgramCache as SQLiteProgramCache
+    from cuforge.storage.sqlite import default_db_path as default_db_path
+    from cuforge.storage.stats import CacheStats as CacheStats
+    from cuforge.storage.tiered import TieredProgramCache as TieredProgramCache
+    from cuforge.storage.urls import open_cache as open_cache
+
 # public name -> module (relative to this package) that defines it
 _EXPORTS = {
     "CacheEntry": "entry",

@@ -46,7 +46,8 @@ class PairWriter:
 
         Raises ``OSError`` on failure, leaving no temp file behind.
         """
-        tmp_payload: str | None = self._write_temp(data, durable)
+        written = self._write_temp(data, durable)
+        tmp_payload: str | None = written
         tmp_side: str | None = None
         try:
             tmp_side = self._write_temp(side, False)
@@ -56,7 +57,7 @@ class PairWriter:
                     old += os.stat(path).st_size
             self._publish(tmp_side, sidecar_path, shard)
             tmp_side = None
-            self._publish(tmp_payload, payload_path, shard)
+            self._publish(written, payload_path, shard)
             tmp_payload = None
         finally:
             for leftover in (tmp_payload, tmp_side):

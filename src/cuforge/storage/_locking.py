@@ -9,13 +9,14 @@ no pid files, no heartbeats.
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 
 __all__ = ["FileKeyLock", "lock_fd", "try_lock_fd", "unlock_fd"]
 
-if os.name == "nt":  # pragma: no cover - exercised on Windows only
+if sys.platform == "win32":  # pragma: no cover - exercised on Windows only
     import msvcrt
 
     _WIN_LOCK_OFFSET = 0x7FFFFFF0

@@ -48,7 +48,10 @@ _MAX_META = 16 << 20
 _LISTING_HEAD = 4096
 
 
-def _digest(key_digest: bytes, header: bytes | memoryview, meta, payload) -> bytes:
+def _digest(
+    key_digest: bytes, header: bytes | memoryview, meta: bytes | memoryview,
+    payload: bytes | memoryview,
+) -> bytes:  # fmt: skip
     h = hashlib.blake2b(key_digest, digest_size=_DIGEST_SIZE, person=_PERSON)
     h.update(header)
     h.update(meta)

@@ -47,7 +47,7 @@ def open_redis(spec: CacheSpec) -> RedisProgramCache:
         if not tls:
             raise spec.error(f"{name} needs TLS: use rediss://")
         options[name] = spec.params[name]
-    durations = {n: v for n in _DURATIONS if (v := spec.duration(n)) is not None}
+    durations: dict[str, Any] = {n: v for n in _DURATIONS if (v := spec.duration(n)) is not None}
     url = f"{'rediss' if tls else 'redis'}{'+cluster' if cluster else ''}://{parts.netloc}"
     try:
         return RedisProgramCache(

@@ -18,8 +18,8 @@ __all__ = ["checkpoint", "evict_down", "evict_rows", "pages_in_use", "shrink_to"
 
 def pages_in_use(conn: Any) -> int:
     """Database pages holding data (all pages less the free list)."""
-    pages = conn.execute("PRAGMA page_count").fetchall()[0][0]
-    free = conn.execute("PRAGMA freelist_count").fetchall()[0][0]
+    pages: int = conn.execute("PRAGMA page_count").fetchall()[0][0]
+    free: int = conn.execute("PRAGMA freelist_count").fetchall()[0][0]
     return pages - free
 
 
@@ -82,6 +82,9 @@ def vacuum(conn: Any, pages: int, step: int, timeout: float) -> None:
 def passive_checkpoint(conn: Any) -> bool:
     """Fold what the WAL holds into the database without waiting for anyone (a
     PASSIVE checkpoint never holds writers off); whether all of it went in."""
+    busy: int
+    log: int
+    done: int
     busy, log, done = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()[0]
     return busy == 0 and log == done
 

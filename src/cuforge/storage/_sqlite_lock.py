@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -34,7 +35,7 @@ __all__ = ["LockFile", "reset_after_fork"]
 
 _KEY_BASE = 1 << 20
 
-if os.name == "nt":  # pragma: no cover - exercised on Windows only
+if sys.platform == "win32":  # pragma: no cover - exercised on Windows only
     import msvcrt
 
     def _try(fd: int, offset: int, exclusive: bool) -> bool:

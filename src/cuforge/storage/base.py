@@ -18,10 +18,12 @@ __all__ = ["CacheKey", "CacheValue", "CacheWriteWarning", "ProgramCacheResource"
 CacheKey = bytes | str
 TYPE_CHECKING = False  # typing is not imported at run time: it costs a cold hit ~5 ms
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, TypeAlias
+
+    from cuforge._typing import ObjectCodeLike, Self
 
     #: bytes, bytearray, memoryview, or an ObjectCode-like object (``.code`` + ``.code_type``).
-    CacheValue = Any
+    CacheValue: TypeAlias = bytes | bytearray | memoryview | ObjectCodeLike
 else:
     CacheValue = object
 
@@ -206,7 +208,7 @@ class ProgramCacheResource(abc.ABC):
     def close(self) -> None:  # noqa: B027 - optional hook, default is a no-op
         """Release backend resources (files, connections). Idempotent."""
 
-    def __enter__(self) -> ProgramCacheResource:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc_info: object) -> None:

@@ -269,10 +269,10 @@ class FileStreamProgramCache(ProgramCacheResource):
                     self._flush_stats()
                 return entry
         result = self._read_pair(names)
-        if type(result) is _Mismatch:
+        if isinstance(result, _Mismatch):
             # A writer replacing the pair under us also mismatches: look once more.
             result = self._read_pair(names)
-            if type(result) is _Mismatch:
+            if isinstance(result, _Mismatch):
                 self._drop_corrupt(names, result)
                 result = None
         if result is None:

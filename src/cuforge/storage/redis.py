@@ -20,7 +20,7 @@ import time
 import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from . import _redisframe as frame
@@ -40,6 +40,11 @@ from .base import (
 from .entry import CacheEntry, EntryInfo, key_digest
 from .stats import CacheStats
 
+if TYPE_CHECKING:
+    from redis import Redis
+    from redis.cluster import RedisCluster
+
+_redis: Any
 try:
     import redis as _redis
     from redis.backoff import NoBackoff
@@ -64,9 +69,7 @@ def _glob_escape(text: str) -> str:
     return "".join("\\" + c if c in "*?[]\\" else c for c in text)
 
 
-def _positive(name: str, value: float | None, allow_none: bool = False) -> float | None:
-    if value is None and allow_none:
-        return None
+def _positive(name: str, value: float) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
         raise ValueError(f"{name} must be a number of seconds > 0, got {value!r}")
     return float(value)
@@ -108,7 +111,7 @@ class RedisProgramCache(ProgramCacheResource):
 
     def __init__(
         self,
-        url_or_client: Any,
+        url_or_client: str | Redis | RedisCluster,
         *,
         prefix: str = "cuforge:",
         ttl: float | None = None,
@@ -127,7 +130,7 @@ class RedisProgramCache(ProgramCacheResource):
         _need_redis()
         if not isinstance(prefix, str) or not prefix or "{" in prefix or "}" in prefix:
             raise ValueError(f"prefix must be a non-empty str without braces, got {prefix!r}")
-        ttl = _positive("ttl", ttl, allow_none=True)
+        ttl = None if ttl is None else _positive("ttl", ttl)
         self._timeout = _positive("timeout", timeout)
         self._connect_timeout = _positive("connect_timeout", connect_timeout)
         self._lease_ms = max(1, int(_positive("lock_lease", lock_lease) * 1000))
@@ -155,7 +158,7 @@ class RedisProgramCache(ProgramCacheResource):
                     f"url_or_client: {url_or_client.split('@')[-1]!r} is not a Redis URL "
                     f"(expected {', '.join(s + '://' for s in _URL_SCHEMES)})"
                 )
-            self._url = url_or_client
+            self._url: str | None = url_or_client
             parts = urlsplit(url_or_client)
             self._cluster = bool(cluster) or parts.scheme.endswith("+cluster")
             self._where = f"{parts.hostname or 'localhost'}:{parts.port or 6379}{parts.path}"
@@ -456,7 +459,7 @@ class RedisProgramCache(ProgramCacheResource):
         if value is None:
             raise KeyError(entry_id)
         result = frame.unpack(kd, value)
-        return None if type(result) is CacheEntry else result
+        return None if isinstance(result, CacheEntry) else result
 
     def read_entry(self, entry_id: str) -> CacheEntry | None:
         self._check_open()

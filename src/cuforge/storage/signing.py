@@ -85,6 +85,8 @@ class SignedProgramCache(ProgramCacheResource):
         return self._inner
 
     @property
+    # The base class's attribute, read-only here: the wrapper reports its inner cache's
+    # counters and never assigns them.
     def _stats(self) -> CacheStats:  # type: ignore[override]
         return self._inner._stats
 
@@ -178,7 +180,7 @@ class SignedProgramCache(ProgramCacheResource):
         if entry is None:
             return "entry changed or vanished while it was checked"
         result = self._verify(bytes.fromhex(entry_id), entry)
-        return None if type(result) is CacheEntry else result
+        return None if isinstance(result, CacheEntry) else result
 
     def read_entry(self, entry_id: str) -> CacheEntry | None:
         entry = self._inner.read_entry(entry_id)

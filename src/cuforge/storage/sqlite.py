@@ -487,7 +487,7 @@ class SQLiteProgramCache(ProgramCacheResource):
                 return
             query, bound = SQL.list_next, rows[-1][0]
 
-    def _row_of_id(self, entry_id: str) -> tuple[bytes, tuple] | None:
+    def _row_of_id(self, entry_id: str) -> tuple[bytes, tuple[Any, ...]] | None:
         if not (isinstance(entry_id, str) and len(entry_id) == 64):
             return None
         try:
@@ -527,7 +527,8 @@ class SQLiteProgramCache(ProgramCacheResource):
             cur = _immediate(self._conn(), SQL.delete_key, (rid_of(kd), kd))
         except self._error:
             return False
-        return cur.rowcount > 0
+        removed: int = cur.rowcount
+        return removed > 0
 
     # -- single-flight and lifetime ------------------------------------------------------
     def lock(

@@ -289,7 +289,8 @@ class TieredProgramCache(ProgramCacheResource):
         """The widest level that keeps shared totals (``total_stats``): e.g. the fleet's."""
         for level in reversed(self._levels):
             if hasattr(level, "total_stats"):
-                return level.total_stats()
+                totals: CacheStats = level.total_stats()
+                return totals
         return self.stats()
 
     def close(self) -> None:
@@ -311,7 +312,9 @@ class TieredProgramCache(ProgramCacheResource):
         return f"TieredProgramCache({inner})"
 
 
-def open_tiered(specs: Sequence[CacheSpec], *, secret: bytes | None = None) -> TieredProgramCache:
+def open_tiered(
+    specs: Sequence[CacheSpec], *, secret: bytes | str | None = None
+) -> TieredProgramCache:
     """Open every level of a parsed cache URL; ``?ro`` levels are read-only."""
     from .urls import open_level
 
