@@ -8,8 +8,11 @@ each object once, under its most prominent public name. This extension:
 - resolves any reference to a public object -- by a public name, by its defining
   module's path (as signatures spell annotations) or by a short name that exactly
   one documented object ends with -- to the page that documents it;
+- follows names a module imports for type checkers only (``if TYPE_CHECKING:``,
+  e.g. ``cuforge._typing``'s annotation types, documented on the types page) to what
+  they name;
 - renders a reference to something real but not public (a private helper, a
-  standard-library type) as plain text, without a link;
+  standard-library or redis-py type) as plain text, without a link;
 - leaves a reference to something that does not exist unresolved, so the strict
   build (``-n -W``) fails on it;
 - fails the build when a public name (in ``__all__`` of a module in ``PUBLIC``, not
@@ -20,7 +23,9 @@ each object once, under its most prominent public name. This extension:
 
 from __future__ import annotations
 
+import ast
 import builtins
+import functools
 import importlib
 import inspect
 import sys
@@ -115,6 +120,28 @@ def _canonical(dotted: str, objects: dict[str, Any]) -> str | None:
     return None
 
 
+@functools.cache
+def _checker_imports(module: str) -> dict[str, str]:
+    """Names ``module`` imports inside ``if TYPE_CHECKING:`` blocks (what a type
+    checker sees, absent at run time), mapped to the dotted names they import."""
+    source = getattr(sys.modules.get(module), "__file__", None)
+    if not source or not source.endswith(".py"):
+        return {}
+    with open(source, encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    found: dict[str, str] = {}
+    for block in ast.walk(tree):
+        if not (isinstance(block, ast.If) and isinstance(block.test, ast.Name)):
+            continue
+        if block.test.id != "TYPE_CHECKING":
+            continue
+        for stmt in block.body:
+            if isinstance(stmt, ast.ImportFrom) and stmt.module and not stmt.level:
+                for alias in stmt.names:
+                    found[alias.asname or alias.name] = f"{stmt.module}.{alias.name}"
+    return found
+
+
 def _contexts(node: pending_xref) -> list[str]:
     """Modules a short name in ``node`` may come from: the page's module, the module
     that defines the class being documented, then every loaded cuforge module."""
@@ -142,7 +169,14 @@ def resolve(app: Any, env: Any, node: pending_xref, contnode: nodes.Element) -> 
     if module:
         candidates.append(f"{module}.{target}")
 
+    head, _, rest = target.partition(".")
+    imported = next((f for ctx in _contexts(node) if (f := _checker_imports(ctx).get(head))), None)
+    if imported:  # a checker-only import: resolve what it names
+        candidates.append(".".join([imported, *([rest] if rest else [])]))
+
     found = next((n for c in candidates if (n := _canonical(c, objects))), None)
+    if found is None:
+        found = next((c for c in candidates if c in objects), None)
     if found is None:
         ends = [
             n
@@ -157,11 +191,10 @@ def resolve(app: Any, env: Any, node: pending_xref, contnode: nodes.Element) -> 
         )
 
     # Not public: real (plain text) or nothing (left to fail the build).
-    if _lookup(target) is not _MISSING:
+    if _lookup(target) is not _MISSING or imported:
         return contnode
     if module and cls and _lookup(f"{module}.{cls}.{target}") is not _MISSING:
         return contnode
-    head, _, rest = target.partition(".")
     for ctx in _contexts(node):
         obj = getattr(sys.modules.get(ctx), head, _MISSING)
         if obj is not _MISSING and (not rest or _lookup_attr(obj, rest) is not _MISSING):
@@ -181,11 +214,12 @@ def data_docstring(
     app: Any, what: str, name: str, obj: Any, options: Any, lines: list[str]
 ) -> None:
     """A public constant gets the ``#:`` comment of the module that defines it, not
-    the docstring of its type (``int``, ``dict``): the lazy packages re-export it, so
-    autodoc cannot see the comment where it looks."""
+    the docstring of its type (``int``, ``dict``) or of the class it aliases: the lazy
+    packages re-export it, so autodoc cannot see the comment where it looks."""
     if what not in ("data", "attribute") or getattr(obj, "__doc__", None) is None:
         return
-    if obj.__doc__ != getattr(type(obj), "__doc__", None):
+    alias = inspect.isclass(obj) and obj.__name__ != name.rpartition(".")[2]
+    if not alias and obj.__doc__ != getattr(type(obj), "__doc__", None):
         return
     lines[:] = []
     package, _, attr = name.rpartition(".")
