@@ -158,6 +158,9 @@ def _contexts(node: pending_xref) -> list[str]:
 
 
 def resolve(app: Any, env: Any, node: pending_xref, contnode: nodes.Element) -> Any:
+    """``missing-reference``: a link to where the object is documented, plain text
+    for a real object that is not public, None (a warning: the build fails) for a
+    name that names nothing."""
     if node.get("refdomain") != "py":
         return None
     target = node["reftarget"].lstrip(".~")
