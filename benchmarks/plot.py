@@ -240,8 +240,7 @@ def _hbars(ax: Any, bars: list[tuple[str, str, float]], title: str) -> None:
     ax.set_xlabel("median time per call, µs (log scale; shorter is faster)")
 
 
-def plot_cache_hits(plt: Any, results: list[Result], out: str) -> str:
-    r, d = newest(results, "cache hit latencies (a run.py result: make bench --json)", _cache_hits)
+def plot_cache_hits(plt: Any, r: Result, d: dict[str, Any], out: str) -> None:
     heights = [len(d["compile"]), len(d["get"])]
     fig, axes = plt.subplots(
         2, 1, figsize=(8, 0.42 * sum(heights) + 2.2), gridspec_kw={"height_ratios": heights}
@@ -261,7 +260,6 @@ def plot_cache_hits(plt: Any, results: list[Result], out: str) -> str:
         ),
     )
     plt.close(fig)
-    return r.path
 
 
 CLI_CASES = (
@@ -274,8 +272,7 @@ CLI_CASES = (
 )
 
 
-def plot_cli(plt: Any, results: list[Result], out: str) -> str:
-    r, p = newest(results, "cold-process CLI times (bench_cli --json or run.py --json)", _cli)
+def plot_cli(plt: Any, r: Result, p: dict[str, Any], out: str) -> None:
     cases = [(label, p[key]["median"]) for key, label in CLI_CASES if key in p]
     floor = p["python -c pass"]["median"]
     fig, ax = plt.subplots(figsize=(8, 0.45 * len(cases) + 1.2))
@@ -304,15 +301,13 @@ def plot_cli(plt: Any, results: list[Result], out: str) -> str:
         ),
     )
     plt.close(fig)
-    return r.path
 
 
 PHASES = (("build", "build"), ("instantiate", "instantiate"),
           ("launch+sync", "launch + sync"), ("destroy", "destroy"))  # fmt: skip
 
 
-def plot_graph(plt: Any, results: list[Result], out: str) -> str:
-    r, nodes = newest(results, "graph phase timings beside cuda.core (bench_graph --json)", _graph)
+def plot_graph(plt: Any, r: Result, nodes: dict[str, Any], out: str) -> None:
     sizes = sorted(nodes, key=int)
     peer = f"cuda.core {r.version('cuda-core')}"
     fig, axes = plt.subplots(1, 4, figsize=(10, 3.6), sharey=True)
@@ -349,14 +344,12 @@ def plot_graph(plt: Any, results: list[Result], out: str) -> str:
         ),
     )
     plt.close(fig)
-    return r.path
 
 
 LAUNCH_ROWS = ("C loop", "cuda.bindings raw", "cuforge", "cuda.core")
 
 
-def plot_launch(plt: Any, results: list[Result], out: str) -> str:
-    r, per = newest(results, "launch timings (bench_launch --json)", _launch)
+def plot_launch(plt: Any, r: Result, per: dict[str, Any], out: str) -> None:
     bars: list[tuple[str, str, float]] = []
     for kind, label in (("empty", "empty kernel"), ("4 args", "4 arguments")):
         for who in LAUNCH_ROWS:
@@ -389,14 +382,26 @@ def plot_launch(plt: Any, results: list[Result], out: str) -> str:
         ),
     )
     plt.close(fig)
-    return r.path
 
 
-PLOTS = {
-    "cache-hits": plot_cache_hits,
-    "cli-cold": plot_cli,
-    "graph-phases": plot_graph,
-    "launch": plot_launch,
+#: name -> (what the numbers are, where they come from, how they are drawn)
+PLOTS: dict[str, tuple[str, Callable[[Result], Any], Callable[..., None]]] = {
+    "cache-hits": (
+        "cache hit latencies (a run.py result: make bench BENCH_ARGS='--json PATH')",
+        _cache_hits,
+        plot_cache_hits,
+    ),
+    "cli-cold": (
+        "cold-process CLI times (bench_cli.py --json or run.py --json)",
+        _cli,
+        plot_cli,
+    ),
+    "graph-phases": (
+        "graph phase timings beside cuda.core (bench_graph.py --json)",
+        _graph,
+        plot_graph,
+    ),
+    "launch": ("launch timings (bench_launch.py --json)", _launch, plot_launch),
 }
 
 
@@ -407,11 +412,16 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         results = load(args.results)
-        plt = _setup()
+        # Every plot's numbers first: a missing one is reported before any drawing.
+        chosen = {name: newest(results, what, pick) for name, (what, pick, _) in PLOTS.items()}
+        try:
+            plt = _setup()
+        except ImportError as exc:
+            raise PlotError(f"{exc.name} is not installed: pip install -e '.[docs]'") from None
         os.makedirs(args.out, exist_ok=True)
-        for name, draw in PLOTS.items():
-            source = draw(plt, results, args.out)
-            print(f"{os.path.relpath(os.path.join(args.out, name))}.svg <- {source}")
+        for name, (r, data) in chosen.items():
+            PLOTS[name][2](plt, r, data, args.out)
+            print(f"{os.path.relpath(os.path.join(args.out, name))}.svg <- {r.path}")
     except PlotError as exc:
         print(f"plot.py: {exc}", file=sys.stderr)
         return 1

@@ -100,7 +100,7 @@ def test_the_newest_result_with_the_numbers_wins(tmp_path):
     write("a.json", "2026-01-01T00:00:00Z", {"python -c pass": {"median": 1.0}})
     write("b.json", "2026-03-01T00:00:00Z", {"python -c pass": {"median": 2.0}})
     write("c.json", "2026-05-01T00:00:00Z", None)  # newer, but without the numbers
-    found, numbers = plot.newest(plot.load(str(tmp_path)), "cli", plot._cli)
+    found, numbers = plot.newest(plot.load(str(tmp_path)), "cli", plot.PLOTS["cli-cold"][1])
     assert found.path.endswith("b.json") and numbers["python -c pass"]["median"] == 2.0
 
 
