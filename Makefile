@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-cu12 test-dist dist lint bench clean redis-server
+.PHONY: demo test test-cu12 test-dist dist lint bench docs plots clean redis-server
 
 $(STAMP): pyproject.toml setup.py $(wildcard src/cuforge/_native/*.c)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -17,8 +17,8 @@ demo: $(STAMP)
 
 # mypy --strict on src/ (settings in pyproject.toml, [tool.mypy]): zero errors.
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests benchmarks examples
-	$(VENV)/bin/ruff format --check src tests benchmarks examples
+	$(VENV)/bin/ruff check src tests benchmarks examples docs/conf.py docs/_apiref.py
+	$(VENV)/bin/ruff format --check src tests benchmarks examples docs/conf.py docs/_apiref.py
 	$(VENV)/bin/mypy
 
 # The Redis tests start their own redis-server on free loopback ports (never 6379);
@@ -73,12 +73,31 @@ BENCH_STAMP := $(BENCH_VENV)/.installed
 $(BENCH_STAMP): pyproject.toml setup.py $(wildcard src/cuforge/_native/*.c)
 	test -x $(BENCH_VENV)/bin/python || $(PYTHON) -m venv $(BENCH_VENV)
 	$(BENCH_VENV)/bin/python -m pip install -q --upgrade pip
-	$(BENCH_VENV)/bin/python -m pip install -q -e '.[redis]' 'cuda-core==1.2.2' numpy
+	$(BENCH_VENV)/bin/python -m pip install -q -e '.[cu13,redis]' 'cuda-core==1.2.2' numpy
 	$(BENCH_VENV)/bin/python -m pip install -q 'diskcache==5.6.3'
 	touch $(BENCH_STAMP)
 
+# BENCH_ARGS: e.g. --json benchmarks/results/run-cpu-DATE.json --note "..." (make plots)
 bench: $(BENCH_STAMP) redis-server
-	$(BENCH_VENV)/bin/python benchmarks/run.py
+	$(BENCH_VENV)/bin/python benchmarks/run.py $(BENCH_ARGS)
+
+# The docs site in docs/_build/html: Sphinx with MyST (docs/*.md, README.md, CHANGELOG.md)
+# and autodoc (docs/api/, importing the real objects). Strict: -n -W make a broken link,
+# page anchor or cross-reference an error, and so is a public name no API page documents
+# (docs/_apiref.py); -E rereads everything, as the API pages follow the source.
+# The plots are drawn from the recorded results in benchmarks/results/ (make plots).
+DOCS_STAMP := $(VENV)/.docs-installed
+$(DOCS_STAMP): $(STAMP)
+	$(PY) -m pip install -q -e '.[cu13,test,docs]'
+	touch $(DOCS_STAMP)
+
+plots: $(DOCS_STAMP)
+	$(PY) benchmarks/plot.py --results benchmarks/results --out docs/_generated/plots
+
+docs: plots
+	$(PY) -m sphinx -b html -n -W --keep-going -E -q docs docs/_build/html
+	@echo "docs/_build/html/index.html"
 
 clean:
-	rm -rf $(VENV) $(CU12_VENV) $(BENCH_VENV) build dist src/*.egg-info .pytest_cache
+	rm -rf $(VENV) $(CU12_VENV) $(BENCH_VENV) build dist src/*.egg-info .pytest_cache \
+		docs/_build docs/_generated

@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import _results
 from bench_storage import _timed_calls
 
 KIB = 1024
@@ -153,11 +154,15 @@ def print_table(rows: list[tuple[str, str, str, str, str]]) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="smaller sizes for a smoke run")
+    _results.add_arguments(ap)
     args = ap.parse_args(argv)
-    results = run(5000 if args.quick else 20000, 1000 if args.quick else 5000)
+    n_get, n_set = (5000, 1000) if args.quick else (20000, 5000)
+    results = run(n_get, n_set)
     print_table(table(results))
     if "diskcache" not in results:
         print("\ndiskcache is not importable here: run `make bench` for its column.")
+    raw = {"gets": n_get, "sets": n_set, "entry_bytes": 4 * KIB, "backends_us": results}
+    _results.write(args.json, "bench_backends", raw, args.note)
     return 0
 
 

@@ -32,7 +32,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Any
 
+import _results
 import cuforge
 
 SCRIPT = os.path.join(os.path.dirname(sys.executable), "cuforge")
@@ -149,9 +151,24 @@ def bench_warm(rounds: int, n_cub: int = 8) -> dict[str, dict[str, float]]:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def rows(runs: int, warm_rounds: int) -> list[tuple[str, str, str, str]]:
-    """(measurement, value, x python -c pass, target) rows for run.py and main()."""
-    p = bench_processes(runs)
+def measure(runs: int, warm_rounds: int) -> dict[str, Any]:
+    """The raw numbers: cold-process medians and minima (ms) and warm medians (s)."""
+    return {
+        "runs": runs,
+        "warm_rounds": warm_rounds,
+        "cpus": os.cpu_count(),
+        "process_ms": bench_processes(runs),
+        "warm_s": bench_warm(warm_rounds),
+    }
+
+
+def rows(
+    runs: int, warm_rounds: int, raw: dict[str, Any] | None = None
+) -> list[tuple[str, str, str, str]]:
+    """(measurement, value, x python -c pass, target) rows for run.py and main(); from
+    ``raw`` (what ``measure`` returns) when given, else measured now."""
+    raw = raw or measure(runs, warm_rounds)
+    p = raw["process_ms"]
     floor = p["python -c pass"]["median"]
     out = [("python -c pass (the floor)", f"{floor:.1f} ms", "1.00x", "")]
     targets = {
@@ -169,7 +186,7 @@ def rows(runs: int, warm_rounds: int) -> list[tuple[str, str, str, str]]:
             f"{v['median'] / floor:.2f}x",
             targets.get(name, ""),
         ))  # fmt: skip
-    for label, modes in bench_warm(warm_rounds).items():
+    for label, modes in raw["warm_s"].items():
         one = modes["--jobs 1"]
         for mode, seconds in modes.items():
             speed = "" if mode == "--jobs 1" else f"speed-up {one / seconds:.2f}x"
@@ -182,15 +199,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=20, help="processes per case (median)")
     ap.add_argument("--warm-rounds", type=int, default=3, help="warm runs per mode (median)")
     ap.add_argument("--quick", action="store_true", help="5 runs, 1 warm round")
+    _results.add_arguments(ap)
     args = ap.parse_args(argv)
     runs, rounds = (5, 1) if args.quick else (args.runs, args.warm_rounds)
-    table = rows(runs, rounds)
+    raw = measure(runs, rounds)
+    table = rows(runs, rounds, raw)
     head = ("measurement (median)", "cuforge", "x pass", "target")
     widths = [max(len(r[i]) for r in [head, *table]) for i in range(4)]
     for r in [head, *table]:
         print("  ".join(f"{c:<{widths[i]}}" if i in (0, 3) else f"{c:>{widths[i]}}"
                         for i, c in enumerate(r)))  # fmt: skip
     print(f"\n{os.cpu_count()} CPUs; {runs} processes per case, interleaved with python -c pass.")
+    _results.write(args.json, "bench_cli", raw, args.note)
     return 0
 
 

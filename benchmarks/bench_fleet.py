@@ -30,6 +30,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import _results
 from bench_compile import SOURCE_1KB
 from bench_storage import _timed_calls
 
@@ -212,6 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--processes", type=int, default=None, help="stampede size (default 64)")
     ap.add_argument("--timeout", default="", help="Redis command timeout for the stampede")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
+    _results.add_arguments(ap)
     args = ap.parse_args(argv)
     if args.worker:
         _worker(json.loads(args.worker))
@@ -219,8 +221,10 @@ def main(argv: list[str] | None = None) -> int:
     missing = redis_available()
     if missing:
         print(f"skipped: {missing}")
+        _results.write(args.json, "bench_fleet", {"skipped": missing}, args.note)
         return 0
-    hits = bench_hits(1000 if args.quick else 5000)
+    n_hits = 1000 if args.quick else 5000
+    hits = bench_hits(n_hits)
     n = args.processes or (8 if args.quick else 64)
     s = bench_stampede(n, timeout=args.timeout)
     rows = [
@@ -239,6 +243,8 @@ def main(argv: list[str] | None = None) -> int:
         f"hits={s['fleet']['hits']} misses={s['fleet']['misses']}; "
         f"read_failures={s['read_failures']}"
     )
+    raw = {"hits": n_hits, "compile_hit_1kb_us": hits, "stampede": s}
+    _results.write(args.json, "bench_fleet", raw, args.note)
     return 0
 
 

@@ -20,6 +20,8 @@ import statistics
 import time
 from typing import Any
 
+import _results
+
 SRC = r"""
 extern "C" __global__ void add_one(int *a, long long n) {
     long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
@@ -96,8 +98,9 @@ class Subject:
         return {p: statistics.median(v) for p, v in self.samples.items()}
 
 
-def compare(nodes: int, rounds: int, collect: bool = True) -> None:
-    """Time both libraries on ``nodes``-node graphs and print one table."""
+def compare(nodes: int, rounds: int, collect: bool = True) -> dict[str, Any]:
+    """Time both libraries on ``nodes``-node graphs and print one table; returns the
+    medians in microseconds per library and phase (``cuda.core`` absent when skipped)."""
     import cuforge
     from cuforge.graph import GraphDefinition
 
@@ -137,6 +140,11 @@ def compare(nodes: int, rounds: int, collect: bool = True) -> None:
         else:
             print(f"{phase:<14}{us:>10.1f}{'-':>12}{'-':>8}")
     print(flush=True)
+    out: dict[str, Any] = {"rounds": rounds, "peer": note}
+    for name, medians in (("cuforge", ours), ("cuda.core", theirs)):
+        if medians:
+            out[f"{name}_us"] = {phase: ms * 1e3 for phase, ms in medians.items()}
+    return out
 
 
 def main() -> None:
@@ -149,12 +157,15 @@ def main() -> None:
         help="no gc.collect() before each round (garbage collection off while timing): "
         "warm caches, unlike the default, where every round starts after a full collection",
     )
+    _results.add_arguments(ap)
     args = ap.parse_args()
     sizes = [int(n) for n in args.nodes.split(",") if n.strip()]
     largest = max(sizes)
+    raw: dict[str, Any] = {"collect": not args.no_collect, "phases": list(PHASES), "nodes": {}}
     for n in sizes:
         rounds = args.rounds * min(10, max(1, largest // max(n, 1) // 10 or 1))
-        compare(n, rounds, collect=not args.no_collect)
+        raw["nodes"][str(n)] = compare(n, rounds, collect=not args.no_collect)
+    _results.write(args.json, "bench_graph", raw, args.note)
 
 
 if __name__ == "__main__":

@@ -14,11 +14,12 @@
 Headers are made older than two seconds first, as real headers are: cuforge does not
 trust the stat of a file younger than that (see ``compile/_manifest.py``).
 
-    python benchmarks/bench_headers.py            # prints the table
+    python benchmarks/bench_headers.py [--quick] [--json PATH]   # prints the table
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
 import statistics
@@ -28,6 +29,7 @@ import tempfile
 import time
 from typing import Any
 
+import _results
 from bench_storage import _timed_calls
 
 N_HEADERS = 20
@@ -207,12 +209,25 @@ def _unwatched_hits(n: int) -> dict[str, float]:
     return json.loads(done.stdout)
 
 
-def rows(quick: bool = False) -> list[tuple[str, str, str, str, str]]:
-    """Table rows (measurement, cuforge, cuda.core, ratio, target) for run.py."""
+def measure(quick: bool = False) -> dict[str, Any]:
+    """Every number of the table, raw: hit medians (us) with and without the
+    watcher, cuda.core's idiom (us, None without cuda-core), miss medians (ms)."""
     n = 1000 if quick else 5000
-    watched = bench_hits(n)
-    unwatched = _unwatched_hits(n)
-    cc = bench_cuda_core_hit(n)
+    return {
+        "hits": n,
+        "hit_us_watched": bench_hits(n),
+        "hit_us_unwatched": _unwatched_hits(n),
+        "cuda_core_hit_us": bench_cuda_core_hit(n),
+        "miss_ms": bench_miss(5 if quick else 9),
+    }
+
+
+def rows(quick: bool = False, raw: dict[str, Any] | None = None) -> list[tuple[str, ...]]:
+    """Table rows (measurement, cuforge, cuda.core, ratio, target) for run.py; from
+    ``raw`` (what ``measure`` returns) when given, else measured now."""
+    raw = raw or measure(quick)
+    watched, unwatched = raw["hit_us_watched"], raw["hit_us_unwatched"]
+    cc = raw["cuda_core_hit_us"]
     out = []
     for label in ("filestream", "memory"):
         plain, tracked = watched[f"{label} plain"], watched[f"{label} 20 headers"]
@@ -231,7 +246,7 @@ def rows(quick: bool = False) -> list[tuple[str, str, str, str, str]]:
             f"{stat_only / unwatched[f'{label} plain']:.2f}x plain",
             "",
         ))  # fmt: skip
-    m = bench_miss(5 if quick else 9)
+    m = raw["miss_ms"]
     out.append(("miss, 20 headers: tracking overhead", f"{m['tracking %']:+.2f} %", "-", "-",
                 "<= 5 %"))  # fmt: skip
     out.append((
@@ -241,13 +256,19 @@ def rows(quick: bool = False) -> list[tuple[str, str, str, str, str]]:
     return out
 
 
-def main() -> int:
-    table = rows("--quick" in sys.argv)
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="fewer hits and miss rounds")
+    _results.add_arguments(ap)
+    args = ap.parse_args(argv)
+    raw = measure(args.quick)
+    table = rows(raw=raw)
     head = ("measurement", "cuforge", "cuda.core 1.2.2", "ratio", "target")
     widths = [max(len(r[i]) for r in [head, *table]) for i in range(5)]
     for r in [head, *table]:
         print("  ".join(f"{c:<{widths[i]}}" if i == 0 else f"{c:>{widths[i]}}"
                         for i, c in enumerate(r)))  # fmt: skip
+    _results.write(args.json, "bench_headers", raw, args.note)
     return 0
 
 

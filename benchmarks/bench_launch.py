@@ -24,6 +24,8 @@ import tempfile
 import time
 from collections.abc import Callable
 
+import _results
+
 SOURCE = r"""
 extern "C" __global__ void empty() {}
 extern "C" __global__ void four(const float* x, float* y, int n, float a) {}
@@ -102,6 +104,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--launches", type=int, default=10_000)
     ap.add_argument("--repeats", type=int, default=7)
+    _results.add_arguments(ap)
     a = ap.parse_args()
 
     import numpy as np
@@ -204,6 +207,16 @@ def main() -> None:
             if theirs:
                 line += f", cuda.core over it {theirs[0] - floor:+.2f} us"
         print(line)
+    raw = {
+        "device": dev.name,
+        "launches": a.launches,
+        "repeats": a.repeats,
+        "per_launch_us": {
+            name: {"best": min(runs), "median": statistics.median(runs)}
+            for name, runs in results.items()
+        },
+    }
+    _results.write(a.json, "bench_launch", raw, a.note)
 
 
 if __name__ == "__main__":

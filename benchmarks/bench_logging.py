@@ -6,9 +6,9 @@ drift hits them alike:
 
 - ``off``: the library as shipped (a NullHandler on ``cuforge``, no level set, so
   DEBUG is off): the hit path pays its level checks;
-- ``stripped``: those checks made free -- the hit path's logger swapped for a
-  stand-in whose ``isEnabledFor`` is a C builtin that says no: the hit as if it
-  had no logging code;
+- ``stripped``: those checks made free -- the hit path's ``debug_enabled`` (in
+  ``compile.cached`` and ``compile._tracking``) swapped for a C builtin that says
+  no: the hit as if it had no logging code;
 - ``debug``: DEBUG on, each record made and handed to a handler that drops it.
 
 ``off - stripped`` is what logging costs a hit when nobody listens.
@@ -26,11 +26,8 @@ from typing import Any
 from bench_compile import SOURCE_1KB
 from bench_storage import _timed_calls
 
-
-class _Silent:
-    """A logger stand-in for the hit path that never logs, at builtin speed."""
-
-    isEnabledFor = staticmethod(frozenset().__contains__)
+#: ``debug_enabled`` for the hit path that never logs, at builtin speed.
+_NEVER = frozenset().__contains__
 
 
 def bench_hit_logging(n: int = 5000, rounds: int = 7) -> dict[str, float]:
@@ -40,7 +37,7 @@ def bench_hit_logging(n: int = 5000, rounds: int = 7) -> dict[str, float]:
     from cuforge.storage import FileStreamProgramCache
 
     logger = logging.getLogger("cuforge")
-    real = cached.log
+    real = cached.debug_enabled
     opts = ProgramOptions(arch="sm_90")
     samples: dict[str, list[float]] = {"off": [], "stripped": [], "debug": []}
     drop = logging.NullHandler()
@@ -55,18 +52,18 @@ def bench_hit_logging(n: int = 5000, rounds: int = 7) -> dict[str, float]:
             for _ in range(rounds):
                 for setting in samples:
                     if setting == "stripped":
-                        cached.log = _tracking.log = _Silent()  # type: ignore[assignment]
+                        cached.debug_enabled = _tracking.debug_enabled = _NEVER
                     elif setting == "debug":
                         logger.setLevel(logging.DEBUG)
                         logger.addHandler(drop)
                     try:
                         samples[setting] += _timed_calls(hit, n)
                     finally:
-                        cached.log = _tracking.log = real
+                        cached.debug_enabled = _tracking.debug_enabled = real
                         logger.setLevel(logging.NOTSET)
                         logger.removeHandler(drop)
         finally:
-            cached.log = _tracking.log = real
+            cached.debug_enabled = _tracking.debug_enabled = real
     return {k: statistics.median(v) * 1e6 for k, v in samples.items()}
 
 

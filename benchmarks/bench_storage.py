@@ -22,6 +22,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import _results
+
 Factory = Callable[[str, "int | None"], Any]
 
 KIB = 1024
@@ -144,25 +146,32 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dir", default=None, help="parent directory for the caches (default: tmp)")
     ap.add_argument("--writes", type=int, default=None, help="number of capped writes")
     ap.add_argument("--durable", action="store_true", help="fsync every payload (durable=True)")
+    _results.add_arguments(ap)
     args = ap.parse_args(argv)
     n_writes = args.writes or (2000 if args.quick else 20000)
     n_gets = 5000 if args.quick else 50000
     fs_factory, mem_factory = cuforge_factories(args.durable)
 
     rows: list[tuple[str, str, str]] = []
+    raw: dict[str, Any] = {"writes": n_writes, "gets": n_gets, "durable": args.durable}
     parent = tempfile.mkdtemp(prefix="cuforge-bench-", dir=args.dir)
     try:
-        r = bench_get(fs_factory, os.path.join(parent, "get"), n=n_gets)
+        r = raw["filestream_get_4kib"] = bench_get(
+            fs_factory, os.path.join(parent, "get"), n=n_gets
+        )
         rows.append(("FileStream get 4 KiB", f"{r['median_us']:.2f} us", "<= 10 us"))
         r = bench_capped_writes(fs_factory, os.path.join(parent, "writes"), n=n_writes)
+        raw["capped_writes_1kib_2mb_cap"] = r
         rows.append((f"{n_writes} x 1 KiB writes, 2 MB cap", f"{r['total_s']:.2f} s", "<= 15 s"))
         rows.append(
             ("  p50 / p99 write", f"{r['p50_ms']:.3f} / {r['p99_ms']:.3f} ms", "p99 <= 2 ms")
         )
         rows.append(("  entry bytes on disk after", f"{r['disk_bytes']:,}", "<= 2,200,000"))
-        r = bench_open_capped(fs_factory, os.path.join(parent, "open"), n=n_writes)
+        r = raw["open_capped"] = bench_open_capped(
+            fs_factory, os.path.join(parent, "open"), n=n_writes
+        )
         rows.append((f"open capped {n_writes}-entry cache", f"{r['median_ms']:.2f} ms", "<= 30 ms"))
-        r = bench_memory_get(mem_factory, n=n_gets)
+        r = raw["memory_get_4kib"] = bench_memory_get(mem_factory, n=n_gets)
         rows.append(("InMemory get 4 KiB", f"{r['median_us']:.3f} us", ""))
     finally:
         shutil.rmtree(parent, ignore_errors=True)
@@ -172,6 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'measurement':<{w0}}  {'cuforge':>{w1}}  target")
     for name, value, target in rows:
         print(f"{name:<{w0}}  {value:>{w1}}  {target}")
+    _results.write(args.json, "bench_storage", raw, args.note)
     return 0
 
 

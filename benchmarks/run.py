@@ -30,6 +30,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import _results
 import bench_backends as bb
 import bench_cli as bcli
 import bench_compile as bc
@@ -62,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--writes", type=int, default=20000, help="capped writes for cuforge")
     ap.add_argument("--cc-writes", type=int, default=3000, help="capped writes for cuda.core")
     ap.add_argument("--processes", type=int, default=None, help="Redis stampede size (64)")
+    _results.add_arguments(ap)
     args = ap.parse_args(argv)
     n_writes = 2000 if args.quick else args.writes
     n_cc = min(n_writes, 1000 if args.quick else args.cc_writes)
@@ -73,10 +75,19 @@ def main(argv: list[str] | None = None) -> int:
     storage_theirs = _cuda_core_storage()
     parent = tempfile.mkdtemp(prefix="cuforge-bench-")
     rows: list[tuple[str, str, str, str, str]] = []
+    # The same numbers unformatted, for --json: measurement -> cuforge, cuda.core, unit.
+    raw: dict[str, Any] = {"measurements": {}}
 
     def add(name: str, a: float, b: float | None, unit: str, target: str, approx=False) -> None:
         ratio = f"{a / b:.2f}x" if b else "-"
         rows.append((name, _fmt(a, unit), _fmt(b, unit, approx), ratio, target))
+        raw["measurements"][name.strip()] = {
+            "cuforge": a,
+            "cuda.core": b or None,
+            "unit": unit,
+            "target": target,
+            **({"cuda.core_extrapolated": True} if approx and b else {}),
+        }
 
     def sub(name: str) -> str:
         return os.path.join(parent, name)
@@ -97,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
             "<= 15 us",
         )
         logged = bl.bench_hit_logging(*((1000, 3) if args.quick else (5000, 7)))
+        raw["logging_hit_us"] = logged
         cost = logged["off"] - logged["stripped"]
         for label, value in (
             ("  same hit, no logging code (level checks removed)", logged["stripped"]),
@@ -152,18 +164,19 @@ def main(argv: list[str] | None = None) -> int:
         if missing:
             rows.append((f"Redis rows skipped: {missing}", "-", "-", "-", ""))
         else:
-            hits = bf.bench_hits(1000 if args.quick else 5000)
+            hits = raw["fleet_compile_hit_1kb_us"] = bf.bench_hits(1000 if args.quick else 5000)
             add("compile(cubin, cache=Redis) hit, 1 KB", hits["redis_hit_us"], None, "us",
                 "<= 250 us")  # fmt: skip
             add("compile(cubin, cache=memory->Redis) repeat hit", hits["tiered_hit_us"], None,
                 "us", "<= 15 us")  # fmt: skip
-            st = bf.bench_stampede(args.processes or (8 if args.quick else 64))
+            st = raw["stampede"] = bf.bench_stampede(args.processes or (8 if args.quick else 64))
             rows.append((
                 f"{st['processes']} processes x {st['kernels']} kernels, cold Redis: compiles",
                 str(st["compiles"]), "-", "-", f"<= {st['kernels']}",
             ))  # fmt: skip
 
         plain, cached, pct = bc.bench_miss_overhead(ours, 6 if args.quick else 12)
+        raw["miss_overhead"] = {"uncached_ms": plain, "cached_miss_ms": cached, "percent": pct}
         rows.append(("miss overhead over uncached compile", f"{pct:+.2f} %", "-", "-", "<= 2 %"))
         rows.append(("  (uncached / cached miss)", f"{plain:.1f}/{cached:.1f} ms", "", "", ""))
 
@@ -189,9 +202,9 @@ def main(argv: list[str] | None = None) -> int:
 
         # The command line from cold processes (cuda.core has none): the x-pass
         # ratio goes in the ratio column.
-        for name, value, ratio, target in bcli.rows(
-            5 if args.quick else 20, 1 if args.quick else 3
-        ):
+        cli_args = (5, 1) if args.quick else (20, 3)
+        raw["cli"] = bcli.measure(*cli_args)
+        for name, value, ratio, target in bcli.rows(*cli_args, raw["cli"]):
             rows.append((f"cli: {name}", value, "-", ratio or "-", target))
     finally:
         shutil.rmtree(parent, ignore_errors=True)
@@ -212,10 +225,15 @@ def main(argv: list[str] | None = None) -> int:
             " its cache refuses include paths (no extra_digest through compile(cache=))."
         )
     print()
-    backends = bb.run(n_calls, 1000 if args.quick else 5000)
+    n_sets = 1000 if args.quick else 5000
+    backends = bb.run(n_calls, n_sets)
     bb.print_table(bb.table(backends))
     if "diskcache" not in backends:
         print("\ndiskcache is not importable here: run `make bench` for its row.")
+    raw["backends"] = {"gets": n_calls, "sets": n_sets, "entry_bytes": 4096}
+    raw["backends"]["backends_us"] = backends
+    raw["quick"] = args.quick
+    _results.write(args.json, "run", raw, args.note)
     return 0
 
 

@@ -122,7 +122,7 @@ class LinkerOptions:
 class Linker:
     """Links one or more ObjectCodes into a cubin (or PTX, with LTO) via nvJitLink.
 
-    Raises (constructor):
+    Raises:
         TypeError: an input is not an ObjectCode, or options is not LinkerOptions.
         ValueError: no inputs.
     """

@@ -29,7 +29,7 @@ class ObjectCode:
     """Compiled device code. Build one with ``Program.compile``, ``Linker.link`` or a
     ``from_*`` constructor.
 
-    Raises (constructor):
+    Raises:
         TypeError: ``code`` is not bytes-like, a name/mapping has the wrong type.
         ValueError: unknown ``code_type`` or empty ``code``.
     """

@@ -86,7 +86,7 @@ class ProgramOptions:
     ``None`` (the default for every field but ``name``) means "leave the backend's
     default". See the module docstring for the guarantees.
 
-    Raises (on construction):
+    Raises:
         TypeError: a field has the wrong type (the message names the field).
         ValueError: a field has an invalid value, or ``arch`` is None and no CUDA
             device can be probed.

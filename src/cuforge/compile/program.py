@@ -152,9 +152,10 @@ class Program:
         default cache (``$CUFORGE_CACHE``, see ``cuforge.storage.config``; none
         when it is ``off``); None or False for none. A hit returns without
         compiling; concurrent misses compile once; a failing cache never fails the
-        compile (see ``cuforge.compile.cached``). Options the cache key cannot
-        observe (include paths, PCH, ...) raise ValueError pointing at
-        ``make_program_cache_key(extra_digest=...)``.
+        compile (see ``cuforge.compile.cached``). Headers the source includes are
+        tracked; inputs no scan can be sure of (precompiled headers, NVVM
+        ``use_libdevice``, ``#include_next``, ...) raise a ValueError that says what
+        to do instead (docs/headers.md lists them).
         """
         target = (
             target_type

@@ -593,7 +593,7 @@ class ConditionalNode(GraphNode):
 
     @property
     def branches(self) -> tuple[GraphDefinition, ...]:
-        """The body graphs (IF: 1, IF/ELSE: 2, WHILE: 1, SWITCH: count)."""
+        """The body graphs (one for IF and WHILE, two for IF/ELSE, ``count`` for SWITCH)."""
         return self._branches
 
     @property
@@ -605,7 +605,7 @@ class ConditionalNode(GraphNode):
 
     @property
     def else_(self) -> GraphDefinition:
-        """IF/ELSE: the branch taken when the condition is zero."""
+        """The branch an IF/ELSE node takes when the condition is zero."""
         if len(self._branches) != 2:
             raise AttributeError("only an IF/ELSE node has an else branch")
         return self._branches[1]

@@ -194,7 +194,7 @@ class SQLiteProgramCache(ProgramCacheResource):
 
     @property
     def size_bytes(self) -> int:
-        """Bytes on disk: database, WAL and WAL index."""
+        """Bytes on disk of the database, its WAL and its WAL index."""
         return sum(self._sizes(3))
 
     def _sizes(self, n: int = 2) -> list[int]:
