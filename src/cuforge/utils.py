@@ -16,11 +16,13 @@ from cuforge.compile.cache_key import (
 )
 from cuforge.compile.explain import Explanation, explain
 from cuforge.storage import (
+    CachePathError,
     CacheStats,
     CacheWriteWarning,
     FileStreamProgramCache,
     InMemoryProgramCache,
     ProgramCacheResource,
+    UnsafeCacheError,
     default_cache,
     default_cache_dir,
 )
@@ -35,6 +37,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "KEY_SCHEMA_VERSION",
+    "CachePathError",
     "CacheStats",
     "CacheWriteWarning",
     "Explanation",
@@ -44,6 +47,7 @@ __all__ = [
     "RedisProgramCache",
     "SignedProgramCache",
     "TieredProgramCache",
+    "UnsafeCacheError",
     "default_cache",
     "default_cache_dir",
     "explain",

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ._safedir import CachePathError, UnsafeCacheError
 from ._winretry import _is_windows_sharing_violation
 from .base import CacheWriteWarning, ProgramCacheResource
 from .config import default_cache
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CacheEntry",
+    "CachePathError",
     "CacheStats",
     "CacheWriteWarning",
     "EntryInfo",
@@ -32,6 +34,7 @@ __all__ = [
     "RedisProgramCache",
     "SignedProgramCache",
     "TieredProgramCache",
+    "UnsafeCacheError",
     "_is_windows_sharing_violation",
     "default_cache",
     "default_cache_dir",

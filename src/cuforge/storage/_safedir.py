@@ -1,0 +1,215 @@
+"""Who may write a cache directory, and path errors people can read.
+
+A FileStream cache serves bytes its caller loads and runs, so whoever can write to
+its directories can run code as the caller. :func:`check_cache_dirs` enforces, when
+a cache is opened:
+
+- every directory of the cache -- the root, ``entries/``, ``tmp/``, ``stats/``,
+  ``locks/`` and each shard under ``entries/`` -- is writable by nobody but its
+  owner (and its group, when the cache was opened with a group ``mode=``), and is
+  owned by the caller or by root. With a group ``mode=`` the group is trusted: the
+  root may belong to another user of one of the caller's groups, and a directory
+  below it to any user, if its group is the root's (setgid directories give every
+  member's new directories that group);
+- every directory below the root is a real directory, never a symbolic link (the
+  root itself may be one: it is resolved once, when the cache is opened).
+
+``trust_shared=True`` lifts the first rule (the caller trusts everyone who can
+write there, or its entries are signed -- ``open_cache`` passes it when a secret is
+set); the second always holds. Directories are checked at open; afterwards only
+their owner (or a trusted group member) can change them, and the code that writes,
+scans and deletes opens directories with ``O_NOFOLLOW`` besides (``_fsutil.open_dir``).
+
+Every refusal is a :class:`CachePathError` (an ``OSError``) whose message is one
+line naming the path, the problem and the fix.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat as stat_mod
+from typing import NamedTuple
+
+from ._fsutil import DIR_FD, make_dir, open_dir
+
+__all__ = ["CachePathError", "DirRules", "UnsafeCacheError", "check_cache_dirs", "open_root"]
+
+_TRUST_HINT = (
+    "or, if every user who can write there is trusted, pass trust_shared=True "
+    "(cache URL ?trust=shared), or sign entries (CUFORGE_CACHE_SECRET / open_cache(secret=))"
+)
+
+
+class CachePathError(OSError):
+    """A cache path that cannot be used; ``str()`` is one line naming the path, the
+    problem and what to do. ``path`` is the path, ``errno`` the OS error when one
+    caused it (else None)."""
+
+    def __init__(self, path: str, problem: str, err: int | None = None) -> None:
+        super().__init__(f"cache directory {path}: {problem}")
+        self.path = path
+        self.problem = problem
+        self.errno = err
+
+
+class UnsafeCacheError(CachePathError):
+    """A cache directory that others could plant entries in (see the module doc)."""
+
+
+class DirRules(NamedTuple):
+    """Who may own and write the cache's directories (see the module docstring)."""
+
+    uid: int
+    gids: frozenset[int]
+    group: bool  # opened with a group mode=: the group may write
+    trust_shared: bool
+
+    @classmethod
+    def for_process(cls, group: bool, trust_shared: bool) -> DirRules:
+        if not hasattr(os, "geteuid"):  # pragma: no cover - Windows: ACLs, not modes
+            return cls(-1, frozenset(), group, True)
+        gids = frozenset((*os.getgroups(), os.getegid()))
+        return cls(os.geteuid(), gids, group, bool(trust_shared))
+
+
+def _problem(st: os.stat_result, rules: DirRules, cache_gid: int | None) -> str | None:
+    """What makes a directory with stat ``st`` unsafe, or None. ``cache_gid`` is the
+    root's group for directories below it (None for the root itself)."""
+    if rules.trust_shared:
+        return None
+    mode = stat_mod.S_IMODE(st.st_mode)
+    shown = f"mode {mode:04o}"
+    if mode & 0o002:
+        return (
+            f"is writable by every user ({shown}): anyone could plant programs this "
+            f"process runs; fix: chmod o-w (or chmod 700) the directory, {_TRUST_HINT}"
+        )
+    # With a group mode the group is trusted: for the root, a group of the caller's
+    # (or one its owner chose); below it, the root's group.
+    if not rules.group:
+        ours = False
+    elif cache_gid is None:
+        ours = st.st_gid in rules.gids or st.st_uid == rules.uid
+    else:
+        ours = st.st_gid == cache_gid
+    if mode & 0o020 and not ours:
+        why = (
+            "but the cache was not opened with a group mode="
+            if not rules.group
+            else f"and its group {st.st_gid} is "
+            + ("none of yours" if cache_gid is None else f"not the cache root's ({cache_gid})")
+        )
+        return (
+            f"is writable by its group ({shown}) {why}; fix: open it with mode=0o2770 to "
+            f"share it with your group, or chmod g-w the directory, {_TRUST_HINT}"
+        )
+    if st.st_uid not in (rules.uid, 0) and not ours:
+        return (
+            f"is owned by uid {st.st_uid}, not by you (uid {rules.uid}) or root: its owner "
+            f"could plant programs this process runs; fix: use a cache directory of your "
+            f"own (or chown it), {_TRUST_HINT}"
+        )
+    return None
+
+
+def _oserror(path: str, exc: OSError, doing: str) -> CachePathError:
+    text = exc.strerror or str(exc)
+    if isinstance(exc, NotADirectoryError):
+        text = "a parent of it is a file, not a directory"
+    return CachePathError(
+        path, f"cannot be {doing}: {text}; fix: name a directory you can create and write",
+        exc.errno,
+    )  # fmt: skip
+
+
+def open_root(path: str, dir_mode: int) -> os.stat_result:
+    """Create the root (and parents, with ``dir_mode``) if needed; return its stat.
+
+    The root may be a symbolic link to a directory. Raises CachePathError.
+    """
+    try:
+        make_dir(path, dir_mode)
+    except FileExistsError:
+        pass  # a file in the way: reported below
+    except OSError as exc:
+        raise _oserror(path, exc, "created") from None
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise _oserror(path, exc, "opened") from None
+    if not stat_mod.S_ISDIR(st.st_mode):
+        raise CachePathError(
+            path, "is a file, not a directory; fix: name a directory (or a path to create)",
+            errno.ENOTDIR,
+        )  # fmt: skip
+    return st
+
+
+def _check_below(path: str, rules: DirRules, cache_gid: int, files_ok: bool = False) -> bool:
+    """Check one directory below the root; False when it does not exist (or, with
+    ``files_ok``, is a regular file: junk the scans ignore)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise _oserror(path, exc, "checked") from None
+    if stat_mod.S_ISLNK(st.st_mode):
+        raise UnsafeCacheError(
+            path,
+            "is a symbolic link: cuforge never follows links below the cache root (the "
+            "root itself may be one); fix: replace it with a real directory",
+            errno.ELOOP,
+        )
+    if not stat_mod.S_ISDIR(st.st_mode):
+        if files_ok and stat_mod.S_ISREG(st.st_mode):
+            return False
+        raise CachePathError(
+            path, "is not a directory; fix: remove it (the cache recreates it)", errno.ENOTDIR
+        )
+    problem = _problem(st, rules, cache_gid)
+    if problem is not None:
+        raise UnsafeCacheError(path, problem, errno.EPERM)
+    return True
+
+
+def check_cache_dirs(
+    root: str, root_st: os.stat_result, subdirs: tuple[str, ...], entries: str, rules: DirRules
+) -> None:
+    """Apply the module's rules to ``root``, ``subdirs`` and every shard under ``entries``.
+
+    Raises UnsafeCacheError (or CachePathError) naming the first directory refused.
+    """
+    problem = _problem(root_st, rules, None)
+    if problem is not None:
+        raise UnsafeCacheError(root, problem, errno.EPERM)
+    for sub in subdirs:
+        _check_below(sub, rules, root_st.st_gid)
+    # Shards: up to 256 directories, checked from one listing (lstat relative to the
+    # directory); only a shard that is not plainly fine takes the full check.
+    trusted = (rules.uid, 0)
+    unsafe = 0o002 if rules.group else 0o022
+    suspects = []
+    try:
+        fd = open_dir(entries) if DIR_FD else -1
+    except OSError:
+        return  # absent or unreadable: nothing below to plant into
+    try:
+        with os.scandir(fd if fd >= 0 else entries) as it:
+            for e in it:
+                try:
+                    st = e.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                plain = stat_mod.S_ISDIR(st.st_mode) and st.st_uid in trusted
+                if plain and (rules.trust_shared or not st.st_mode & unsafe):
+                    continue
+                suspects.append(e.name)
+    except OSError:
+        return
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    for name in suspects:
+        _check_below(os.path.join(entries, name), rules, root_st.st_gid, files_ok=True)
