@@ -74,7 +74,8 @@ class SizeLedger:
         self._mutex = threading.Lock()  # flock does not exclude threads sharing the fd
         self._fd = self._ufd = -1
         self.recovered = False
-        self._open()
+        with self._mutex:
+            self._open()
 
     def _open_file(self, path: str) -> int:
         fd = os.open(path, _FLAGS, PRIVATE_FILE if self._file_mode is None else self._file_mode)
@@ -84,34 +85,36 @@ class SizeLedger:
         return fd
 
     def _open(self) -> None:
+        """Open (creating) the ledger and register this handle; the caller holds
+        ``_mutex``."""
         self._fd = self._open_file(self._path)
         try:
             self._ufd = self._open_file(self._path + ".users")
         except OSError:
             self._ufd = -1  # cannot register: counted in no one's favour, just no recovery
-        with self._mutex:
-            lock_fd(self._fd)
-            try:
-                record = self._read_locked()
-                # Under the ledger lock no other opener is between these two steps, so
-                # "exclusive" means: no live handle at all.
-                alone = self._ufd >= 0 and _try_exclusive(self._ufd)
-                if record is None or (alone and record[1] > 0):
-                    record = (max(0, self._seed()), 0)
-                    self.recovered = True
-                if self._ufd >= 0:
-                    _share(self._ufd)  # downgrade (or join): held while this handle lives
-                    record = (record[0], record[1] + 1)
-                self._write_locked(*record)
-            finally:
-                unlock_fd(self._fd)
+        lock_fd(self._fd)
+        try:
+            record = self._read_locked()
+            # Under the ledger lock no other opener is between these two steps, so
+            # "exclusive" means: no live handle at all.
+            alone = self._ufd >= 0 and _try_exclusive(self._ufd)
+            if record is None or (alone and record[1] > 0):
+                record = (max(0, self._seed()), 0)
+                self.recovered = True
+            if self._ufd >= 0:
+                _share(self._ufd)  # downgrade (or join): held while this handle lives
+                record = (record[0], record[1] + 1)
+            self._write_locked(*record)
+        finally:
+            unlock_fd(self._fd)
 
     def reopen(self) -> None:
         """Take fresh descriptors and register as a handle of its own (after fork:
         inherited ones share the parent's locks, and the parent's registration)."""
         self._mutex = threading.Lock()
         self._drop_descriptors()
-        self._open()
+        with self._mutex:
+            self._open()
 
     def _read_locked(self) -> tuple[int, int] | None:
         data = read_at0(self._fd, _RECORD.size)
@@ -120,16 +123,32 @@ class SizeLedger:
         magic, total, handles = _RECORD.unpack(data)
         return (total, handles) if magic == _MAGIC else None
 
+    def _read_locked_total(self) -> int:
+        lock_fd(self._fd)
+        try:
+            record = self._read_locked()
+            return 0 if record is None else record[0]
+        finally:
+            unlock_fd(self._fd)
+
     def _write_locked(self, total: int, handles: int) -> None:
         write_at0(self._fd, _RECORD.pack(_MAGIC, max(0, total), max(0, handles)))
 
     def _update(self, fn: Callable[[int], int], handles_delta: int = 0) -> int:
         with self._mutex:
+            if os.fstat(self._fd).st_nlink == 0:  # the cache was deleted under us
+                self._drop_descriptors()
+                self._open()  # a new ledger where the cache now is (seeded by a scan)
+                if handles_delta == 0:
+                    return self._read_locked_total()
             lock_fd(self._fd)
             try:
                 record = self._read_locked()
-                if record is None:  # damaged behind our back: rebuild
-                    record = (max(0, self._seed()), 1)
+                if record is None:  # damaged behind our back: rebuild from the disk,
+                    # which already holds whatever the caller is accounting for
+                    total = max(0, self._seed())
+                    self._write_locked(total, 1 + handles_delta)
+                    return total
                 new = max(0, fn(record[0]))
                 self._write_locked(new, record[1] + handles_delta)
                 return new
