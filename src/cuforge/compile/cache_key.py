@@ -277,19 +277,22 @@ def make_program_cache_key(
     and read on every call (see the module docstring); give ``extra_digest`` (e.g.
     from ``fingerprint_headers``) to fingerprint them yourself instead.
     """
+    # The checks Program(code, code_type, options).compile(target_type, names) makes, in
+    # its order (one module, compile/_inputs.py, so they cannot drift).
+    code_type = normalize_code_type(code_type)
+    code_bytes = _inputs.code_bytes(code, code_type)
     if not isinstance(options, ProgramOptions):
         raise TypeError(f"options must be a ProgramOptions, got {type(options).__name__}")
+    backend = _BACKENDS[code_type]
+    backend.option_fingerprint(options)  # options this backend cannot honour: ValueError
+    target = normalize_target(code_type, target_type)
+    name_expressions = _inputs.name_tuple(code_type, name_expressions)
+    _inputs.check_target(options, target)
     if extra_digest is not None and not isinstance(extra_digest, bytes):
         raise TypeError(
             f"extra_digest must be bytes (a digest of the external content), got "
             f"{type(extra_digest).__name__}"
         )
-    code_type = normalize_code_type(code_type)
-    target = normalize_target(code_type, target_type)
-    # The rules Program and Program.compile apply (one module, so they cannot drift).
-    code_bytes = _inputs.code_bytes(code, code_type)
-    name_expressions = _inputs.name_tuple(code_type, name_expressions)
-    _inputs.check_target(options, target)
     if code_type == "c++" and extra_digest is None:
         roots = source_roots(options)
         if _includes.may_read_user_files(
