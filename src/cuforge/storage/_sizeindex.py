@@ -73,6 +73,7 @@ class SizeLedger:
         self._seed = seed
         self._mutex = threading.Lock()  # flock does not exclude threads sharing the fd
         self._fd = self._ufd = -1
+        self._closed = False
         self.recovered = False
         with self._mutex:
             self._open()
@@ -136,9 +137,11 @@ class SizeLedger:
 
     def _update(self, fn: Callable[[int], int], handles_delta: int = 0) -> int:
         with self._mutex:
-            if os.fstat(self._fd).st_nlink == 0:  # the cache was deleted under us
+            if self._fd < 0 or os.fstat(self._fd).st_nlink == 0:
+                # The cache was deleted under us (or a reopen failed): a new ledger
+                # where the cache now is, seeded by a scan that sees every write so far.
                 self._drop_descriptors()
-                self._open()  # a new ledger where the cache now is (seeded by a scan)
+                self._open()  # OSError: still closed, the next update tries again
                 if handles_delta == 0:
                     return self._read_locked_total()
             lock_fd(self._fd)
@@ -179,6 +182,9 @@ class SizeLedger:
 
     def close(self) -> None:
         """Take this handle off the count and release the files. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
         if self._fd < 0:
             return
         if self._ufd >= 0:
