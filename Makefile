@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean redis-server
+.PHONY: demo test test-all lint bench clean redis-server
 
 $(STAMP): pyproject.toml setup.py $(wildcard src/cuforge/_native/*.c)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -32,6 +32,16 @@ redis-server:
 
 test: $(STAMP) lint redis-server
 	$(PY) -m pytest -q
+
+# Everything `make test` runs, plus the full-scale reliability runs (soak-marked:
+# thousands of kills, minute-long soaks, a million hits per backend). Each figure goes
+# to $(FIGURES); the table docs/reliability.md shows is printed at the end.
+FIGURES ?= reliability-figures.jsonl
+test-all: $(STAMP) lint redis-server
+	rm -f $(FIGURES)
+	CUFORGE_FIGURES=$(abspath $(FIGURES)) CUFORGE_HYPOTHESIS_EXAMPLES=600 \
+	  $(PY) -m pytest -q --soak
+	$(PY) scripts/reliability-table $(FIGURES) --scale full
 
 # cuda-core is the peer we measure against: it lives only in this separate venv,
 # beside an editable cuforge, so one run prints both columns and their ratio.

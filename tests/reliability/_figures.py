@@ -38,7 +38,8 @@ def record(
     **numbers: Any,
 ) -> None:
     """One figure: ``times`` injections of ``injected`` on ``backend``, what ``held``,
-    and how many entries were lost (stored, intact, yet not returned)."""
+    and how many entries were lost (stored, intact, yet not returned). ``scale``:
+    "ci", "full", or "all" for a test that runs the same at both."""
     line = {
         "area": area,
         "backend": backend,

@@ -302,7 +302,7 @@ def test_property_suites_ran() -> None:
         f"{EXAMPLES} examples per property (derandomized; CUFORGE_HYPOTHESIS_EXAMPLES sets it):"
         " keys equal iff the compiler sees the same; key accepts what compile accepts; "
         "only documented exceptions",
-        scale="ci", lost=0,
+        scale="all", lost=0,
     )  # fmt: skip
 
 
