@@ -4,12 +4,12 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-all lint bench clean redis-server
+.PHONY: demo test test-all test-cu12 test-dist dist lint bench clean redis-server
 
 $(STAMP): pyproject.toml setup.py $(wildcard src/cuforge/_native/*.c)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e '.[cu13,test]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -30,8 +30,38 @@ redis-server:
 	    $$sudo apt-get update -q >/dev/null && \
 	    DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -q redis-server >/dev/null; }; }
 
+# Tests comparing CUDA 12 with 13 run here too once .venv-cu12 exists (make test-cu12).
 test: $(STAMP) lint redis-server
-	$(PY) -m pytest -q
+	CUFORGE_OTHER_PYTHON=$(wildcard $(abspath $(CU12_VENV))/bin/python) $(PY) -m pytest -q -m "not dist"
+
+# The CPU suite again on CUDA 12 (cuda-bindings 12.x and the -cu12 wheels), in a
+# second venv; key tests compare with the default venv's keys (CUFORGE_OTHER_PYTHON).
+CU12_VENV := .venv-cu12
+CU12_STAMP := $(CU12_VENV)/.installed
+$(CU12_STAMP): pyproject.toml setup.py $(wildcard src/cuforge/_native/*.c)
+	test -x $(CU12_VENV)/bin/python || $(PYTHON) -m venv $(CU12_VENV)
+	$(CU12_VENV)/bin/python -m pip install -q --upgrade pip
+	$(CU12_VENV)/bin/python -m pip install -q -e '.[cu12,test]'
+	touch $(CU12_STAMP)
+
+test-cu12: $(CU12_STAMP) $(STAMP) redis-server
+	CUFORGE_OTHER_PYTHON=$(abspath $(PY)) $(CU12_VENV)/bin/python -m pytest -q -m "not dist"
+
+# An sdist and a manylinux wheel (the C helpers compiled in, pthread calls bound to
+# glibc 2.2.5 symbols: see src/cuforge/_native/glibc_compat.h) in dist/.
+DIST_PLAT ?= manylinux_2_17_$(shell uname -m)
+dist: $(STAMP)
+	rm -rf dist build
+	$(PY) -m build --outdir dist .
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m auditwheel repair --only-plat --plat $(DIST_PLAT) \
+		--wheel-dir dist dist/cuforge-*-linux_*.whl
+	rm -f dist/cuforge-*-linux_*.whl
+	ls dist
+
+# Builds the wheel (make dist), installs it into a fresh venv outside the tree and
+# runs what make demo runs there (tests/test_dist.py).
+test-dist: $(STAMP)
+	$(PY) -m pytest -q -m dist
 
 # Everything `make test` runs, plus the full-scale reliability runs (soak-marked:
 # thousands of kills, minute-long soaks, a million hits per backend). Each figure goes
@@ -40,21 +70,23 @@ FIGURES ?= reliability-figures.jsonl
 test-all: $(STAMP) lint redis-server
 	rm -f $(FIGURES)
 	CUFORGE_FIGURES=$(abspath $(FIGURES)) CUFORGE_HYPOTHESIS_EXAMPLES=600 \
-	  $(PY) -m pytest -q --soak
+	  $(PY) -m pytest -q --soak -m "not dist"
 	$(PY) scripts/reliability-table $(FIGURES) --scale full
 
 # cuda-core is the peer we measure against: it lives only in this separate venv,
 # beside an editable cuforge, so one run prints both columns and their ratio.
+# diskcache (the SQLite-backed Python cache) is the peer of SQLiteProgramCache.
 BENCH_VENV := .bench-venv
 BENCH_STAMP := $(BENCH_VENV)/.installed
 $(BENCH_STAMP): pyproject.toml setup.py $(wildcard src/cuforge/_native/*.c)
 	test -x $(BENCH_VENV)/bin/python || $(PYTHON) -m venv $(BENCH_VENV)
 	$(BENCH_VENV)/bin/python -m pip install -q --upgrade pip
 	$(BENCH_VENV)/bin/python -m pip install -q -e '.[redis]' 'cuda-core==1.2.2' numpy
+	$(BENCH_VENV)/bin/python -m pip install -q 'diskcache==5.6.3'
 	touch $(BENCH_STAMP)
 
 bench: $(BENCH_STAMP) redis-server
 	$(BENCH_VENV)/bin/python benchmarks/run.py
 
 clean:
-	rm -rf $(VENV) $(BENCH_VENV) build src/*.egg-info .pytest_cache
+	rm -rf $(VENV) $(CU12_VENV) $(BENCH_VENV) build dist src/*.egg-info .pytest_cache

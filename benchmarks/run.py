@@ -4,7 +4,9 @@ The Redis rows (bench_fleet.py) run against a private redis-server on a loopback
 port; cuda.core has no remote cache, so their cuda.core column is empty.
 
 Prints one table: each measurement for cuforge, for cuda.core (when importable),
-their ratio (cuforge / cuda.core; below 1 is better) and the target. GPU
+their ratio (cuforge / cuda.core; below 1 is better) and the target; then 4 KiB
+get/set on every backend with SQLite beside diskcache (``bench_backends``). The
+logging rows show what cuforge's log calls cost a hit (bench_logging.py). GPU
 benchmarks (launch overhead, graphs) need the GPU machine: see bench_launch.py and
 bench_graph.py.
 
@@ -26,8 +28,10 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import bench_backends as bb
 import bench_compile as bc
 import bench_fleet as bf
+import bench_logging as bl
 import bench_storage as bs
 
 
@@ -88,6 +92,23 @@ def main(argv: list[str] | None = None) -> int:
             theirs and bc.bench_hit(theirs, n_calls // 2),
             "us",
             "<= 15 us",
+        )
+        logged = bl.bench_hit_logging(*((1000, 3) if args.quick else (5000, 7)))
+        cost = logged["off"] - logged["stripped"]
+        for label, value in (
+            ("  same hit, no logging code (level checks removed)", logged["stripped"]),
+            ("  same hit, logging as shipped (DEBUG off)", logged["off"]),
+            ("  same hit, DEBUG on (records dropped)", logged["debug"]),
+        ):
+            rows.append((label, _fmt(value, "us"), "-", "-", ""))
+        rows.append(
+            (
+                "  logging cost of a hit, DEBUG off",
+                f"{cost * 1e3:+.0f} ns ({cost / logged['off']:+.1%})",
+                "-",
+                "-",
+                "not measurable",
+            )
         )
         got = bs.bench_get(fs_ours, sub("get-ours"), n=n_calls)["median_us"]
         ref = storage_theirs and bs.bench_get(storage_theirs[0], sub("get-cc"), n=n_calls)
@@ -180,6 +201,11 @@ def main(argv: list[str] | None = None) -> int:
             "\ncuda.core compiles CUB only when handed the include directories; a '-' hit means"
             " its cache refuses include paths (no extra_digest through compile(cache=))."
         )
+    print()
+    backends = bb.run(n_calls, 1000 if args.quick else 5000)
+    bb.print_table(bb.table(backends))
+    if "diskcache" not in backends:
+        print("\ndiskcache is not importable here: run `make bench` for its row.")
     return 0
 
 

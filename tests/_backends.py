@@ -17,6 +17,7 @@ from cuforge.storage import (
     FileStreamProgramCache,
     InMemoryProgramCache,
     SignedProgramCache,
+    SQLiteProgramCache,
     TieredProgramCache,
 )
 
@@ -46,12 +47,14 @@ FACTORIES: dict[str, Factory] = {
     "signed-filestream": lambda tmp, request: SignedProgramCache(
         FileStreamProgramCache(tmp / "signed-fs"), SECRET
     ),
+    "sqlite": lambda tmp, request: SQLiteProgramCache(tmp / "cache.db"),
 }
 
 #: Backends whose entries survive closing the handle (reopen tests use these).
 PERSISTENT: dict[str, Factory] = {
     "filestream": FACTORIES["filestream"],
     "redis": _redis,
+    "sqlite": FACTORIES["sqlite"],
 }
 
 #: Composites of the backends above (not backends of their own).

@@ -3,13 +3,43 @@
 Tests marked ``gpu`` need a CUDA driver and at least one device. Where none is
 found they are skipped with the reason the driver gave -- never failed for that
 alone -- so CI machines without a GPU stay green and say why.
+
+``CUFORGE_TEST_DEVICE=N`` runs the gpu tests on device N instead of device 0
+(``device_ordinal()``); PyTorch and CuPy, when present, get N as their current
+device too, so their default "cuda" arrays live there.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib.util
+import os
 
 import pytest
+
+
+def device_ordinal() -> int:
+    """The device the gpu tests run on (``CUFORGE_TEST_DEVICE``, default 0)."""
+    raw = os.environ.get("CUFORGE_TEST_DEVICE", "0")
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"CUFORGE_TEST_DEVICE must be a device ordinal, got {raw!r}") from None
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _frameworks_on_the_test_device():
+    n = device_ordinal()
+    if n and gpu_unavailable_reason() is None:
+        if importlib.util.find_spec("torch") is not None:
+            import torch
+
+            torch.cuda.set_device(n)
+        if importlib.util.find_spec("cupy") is not None:
+            import cupy
+
+            cupy.cuda.Device(n).use()
+    yield
 
 
 @functools.cache

@@ -28,6 +28,7 @@ from cuforge.utils import (
     FileStreamProgramCache,
     InMemoryProgramCache,
     ProgramCacheResource,
+    SQLiteProgramCache,
     make_program_cache_key,
 )
 
@@ -71,10 +72,12 @@ def compiles(monkeypatch) -> Compiles:
     return Compiles(monkeypatch)
 
 
-@pytest.fixture(params=["memory", "filestream"])
+@pytest.fixture(params=["memory", "filestream", "sqlite"])
 def cache(request, tmp_path):
     if request.param == "memory":
         c = InMemoryProgramCache()
+    elif request.param == "sqlite":
+        c = SQLiteProgramCache(tmp_path / "cache.db")
     else:
         c = FileStreamProgramCache(tmp_path / "cache")
     with c:

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from cuforge import _cuda
 from cuforge.compile import CompileError, Program, ProgramOptions, _toolkit, cache_key
 from cuforge.storage import FileStreamProgramCache
 from cuforge.utils import make_program_cache_key
@@ -136,18 +137,18 @@ def test_the_default_sets_come_from_the_wheels_in_search_order(fresh_headers):
     report = _toolkit.toolkit_headers()
     assert [s.name for s in report.sets] == ["runtime", "crt", "cccl"] and not report.missing
     assert {s.source for s in report.sets} == {"wheel"}
-    assert [s.package.split()[0] for s in report.sets] == [
-        "nvidia-cuda-runtime",
-        "nvidia-cuda-crt",
-        "nvidia-cuda-cccl",
-    ]
-    include = os.path.join("nvidia", f"cu{_toolkit.CUDA_MAJOR}", "include")
+    # The wheels of the bindings' major (13: nvidia-cuda-runtime, -crt, -cccl, all in
+    # nvidia/cu13/include; 12: the -cu12 wheels, crt/ from nvcc's).
+    wheels = [_cuda.header_wheel(s.name, _toolkit.CUDA_MAJOR) for s in report.sets]
+    assert [s.package.split()[0] for s in report.sets] == [w.dist for w in wheels]
+    for s, wheel in zip(report.sets, wheels, strict=True):
+        assert any(s.directory.endswith(os.path.normpath(rel)) for rel in wheel.include_dirs)
     runtime, crt, cccl = (s.directory for s in report.sets)
-    assert runtime == crt and runtime.endswith(include) and cccl == os.path.join(runtime, "cccl")
-    assert report.include_dirs == _toolkit.toolkit_include_dirs() == (runtime, cccl)
-    assert _toolkit.toolkit_include_flags() == tuple(
-        f"--include-path={d}".encode() for d in (runtime, cccl)
-    )
+    if _toolkit.CUDA_MAJOR == 13:
+        assert runtime == crt and cccl == os.path.join(runtime, "cccl")
+    dirs = tuple(dict.fromkeys((runtime, crt, cccl)))
+    assert report.include_dirs == _toolkit.toolkit_include_dirs() == dirs
+    assert _toolkit.toolkit_include_flags() == tuple(f"--include-path={d}".encode() for d in dirs)
     # A readable report, reachable from cuforge.utils.
     from cuforge import utils
 
@@ -199,45 +200,50 @@ def test_the_header_identity_reaches_cpp_keys_only(monkeypatch):
     assert keys() == before
 
 
-def _real_cccl_wheel() -> tuple[str, str, str]:
-    """(header directory, site directory, dist-info name) of the installed CCCL wheel."""
+CCCL_WHEEL = _cuda.header_wheel("cccl", _toolkit.CUDA_MAJOR)
+CCCL_INFO = CCCL_WHEEL.dist.replace("-", "_") + "-"
+
+
+def _real_cccl_wheel() -> tuple[str, str, str, str]:
+    """(header directory, site directory, dist-info name, site-relative header
+    directory) of the installed CCCL wheel."""
     real = next(s for s in _toolkit.toolkit_headers().sets if s.name == "cccl")
     assert real.source == "wheel"
-    site_dir = real.directory
-    for _ in range(4):  # <site>/nvidia/cu13/include/cccl -> <site>
-        site_dir = os.path.dirname(site_dir)
-    info = next(n for n in os.listdir(site_dir) if n.startswith("nvidia_cuda_cccl-"))
-    return real.directory, site_dir, info
+    # <site>/nvidia/cu13/include/cccl or <site>/nvidia/cuda_cccl/include -> <site>
+    rel = next(r for r in CCCL_WHEEL.include_dirs if real.directory.endswith(os.path.normpath(r)))
+    site_dir = real.directory[: -len(os.path.normpath(rel))].rstrip(os.sep)
+    info = next(n for n in os.listdir(site_dir) if n.startswith(CCCL_INFO))
+    return real.directory, site_dir, info, rel
 
 
 def _fake_wheel_site(where, real, version: str, record_edit=None):
     """A site directory holding a copy of the CCCL wheel's metadata, installed as
     ``version``, whose header directory links the real one."""
-    directory, site_dir, info = real
+    directory, site_dir, info, rel = real
     with open(os.path.join(site_dir, info, "RECORD"), encoding="utf-8") as f:
         record = f.read()
     if record_edit:
         record = record_edit(record)
     site = where / "site"
-    fake_info = site / f"nvidia_cuda_cccl-{version}.dist-info"
+    fake_info = site / f"{CCCL_INFO}{version}.dist-info"
     fake_info.mkdir(parents=True)
     (fake_info / "RECORD").write_text(record)
-    include = site / "nvidia" / f"cu{_toolkit.CUDA_MAJOR}" / "include"
-    include.mkdir(parents=True)
-    (include / "cccl").symlink_to(directory)
+    include = site / rel
+    include.parent.mkdir(parents=True)
+    include.symlink_to(directory)
     return str(site)
 
 
 def test_a_different_cccl_wheel_changes_the_key_and_its_location_does_not(fresh_headers, tmp_path):
     base_key, base_ident = _key(), _toolkit.toolkit_identity()
     real = _real_cccl_wheel()
-    real_version = real[2].removeprefix("nvidia_cuda_cccl-").removesuffix(".dist-info")
+    real_version = real[2].removeprefix(CCCL_INFO).removesuffix(".dist-info")
 
     site = _fake_wheel_site(tmp_path / "a", real, "99.0.0")
     fresh_headers.syspath_prepend(site)
     _toolkit._reset()
     cccl = _toolkit.toolkit_headers().sets[2]
-    assert cccl.package == "nvidia-cuda-cccl 99.0.0" and cccl.directory.startswith(site)
+    assert cccl.package == f"{CCCL_WHEEL.dist} 99.0.0" and cccl.directory.startswith(site)
     assert _key() != base_key  # an upgrade is a miss
 
     # The same wheel (version and file hashes) somewhere else: the same key.
@@ -257,22 +263,23 @@ def test_a_different_cccl_wheel_changes_the_key_and_its_location_does_not(fresh_
 
     fresh_headers.syspath_prepend(_fake_wheel_site(tmp_path / "c", real, real_version, edit))
     _toolkit._reset()
-    assert _toolkit.toolkit_headers().sets[2].package == f"nvidia-cuda-cccl {real_version}"
+    assert _toolkit.toolkit_headers().sets[2].package == f"{CCCL_WHEEL.dist} {real_version}"
     assert _key() != base_key
 
 
 def _fake_toolkit(tmp_path):
-    """A toolkit root whose include/ links the wheels' headers, except a private
-    copy of cuda_runtime_api.h (to edit)."""
-    report = _toolkit.toolkit_headers()
-    runtime, cccl = report.include_dirs
+    """A toolkit root whose include/ links the wheels' headers (runtime and crt/ in
+    include/, CCCL in include/cccl), except a private copy of cuda_runtime_api.h
+    (to edit)."""
+    found = {s.name: s.directory for s in _toolkit.toolkit_headers().sets}
     include = tmp_path / "cuda" / "include"
     include.mkdir(parents=True)
-    for name in os.listdir(runtime):
-        if name not in ("cuda_runtime_api.h", "cccl"):
-            (include / name).symlink_to(os.path.join(runtime, name))
-    shutil.copy(os.path.join(runtime, "cuda_runtime_api.h"), include)
-    (include / "cccl").symlink_to(cccl)
+    for directory in dict.fromkeys((found["runtime"], found["crt"])):
+        for name in os.listdir(directory):
+            if name not in ("cuda_runtime_api.h", "cccl") and not (include / name).exists():
+                (include / name).symlink_to(os.path.join(directory, name))
+    shutil.copy(os.path.join(found["runtime"], "cuda_runtime_api.h"), include)
+    (include / "cccl").symlink_to(found["cccl"])
     return tmp_path / "cuda"
 
 

@@ -13,6 +13,8 @@ import traceback
 import numpy as np
 import pytest
 
+from conftest import device_ordinal
+
 KERNELS = r"""
 typedef unsigned long long cuforge_cond_t;
 extern "C" __device__ __cudart_builtin__ void cudaGraphSetConditional(cuforge_cond_t h,
@@ -48,27 +50,33 @@ extern "C" __global__ void cluster_size(int *out) {
 extern "C" __global__ void set_cond(cuforge_cond_t h, long long value) {
     cudaGraphSetConditional(h, (unsigned int)value);
 }
+
+extern "C" __global__ void set_cond_bool(cuforge_cond_t h, bool value) {
+    cudaGraphSetConditional(h, value ? 1u : 0u);
+}
 """
 
 
 @functools.cache
 def kernels():
-    """Device 0 current; the compiled kernels by name."""
+    """The test device current; the compiled kernels by name."""
     from cuforge import Device, Program, ProgramOptions
 
-    dev = Device(0)
+    dev = Device(device_ordinal())
     dev.set_current()
     arch = "sm_" + "".join(str(x) for x in dev.compute_capability)
     code = Program(KERNELS, "c++", ProgramOptions(arch=arch)).compile("cubin")
-    names = ("add_one", "noop", "spin_add", "count_while", "set_cond", "cluster_size")
+    names = ("add_one", "noop", "spin_add", "count_while", "set_cond", "set_cond_bool",
+             "cluster_size")  # fmt: skip
     return {n: code.get_kernel(n) for n in names}
 
 
 def setup_device():
-    """Device 0, made current, with the test kernels compiled and loaded."""
+    """The test device (``CUFORGE_TEST_DEVICE``, default 0), made current, with the
+    test kernels compiled and loaded."""
     from cuforge import Device
 
-    d = Device(0)
+    d = Device(device_ordinal())
     d.set_current()
     kernels()
     return d

@@ -343,3 +343,66 @@ def test_retained_memory_is_valid_under_sanitizer(dev) -> None:
     stream.sync()
     assert (read_ints(out, N) == np.arange(N) + 1).all()
     exe.close()
+
+
+def test_exec_closed_during_a_launch_keeps_its_update_owners_until_the_launch_ends(dev) -> None:
+    """An exec node update's owners belong to the exec; closing the exec while a
+    launch that uses them runs must not free them before that launch ends."""
+    from cuforge.graph import GraphDefinition
+
+    k = kernels()
+    stream = dev.create_stream()
+    a, b = dev.allocate(4), dev.allocate(4)
+    write_ints(a, [0])
+    write_ints(b, [0])
+    g = GraphDefinition()
+    node = g.launch(cfg(), k["spin_add"], a, 1000)
+    exe = g.instantiate()
+    exe[node].update(cfg(), k["spin_add"], b, 300_000_000)  # ~300 ms on b
+    wb, b_ptr = _weak(b), b.handle
+    del b
+    exe.launch(stream)
+    exe.close()
+    g.close()
+    gc.collect()
+    assert wb.alive, "closing the exec freed what its running launch uses"
+    held = wb._ref()  # hold it for the read below (it may go as soon as the launch ends)
+    stream.sync()
+    assert read_ints(b_ptr, 1)[0] == 1
+    del held
+    assert released(lambda: not wb.alive)
+    del a
+
+
+def test_whole_graph_update_during_a_launch_keeps_the_old_update_owners(dev) -> None:
+    from cuforge.graph import GraphDefinition
+
+    k = kernels()
+    stream = dev.create_stream()
+    a, b, c = (dev.allocate(4) for _ in range(3))
+    for x in (a, b, c):
+        write_ints(x, [0])
+    g = GraphDefinition()
+    node = g.launch(cfg(), k["spin_add"], a, 1000)
+    exe = g.instantiate()
+    exe[node].update(cfg(), k["spin_add"], b, 300_000_000)
+    wb, b_ptr = _weak(b), b.handle
+    del b
+    exe.launch(stream)  # ~300 ms on b
+    g2 = GraphDefinition()
+    g2.launch(cfg(), k["spin_add"], c, 1000)
+    exe.update(g2)  # replaces every parameter; the running launch still reads b
+    g2.close()
+    gc.collect()
+    assert wb.alive
+    held = wb._ref()
+    stream.sync()
+    assert read_ints(b_ptr, 1)[0] == 1
+    del held
+    assert released(lambda: not wb.alive)
+    exe.launch(stream)
+    stream.sync()
+    assert read_ints(c, 1)[0] == 1 and read_ints(a, 1)[0] == 0
+    exe.close()
+    g.close()
+    del a, c

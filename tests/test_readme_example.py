@@ -17,6 +17,14 @@ def _example(index: int = 0) -> str:
     return blocks[index]
 
 
+def _example_with(text: str) -> str:
+    """The one README python example that contains ``text``."""
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.DOTALL)
+    found = [b for b in blocks if text in b]
+    assert len(found) == 1, f"README.md has {len(found)} python examples with {text!r}"
+    return found[0]
+
+
 @pytest.mark.gpu
 def test_readme_example_runs_and_its_kernel_doubles(tmp_path, monkeypatch):
     from cuda.bindings import driver
@@ -56,7 +64,7 @@ def test_readme_graph_example_runs_after_the_buffer_is_closed(tmp_path, monkeypa
     values = np.arange(32, dtype=np.float32)
     ns["stream"].sync()
     assert driver.cuMemcpyHtoD(ns["buf"].handle, values.ctypes.data, values.nbytes)[0] == 0
-    exec(compile(_example(1), "README.md", "exec"), ns)
+    exec(compile(_example_with("from cuforge.graph import"), "README.md", "exec"), ns)
     assert ns["buf"].is_closed
     out = np.empty_like(values)
     assert driver.cuMemcpyDtoH(out.ctypes.data, ns["out"].handle, out.nbytes)[0] == 0

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 
+from conftest import device_ordinal
+
 pytestmark = pytest.mark.gpu
 
 SOURCE = r"""
@@ -84,7 +86,7 @@ def nvrtc_cubin(source: str, arch: str) -> bytes:
 def dev():
     from cuforge import Device
 
-    d = Device(0)
+    d = Device(device_ordinal())
     d.set_current()
     return d
 
@@ -149,7 +151,7 @@ def grid_for(n, block=256):
 def test_device_identity_and_properties(dev):
     from cuforge import CUDAError, Device
 
-    assert Device(0) is dev and Device() is dev
+    assert Device(dev.device_id) is dev and Device() is dev
     major, minor = dev.compute_capability
     assert dev.arch == f"{major}{minor}"
     assert isinstance(dev.name, str) and dev.name
@@ -183,7 +185,7 @@ def test_current_device_is_per_thread(dev):
     t.start()
     t.join()
     assert seen["ctx_before"] == 0
-    assert seen["device"] is dev
+    assert seen["device"] is Device(0)  # a thread without a context: device 0
     assert seen["ctx_after"] == int(dev.context)
 
 
@@ -356,7 +358,7 @@ def test_pool_allocation_across_streams(dev, kernels):
     from cuforge import DeviceMemoryResource, LaunchConfig, launch
 
     mr = DeviceMemoryResource(dev)
-    assert dev.memory_resource.device_id == 0 and mr.is_device_accessible
+    assert dev.memory_resource.device_id == dev.device_id and mr.is_device_accessible
     s1, s2 = dev.create_stream(), dev.create_stream()
     n = 1 << 16
     for round_ in range(20):

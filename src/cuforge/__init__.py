@@ -16,6 +16,8 @@ from typing import Any
 # A library configures no logging: records go nowhere unless the application asks.
 logging.getLogger("cuforge").addHandler(logging.NullHandler())
 
+# The one version source: the build reads it (pyproject.toml, tool.setuptools.dynamic)
+# and the installed metadata carries it.
 __version__ = "0.1.0"
 
 # public name -> module that defines it

@@ -17,14 +17,17 @@ from cuforge.compile.cache_key import (
 from cuforge.compile.explain import Explanation, explain
 from cuforge.storage import (
     CachePathError,
+    CacheRecoveryWarning,
     CacheStats,
     CacheWriteWarning,
     FileStreamProgramCache,
     InMemoryProgramCache,
     ProgramCacheResource,
+    SQLiteProgramCache,
     UnsafeCacheError,
     default_cache,
     default_cache_dir,
+    default_db_path,
 )
 
 if TYPE_CHECKING:
@@ -38,6 +41,7 @@ if TYPE_CHECKING:
 __all__ = [
     "KEY_SCHEMA_VERSION",
     "CachePathError",
+    "CacheRecoveryWarning",
     "CacheStats",
     "CacheWriteWarning",
     "Explanation",
@@ -45,11 +49,13 @@ __all__ = [
     "InMemoryProgramCache",
     "ProgramCacheResource",
     "RedisProgramCache",
+    "SQLiteProgramCache",
     "SignedProgramCache",
     "TieredProgramCache",
     "UnsafeCacheError",
     "default_cache",
     "default_cache_dir",
+    "default_db_path",
     "explain",
     "fingerprint_headers",
     "make_program_cache_key",

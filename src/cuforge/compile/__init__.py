@@ -4,7 +4,7 @@ Public names mirror cuda.core's. Importing this package loads no CUDA library;
 NVRTC, nvJitLink and libNVVM are loaded on first compile or link.
 """
 
-from cuforge.compile.errors import CompileError
+from cuforge.compile.errors import CompileError, ToolkitNotFoundError
 from cuforge.compile.linker import Linker, LinkerOptions
 from cuforge.compile.object_code import ObjectCode
 from cuforge.compile.options import ProgramOptions
@@ -19,4 +19,5 @@ __all__ = [
     "ObjectCode",
     "Program",
     "ProgramOptions",
+    "ToolkitNotFoundError",
 ]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from cuforge import _cuda
 from cuforge.compile.errors import CompileError, decode_log
 
 # ObjectCode.code_type -> nvjitlink.InputType member name
@@ -48,7 +49,9 @@ def link(
 
     Raises:
         CompileError: nvJitLink rejected an option, an input or the link.
+        ToolkitNotFoundError: nvJitLink is not of the bindings' CUDA major.
     """
+    _cuda.require("nvJitLink")
     from cuda.bindings import nvjitlink
 
     flags = [o.decode() for o in options]

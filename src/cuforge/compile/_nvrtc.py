@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from cuforge import _cuda
 from cuforge.compile.errors import CompileError, decode_log
 
 # target -> (size getter, getter) names in cuda.bindings.nvrtc
@@ -63,7 +64,9 @@ def compile_cpp(
 
     Raises:
         CompileError: NVRTC rejected the options, the source or a name expression.
+        ToolkitNotFoundError: no NVRTC of the bindings' CUDA major (names the extra).
     """
+    _cuda.require("nvrtc")
     from cuda.bindings import nvrtc
 
     names = list(headers or ())

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 
+from cuforge import _cuda
 from cuforge.compile.errors import CompileError, decode_log
 
 
@@ -58,7 +59,9 @@ def compile_nvvm(
 
     Raises:
         CompileError: libNVVM rejected a module, the options or the program.
+        ToolkitNotFoundError: no libNVVM (or cuda-bindings without cuda.bindings.nvvm).
     """
+    _cuda.require("nvvm")
     from cuda.bindings import nvvm
 
     flags = [o.decode() for o in options]

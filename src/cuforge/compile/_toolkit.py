@@ -8,9 +8,11 @@ the same name wins): the CUDA runtime headers (``cuda_fp16.h``, ``cuda_bf16.h``,
 Where they come from (``CUFORGE_TOOLKIT_HEADERS``, read once per process):
 
 - unset, ``""``, ``1``, ``auto``: each set is taken from the first of
-  1. the CUDA 13 wheel cuforge depends on (``nvidia-cuda-runtime``,
-     ``nvidia-cuda-crt``, ``nvidia-cuda-cccl``) in the first ``sys.path`` entry
-     that has it -- the wheels pip keeps in step with the NVRTC wheel;
+  1. the header wheel of the installed cuda-bindings' CUDA major (13:
+     ``nvidia-cuda-runtime``, ``nvidia-cuda-crt``, ``nvidia-cuda-cccl``; 12: their
+     ``-cu12`` twins, with ``crt/`` from ``nvidia-cuda-nvcc-cu12``; layouts in
+     ``cuforge._cuda``) in the first ``sys.path`` entry that has it -- the wheels
+     ``cuforge[cu12]`` / ``[cu13]`` install beside the NVRTC wheel;
   2. ``cuda.pathfinder``'s search: pip wheels of other layouts, ``$CONDA_PREFIX``,
      ``$CUDA_PATH``/``$CUDA_HOME``, then system install directories.
 - ``0``, ``off``, ``no``, ``false``, ``none``: no directories.
@@ -38,14 +40,12 @@ import os
 import re
 import sys
 import threading
-from typing import NamedTuple
+from typing import Any, NamedTuple
+
+from cuforge import _cuda
 
 #: The environment variable that turns the headers off or points to a toolkit.
 ENV_VAR = "CUFORGE_TOOLKIT_HEADERS"
-
-#: The CUDA major of the header wheels; it must match the NVRTC wheels pinned in
-#: pyproject.toml (their files share ``nvidia/cu13/include``).
-CUDA_MAJOR = 13
 
 _OFF = frozenset({"0", "off", "no", "false", "none"})
 _AUTO = frozenset({"", "1", "auto", "on", "yes", "true"})
@@ -58,21 +58,16 @@ class _Spec(NamedTuple):
 
     name: str
     marker: str  # a file every copy of the set has, relative to its directory
-    wheel: str  # the pip distribution that ships it
-    wheel_dir: str  # its include directory inside that distribution
     pathfinder: str  # cuda.pathfinder's name for the directory that holds it
     toolkit_dirs: tuple[str, ...]  # candidates below a toolkit root, in order
     version_files: tuple[str, ...]  # digested whole when found in a directory
     listed: tuple[str, ...]  # subdirectories whose file names and sizes are digested
 
 
-_INCLUDE = f"nvidia/cu{CUDA_MAJOR}/include"
 _SPECS = (
     _Spec(
         "runtime",
         "cuda_runtime.h",
-        "nvidia-cuda-runtime",
-        _INCLUDE,
         "cudart",
         ("include", "."),
         (
@@ -88,8 +83,6 @@ _SPECS = (
     _Spec(
         "crt",
         "crt/host_config.h",
-        "nvidia-cuda-crt",
-        _INCLUDE,
         "cudart",
         ("include", "."),
         ("crt/host_config.h", "crt/host_defines.h"),
@@ -98,8 +91,6 @@ _SPECS = (
     _Spec(
         "cccl",
         "cuda/std/version",
-        "nvidia-cuda-cccl",
-        _INCLUDE + "/cccl",
         "cccl",
         ("include/cccl", "include", "cccl", "."),
         ("cuda/std/__cccl/version.h", "cuda/std/version", "cub/version.cuh", "thrust/version.h"),
@@ -242,18 +233,26 @@ def _version(directory: str, name: str) -> str:
     return ""
 
 
-def _from_wheel(spec: _Spec, listings: dict[str, list[str]]) -> HeaderSet | None:
-    found = _find_wheel(spec.wheel, listings)
+def _from_wheel(spec: _Spec, listings: dict[str, list[str]], major: int) -> HeaderSet | None:
+    wheel = _cuda.header_wheel(spec.name, major)
+    if wheel is None:
+        return None
+    found = _find_wheel(wheel.dist, listings)
     if found is None:
         return None
     site, version, dist_info = found
-    directory = os.path.abspath(os.path.join(site, spec.wheel_dir))
-    if not os.path.isfile(os.path.join(directory, spec.marker)):
+    for rel in wheel.include_dirs:
+        directory = os.path.abspath(os.path.join(site, rel))
+        if os.path.isfile(os.path.join(directory, spec.marker)):
+            break
+    else:
         return None
-    # All of the wheel's headers: CCCL's wheel also puts nv/ beside the runtime's.
-    digest = _digest_wheel(dist_info, _INCLUDE) or _digest_files(directory, spec)
+    # All of the wheel's headers (nvidia/<dir>/include): CCCL's wheel also puts nv/
+    # beside the runtime's.
+    tree = "/".join(rel.split("/")[:3])
+    digest = _digest_wheel(dist_info, tree) or _digest_files(directory, spec)
     shown = _version(directory, spec.name) or version
-    return HeaderSet(spec.name, directory, "wheel", f"{spec.wheel} {version}", shown, digest)
+    return HeaderSet(spec.name, directory, "wheel", f"{wheel.dist} {version}", shown, digest)
 
 
 def _from_pathfinder(spec: _Spec) -> HeaderSet | None:
@@ -298,8 +297,9 @@ def _locate(setting: str) -> ToolkitHeaders:
     if value.lower() in _AUTO:
         mode = "auto"
         listings: dict[str, list[str]] = {}
+        major = _cuda.cuda_major() or 0
         for spec in _SPECS:
-            found = _from_wheel(spec, listings) or _from_pathfinder(spec)
+            found = _from_wheel(spec, listings, major) or _from_pathfinder(spec)
             if found is None:
                 missing.append(spec.name)
             else:
@@ -395,8 +395,13 @@ def toolkit_headers() -> ToolkitHeaders:
     return _resolved()[0]
 
 
+def __getattr__(name: str) -> Any:
+    if name == "CUDA_MAJOR":  # the header wheels' major follows the bindings'
+        return _cuda.cuda_major()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
-    "CUDA_MAJOR",
     "ENV_VAR",
     "HeaderSet",
     "ToolkitHeaders",

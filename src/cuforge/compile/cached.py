@@ -20,8 +20,11 @@ stays raw cubin/PTX/LTO-IR for cuobjdump. A hit with name expressions needs the
 record's mapping to cover exactly the names asked for; anything else is a miss and
 is recompiled. ``cuforge cache ls/show/explain`` read the same record.
 
-Logging: the ``cuforge.cache`` logger records every hit, miss and store at DEBUG
-(short entry id and source name); nothing above DEBUG on the hit path.
+Logging: the ``cuforge.cache`` logger records every hit, miss (with why) and store
+at DEBUG (short entry id and source name); nothing above DEBUG on the hit path.
+Fail-open events (lookup raised, store failed, and the backends' own: unwritable,
+damaged or unreadable entries) are a WARNING once per cause and cache handle, then
+DEBUG (``cuforge.storage._events``).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from cuforge.compile import _versions
 from cuforge.compile._callers import outside_level
 from cuforge.compile.cache_key import _BACKENDS, _digest
 from cuforge.compile.object_code import ObjectCode
+from cuforge.storage import _events
 from cuforge.storage.base import ProgramCacheResource
 from cuforge.storage.entry import CacheEntry, entry_id
 from cuforge.storage.record import decode_record, encode_record
@@ -111,6 +115,10 @@ def _get_entry(cache: Any, key: bytes) -> CacheEntry | None:
         return getter(key)
     except Exception as exc:  # a broken backend is a miss, never a failed compile
         _warn_once(cache, f"cache lookup failed ({type(exc).__name__}: {exc}); compiling")
+        _events.fail_open(
+            cache, _events.UNAVAILABLE, "cache lookup failed (%s: %s); compiling",
+            type(exc).__name__, exc,
+        )  # fmt: skip
         return None
 
 
@@ -144,6 +152,11 @@ def _store(cache: Any, key: bytes, value: Any, meta: bytes) -> None:
             f"cache write failed ({type(exc).__name__}: {exc}); the program compiled and is "
             "returned, but was not cached",
         )
+        _events.fail_open(
+            cache, _events.WRITE,
+            "cache write failed (%s: %s); the program compiled and is returned, but was not "
+            "cached", type(exc).__name__, exc,
+        )  # fmt: skip
 
 
 def _hit(

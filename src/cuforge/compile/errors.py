@@ -1,15 +1,19 @@
-"""The compile layer's one exception type.
+"""The compile layer's exception types.
 
 Guarantee: every failure *inside* a compiler backend (NVRTC, nvJitLink, libNVVM, the
 driver linker) surfaces as ``CompileError`` with the backend's complete log and the
 exact flag list it received. Mistakes the caller can see without compiling (wrong
 option type or value, unsupported code_type/target pair) are TypeError/ValueError
-instead, raised before any backend runs.
+instead, raised before any backend runs. A compiler library that is missing, or of
+another CUDA major than cuda-bindings, is ``ToolkitNotFoundError`` (naming the pip
+extra that installs it), raised by the first compile that needs it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+
+from cuforge._cuda import ToolkitNotFoundError
 
 
 class CompileError(RuntimeError):
@@ -49,4 +53,4 @@ def decode_log(raw: bytes | bytearray) -> str:
     return bytes(raw).split(b"\0", 1)[0].decode("utf-8", errors="replace")
 
 
-__all__ = ["CompileError", "decode_log"]
+__all__ = ["CompileError", "ToolkitNotFoundError", "decode_log"]

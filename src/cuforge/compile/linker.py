@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from cuforge.compile import _nvjitlink
+from cuforge.compile import _compilelog, _nvjitlink
 from cuforge.compile import _validate as v
 from cuforge.compile._versions import current_device_arch, nvjitlink_version
 from cuforge.compile.object_code import ObjectCode
@@ -177,7 +179,12 @@ class Linker:
         if linker_backend() != "nvjitlink":
             raise RuntimeError("Linker needs nvJitLink, which cannot be loaded here")
         inputs = [(o.code, o.code_type, o.name) for o in self._inputs]
+        debug = _compilelog.log.isEnabledFor(logging.DEBUG)
+        started = time.perf_counter() if debug else 0.0
         code, self._info_log = _nvjitlink.link(inputs, flags, target, name="link")
+        if debug:
+            shown = f"{len(inputs)} inputs"
+            _compilelog.compiled("nvJitLink", shown, target, started, len(code), flags)
         mapping: dict[str | bytes, str] = {}
         for obj in self._inputs:
             mapping.update(obj.symbol_mapping)

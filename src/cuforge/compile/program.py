@@ -16,10 +16,12 @@ Guarantees:
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Iterable
 from typing import Any
 
-from cuforge.compile import _inputs, _versions
+from cuforge.compile import _compilelog, _inputs, _versions
 from cuforge.compile.cached import compile_cached
 from cuforge.compile.object_code import ObjectCode
 from cuforge.compile.options import ProgramOptions
@@ -162,6 +164,8 @@ class Program:
         flags = self._flags(target, closed=headers is not None)
         name = self._options.name or ""
         mapping: dict[str | bytes, str] = {}
+        debug = _compilelog.log.isEnabledFor(logging.DEBUG)
+        started = time.perf_counter() if debug else 0.0
         if self._code_type == "c++":
             from cuforge.compile import _nvrtc, _toolkit
 
@@ -185,6 +189,8 @@ class Program:
             from cuforge.compile import _driver_linker
 
             code, log = _driver_linker.link_ptx(self._code, flags, name)
+        if debug:
+            _compilelog.compiled(self.backend, name, target, started, len(code), flags)
         if logs is not None and log.strip():
             logs.write(log)
         obj = ObjectCode(code, target, name=name, symbol_mapping=mapping)

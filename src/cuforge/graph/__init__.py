@@ -31,6 +31,7 @@ from cuforge.graph._exec import (
     ExecNode,
     Graph,
 )
+from cuforge.graph._listing import OtherNode
 from cuforge.graph._nodes import (
     AllocNode,
     ChildGraphNode,
@@ -44,7 +45,6 @@ from cuforge.graph._nodes import (
     KernelNode,
     MemcpyNode,
     MemsetNode,
-    OtherNode,
 )
 from cuforge.graph._owners import drain as drain_released
 from cuforge.graph._owners import live_bundles

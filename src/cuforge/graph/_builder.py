@@ -25,13 +25,14 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-from cuda.bindings import driver
-
+from cuforge._cuda import driver
 from cuforge.graph import _operands as ops
+from cuforge.graph import _owners
 from cuforge.graph._definition import Condition, GraphDefinition, create_condition
 from cuforge.graph._state import GraphState, require_same_context
+from cuforge.runtime import capture_guard
 from cuforge.runtime.device import _ContextScope
-from cuforge.runtime.errors import CUDAError, check
+from cuforge.runtime.errors import CUDAError, check, error_for
 
 _MODES = {
     "global": driver.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_GLOBAL,
@@ -58,6 +59,7 @@ class GraphBuilder:
         "__weakref__",
         "_bodies",
         "_body_state",
+        "_capture",
         "_ctx",
         "_kind",
         "_own_streams",
@@ -96,6 +98,7 @@ class GraphBuilder:
         self._primary = primary
         self._state: GraphState | None = None
         self._body_state: GraphState | None = None
+        self._capture: Any = None  # (capture_guard record, its abandon finalizer)
         self._own_streams: list[driver.CUstream] = []
         self._bodies: list[GraphState] = []
         # Host-callback bundles captured so far; forks share their origin's list.
@@ -136,6 +139,12 @@ class GraphBuilder:
     def is_building(self) -> bool:
         return self._phase == BUILDING
 
+    @property
+    def is_join_required(self) -> bool:
+        """True for builders made by ``split`` (they must be joined back before
+        ``end_building``); False for the primary."""
+        return self._kind == FORKED
+
     def _root(self) -> GraphBuilder:
         return self._primary if self._primary is not None else self
 
@@ -155,8 +164,22 @@ class GraphBuilder:
                   "cuStreamBeginCaptureToGraph")  # fmt: skip
         else:
             check(driver.cuStreamBeginCapture(self.handle, m), "cuStreamBeginCapture")
+        # Releases that this capture forbids are deferred until it ends (capture_guard).
+        stream = int(self.handle)
+        rec = capture_guard.begin(stream, mode)
+        fin = weakref.finalize(self, _abandon, rec, stream, self._kind == PRIMARY)
+        fin.atexit = False
+        self._capture = (rec, fin)
         self._phase = BUILDING
         return self
+
+    def _capture_over(self) -> None:
+        """The capture ended (or was abandoned): run the releases it deferred."""
+        if self._capture is not None:
+            rec, fin = self._capture
+            self._capture = None
+            fin.detach()
+            capture_guard.end(rec)
 
     def end_building(self) -> GraphBuilder:
         """Stop capturing; the captured graph (and retained callbacks) become the result."""
@@ -165,14 +188,18 @@ class GraphBuilder:
         self._require(BUILDING)
         pending = list(self._pending)
         self._pending.clear()
-        graph = check(driver.cuStreamEndCapture(self.handle), "cuStreamEndCapture")
+        try:
+            graph = check(driver.cuStreamEndCapture(self.handle), "cuStreamEndCapture")
+        finally:
+            self._capture_over()  # ended, successfully or not
         self._phase = BUILT
         if self._kind == BODY:
             for owners in pending:
                 self._body_state.add_bundle(owners)
         else:
             self._state = GraphState(graph, ctx=self._ctx)
-            self._state.pending.extend(pending)
+            for owners in pending:
+                self._state.add_bundle(owners)
             for body in self._bodies:
                 body.parent = self._state
         return self
@@ -183,6 +210,10 @@ class GraphBuilder:
             raise RuntimeError(f"complete() is for the primary builder, not a {self._kind} one")
         self._require(BUILT)
         return self.graph_definition.instantiate(options)
+
+    def debug_dot_print(self, path: Any, options: Any = None) -> None:
+        """Write a Graphviz description of the built graph (see GraphDefinition)."""
+        self.graph_definition.debug_dot_print(path, options)
 
     @property
     def graph_definition(self) -> GraphDefinition:
@@ -212,12 +243,21 @@ class GraphBuilder:
         self._require(BUILDING)
         p, owners = ops.host_callback(fn, user_data)
         self._capture_info()  # refuse before enqueueing: outside capture it would run
-        check(driver.cuLaunchHostFunc(self.handle, p.fn, p.userData), "cuLaunchHostFunc")
+        # Straight to the driver: cuda-bindings' cuLaunchHostFunc wraps the function in
+        # one-shot state, which a graph launched twice would call after it was freed.
+        c = _owners.native_graph()
+        if not c:
+            raise CUDAError("capturing a host callback needs cuforge's C helpers (not built)")
+        err = c.host_func(int(self.handle), int(p.fn), int(p.userData or 0))
+        if err:
+            raise error_for(driver.CUresult(err), "cuLaunchHostFunc")
         self._pending.append(owners)
 
-    def embed(self, child: GraphDefinition) -> None:
-        """Capture ``child`` as a child-graph node (CUDA copies it with its owners)."""
+    def embed(self, child: GraphDefinition | GraphBuilder) -> None:
+        """Capture ``child`` (a definition, or a builder that finished building) as a
+        child-graph node; CUDA copies it with its owners."""
         self._require(BUILDING)
+        child = _as_definition(child, "embed(child)")
         child._state.check_open()
         require_same_context("embed(child)", child._state, self._ctx)
         child._state.flush()
@@ -242,7 +282,9 @@ class GraphBuilder:
 
     @staticmethod
     def join(*builders: GraphBuilder) -> GraphBuilder:
-        """Make ``builders[0]`` wait for all the others; the others are closed."""
+        """Make one builder wait for all the others and return it: the primary when it
+        is among ``builders`` (so ``end_building`` can follow), else ``builders[0]``.
+        The other forked builders are closed."""
         if not builders:
             raise ValueError("join needs at least one builder")
         first = builders[0]
@@ -255,11 +297,17 @@ class GraphBuilder:
                     "join: every builder must come from the same capture (split() of one "
                     "builder); builders of separate captures or devices cannot be joined"
                 )
-        for b in builders[1:]:
-            _fork_wait(b.handle, first.handle)
-            if b._kind == FORKED:
-                b._phase = CLOSED
-        return first
+        target = next((b for b in builders if b._kind != FORKED), first)
+        for b in builders:
+            if b is not target:
+                _fork_wait(b.handle, target.handle)
+                if b._kind == FORKED:
+                    b._phase = CLOSED
+        return target
+
+    def create_condition(self, default_value: int | None = None) -> Condition:
+        """A condition for a conditional node of the graph being captured."""
+        return self.create_conditional_handle(default_value)
 
     def create_conditional_handle(self, default_value: int | None = None) -> Condition:
         """A condition for a conditional node of the graph being captured."""
@@ -298,6 +346,8 @@ class GraphBuilder:
         """Body builder of an IF node (runs when the condition is non-zero)."""
         return self._conditional(handle, _COND.CU_GRAPH_COND_TYPE_IF, 1)[0]
 
+    if_then = if_cond  # cuda.core's newer name
+
     def if_else(self, handle: Condition) -> tuple[GraphBuilder, GraphBuilder]:
         """(then, else) body builders of an IF/ELSE node."""
         then, other = self._conditional(handle, _COND.CU_GRAPH_COND_TYPE_IF, 2)
@@ -321,8 +371,9 @@ class GraphBuilder:
             return
         if self._phase == BUILDING and self._kind != FORKED:
             res = driver.cuStreamEndCapture(self.handle)  # abandon the capture
+            self._capture_over()
             if self._kind == PRIMARY and res[0] == driver.CUresult.CUDA_SUCCESS and int(res[1]):
-                driver.cuGraphDestroy(res[1])
+                capture_guard.destroy(b"cuGraphDestroy", int(res[1]))
         self._phase = CLOSED
         self._pending = []
         self._state = None
@@ -339,9 +390,31 @@ class GraphBuilder:
         return f"<GraphBuilder {self._kind} {self._phase}>"
 
 
+def _as_definition(obj: Any, what: str) -> GraphDefinition:
+    """``obj`` as a GraphDefinition: itself, or a finished builder's graph."""
+    if isinstance(obj, GraphDefinition):
+        return obj
+    if isinstance(obj, GraphBuilder):
+        if obj._phase == CLOSED:
+            raise ValueError(f"{what}: the graph builder is closed")
+        if obj._kind == PRIMARY and obj._phase != BUILT:
+            raise ValueError(f"{what}: the graph builder has not finished building")
+        return obj.graph_definition
+    raise TypeError(f"{what}: expected a GraphDefinition or GraphBuilder, got {type(obj).__name__}")
+
+
 def _destroy_streams(streams: list[driver.CUstream]) -> None:
     while streams:
-        driver.cuStreamDestroy(streams.pop())
+        capture_guard.destroy(b"cuStreamDestroy", int(streams.pop()))
+
+
+def _abandon(rec: capture_guard.Capture, stream: int, primary: bool) -> None:
+    """A builder collected mid-capture: end its capture (CUDA refuses if another thread
+    began it in a strict mode) and stop deferring releases on its account."""
+    res = driver.cuStreamEndCapture(driver.CUstream(stream))
+    capture_guard.end(rec)
+    if primary and res[0] == driver.CUresult.CUDA_SUCCESS and int(res[1]):
+        capture_guard.destroy(b"cuGraphDestroy", int(res[1]))
 
 
 def _fork_wait(src: driver.CUstream, dst: driver.CUstream) -> None:

@@ -17,13 +17,14 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from cuda.bindings import driver
-
+from cuforge._cuda import driver
 from cuforge.graph import _operands as ops
-from cuforge.graph._nodes import EmptyNode, GraphNode, _Adder, _query_nodes, wrap_node
+from cuforge.graph import _owners
+from cuforge.graph._listing import query_nodes, wrap_node
+from cuforge.graph._nodes import EmptyNode, GraphNode, _Adder
 from cuforge.graph._state import GraphState
-from cuforge.runtime._init import ensure_initialized
-from cuforge.runtime.errors import check
+from cuforge.runtime import _init, capture_guard
+from cuforge.runtime.errors import check, error_for
 
 _F = driver.CUgraphInstantiate_flags
 
@@ -84,6 +85,10 @@ class Condition:
     def __int__(self) -> int:
         return int(self._handle)
 
+    def __kernel_arg_u64__(self) -> int:
+        """Passed to a kernel (launch or kernel node) as its 64-bit handle value."""
+        return int(self._handle)
+
     def __repr__(self) -> str:
         return f"<Condition {int(self._handle):#x} default={self.default_value}>"
 
@@ -107,10 +112,31 @@ class GraphDefinition(_Adder):
 
     def __init__(self) -> None:
         """An empty graph for the device whose context is current on this thread."""
-        ensure_initialized()
-        ctx = ops.current_context()
-        graph = check(driver.cuGraphCreate(0), "cuGraphCreate")
-        self._state = GraphState(graph, ctx=ctx)
+        if not _init._done:
+            _init.ensure_initialized()
+        c = _owners.native_graph()
+        if not c:
+            ctx = ops.current_context()
+            graph = check(driver.cuGraphCreate(0), "cuGraphCreate")
+            self._state = GraphState(graph, ctx=ctx)
+            return
+        if _owners._native.queued():
+            # Releases whose drain request the interpreter refused (its pending-call
+            # queue was full) would otherwise wait for the next destructor call.
+            _owners.drain()
+        # The graph and its first bundle list (see GraphState) in one C call.
+        lst: list[Any] = []
+        token = _owners.register(lst)
+        err, ctx, graph, _committed = c.create(0, token)
+        if err or not ctx:
+            _owners.unregister(token)
+            if graph:
+                capture_guard.destroy(b"cuGraphDestroy", graph)
+            if not ctx:
+                ops.current_context()  # raises the "no current context" CUDAError
+            raise error_for(driver.CUresult(err), "cuGraphCreate")
+        state = self._state = GraphState._new(graph, ctx)
+        state.pending = lst
 
     @classmethod
     def _wrap(cls, state: GraphState) -> GraphDefinition:
@@ -148,7 +174,7 @@ class GraphDefinition(_Adder):
     def nodes(self) -> tuple[GraphNode, ...]:
         """Every node of this graph (not of its bodies or children)."""
         self._state.check_open()
-        found = _query_nodes(driver.cuGraphGetNodes, self._state.handle)
+        found = query_nodes(driver.cuGraphGetNodes, self._state.handle)
         return tuple(wrap_node(self._state, n) for n in found)
 
     def edges(self) -> tuple[tuple[GraphNode, GraphNode], ...]:
@@ -163,11 +189,26 @@ class GraphDefinition(_Adder):
         s = self._state
         return tuple((wrap_node(s, a), wrap_node(s, b)) for a, b in zip(src, dst, strict=True))
 
-    def add_dependencies(self, src: GraphNode, dst: GraphNode) -> None:
-        """Make ``dst`` depend on ``src``."""
+    def _edge(self, src: GraphNode, dst: GraphNode) -> tuple[Any, Any]:
         self._state.check_open()
-        check(driver.cuGraphAddDependencies(self._state.handle, [src._handle], [dst._handle],
-                                            None, 1), "cuGraphAddDependencies")  # fmt: skip
+        for n in (src, dst):
+            if not isinstance(n, GraphNode):
+                raise TypeError(f"expected a GraphNode, got {type(n).__name__}")
+            n._check_live()
+        return [src._handle], [dst._handle]
+
+    def add_dependencies(self, src: GraphNode, dst: GraphNode) -> None:
+        """Make ``dst`` depend on ``src`` (CUDAError for a self edge, an existing edge
+        or a node of another graph)."""
+        a, b = self._edge(src, dst)
+        check(driver.cuGraphAddDependencies(self._state.handle, a, b, None, 1),
+              "cuGraphAddDependencies")  # fmt: skip
+
+    def remove_dependencies(self, src: GraphNode, dst: GraphNode) -> None:
+        """Drop the edge ``src`` -> ``dst`` (CUDAError if there is none)."""
+        a, b = self._edge(src, dst)
+        check(driver.cuGraphRemoveDependencies(self._state.handle, a, b, None, 1),
+              "cuGraphRemoveDependencies")  # fmt: skip
 
     def clone(self) -> GraphDefinition:
         """An independent copy; CUDA gives the copy its own references to every owner."""
@@ -185,9 +226,20 @@ class GraphDefinition(_Adder):
     def debug_dot_print(self, path: str | os.PathLike[str], options: Any = None) -> None:
         """Write a Graphviz description of the graph to ``path``."""
         self._state.check_open()
+        if options is not None and not isinstance(options, GraphDebugPrintOptions):
+            raise TypeError(
+                f"options must be a GraphDebugPrintOptions, not {type(options).__name__}"
+            )
         flags = options.flags() if options is not None else 0
         check(driver.cuGraphDebugDotPrint(self._state.handle, os.fsencode(path), flags),
               "cuGraphDebugDotPrint")  # fmt: skip
+
+    def __eq__(self, other: object) -> bool:
+        """Two views of one graph (e.g. ``node.graph`` and the definition) are equal."""
+        return isinstance(other, GraphDefinition) and other._state is self._state
+
+    def __hash__(self) -> int:
+        return hash(("cuforge.GraphDefinition", id(self._state)))
 
     def close(self) -> None:
         """Destroy the graph now (executables and clones are unaffected); idempotent.
@@ -211,5 +263,5 @@ class GraphDefinition(_Adder):
         self.close()
 
     def __repr__(self) -> str:
-        state = "closed" if self._state.closed else f"{int(self._state.handle):#x}"
+        state = "closed" if self._state.closed else f"{self._state.handle_int:#x}"
         return f"<GraphDefinition {state}>"

@@ -5,19 +5,23 @@ Ownership of an executable graph:
   the definition's bundles outlive the definition for as long as the exec exists
   (and until its in-flight launches finish);
 - node updates on the exec (``graph[node].update(...)``) put their new owners into
-  the exec's *accumulator*: a registry entry owned by a user object that was
-  retained on the source graph just before ``cuGraphInstantiate`` and released from
-  it right after, so the exec holds the only reference;
-- a superseded accumulator entry is dropped only when the exec has no launch in
-  flight (an event recorded after each launch says so; launches of one exec are
-  ordered), otherwise it stays until the exec is destroyed;
-- ``update(definition)`` replaces every reference with the new definition's plus a
-  fresh accumulator; CUDA keeps the old ones until in-flight launches finish.
+  the exec's *accumulator* (node -> versions), made at the first such update and
+  held by this object. From then on every launch also records the exec's *idle
+  event* (launches of one exec are ordered, so its completion means no launch is
+  running);
+- a superseded version is dropped only when the exec is idle; otherwise it stays;
+- when the exec is closed, or ``update(definition)`` replaces every reference (the
+  new definition's bundles are copied in by CUDA), the old accumulator is dropped
+  once the idle event completes: at once if it has, else by a host function that
+  CUDA runs after it (on a cuforge stream that waits for the event), which only
+  queues the release for Python (``cuforge_release``, as user-object destructors do).
 A failed update changes nothing: the new owners are only recorded on success.
 """
 
 from __future__ import annotations
 
+import logging
+import time
 from typing import Any
 
 from cuda.bindings import driver
@@ -36,52 +40,84 @@ from cuforge.graph._nodes import (
     MemsetNode,
 )
 from cuforge.graph._state import GraphState
-from cuforge.runtime.device import _ContextScope
+from cuforge.runtime import capture_guard
+from cuforge.runtime.device import Device, _ContextScope
 from cuforge.runtime.errors import CUDAError, check, error_for
 from cuforge.runtime.launch import driver_entry
 from cuforge.runtime.stream import Stream
 
 _SUCCESS = driver.CUresult.CUDA_SUCCESS
-_MOVE = driver.CUuserObjectRetain_flags.CU_GRAPH_USER_OBJECT_MOVE
+_LAUNCH = 0  # cuGraphLaunch's address; -1: unavailable (use the bindings)
+_RECORD = 0  # cuEventRecord's address
+# DEBUG records of instantiate, launch and close; each site checks the level first,
+# so with DEBUG off a launch pays one isEnabledFor call.
+_log = logging.getLogger("cuforge.graph")
+_DEBUG = logging.DEBUG
 
 
-_launch_entries: tuple[int, int] | None = None  # (cuGraphLaunch, cuEventRecord); () if absent
+def _resolve_launch_entries() -> int:
+    global _LAUNCH, _RECORD
+    launch, record = driver_entry(b"cuGraphLaunch"), driver_entry(b"cuEventRecord")
+    _LAUNCH, _RECORD = (launch, record) if launch and record else (-1, 0)
+    return _LAUNCH
 
 
-def _resolve_launch_entries() -> tuple[int, int] | tuple[()]:
-    global _launch_entries
-    found = (driver_entry(b"cuGraphLaunch"), driver_entry(b"cuEventRecord"))
-    _launch_entries = found if all(found) else ()
-    return _launch_entries
-
-
-def _with_accumulator(state: GraphState, action: Any) -> tuple[Any, int, dict]:
-    """Run ``action()`` (instantiate/update) with a new accumulator on the source graph.
-
-    Returns (action's result, accumulator id, accumulator). The source graph's
-    reference is dropped afterwards, whatever happened, so only the exec holds it.
-    """
+def _instantiate_native(c: Any, state: GraphState, flags: int) -> int:
+    """Seal the bundle list and instantiate in one C call; the exec's address."""
     state.check_open()
     state.flush()
-    acc: dict[int, list[tuple[Any, ...]]] = {}
-    token, uobj = _owners.create_user_object(acc)
-    err = driver.cuGraphRetainUserObject(state.handle, uobj, 1, _MOVE)[0]
-    if err != _SUCCESS:
-        driver.cuUserObjectRelease(uobj, 1)
-        raise error_for(err, "cuGraphRetainUserObject")
+    err, _stage, h = c.instantiate(state.handle_int, 0, flags)
+    if err:
+        raise error_for(driver.CUresult(err), "cuGraphInstantiate")
+    return h
+
+
+# --- dropping an accumulator once no launch can use it -----------------------------
+_release_streams: dict[int, driver.CUstream] = {}
+_kept_until_exit: list[Any] = []  # accumulators of execs whose launches were untracked
+
+
+def _release_stream(device_id: int) -> driver.CUstream:
+    """A cuforge-internal stream of ``device_id`` for deferred releases (never closed)."""
+    s = _release_streams.get(device_id)
+    if s is None:
+        with Device(device_id)._scope():
+            flags = driver.CUstream_flags.CU_STREAM_NON_BLOCKING
+            s = _release_streams[device_id] = check(driver.cuStreamCreate(flags), "cuStreamCreate")
+    return s
+
+
+def _drop_after_launches(acc: Any, ev: Any, untracked: bool, device_id: int, own: bool) -> None:
+    """Drop ``acc`` once every launch that may read it has finished (see the module
+    doc); destroys ``ev`` afterwards when ``own``. Queued while a capture forbids it."""
+    capture_guard.release(_drop_when_idle, acc, ev, untracked, device_id, own)
+
+
+def _drop_when_idle(acc: Any, ev: Any, untracked: bool, device_id: int, own: bool) -> None:
     try:
-        result = action()
+        if untracked:  # a launch's end cannot be observed: never drop (rare error path)
+            _kept_until_exit.append(acc)
+            return
+        if ev is None or driver.cuEventQuery(ev)[0] == _SUCCESS:
+            return  # idle: acc goes with this frame
+        token = _owners.register(acc)
+        s = _release_stream(device_id)
+        c = _owners.native_graph()
+        if c and c.release_after(int(s), int(ev), token) == 0:
+            return  # CUDA runs cuforge_release(token) after the last launch
+        check(driver.cuEventSynchronize(ev), "cuEventSynchronize")  # fallback: wait here
+        _owners.unregister(token)
     finally:
-        driver.cuGraphReleaseUserObject(state.handle, uobj, 1)
-    return result, token, acc
+        if own and ev is not None:
+            capture_guard.destroy(b"cuEventDestroy", int(ev))
 
 
 class Graph:
     """An executable graph: ``launch`` it on a stream; update nodes through ``graph[node]``."""
 
+    # _h: the exec's address (0 once closed); _hobj: its CUgraphExec, made on first use.
     __slots__ = (
-        "__weakref__", "_acc", "_acc_token", "_device_id", "_event", "_handle", "_source",
-        "_untracked",
+        "__weakref__", "_acc", "_device_id", "_event", "_h", "_hobj", "_source", "_untracked",
     )  # fmt: skip
 
     def __init__(self) -> None:
@@ -90,29 +126,43 @@ class Graph:
     @classmethod
     def _instantiate(cls, state: GraphState, options: Any) -> Graph:
         flags = options.flags() if options is not None else 0
-
-        def go() -> driver.CUgraphExec:
-            return check(driver.cuGraphInstantiate(state.handle, flags), "cuGraphInstantiate")
-
-        handle, token, acc = _with_accumulator(state, go)
+        started = time.perf_counter() if _log.isEnabledFor(_DEBUG) else 0.0
+        c = _owners.native_graph()
+        if c:
+            h = _instantiate_native(c, state, flags)
+        else:
+            state.check_open()
+            state.flush()
+            h = int(check(driver.cuGraphInstantiate(state.handle, flags), "cuGraphInstantiate"))
         self = object.__new__(cls)
-        self._handle = handle
-        self._acc, self._acc_token = acc, token
+        self._h = h
+        self._hobj = None
+        self._acc: dict[int, list[tuple[Any, ...]]] | None = None  # made by the 1st update
         self._event = None
         self._untracked = False  # a launch whose completion event was never recorded
         # Exec node calls name nodes of the graph this was instantiated from: keep it.
         self._source = state
-        self._device_id = state.device_id
-        upload = getattr(options, "upload_stream", None)
-        if upload is not None:
-            self.upload(upload)
+        dev = state._device_id
+        self._device_id = dev if dev is not None else state.device_id
+        if options is not None:
+            upload = getattr(options, "upload_stream", None)
+            if upload is not None:
+                self.upload(upload)
+        if started:
+            _log.debug(
+                "instantiate graph %#x: exec %#x in %.1f us", int(state.handle), h,
+                (time.perf_counter() - started) * 1e6,
+            )  # fmt: skip
         return self
 
     @property
     def handle(self) -> driver.CUgraphExec:
-        if self._handle is None:
-            raise ValueError("the graph is closed")
-        return self._handle
+        h = self._hobj
+        if h is None:
+            if not self._h:
+                raise ValueError("the graph is closed")
+            h = self._hobj = driver.CUgraphExec(self._h)
+        return h
 
     def launch(self, stream: Any) -> None:
         """Enqueue one run on ``stream`` (ordered after previous launches of this graph).
@@ -131,25 +181,28 @@ class Graph:
             s = stream._handle_int
         else:
             s = int(ops.stream_handle(stream))
-        handle = self.handle
+        h = self._h
+        if not h:
+            raise ValueError("the graph is closed")
         # The idle event only matters once exec node updates have put versions in the
         # accumulator: a version is used only by launches made after it was set, and
         # from then on every launch records (see _idle).
-        ev = self._event
+        ev = 0
         if self._acc:
-            if ev is None:
+            if self._event is None:
                 flags = driver.CUevent_flags.CU_EVENT_DISABLE_TIMING
-                ev = self._event = check(driver.cuEventCreate(flags), "cuEventCreate")
+                self._event = check(driver.cuEventCreate(flags), "cuEventCreate")
+            ev = int(self._event)
+        if _LAUNCH > 0 or (not _LAUNCH and _resolve_launch_entries() > 0):
+            r = _c_graph_launch(_LAUNCH, _RECORD, h, s, ev)
+            launched, recorded = (r, 0) if r >= 0 else (0, -r)
         else:
-            ev = 0
-        entries = _launch_entries if _launch_entries is not None else _resolve_launch_entries()
-        if entries:
-            launched, recorded = _c_graph_launch(*entries, int(handle), s, int(ev))
-        else:
-            launched = int(driver.cuGraphLaunch(handle, s)[0])
+            launched = int(driver.cuGraphLaunch(self.handle, s)[0])
             recorded = int(driver.cuEventRecord(ev, s)[0]) if ev and not launched else 0
         if launched:
             raise error_for(driver.CUresult(launched), "cuGraphLaunch")
+        if _log.isEnabledFor(_DEBUG):
+            _log.debug("launch exec %#x on stream %#x", h, s)
         if recorded:
             # This launch's end cannot be observed: never treat the graph as idle again.
             self._untracked = True
@@ -171,7 +224,10 @@ class Graph:
         return ev is None or driver.cuEventQuery(ev)[0] == _SUCCESS
 
     def _retain(self, node: GraphNode, owners: tuple[Any, ...]) -> None:
-        versions = self._acc.setdefault(int(node._handle), [])
+        acc = self._acc
+        if acc is None:
+            acc = self._acc = {}
+        versions = acc.setdefault(node._h, [])
         if versions and self._idle():
             versions.clear()  # nothing in flight can use a superseded version
         versions.append(owners)
@@ -179,21 +235,22 @@ class Graph:
     def update(self, definition: Any) -> None:
         """Take every node's parameters from ``definition`` (same topology required).
 
-        On failure the graph is unchanged and CUDAError names the driver's reason.
+        ``definition`` may be a GraphBuilder that finished building. On failure the
+        graph is unchanged and CUDAError names the driver's reason.
         """
-        state = definition._state
+        from cuforge.graph._builder import _as_definition
+
+        state = _as_definition(definition, "update(definition)")._state
         if self._source is not None:
             self._source.require_same_context(state, "update(definition)")
-        info: list[Any] = []
-
-        def go() -> None:
-            err, result = driver.cuGraphExecUpdate(self.handle, state.handle)
-            if err != _SUCCESS:
-                info.append(result)
-                raise error_for(err, f"cuGraphExecUpdate ({_reason(result)})")
-
-        _, token, acc = _with_accumulator(state, go)
-        self._acc, self._acc_token = acc, token
+        state.check_open()
+        state.flush()  # CUDA copies the definition's references into the exec
+        err, result = driver.cuGraphExecUpdate(self.handle, state.handle)
+        if err != _SUCCESS:
+            raise error_for(err, f"cuGraphExecUpdate ({_reason(result)})")
+        old, self._acc = self._acc, None
+        if old:  # every node now runs the definition's parameters
+            _drop_after_launches(old, self._event, self._untracked, self._device_id, False)
 
     def __getitem__(self, node: GraphNode) -> ExecNode:
         if not isinstance(node, GraphNode):
@@ -202,21 +259,35 @@ class Graph:
         if view is None:
             raise TypeError(f"{type(node).__name__} has no executable-graph view")
         self.handle  # noqa: B018 - raises if closed
+        destroyed = node._state.destroyed
+        if destroyed and node._h in destroyed:
+            # CUDA requires the node to still exist in the graph the exec came from.
+            raise ValueError(
+                f"{type(node).__name__} {node._h:#x} was destroyed: it is no longer valid"
+            )
         return view(self, node)
 
     def close(self) -> None:
-        """Destroy the executable graph; launches in flight finish first (CUDA's rule)."""
-        if self._handle is not None:
-            h, self._handle = self._handle, None
-            driver.cuGraphExecDestroy(h)
-        if self._event is not None:
-            ev, self._event = self._event, None
-            driver.cuEventDestroy(ev)
-        self._acc = {}
+        """Destroy the executable graph; launches in flight finish first (CUDA's rule),
+        and so do the owners of its node updates. Idempotent."""
+        # Queued while a stream capture forbids it (see capture_guard).
+        h = self._h
+        if h:
+            self._h = 0
+            self._hobj = None
+            capture_guard.destroy(b"cuGraphExecDestroy", h)
+            if _log.isEnabledFor(_DEBUG):
+                _log.debug("close exec %#x", h)
+        acc, self._acc = self._acc, None
+        ev, self._event = self._event, None
+        if acc:
+            _drop_after_launches(acc, ev, self._untracked, self._device_id, True)
+        elif ev is not None:
+            capture_guard.destroy(b"cuEventDestroy", int(ev))
         self._source = None
 
     def __del__(self) -> None:
-        if getattr(self, "_handle", None) is not None and not _owners._native.is_shut_down():
+        if getattr(self, "_h", 0) and not _owners._native.is_shut_down():
             self.close()
 
     def __enter__(self) -> Graph:
@@ -258,6 +329,8 @@ class ExecNode:
         check(driver.cuGraphNodeSetEnabled(self._graph.handle, self._node._handle, int(bool(on))),
               "cuGraphNodeSetEnabled")  # fmt: skip
 
+    is_enabled = enabled
+
     def enable(self) -> None:
         self.enabled = True
 
@@ -271,6 +344,9 @@ class ExecNode:
                 "node updates need the definition this graph was instantiated from, "
                 "and it (or this graph) was closed"
             )
+        destroyed = self._node._state.destroyed
+        if destroyed and self._node._h in destroyed:
+            raise ValueError("the node was destroyed in its definition: it is no longer valid")
         return source
 
     def _apply(self, setter: Any, params: Any, owners: tuple[Any, ...], *extra: Any) -> None:
@@ -307,7 +383,11 @@ class ExecMemcpyNode(ExecNode):
     def update(self, dst: Any, src: Any, size: int, *, dst_owner: Any = None,
                src_owner: Any = None) -> None:  # fmt: skip
         p, owners = MemcpyNode._params(dst, src, size, dst_owner, src_owner)
-        self._apply(driver.cuGraphExecMemcpyNodeSetParams, p, owners, self._live_source().ctx)
+        source = self._live_source()
+        try:
+            self._apply(driver.cuGraphExecMemcpyNodeSetParams, p, owners, source.ctx)
+        except CUDAError as exc:
+            raise ops.explain_copy_failure(exc, source.device_id, p) from None
 
 
 class ExecMemsetNode(ExecNode):

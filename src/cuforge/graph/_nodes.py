@@ -16,13 +16,13 @@ from __future__ import annotations
 import struct
 from typing import TYPE_CHECKING, Any
 
-from cuda.bindings import driver
-
+from cuforge._cuda import driver
 from cuforge._native._launch import add_kernel_node as _c_add
+from cuforge._native._launch import add_kernel_node_args as _c_add_args
 from cuforge.graph import _operands as ops
 from cuforge.graph._state import GraphState
 from cuforge.runtime.args import plan_for
-from cuforge.runtime.errors import check, error_for
+from cuforge.runtime.errors import CUDAError, check, error_for
 from cuforge.runtime.launch import LaunchConfig, _validate_plan, driver_entry
 from cuforge.runtime.memory import Buffer
 from cuforge.runtime.module import Kernel
@@ -59,9 +59,10 @@ def _add_kernel_node(
     """Add a kernel node after node address ``dep`` (0: none) and record its owners.
 
     The common case (a plain LaunchConfig and a cuforge Kernel) packs the arguments
-    into the graph's scratch memory and adds the node with one C call; everything
-    else goes through cuda.bindings. Like every CUgraph, a definition must not be
-    modified from two threads at once (the scratch memory relies on that too).
+    and adds the node in one C call (arrays and other values C cannot pack are
+    packed into the graph's scratch memory first); everything else goes through
+    cuda.bindings. Like every CUgraph, a definition must not be modified from two
+    threads at once (the scratch memory relies on that too).
     """
     if type(config) is not LaunchConfig or type(kernel) is not Kernel:
         return _add_kernel_node_generic(state, [dep] if dep else [], config, kernel, args)
@@ -69,33 +70,55 @@ def _add_kernel_node(
     entry = _add_entry if _add_entry is not None else _resolve_add_entry()
     if plain is None or not entry:
         return _add_kernel_node_generic(state, [dep] if dep else [], config, kernel, args)
-    if args:
+    res: Any = -1
+    last = kernel._last
+    if last is not None:  # the types last validated for this kernel (C checks them)
+        res = _c_add_args(entry, state.handle_int, dep, kernel._function_int, state.ctx_int,
+                          plain, last[0], last[1], args)  # fmt: skip
+    if type(res) is tuple:
+        pass  # added
+    elif args:
         plan = plan_for(args)
-        if plan.nbytes > state.scratch_size:
-            state.grow_scratch(plan.nbytes)
-        try:
-            held = plan.fill(args, state.scratch, state.scratch_addr)
-        except struct.error:  # unsigned 64-bit values and overflow: pack_args sorts them out
-            return _add_kernel_node_generic(state, [dep] if dep else [], config, kernel, args)
-        params = state.scratch_addr
+        if plan not in kernel._checked:
+            _validate_plan(kernel, plan, len(args))
+        codes = plan.ccodes
+        if codes is not None:  # -1: a value C leaves to Python (closed Buffer, range)
+            kernel._last = (codes, plan.types)
+            res = _c_add_args(entry, state.handle_int, dep, kernel._function_int,
+                              state.ctx_int, plain, codes, None, args)  # fmt: skip
+        if type(res) is not tuple:
+            if plan.nbytes > state.scratch_size:
+                state.grow_scratch(plan.nbytes)
+            try:
+                held = plan.fill(args, state.scratch, state.scratch_addr)
+            except struct.error:  # unsigned 64-bit values and overflow: pack_args sorts them
+                return _add_kernel_node_generic(state, [dep] if dep else [], config, kernel, args)
+            params = state.scratch_addr
     else:
-        plan, held, params = None, (), 0
-    if plan not in kernel._checked:
-        _validate_plan(kernel, plan, len(args))
-    err, node = _c_add(entry, state.handle_int, dep, kernel._function_int, state.ctx_int,
-                       plain, params)  # fmt: skip
+        if None not in kernel._checked:
+            _validate_plan(kernel, None, 0)
+        kernel._last = (b"", ())
+        held, params = (), 0
+    if type(res) is tuple:
+        err, node, held = res
+    else:
+        err, node = _c_add(entry, state.handle_int, dep, kernel._function_int, state.ctx_int,
+                           plain, params)  # fmt: skip
     if err:
         raise error_for(driver.CUresult(err), "cuGraphAddKernelNode")
     # held: the allocations of Buffer arguments and the arrays passed by pointer
     # (a Buffer's close() must not free them); args: everything else passed.
     owners = (kernel, args, held)
-    if state.owned:
-        state.pending.append(owners)
-    else:
+    lst = state.pending
+    if lst is not None:
+        lst.append(owners)
+    else:  # a body graph, or no open bundle list yet
         _commit(state, driver.CUgraphNode(node), owners)
     out = object.__new__(KernelNode)
     out._state = state
     out._h = node
+    if state.destroyed:  # the driver reuses node addresses: this one lives again
+        state.destroyed.discard(node)
     return out
 
 
@@ -128,13 +151,6 @@ def _same_device(state: GraphState, obj: Any, what: str) -> None:
             f"{what}: it belongs to device {dev} but this graph to device {state.device_id}; "
             "a cuforge graph runs on one device"
         )
-
-
-def _query_nodes(fn: Any, *args: Any) -> list[driver.CUgraphNode]:
-    count = check(fn(*args, 0))[-1]
-    if not count:
-        return []
-    return list(check(fn(*args, count))[0])[:count]
 
 
 class _Adder:
@@ -171,8 +187,11 @@ class _Adder:
     ) -> MemcpyNode:
         """Add a 1-D copy of ``size`` bytes; Buffer operands are retained, ints are not."""
         p, owners = MemcpyNode._params(dst, src, size, dst_owner, src_owner)
-        return self._add(MemcpyNode, driver.cuGraphAddMemcpyNode, p, owners=owners,
-                         in_context=True)  # fmt: skip
+        try:
+            return self._add(MemcpyNode, driver.cuGraphAddMemcpyNode, p, owners=owners,
+                             in_context=True)  # fmt: skip
+        except CUDAError as exc:
+            raise ops.explain_copy_failure(exc, self._target()[0].device_id, p) from None
 
     def memset(
         self, dst: Any, value: Any, width: int, height: int = 1, pitch: int = 0, *,
@@ -200,8 +219,12 @@ class _Adder:
         return self._add(EventWaitNode, driver.cuGraphAddEventWaitNode,
                          ops.event_handle(event), owners=(event,))  # fmt: skip
 
-    def embed(self, child: GraphDefinition) -> ChildGraphNode:
-        """Add a child-graph node: CUDA copies ``child`` together with its owners."""
+    def embed(self, child: Any) -> ChildGraphNode:
+        """Add a child-graph node: CUDA copies ``child`` (a definition, or a builder
+        that finished building) together with its owners."""
+        from cuforge.graph._builder import _as_definition
+
+        child = _as_definition(child, "embed(child)")
         child._state.check_open()
         self._target()[0].require_same_context(child._state, "embed(child)")
         child._state.flush()
@@ -288,21 +311,23 @@ class GraphNode(_Adder):
     def _wrap(cls, state: GraphState, handle: driver.CUgraphNode) -> Any:
         self = object.__new__(cls)
         self._state = state
-        self._h = int(handle)
+        self._h = h = int(handle)
         self._hobj = handle
+        if state.destroyed:  # the driver reuses node addresses: this one lives again
+            state.destroyed.discard(h)
         return self
 
     def _target(self) -> tuple[GraphState, list[int]]:
         state = self._state
-        if state.closed or state.parent is not None:
-            state.check_open()
+        if state.closed or state.parent is not None or state.destroyed:
+            self._check_live()
         return state, [self._h]
 
     def launch(self, config: Any, kernel: Any, *args: Any) -> KernelNode:
         """Add a kernel node depending on this one (see GraphDefinition.launch)."""
         state = self._state
-        if state.closed or state.parent is not None:
-            state.check_open()
+        if state.closed or state.parent is not None or state.destroyed:
+            self._check_live()
         return _add_kernel_node(state, self._h, config, kernel, args)
 
     @property
@@ -326,15 +351,19 @@ class GraphNode(_Adder):
     @property
     def pred(self) -> tuple[GraphNode, ...]:
         """The nodes this node depends on."""
-        self._state.check_open()
-        found = _query_nodes(driver.cuGraphNodeGetDependencies, self._handle)
+        self._check_live()
+        from cuforge.graph._listing import query_nodes, wrap_node
+
+        found = query_nodes(driver.cuGraphNodeGetDependencies, self._handle)
         return tuple(wrap_node(self._state, n) for n in found)
 
     @property
     def succ(self) -> tuple[GraphNode, ...]:
         """The nodes that depend on this node."""
-        self._state.check_open()
-        found = _query_nodes(driver.cuGraphNodeGetDependentNodes, self._handle)
+        self._check_live()
+        from cuforge.graph._listing import query_nodes, wrap_node
+
+        found = query_nodes(driver.cuGraphNodeGetDependentNodes, self._handle)
         return tuple(wrap_node(self._state, n) for n in found)
 
     def join(self, *nodes: GraphNode) -> EmptyNode:
@@ -344,9 +373,34 @@ class GraphNode(_Adder):
         return GraphDefinition._wrap(self._state).join(self, *nodes)
 
     def destroy(self) -> None:
-        """Remove this node; owners stay with the graph version that had them."""
-        self._state.check_open()
+        """Remove this node; owners stay with the graph version that had them.
+
+        Idempotent; afterwards the node (any object naming it) refuses further use,
+        executable-graph updates included, with ValueError -- until the driver
+        reuses its address for a new node of the graph (CUDA's handles are addresses)."""
+        state = self._state
+        state.check_open()
+        if state.destroyed and self._h in state.destroyed:
+            return
         check(driver.cuGraphDestroyNode(self._handle), "cuGraphDestroyNode")
+        if state.destroyed is None:
+            state.destroyed = set()
+        state.destroyed.add(self._h)
+
+    def _check_live(self) -> None:
+        """ValueError if this node's graph is closed or the node was destroyed."""
+        state = self._state
+        state.check_open()
+        if state.destroyed and self._h in state.destroyed:
+            raise ValueError(f"{type(self).__name__} {self._h:#x} was destroyed")
+
+    @property
+    def is_valid(self) -> bool:
+        """False once the node was destroyed or its graph closed."""
+        state = self._state
+        if state.closed or (state.parent is not None and state.parent.closed):
+            return False
+        return not (state.destroyed and self._h in state.destroyed)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, GraphNode) and other._h == self._h
@@ -359,7 +413,7 @@ class GraphNode(_Adder):
 
     # Definition-level update: subclasses give _params and _set.
     def _update(self, params: Any, owners: tuple[Any, ...]) -> None:
-        self._state.check_open()
+        self._check_live()
         self._set(params)
         self._state.add_bundle(owners)
 
@@ -375,7 +429,7 @@ class KernelNode(GraphNode):
 
         Cluster dims and the cooperative flag follow ``config``.
         """
-        self._state.check_open()
+        self._check_live()
         p, owners = ops.kernel_params(config, kernel, args)
         if int(p.kern):
             p.ctx = self._state.ctx
@@ -406,7 +460,10 @@ class MemcpyNode(GraphNode):
         self._update(*self._params(dst, src, size, dst_owner, src_owner))
 
     def _set(self, p: Any) -> None:
-        check(driver.cuGraphMemcpyNodeSetParams(self._handle, p), "cuGraphMemcpyNodeSetParams")
+        try:
+            check(driver.cuGraphMemcpyNodeSetParams(self._handle, p), "cuGraphMemcpyNodeSetParams")
+        except CUDAError as exc:
+            raise ops.explain_copy_failure(exc, self._state.device_id, p) from None
 
 
 class MemsetNode(GraphNode):
@@ -519,38 +576,15 @@ class ConditionalNode(GraphNode):
         """The first (or only) body graph."""
         return self._branches[0]
 
+    then = body  # IF and IF/ELSE: the branch taken when the condition is non-zero
+
+    @property
+    def else_(self) -> GraphDefinition:
+        """IF/ELSE: the branch taken when the condition is zero."""
+        if len(self._branches) != 2:
+            raise AttributeError("only an IF/ELSE node has an else branch")
+        return self._branches[1]
+
     @property
     def condition(self) -> Condition:
         return self._condition
-
-
-class OtherNode(GraphNode):
-    """A node kind cuforge has no class for (e.g. external semaphores)."""
-
-    __slots__ = ()
-
-
-_BY_TYPE = {
-    _T.CU_GRAPH_NODE_TYPE_KERNEL: KernelNode,
-    _T.CU_GRAPH_NODE_TYPE_MEMCPY: MemcpyNode,
-    _T.CU_GRAPH_NODE_TYPE_MEMSET: MemsetNode,
-    _T.CU_GRAPH_NODE_TYPE_HOST: HostCallbackNode,
-    _T.CU_GRAPH_NODE_TYPE_GRAPH: ChildGraphNode,
-    _T.CU_GRAPH_NODE_TYPE_EMPTY: EmptyNode,
-    _T.CU_GRAPH_NODE_TYPE_EVENT_RECORD: EventRecordNode,
-    _T.CU_GRAPH_NODE_TYPE_WAIT_EVENT: EventWaitNode,
-    _T.CU_GRAPH_NODE_TYPE_MEM_ALLOC: AllocNode,
-    _T.CU_GRAPH_NODE_TYPE_MEM_FREE: FreeNode,
-}
-
-
-def wrap_node(state: GraphState, handle: driver.CUgraphNode) -> GraphNode:
-    """A node object of the right class for an existing node."""
-    kind = check(driver.cuGraphNodeGetType(handle), "cuGraphNodeGetType")
-    cls = _BY_TYPE.get(kind, OtherNode)
-    node = cls._wrap(state, handle)
-    if cls is OtherNode and kind == _T.CU_GRAPH_NODE_TYPE_CONDITIONAL:
-        node = ConditionalNode._wrap(state, handle)
-        node._branches = ()
-        node._condition = None
-    return node

@@ -58,13 +58,21 @@ def resolve_pointer(
 
     Buffer -> its allocation; an array with ``__cuda_array_interface__`` or
     ``__dlpack__`` (torch, CuPy) -> the array itself; int -> nothing, unless
-    ``owner`` names something to keep alive. ``nbytes`` is the extent the node
-    touches: more than a Buffer or a contiguous array holds raises ValueError.
+    ``owner`` names something to keep alive (a Buffer owner: its allocation, so
+    closing that Buffer later frees nothing; a closed one is a ValueError).
+    ``nbytes`` is the extent the node touches: more than a Buffer or a contiguous
+    array holds raises ValueError.
     """
     if isinstance(obj, bool):
         raise TypeError(f"{what}: expected a Buffer or an int address, got bool")
     if isinstance(obj, int):
-        return obj, (() if owner is None else (owner,))
+        if owner is None:
+            return obj, ()
+        if isinstance(owner, Buffer):  # the wrapper alone would not keep the memory
+            if owner._alloc is None:
+                raise ValueError(f"{what}: the owner Buffer is closed")
+            owner = owner._alloc
+        return obj, (owner,)
     if owner is not None:
         raise ValueError(
             f"{what}: an owner may only accompany a raw int address; a "
@@ -260,6 +268,19 @@ def memcpy_params(dst: int, src: int, size: int) -> driver.CUDA_MEMCPY3D:
     return p
 
 
+def explain_copy_failure(exc: CUDAError, device_id: int, p: Any) -> CUDAError:
+    """``exc`` (a refused memcpy node add/update) with what to call when an operand
+    lives on another device that may not access it (see ``peer_access_hint``)."""
+    from cuforge.runtime.memory import peer_access_hint
+
+    hint = peer_access_hint(device_id, (int(p.srcDevice), int(p.dstDevice)))
+    if not hint:
+        return exc
+    out = CUDAError(f"{exc} ({hint})", exc.result)
+    out.__cause__ = exc
+    return out
+
+
 def host_callback(fn: Any, user_data: Any) -> tuple[driver.CUDA_HOST_NODE_PARAMS, tuple[Any, ...]]:
     """Host-node parameters for ``fn`` and the owners that keep fn/user_data valid.
 
@@ -270,6 +291,15 @@ def host_callback(fn: Any, user_data: Any) -> tuple[driver.CUDA_HOST_NODE_PARAMS
     """
     p = driver.CUDA_HOST_NODE_PARAMS()
     if isinstance(fn, _CFuncPtr):
+        # CUDA calls it as void (*)(void *): another prototype would corrupt the call.
+        argtypes = getattr(fn, "argtypes", None)
+        if getattr(fn, "restype", None) is not None or (
+            argtypes is not None and tuple(argtypes) not in ((ctypes.c_void_p,), ())
+        ):
+            raise TypeError(
+                "callback: a ctypes function pointer must have the CUhostFn prototype "
+                "CFUNCTYPE(None, ctypes.c_void_p)"
+            )
         address = ctypes.cast(fn, ctypes.c_void_p).value
         if not address:
             raise ValueError("callback: the ctypes function pointer is NULL")

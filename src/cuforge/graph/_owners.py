@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import atexit
 import itertools
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -29,8 +30,11 @@ from typing import Any
 from cuda.bindings import driver
 
 from cuforge._native import _release as _native
-from cuforge.runtime.errors import check
+from cuforge.runtime import capture_guard
+from cuforge.runtime._init import driver_entry
+from cuforge.runtime.errors import check, error_for
 
+_log = logging.getLogger("cuforge.graph")
 _registry: dict[int, Any] = {}
 _ids = itertools.count(1)
 _lock = threading.Lock()
@@ -46,7 +50,11 @@ def _release(tokens: Iterable[int]) -> None:
     with _lock:
         for token in tokens:
             dropped.append(_registry.pop(token, None))
+        live = len(_registry)
+    released = len(dropped)
     dropped.clear()
+    if _log.isEnabledFor(logging.DEBUG):
+        _log.debug("released %d owner bundles (%d still held by CUDA)", released, live)
 
 
 _native.set_release_callback(_release)
@@ -77,13 +85,20 @@ def unregister(token: int) -> None:
         _registry.pop(token, None)
 
 
-def attach(graph: driver.CUgraph, owners: tuple[Any, ...]) -> int:
-    """Retain a new bundle holding ``owners`` on ``graph``; returns its id.
-
-    On failure nothing references the bundle and CUDAError is raised.
+def attach(graph: int, owners: Any) -> int:
+    """Retain a new bundle holding ``owners`` on the CUgraph at address ``graph``;
+    returns its id. On failure nothing references the bundle and CUDAError is raised.
     """
+    c = native_graph()
+    if c:
+        token = register(owners)
+        err = c.commit(graph, token)
+        if err:
+            unregister(token)
+            raise error_for(driver.CUresult(err), "cuGraphRetainUserObject")
+        return token
     token, uobj = create_user_object(owners)
-    err = driver.cuGraphRetainUserObject(graph, uobj, 1, _MOVE)[0]
+    err = driver.cuGraphRetainUserObject(driver.CUgraph(graph), uobj, 1, _MOVE)[0]
     if err != driver.CUresult.CUDA_SUCCESS:
         # Our reference is still ours: releasing it runs the destructor (queued).
         driver.cuUserObjectRelease(uobj, 1)
@@ -91,8 +106,41 @@ def attach(graph: driver.CUgraph, owners: tuple[Any, ...]) -> int:
     return token
 
 
+_c_graph: Any = None  # cuforge._native._graph with its entries set; False: unavailable
+
+
+def native_graph() -> Any:
+    """The C helper for graph creation, commits and instantiation, or False (then
+    cuda.bindings is used)."""
+    global _c_graph
+    if _c_graph is None:
+        try:
+            from cuforge._native import _graph
+        except ImportError:  # no C helpers built
+            _c_graph = False
+            return _c_graph
+        names = (
+            b"cuCtxGetCurrent", b"cuGraphCreate", b"cuUserObjectCreate", b"cuUserObjectRelease",
+            b"cuGraphRetainUserObject", b"cuGraphInstantiateWithFlags", b"cuLaunchHostFunc",
+            b"cuStreamWaitEvent",
+        )  # fmt: skip
+        addrs = [driver_entry(n) for n in names]
+        if all(addrs):
+            _graph.set_entries(*addrs, _native.destructor_address())
+            _c_graph = _graph
+        else:
+            _c_graph = False
+    return _c_graph
+
+
 def drain() -> int:
-    """Drop every bundle whose user object CUDA has destroyed; returns how many."""
+    """Drop every bundle whose user object CUDA has destroyed; returns how many.
+
+    Runs the releases a stream capture had deferred first (``capture_guard``), when
+    no capture forbids them any more.
+    """
+    if capture_guard.pending():
+        capture_guard.drain()
     tokens = _native.drain()
     if tokens:
         _release(tokens)

@@ -1,13 +1,14 @@
-"""The Python side of one ``CUgraph``: who destroys it and its uncommitted bundles.
+"""The Python side of one ``CUgraph``: who destroys it and its open bundle list.
 
-Bundles of a top-level graph are *group-committed*: each node add/update appends
-its immutable owner tuple to ``pending``, and :meth:`GraphState.flush` moves all of
-them into one new user object retained on the graph. Flushing happens before
-anything that lets CUDA copy the graph's references (instantiate, clone, child
-embedding, whole-graph exec update), so CUDA sees exactly the same owners as with
-one user object per bundle, for a fraction of the driver calls. Until then the
-``GraphState`` holds them itself: nothing but this graph can use them yet.
-Conditional-body graphs (owned by their parent's node) attach each bundle at once.
+Bundles of a top-level graph are *group-committed*: the first node add/update after
+a seal opens a list owned by one new user object retained on the graph (``pending``),
+and later adds/updates append their immutable owner tuples to it. :meth:`GraphState.flush`
+*seals* the list (the next add opens a new one) before anything lets CUDA copy the
+graph's references (instantiate, clone, child embedding, whole-graph exec update):
+a copy holds the list as it was, and nothing is ever appended to a list a copy
+holds. So CUDA sees exactly the owners it would with one user object per bundle,
+for one user object per seal. Conditional-body graphs (owned by their parent's
+node) attach each bundle at once.
 
 Every graph belongs to one CUDA context (and so one device): the context current
 when it was created, its parent's for a body, the capturing stream's for a builder.
@@ -18,16 +19,17 @@ that would mix contexts (embedding, exec updates, launches) are refused.
 from __future__ import annotations
 
 import ctypes
-import weakref
+import sys
 from typing import Any
 
 from cuda.bindings import driver
 
 from cuforge.graph import _owners
 from cuforge.graph._operands import context_device, current_context
+from cuforge.runtime import capture_guard
 
 
-def require_same_context(what: str, theirs: GraphState, ctx: driver.CUcontext) -> None:
+def require_same_context(what: str, theirs: GraphState, ctx: Any) -> None:
     """ValueError unless ``theirs`` (a graph used by ``what``) belongs to context ``ctx``."""
     if theirs.ctx_int != int(ctx):
         raise ValueError(
@@ -37,31 +39,39 @@ def require_same_context(what: str, theirs: GraphState, ctx: driver.CUcontext) -
         )
 
 
-def _destroy(handle: driver.CUgraph) -> None:
-    driver.cuGraphDestroy(handle)
+def _destroy(handle: int) -> None:
+    # Queued while a stream capture forbids it (see cuforge.runtime.capture_guard).
+    capture_guard.destroy(b"cuGraphDestroy", handle)
 
 
 class GraphState:
-    """Owns (or borrows) one CUgraph and the owner bundles not yet given to CUDA."""
+    """Owns (or borrows) one CUgraph and the owner bundles not yet given to CUDA.
+
+    ``handle_int``/``ctx_int`` are the graph and context addresses; ``handle`` and
+    ``ctx`` are cuda.bindings objects for them, made on first use (the hot paths
+    never need them). An owned graph is destroyed by ``close()`` or when this
+    object is collected (not during interpreter shutdown).
+    """
 
     __slots__ = (
-        "__weakref__", "_device_id", "_finalizer", "closed", "ctx", "ctx_int", "handle",
+        "__weakref__", "_ctx", "_device_id", "_hobj", "closed", "ctx_int", "destroyed",
         "handle_int", "owned", "parent", "pending", "scratch", "scratch_addr", "scratch_size",
     )  # fmt: skip
 
     def __init__(
         self,
-        handle: driver.CUgraph,
+        handle: Any,
         parent: GraphState | None = None,
         owned: bool = True,
-        ctx: driver.CUcontext | None = None,
+        ctx: Any = None,
     ) -> None:
-        self.handle = handle
-        self.handle_int = int(handle)
+        """``handle`` and ``ctx``: CUgraph/CUcontext objects or their addresses."""
         if ctx is None:
-            ctx = parent.ctx if parent is not None else current_context()
-        self.ctx = ctx
+            ctx = parent.ctx_int if parent is not None else current_context()
+        self.handle_int = int(handle)
+        self._hobj = handle if not isinstance(handle, int) else None
         self.ctx_int = int(ctx)
+        self._ctx = ctx if not isinstance(ctx, int) else None
         self._device_id: int | None = None
         # Kernel-node parameters are packed here for the add call (the driver copies them).
         self.scratch: Any = None
@@ -71,13 +81,47 @@ class GraphState:
         # that owns this one cannot be destroyed under us.
         self.parent = parent
         self.owned = owned and parent is None
-        self.pending: list[tuple[Any, ...]] = []
+        self.pending: list[Any] | None = None  # the open bundle list (owned graphs)
         self.closed = False
-        self._finalizer: weakref.finalize | None = None
-        if self.owned:
-            fin = weakref.finalize(self, _destroy, handle)
-            fin.atexit = False  # no CUDA calls during interpreter shutdown
-            self._finalizer = fin
+        self.destroyed: set[int] | None = None  # addresses of nodes destroyed here
+
+    @classmethod
+    def _new(cls, handle: int, ctx: int) -> GraphState:
+        """An owned top-level graph from addresses (the GraphDefinition() fast path)."""
+        self = object.__new__(cls)
+        self.handle_int = handle
+        self._hobj = None
+        self.ctx_int = ctx
+        self._ctx = None
+        self._device_id = None
+        self.scratch = None
+        self.scratch_addr = 0
+        self.scratch_size = 0
+        self.parent = None
+        self.owned = True
+        self.pending = None
+        self.closed = False
+        self.destroyed = None
+        return self
+
+    def __del__(self) -> None:
+        if self.owned and not self.closed and not sys.is_finalizing():
+            self.closed = True
+            _destroy(self.handle_int)
+
+    @property
+    def handle(self) -> driver.CUgraph:
+        h = self._hobj
+        if h is None:
+            h = self._hobj = driver.CUgraph(self.handle_int)
+        return h
+
+    @property
+    def ctx(self) -> driver.CUcontext:
+        c = self._ctx
+        if c is None:
+            c = self._ctx = driver.CUcontext(self.ctx_int)
+        return c
 
     def grow_scratch(self, nbytes: int) -> None:
         """Make the parameter scratch memory at least ``nbytes`` long."""
@@ -110,26 +154,34 @@ class GraphState:
         if not owners:
             return
         if self.owned:
-            self.pending.append(owners)
+            lst = self.pending
+            if lst is None:
+                lst = self.open_list()
+            lst.append(owners)
         else:
-            _owners.attach(self.handle, owners)
+            _owners.attach(self.handle_int, owners)
+
+    def open_list(self) -> list[Any]:
+        """A new bundle list, owned by a new user object on the graph (CUDAError, and
+        no list, if the driver refuses)."""
+        lst: list[Any] = []
+        _owners.attach(self.handle_int, lst)
+        self.pending = lst
+        return lst
 
     def flush(self) -> None:
-        """Give every pending bundle to CUDA (one user object on the graph)."""
+        """Seal the open bundle list: CUDA may copy the graph's references now, and
+        what is added later goes to a new list."""
         if self.parent is not None:
             self.parent.flush()
             return
-        if not self.owned or not self.pending:
-            return
-        owners = tuple(self.pending)
-        _owners.attach(self.handle, owners)
-        self.pending.clear()
+        self.pending = None
 
     def close(self) -> None:
         """Destroy the CUgraph now (top-level graphs only); idempotent."""
         if self.closed:
             return
         self.closed = True
-        if self._finalizer is not None:
-            self._finalizer()
-        self.pending.clear()
+        if self.owned:
+            _destroy(self.handle_int)
+        self.pending = None

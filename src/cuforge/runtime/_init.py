@@ -64,3 +64,14 @@ def device_count() -> int:
     """Number of CUDA devices; raises CUDAError without a driver."""
     ensure_initialized()
     return int(check(driver.cuDeviceGetCount()))
+
+
+def driver_entry(name: bytes) -> int:
+    """The address of driver function ``name`` (its CUDA 12.0 ABI, default-stream
+    semantics as cuda.bindings uses), or 0 when the driver does not provide it."""
+    try:
+        flags = driver.CUdriverProcAddress_flags.CU_GET_PROC_ADDRESS_DEFAULT
+        err, pfn, _status = driver.cuGetProcAddress(name, 12000, flags)
+        return int(pfn) if err == driver.CUresult.CUDA_SUCCESS and pfn else 0
+    except Exception:
+        return 0

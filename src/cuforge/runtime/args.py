@@ -2,6 +2,7 @@
 and kernel nodes take.
 
 Mapping: Buffer -> its pointer (owner: its allocation); bool -> bool (1 byte);
+an object with ``__kernel_arg_u64__()`` (a graph Condition) -> that 64-bit value;
 int -> intptr_t (8 bytes; a kernel taking a narrower integer reads the low bytes);
 float -> double; numpy scalars -> their dtype's bytes; ctypes scalars and structures
 -> their bytes; objects with ``__cuda_array_interface__`` or ``__dlpack__`` (torch
@@ -117,6 +118,8 @@ def _handler_for(tp: type) -> _Handler | None:
         return (f"{dt.itemsize}s", "{a}.tobytes()", None)
     if issubclass(tp, (ctypes._SimpleCData, ctypes.Structure, ctypes.Union)):
         return (f"{ctypes.sizeof(tp)}s", "bytes({a})", None)
+    if hasattr(tp, "__kernel_arg_u64__"):  # e.g. cuforge.graph.Condition
+        return ("Q", "{a}.__kernel_arg_u64__()", None)
     if hasattr(tp, "__cuda_array_interface__"):
         return ("Q", "_cai_ptr({a}, {i})", "{a}")
     if hasattr(tp, "__dlpack__"):
@@ -124,13 +127,20 @@ def _handler_for(tp: type) -> _Handler | None:
     return None
 
 
+_C_CODES = frozenset("?bBhHiIqQfd")
+
+
 class _Plan:
     """How to pack one tuple of argument types (compiled to a small function)."""
 
-    __slots__ = ("__weakref__", "codes", "fill", "fmt", "nbytes", "pack", "raw", "sizes")
+    __slots__ = (
+        "__weakref__", "ccodes", "codes", "fill", "fmt", "nbytes", "pack", "raw", "sizes",
+        "types",
+    )  # fmt: skip
 
     def __init__(self, types: Sequence[type]) -> None:
         n = len(types)
+        self.types = tuple(types)
         handlers = []
         for i, tp in enumerate(types):
             h = _handler_for(tp)
@@ -159,6 +169,18 @@ class _Plan:
                 owners.append(owner.format(a=a, i=i))
         self.fmt = "".join(fmt)
         self.codes = tuple(h[0] for h in handlers)
+        # What the C packer (cuforge._native._launch) takes: one byte per argument, or
+        # None when some argument needs Python (arrays, bytes-like values, half floats).
+        cc = []
+        for tp, (code, getter, _owner) in zip(types, handlers, strict=True):
+            if issubclass(tp, Buffer):
+                cc.append("P")
+            elif getter is None and code in _C_CODES:
+                cc.append(code)
+            else:
+                cc = None
+                break
+        self.ccodes: bytes | None = "".join(cc).encode() if cc is not None else None
         self.sizes = tuple(sizes)
         names = ", ".join(f"a{i}" for i in range(n))
         ptrs = ", ".join(f"b + {o}" for o in offsets)

@@ -94,6 +94,17 @@ class _ContextScope:
             check(driver.cuCtxPopCurrent(), "cuCtxPopCurrent")
 
 
+_ALREADY_ENABLED = driver.CUresult.CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED
+
+
+def _as_device(obj: Device | int) -> Device:
+    if isinstance(obj, Device):
+        return obj
+    if isinstance(obj, bool) or not isinstance(obj, int):
+        raise TypeError(f"expected a Device or a device ordinal, got {type(obj).__name__}")
+    return Device(obj)
+
+
 _instances: dict[int, Device] = {}
 _instances_lock = threading.Lock()
 
@@ -274,6 +285,40 @@ class Device:
     def allocate(self, size: int, stream: Stream | None = None) -> Buffer:
         """``size`` bytes from ``memory_resource``, ordered on ``stream`` (default: legacy)."""
         return self.memory_resource.allocate(size, stream)
+
+    # --- peer access ----------------------------------------------------------------
+    def can_access_peer(self, peer: Device | int) -> bool:
+        """Whether work running on this device can read and write memory that lives
+        on ``peer`` (``cuDeviceCanAccessPeer``); a device can always access its own.
+
+        Capability only: access must still be granted -- for pool memory
+        (``Device.allocate``) by the pool, ``Device(peer).memory_resource.peer_accessible_by``;
+        for other device memory by ``enable_peer_access``.
+        """
+        other = _as_device(peer)
+        if other._id == self._id:
+            return True
+        res = driver.cuDeviceCanAccessPeer(self._cu_device, other._cu_device)
+        return bool(check(res, "cuDeviceCanAccessPeer"))
+
+    def enable_peer_access(self, peer: Device | int) -> None:
+        """Let kernels and copies running on this device access ``peer``'s memory from
+        plain allocations (``cuCtxEnablePeerAccess``; memory of other libraries, e.g.
+        ``cudaMalloc``). Pool memory -- what ``Device.allocate`` returns -- is granted
+        by its pool instead: ``Device(peer).memory_resource.peer_accessible_by``.
+        Idempotent; ValueError when ``can_access_peer(peer)`` is False."""
+        other = _as_device(peer)
+        if other._id == self._id:
+            return
+        if not self.can_access_peer(other):
+            raise ValueError(
+                f"device {self._id} cannot access device {other._id}'s memory "
+                "(cuDeviceCanAccessPeer is 0): copy through host memory instead"
+            )
+        with self._scope():
+            err = driver.cuCtxEnablePeerAccess(other.context, 0)[0]
+        if err not in (driver.CUresult.CUDA_SUCCESS, _ALREADY_ENABLED):
+            check((err,), f"enable access from device {self._id} to device {other._id}")
 
     def create_graph_builder(self) -> Any:
         """A ``cuforge.graph.GraphBuilder`` capturing on a new stream of this device.

@@ -16,8 +16,9 @@ from typing import Any
 
 from cuda.bindings import driver
 
+from cuforge.runtime import capture_guard
 from cuforge.runtime.device import Device
-from cuforge.runtime.errors import check
+from cuforge.runtime.errors import check, error_for
 
 _DISABLE_TIMING = int(driver.CUevent_flags.CU_EVENT_DISABLE_TIMING)
 _BLOCKING_SYNC = int(driver.CUevent_flags.CU_EVENT_BLOCKING_SYNC)
@@ -106,7 +107,10 @@ class Event:
         """Destroy the event (idempotent)."""
         handle, self._handle = self._handle, None
         if handle is not None:
-            check(driver.cuEventDestroy(handle), "cuEventDestroy")
+            # Queued while a capture forbids it (see capture_guard).
+            err = capture_guard.destroy(b"cuEventDestroy", int(handle))
+            if err > 0:
+                raise error_for(driver.CUresult(err), "cuEventDestroy")
 
     def __del__(self) -> None:
         if getattr(self, "_handle", None) is None or sys.is_finalizing():

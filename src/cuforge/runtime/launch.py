@@ -31,6 +31,7 @@ from typing import Any
 from cuda.bindings import driver
 
 from cuforge.runtime import _init
+from cuforge.runtime._init import driver_entry
 from cuforge.runtime.args import PackedArgs, _Plan, pack_args, plan_for
 from cuforge.runtime.errors import error_for
 from cuforge.runtime.module import Kernel
@@ -197,20 +198,12 @@ def _c_launch(*args: int) -> int:  # replaced by the C function once resolved
     raise RuntimeError("C launcher not resolved")
 
 
-def driver_entry(name: bytes) -> int:
-    """The address of driver function ``name`` (its CUDA 12.0 ABI, default-stream
-    semantics as cuda.bindings uses), or 0 when the driver does not provide it."""
-    try:
-        flags = driver.CUdriverProcAddress_flags.CU_GET_PROC_ADDRESS_DEFAULT
-        err, pfn, _status = driver.cuGetProcAddress(name, 12000, flags)
-        return int(pfn) if err == _SUCCESS and pfn else 0
-    except Exception:
-        return 0
+_c_launch_args: Any = None  # cuforge._native._launch.launch_args once resolved
 
 
 def _resolve_entry() -> int:
     """The driver's cuLaunchKernel address for the C launcher, or 0 (use the bindings)."""
-    global _entry, _c_launch
+    global _entry, _c_launch, _c_launch_args
     try:
         from cuforge._native import _launch
     except ImportError:  # no C helpers built: the bindings path still works
@@ -219,6 +212,7 @@ def _resolve_entry() -> int:
     entry = driver_entry(b"cuLaunchKernel")
     if entry:
         _c_launch = _launch.launch
+        _c_launch_args = _launch.launch_args
     _entry = entry
     return entry
 
@@ -236,11 +230,37 @@ def launch(stream: Any, config: LaunchConfig, kernel: Kernel, *args: Any) -> Non
         raise TypeError(f"config must be a LaunchConfig, not {type(config).__name__}")
     if type(kernel) is not Kernel:
         raise TypeError(f"kernel must be a Kernel, not {type(kernel).__name__}")
+    last = kernel._last
+    plain = config._plain
+    if last is not None and plain is not None and _c_launch_args is not None:
+        # The argument types are those last validated for this kernel (C checks):
+        # pack and launch in one call. Anything else takes the general path.
+        code = _c_launch_args(
+            _entry, kernel._function_int, plain, stream._handle_int, last[0], last[1], args
+        )
+        if code == 0:
+            return
+    _launch(stream, config, kernel, args)
+
+
+def _launch(stream: Stream, config: LaunchConfig, kernel: Kernel, args: tuple[Any, ...]) -> None:
+    """The general path: plans, validates, packs and launches (C or bindings)."""
+    plain = config._plain
+    if plain is not None and _entry is None:
+        _resolve_entry()
     keep: Any = None  # the parameter storage: must stay alive until the launch call
     if args:
         plan = plan_for(args)
         if plan not in kernel._checked:
             _validate_plan(kernel, plan, len(args))
+        codes = plan.ccodes
+        if codes is not None and plain is not None and _c_launch_args is not None:
+            kernel._last = (codes, plan.types)
+            code = _c_launch_args(
+                _entry, kernel._function_int, plain, stream._handle_int, codes, None, args
+            )
+            if code == 0:
+                return
         try:
             params, keep = plan.raw(args)
         except struct.error:  # u64 bit patterns or overflow: the general path sorts it
@@ -249,9 +269,10 @@ def launch(stream: Any, config: LaunchConfig, kernel: Kernel, *args: Any) -> Non
     else:
         if None not in kernel._checked:
             _validate_plan(kernel, None, 0)
+        if _c_launch_args is not None:
+            kernel._last = (b"", ())
         params = None
-    plain = config._plain
-    if plain is not None and (_entry if _entry is not None else _resolve_entry()):
+    if plain is not None and _entry:
         code = _c_launch(_entry, kernel._function_int, *plain, stream._handle_int, params or 0)
         if code == 0:
             return

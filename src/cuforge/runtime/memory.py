@@ -24,8 +24,9 @@ from typing import Any
 
 from cuda.bindings import driver
 
+from cuforge.runtime import capture_guard
 from cuforge.runtime.device import Device
-from cuforge.runtime.errors import check
+from cuforge.runtime.errors import check, error_for
 from cuforge.runtime.stream import Stream
 
 
@@ -69,13 +70,25 @@ class Allocation:
         # Interpreter shutdown: leak rather than call into a driver being torn down.
         if sys.is_finalizing() or self.mr is None or not self.ptr:
             return
-        try:
-            self.mr.deallocate(self.ptr, self.size, self._free_stream)
-        except Exception as exc:  # a finaliser must not raise; report like CPython does
-            sys.unraisablehook(_Unraisable(exc, self))
+        # Never during a capture that forbids it (queued until the capture ends).
+        capture_guard.release(_free, self.mr, self.ptr, self.size, self._free_stream)
 
     def __repr__(self) -> str:
         return f"<Allocation {self.ptr:#x} size={self.size}>"
+
+
+def _free(mr: MemoryResource, ptr: int, size: int, stream: Stream | None) -> None:
+    try:
+        mr.deallocate(ptr, size, stream)
+    except Exception as exc:  # a finaliser must not raise; report like CPython does
+        sys.unraisablehook(_Unraisable(exc, f"<Allocation {ptr:#x} size={size}>"))
+
+
+def _copy(dst: int, src: int, size: int, stream: Stream) -> None:
+    err = driver.cuMemcpyAsync(dst, src, size, stream.handle)[0]
+    if err != driver.CUresult.CUDA_SUCCESS:
+        hint = peer_access_hint(stream.device.device_id, (src, dst))
+        raise error_for(err, f"copy of {size} bytes" + (f" ({hint})" if hint else ""))
 
 
 class _Unraisable:
@@ -149,8 +162,17 @@ class DeviceMemoryResource(MemoryResource):
         self._pool = check(driver.cuDeviceGetMemPool(self._device._cu_device), "cuDeviceGetMemPool")
 
     def allocate(self, size: int, stream: Any = None) -> Buffer:
+        """``size`` bytes of the device's pool, ordered on ``stream``. RuntimeError on a
+        capturing stream: the allocation would become graph memory, which lives only
+        while the graph runs, not a Buffer's memory."""
         _check_size(size)
         s = _as_stream(stream, self._device)
+        if capture_guard.stream_capturing(s._handle_int):
+            raise RuntimeError(
+                "cannot allocate from the device memory pool on a capturing stream: "
+                "allocate before begin_building(), or add graph memory with "
+                "GraphDefinition.allocate()"
+            )
         ptr = 0
         if size:
             with self._device._scope():
@@ -163,12 +185,22 @@ class DeviceMemoryResource(MemoryResource):
         return Buffer._wrap(Allocation(ptr, size, self, s, device_id=self._device.device_id))
 
     def deallocate(self, ptr: int, size: int, stream: Any = None) -> None:
+        """Free ``ptr`` ordered on ``stream``; queued (see ``capture_guard``) while that
+        stream is capturing, or while a capture forbids the synchronisation a closed
+        ``stream`` needs."""
         s = _as_stream(stream, self._device)
         with self._device._scope():
             if s._handle is None:  # the free stream was closed: order after everything
+                if capture_guard.any_active():  # a context sync is invalid during capture
+                    capture_guard.defer(self.deallocate, ptr, size, stream)
+                    return
                 check(driver.cuCtxSynchronize(), "cuCtxSynchronize")
                 s = self._device.default_stream
-            check(driver.cuMemFreeAsync(ptr, s.handle), "cuMemFreeAsync")
+            err = capture_guard.free_on_stream(b"cuMemFreeAsync", ptr, s._handle_int)
+        if err == capture_guard.DEFERRED:  # recorded into that capture otherwise
+            capture_guard.defer(self.deallocate, ptr, size, s)
+        elif err:
+            raise error_for(driver.CUresult(err), "cuMemFreeAsync")
 
     @property
     def is_device_accessible(self) -> bool:
@@ -185,6 +217,59 @@ class DeviceMemoryResource(MemoryResource):
     @property
     def device(self) -> Device:
         return self._device
+
+    @property
+    def peer_accessible_by(self) -> tuple[int, ...]:
+        """Ordinals of the other devices whose kernels and copies may access memory of
+        this pool (``cuMemPoolGetAccess``), sorted.
+
+        Set it to a sequence of Devices or ordinals (``cuMemPoolSetAccess``): devices
+        added get read-write access, devices left out lose it; every allocation of the
+        pool, past and future, follows. The pool is the device's current one, shared
+        by every DeviceMemoryResource of the device. ValueError for this device itself
+        or one that cannot access it (``Device.can_access_peer``).
+        """
+        from cuforge.runtime._init import device_count
+
+        own = self._device.device_id
+        out = []
+        for i in range(device_count()):
+            if i == own:
+                continue
+            flags = check(driver.cuMemPoolGetAccess(self._pool, _location(i)), "cuMemPoolGetAccess")
+            if flags != _NO_ACCESS:
+                out.append(i)
+        return tuple(out)
+
+    @peer_accessible_by.setter
+    def peer_accessible_by(self, devices: Any) -> None:
+        own = self._device.device_id
+        want = set()
+        for d in devices:
+            i = d.device_id if isinstance(d, Device) else d
+            if isinstance(i, bool) or not isinstance(i, int):
+                raise TypeError(f"peer_accessible_by takes Devices or ordinals, got {d!r}")
+            if i == own:
+                raise ValueError(f"device {own} always accesses its own pool; list other devices")
+            if not Device(i).can_access_peer(own):
+                raise ValueError(
+                    f"device {i} cannot access device {own}'s memory (cuDeviceCanAccessPeer is 0)"
+                )
+            want.add(i)
+        have = set(self.peer_accessible_by)
+        descs = []
+        changes = [(i, _READ_WRITE) for i in sorted(want - have)]
+        changes += [(i, _NO_ACCESS) for i in sorted(have - want)]
+        for i, flags in changes:
+            desc = driver.CUmemAccessDesc()
+            desc.location = _location(i)
+            desc.flags = flags
+            descs.append(desc)
+        if descs:
+            with self._device._scope():
+                check(
+                    driver.cuMemPoolSetAccess(self._pool, descs, len(descs)), "cuMemPoolSetAccess"
+                )
 
 
 class PinnedMemoryResource(MemoryResource):
@@ -207,12 +292,22 @@ class PinnedMemoryResource(MemoryResource):
         return Buffer._wrap(Allocation(ptr, size, self, s, device_id=self._device.device_id))
 
     def deallocate(self, ptr: int, size: int, stream: Any = None) -> None:
+        """Free ``ptr`` after ``stream``'s work; queued (see ``capture_guard``) while
+        that stream is capturing."""
         if stream is not None:
             s = Stream.from_foreign(stream)
             if s._handle is not None:
-                s.sync()  # the host memory may still be read by queued copies
+                if capture_guard.stream_capturing(s._handle_int):
+                    capture_guard.defer(self.deallocate, ptr, size, stream)
+                    return
+                # The host memory may still be read by queued copies.
+                err = capture_guard.call(b"cuStreamSynchronize", s._handle_int)
+                if err:
+                    raise error_for(driver.CUresult(err), "cuStreamSynchronize")
         with self._device._scope():
-            check(driver.cuMemFreeHost(ptr), "cuMemFreeHost")
+            err = capture_guard.call(b"cuMemFreeHost", ptr)
+        if err:
+            raise error_for(driver.CUresult(err), "cuMemFreeHost")
 
     @property
     def is_device_accessible(self) -> bool:
@@ -340,7 +435,7 @@ class Buffer:
         if dst.size != self._size:
             raise ValueError(f"size mismatch: {self._size} bytes into {dst.size}")
         if self._size:
-            check(driver.cuMemcpyAsync(dst.handle, self._ptr, self._size, s.handle), "copy")
+            _copy(dst.handle, self._ptr, self._size, s)
         return dst
 
     def copy_from(self, src: Buffer, *, stream: Any) -> None:
@@ -350,7 +445,7 @@ class Buffer:
             raise ValueError(f"size mismatch: {src.size} bytes into {self._size}")
         s = Stream.from_foreign(stream)
         if self._size:
-            check(driver.cuMemcpyAsync(self._ptr, src.handle, self._size, s.handle), "copy")
+            _copy(self._ptr, src.handle, self._size, s)
 
     def fill(self, value: int, *, stream: Any, width: int = 1) -> None:
         """Set every ``width``-byte element (1, 2 or 4) to ``value``."""
@@ -391,6 +486,54 @@ class Buffer:
         from cuforge.runtime.interop import to_dlpack
 
         return to_dlpack(self, **kwargs)
+
+
+_READ_WRITE = driver.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+_NO_ACCESS = driver.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_NONE
+
+
+def _location(device_id: int) -> driver.CUmemLocation:
+    loc = driver.CUmemLocation()
+    loc.type = driver.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+    loc.id = device_id
+    return loc
+
+
+def peer_access_hint(device_id: int, pointers: Any) -> str:
+    """What to call so that work on ``device_id`` may use ``pointers`` (device
+    addresses, possibly of other devices); "" when nothing is missing that cuforge
+    can tell. Used to explain a refused copy between devices."""
+    hints = []
+    for ptr in pointers:
+        try:
+            owner = _pointer_device(ptr)
+        except Exception:  # host or unknown memory: nothing to say
+            continue
+        if owner == device_id:
+            continue
+        if not Device(device_id).can_access_peer(owner):
+            hints.append(
+                f"device {device_id} cannot access device {owner}'s memory at all "
+                "(cuDeviceCanAccessPeer is 0): copy through host memory"
+            )
+            continue
+        attr = driver.CUpointer_attribute.CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE
+        err, pool = driver.cuPointerGetAttribute(attr, ptr)
+        if err == driver.CUresult.CUDA_SUCCESS and int(pool):
+            mr = Device(owner).memory_resource
+            if isinstance(mr, DeviceMemoryResource) and device_id in mr.peer_accessible_by:
+                continue
+            hints.append(
+                f"{ptr:#x} is pool memory of device {owner}: grant device {device_id} access "
+                f"with Device({owner}).memory_resource.peer_accessible_by = [{device_id}] "
+                "(keeping any device already listed)"
+            )
+        else:
+            hints.append(
+                f"{ptr:#x} is memory of device {owner}: call "
+                f"Device({device_id}).enable_peer_access({owner})"
+            )
+    return "; ".join(hints)
 
 
 def _pointer_device(ptr: int) -> int:

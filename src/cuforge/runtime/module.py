@@ -22,6 +22,7 @@ from typing import Any
 
 from cuda.bindings import driver
 
+from cuforge.runtime import capture_guard
 from cuforge.runtime._init import ensure_initialized
 from cuforge.runtime.device import Device
 from cuforge.runtime.errors import CUDAError, check
@@ -44,7 +45,8 @@ class _Library:
         if handle is None or sys.is_finalizing():
             return
         with contextlib.suppress(Exception):  # not actionable in a finaliser
-            driver.cuLibraryUnload(handle)
+            # Queued while a capture forbids it (see capture_guard).
+            capture_guard.destroy(b"cuLibraryUnload", int(handle))
 
 
 # id(object_code) -> (weakref or strong ref to it, library)
@@ -165,6 +167,7 @@ class Kernel:
         "_checked",
         "_function_int",
         "_handle",
+        "_last",
         "_lib",
         "_name",
         "_params",
@@ -184,6 +187,9 @@ class Kernel:
         self._function_int = int(handle)  # the same, as an address for the C launcher
         self._params: tuple[int, ...] | None = None
         self._checked: set[Any] = set()
+        # (C packing codes, argument types) of the last validated signature: launches
+        # and kernel nodes with exactly these types skip planning (launch.py).
+        self._last: tuple[bytes, tuple[type, ...]] | None = None
         return self
 
     @property

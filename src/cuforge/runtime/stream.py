@@ -21,12 +21,27 @@ from typing import TYPE_CHECKING, Any
 
 from cuda.bindings import driver
 
+from cuforge.runtime import capture_guard
 from cuforge.runtime._init import ensure_initialized
 from cuforge.runtime.device import Device
-from cuforge.runtime.errors import check
+from cuforge.runtime.errors import check, error_for
 
 if TYPE_CHECKING:
     from cuforge.runtime.event import Event, EventOptions
+
+
+try:
+    from cuforge._native._launch import call1 as _call1
+except ImportError:  # no C helpers built: the bindings are used
+    _call1 = None
+_sync_entry: int | None = None  # cuStreamSynchronize's address; 0: use the bindings
+
+
+def _resolve_sync() -> int:
+    global _sync_entry
+    _sync_entry = capture_guard.entry(b"cuStreamSynchronize") if _call1 is not None else 0
+    return _sync_entry
+
 
 _LEGACY = int(driver.CU_STREAM_LEGACY)
 _PER_THREAD = int(driver.CU_STREAM_PER_THREAD)
@@ -175,7 +190,15 @@ class Stream:
     # --- operations -----------------------------------------------------------------
     def sync(self) -> None:
         """Block until all work submitted to this stream so far has completed."""
-        check(driver.cuStreamSynchronize(self.handle), "cuStreamSynchronize")
+        if self._handle is None:
+            raise ValueError("stream is closed")
+        entry = _sync_entry if _sync_entry is not None else _resolve_sync()
+        if entry:
+            err = _call1(entry, self._handle_int)
+        else:
+            err = int(driver.cuStreamSynchronize(self._handle_int)[0])
+        if err:
+            raise error_for(driver.CUresult(err), "cuStreamSynchronize")
 
     def record(self, event: Event | None = None, options: EventOptions | None = None) -> Event:
         """Record ``event`` (a new one made with ``options`` when None) here; return it."""
@@ -208,7 +231,10 @@ class Stream:
         handle, self._handle = self._handle, None
         self._owner = None
         if handle is not None and self._owned:
-            check(driver.cuStreamDestroy(handle), "cuStreamDestroy")
+            # Queued while a capture forbids it (see capture_guard).
+            err = capture_guard.destroy(b"cuStreamDestroy", self._handle_int)
+            if err > 0:
+                raise error_for(driver.CUresult(err), "cuStreamDestroy")
 
     def __del__(self) -> None:
         if getattr(self, "_handle", None) is None or not self._owned or sys.is_finalizing():

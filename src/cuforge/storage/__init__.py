@@ -14,6 +14,7 @@ from .config import default_cache
 from .entry import CacheEntry, EntryInfo, entry_id
 from .filestream import FileStreamProgramCache, default_cache_dir
 from .memory import InMemoryProgramCache
+from .sqlite import CacheRecoveryWarning, SQLiteProgramCache, default_db_path
 from .stats import CacheStats
 
 if TYPE_CHECKING:
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CacheEntry",
     "CachePathError",
+    "CacheRecoveryWarning",
     "CacheStats",
     "CacheWriteWarning",
     "EntryInfo",
@@ -32,12 +34,14 @@ __all__ = [
     "InMemoryProgramCache",
     "ProgramCacheResource",
     "RedisProgramCache",
+    "SQLiteProgramCache",
     "SignedProgramCache",
     "TieredProgramCache",
     "UnsafeCacheError",
     "_is_windows_sharing_violation",
     "default_cache",
     "default_cache_dir",
+    "default_db_path",
     "entry_id",
     "open_cache",
 ]

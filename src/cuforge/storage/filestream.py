@@ -30,6 +30,7 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from typing import Any, NamedTuple
 
+from . import _events
 from ._atomicwrite import PairWriter
 from ._fsutil import (
     O_NOFOLLOW,
@@ -317,10 +318,12 @@ class FileStreamProgramCache(ProgramCacheResource):
             return None
         except OSError as exc:
             if not _is_windows_sharing_violation(exc):
+                self._read_failed(exc)
                 return None
             try:
                 sfd = open_retry(names.sidecar, _O_READ)
-            except OSError:
+            except OSError as exc2:
+                self._read_failed(exc2)
                 return None
         try:
             side = os.read(sfd, SIDECAR_READ)
@@ -336,6 +339,7 @@ class FileStreamProgramCache(ProgramCacheResource):
                 return None  # a writer between its two renames, or a deleter
             except OSError as exc:
                 if not _is_windows_sharing_violation(exc):
+                    self._read_failed(exc)
                     return None
                 fd = open_retry(names.payload, _O_READ)
             try:
@@ -361,7 +365,8 @@ class FileStreamProgramCache(ProgramCacheResource):
                 )
             finally:
                 os.close(fd)
-        except OSError:
+        except OSError as exc:
+            self._read_failed(exc)
             return None
         finally:
             os.close(sfd)
@@ -377,6 +382,24 @@ class FileStreamProgramCache(ProgramCacheResource):
         self._stats.integrity_failures += 1
         if freed:
             self._ledger_add(-freed)
+        _events.fail_open(
+            self,
+            _events.INTEGRITY,
+            "cuforge program cache %s: entry %s failed its integrity check (%s); removed, "
+            "counted in stats().integrity_failures, and compiled again",
+            self._root,
+            names.key_digest.hex()[:12],
+            bad.problem,
+        )
+
+    def _read_failed(self, exc: OSError) -> None:
+        _events.fail_open(
+            self,
+            _events.READ,
+            "cuforge program cache %s: could not read an entry (%s); treated as a miss",
+            self._root,
+            exc,
+        )
 
     # -- writes --------------------------------------------------------------------
     def __setitem__(self, key: CacheKey, value: CacheValue) -> None:
@@ -418,6 +441,14 @@ class FileStreamProgramCache(ProgramCacheResource):
 
     def _write_failed(self, exc: OSError) -> None:
         self._stats.write_failures += 1
+        _events.fail_open(
+            self,
+            _events.WRITE,
+            "cuforge program cache %s: could not store an entry (%s); the result is still "
+            "returned, only not cached; counted in stats().write_failures",
+            self._root,
+            exc,
+        )
         if not self._warned:
             self._warned = True
             warnings.warn(

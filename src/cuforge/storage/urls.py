@@ -112,6 +112,7 @@ _LAZY: dict[str, str] = {
     "rediss": "cuforge.storage.redis",
     "redis+cluster": "cuforge.storage.redis",
     "rediss+cluster": "cuforge.storage.redis",
+    "sqlite": "cuforge.storage.sqlite",
 }
 
 

@@ -1,0 +1,29 @@
+"""The ``cuforge.compile`` logger: one DEBUG record per compile or link.
+
+Each record names the backend, the program, the target, the time the backend took
+and the exact flags it received. Callers check ``log.isEnabledFor(logging.DEBUG)``
+before timing, so with DEBUG off a compile pays one level check.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+
+log = logging.getLogger("cuforge.compile")
+
+
+def compiled(
+    backend: str, name: str, target: str, started: float, size: int, flags: Sequence[str | bytes]
+) -> None:
+    """Log a finished compile that began at ``time.perf_counter()`` == ``started``."""
+    ms = (time.perf_counter() - started) * 1e3
+    shown = " ".join(f.decode("utf-8", "replace") if isinstance(f, bytes) else f for f in flags)
+    log.debug(
+        "%s compiled %s to %s in %.1f ms (%d bytes): %s",
+        backend, name or "<source>", target, ms, size, shown,
+    )  # fmt: skip
+
+
+__all__ = ["compiled", "log"]

@@ -1,0 +1,65 @@
+"""Fail-open events of a program cache, logged the library way.
+
+A cache that cannot be written, holds a damaged entry, cannot be read or whose
+backend is unreachable never fails a compile: the event becomes a miss or a
+dropped store, is counted in ``stats()``, and is logged on ``cuforge.cache`` --
+WARNING the first time a cause is seen on a cache handle, DEBUG every time after
+(so a full disk says so once, not per compile). The library adds no handler and
+sets no level: the application decides what is shown.
+
+Backends call ``fail_open(self, CAUSE, message, *args)``; ``message`` is a
+%-format string, as for ``logging``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import weakref
+from typing import Any
+
+log = logging.getLogger("cuforge.cache")
+
+#: The cache could not store an entry (full disk, read-only or missing directory).
+WRITE = "write"
+#: An entry failed its integrity check; it was removed and the program compiled again.
+INTEGRITY = "integrity"
+#: An entry exists but could not be read (permissions, I/O error): a miss.
+READ = "read"
+#: The backend itself failed or is unreachable (a lookup raised; a server is down).
+UNAVAILABLE = "unavailable"
+
+_ATTR = "_cuforge_fail_open_seen"
+_lock = threading.Lock()
+_by_ref: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
+
+
+def _first_time(handle: Any, cause: str) -> bool:
+    """Whether ``cause`` is new for ``handle`` (recording it). Handles that take
+    neither an attribute nor a weak reference report every event as new."""
+    with _lock:
+        seen = getattr(handle, _ATTR, None)
+        if seen is None:
+            seen = set()
+            try:
+                setattr(handle, _ATTR, seen)
+            except (AttributeError, TypeError):
+                try:
+                    seen = _by_ref.setdefault(handle, seen)
+                except TypeError:
+                    return True
+        if cause in seen:
+            return False
+        seen.add(cause)
+        return True
+
+
+def fail_open(handle: Any, cause: str, message: str, *args: Any) -> None:
+    """Log a fail-open event of ``handle``: WARNING once per ``cause``, then DEBUG."""
+    if _first_time(handle, cause):
+        log.warning(message, *args, extra={"cuforge_cause": cause})
+    elif log.isEnabledFor(logging.DEBUG):
+        log.debug(message, *args, extra={"cuforge_cause": cause})
+
+
+__all__ = ["INTEGRITY", "READ", "UNAVAILABLE", "WRITE", "fail_open", "log"]

@@ -1,0 +1,120 @@
+"""One SQLite connection per thread to one database file, all closed together.
+
+A connection is used only by the thread that opened it (so a thread waiting on a
+lock never holds up another thread's reads); ``close_all`` may close them from any
+thread, which is why they are opened with ``check_same_thread=False``. Connections
+of threads that have ended are closed when a new one is opened.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+__all__ = ["Connections", "load_sqlite3", "pragmas"]
+
+
+def load_sqlite3() -> Any:
+    """Python's sqlite3 module, imported now (``import cuforge`` never needs it).
+
+    Raises ImportError on interpreters built without it, RuntimeError when the
+    SQLite library is older than 3.24 (UPSERT).
+    """
+    try:
+        import sqlite3
+    except ImportError as exc:
+        raise ImportError(
+            f"SQLiteProgramCache needs Python's sqlite3 module, which this interpreter "
+            f"lacks ({exc}); use FileStreamProgramCache instead"
+        ) from exc
+    if sqlite3.sqlite_version_info < (3, 24, 0):
+        raise RuntimeError(
+            f"SQLiteProgramCache needs SQLite 3.24 or newer; Python here links "
+            f"{sqlite3.sqlite_version}"
+        )
+    return sqlite3
+
+
+def pragmas(durable: bool, wal_limit: int) -> tuple[str, ...]:
+    """How every connection is set up."""
+    return (
+        f"PRAGMA synchronous = {'FULL' if durable else 'NORMAL'}",
+        # The cache checkpoints itself when the WAL file passes half its budget
+        # (SQLiteProgramCache._make_room); a restarted WAL is cut back to that.
+        f"PRAGMA journal_size_limit = {wal_limit // 2}",
+        "PRAGMA wal_autocheckpoint = 0",
+        "PRAGMA cell_size_check = ON",
+        # Some builds zero every freed page (SECURE_DELETE): WAL traffic for nothing.
+        "PRAGMA secure_delete = FAST",
+        "PRAGMA trusted_schema = OFF",
+    )
+
+
+class Connections:
+    """Per-thread connections to ``path`` in autocommit mode, set up by ``pragmas``."""
+
+    def __init__(self, sqlite: Any, path: str, timeout: float, pragmas: tuple[str, ...]) -> None:
+        self._sqlite = sqlite
+        self._path = path
+        self._timeout = timeout
+        self._pragmas = pragmas
+        self._local = threading.local()
+        self._by_thread: dict[int, Any] = {}
+        self._mutex = threading.Lock()
+        self._orphans: list[Any] = []
+
+    def get(self) -> Any:
+        """This thread's connection, opened on first use (raises sqlite3.Error)."""
+        try:
+            return self._local.conn
+        except AttributeError:
+            pass
+        conn = self._sqlite.connect(
+            self._path,
+            timeout=self._timeout,
+            isolation_level=None,
+            check_same_thread=False,
+            cached_statements=64,
+        )
+        try:
+            for pragma in self._pragmas:
+                conn.execute(pragma).fetchall()
+        except BaseException:
+            conn.close()
+            raise
+        me = threading.get_ident()
+        with self._mutex:
+            alive = {t.ident for t in threading.enumerate()}
+            for ident in [i for i in self._by_thread if i not in alive or i == me]:
+                with contextlib.suppress(Exception):
+                    self._by_thread.pop(ident).close()
+            self._by_thread[me] = conn
+        self._local.conn = conn
+        return conn
+
+    @contextlib.contextmanager
+    def busy_timeout(self, conn: Any, ms: int) -> Iterator[None]:
+        """Wait at most ``ms`` for locks on ``conn`` inside the block."""
+        conn.execute(f"PRAGMA busy_timeout = {ms}")
+        try:
+            yield
+        finally:
+            conn.execute(f"PRAGMA busy_timeout = {int(self._timeout * 1000)}")
+
+    def close_all(self) -> None:
+        with self._mutex:
+            conns, self._by_thread = list(self._by_thread.values()), {}
+        self._local = threading.local()
+        for conn in conns:
+            with contextlib.suppress(Exception):
+                conn.close()
+
+    def forget_after_fork(self) -> None:
+        """In a forked child: never use or close the parent's connections (SQLite's
+        rule); they are kept, unclosed, for the life of the process."""
+        self._orphans.extend(self._by_thread.values())
+        self._by_thread = {}
+        self._local = threading.local()
+        self._mutex = threading.Lock()

@@ -1,0 +1,141 @@
+"""Eviction for the SQLite cache: least-recently-used rows out, pages back to the disk.
+
+Deciding needs no scan: the pages in use come from two pragmas and the stored bytes
+from the running total the triggers keep. Choosing walks the ``used_ns`` index from
+the oldest row and stops as soon as enough is chosen. Deleted rows free pages inside
+the file; ``incremental_vacuum`` hands them back (truncating the database as the WAL
+is folded in) in steps, each followed by a WAL checkpoint.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["checkpoint", "evict_down", "evict_rows", "pages_in_use", "shrink_to", "vacuum"]
+
+
+def pages_in_use(conn: Any) -> int:
+    """Database pages holding data (all pages less the free list)."""
+    pages = conn.execute("PRAGMA page_count").fetchall()[0][0]
+    free = conn.execute("PRAGMA freelist_count").fetchall()[0][0]
+    return pages - free
+
+
+def evict_rows(conn: Any, room: float, page_size: int, limit: int) -> list[int]:
+    """Delete the least recently used rows until the pages in use would fit ``room``
+    bytes, at most ``limit`` of them; the row ids deleted. One write transaction.
+
+    Row ids are key digests, so old rows sit on unrelated pages and each one deleted
+    writes about a page to the WAL: ``limit`` keeps that within the WAL budget."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        used = pages_in_use(conn) * page_size
+        total = conn.execute("SELECT total_bytes FROM cuforge_state").fetchall()[0][0]
+        victims: list[tuple[int]] = []
+        if used > room and total > 0:
+            # A stored byte costs used/total bytes of pages (overflow pages, b-tree,
+            # index): free that share of the stored bytes.
+            need = total * (1 - max(room, 0) / used)
+            cur = conn.execute("SELECT rid, size FROM cuforge_entries ORDER BY used_ns")
+            freed = 0
+            while freed < need:
+                batch = cur.fetchmany(256)
+                if not batch:
+                    break
+                for rid, size in batch:
+                    victims.append((rid,))
+                    freed += size
+                    if freed >= need or len(victims) >= limit:
+                        break
+                if len(victims) >= limit:
+                    break
+            cur.close()
+            conn.executemany("DELETE FROM cuforge_entries WHERE rid = ?", victims)
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    return [rid for (rid,) in victims]
+
+
+def vacuum(conn: Any, pages: int, step: int, timeout: float) -> None:
+    """Hand up to ``pages`` free pages back to the file system, ``step`` at a time
+    with a WAL checkpoint after each: moving pages writes them (and their parents)
+    to the WAL, so one big step would swell the WAL by as much as it frees. Stops
+    early when a checkpoint cannot complete (the free pages are then reused by
+    later writes)."""
+    free = conn.execute("PRAGMA freelist_count").fetchall()[0][0]
+    while pages > 0 and free > 0:
+        n = min(step, pages)
+        # executescript steps the pragma to completion; execute() would free one page.
+        conn.executescript(f"PRAGMA incremental_vacuum({n})")
+        left = conn.execute("PRAGMA freelist_count").fetchall()[0][0]
+        if not checkpoint(conn, timeout) or left >= free:
+            return
+        pages -= free - left
+        free = left
+
+
+def passive_checkpoint(conn: Any) -> bool:
+    """Fold what the WAL holds into the database without waiting for anyone (a
+    PASSIVE checkpoint never holds writers off); whether all of it went in."""
+    busy, log, done = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()[0]
+    return busy == 0 and log == done
+
+
+def checkpoint(conn: Any, timeout: float, truncate: bool = False) -> bool:
+    """Fold the WAL into the database so the next writer starts it over (RESTART:
+    its file is reused, cut to ``journal_size_limit``), or empty its file
+    (TRUNCATE); whether that completed within ``timeout`` seconds.
+
+    SQLite waits (busy handler) for readers, but not for another connection's
+    checkpoint, so that case is retried here.
+    """
+    sql = f"PRAGMA wal_checkpoint({'TRUNCATE' if truncate else 'RESTART'})"
+    deadline = time.monotonic() + timeout
+    while True:
+        busy, log, _ = conn.execute(sql).fetchall()[0]
+        if busy == 0:
+            return True
+        if log != -1 or time.monotonic() >= deadline:
+            return False  # readers outlasted the busy timeout, or no turn came
+        time.sleep(0.001)
+
+
+def evict_down(
+    conn: Any,
+    room: Callable[[], float],
+    page: int,
+    step: int,
+    timeout: float,
+    first: Callable[[], object],
+) -> list[int]:
+    """Evict in transactions of at most ``step`` rows, each followed by a passive checkpoint,
+    until the pages in use fit ``room()``; call ``first()`` before the first one.
+    The row ids deleted."""  # fmt: skip
+    gone: list[int] = []
+    for _ in range(64):
+        fits = room()
+        if pages_in_use(conn) * page <= fits:
+            break
+        if not gone:
+            first()
+        batch = evict_rows(conn, fits, page, step)
+        gone += batch
+        # Between batches only a passive checkpoint: a blocking one holds every writer
+        # of the database off while it waits for readers, and a loop of them starves
+        # writers past their busy timeout. The caller folds the WAL in once at the end.
+        if not batch:
+            break
+        passive_checkpoint(conn)
+    return gone
+
+
+def shrink_to(conn: Any, share: float, page: int, step: int, timeout: float) -> None:
+    """Give back the free pages of a file larger than ``share`` bytes (pages free
+    inside a file within its share are reused by later writes)."""
+    pages = conn.execute("PRAGMA page_count").fetchall()[0][0]
+    vacuum(conn, pages - int(share // page), step, timeout)

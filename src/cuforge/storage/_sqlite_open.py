@@ -1,0 +1,130 @@
+"""Opening a SQLite cache file: judge it, make it ours, or move a damaged one aside.
+
+A damaged file (not SQLite, truncated, unreadable, or failing ``quick_check`` after
+damage was reported while open: ``<path>.damaged``) is renamed
+``<path>.corrupt-<timestamp>`` and replaced by an empty cache -- but only while no
+other process uses it (the exclusive hold of byte 0 in ``<path>.lock``): SQLite must
+never see its file renamed under an open connection. A peer waiting to do the same
+finds the new file instead. When the file cannot be repaired the handle serves
+misses. A foreign database raises ``ForeignDatabaseError`` before anything is written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from typing import Any, NamedTuple
+
+from ._sqlite_conn import Connections
+from ._sqlite_lock import LockFile
+from ._sqlite_schema import ensure_schema, file_problem, is_busy, is_corruption, move_aside, probe
+
+__all__ = ["Opened", "mark_damaged", "open_database"]
+
+
+class Opened(NamedTuple):
+    """The outcome of opening: why the handle must serve misses (None: it need not),
+    and a notice to warn about (a repair, or why none was possible)."""
+
+    broken: str | None
+    notice: str | None
+
+
+def mark_damaged(path: str) -> None:
+    """Remember that SQLite reported damage: the next open checks the whole file."""
+    with contextlib.suppress(OSError), open(path + ".damaged", "a"):
+        pass
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _diagnose(sqlite: Any, conns: Connections, path: str) -> str | None:
+    """None when the file is ours and current (made so if new or stale); else what is
+    wrong with it. Raises ForeignDatabaseError, and OperationalError (busy, I/O)."""
+    problem = file_problem(path)
+    if problem is not None:
+        return problem
+    try:
+        conn = conns.get()
+        marker = path + ".damaged"
+        if os.path.exists(marker):
+            result = conn.execute("PRAGMA quick_check").fetchall()
+            if result != [("ok",)]:
+                return f"damaged ({result[0][0]})"
+            with contextlib.suppress(OSError):
+                os.unlink(marker)
+        ensure_schema(conn, path)
+        probe(conn)
+    except sqlite.DatabaseError as exc:
+        if is_corruption(exc):
+            return f"SQLite cannot read it: {exc}"
+        raise
+    return None
+
+
+def open_database(
+    sqlite: Any, conns: Connections, locks: LockFile, path: str, timeout: float
+) -> Opened:
+    """Make ``path`` a usable cache database (see the module docstring).
+
+    Raises ForeignDatabaseError, and OSError when the file cannot be opened at all.
+    """
+    locks.use(timeout)
+    try:
+        problem = _diagnose(sqlite, conns, path)
+        if problem is None:
+            return Opened(None, None)
+        return _recover(sqlite, conns, locks, path, timeout, problem)
+    except sqlite.OperationalError as exc:
+        conns.close_all()
+        if is_busy(exc):
+            why = f"another connection held it locked for over {timeout:g} s"
+            return Opened(why, why)
+        raise OSError(f"cannot open the SQLite program cache {path}: {exc}") from exc
+
+
+def _recover(
+    sqlite: Any, conns: Connections, locks: LockFile, path: str, timeout: float, problem: str
+) -> Opened:
+    conns.close_all()
+    deadline = time.monotonic() + timeout
+    seen = _identity(path)
+    while not locks.try_exclusive():
+        if not locks.alone_in_process() or time.monotonic() >= deadline:
+            locks.use(0)
+            why = f"it is damaged ({problem}) and in use by another process"
+            return Opened(why, why)
+        locks.unuse()  # let a peer that waits for the same thing go first
+        time.sleep(0.01)
+        if _identity(path) != seen:  # a peer replaced it
+            locks.use(timeout)
+            again = _diagnose(sqlite, conns, path)
+            if again is None:
+                return Opened(None, None)
+            problem, seen = again, _identity(path)
+            conns.close_all()
+    try:
+        again = _diagnose(sqlite, conns, path)  # a peer may have repaired it meanwhile
+        if again is None:
+            return Opened(None, None)
+        conns.close_all()
+        try:
+            dest = move_aside(path)
+        except OSError as exc:
+            why = f"it is damaged ({again}) and could not be moved aside ({exc})"
+            return Opened(why, why)
+        notice = f"it was damaged ({again}); moved it to {dest} and started an empty cache"
+        still = _diagnose(sqlite, conns, path)
+        if still is not None:
+            conns.close_all()
+            return Opened(f"a new database could not be made ({still})", notice)
+        return Opened(None, notice)
+    finally:
+        locks.share()

@@ -1,0 +1,283 @@
+"""The SQLite cache's file: its schema, how an existing file is judged, and row checks.
+
+Layout (``PRAGMA application_id`` marks the file as ours, ``user_version`` is the
+schema version; auto_vacuum is INCREMENTAL and the journal is WAL)::
+
+    cuforge_entries(rid INTEGER PRIMARY KEY,  -- first 8 bytes of the key digest
+                    digest BLOB,              -- blake2b-256 of the key: the entry id
+                    crc INTEGER,              -- row_check(): payload, length, metadata
+                    size INTEGER,             -- payload + metadata bytes
+                    stored_ns, used_ns INTEGER, meta BLOB, data BLOB)
+    cuforge_entries_used                      -- index on used_ns: LRU order
+    cuforge_state(id = 0, entries, total_bytes, <one column per CacheStats counter>)
+    triggers keeping cuforge_state.entries / total_bytes equal to the table's count
+    and sum of sizes, whoever inserts, replaces or deletes rows
+
+A file is judged before it is used: absent or empty (new), ours, ours at another
+schema version (stale: our tables are dropped and rebuilt), a valid SQLite database
+that is not ours (foreign: refused, never written), or damaged (not SQLite, shorter
+than its header says, or unreadable through SQLite).
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import time
+import zlib
+from dataclasses import fields
+from typing import Any
+
+from .stats import CacheStats
+
+__all__ = [
+    "APPLICATION_ID",
+    "SCHEMA_VERSION",
+    "SQL",
+    "STAT_COLUMNS",
+    "ForeignDatabaseError",
+    "ensure_schema",
+    "file_problem",
+    "is_busy",
+    "is_corruption",
+    "move_aside",
+    "probe",
+    "rid_of",
+    "row_check",
+]
+
+#: "CUFG": marks a database as a cuforge program cache.
+APPLICATION_ID = 0x43554647
+SCHEMA_VERSION = 2  # 2: signature_failures and read_failures counters
+#: The CacheStats counters, as columns of cuforge_state (changing them is a schema change).
+#: One column per CacheStats counter (a new counter is a new schema version).
+STAT_COLUMNS = tuple(f.name for f in fields(CacheStats))
+_TABLES = ("cuforge_entries", "cuforge_state")
+
+_DDL = (
+    """CREATE TABLE cuforge_entries (
+        rid INTEGER PRIMARY KEY,
+        digest BLOB NOT NULL,
+        crc INTEGER NOT NULL,
+        size INTEGER NOT NULL,
+        stored_ns INTEGER NOT NULL,
+        used_ns INTEGER NOT NULL,
+        meta BLOB NOT NULL,
+        data BLOB NOT NULL)""",
+    "CREATE INDEX cuforge_entries_used ON cuforge_entries(used_ns)",
+    "CREATE TABLE cuforge_state (id INTEGER PRIMARY KEY CHECK (id = 0), "
+    "entries INTEGER NOT NULL, total_bytes INTEGER NOT NULL, "
+    + ", ".join(f"{c} INTEGER NOT NULL DEFAULT 0" for c in STAT_COLUMNS)
+    + ")",
+    "INSERT INTO cuforge_state (id, entries, total_bytes) VALUES (0, 0, 0)",
+    """CREATE TRIGGER cuforge_entries_insert AFTER INSERT ON cuforge_entries BEGIN
+        UPDATE cuforge_state SET entries = entries + 1, total_bytes = total_bytes + NEW.size;
+    END""",
+    """CREATE TRIGGER cuforge_entries_update AFTER UPDATE OF size ON cuforge_entries BEGIN
+        UPDATE cuforge_state SET total_bytes = total_bytes - OLD.size + NEW.size;
+    END""",
+    """CREATE TRIGGER cuforge_entries_delete AFTER DELETE ON cuforge_entries BEGIN
+        UPDATE cuforge_state SET entries = entries - 1, total_bytes = total_bytes - OLD.size;
+    END""",
+)
+
+
+class SQL:
+    """The statements the cache runs on the schema above."""
+
+    get = "SELECT digest, crc, meta, data FROM cuforge_entries WHERE rid = ?"
+    put = (
+        "INSERT INTO cuforge_entries (rid, digest, crc, size, stored_ns, used_ns, meta, data) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(rid) DO UPDATE SET "
+        "digest = excluded.digest, crc = excluded.crc, size = excluded.size, "
+        "stored_ns = excluded.stored_ns, used_ns = excluded.used_ns, meta = excluded.meta, "
+        "data = excluded.data"
+    )
+    #: Removes a damaged row only if no writer replaced it since it was read.
+    drop_if_same = "DELETE FROM cuforge_entries WHERE rid = ? AND crc = ?"
+    delete_key = "DELETE FROM cuforge_entries WHERE rid = ? AND digest = ?"
+    touch = "UPDATE cuforge_entries SET used_ns = ? WHERE rid = ? AND used_ns < ?"
+    add_stats = "UPDATE cuforge_state SET " + ", ".join(
+        f"{c} = max(0, {c} + ?)" for c in STAT_COLUMNS
+    )
+    read_stats = f"SELECT {', '.join(STAT_COLUMNS)} FROM cuforge_state"
+    _list = "SELECT rid, digest, size, stored_ns, used_ns, meta FROM cuforge_entries WHERE rid "
+    list_first = _list + ">= ? ORDER BY rid LIMIT 256"
+    list_next = _list + "> ? ORDER BY rid LIMIT 256"
+
+
+_MAGIC = b"SQLite format 3\x00"
+_U16 = struct.Struct(">H")
+_U32 = struct.Struct(">I")
+
+
+class ForeignDatabaseError(ValueError):
+    """The path holds a valid SQLite database that is not a cuforge program cache."""
+
+
+def rid_of(key_digest: bytes) -> int:
+    """The row id of a key: its digest's first 8 bytes as a signed integer."""
+    return int.from_bytes(key_digest[:8], "little", signed=True)
+
+
+def row_check(seed: int, data: bytes, meta: bytes) -> int:
+    """CRC-32 over the payload then the metadata, started from the key's seed
+    (``_integrity.key_seed``) mixed with the payload length.
+
+    The seed binds the row to its key, as the FileStream sidecar does; the length
+    makes a byte moved between payload and metadata fail (CRC-32 is affine in its
+    start value, so a different start always gives a different result for the same
+    bytes).
+    """
+    return zlib.crc32(meta, zlib.crc32(data, (seed ^ len(data)) & 0xFFFFFFFF))
+
+
+def file_problem(path: str) -> str | None:
+    """What is wrong with the file at ``path`` without opening it through SQLite.
+
+    None when it is absent, empty or plausible. Damaged: not an SQLite header
+    (another file, zero-filled), or shorter than its header says while no WAL
+    holds newer pages (truncated).
+    """
+    try:
+        with open(path, "rb") as f:
+            head = f.read(100)
+            size = os.fstat(f.fileno()).st_size
+    except FileNotFoundError:
+        return None
+    if size == 0:
+        return None
+    if len(head) < 100 or head[:16] != _MAGIC:
+        return "not an SQLite database (its header is not SQLite's)"
+    page_size = _U16.unpack_from(head, 16)[0]
+    page_size = 65536 if page_size == 1 else page_size
+    if page_size < 512 or page_size & (page_size - 1):
+        return f"damaged header (page size {page_size})"
+    pages = _U32.unpack_from(head, 28)[0]
+    header_size_valid = pages and head[24:28] == head[92:96]
+    try:
+        wal = os.path.getsize(path + "-wal")
+    except OSError:
+        wal = 0
+    if header_size_valid and wal == 0 and size < pages * page_size:
+        return f"truncated ({size} bytes, its header says {pages * page_size})"
+    return None
+
+
+def _inspect(conn: Any) -> tuple[str, str]:
+    """``(kind, detail)``: kind is "empty", "ours", "stale" or "foreign"."""
+    app = conn.execute("PRAGMA application_id").fetchall()[0][0]
+    version = conn.execute("PRAGMA user_version").fetchall()[0][0]
+    tables = sorted(
+        r[0]
+        for r in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite!_%' "
+            "ESCAPE '!'"
+        ).fetchall()
+    )
+    if app == APPLICATION_ID:
+        if version == SCHEMA_VERSION and all(t in tables for t in _TABLES):
+            return "ours", ""
+        return "stale", f"schema version {version}, expected {SCHEMA_VERSION}"
+    if app == 0 and not tables:
+        return "empty", ""
+    shown = ", ".join(tables[:5]) + (", ..." if len(tables) > 5 else "")
+    return "foreign", f"application_id {app:#x}, tables: {shown or 'none'}"
+
+
+def probe(conn: Any) -> None:
+    """Read our state row and the newest entry page (raises DatabaseError if damaged)."""
+    conn.execute("SELECT entries, total_bytes FROM cuforge_state").fetchall()
+    conn.execute("SELECT max(rid) FROM cuforge_entries").fetchall()
+
+
+def ensure_schema(conn: Any, path: str) -> str:
+    """Make the database ours and current; what was done: "ok", "created", "rebuilt".
+
+    Raises ForeignDatabaseError (before writing anything) for a database that is
+    not ours. Creation and rebuild run under the write lock, so concurrent openers
+    do it once.
+    """
+    kind, detail = _inspect(conn)
+    if kind == "foreign":
+        raise _foreign(path, detail)
+    if kind == "empty":  # both only take effect before the first table
+        conn.execute("PRAGMA page_size = 4096")
+        conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
+    if conn.execute("PRAGMA journal_mode").fetchall()[0][0] != "wal":
+        conn.execute("PRAGMA journal_mode = WAL").fetchall()
+    if kind == "ours":
+        return "ok"
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        kind, detail = _inspect(conn)  # again, under the lock: a peer may have done it
+        if kind == "foreign":
+            raise _foreign(path, detail)
+        if kind == "stale":
+            for (name,) in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'cuforge!_%' "
+                "ESCAPE '!'"
+            ).fetchall():
+                conn.execute(f'DROP TABLE IF EXISTS "{name}"')
+        if kind != "ours":
+            for statement in _DDL:
+                conn.execute(statement)
+            conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    if kind == "ours":
+        return "ok"
+    if kind == "stale" or conn.execute("PRAGMA auto_vacuum").fetchall()[0][0] != 2:
+        # Give back the old tables' pages, and make later evictions able to shrink the file.
+        conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
+        conn.execute("VACUUM")
+    return "rebuilt" if kind == "stale" else "created"
+
+
+def _foreign(path: str, detail: str) -> ForeignDatabaseError:
+    return ForeignDatabaseError(
+        f"{path} is an SQLite database that is not a cuforge program cache ({detail}); "
+        "refusing to use it -- give SQLiteProgramCache a path of its own"
+    )
+
+
+def move_aside(path: str) -> str:
+    """Rename a damaged database (and its WAL) to ``<path>.corrupt-<timestamp>``."""
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    dest = f"{path}.corrupt-{stamp}"
+    n = 1
+    while os.path.lexists(dest):
+        n += 1
+        dest = f"{path}.corrupt-{stamp}-{n}"
+    os.rename(path, dest)
+    for suffix in ("-wal", "-journal"):
+        if os.path.lexists(path + suffix):
+            os.rename(path + suffix, dest + suffix)
+    if os.path.lexists(path + "-shm"):
+        os.unlink(path + "-shm")  # an index of the WAL: rebuilt from it when needed
+    return dest
+
+
+def _code(exc: BaseException) -> int:
+    return getattr(exc, "sqlite_errorcode", -1) & 0xFF
+
+
+def is_corruption(exc: BaseException) -> bool:
+    """SQLITE_CORRUPT or SQLITE_NOTADB: the file itself is damaged."""
+    code = _code(exc)
+    if code in (11, 26):
+        return True
+    text = str(exc)
+    return code == 0xFF and ("malformed" in text or "not a database" in text)
+
+
+def is_busy(exc: BaseException) -> bool:
+    """SQLITE_BUSY or SQLITE_LOCKED: another connection held a lock past the timeout."""
+    code = _code(exc)
+    if code in (5, 6):
+        return True
+    return code == 0xFF and ("locked" in str(exc) or "busy" in str(exc))

@@ -1,0 +1,632 @@
+"""A program cache in one SQLite database file, shared by threads and processes.
+
+Files: ``<path>`` (the database), ``<path>-wal`` and ``<path>-shm`` (SQLite's WAL
+and its index, present while the database is open), ``<path>.lock`` (record locks,
+see ``_sqlite_lock``) and, only after SQLite reported damage, ``<path>.damaged``.
+The schema is described in ``_sqlite_schema``. Python's ``sqlite3`` is imported when
+a cache is opened, so ``import cuforge`` works on interpreters built without it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import threading
+import time
+import warnings
+import weakref
+from collections.abc import Iterator
+from contextlib import AbstractContextManager
+from time import monotonic_ns
+from typing import Any
+from zlib import crc32
+
+from ._fsutil import make_dir
+from ._integrity import key_seed
+from ._sqlite_conn import Connections, load_sqlite3, pragmas
+from ._sqlite_evict import checkpoint, evict_down, shrink_to, vacuum
+from ._sqlite_lock import LockFile, reset_after_fork
+from ._sqlite_open import mark_damaged, open_database
+from ._sqlite_schema import (
+    SQL,
+    STAT_COLUMNS,
+    ForeignDatabaseError,
+    is_corruption,
+    rid_of,
+    row_check,
+)
+from ._values import coerce_key, coerce_value
+from .base import (
+    DEFAULT_LOCK_TIMEOUT,
+    CacheKey,
+    CacheValue,
+    CacheWriteWarning,
+    ProgramCacheResource,
+    check_meta,
+)
+from .entry import CacheEntry, EntryInfo, key_digest
+from .memory import check_max_size
+from .stats import CacheStats
+from .urls import CacheSpec, register_scheme
+
+__all__ = ["CacheRecoveryWarning", "SQLiteProgramCache", "default_db_path"]
+
+_MIN_RID = -(1 << 63)
+_IDS_MAX = 4096
+_FLUSH_EVERY = 256  # operations between write-backs of uses and counters
+_SECOND = 1_000_000_000  # ... or nanoseconds
+_U32 = 0xFFFFFFFF
+_GET = SQL.get  # the hit path avoids an attribute lookup
+_PENDING_MAX = 4096
+_WAL_MAX = 64 << 20  # WAL budget (a cap gives a 16th of itself, up to this)
+
+
+def default_db_path() -> str:
+    """``<user cache dir>/cuforge/program-cache.db``, next to the FileStream default."""
+    from platformdirs import user_cache_path
+
+    return str(user_cache_path("cuforge", appauthor=False) / "program-cache.db")
+
+
+class CacheRecoveryWarning(RuntimeWarning):
+    """A cache found its storage damaged: it moved it aside and started empty, or,
+    when it could not, serves misses (compiles still work)."""
+
+
+class SQLiteProgramCache(ProgramCacheResource):
+    """Program cache in one SQLite file, safe across threads and processes.
+
+    Guarantees (docs/cache.md has the full account):
+
+    - **Never a corrupt hit**: every read checks the row's key digest and a key-seeded
+      CRC-32 over payload, payload length and metadata; a row that fails is a miss,
+      is removed (unless a writer replaced it) and counts in ``integrity_failures``.
+    - **Never breaks the caller**: a lock held past ``timeout`` seconds, a full disk or
+      a read-only file make a read a miss and a write a dropped store (one
+      :class:`CacheWriteWarning` per handle, ``write_failures``); none deletes the file.
+    - **Damage**: a file that is not SQLite, is truncated or unreadable is moved to
+      ``<path>.corrupt-<timestamp>`` (only while no other process uses it) and the
+      cache starts empty (:class:`CacheRecoveryWarning`). A foreign database raises
+      ``ForeignDatabaseError`` untouched; another schema version is rebuilt.
+    - **Cap on real disk use**: ``max_size_bytes`` bounds database + WAL + index; LRU
+      eviction walks an index on last use, vacuums and checkpoints (no table scans).
+    - **Threads and processes**: a connection per thread, WAL (reads never wait for
+      writers), ``lock(key)`` by record locks in ``<path>.lock``, counters in the
+      database (``total_stats()``). ``durable=True``: ``synchronous=FULL``.
+    """
+
+    EVICT_LOW_WATER = 0.9
+    HOUSEKEEPING_TIMEOUT_MS = 50
+    CHECKPOINT_TIMEOUT_MS = 200
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str] | None = None,
+        max_size_bytes: int | None = None,
+        *,
+        durable: bool = False,
+        timeout: float = 5.0,
+    ) -> None:
+        super().__init__()
+        sqlite3 = load_sqlite3()
+        self._sqlite = sqlite3
+        self._error = sqlite3.Error
+        self._max = check_max_size(max_size_bytes)
+        if (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, (int, float))
+            or not (0 <= timeout < 1e6)
+        ):
+            raise ValueError(f"timeout must be a number of seconds >= 0, got {timeout!r}")
+        self._timeout = float(timeout)
+        self._durable = bool(durable)
+        raw = default_db_path() if path is None else os.fspath(path)
+        self._path = os.path.abspath(raw)
+        if os.path.isdir(self._path):
+            raise ValueError(
+                f"SQLiteProgramCache path {self._path} is a directory; give the path of "
+                "a database file (e.g. .../program-cache.db)"
+            )
+        make_dir(os.path.dirname(self._path), None)
+        self._files = (self._path, self._path + "-wal", self._path + "-shm")
+        wal_limit = _WAL_MAX if self._max is None else min(_WAL_MAX, max(16384, self._max // 16))
+        self._wal_limit = wal_limit
+        self._touch_batch = max(32, wal_limit // 4096 // 4)  # uses written per transaction
+        self._conns = Connections(
+            sqlite3, self._path, self._timeout, pragmas(self._durable, wal_limit)
+        )
+        self._closed = False
+        self._warned = False
+        self._recovery_warned = False
+        self._broken: str | None = None  # why this handle serves misses only
+        self._flush_mutex = threading.Lock()
+        self._evict_mutex = threading.Lock()
+        self._ids: dict[Any, tuple[bytes, int, int]] = {}
+        self._pending: dict[int, int] = {}  # rid -> wall ns, not yet written
+        self._flushed = CacheStats()
+        self._ops = 0
+        self._last_flush = time.monotonic_ns()
+        self._retry_checkpoint_at = 0
+        self._page = 0
+        self._lockfile = LockFile(self._path)
+        try:
+            opened = open_database(sqlite3, self._conns, self._lockfile, self._path, self._timeout)
+        except BaseException as exc:
+            self._conns.close_all()
+            self._lockfile.release(remove_if_created=isinstance(exc, ForeignDatabaseError))
+            raise
+        self._broken = opened.broken
+        if opened.notice is not None:
+            tail = "; this handle serves misses (compiles still work)" if opened.broken else ""
+            self._warn_recovery(f"cuforge program cache {self._path}: {opened.notice}{tail}")
+        # A handle dropped without close() still lets go of its connections and locks.
+        self._finalizer = weakref.finalize(self, _release, self._conns, self._lockfile)
+        self._finalizer.atexit = False  # the exit flush needs them; the OS frees them after
+        _LIVE.add(self)
+
+    def _warn_recovery(self, message: str, stacklevel: int = 3) -> None:
+        if not self._recovery_warned:
+            self._recovery_warned = True
+            warnings.warn(message, CacheRecoveryWarning, stacklevel=stacklevel)
+
+    def _damaged(self, exc: BaseException) -> None:
+        mark_damaged(self._path)
+        self._warn_recovery(
+            f"cuforge program cache {self._path}: SQLite reports damage ({exc}); reads "
+            "are misses, and the file is checked (and moved aside if damaged) when it is "
+            "next opened while no other process uses it",
+            stacklevel=6,
+        )
+
+    def _conn(self) -> Any:
+        return self._conns.get()
+
+    # -- properties ------------------------------------------------------------------
+    @property
+    def path(self) -> str:
+        """The database file."""
+        return self._path
+
+    @property
+    def max_size_bytes(self) -> int | None:
+        return self._max
+
+    @property
+    def size_bytes(self) -> int:
+        """Bytes on disk: database, WAL and WAL index."""
+        return sum(self._sizes(3))
+
+    def _sizes(self, n: int = 2) -> list[int]:
+        """Sizes of the database and WAL (and WAL index with ``n=3``); 0 if absent."""
+        out = []
+        for path in self._files[:n]:
+            try:
+                out.append(os.stat(path).st_size)
+            except OSError:
+                out.append(0)
+        return out
+
+    # -- reads -------------------------------------------------------------------------
+    def _ident(self, key: CacheKey) -> tuple[bytes, int, int]:
+        """``(key digest, row id, check seed)`` of ``key`` (remembered per handle)."""
+        try:
+            got = self._ids.get(key)
+        except TypeError:  # unhashable: let coerce_key name the problem
+            got = None
+        if got is None:
+            kd = key_digest(coerce_key(key))
+            got = (kd, rid_of(kd), key_seed(kd))
+            if len(self._ids) >= _IDS_MAX:
+                self._ids.clear()
+            self._ids[key] = got
+        return got
+
+    def __getitem__(self, key: CacheKey) -> bytes:
+        entry = self.get_entry(key)
+        if entry is None:
+            raise KeyError(key)
+        return entry.data
+
+    def get(self, key: CacheKey, default: bytes | None = None) -> bytes | None:
+        entry = self.get_entry(key)
+        return default if entry is None else entry.data
+
+    def get_entry(self, key: CacheKey) -> CacheEntry | None:
+        ident = self._ids.get(key) if type(key) is bytes else None
+        if ident is None:
+            ident = self._ident(key)
+        if self._closed:
+            raise ValueError("operation on a closed SQLiteProgramCache")
+        kd, rid, seed = ident
+        rows = None
+        if self._broken is None:
+            try:
+                rows = self._conns.get().execute(_GET, (rid,)).fetchall()
+            except self._error as exc:
+                if is_corruption(exc):
+                    self._damaged(exc)
+        self._ops += 1
+        if rows:
+            digest, crc, meta, data = rows[0]
+            if digest == kd and crc32(meta, crc32(data, (seed ^ len(data)) & _U32)) == crc:
+                stats = self._stats
+                stats.hits += 1
+                stats.bytes_read += len(data)
+                pending = self._pending
+                if rid not in pending:  # the first use per write-back is recorded
+                    pending[rid] = time.time_ns()
+                if self._ops >= _FLUSH_EVERY or monotonic_ns() - self._last_flush >= _SECOND:
+                    self._housekeep(wait=False)
+                return CacheEntry(data, meta)
+            self._drop_damaged(rid, crc)
+        self._stats.misses += 1
+        if self._ops >= _FLUSH_EVERY:
+            self._housekeep(wait=False)
+        return None
+
+    def _drop_damaged(self, rid: int, crc: int) -> None:
+        """Count a row that does not verify and remove it -- unless a writer has
+        replaced it since it was read (its check would differ)."""
+        self._stats.integrity_failures += 1
+        self._pending.pop(rid, None)
+        with contextlib.suppress(self._error):
+            _immediate(self._conns.get(), SQL.drop_if_same, (rid, crc))
+
+    # -- writes ------------------------------------------------------------------------
+    def __setitem__(self, key: CacheKey, value: CacheValue) -> None:
+        """Store ``value``; failures become a warning + ``write_failures`` (see class)."""
+        self.set_entry(key, value)
+
+    def set_entry(self, key: CacheKey, value: CacheValue, meta: bytes = b"") -> None:
+        """Store ``value`` with ``meta``; failures become a warning + ``write_failures``."""
+        kd, rid, seed = self._ident(key)
+        data = coerce_value(value, "SQLiteProgramCache.__setitem__")
+        check_meta(meta)
+        self._check_open()
+        if self._broken:
+            self._write_failed(self._broken)
+            return
+        now = time.time_ns()
+        row = (rid, kd, row_check(seed, data, meta), len(data) + len(meta), now, now, meta, data)
+        try:
+            _immediate(self._conn(), SQL.put, row)
+        except self._error as exc:
+            self._write_failed(exc)
+            return
+        self._pending.pop(rid, None)
+        self._stats.stores += 1
+        self._stats.bytes_written += len(data)
+        self._ops += 1
+        if self._ops >= _FLUSH_EVERY:
+            self._housekeep(wait=False)
+        db, wal = self._sizes()
+        # Fold the WAL in at half its budget: eviction rounds use the other half.
+        if wal > self._wal_limit // 2 or (self._max is not None and db + wal > self._max):
+            self._make_room(db + wal)
+
+    def _write_failed(self, why: BaseException | str) -> None:
+        self._stats.write_failures += 1
+        if isinstance(why, BaseException) and is_corruption(why):
+            self._damaged(why)
+        if not self._warned:
+            self._warned = True
+            warnings.warn(
+                f"cuforge program cache {self._path}: could not store an entry ({why}); "
+                "the result is still returned, only not cached. Later write failures of "
+                "this cache handle are counted in stats().write_failures without a warning.",
+                CacheWriteWarning,
+                stacklevel=4,
+            )
+
+    def __delitem__(self, key: CacheKey) -> None:
+        kd, rid, _ = self._ident(key)
+        self._check_open()
+        if self._broken:
+            raise KeyError(key)
+        try:
+            cur = _immediate(self._conn(), SQL.delete_key, (rid, kd))
+        except self._error as exc:
+            self._write_failed(exc)
+            return
+        if cur.rowcount == 0:
+            raise KeyError(key)
+
+    def clear(self) -> None:
+        """Remove every entry and give the space back to the file system."""
+        self._check_open()
+        if self._broken:
+            return
+        self._pending.clear()
+        try:
+            conn = self._conn()
+            _immediate(conn, "DELETE FROM cuforge_entries")
+            with self._conns.busy_timeout(conn, self.CHECKPOINT_TIMEOUT_MS):
+                step = max(8, self._wal_limit // 4096 // 4)
+                vacuum(conn, 1 << 62, step, self.CHECKPOINT_TIMEOUT_MS / 1000)
+                checkpoint(conn, self.CHECKPOINT_TIMEOUT_MS / 1000, truncate=True)
+        except self._error as exc:
+            self._write_failed(exc)
+
+    def __len__(self) -> int:
+        """Number of entries (kept by triggers: no scan)."""
+        self._check_open()
+        if self._broken:
+            return 0
+        return int(self._conn().execute("SELECT entries FROM cuforge_state").fetchall()[0][0])
+
+    # -- eviction ----------------------------------------------------------------------
+    def _make_room(self, disk: int, wait_ms: int = 0) -> None:
+        """Over the cap: delete least-recently-used rows until the database would fit
+        ~90 % of it and give the pages back. WAL past half its budget: fold it in
+        (truncate it when over the cap). Waits ``wait_ms`` (default
+        CHECKPOINT_TIMEOUT_MS) for readers at each checkpoint. See ``_sqlite_evict``."""
+        if not self._evict_mutex.acquire(blocking=False):
+            return  # another thread of this handle is at it
+        try:
+            conn = self._conns.get()
+            if not self._page:
+                self._page = conn.execute("PRAGMA page_size").fetchall()[0][0]
+            wait_ms = wait_ms or self.CHECKPOINT_TIMEOUT_MS
+            wait = wait_ms / 1000
+            with self._conns.busy_timeout(conn, wait_ms):
+                step = max(4, self._wal_limit // self._page // 4)  # a row writes ~2 pages
+                if self._max is not None and disk > self._max:
+                    gone = evict_down(
+                        conn, self._room, self._page, step, wait, lambda: self._housekeep(False)
+                    )
+                    for rid in gone:
+                        self._pending.pop(rid, None)
+                    self._stats.evictions += len(gone)
+                    if gone:
+                        shrink_to(conn, self._file_share(), self._page, step // 2, wait)
+                db, wal = self._sizes()
+                over = self._max is not None and db + wal > self._max
+                if (over or wal > self._wal_limit // 2) and db + wal >= self._retry_checkpoint_at:
+                    done = checkpoint(conn, wait, truncate=over)
+                    # Readers outlasting the wait: try again after another WAL budget's
+                    # worth of writes, not on every write.
+                    self._retry_checkpoint_at = 0 if done else db + wal + self._wal_limit
+        except self._error:
+            pass  # busy or full: the next write tries again
+        finally:
+            self._evict_mutex.release()
+
+    def _file_share(self) -> float:
+        """Bytes the database file may take: the cap less the WAL budget and index."""
+        assert self._max is not None
+        shm = 0
+        with contextlib.suppress(OSError):
+            shm = os.stat(self._files[2]).st_size
+        return self._max - shm - self._wal_limit
+
+    def _room(self) -> float:
+        """Bytes of pages in use that eviction leaves: ~90 % of the file's share."""
+        assert self._max is not None
+        return self._file_share() - self._max * (1 - self.EVICT_LOW_WATER)
+
+    # -- housekeeping: recorded uses and counters ----------------------------------------
+    def _housekeep(self, wait: bool) -> bool:
+        """Write pending uses and counter deltas in one transaction; whether all is written.
+
+        ``wait=False`` (the hit path) gives up after a short busy wait; what was not
+        written is kept for the next attempt.
+        """
+        if not self._flush_mutex.acquire(blocking=wait):
+            return False
+        pending: dict[int, int] = {}
+        try:
+            self._ops = 0
+            self._last_flush = time.monotonic_ns()
+            snap = self._stats.copy()
+            deltas = [a - b for a, b in zip(snap._values(), self._flushed._values(), strict=True)]
+            pending, self._pending = self._pending, {}
+            if len(pending) > self._touch_batch:  # each use rewrites a page: bound the WAL
+                items = list(pending.items())
+                pending, self._pending = (
+                    dict(items[: self._touch_batch]),
+                    dict(items[self._touch_batch :]),
+                )
+            if self._broken or (not pending and not any(deltas)):
+                return True
+            conn = self._conns.get()
+            brief = self.HOUSEKEEPING_TIMEOUT_MS
+            with self._conns.busy_timeout(conn, brief) if not wait else contextlib.nullcontext():
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    if pending:
+                        conn.executemany(SQL.touch, [(ns, r, ns) for r, ns in pending.items()])
+                    if any(deltas):
+                        conn.execute(SQL.add_stats, deltas)
+                    conn.execute("COMMIT")
+                except BaseException:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    raise
+            self._flushed = snap
+            if self._sizes()[1] > self._wal_limit // 2:
+                with contextlib.suppress(self._error), self._conns.busy_timeout(conn, brief):
+                    checkpoint(conn, brief / 1000)
+            return True
+        except self._error:
+            if len(self._pending) < _PENDING_MAX:
+                for rid, ns in pending.items():
+                    self._pending.setdefault(rid, ns)
+            return False
+        finally:
+            self._flush_mutex.release()
+
+    def total_stats(self) -> CacheStats:
+        """Counters summed over every process and handle that used this database.
+
+        Other live handles contribute what they last wrote (every 256 operations or
+        second, and at close).
+        """
+        self._check_open()
+        self._housekeep(wait=True)
+        now, then = self._stats._values(), self._flushed._values()
+        unflushed = [a - b for a, b in zip(now, then, strict=True)]
+        try:
+            stored = list(self._conn().execute(SQL.read_stats).fetchall()[0])
+        except (self._error, IndexError):
+            stored = [0] * len(STAT_COLUMNS)
+        return CacheStats(*(max(0, a + b) for a, b in zip(stored, unflushed, strict=True)))
+
+    # -- listing and maintenance (by entry id) -------------------------------------------
+    def iter_entries(self) -> Iterator[EntryInfo]:
+        """Every row, in pages of 256 (no read transaction stays open between pages)."""
+        self._check_open()
+        if self._broken:
+            return
+        query, bound = SQL.list_first, _MIN_RID
+        while True:
+            rows = self._conn().execute(query, (bound,)).fetchall()
+            for _, digest, size, stored_ns, used_ns, meta in rows:
+                yield EntryInfo(bytes(digest).hex(), size, stored_ns, used_ns, meta)
+            if len(rows) < 256:
+                return
+            query, bound = SQL.list_next, rows[-1][0]
+
+    def _row_of_id(self, entry_id: str) -> tuple[bytes, tuple] | None:
+        if not (isinstance(entry_id, str) and len(entry_id) == 64):
+            return None
+        try:
+            kd = bytes.fromhex(entry_id)
+        except ValueError:
+            return None
+        if entry_id != kd.hex():  # upper case is not an id
+            return None
+        self._check_open()
+        if self._broken:
+            return None
+        rows = self._conn().execute(SQL.get, (rid_of(kd),)).fetchall()
+        return (kd, rows[0]) if rows and rows[0][0] == kd else None
+
+    def check_entry(self, entry_id: str) -> str | None:
+        found = self._row_of_id(entry_id)
+        if found is None:
+            raise KeyError(entry_id)
+        kd, (_, crc, meta, data) = found
+        if row_check(key_seed(kd), data, meta) != crc:
+            return "checksum mismatch (payload or metadata damaged)"
+        return None
+
+    def read_entry(self, entry_id: str) -> CacheEntry | None:
+        found = self._row_of_id(entry_id)
+        if found is None:
+            return None
+        kd, (_, crc, meta, data) = found
+        return CacheEntry(data, meta) if row_check(key_seed(kd), data, meta) == crc else None
+
+    def remove_entry(self, entry_id: str) -> bool:
+        found = self._row_of_id(entry_id)
+        if found is None:
+            return False
+        kd = found[0]
+        try:
+            cur = _immediate(self._conn(), SQL.delete_key, (rid_of(kd), kd))
+        except self._error:
+            return False
+        return cur.rowcount > 0
+
+    # -- single-flight and lifetime ------------------------------------------------------
+    def lock(
+        self, key: CacheKey, timeout: float | None = DEFAULT_LOCK_TIMEOUT
+    ) -> AbstractContextManager[bool]:
+        """Cross-process per-key lock (a record lock in ``<path>.lock``); yields held.
+
+        A holder that dies frees it at once; a live holder that outlasts ``timeout``
+        makes waiters give up (False) and compile themselves.
+        """
+        kd = self._ident(key)[0]
+        self._check_open()
+        return self._lockfile.hold(kd, timeout)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValueError("operation on a closed SQLiteProgramCache")
+
+    def _after_fork_in_child(self) -> None:
+        self._conns.forget_after_fork()
+        self._flush_mutex = threading.Lock()
+        self._evict_mutex = threading.Lock()
+        self._stats = CacheStats()  # the parent's counts are the parent's to write
+        self._flushed = CacheStats()
+        self._pending = {}
+        self._lockfile.use(0)
+
+    def close(self) -> None:
+        """Write counters and recorded uses, close connections. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        _LIVE.discard(self)
+        with contextlib.suppress(Exception):
+            self._housekeep(wait=True)
+            db, wal = self._sizes()
+            if self._max is not None and not self._broken and db + wal > self._max:
+                # Leave the cache within its cap, waiting as long as a write would.
+                self._retry_checkpoint_at = 0
+                self._make_room(db + wal, int(self._timeout * 1000))
+        self._finalizer()
+
+    def __repr__(self) -> str:
+        return f"SQLiteProgramCache({self._path!r}, max_size_bytes={self._max})"
+
+
+def _release(conns: Connections, lockfile: LockFile) -> None:
+    conns.close_all()
+    lockfile.release()
+
+
+def _open_sqlite(spec: CacheSpec) -> ProgramCacheResource:
+    if not spec.location:
+        raise spec.error("sqlite:// needs a database file (sqlite:///path/to/cache.db)")
+    timeout = spec.duration("timeout")
+    return SQLiteProgramCache(
+        spec.location,
+        max_size_bytes=spec.size("max_size"),
+        durable=spec.flag("durable"),
+        timeout=5.0 if timeout is None else timeout,
+    )
+
+
+register_scheme("sqlite", _open_sqlite, {"max_size", "durable", "timeout"})
+
+_LIVE: weakref.WeakSet[SQLiteProgramCache] = weakref.WeakSet()
+
+
+def _reset_in_child() -> None:
+    reset_after_fork()
+    for cache in list(_LIVE):
+        with contextlib.suppress(Exception):
+            cache._after_fork_in_child()
+
+
+def _flush_all_at_exit() -> None:
+    for cache in list(_LIVE):
+        with contextlib.suppress(Exception):
+            cache._housekeep(wait=False)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_in_child)
+atexit.register(_flush_all_at_exit)
+
+
+def _immediate(conn: Any, sql: str, params: Any = ()) -> Any:
+    """Run one writing statement in a ``BEGIN IMMEDIATE`` transaction.
+
+    In WAL mode a statement that starts reading and then writes fails with "database
+    is locked" at once (no busy wait) when another connection committed meanwhile;
+    taking the write lock first makes it wait its turn under the busy timeout.
+    """
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        cur = conn.execute(sql, params)
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    return cur

@@ -1,0 +1,187 @@
+"""Subprocess workers for the SQLiteProgramCache tests.
+
+Run as ``python tests/_sqlite_workers.py <command> <json args>``; each command
+prints one JSON document on stdout (or holds something until it is killed). Every
+worker is a fresh interpreter with its own connections, locks and NVRTC.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import time
+import traceback
+import warnings
+
+from _cache_workers import ARCH, SRC, count_compiles, wait_barrier
+
+
+def _ready(path: str, text: str) -> None:
+    with open(path + ".tmp", "w") as f:
+        f.write(text)
+    os.replace(path + ".tmp", path)
+
+
+def cmd_compile(args: dict) -> dict:
+    """Compile SRC to cubin through ``SQLiteProgramCache(args["db"])``."""
+    from cuforge.compile import Program, ProgramOptions
+    from cuforge.utils import CacheWriteWarning, SQLiteProgramCache
+
+    if args.get("counter"):
+        count_compiles(args["counter"])
+    program = Program(SRC, "c++", ProgramOptions(arch=ARCH))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with SQLiteProgramCache(args["db"], timeout=args.get("timeout", 5.0)) as cache:
+            if args.get("barrier"):
+                wait_barrier(args["barrier"], args["parties"])
+            obj = program.compile("cubin", cache=cache)
+            stats = cache.stats().as_dict()
+    return {
+        "sha256": hashlib.sha256(obj.code).hexdigest(),
+        "stats": stats,
+        "write_warnings": [str(w.message) for w in caught if w.category is CacheWriteWarning],
+    }
+
+
+def cmd_hold_write(args: dict) -> dict:
+    """Hold the database's write lock (``BEGIN IMMEDIATE``) until killed.
+
+    With ``exclusive`` the connection uses ``locking_mode=EXCLUSIVE`` after a write,
+    which keeps readers out as well.
+    """
+    import sqlite3
+
+    conn = sqlite3.connect(args["db"], isolation_level=None)
+    if args.get("exclusive"):
+        conn.execute("PRAGMA locking_mode = EXCLUSIVE")
+    conn.execute("BEGIN IMMEDIATE")
+    conn.execute("UPDATE cuforge_state SET hits = hits")
+    _ready(args["ready"], "held")
+    while True:
+        time.sleep(60)
+
+
+def cmd_hold_key(args: dict) -> dict:
+    """Take the single-flight lock of ``args["key"]`` and hold it until killed."""
+    from cuforge.utils import SQLiteProgramCache
+
+    cache = SQLiteProgramCache(args["db"])
+    with cache.lock(args["key"], timeout=10) as held:
+        _ready(args["ready"], "held" if held else "not held")
+        while True:
+            time.sleep(60)
+
+
+def cmd_wait_key(args: dict) -> dict:
+    """Wait for ``args["key"]``'s lock; report whether it was held and how long it took."""
+    from cuforge.utils import SQLiteProgramCache
+
+    with SQLiteProgramCache(args["db"]) as cache:
+        t0 = time.monotonic()
+        with cache.lock(args["key"], timeout=args["timeout"]) as held:
+            waited = time.monotonic() - t0
+    return {"held": held, "waited": waited}
+
+
+def cmd_contend(args: dict) -> dict:
+    """Enter ``args["key"]``'s lock, log enter/exit, read-modify-write a counter file."""
+    from cuforge.utils import SQLiteProgramCache
+
+    with SQLiteProgramCache(args["db"]) as cache:
+        wait_barrier(args["barrier"], args["parties"])
+        with cache.lock("hot-key", timeout=30) as held:
+            assert held
+            with open(args["log"], "a") as f:
+                f.write(f"enter {os.getpid()}\n")
+            n = 0
+            if os.path.exists(args["counter"]):
+                with open(args["counter"]) as f:
+                    n = int(f.read() or 0)
+            time.sleep(0.05)  # a lost update below would show an overlap
+            with open(args["counter"], "w") as f:
+                f.write(str(n + 1))
+            with open(args["log"], "a") as f:
+                f.write(f"exit {os.getpid()}\n")
+    return {}
+
+
+def cmd_stress(args: dict) -> dict:
+    """Write and read ``args["n"]`` entries under a cap; any wrong byte is an error."""
+    from cuforge.utils import SQLiteProgramCache
+
+    idx, size = args["idx"], args["size"]
+    payload = bytes([idx]) * size
+    wrong = 0
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with SQLiteProgramCache(args["db"], max_size_bytes=args["cap"]) as cache:
+            if args.get("barrier"):
+                wait_barrier(args["barrier"], args["parties"])
+            for i in range(args["n"]):
+                cache[f"{idx}-{i}"] = payload
+                for j in (i, i // 2, i % 7):
+                    got = cache.get(f"{idx}-{j}")
+                    wrong += got is not None and got != payload
+            stats = cache.stats().as_dict()
+    return {"wrong": wrong, "stats": stats, "warnings": [str(w.message) for w in caught]}
+
+
+def cmd_count(args: dict) -> dict:
+    """Make ``args["hits"]`` hits and ``args["misses"]`` misses, then close (stats test)."""
+    from cuforge.utils import SQLiteProgramCache
+
+    with SQLiteProgramCache(args["db"]) as cache:
+        cache[b"shared"] = b"x" * 10
+        for _ in range(args["hits"]):
+            cache.get(b"shared")
+        for i in range(args["misses"]):
+            cache.get(f"absent-{i}")
+    return {}
+
+
+def cmd_efbig(args: dict) -> dict:
+    """Store past RLIMIT_FSIZE: a counted write failure, never an exception."""
+    import resource
+    import signal
+
+    from cuforge.utils import CacheWriteWarning, SQLiteProgramCache
+
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cache = SQLiteProgramCache(args["db"])
+        cache[b"small"] = b"s" * 100
+        resource.setrlimit(resource.RLIMIT_FSIZE, (args["limit"], args["limit"]))
+        cache[b"big"] = os.urandom(args["size"])
+        result = {
+            "small": cache.get(b"small") == b"s" * 100,
+            "big": cache.get(b"big") is not None,
+            "write_failures": cache.stats().write_failures,
+            "warnings": [str(w.message) for w in caught if w.category is CacheWriteWarning],
+        }
+        cache.close()
+    return result
+
+
+COMMANDS = {
+    "compile": cmd_compile,
+    "hold_write": cmd_hold_write,
+    "hold_key": cmd_hold_key,
+    "wait_key": cmd_wait_key,
+    "contend": cmd_contend,
+    "stress": cmd_stress,
+    "count": cmd_count,
+    "efbig": cmd_efbig,
+}
+
+if __name__ == "__main__":
+    try:
+        result = COMMANDS[sys.argv[1]](json.loads(sys.argv[2]) if len(sys.argv) > 2 else {})
+    except BaseException:
+        traceback.print_exc()
+        raise
+    print(json.dumps(result))

@@ -1,0 +1,566 @@
+"""SQLiteProgramCache in one process: file, schema, damage, eviction, threads, URLs.
+
+The contract tests every backend passes (mapping API, metadata, listing) run on it
+through ``tests/_backends.py``; processes are in ``test_storage_sqlite_processes.py``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import sqlite3
+import subprocess
+import sys
+import threading
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from _cache_workers import ARCH, SRC
+from cuforge.compile import Program, ProgramOptions, _nvrtc
+from cuforge.storage import CacheRecoveryWarning, SQLiteProgramCache, default_db_path
+from cuforge.storage._sqlite_schema import (
+    APPLICATION_ID,
+    SCHEMA_VERSION,
+    STAT_COLUMNS,
+    ForeignDatabaseError,
+)
+from cuforge.storage.entry import CacheEntry, entry_id
+from cuforge.storage.stats import CacheStats
+from cuforge.storage.urls import open_cache
+
+
+class Compiles:
+    """Counts real NVRTC compiles (the wrapped function is the real one)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.real = _nvrtc.compile_cpp
+        self.count = 0
+        self._lock = threading.Lock()
+        monkeypatch.setattr(_nvrtc, "compile_cpp", self)
+
+    def __call__(self, *args, **kwargs):
+        with self._lock:
+            self.count += 1
+        return self.real(*args, **kwargs)
+
+
+@pytest.fixture
+def compiles(monkeypatch: pytest.MonkeyPatch) -> Compiles:
+    return Compiles(monkeypatch)
+
+
+@pytest.fixture(scope="module")
+def reference_cubin() -> bytes:
+    return Program(SRC, "c++", ProgramOptions(arch=ARCH)).compile("cubin").code
+
+
+def compile_src(cache: SQLiteProgramCache):
+    return Program(SRC, "c++", ProgramOptions(arch=ARCH)).compile("cubin", cache=cache)
+
+
+@contextlib.contextmanager
+def raw(db: Path) -> Iterator[sqlite3.Connection]:
+    """A plain connection (autocommit), closed on exit."""
+    conn = sqlite3.connect(db, isolation_level=None)
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+def disk_bytes(db: Path) -> int:
+    return sum(
+        os.path.getsize(f"{db}{s}") for s in ("", "-wal", "-shm") if os.path.exists(f"{db}{s}")
+    )
+
+
+def flip_byte_in(db: Path, blob: bytes) -> None:
+    """Flip one bit inside ``blob`` where it sits in the closed database file (in the
+    middle of a 24-byte window of it that occurs exactly once in the file)."""
+    data = bytearray(db.read_bytes())
+    for start in range(len(blob) // 2, len(blob) - 24, 8):
+        window = bytes(blob[start : start + 24])
+        at = data.find(window)
+        if at >= 0 and data.find(window, at + 1) < 0:
+            data[at + 12] ^= 0x10
+            db.write_bytes(bytes(data))
+            return
+    raise AssertionError("no unique window of the blob in the file")
+
+
+def recovery_warnings(caught) -> list[str]:
+    return [str(w.message) for w in caught if issubclass(w.category, CacheRecoveryWarning)]
+
+
+# -- layout, reopen, compile ------------------------------------------------------------------
+
+
+def test_one_file_with_our_schema_and_wal(tmp_path: Path) -> None:
+    db = tmp_path / "cache.db"
+    with SQLiteProgramCache(db) as c:
+        c.set_entry(b"k", b"payload", b"meta")
+        assert c.path == str(db)
+        with raw(db) as conn:
+            assert conn.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
+            assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+            assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+            assert conn.execute("PRAGMA auto_vacuum").fetchone()[0] == 2  # incremental
+            digest, size = conn.execute("SELECT digest, size FROM cuforge_entries").fetchone()
+            assert digest.hex() == entry_id(b"k") and size == len(b"payload") + len(b"meta")
+    # Closed: the WAL is folded back; only the database and its lock file remain.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cache.db", "cache.db.lock"]
+
+
+def test_default_path_is_next_to_the_filestream_default() -> None:
+    from cuforge.storage import default_cache_dir
+
+    path = Path(default_db_path())
+    assert path.name == "program-cache.db" and path.parent == Path(default_cache_dir()).parent
+
+
+def test_compile_round_trip_across_reopen(tmp_path, compiles, reference_cubin) -> None:
+    db = tmp_path / "cache.db"
+    with SQLiteProgramCache(db) as c:
+        assert compile_src(c).code == reference_cubin
+    assert compiles.count == 1
+    with SQLiteProgramCache(db) as c:
+        obj = compile_src(c)
+        assert obj.code == reference_cubin and obj.code_type == "cubin"
+        assert (c.stats().hits, c.stats().misses) == (1, 0)
+    assert compiles.count == 1  # the hit never reached the compiler
+
+
+@pytest.mark.parametrize("bad", [0, -5])
+def test_bad_arguments_are_named(tmp_path: Path, bad: int) -> None:
+    with pytest.raises(ValueError, match="max_size_bytes"):
+        SQLiteProgramCache(tmp_path / "c.db", max_size_bytes=bad)
+    with pytest.raises(ValueError, match="timeout"):
+        SQLiteProgramCache(tmp_path / "c.db", timeout=bad - 1)
+    with pytest.raises(ValueError, match="is a directory"):
+        SQLiteProgramCache(tmp_path)
+
+
+def test_closed_handle_refuses_operations(tmp_path: Path) -> None:
+    c = SQLiteProgramCache(tmp_path / "c.db")
+    c.close()
+    c.close()  # idempotent
+    for op in (lambda: c.get(b"k"), lambda: c.set_entry(b"k", b"v"), lambda: len(c), c.clear):
+        with pytest.raises(ValueError, match="closed"):
+            op()
+
+
+# -- integrity ----------------------------------------------------------------------------------
+
+
+def test_corrupted_blob_on_disk_is_a_miss_removed_and_counted(
+    tmp_path, compiles, reference_cubin
+) -> None:
+    db = tmp_path / "cache.db"
+    with SQLiteProgramCache(db) as c:
+        compile_src(c)
+        c[b"other"] = b"o" * 3000
+    flip_byte_in(db, reference_cubin)
+    with SQLiteProgramCache(db) as c:
+        assert c.check_entry(next(e.id for e in c.iter_entries() if e.size > 3100))
+        obj = compile_src(c)  # the damaged entry is a miss: compiled again
+        assert obj.code == reference_cubin and compiles.count == 2
+        s = c.stats()
+        assert (s.integrity_failures, s.hits, s.stores) == (1, 0, 1)
+        assert c.get(b"other") == b"o" * 3000  # the rest of the cache is untouched
+    with raw(db) as conn:  # the damaged row was replaced by the fresh compile
+        assert conn.execute("SELECT count(*) FROM cuforge_entries").fetchone()[0] == 2
+
+
+@pytest.mark.parametrize("column", ["data", "meta", "digest", "crc"])
+def test_any_damaged_column_is_a_miss_and_the_row_goes(tmp_path: Path, column: str) -> None:
+    db = tmp_path / "cache.db"
+    with SQLiteProgramCache(db) as c:
+        c.set_entry(b"k", b"payload-bytes", b"metadata")
+        with raw(db) as conn:
+            value = conn.execute(f"SELECT {column} FROM cuforge_entries").fetchone()[0]
+            damaged = bytes([value[0] ^ 1]) + value[1:] if isinstance(value, bytes) else value ^ 1
+            conn.execute(f"UPDATE cuforge_entries SET {column} = ?", (damaged,))
+        assert c.get_entry(b"k") is None
+        assert c.stats().integrity_failures == 1 and len(c) == 0
+
+
+def test_payload_metadata_boundary_is_checked(tmp_path: Path) -> None:
+    db = tmp_path / "cache.db"
+    with SQLiteProgramCache(db) as c:
+        c.set_entry(b"k", b"abcdef", b"XYZ")
+        with raw(db) as conn:  # same bytes overall, one moved from payload to metadata
+            conn.execute("UPDATE cuforge_entries SET data = ?, meta = ?", (b"abcde", b"fXYZ"))
+        assert c.get_entry(b"k") is None and c.stats().integrity_failures == 1
+
+
+# -- damaged, foreign and stale files -----------------------------------------------------------
+
+
+def _filled(db: Path) -> None:
+    with SQLiteProgramCache(db) as c:
+        for i in range(60):
+            c[f"k{i}"] = os.urandom(3000)
+
+
+@pytest.mark.parametrize("damage", ["truncated", "zero-filled", "not-sqlite", "short-header"])
+def test_damaged_file_is_moved_aside_and_the_cache_starts_empty(tmp_path: Path, damage) -> None:
+    db = tmp_path / "cache.db"
+    _filled(db)
+    size = db.stat().st_size
+    bad = {
+        "truncated": db.read_bytes()[: size // 2],
+        "zero-filled": bytes(size),
+        "not-sqlite": b"this is a text file, not a database\n" * 100,
+        "short-header": db.read_bytes()[:50],
+    }[damage]
+    db.write_bytes(bad)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with SQLiteProgramCache(db) as c:
+            assert len(c) == 0 and c.get("k1") is None
+            c["new"] = b"works"
+            assert c.get("new") == b"works"
+    messages = recovery_warnings(caught)
+    assert len(messages) == 1 and "moved it to" in messages[0], messages
+    aside = [p for p in tmp_path.iterdir() if p.name.startswith("cache.db.corrupt-")]
+    assert len(aside) == 1 and aside[0].read_bytes() == bad  # kept as it was, for a look
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # healthy now: no warning on the next open
+        with SQLiteProgramCache(db) as c:
+            assert c.get("new") == b"works"
+
+
+def test_foreign_database_is_refused_and_left_untouched(tmp_path: Path) -> None:
+    db = tmp_path / "app.db"
+    with raw(db) as conn:
+        conn.execute("CREATE TABLE users (name TEXT)")
+        conn.execute("INSERT INTO users VALUES ('ada')")
+    before = db.read_bytes()
+    with pytest.raises(ForeignDatabaseError, match="not a cuforge program cache") as info:
+        SQLiteProgramCache(db)
+    assert str(db) in str(info.value) and "users" in str(info.value)
+    assert isinstance(info.value, ValueError)
+    assert db.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["app.db"]  # nothing left beside it
+    with pytest.raises(ValueError, match="not a cuforge"):
+        open_cache(f"sqlite://{db}")
+    # An empty database with another application's id is not ours either.
+    other = tmp_path / "other.db"
+    with raw(other) as conn:
+        conn.execute("PRAGMA application_id = 1234")
+    with pytest.raises(ForeignDatabaseError, match="0x4d2"):
+        SQLiteProgramCache(other)
+
+
+def test_schema_version_mismatch_rebuilds_our_tables_only(tmp_path: Path) -> None:
+    db = tmp_path / "cache.db"
+    with SQLiteProgramCache(db) as c:
+        c["k"] = b"v" * 1000
+    with raw(db) as conn:
+        conn.execute("PRAGMA user_version = 99")
+        conn.execute("CREATE TABLE cuforge_legacy (x)")
+        conn.execute("CREATE TABLE notes (x)")  # not ours: kept
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with SQLiteProgramCache(db) as c:
+            assert len(c) == 0 and c.get("k") is None
+            c["k2"] = b"new"
+            assert c.get("k2") == b"new"
+    with raw(db) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    assert "cuforge_legacy" not in names and {"notes", "cuforge_entries"} <= names
+
+
+def test_damage_found_while_open_is_repaired_at_the_next_open(tmp_path: Path) -> None:
+    db = tmp_path / "cache.db"
+    _filled(db)
+    c = SQLiteProgramCache(db)
+    page = 4096
+    data = bytearray(db.read_bytes())
+    data[2 * page : len(data) - page] = bytes(len(data) - 3 * page)  # zero the b-tree pages
+    db.write_bytes(bytes(data))
+    got: list = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        # A new thread has a new connection with a cold page cache: it reads the file.
+        t = threading.Thread(target=lambda: got.extend(c.get(f"k{i}") for i in range(60)))
+        t.start()
+        t.join()
+    assert got == [None] * 60  # damage is a miss, never an exception
+    assert any("damage" in m for m in recovery_warnings(caught))
+    assert Path(f"{db}.damaged").exists()
+    c.close()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with SQLiteProgramCache(db) as c2:
+            c2["fresh"] = b"ok"
+            assert c2.get("fresh") == b"ok"
+    assert any("moved it to" in m for m in recovery_warnings(caught))
+    assert not Path(f"{db}.damaged").exists()
+
+
+def test_damaged_file_in_use_elsewhere_is_not_moved(tmp_path: Path) -> None:
+    db = tmp_path / "cache.db"
+    _filled(db)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time\nfrom cuforge.storage import SQLiteProgramCache\n"
+         f"c = SQLiteProgramCache({str(db)!r}); print('open', flush=True); time.sleep(60)"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "open"
+        db.write_bytes(bytes(db.stat().st_size))  # zero-fill under the live user
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with SQLiteProgramCache(db, timeout=0.2) as c:
+                assert c.get("k1") is None
+                c["k"] = b"v"  # a counted write failure, not an exception
+                assert c.stats().write_failures == 1
+        assert any("in use by another process" in m for m in recovery_warnings(caught))
+        assert not list(tmp_path.glob("*.corrupt-*"))
+    finally:
+        holder.kill()
+        holder.wait(30)
+
+
+# -- eviction and space ---------------------------------------------------------------------------
+
+
+def test_cap_bounds_the_files_on_disk_and_they_shrink(tmp_path: Path) -> None:
+    db = tmp_path / "cache.db"
+    cap = 400_000
+    with SQLiteProgramCache(db, max_size_bytes=cap) as c:
+        for i in range(300):
+            c[f"k{i}"] = os.urandom(4096)
+            assert disk_bytes(db) <= cap + 3 * 4096 + 8 * 4096, (i, disk_bytes(db))
+        assert c.stats().evictions > 150 and 0 < len(c) < 100
+        assert c.size_bytes == disk_bytes(db) <= cap + 11 * 4096
+        with raw(db) as conn:
+            assert conn.execute("PRAGMA freelist_count").fetchone()[0] <= 4
+        newest = [c.get(f"k{i}") for i in range(290, 300)]
+        assert all(v is not None for v in newest)  # the newest survive
+    assert disk_bytes(db) <= cap
+
+
+def test_eviction_follows_last_use(tmp_path: Path) -> None:
+    db = tmp_path / "cache.db"
+    with SQLiteProgramCache(db, max_size_bytes=300_000) as c:
+        for i in range(20):
+            c[f"k{i}"] = os.urandom(4096)
+        assert c.get("k0") is not None  # k0 becomes the most recent
+        for i in range(20, 60):
+            c[f"k{i}"] = os.urandom(4096)
+        assert c.stats().evictions > 0
+        assert c.get("k0") is not None and c.get("k1") is None
+
+
+def test_clear_gives_the_space_back(tmp_path: Path) -> None:
+    db = tmp_path / "cache.db"
+    with SQLiteProgramCache(db) as c:
+        for i in range(300):
+            c[f"k{i}"] = os.urandom(4096)
+        assert c.size_bytes > 1_000_000
+        c.clear()
+        assert len(c) == 0 and c.size_bytes < 150_000
+
+
+def test_writes_run_one_statement_and_eviction_walks_the_index(tmp_path: Path) -> None:
+    db = tmp_path / "cache.db"
+    with SQLiteProgramCache(db, max_size_bytes=100_000_000) as c:
+        c["warm"] = b"w"
+        statements: list[str] = []
+        c._conn().set_trace_callback(statements.append)
+        for i in range(50):
+            c[f"k{i}"] = b"x" * 1000
+        # Only the upsert (traced again for each trigger it fires) in its write
+        # transaction (BEGIN IMMEDIATE ... COMMIT): no scan, no count.
+        inserts = [s for s in statements if s.startswith("INSERT")]
+        assert len(inserts) >= 50
+        assert statements.count("BEGIN IMMEDIATE") == statements.count("COMMIT") == 50
+        assert all(s.startswith(("INSERT", "BEGIN IMMEDIATE", "COMMIT")) for s in statements)
+        plan = " ".join(
+            str(r)
+            for r in c._conn().execute(
+                "EXPLAIN QUERY PLAN SELECT rid, size FROM cuforge_entries ORDER BY used_ns"
+            )
+        )
+        assert "cuforge_entries_used" in plan and "TEMP B-TREE" not in plan
+
+
+def test_running_totals_match_the_rows(tmp_path: Path) -> None:
+    db = tmp_path / "cache.db"
+    rng = random.Random(7)
+    with SQLiteProgramCache(db, max_size_bytes=200_000) as c:
+        for _ in range(400):
+            k = f"k{rng.randrange(40)}"
+            op = rng.random()
+            if op < 0.6:
+                c.set_entry(k, os.urandom(rng.randrange(1, 9000)), b"m" * rng.randrange(50))
+            elif op < 0.8:
+                with pytest.raises(KeyError) if c.get(k) is None else _nothing():
+                    del c[k]
+            else:
+                c.get(k)
+        with raw(db) as conn:
+            n, total = conn.execute("SELECT entries, total_bytes FROM cuforge_state").fetchone()
+            assert (n, total) == conn.execute(
+                "SELECT count(*), coalesce(sum(size), 0) FROM cuforge_entries"
+            ).fetchone()
+        assert len(c) == n
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+# -- statistics ---------------------------------------------------------------------------------
+
+
+def test_statistics_are_kept_in_the_database(tmp_path: Path) -> None:
+    db = tmp_path / "cache.db"
+    for _ in range(2):
+        with SQLiteProgramCache(db) as c:
+            c["k"] = b"v" * 10
+            c.get("k")
+            c.get("absent")
+    with SQLiteProgramCache(db) as c:
+        c.get("k")
+        total = c.total_stats()
+    assert (total.stores, total.hits, total.misses, total.bytes_read) == (2, 3, 2, 30)
+    assert list(STAT_COLUMNS) == list(CacheStats().as_dict())  # schema follows CacheStats
+
+
+# -- threads --------------------------------------------------------------------------------------
+
+
+def test_threads_sharing_one_handle_compile_once(tmp_path, compiles, reference_cubin) -> None:
+    cache = SQLiteProgramCache(tmp_path / "cache.db")
+    n = 8
+    barrier = threading.Barrier(n)
+    results: list = [None] * n
+    errors: list = []
+
+    def work(i: int) -> None:
+        try:
+            program = Program(SRC, "c++", ProgramOptions(arch=ARCH))
+            barrier.wait(timeout=30)
+            results[i] = program.compile("cubin", cache=cache)
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    with cache:
+        assert not errors, errors
+        assert compiles.count == 1
+        assert all(r is not None and r.code == reference_cubin for r in results)
+        assert cache.stats().stores == 1
+
+
+def test_threads_sharing_one_handle_under_a_cap(tmp_path: Path) -> None:
+    cache = SQLiteProgramCache(tmp_path / "cache.db", max_size_bytes=300_000)
+    payloads = {i: bytes([i]) * (2000 + 100 * i) for i in range(64)}  # 330 kB in all
+    errors: list[BaseException] = []
+
+    def worker(seed: int) -> None:
+        rng = random.Random(seed)
+        try:
+            for _ in range(400):
+                k = rng.randrange(64)
+                if rng.random() < 0.4:
+                    cache.set_entry(str(k), payloads[k], str(k).encode())
+                else:
+                    got = cache.get_entry(str(k))
+                    assert got is None or got == CacheEntry(payloads[k], str(k).encode())
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        threads = [threading.Thread(target=worker, args=(i,)) for i in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+    with cache:
+        assert not errors, errors
+        assert not caught, [str(w.message) for w in caught]
+        s = cache.stats()
+        assert s.write_failures == 0 and s.integrity_failures == 0 and s.evictions > 0
+        # Soft while the threads' reads pin the WAL; within the cap once it is folded in.
+        assert cache.size_bytes <= 1.25 * 300_000
+    assert disk_bytes(tmp_path / "cache.db") <= 300_000
+
+
+# -- URLs, the command line, the import ------------------------------------------------------------
+
+
+def test_sqlite_urls(tmp_path: Path) -> None:
+    with open_cache(f"sqlite://{tmp_path}/a.db?max_size=2G&durable=1&timeout=2s") as c:
+        assert isinstance(c, SQLiteProgramCache) and c.max_size_bytes == 2 << 30
+        assert c.path == str(tmp_path / "a.db") and c._durable and c._timeout == 2.0
+    for url, names in [
+        ("sqlite://", "needs a database file"),
+        (f"sqlite://{tmp_path}/b.db?max_size=lots", "max_size"),
+        (f"sqlite://{tmp_path}/b.db?mode=2770", "unknown parameter 'mode'"),
+        (f"sqlite://{tmp_path}", "is a directory"),
+    ]:
+        with pytest.raises(ValueError, match=names):
+            open_cache(url)
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "cuforge", *args], capture_output=True, text=True)
+
+
+def test_cli_compile_through_a_sqlite_url(tmp_path: Path) -> None:
+    src = tmp_path / "k.cu"
+    src.write_text(SRC)
+    url = f"sqlite://{tmp_path}/cli.db"
+    first = _cli("compile", str(src), "--arch", ARCH, "--cache", url + "?max_size=64M")
+    assert first.returncode == 0, first.stderr
+    assert "cache miss (compiled and stored)" in first.stdout
+    second = _cli("compile", str(src), "--arch", ARCH, "--cache", url)
+    assert second.returncode == 0 and "cache hit" in second.stdout, second
+    with SQLiteProgramCache(tmp_path / "cli.db") as c:
+        assert len(c) == 1 and c.total_stats().hits == 1
+    (tmp_path / "app.db").write_bytes((tmp_path / "cli.db").read_bytes()[:0])
+    with raw(tmp_path / "app.db") as conn:
+        conn.execute("CREATE TABLE t (x)")
+    for bad, names in [
+        (f"sqlite://{tmp_path}/app.db", "not a cuforge program cache"),
+        (f"sqlite://{tmp_path}/x.db?max_size=huge", "max_size"),
+        ("nosuch://x", "unknown scheme"),
+    ]:
+        out = _cli("compile", str(src), "--arch", ARCH, "--cache", bad)
+        assert out.returncode == 2 and names in out.stderr, out
+        assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
+def test_import_works_without_sqlite3() -> None:
+    code = (
+        "import sys\n"
+        "import cuforge.storage, cuforge.utils\n"
+        "assert 'sqlite3' not in sys.modules, 'imported eagerly'\n"
+        "sys.modules['sqlite3'] = None  # as on an interpreter built without it\n"
+        "from cuforge.utils import SQLiteProgramCache\n"
+        "try:\n"
+        "    SQLiteProgramCache('/tmp/never.db')\n"
+        "except ImportError as exc:\n"
+        "    assert 'sqlite3' in str(exc) and 'FileStreamProgramCache' in str(exc), exc\n"
+        "    print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr

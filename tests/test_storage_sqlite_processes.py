@@ -1,0 +1,269 @@
+"""SQLiteProgramCache shared by real processes: caps, single-flight, locks, busy writers.
+
+Every worker is a fresh interpreter (``tests/_sqlite_workers.py``) with real NVRTC
+compiles where a compile is involved.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import warnings
+from pathlib import Path
+
+import pytest
+
+from _cache_workers import ARCH, SRC
+from cuforge.compile import Program, ProgramOptions
+from cuforge.storage import CacheRecoveryWarning, CacheWriteWarning, SQLiteProgramCache
+from cuforge.utils import make_program_cache_key
+
+WORKERS = os.path.join(os.path.dirname(__file__), "_sqlite_workers.py")
+pytestmark = pytest.mark.skipif(os.name == "nt", reason="POSIX process tools")
+
+
+def start(command: str, args: dict) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, WORKERS, command, json.dumps(args)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def finish(proc: subprocess.Popen, timeout: float = 120) -> dict:
+    out, err = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, err
+    return json.loads(out)
+
+
+def wait_ready(proc: subprocess.Popen, ready: Path) -> None:
+    deadline = time.monotonic() + 60
+    while not ready.exists():
+        assert proc.poll() is None, proc.stderr.read()
+        assert time.monotonic() < deadline, "the worker never got ready"
+        time.sleep(0.01)
+    assert ready.read_text() == "held"
+
+
+def stop(proc: subprocess.Popen) -> None:
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(30)
+
+
+def disk_bytes(db: Path) -> int:
+    return sum(
+        os.path.getsize(f"{db}{s}") for s in ("", "-wal", "-shm") if os.path.exists(f"{db}{s}")
+    )
+
+
+@pytest.fixture(scope="module")
+def reference_cubin() -> bytes:
+    return Program(SRC, "c++", ProgramOptions(arch=ARCH)).compile("cubin").code
+
+
+def src_key() -> bytes:
+    return make_program_cache_key(
+        code=SRC, code_type="c++", options=ProgramOptions(arch=ARCH), target_type="cubin"
+    )
+
+
+def test_round_trip_in_a_fresh_process(tmp_path: Path, reference_cubin: bytes) -> None:
+    db, counter = tmp_path / "cache.db", tmp_path / "compiles"
+    first = finish(start("compile", {"db": str(db), "counter": str(counter)}))
+    second = finish(start("compile", {"db": str(db), "counter": str(counter)}))
+    digest = hashlib.sha256(reference_cubin).hexdigest()
+    assert first["sha256"] == second["sha256"] == digest
+    assert len(counter.read_text().split()) == 1  # the second process never compiled
+    assert (second["stats"]["hits"], second["stats"]["misses"]) == (1, 0)
+
+
+def test_four_processes_missing_one_key_compile_once(tmp_path: Path, reference_cubin) -> None:
+    db, counter, barrier = tmp_path / "cache.db", tmp_path / "compiles", tmp_path / "barrier"
+    barrier.mkdir()
+    args = {"db": str(db), "counter": str(counter), "barrier": str(barrier), "parties": 4}
+    outs = [finish(p) for p in [start("compile", args) for _ in range(4)]]
+    assert len(counter.read_text().split()) == 1, counter.read_text()
+    assert {o["sha256"] for o in outs} == {hashlib.sha256(reference_cubin).hexdigest()}
+    assert sum(o["stats"]["stores"] for o in outs) == 1
+    with SQLiteProgramCache(db) as c:
+        assert c.total_stats().stores == 1 and len(c) == 1
+
+
+def test_four_processes_writing_and_reading_under_a_cap(tmp_path: Path) -> None:
+    db, barrier = tmp_path / "cache.db", tmp_path / "barrier"
+    barrier.mkdir()
+    cap = 2_000_000
+    SQLiteProgramCache(db, max_size_bytes=cap).close()
+    procs = [
+        start(
+            "stress",
+            {
+                "db": str(db),
+                "idx": i,
+                "n": 250,
+                "size": 4096,
+                "cap": cap,
+                "barrier": str(barrier),
+                "parties": 4,
+            },
+        )
+        for i in range(4)
+    ]
+    results = []
+    for p in procs:
+        results.append(finish(p))
+        on_disk = disk_bytes(db)  # after each exit, while the others may still write
+        assert on_disk <= 1.1 * cap, (len(results), on_disk)
+    for r in results:
+        assert r["wrong"] == 0 and r["warnings"] == [], r
+        assert r["stats"]["write_failures"] == 0 and r["stats"]["integrity_failures"] == 0
+    with SQLiteProgramCache(db) as c:
+        total = c.total_stats()
+        assert total.stores == 1000 and total.evictions >= 400
+        assert 0.4 * cap <= disk_bytes(db) <= cap
+        for i in range(4):  # what survived is intact
+            got = [c.get(f"{i}-{j}") for j in range(250)]
+            assert all(g is None or g == bytes([i]) * 4096 for g in got)
+
+
+def test_held_write_lock_makes_stores_fail_softly(tmp_path, reference_cubin) -> None:
+    db, ready = tmp_path / "cache.db", tmp_path / "ready"
+    with SQLiteProgramCache(db) as c:
+        c[b"before"] = b"stored before the lock"
+    holder = start("hold_write", {"db": str(db), "ready": str(ready)})
+    try:
+        wait_ready(holder, ready)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with SQLiteProgramCache(db, timeout=0.3) as c:
+                # WAL: a held write lock does not block readers.
+                assert c.get(b"before") == b"stored before the lock"
+                t0 = time.monotonic()
+                obj = Program(SRC, "c++", ProgramOptions(arch=ARCH)).compile("cubin", cache=c)
+                assert obj.code == reference_cubin  # compiled; the store waited and gave up
+                assert 0.25 < time.monotonic() - t0 < 10
+                s = c.stats()
+                assert (s.write_failures, s.stores) == (1, 0)
+        writes = [str(w.message) for w in caught if w.category is CacheWriteWarning]
+        assert len(writes) == 1 and "locked" in writes[0], writes
+    finally:
+        stop(holder)
+    assert not list(tmp_path.glob("*.corrupt-*"))  # busy is never a reason to move the file
+    with SQLiteProgramCache(db) as c:
+        assert c.get(b"before") is not None
+        Program(SRC, "c++", ProgramOptions(arch=ARCH)).compile("cubin", cache=c)
+        assert c.stats().stores == 1 and c.get(src_key()) == reference_cubin
+
+
+def test_exclusive_lock_elsewhere_makes_reads_misses(tmp_path, reference_cubin) -> None:
+    db, ready = tmp_path / "cache.db", tmp_path / "ready"
+    with SQLiteProgramCache(db) as c:
+        c[b"before"] = b"x"
+    holder = start("hold_write", {"db": str(db), "ready": str(ready), "exclusive": True})
+    try:
+        wait_ready(holder, ready)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with SQLiteProgramCache(db, timeout=0.3) as c:
+                assert c.get(b"before") is None  # locked out: a miss, not an exception
+                obj = Program(SRC, "c++", ProgramOptions(arch=ARCH)).compile("cubin", cache=c)
+                assert obj.code == reference_cubin
+        assert any(w.category is CacheRecoveryWarning for w in caught)
+    finally:
+        stop(holder)
+    assert not list(tmp_path.glob("*.corrupt-*"))
+    with SQLiteProgramCache(db) as c:
+        assert c.get(b"before") == b"x"
+
+
+def test_write_failure_past_the_file_size_limit(tmp_path: Path) -> None:
+    got = finish(start("efbig", {"db": str(tmp_path / "c.db"), "limit": 200_000, "size": 400_000}))
+    assert got["small"] and not got["big"] and got["write_failures"] == 1
+    assert len(got["warnings"]) == 1
+
+
+def test_lock_admits_one_process_at_a_time(tmp_path: Path) -> None:
+    db, barrier = tmp_path / "cache.db", tmp_path / "barrier"
+    barrier.mkdir()
+    counter, log = tmp_path / "counter", tmp_path / "log"
+    SQLiteProgramCache(db).close()
+    args = {"db": str(db), "counter": str(counter), "log": str(log), "barrier": str(barrier),
+            "parties": 4}  # fmt: skip
+    for p in [start("contend", args) for _ in range(4)]:
+        finish(p)
+    assert counter.read_text() == "4"
+    events = [line.split()[0] for line in log.read_text().splitlines()]
+    assert events == ["enter", "exit"] * 4  # never two inside at once
+
+
+def test_killed_lock_holder_frees_waiters_and_live_one_times_out(tmp_path: Path) -> None:
+    db, ready = tmp_path / "cache.db", tmp_path / "ready"
+    SQLiteProgramCache(db).close()
+    holder = start("hold_key", {"db": str(db), "key": "hot", "ready": str(ready)})
+    try:
+        wait_ready(holder, ready)
+        short = finish(start("wait_key", {"db": str(db), "key": "hot", "timeout": 0.3}))
+        assert short["held"] is False and 0.25 < short["waited"] < 5
+        waiter = start("wait_key", {"db": str(db), "key": "hot", "timeout": 30})
+        time.sleep(1.0)
+        assert waiter.poll() is None  # really blocked by the live holder
+    finally:
+        stop(holder)
+    got = finish(waiter)
+    assert got["held"] is True and got["waited"] < 20
+
+
+def test_killed_holder_does_not_block_the_compile(tmp_path, reference_cubin) -> None:
+    db, ready = tmp_path / "cache.db", tmp_path / "ready"
+    SQLiteProgramCache(db).close()
+    holder = start("hold_key", {"db": str(db), "key": src_key().hex(), "ready": str(ready)})
+    result: list = []
+    # The worker locks the key as a str: use the same str key here.
+    with SQLiteProgramCache(db) as c:
+
+        def compile_through_lock() -> None:
+            with c.lock(src_key().hex(), timeout=60) as held:
+                result.append(held)
+
+        try:
+            wait_ready(holder, ready)
+            t = threading.Thread(target=compile_through_lock)
+            t.start()
+            t.join(0.5)
+            assert t.is_alive()  # waiting for the live holder
+        finally:
+            stop(holder)
+        t.join(30)
+        assert result == [True]
+
+
+def test_statistics_sum_over_processes(tmp_path: Path) -> None:
+    db = tmp_path / "cache.db"
+    for p in [start("count", {"db": str(db), "hits": 5, "misses": 3}) for _ in range(2)]:
+        finish(p)
+    with SQLiteProgramCache(db) as c:
+        total = c.total_stats()
+    assert (total.hits, total.misses, total.stores) == (10, 6, 2)
+    assert total.bytes_read == 100 and total.bytes_written == 20
+
+
+def test_counts_of_a_killed_process_are_kept_up_to_its_last_write(tmp_path: Path) -> None:
+    db = tmp_path / "cache.db"
+    code = (
+        "import os, signal\nfrom cuforge.storage import SQLiteProgramCache\n"
+        f"c = SQLiteProgramCache({str(db)!r})\n"
+        "c['k'] = b'v'\nc.total_stats()\nc.get('k')\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=False)
+    with SQLiteProgramCache(db) as c:
+        total = c.total_stats()
+        assert (total.stores, total.hits) == (1, 0)  # the unwritten hit is lost, nothing more
+        assert c.get("k") == b"v"
