@@ -329,6 +329,12 @@ def test_path_errors_are_one_line_naming_the_path(tmp_path: Path) -> None:
         assert info.value.path == str(path) and info.value.errno
         with pytest.raises(CachePathError):  # through a URL too
             open_cache(f"file://{path}", secret=None)
+    from cuforge.storage import SQLiteProgramCache
+
+    for directory in (Path("/proc/nope"), a_file):  # SQLite: the database's directory
+        with pytest.raises(CachePathError) as info:
+            SQLiteProgramCache(directory / "cache.db")
+        assert_one_line_naming(info.value, directory, "cannot be created")
 
 
 # -- keys never reach the file system as names ---------------------------------------------
@@ -476,3 +482,84 @@ def test_forged_resigned_and_unsigned_entries_are_never_served(plain, scale: str
         for key in keys:
             signed[key] = b"genuine"
         assert all(signed.get(key) == b"genuine" for key in keys)
+
+
+# -- SQLite: the database and its companion files --------------------------------------------
+def test_sqlite_caches_are_private_whatever_the_umask(tmp_path: Path) -> None:
+    from cuforge.storage import SQLiteProgramCache
+
+    db = tmp_path / "new" / "cache.db"
+    old = os.umask(0)
+    try:
+        with SQLiteProgramCache(db) as c:
+            c[b"k"] = b"v"
+            files = sorted(p.name for p in db.parent.iterdir())
+            modes = {p.name: mode_of(p) for p in db.parent.iterdir()}
+    finally:
+        os.umask(old)
+    assert mode_of(db.parent) == 0o700
+    assert files == ["cache.db", "cache.db-shm", "cache.db-wal", "cache.db.lock"], files
+    assert set(modes.values()) == {0o600}, modes
+
+
+def _sqlite_damage(db: Path, how: str, tmp: Path) -> Path:
+    """Make ``db`` unsafe in one way; return the path the refusal must name."""
+    if how == "database writable by every user":
+        db.chmod(0o666)
+    elif how == "database writable by its group":
+        db.chmod(0o660)
+    elif how == "database owned by another user":
+        os.chown(db, STRANGER, -1)
+    elif how == "a WAL planted by another user":
+        wal = Path(str(db) + "-wal")
+        wal.write_bytes(b"")
+        os.chown(wal, STRANGER, -1)
+        return wal
+    elif how == "lock file linked elsewhere":
+        lock = Path(str(db) + ".lock")
+        lock.unlink(missing_ok=True)
+        lock.symlink_to(tmp / "elsewhere")
+        return lock
+    elif how == "directory writable by every user, not sticky":
+        db.parent.chmod(0o777)
+        return db.parent
+    return db
+
+
+@pytest.mark.parametrize(
+    "how",
+    [
+        "database writable by every user",
+        "database writable by its group",
+        "database owned by another user",
+        "a WAL planted by another user",
+        "lock file linked elsewhere",
+        "directory writable by every user, not sticky",
+    ],
+)
+def test_sqlite_files_others_could_write_are_refused(tmp_path: Path, how: str) -> None:
+    from cuforge.storage import SQLiteProgramCache
+
+    db = tmp_path / "d" / "cache.db"
+    SQLiteProgramCache(db).close()
+    named = _sqlite_damage(db, how, tmp_path)
+    with pytest.raises(UnsafeCacheError) as info:
+        SQLiteProgramCache(db)
+    assert_one_line_naming(info.value, named, "fix:")
+    if how != "lock file linked elsewhere":  # links are refused whatever the trust
+        SQLiteProgramCache(db, trust_shared=True).close()
+        with open_cache(f"sqlite://{db}", secret=SECRET) as signed:  # signed: accepted
+            signed[b"k"] = b"v"
+            assert signed.get(b"k") == b"v"
+    assert not (tmp_path / "elsewhere").exists()
+
+
+def test_sqlite_in_a_sticky_shared_directory_is_accepted(tmp_path: Path) -> None:
+    from cuforge.storage import SQLiteProgramCache
+
+    shared = tmp_path / "tmp-like"
+    shared.mkdir()
+    shared.chmod(0o1777)  # like /tmp: others cannot replace our files
+    with SQLiteProgramCache(shared / "cache.db") as c:
+        c[b"k"] = b"v"
+        assert c.get(b"k") == b"v"

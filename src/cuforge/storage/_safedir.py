@@ -26,14 +26,23 @@ line naming the path, the problem and the fix.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat as stat_mod
 from typing import NamedTuple
 
-from ._fsutil import DIR_FD, make_dir, open_dir
+from ._fsutil import DIR_FD, O_NOFOLLOW, make_dir, open_dir
 
-__all__ = ["CachePathError", "DirRules", "UnsafeCacheError", "check_cache_dirs", "open_root"]
+__all__ = [
+    "CachePathError",
+    "DirRules",
+    "UnsafeCacheError",
+    "check_cache_dirs",
+    "check_db_files",
+    "open_root",
+    "prepare_db_file",
+]
 
 _TRUST_HINT = (
     "or, if every user who can write there is trusted, pass trust_shared=True "
@@ -46,8 +55,10 @@ class CachePathError(OSError):
     problem and what to do. ``path`` is the path, ``errno`` the OS error when one
     caused it (else None)."""
 
-    def __init__(self, path: str, problem: str, err: int | None = None) -> None:
-        super().__init__(f"cache directory {path}: {problem}")
+    def __init__(
+        self, path: str, problem: str, err: int | None = None, kind: str = "directory"
+    ) -> None:
+        super().__init__(f"cache {kind} {path}: {problem}")
         self.path = path
         self.problem = problem
         self.errno = err
@@ -213,3 +224,81 @@ def check_cache_dirs(
             os.close(fd)
     for name in suspects:
         _check_below(os.path.join(entries, name), rules, root_st.st_gid, files_ok=True)
+
+
+def check_db_files(db: str, trust_shared: bool) -> None:
+    """The rules for a SQLite cache: whoever could write its database, WAL, WAL index
+    or lock file could plant programs. Each of ``db``, ``db-wal``, ``db-shm`` and
+    ``db.lock`` that exists must be a regular file (the companions never links) owned
+    by the caller or root and writable by nobody else; the directory holding them must
+    not let others create files there unless it is sticky (``/tmp``: others cannot
+    replace our files, and one they create first is refused here by its owner).
+    ``trust_shared`` lifts the owner and mode rules, not the one on links.
+    """
+    rules = DirRules.for_process(False, trust_shared)
+    directory = os.path.dirname(db) or "."
+    try:
+        dst = os.stat(directory)
+    except OSError as exc:
+        raise _oserror(directory, exc, "opened") from None
+    mode = stat_mod.S_IMODE(dst.st_mode)
+    if not rules.trust_shared and mode & 0o022 and not mode & stat_mod.S_ISVTX:
+        who = "every user" if mode & 0o002 else "its group"
+        raise UnsafeCacheError(
+            directory,
+            f"holds the SQLite cache {os.path.basename(db)} and is writable by {who} "
+            f"(mode {mode:04o}, not sticky): anyone could replace the database or plant a "
+            f"WAL; fix: keep the database in a directory only you can write, {_TRUST_HINT}",
+            errno.EPERM,
+        )
+    for path in (db, db + "-wal", db + "-shm", db + ".lock"):
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise _oserror(path, exc, "checked") from None
+        if stat_mod.S_ISLNK(st.st_mode) and path != db:
+            raise UnsafeCacheError(
+                path, "is a symbolic link: SQLite would write through it; fix: remove it",
+                errno.ELOOP, kind="file",
+            )  # fmt: skip
+        if path == db and stat_mod.S_ISLNK(st.st_mode):
+            st = os.stat(path)  # the database itself may be a link, like a cache root
+        if not stat_mod.S_ISREG(st.st_mode):
+            raise CachePathError(path, "is not a regular file", errno.EINVAL, kind="file")
+        if rules.trust_shared:
+            continue
+        fmode = stat_mod.S_IMODE(st.st_mode)
+        if fmode & 0o022:
+            who = "every user" if fmode & 0o002 else "its group"
+            raise UnsafeCacheError(
+                path,
+                f"is writable by {who} (mode {fmode:04o}): they could plant programs this "
+                f"process runs; fix: chmod 600 it, {_TRUST_HINT}",
+                errno.EPERM, kind="file",
+            )  # fmt: skip
+        if st.st_uid not in (rules.uid, 0):
+            raise UnsafeCacheError(
+                path,
+                f"is owned by uid {st.st_uid}, not by you (uid {rules.uid}) or root: its owner "
+                f"could plant programs this process runs; fix: use a database of your own, "
+                f"{_TRUST_HINT}",
+                errno.EPERM, kind="file",
+            )  # fmt: skip
+
+
+def prepare_db_file(db: str, trust_shared: bool) -> None:
+    """Make ``db``'s directory (private, like a cache root), apply
+    :func:`check_db_files`, and create the database empty with mode 0600 when absent
+    (SQLite gives its -wal and -shm files the database's mode). CachePathError for a
+    directory that cannot be made; a file that cannot be created is left to SQLite."""
+    directory = os.path.dirname(db) or "."
+    try:
+        make_dir(directory, None)
+    except OSError as exc:
+        raise _oserror(directory, exc, "created") from None
+    check_db_files(db, trust_shared)
+    # Exists (checked above), or a read-only directory: SQLite then says what it can.
+    with contextlib.suppress(OSError):
+        os.close(os.open(db, os.O_WRONLY | os.O_CREAT | os.O_EXCL | O_NOFOLLOW, 0o600))
