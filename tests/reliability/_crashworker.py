@@ -29,7 +29,10 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _selfdesc
 
-PHASES = ["idle", "open", "write", "ledger", "evict", "clear", "delete", "read", "stats", "txn"]
+PHASES = [
+    "idle", "open", "write", "ledger", "evict", "clear", "delete", "read", "stats", "txn",
+    "checkpoint",
+]  # fmt: skip
 _CODE = {name: i for i, name in enumerate(PHASES)}
 
 
@@ -46,32 +49,42 @@ def open_cache(spec: dict[str, Any]) -> Any:
 
 
 class Phases:
-    """This process's byte in the shared phase file, and wrappers that set it."""
+    """This process's two bytes in the shared phase file -- the operation it is in
+    (innermost: an eviction inside a write says "evict") and the low-level step inside
+    it (a transaction, a ledger update, a checkpoint) -- and wrappers that set them."""
 
     def __init__(self, path: str, slot: int) -> None:
         fd = os.open(path, os.O_RDWR)
         self._map = mmap.mmap(fd, 0)
         os.close(fd)
-        self._slot = slot
+        self._op = 2 * slot
         self.set("open")
 
-    def set(self, phase: str) -> int:
-        old = self._map[self._slot]
-        self._map[self._slot] = _CODE[phase]
+    def set(self, phase: str, step: bool = False) -> int:
+        where = self._op + step
+        old = self._map[where]
+        self._map[where] = _CODE[phase]
         return old
 
-    def wrap(self, owner: Any, name: str, phase: str) -> None:
+    def wrap(self, owner: Any, name: str, phase: str, step: bool = False) -> None:
         real = getattr(owner, name)
         phases = self
+        where = self._op + step
 
         def wrapped(*args: Any, **kwargs: Any) -> Any:
-            old = phases.set(phase)
+            old = phases.set(phase, step)
             try:
                 return real(*args, **kwargs)
             finally:
-                phases._map[phases._slot] = old
+                phases._map[where] = old
 
         setattr(owner, name, wrapped)
+
+
+def phase_at(mapped: Any, slot: int) -> str:
+    """``op`` or ``op/step`` as the shared file says for ``slot``."""
+    op, step = PHASES[mapped[2 * slot]], mapped[2 * slot + 1]
+    return f"{op}/{PHASES[step]}" if step else op
 
 
 def instrument(spec: dict[str, Any], phases: Phases) -> None:
@@ -80,7 +93,7 @@ def instrument(spec: dict[str, Any], phases: Phases) -> None:
 
         fs = filestream.FileStreamProgramCache
         phases.wrap(_atomicwrite.PairWriter, "write_pair", "write")
-        phases.wrap(_sizeindex.SizeLedger, "_update", "ledger")
+        phases.wrap(_sizeindex.SizeLedger, "_update", "ledger", step=True)
         phases.wrap(fs, "_evict", "evict")
         phases.wrap(fs, "clear", "clear")
         phases.wrap(fs, "__delitem__", "delete")
@@ -89,12 +102,15 @@ def instrument(spec: dict[str, Any], phases: Phases) -> None:
     elif spec["backend"] == "sqlite":
         from cuforge.storage import sqlite
 
-        for name, phase in spec.get("sqlite_phases", {}).items():
-            owner, _, attr = name.rpartition(".")
-            target = sqlite
-            for part in owner.split(".")[1:] if owner else ():
-                target = getattr(target, part)
-            phases.wrap(target, attr, phase)
+        db = sqlite.SQLiteProgramCache
+        phases.wrap(db, "set_entry", "write")
+        phases.wrap(sqlite, "_immediate", "txn", step=True)  # every writing transaction
+        phases.wrap(db, "_make_room", "evict")
+        phases.wrap(sqlite, "checkpoint", "checkpoint", step=True)
+        phases.wrap(db, "clear", "clear")
+        phases.wrap(db, "__delitem__", "delete")
+        phases.wrap(db, "_housekeep", "stats")  # uses and counters written back
+        phases.wrap(db, "get_entry", "read")
 
 
 def keys(spec: dict[str, Any]) -> list[bytes]:
