@@ -288,12 +288,12 @@ def test_the_phase_wrappers_see_every_step(tmp_path: Path, backend: str) -> None
     spec = {
         "backend": backend,
         "path": str(path),
-        "cap": 4000 if backend == "filestream" else 20000,
+        "cap": 4000 if backend == "filestream" else 96 * 1024,
     }
     try:
         instrument(spec, phases)
         with open_cache(spec) as c:
-            for i in range(60):
+            for i in range(300):
                 c[str(i)] = b"x" * 900
             c["last"] = b"v"
             c.get("last")
