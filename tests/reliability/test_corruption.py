@@ -7,6 +7,7 @@ still returns the right code.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 from collections.abc import Callable
@@ -68,6 +69,43 @@ class RedisRaw:
         self.client.delete(self._name(key))
 
 
+class SQLiteRaw:
+    """An entry's row, by key, through a connection of our own (as another program,
+    or a disk, would change it)."""
+
+    COLUMNS = {"payload": "data", "metadata": "meta", "digest": "crc", "key": "digest"}
+
+    def __init__(self, cache: Any) -> None:
+        import sqlite3
+
+        self.conn = sqlite3.connect(cache.path, isolation_level=None)
+
+    def _rid(self, key: bytes) -> int:
+        from cuforge.storage._sqlite_schema import rid_of
+        from cuforge.storage.entry import key_digest
+
+        return rid_of(key_digest(key))
+
+    def read(self, key: bytes, part: str) -> Any:
+        column = self.COLUMNS.get(part, part)
+        row = self.conn.execute(
+            f"SELECT {column} FROM cuforge_entries WHERE rid = ?", (self._rid(key),)
+        ).fetchone()
+        return row[0]
+
+    def write(self, key: bytes, part: str, data: Any) -> None:
+        column = self.COLUMNS.get(part, part)
+        self.conn.execute(
+            f"UPDATE cuforge_entries SET {column} = ? WHERE rid = ?", (data, self._rid(key))
+        )
+
+    def delete(self, key: bytes, part: str) -> None:
+        self.conn.execute("DELETE FROM cuforge_entries WHERE rid = ?", (self._rid(key),))
+
+    def close(self) -> None:
+        self.conn.close()
+
+
 def flip(data: bytes, lo: int, hi: int, rng: random.Random) -> bytes:
     """``data`` with one random bit flipped in ``data[lo:hi]``."""
     out = bytearray(data)
@@ -123,7 +161,31 @@ REDIS_INJECTIONS: dict[str, Injection] = {
     "value deleted": lambda r, k, o, g: r.delete(k, ""),
 }
 
-DELETIONS = {"payload deleted", "sidecar deleted", "value deleted"}
+SQLITE_INJECTIONS: dict[str, Injection] = {
+    "payload truncated": lambda r, k, o, g: r.write(k, "payload", r.read(k, "payload")[:-7]),
+    "payload emptied": lambda r, k, o, g: r.write(k, "payload", b""),
+    "payload zeroed": lambda r, k, o, g: r.write(k, "payload", bytes(len(r.read(k, "payload")))),
+    "payload bit flipped": lambda r, k, o, g: r.write(
+        k, "payload", flip(r.read(k, "payload"), 0, 1 << 30, g)
+    ),
+    "payload extended": lambda r, k, o, g: r.write(k, "payload", r.read(k, "payload") + b"\0"),
+    "digest (crc) bit flipped": lambda r, k, o, g: r.write(
+        k, "digest", r.read(k, "digest") ^ (1 << g.randrange(32))
+    ),
+    "key digest bit flipped": lambda r, k, o, g: r.write(
+        k, "key", flip(r.read(k, "key"), 0, 32, g)
+    ),
+    "metadata bit flipped": lambda r, k, o, g: r.write(
+        k, "metadata", flip(r.read(k, "metadata"), 0, 1 << 30, g)
+    ),
+    "payload and metadata swapped with another row's": lambda r, k, o, g: _swap(
+        r, k, o, ("payload", "metadata", "digest")
+    ),
+    "payload swapped with another row's": lambda r, k, o, g: _swap(r, k, o, ("payload",)),
+    "row deleted": lambda r, k, o, g: r.delete(k, ""),
+}
+
+DELETIONS = {"payload deleted", "sidecar deleted", "value deleted", "row deleted"}
 
 
 def _swap(raw: Any, key: bytes, other: bytes, parts: tuple[str, ...]) -> None:
@@ -139,7 +201,13 @@ def _swap(raw: Any, key: bytes, other: bytes, parts: tuple[str, ...]) -> None:
 BACKENDS = {
     "filestream": (FileStreamRaw, FS_INJECTIONS),
     "redis": (RedisRaw, REDIS_INJECTIONS),
+    "sqlite": (SQLiteRaw, SQLITE_INJECTIONS),
 }
+
+
+#: Damage the verifier cannot name by the entry's id (test_sqlite_verify_names_... below):
+#: a SQLite row whose stored key digest is damaged is no longer found under its id.
+VERIFY_GAPS = {("sqlite", "key digest bit flipped")}
 
 
 def populate(cache: Any, n: int, rng: random.Random) -> list[bytes]:
@@ -184,6 +252,8 @@ def test_every_damaged_entry_is_detected_counted_and_never_served(
             raw = raw_type(cache)
             for j, key in enumerate(keys):
                 inject(raw, key, keys[j ^ 1], rng)
+            if hasattr(raw, "close"):
+                raw.close()
             damaged, absent = verify(cache, keys)
             before = cache.stats()
             served = sum(cache.get_entry(key) is not None for key in keys)
@@ -195,6 +265,8 @@ def test_every_damaged_entry_is_detected_counted_and_never_served(
             assert after.misses - before.misses == 2 * n, how
             if how in DELETIONS:
                 assert (damaged, absent, counted) == (0, n, 0), how  # a plain miss
+            elif (backend, how) in VERIFY_GAPS:  # see the xfail test below
+                assert counted == n, how  # lookups still find, count and remove each
             else:
                 assert (damaged, absent) == (n, 0), how
                 assert counted == n, how  # each found once, then removed: a plain miss
@@ -210,6 +282,30 @@ def test_every_damaged_entry_is_detected_counted_and_never_served(
             f"{counted} integrity failures counted; all {n} refilled",
             scale=scale, lost=0,
         )  # fmt: skip
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="SQLite check_entry/read_entry find a row by the id's first 8 bytes and then "
+    "require the stored digest to equal the id: a row whose digest column is damaged is "
+    "listed under another id and checked as absent (lookups by key do count and remove it)",
+)
+def test_sqlite_verify_names_a_row_whose_key_digest_is_damaged(tmp_path: Path) -> None:
+    from cuforge.storage import SQLiteProgramCache
+
+    with SQLiteProgramCache(tmp_path / "c.db") as cache:
+        keys = populate(cache, 8, random.Random(15))
+        raw = SQLiteRaw(cache)
+        for key in keys:  # a flip in the first 8 bytes: the id no longer names the row
+            raw.write(key, "key", flip(raw.read(key, "key"), 0, 8, random.Random(1)))
+        raw.close()
+        listed = [e.id for e in cache.iter_entries()]
+        assert len(listed) == len(keys)
+        reported = 0
+        for eid in listed:
+            with contextlib.suppress(KeyError):  # listed, yet "no entry has this id"
+                reported += cache.check_entry(eid) is not None
+        assert reported == len(keys)
 
 
 # -- a compile through a cache whose every entry is damaged ----------------------------------
@@ -321,3 +417,48 @@ def test_compiles_through_a_fully_damaged_cache_return_the_right_code(tmp_path, 
             f"{counter or 'manifest refused by its decoder'}; the next compiles hit",
             scale=scale, lost=0,
         )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "how", ["file truncated to half", "header zeroed", "pages overwritten with garbage"]
+)
+@SCALES
+def test_a_damaged_sqlite_file_is_moved_aside_and_never_served(tmp_path, how, scale) -> None:
+    import warnings
+
+    from cuforge.storage import CacheRecoveryWarning, SQLiteProgramCache
+
+    n = pick(scale, 40, 1000)
+    db = tmp_path / "c.db"
+    with SQLiteProgramCache(db) as cache:
+        keys = populate(cache, n, random.Random(15))
+    data = bytearray(db.read_bytes())
+    if how == "file truncated to half":
+        data = data[: len(data) // 2]
+    elif how == "header zeroed":
+        data[:100] = bytes(100)
+    else:
+        rng = random.Random(15)
+        for page in range(1, len(data) // 4096):
+            data[page * 4096 + 8 : page * 4096 + 4096] = rng.randbytes(4088)
+    db.write_bytes(bytes(data))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cache = SQLiteProgramCache(db)
+        with cache:
+            served = sum(cache.get_entry(key) is not None for key in keys)
+            served += sum(cache.get(key) is not None for key in keys)
+            populate(cache, n, random.Random(16))  # and it works again
+            assert all(cache.get_entry(key) is not None for key in keys)
+    notices = [str(w.message) for w in caught if issubclass(w.category, CacheRecoveryWarning)]
+    assert served == 0
+    assert len(notices) == 1, notices
+    aside = [p.name for p in tmp_path.iterdir() if ".corrupt-" in p.name]
+    moved = "moved it to" in notices[0]
+    assert moved == bool(aside), (notices, aside)
+    record(
+        "corruption", "sqlite", f"database {how} (every entry)", n,
+        f"0 served; 1 CacheRecoveryWarning; file {'moved aside, ' if moved else ''}"
+        f"cache usable again ({n} refilled)",
+        scale=scale, lost=0,
+    )  # fmt: skip
