@@ -324,3 +324,82 @@ def test_redis_faults_never_fail_a_compile(redis_server, fault: str, scale: str)
         scale=scale, lost=0, first_hit_ms=round(took * 1000),
         slowest_compile_ms=round(progs.slowest * 1000),
     )  # fmt: skip
+
+
+# -- SQLite ---------------------------------------------------------------------------------
+LOCK_HOLDER = r"""
+import sqlite3, sys, time
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute("BEGIN EXCLUSIVE")  # every other writer waits; WAL readers go on
+print("locked", flush=True)
+time.sleep(float(sys.argv[2]))
+conn.execute("COMMIT")
+"""
+
+
+@SCALES
+def test_sqlite_locked_by_another_process_past_the_busy_timeout(tmp_path, scale) -> None:
+    import sys
+
+    from cuforge.storage import SQLiteProgramCache
+
+    seconds = pick(scale, 2.0, 10.0)
+    progs = Compiles("sqlock", 12)
+    db = tmp_path / "cache.db"
+    with SQLiteProgramCache(db, timeout=0.2) as cache:
+        progs.run(cache, range(6))  # stored before the lock
+        holder = subprocess.Popen(
+            [sys.executable, "-c", LOCK_HOLDER, str(db), str(seconds)],
+            stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        before = cache.stats()
+        compiled = 0
+        with cache_warnings() as messages:
+            deadline = time.monotonic() + seconds * 0.6  # well inside the lock
+            while time.monotonic() < deadline or compiled < 12:
+                progs.run(cache, range(compiled % 12, compiled % 12 + 1))
+                compiled += 1  # 0-5: hits (reads go on under WAL); 6-11: stores time out
+        during = cache.stats()
+        assert holder.wait(timeout=seconds + 30) == 0  # the lock is released
+        took = progs.first_hit(cache, 6)  # a program whose every store was refused
+    assert during.hits - before.hits >= compiled // 2
+    assert during.write_failures - before.write_failures >= compiled // 2
+    assert len(messages) == 1 and "locked" in messages[0], messages
+    record(
+        "faults", "sqlite", f"database locked (BEGIN EXCLUSIVE) by another process for "
+        f"{seconds:.0f} s, busy timeout 0.2 s", compiled,
+        f"{compiled} compiles right (slowest {progs.slowest * 1000:.0f} ms); hits served "
+        f"meanwhile; {during.write_failures - before.write_failures} stores dropped with 1 "
+        f"warning; first hit {took * 1000:.0f} ms after the lock was released",
+        scale=scale, lost=0, first_hit_ms=round(took * 1000),
+        slowest_compile_ms=round(progs.slowest * 1000),
+    )  # fmt: skip
+
+
+@SCALES
+def test_sqlite_on_a_full_file_system_fails_stores_not_compiles(tmp_path, scale) -> None:
+    from cuforge.storage import SQLiteProgramCache
+
+    n = pick(scale, 6, 40)
+    progs = Compiles("sqfull", n + 1)
+    with (
+        tmpfs(tmp_path / "small", "1m") as mount,
+        SQLiteProgramCache(mount / "cache.db") as cache,
+    ):
+        progs.run(cache, range(0, 1))
+        filler = fill(mount)
+        with cache_warnings() as messages:
+            progs.run(cache)
+        stats = cache.stats()
+        assert stats.write_failures >= n
+        assert len(messages) == 1 and "full" in messages[0], messages
+        filler.unlink()
+        took = progs.first_hit(cache, n)
+        assert cache.get(b"k") is None  # and it reads fine
+    record(
+        "faults", "sqlite", "ENOSPC: tmpfs of 1 MiB filled up", n,
+        f"{n} compiles right, {stats.write_failures} stores dropped with 1 warning; "
+        f"first hit {took * 1000:.0f} ms after space came back",
+        scale=scale, lost=0, first_hit_ms=round(took * 1000), write_failures=stats.write_failures,
+    )  # fmt: skip

@@ -35,6 +35,8 @@ def url_for(backend: str, tmp: Path, request: pytest.FixtureRequest) -> dict:
         return {"url": "memory://"}
     if backend == "filestream":
         return {"url": f"file://{tmp / 'fs'}"}
+    if backend == "sqlite":
+        return {"url": f"sqlite://{tmp / 'cache.db'}"}
     if backend == "signed-filestream":
         return {"url": f"file://{tmp / 'fs'}", "secret": "memory-test-secret-0123456789abcd"}
     redis_url = request.getfixturevalue("redis_server").url
@@ -46,7 +48,7 @@ def url_for(backend: str, tmp: Path, request: pytest.FixtureRequest) -> dict:
 
 
 @pytest.mark.parametrize(
-    "backend", ["memory", "filestream", "signed-filestream", "redis", "tiered"]
+    "backend", ["memory", "filestream", "signed-filestream", "sqlite", "redis", "tiered"]
 )
 @SCALES
 def test_hits_over_ten_thousand_keys_keep_memory_bounded(backend, scale, tmp_path, request):
