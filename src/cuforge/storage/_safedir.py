@@ -157,9 +157,10 @@ def open_root(path: str, dir_mode: int) -> os.stat_result:
     return st
 
 
-def _check_below(path: str, rules: DirRules, cache_gid: int, files_ok: bool = False) -> bool:
-    """Check one directory below the root; False when it does not exist (or, with
-    ``files_ok``, is a regular file: junk the scans ignore)."""
+def _check_below(path: str, rules: DirRules, cache_gid: int) -> bool:
+    """Check one directory below the root; False when it does not exist or is not a
+    directory (a file in its place cannot hold planted entries: writes that need it
+    fail and warn, scans ignore it)."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:
@@ -174,11 +175,7 @@ def _check_below(path: str, rules: DirRules, cache_gid: int, files_ok: bool = Fa
             errno.ELOOP,
         )
     if not stat_mod.S_ISDIR(st.st_mode):
-        if files_ok and stat_mod.S_ISREG(st.st_mode):
-            return False
-        raise CachePathError(
-            path, "is not a directory; fix: remove it (the cache recreates it)", errno.ENOTDIR
-        )
+        return False
     problem = _problem(st, rules, cache_gid)
     if problem is not None:
         raise UnsafeCacheError(path, problem, errno.EPERM)
@@ -223,7 +220,7 @@ def check_cache_dirs(
         if fd >= 0:
             os.close(fd)
     for name in suspects:
-        _check_below(os.path.join(entries, name), rules, root_st.st_gid, files_ok=True)
+        _check_below(os.path.join(entries, name), rules, root_st.st_gid)
 
 
 def check_db_files(db: str, trust_shared: bool) -> None:
