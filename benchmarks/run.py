@@ -1,7 +1,9 @@
 """``make bench``: the program-cache targets, cuforge beside cuda.core 1.2.2, one run.
 
 The Redis rows (bench_fleet.py) run against a private redis-server on a loopback
-port; cuda.core has no remote cache, so their cuda.core column is empty.
+port; cuda.core has no remote cache, so their cuda.core column is empty. The
+``cli:`` rows (bench_cli.py) time whole ``cuforge`` processes; their ratio column
+is the ratio to ``python -c pass`` measured interleaved with them.
 
 Prints one table: each measurement for cuforge, for cuda.core (when importable),
 their ratio (cuforge / cuda.core; below 1 is better) and the target; then 4 KiB
@@ -29,6 +31,7 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import bench_backends as bb
+import bench_cli as bcli
 import bench_compile as bc
 import bench_fleet as bf
 import bench_logging as bl
@@ -183,6 +186,13 @@ def main(argv: list[str] | None = None) -> int:
         extra_ns, locate_ms = bc.bench_header_identity(200_000 if args.quick else 1_000_000)
         add("  header-set identity, added per hit", extra_ns, None, "ns", "<= 1000 ns")
         add("  locating the header sets, once per process", locate_ms, None, "ms", "")
+
+        # The command line from cold processes (cuda.core has none): the x-pass
+        # ratio goes in the ratio column.
+        for name, value, ratio, target in bcli.rows(
+            5 if args.quick else 20, 1 if args.quick else 3
+        ):
+            rows.append((f"cli: {name}", value, "-", ratio or "-", target))
     finally:
         shutil.rmtree(parent, ignore_errors=True)
 

@@ -17,7 +17,7 @@ import sys
 import pytest
 
 from _cache_workers import ARCH, SRC, TEMPLATE_SRC, keys_for_cases
-from cuforge.compile import Program, ProgramOptions, _identity, cache_key
+from cuforge.compile import Program, ProgramOptions, _identity, _identity_store, cache_key
 from cuforge.utils import make_program_cache_key
 
 WORKERS = os.path.join(os.path.dirname(__file__), "_cache_workers.py")
@@ -65,11 +65,14 @@ def nvvm_key(**fields) -> bytes:
 
 
 @pytest.fixture
-def fresh_identity():
-    """Clear the per-process identity memo before and after (probes re-run for real)."""
+def fresh_identity(monkeypatch):
+    """Clear the per-process identity memo before and after (probes re-run for real,
+    not served from the identity store)."""
+    monkeypatch.setenv("CUFORGE_STATE_DIR", "off")
     probes = ("nvrtc_identity", "nvjitlink_identity", "nvvm_identity", "driver_identity")
     for name in probes:
         getattr(_identity, name).cache_clear()
+    _identity_store.forget()
     yield
     for name in probes:
         getattr(_identity, name).cache_clear()

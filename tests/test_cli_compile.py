@@ -1,67 +1,135 @@
-"""``cuforge compile`` end to end, through ``python -m cuforge`` in a subprocess."""
+"""``cuforge compile`` end to end: the installed console script in a subprocess,
+real NVRTC compiles of small kernels, real file caches."""
 
 from __future__ import annotations
 
-import pathlib
-import subprocess
-import sys
+import json
+import shutil
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-SAXPY = ROOT / "examples" / "saxpy.cu"
+from _cli import SAXPY, isolated_env, one_line_error, run
+
+ELF = b"\x7fELF"
 
 
-def cuforge(*args: str, cwd: pathlib.Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "cuforge", *args], capture_output=True, text=True, cwd=cwd
+def _twice_src(path, value=2):
+    path.write_text(
+        f'extern "C" __global__ void twice(float* a) {{ a[threadIdx.x] *= {value}; }}\n'
     )
+    return path
 
 
-def test_compile_cubin_reports_output_and_time(tmp_path):
+def test_compile_without_cache_reports_output_and_time(tmp_path):
     out = tmp_path / "saxpy.cubin"
-    result = cuforge("compile", str(SAXPY), "--arch", "sm_90", "-o", str(out))
+    result = run(tmp_path, "compile", str(SAXPY), "--arch", "sm_90", "-o", str(out), "--no-cache")
     assert result.returncode == 0, result.stderr
-    assert out.read_bytes()[:4] == b"\x7fELF"
-    assert str(out) in result.stdout and " ms" in result.stdout
-    assert "cubin" in result.stdout and "sm_90" in result.stdout
+    assert out.read_bytes()[:4] == ELF
+    line = result.stdout.strip()
+    assert line.startswith(f"{SAXPY} -> {out} (cubin, sm_90, ") and line.endswith(" ms")
+    assert ", cache" not in line
 
 
-def test_compile_ptx_with_defines_includes_std(tmp_path):
+def test_second_process_hits_and_counts_in_stats(tmp_path):
+    cache = tmp_path / "c"
+    args = ("compile", str(SAXPY), "--arch", "sm_90", "--cache", str(cache))
+    first = run(tmp_path, *args, "-o", str(tmp_path / "a.cubin"))
+    second = run(tmp_path, *args, "-o", str(tmp_path / "b.cubin"))
+    assert first.returncode == second.returncode == 0, first.stderr + second.stderr
+    assert first.stdout.rstrip().endswith("cache miss (compiled and stored)")
+    assert second.stdout.rstrip().endswith("cache hit")
+    assert (tmp_path / "a.cubin").read_bytes() == (tmp_path / "b.cubin").read_bytes()
+    stats = json.loads(run(tmp_path, "cache", "stats", "--cache", str(cache), "--json").stdout)
+    assert (stats["hits"], stats["misses"], stats["stores"], stats["entries"]) == (1, 1, 1, 1)
+
+
+def test_caching_is_on_by_default_env_chooses_where(tmp_path):
+    src = _twice_src(tmp_path / "k.cu")
+    # no --cache: the user cache directory (XDG_CACHE_HOME here)
+    result = run(tmp_path, "compile", str(src), "--arch", "sm_90")
+    assert result.returncode == 0 and "cache miss" in result.stdout, result.stderr
+    assert any((tmp_path / "xdg" / "cuforge" / "program-cache" / "entries").iterdir())
+    # $CUFORGE_CACHE_DIR (the older spelling) and $CUFORGE_CACHE (a URL) choose the cache
+    for name, value in (("CUFORGE_CACHE_DIR", "d1"), ("CUFORGE_CACHE", "file://{}/d2")):
+        where = value.format(tmp_path) if "{}" in value else str(tmp_path / value)
+        env = isolated_env(tmp_path, **{name: where})
+        result = run(tmp_path, "compile", str(src), "--arch", "sm_90", env=env)
+        assert "cache miss" in result.stdout, result.stderr
+        assert (tmp_path / value.rsplit("/", 1)[-1] / "entries").is_dir()
+    off = run(tmp_path, "compile", str(src), "--arch", "sm_90",
+              env=isolated_env(tmp_path, CUFORGE_CACHE="off"))  # fmt: skip
+    assert off.returncode == 0 and ", cache" not in off.stdout
+
+
+def test_several_files_and_archs_in_parallel_with_outdir_and_json(tmp_path):
+    a = _twice_src(tmp_path / "a.cu", 2)
+    b = _twice_src(tmp_path / "b.cu", 3)
+    out, cache = str(tmp_path / "out"), str(tmp_path / "c")
+    args = ["compile", str(a), str(b), "--arch", "sm_80", "--arch", "sm_90",
+            "--outdir", out, "--cache", cache, "--json"]  # fmt: skip
+    first = run(tmp_path, *args)
+    assert first.returncode == 0, first.stderr
+    results = json.loads(first.stdout)
+    assert [(r["source"], r["arch"], r["cache"]) for r in results] == [
+        (str(a), "sm_80", "miss"), (str(a), "sm_90", "miss"),
+        (str(b), "sm_80", "miss"), (str(b), "sm_90", "miss"),
+    ]  # fmt: skip
+    for stem in ("a", "b"):
+        for arch in ("sm_80", "sm_90"):
+            assert (tmp_path / "out" / f"{stem}.{arch}.cubin").read_bytes()[:4] == ELF
+    again = json.loads(run(tmp_path, *args).stdout)
+    assert [r["cache"] for r in again] == ["hit"] * 4
+    assert {r["bytes"] for r in again} == {r["bytes"] for r in results}
+
+
+def test_o_names_one_output_only(tmp_path):
+    result = run(tmp_path, "compile", str(SAXPY), "--arch", "sm_80", "--arch", "sm_90", "-o", "x")
+    assert "--outdir" in one_line_error(result, "cuforge compile")
+
+
+def test_defines_includes_std_pre_include_and_ptx_target(tmp_path):
     (tmp_path / "inc").mkdir()
     (tmp_path / "inc" / "scale.cuh").write_text("#define SCALE 3\n")
+    (tmp_path / "pre.h").write_text("#define PRE 7\n")
     src = tmp_path / "k.cu"
     src.write_text(
-        '#include "scale.cuh"\nextern "C" __global__ void k(int* p) { *p = SCALE * EXTRA; }\n'
+        '#include "scale.cuh"\nextern "C" __global__ void k(int* p) { *p = SCALE * EXTRA + PRE; }\n'
     )
-    result = cuforge(
-        "compile", str(src), "--arch", "sm_90", "--target", "PTX",
-        "-D", "EXTRA=5", "-I", str(tmp_path / "inc"), "--std", "c++17",
+    result = run(
+        tmp_path, "compile", str(src), "--arch", "sm_90", "--target", "PTX", "-D", "EXTRA=5",
+        "-I", str(tmp_path / "inc"), "--std", "c++17", "-include", str(tmp_path / "pre.h"),
+        "--cache", str(tmp_path / "c"),
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
-    ptx = (tmp_path / "k.ptx").read_text()  # default output: FILE.<target>
-    assert ".entry k" in ptx and "15" in ptx
+    ptx = (tmp_path / "k.ptx").read_text()  # default output: beside the source
+    assert ".entry k" in ptx and "22" in ptx  # 3 * 5 + 7
 
 
-def test_compile_ltoir_and_ptx_input(tmp_path):
+def test_ltoir_target_and_ptx_input(tmp_path):
     ptx = tmp_path / "saxpy.ptx"
-    made = cuforge("compile", str(SAXPY), "--arch", "sm_90", "--target", "ptx", "-o", str(ptx))
+    made = run(
+        tmp_path, "compile", str(SAXPY), "--arch", "sm_90", "--target", "ptx", "-o", str(ptx)
+    )
     assert made.returncode == 0, made.stderr
-    result = cuforge("compile", str(ptx), "--arch", "sm_90")
+    result = run(tmp_path, "compile", str(ptx), "--arch", "sm_90")
     assert result.returncode == 0, result.stderr
-    assert (tmp_path / "saxpy.cubin").read_bytes()[:4] == b"\x7fELF"
-    out = tmp_path / "s.lto"
-    lto = cuforge("compile", str(SAXPY), "--arch", "sm_90", "--target", "ltoir", "-o", str(out))
+    assert (tmp_path / "saxpy.cubin").read_bytes()[:4] == ELF
+    lto = run(tmp_path, "compile", str(SAXPY), "--arch", "sm_90", "--target", "ltoir",
+              "-o", str(tmp_path / "s.lto"))  # fmt: skip
     assert lto.returncode == 0 and (tmp_path / "s.lto").stat().st_size > 0
 
 
-def test_compile_error_exit_1_with_log(tmp_path):
-    src = tmp_path / "bad.cu"
-    src.write_text("__global__ void k() { missing(); }\n")
-    result = cuforge("compile", str(src), "--arch", "sm_90")
+def test_compile_error_prints_log_exit_1_and_still_writes_the_good_output(tmp_path):
+    bad = tmp_path / "bad.cu"
+    bad.write_text("__global__ void k() { missing(); }\n")
+    good = _twice_src(tmp_path / "good.cu")
+    result = run(tmp_path, "compile", str(bad), str(good), "--arch", "sm_90",
+                 "--cache", str(tmp_path / "c"))  # fmt: skip
     assert result.returncode == 1
     assert 'identifier "missing" is undefined' in result.stderr
     assert not (tmp_path / "bad.cubin").exists()
+    assert (tmp_path / "good.cubin").read_bytes()[:4] == ELF
+    assert "compile failed" in result.stdout
 
 
 @pytest.mark.parametrize(
@@ -70,32 +138,128 @@ def test_compile_error_exit_1_with_log(tmp_path):
         (["--arch", "sm90"], "ProgramOptions.arch"),
         (["--arch", "sm_90", "--std", "c++99"], "ProgramOptions.std"),
         (["--arch", "sm_90", "-D", "1BAD"], "ProgramOptions.define_macro"),
+        (["--arch", "sm_90", "--target", "fatbin"], "invalid choice"),
+        (["--arch", "sm_90", "--max-size", "12Q"], "not a size"),
+        (["--arch", "sm_90", "--cache", "nope://x"], "unknown scheme"),
+        (["--arch", "sm_90", "--cache", "c", "--no-cache"], "contradict"),
+        (["--arch", "sm_90", "--no"], "unrecognized arguments"),
     ],
 )
-def test_bad_option_values_exit_2(args, message):
-    result = cuforge("compile", str(SAXPY), *args)
-    assert result.returncode == 2
-    assert message in result.stderr
+def test_bad_option_values_exit_2_with_one_line(tmp_path, args, message):
+    result = run(tmp_path, "compile", str(SAXPY), *args, "-o", str(tmp_path / "o"))
+    assert message in one_line_error(result, "cuforge compile")
 
 
 def test_usage_errors_exit_2(tmp_path):
-    assert cuforge("compile", str(tmp_path / "missing.cu"), "--arch", "sm_90").returncode == 2
-    assert cuforge("compile", str(SAXPY), "--target", "fatbin").returncode == 2
-    assert cuforge().returncode == 2
+    missing = run(tmp_path, "compile", str(tmp_path / "missing.cu"), "--arch", "sm_90")
+    assert "cannot read" in one_line_error(missing, "cuforge compile")
+    one_line_error(run(tmp_path, "compile"), "cuforge compile")
+    bogus = run(tmp_path, "bogus")
+    assert "invalid choice" in one_line_error(bogus, "cuforge")
+    (tmp_path / "file").write_text("x")
+    as_dir = run(
+        tmp_path, "compile", str(SAXPY), "--arch", "sm_90", "--cache", str(tmp_path / "file")
+    )
+    assert "not a directory" in one_line_error(as_dir, "cuforge compile")
+    proc = run(tmp_path, "compile", str(SAXPY), "--arch", "sm_90", "--cache", "/proc/nope")
+    assert "/proc/nope" in one_line_error(proc, "cuforge compile")
 
 
-def test_missing_arch_without_device_asks_for_arch():
+def test_missing_arch_without_device_asks_for_arch(tmp_path):
     from cuforge.compile._versions import current_device_arch
 
     if current_device_arch() is not None:
         pytest.skip("a CUDA device is present, so --arch defaults to it")
-    result = cuforge("compile", str(SAXPY))
-    assert result.returncode == 2
-    assert "--arch" in result.stderr
+    result = run(tmp_path, "compile", str(SAXPY), "--no-cache")
+    assert "--arch" in one_line_error(result, "cuforge compile")
 
 
-def test_main_is_importable_and_returns_int(tmp_path, capsys):
+def test_main_is_importable_and_returns_int(tmp_path, capsys, monkeypatch):
     from cuforge.cli import main
 
-    assert main(["compile", str(SAXPY), "--arch", "sm_90", "-o", str(tmp_path / "o.cubin")]) == 0
+    monkeypatch.setenv("CUFORGE_STATE_DIR", str(tmp_path / "state"))
+    args = ["compile", str(SAXPY), "--arch", "sm_90", "-o", str(tmp_path / "o.cubin")]
+    assert main([*args, "--cache", str(tmp_path / "c")]) == 0
     assert "o.cubin" in capsys.readouterr().out
+
+
+# -- the fast hit path (cuforge.cli._direct) ---------------------------------------------
+def _imports(result) -> set[str]:
+    """Modules a run imported (PYTHONPROFILEIMPORTTIME lines on stderr)."""
+    return {
+        line.rsplit("|", 1)[-1].strip()
+        for line in result.stderr.splitlines()
+        if line.startswith("import time:")
+    }
+
+
+def _hit_setup(tmp_path):
+    src = _twice_src(tmp_path / "k.cu")
+    env = isolated_env(tmp_path)
+    args = ("compile", "k.cu", "--arch", "sm_90", "-o", "k.cubin", "--cache", str(tmp_path / "c"))
+    traced = {**env, "PYTHONPROFILEIMPORTTIME": "1"}
+    return src, env, args, traced
+
+
+def test_repeated_command_is_served_without_the_compile_layer(tmp_path):
+    _, env, args, traced = _hit_setup(tmp_path)
+    first = run(tmp_path, *args, cwd=tmp_path, env=env)
+    assert "cache miss" in first.stdout, first.stderr
+    if not (tmp_path / "state" / "cli-hits").is_dir():
+        pytest.skip("compiler files changed less than 2 s ago: identity not recorded yet")
+    fast = run(tmp_path, *args, cwd=tmp_path, env=traced)
+    assert fast.returncode == 0
+    assert fast.stdout.split(" in ")[0] == first.stdout.split(" in ")[0]  # same report line
+    assert fast.stdout.rstrip().endswith("cache hit")
+    modules = _imports(fast)
+    assert "cuforge.cli._direct" in modules
+    assert not {"argparse", "cuforge.compile.program", "cuforge.compile.cache_key"} & modules
+    (tmp_path / "k.cubin").unlink()
+    assert run(tmp_path, *args, cwd=tmp_path, env=env).returncode == 0
+    assert (tmp_path / "k.cubin").read_bytes()[:4] == ELF
+    stats = json.loads(run(tmp_path, "cache", "stats", "--cache", str(tmp_path / "c"), "--json",
+                           env=env).stdout)  # fmt: skip
+    assert (stats["hits"], stats["misses"]) == (2, 1)  # fast hits are counted like any other
+
+
+@pytest.mark.parametrize("change", ["source", "entry", "identity", "argv"])
+def test_fast_path_steps_aside_whenever_anything_changed(tmp_path, change):
+    src, env, args, traced = _hit_setup(tmp_path)
+    assert run(tmp_path, *args, cwd=tmp_path, env=env).returncode == 0
+    if not (tmp_path / "state" / "cli-hits").is_dir():
+        pytest.skip("compiler files changed less than 2 s ago: identity not recorded yet")
+    before = (tmp_path / "k.cubin").read_bytes()
+    if change == "source":
+        _twice_src(src, 5)
+    elif change == "entry":
+        shutil.rmtree(tmp_path / "c" / "entries")
+    elif change == "identity":
+        for record in (tmp_path / "state" / "identity").iterdir():
+            record.write_bytes(record.read_bytes()[:-3])  # a witness no longer matches
+    else:
+        args = (*args, "-D", "UNUSED=1")
+    result = run(tmp_path, *args, cwd=tmp_path, env=traced)
+    assert result.returncode == 0, result.stderr
+    assert "cuforge.compile.program" in _imports(result)  # the full path answered
+    expect = {"source": "cache miss", "entry": "cache miss", "identity": "cache hit",
+              "argv": "cache miss"}[change]  # fmt: skip
+    assert expect in result.stdout
+    after = (tmp_path / "k.cubin").read_bytes()
+    assert (after != before) == (change == "source")
+
+
+def test_sources_that_read_headers_are_never_answered_by_the_fast_path(tmp_path):
+    src = tmp_path / "h.cu"
+    src.write_text('#include "v.h"\nextern "C" __global__ void k(int* p) { *p = V; }\n')
+    env = {**isolated_env(tmp_path), "PYTHONPROFILEIMPORTTIME": "1"}
+    args = ("compile", "h.cu", "--arch", "sm_90", "--cache", str(tmp_path / "c"))
+    outputs = []
+    for value, expect in ((1, "cache miss"), (1, "cache hit"), (2, "cache miss")):
+        (tmp_path / "v.h").write_text(f"#define V {value}\n")
+        result = run(tmp_path, *args, cwd=tmp_path, env=env)
+        assert expect in result.stdout, result.stderr
+        assert "cuforge.compile.program" in _imports(result)
+        outputs.append((tmp_path / "h.cubin").read_bytes())
+    assert outputs[0] == outputs[1] != outputs[2]
+    hits = tmp_path / "state" / "cli-hits"
+    assert not hits.exists() or not [p for p in hits.rglob("*") if p.is_file()]

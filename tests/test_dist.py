@@ -60,14 +60,14 @@ def test_an_sdist_and_a_manylinux_wheel_with_everything_in_them(dist):
         meta = email.parser.Parser().parsestr(
             z.read(f"cuforge-{VERSION}.dist-info/METADATA").decode()
         )
-    # Every module of the package, and both C helpers compiled (no sources).
+    # Every module of the package, and every C helper compiled (no sources): each
+    # src/cuforge/_native/<name>.c is the extension cuforge._native._<name> (setup.py).
     modules = {str(p.relative_to(SRC.parent)) for p in SRC.rglob("*.py")}
     assert modules <= names, sorted(modules - names)
+    helpers = {f"cuforge/_native/_{c.stem}" for c in (SRC / "_native").glob("*.c")}
+    assert len(helpers) >= 4  # launch, release, graph, guard at least
     native = {n for n in names if n.startswith("cuforge/_native/")}
-    assert {n.split(".")[0] for n in native if n.endswith(".so")} == {
-        "cuforge/_native/_launch",
-        "cuforge/_native/_release",
-    }
+    assert {n.split(".")[0] for n in native if n.endswith(".so")} == helpers
     assert not any(n.endswith((".c", ".h")) for n in names)
     assert f"cuforge-{VERSION}.dist-info/licenses/LICENSE" in names
     # One version source; complete metadata.

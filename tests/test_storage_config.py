@@ -163,10 +163,13 @@ def test_cli_errors_are_one_line_with_the_right_status(redis_server, tmp_path) -
 
 
 def test_the_cli_hides_passwords(tmp_path) -> None:
-    import argparse
+    from cuforge.cli._select import Choice
 
-    from cuforge.cli.cache_cmd import where
+    def where(url: str) -> str:
+        return Choice(url, "--cache").shown()
 
-    args = argparse.Namespace(cache="redis://user:sekrit@host:6379/0?prefix=x:")
-    assert where(args) == "redis://user:***@host:6379/0?prefix=x:"
-    assert "sekrit" not in where(argparse.Namespace(cache="memory://,rediss://:sekrit@h/1"))
+    assert (
+        where("redis://user:sekrit@host:6379/0?prefix=x:")
+        == "redis://user:***@host:6379/0?prefix=x:"
+    )
+    assert "sekrit" not in where("memory://,rediss://:sekrit@h/1")

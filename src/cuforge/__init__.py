@@ -10,11 +10,18 @@ runtime layer.
 from __future__ import annotations
 
 import importlib
-import logging
-from typing import Any
+
+from cuforge import _log
+
+TYPE_CHECKING = False  # typing is not imported at run time: it costs a cold process ~5 ms
+if TYPE_CHECKING:
+    from typing import Any
 
 # A library configures no logging: records go nowhere unless the application asks.
-logging.getLogger("cuforge").addHandler(logging.NullHandler())
+# logging itself is not imported for this (a cold process would pay ~5 ms): the
+# handler goes on now if the application already imported logging, else when a
+# cuforge logger is first used (cuforge._log).
+_log.null_handler_if_loaded()
 
 # The one version source: the build reads it (pyproject.toml, tool.setuptools.dynamic)
 # and the installed metadata carries it.

@@ -2,72 +2,57 @@
 
 Change ``from cuda.core.utils import ...`` to ``from cuforge.utils import ...``.
 ``toolkit_headers()`` (cuforge's own) reports the CUDA headers C++ programs get.
+
+Names resolve on first use: ``import cuforge.utils`` costs almost nothing, and
+using a cache class loads only the storage code (the compile layer loads with the
+first name that needs it).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import importlib
 
-from cuforge.compile._toolkit import toolkit_headers
-from cuforge.compile.cache_key import (
-    KEY_SCHEMA_VERSION,
-    fingerprint_headers,
-    make_program_cache_key,
-)
-from cuforge.compile.explain import Explanation, explain
-from cuforge.storage import (
-    CachePathError,
-    CacheRecoveryWarning,
-    CacheStats,
-    CacheWriteWarning,
-    FileStreamProgramCache,
-    InMemoryProgramCache,
-    ProgramCacheResource,
-    SQLiteProgramCache,
-    UnsafeCacheError,
-    default_cache,
-    default_cache_dir,
-    default_db_path,
-)
-
+TYPE_CHECKING = False  # typing is not imported at run time: it costs a cold process ~5 ms
 if TYPE_CHECKING:
-    from cuforge.storage import (
-        RedisProgramCache,
-        SignedProgramCache,
-        TieredProgramCache,
-        open_cache,
-    )
+    from typing import Any
 
-__all__ = [
-    "KEY_SCHEMA_VERSION",
-    "CachePathError",
-    "CacheRecoveryWarning",
-    "CacheStats",
-    "CacheWriteWarning",
-    "Explanation",
-    "FileStreamProgramCache",
-    "InMemoryProgramCache",
-    "ProgramCacheResource",
-    "RedisProgramCache",
-    "SQLiteProgramCache",
-    "SignedProgramCache",
-    "TieredProgramCache",
-    "UnsafeCacheError",
-    "default_cache",
-    "default_cache_dir",
-    "default_db_path",
-    "explain",
-    "fingerprint_headers",
-    "make_program_cache_key",
-    "open_cache",
-    "toolkit_headers",
-]
+# public name -> module that defines it
+_EXPORTS = {
+    "KEY_SCHEMA_VERSION": "cuforge.compile.cache_key",
+    "CachePathError": "cuforge.storage._safedir",
+    "CacheRecoveryWarning": "cuforge.storage.sqlite",
+    "CacheStats": "cuforge.storage.stats",
+    "CacheWriteWarning": "cuforge.storage.base",
+    "Explanation": "cuforge.compile.explain",
+    "FileStreamProgramCache": "cuforge.storage.filestream",
+    "InMemoryProgramCache": "cuforge.storage.memory",
+    "ProgramCacheResource": "cuforge.storage.base",
+    "RedisProgramCache": "cuforge.storage.redis",  # needs redis-py: cuforge[redis]
+    "SQLiteProgramCache": "cuforge.storage.sqlite",
+    "SignedProgramCache": "cuforge.storage.signing",
+    "TieredProgramCache": "cuforge.storage.tiered",
+    "UnsafeCacheError": "cuforge.storage._safedir",
+    "default_cache": "cuforge.storage.config",
+    "default_cache_dir": "cuforge.storage.filestream",
+    "default_db_path": "cuforge.storage.sqlite",
+    "explain": "cuforge.compile.explain",
+    "fingerprint_headers": "cuforge.compile.cache_key",
+    "make_program_cache_key": "cuforge.compile.cache_key",
+    "open_cache": "cuforge.storage.urls",
+    "toolkit_headers": "cuforge.compile._toolkit",
+}
+
+__all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name: str) -> Any:
-    # Loaded on use (RedisProgramCache needs redis-py: pip install 'cuforge[redis]').
-    if name in ("RedisProgramCache", "SignedProgramCache", "TieredProgramCache", "open_cache"):
-        import cuforge.storage
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
 
-        return getattr(cuforge.storage, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -1,50 +1,133 @@
 """The ``cuforge`` command line (also ``python -m cuforge``).
 
-Each subcommand lives in its own module exposing ``register(subparsers, parsers)``:
-it adds its parser(s) and sets ``handler`` (a function ``args -> int``) as a default.
-``parsers`` maps command names to their parsers, so a later module can extend an
-earlier command (e.g. add ``--cache DIR`` to ``compile``). Adding a command is one
-line in ``_COMMANDS``. Stdlib only; CUDA libraries load only when a command runs.
+Commands, one module each: ``compile`` (``compile.py``), ``cache`` with ``stats``,
+``zero-stats``, ``ls``, ``show``, ``dir`` (``cache.py``), ``verify``, ``prune``,
+``clear`` (``cache_maint.py``) and ``explain`` (``explain.py``), ``warm``
+(``warm.py``) and ``doctor`` (``doctor.py``). Each module's ``register`` adds its
+parsers and sets ``handler`` (``args -> exit status``).
+
+A repeated ``cuforge compile`` is first offered to ``_direct``, which answers a
+hit it can prove without importing argparse or the compile layer; everything
+else goes through argparse (stdlib, fast to import; a third-party parser would
+buy nothing here and cost start-up time).
+
+Exit status: 0 ok; 1 the command ran and found a failure (a compile error, bad
+entries, a miss for ``explain`` or ``warm --fail-on-miss``, a cache server that
+cannot be reached); 2 usage errors, one line on stderr, never a traceback; 130
+interrupted.
 """
 
 from __future__ import annotations
 
-import argparse
-import importlib
 import sys
-from collections.abc import Sequence
 
-import cuforge
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
-#: Modules registered in this order; later ones may extend earlier parsers.
-_COMMANDS = ("cuforge.cli.compile_cmd", "cuforge.cli.cache_cmd")
+    from cuforge.cli._args import Parser
+
+__all__ = ["build_parser", "main"]
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The full argument parser, with every command module registered."""
-    parser = argparse.ArgumentParser(
-        prog="cuforge", description="JIT-compile CUDA through a cache that is never wrong."
+def build_parser() -> Parser:
+    """The full argument parser, with every command registered."""
+    import cuforge
+    from cuforge.cli import cache, cache_maint, compile, doctor, explain, warm
+    from cuforge.cli._args import Parser
+
+    parser = Parser(
+        prog="cuforge",
+        description="JIT-compile CUDA through a cache that is never wrong.",
     )
     parser.add_argument("--version", action="version", version=f"cuforge {cuforge.__version__}")
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    parsers: dict[str, argparse.ArgumentParser] = {}
-    for module in _COMMANDS:
-        importlib.import_module(module).register(subparsers, parsers)
+    # prog given: argparse would otherwise build a help formatter (and import shutil) now
+    commands = parser.add_subparsers(
+        dest="command", metavar="COMMAND", parser_class=Parser, prog="cuforge"
+    )
+    compile.register(commands)
+    actions = cache.register(commands)
+    cache_maint.register(actions)
+    explain.register(actions)
+    warm.register(commands)
+    doctor.register(commands)
     return parser
 
 
+def _warning(message: object, category: type, filename: str, lineno: int, *rest: object) -> None:
+    print(f"cuforge: warning: {message}", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run one command; returns the process exit status (0 ok, 1 failed, 2 usage)."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    handler = getattr(args, "handler", None)
-    if handler is None:
-        parser.print_help(sys.stderr)
-        return 2
+    """Run one command; returns the process exit status."""
+    args = list(sys.argv[1:] if argv is None else argv)
     try:
-        return int(handler(args))
+        digest = None
+        if args[:1] == ["compile"]:
+            from cuforge.cli import _direct
+
+            try:
+                digest = _direct.request_digest(args[1:])
+            except OSError:  # the working directory or cuforge's files vanished
+                digest = None
+            served = None if digest is None else _direct.serve(args[1:], digest)
+            if served is not None:
+                return served
+        return _run(args, digest)
     except KeyboardInterrupt:
         return 130
 
 
-__all__ = ["build_parser", "main"]
+def _run(argv: list[str], digest: str | None = None) -> int:
+    import os
+    import warnings
+
+    # A command-line process compiles each source once: the header watcher (inotify)
+    # would cost more to start than the stat checks it saves. CUFORGE_WATCH=1 keeps it.
+    # Set for this command and its worker processes, and put back after (main() may be
+    # called as a function).
+    watch = os.environ.get("CUFORGE_WATCH")
+    os.environ.setdefault("CUFORGE_WATCH", "0")
+    shown = warnings.showwarning
+    warnings.showwarning = _warning  # one line, not a file:line dump, for people
+    try:
+        return _dispatch(argv, digest)
+    finally:
+        warnings.showwarning = shown
+        if watch is None:
+            os.environ.pop("CUFORGE_WATCH", None)
+
+
+def _dispatch(argv: list[str], digest: str | None) -> int:
+    from cuforge.cli._args import UsageError
+
+    parser = build_parser()
+    try:
+        args, extra = parser.parse_known_args(argv)
+        if extra:  # named against the command they were given to, not the top level
+            raise UsageError(f"unrecognized arguments: {' '.join(extra)} (see --help)")
+        handler = getattr(args, "handler", None)
+        if handler is None:
+            parser.print_help(sys.stderr)
+            return 2
+        if args.command == "compile":
+            args.request_digest = digest  # what _direct names its hit record by
+        return int(handler(args))
+    except UsageError as exc:
+        prog = exc.prog or _prog(argv)
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        return 1
+    except OSError as exc:  # a cache that cannot be reached or written while in use
+        print(f"{_prog(argv)}: error: {exc}", file=sys.stderr)
+        return 1
+
+
+def _prog(argv: list[str]) -> str:
+    words = ["cuforge"]
+    if argv and not argv[0].startswith("-"):
+        words.append(argv[0])
+        if argv[0] == "cache" and len(argv) > 1 and not argv[1].startswith("-"):
+            words.append(argv[1])
+    return " ".join(words)

@@ -6,7 +6,10 @@ shared object's ELF notes), not merely the same major.minor. The identity does
 not depend on where the library is installed, so a cache filled on a CPU-only CI
 box is shared by a GPU fleet with the same toolkit build.
 
-Probes run once per process (``functools.cache``). A probe that fails yields a
+Probes run once per process (``functools.cache``), and their results are kept on
+disk between processes by ``_identity_store``: a later process takes them from there
+after checking that none of the libraries (or the places they are searched) changed,
+which saves it loading cuda.pathfinder and the libraries. A probe that fails yields a
 distinct but stable identity (``b"unavailable:<ExceptionType>"``): keys fail
 closed -- they never collide with a working compiler's keys -- and stay
 deterministic, so the failure is visible as a miss rather than as a wrong hit.
@@ -14,12 +17,14 @@ deterministic, so the failure is visible as a miss rather than as a wrong hit.
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import hashlib
 import os
 import struct
+import threading
 from collections.abc import Callable
+
+from cuforge.compile import _identity_store
 
 _PT_NOTE = 4
 _NT_GNU_BUILD_ID = 3
@@ -63,6 +68,9 @@ def library_fingerprint(path: str) -> bytes:
     The GNU build id where the file has one; otherwise (Windows DLLs, stripped
     notes) the file size and a digest of its first MiB.
     """
+    paths = getattr(_probing, "paths", None)
+    if paths is not None:
+        paths.append(path)
     build_id = _elf_build_id(path)
     if build_id:
         return b"build-id:" + build_id.hex().encode()
@@ -72,12 +80,20 @@ def library_fingerprint(path: str) -> bytes:
     return f"size:{size}:head:{head}".encode()
 
 
+# The libraries a probe on this thread loaded: the identity store's witnesses.
+_probing = threading.local()
+
+
 def _loaded_library(name: str) -> str:
     # cuda-bindings loads its libraries through this same (cached) pathfinder call,
     # so the file fingerprinted here is the one that compiles.
     from cuda.pathfinder import load_nvidia_dynamic_lib
 
-    return load_nvidia_dynamic_lib(name).abs_path
+    path = load_nvidia_dynamic_lib(name).abs_path
+    paths = getattr(_probing, "paths", None)
+    if paths is not None:
+        paths.append(path)
+    return path
 
 
 def _call_version(path: str, symbol: str, count: int) -> tuple[int, ...]:
@@ -86,6 +102,8 @@ def _call_version(path: str, symbol: str, count: int) -> tuple[int, ...]:
     ctypes instead of cuda.bindings: importing the bindings costs ~80 ms, which a
     process whose first compile is a cache hit need not pay.
     """
+    import ctypes  # on use: a hit served from the identity store never loads it
+
     outs = [ctypes.c_int() for _ in range(count)]
     status = getattr(ctypes.CDLL(path), symbol)(*(ctypes.byref(o) for o in outs))
     if status != 0:
@@ -93,11 +111,22 @@ def _call_version(path: str, symbol: str, count: int) -> tuple[int, ...]:
     return tuple(o.value for o in outs)
 
 
-def _fail_closed(probe: Callable[[], bytes]) -> Callable[[], bytes]:
+def _fail_closed(probe: Callable[[], bytes], persist: bool = True) -> Callable[[], bytes]:
+    def measured() -> tuple[tuple[bytes, ...], list[str]]:
+        _probing.paths = []
+        try:
+            identity = probe()
+            paths = _probing.paths
+        finally:
+            _probing.paths = None
+        return (identity,), [w for p in paths for w in _identity_store.library_witnesses(p)]
+
     @functools.cache
     def wrapper() -> bytes:
         try:
-            return probe()
+            if not persist:
+                return probe()
+            return _identity_store.remembered(probe.__name__, measured)[0]
         except Exception as exc:
             return b"unavailable:" + type(exc).__name__.encode()
 
@@ -138,7 +167,7 @@ def nvvm_identity() -> bytes:
     return b"|".join([f"nvvm:{version}:ir:{ir}".encode(), library_fingerprint(path)])
 
 
-@_fail_closed
+@functools.partial(_fail_closed, persist=False)  # the driver is not a file we can witness
 def driver_identity() -> bytes:
     """The CUDA driver version (only the driver-linker path depends on it)."""
     from cuda.bindings import driver

@@ -10,8 +10,10 @@ includes -- and ``compile(cache=)`` refuses those too, through the key.)
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
+TYPE_CHECKING = False  # typing is not imported at run time (the CLI's hit path)
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from typing import Any
 
 __all__ = ["check_target", "code_bytes", "name_tuple"]
 

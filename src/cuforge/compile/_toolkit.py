@@ -31,6 +31,12 @@ cache filled from one virtual environment serves another with the same headers.
 
 Not noticed: a header edited in place after its wheel or toolkit was installed
 (put headers you edit on ``include_path``, where the key tracks them).
+
+Across processes: the identity and the include directories are kept by
+``_identity_store`` with the directories and files this module reads as witnesses,
+so a later process does not search and digest again unless one of them changed.
+What a compile is given (``toolkit_include_flags``) is always located afresh, and a
+compile through a cache is stored only when that agrees with what its key named.
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ import threading
 from typing import Any, NamedTuple
 
 from cuforge import _cuda
+from cuforge.compile import _identity_store
 
 #: The environment variable that turns the headers off or points to a toolkit.
 ENV_VAR = "CUFORGE_TOOLKIT_HEADERS"
@@ -340,6 +347,8 @@ def _report(setting: str, mode: str, sets: list[HeaderSet], missing: list[str]) 
 
 _lock = threading.Lock()
 _state: tuple[ToolkitHeaders, tuple[bytes, ...]] | None = None
+_kept: tuple[bytes, tuple[str, ...]] | None = None  # (identity, include dirs) from disk
+_FACT = "toolkit-headers"
 
 
 def _resolved() -> tuple[ToolkitHeaders, tuple[bytes, ...]]:
@@ -359,9 +368,53 @@ def _resolved() -> tuple[ToolkitHeaders, tuple[bytes, ...]]:
 
 def _reset() -> None:
     """Forget the answer (tests only: a compile racing this could mismatch its key)."""
-    global _state
+    global _state, _kept
     with _lock:
-        _state = None
+        _state = _kept = None
+    _identity_store.forget(_FACT)
+
+
+def _witnesses(report: ToolkitHeaders) -> list[str]:
+    """Every path whose change could change ``report``: the import path searched
+    for the wheels, the site-packages directories, and each set's directory, marker,
+    version files, listed subdirectories and version.json. Empty (never kept on
+    disk) when a set is missing in auto mode: a later install anywhere could find it."""
+    if not report.sets or (report.mode == "auto" and report.missing):
+        return []
+    paths = [os.path.abspath(p or os.curdir) for p in sys.path]
+    paths += _identity_store.site_witnesses()
+    specs = {s.name: s for s in _SPECS}
+    for found in report.sets:
+        spec, d = specs[found.name], found.directory
+        paths += [d, os.path.join(d, spec.marker)]
+        paths += [os.path.join(d, rel) for rel in (*spec.version_files, *spec.listed)]
+        if spec.name == "runtime":
+            paths += [os.path.join(d, up, "version.json") for up in ("..", "../../..")]
+    if report.mode == "toolkit":
+        root = os.path.abspath(os.path.expanduser(report.setting.strip()))
+        for spec in _SPECS:
+            paths += [os.path.join(root, rel, spec.marker) for rel in spec.toolkit_dirs]
+    return paths
+
+
+def _probe() -> tuple[tuple[bytes, ...], list[str]]:
+    report = _resolved()[0]
+    values = (report.identity, *(os.fsencode(d) for d in report.include_dirs))
+    return values, _witnesses(report)
+
+
+def _identity_and_dirs() -> tuple[bytes, tuple[str, ...]]:
+    """(identity, include dirs): this process's located answer once there is one,
+    else the one kept on disk while its witnesses hold, else located now."""
+    global _kept
+    state = _state
+    if state is not None:
+        return state[0].identity, state[0].include_dirs
+    kept = _kept
+    if kept is None:
+        values = _identity_store.remembered(_FACT, _probe)
+        kept = _kept = (values[0], tuple(os.fsdecode(d) for d in values[1:]))
+    return kept
 
 
 def toolkit_include_dirs() -> tuple[str, ...]:
@@ -370,7 +423,7 @@ def toolkit_include_dirs() -> tuple[str, ...]:
 
     Located once per process. Raises ValueError when CUFORGE_TOOLKIT_HEADERS names
     a directory that holds no toolkit."""
-    return _resolved()[0].include_dirs
+    return _identity_and_dirs()[1]
 
 
 def toolkit_include_flags() -> tuple[bytes, ...]:
@@ -380,8 +433,9 @@ def toolkit_include_flags() -> tuple[bytes, ...]:
 
 def toolkit_identity() -> bytes:
     """Stable bytes naming the header sets in use (see the module docstring);
-    ``b"toolkit-headers:none"`` when there are none. Computed once per process."""
-    return _resolved()[0].identity
+    ``b"toolkit-headers:none"`` when there are none. Computed once per process (or
+    taken from ``_identity_store`` while nothing it depends on changed)."""
+    return _identity_and_dirs()[0]
 
 
 def toolkit_headers() -> ToolkitHeaders:

@@ -25,20 +25,20 @@ possible; ``UntrackableInclude`` refuses the few cases a scan cannot decide.
 
 from __future__ import annotations
 
-import logging
 import os
 import threading
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
+from cuforge._log import debug_enabled, get_logger
 from cuforge.compile import _includes, _manifest, _toolkit, _watch
 from cuforge.compile.cache_key import _digest, source_roots
 from cuforge.compile.cached import (
+    LOGGER,
     _get_entry,
     _hit,
     _store,
     count_miss,
-    log,
     program_record,
     single_flight,
     uncount,
@@ -180,8 +180,8 @@ def _recall(
             uncount(cache, None)  # the entry is gone; a later variant may still hold
             reason = reason or "the entry of a matching variant is gone (evicted?)"
     count_miss(cache)
-    if log.isEnabledFor(logging.DEBUG):
-        log.debug("miss %s %s: %s", entry_id(mkey)[:12], name, reason)
+    if debug_enabled(LOGGER):
+        get_logger(LOGGER).debug("miss %s %s: %s", entry_id(mkey)[:12], name, reason)
     return None
 
 

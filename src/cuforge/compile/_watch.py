@@ -26,8 +26,6 @@ would share and steal one event queue) and starts its own.
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
 import os
 import select
 import struct
@@ -67,6 +65,9 @@ class Watcher:
     """One inotify queue for this process; see the module docstring."""
 
     def __init__(self) -> None:
+        import ctypes  # here, not at import: ctypes.util costs a process ~5 ms to import
+        import ctypes.util
+
         libc_name = ctypes.util.find_library("c") or None
         self._libc = ctypes.CDLL(libc_name, use_errno=True)
         fd = self._libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -146,6 +147,8 @@ class Watcher:
             self._check_local(path)
             wd = self._libc.inotify_add_watch(self._fd, os.fsencode(path), _MASK)
             if wd < 0:
+                import ctypes
+
                 raise OSError(ctypes.get_errno(), f"cannot watch {path}")
             self._wds[path] = wd
         current = self._names.get(wd, set())

@@ -30,13 +30,13 @@ DEBUG (``cuforge.storage._events``).
 from __future__ import annotations
 
 import hashlib
-import logging
 import time
 import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from cuforge.compile import _versions
+from cuforge._log import debug_enabled, get_logger
+from cuforge.compile import _identity_store, _versions
 from cuforge.compile._callers import outside_level
 from cuforge.compile.cache_key import _BACKENDS, _digest
 from cuforge.compile.object_code import ObjectCode
@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from cuforge.compile.program import Program
 
 _WARNED_ATTR = "_cuforge_write_warned"
-log = logging.getLogger("cuforge.cache")
+LOGGER = "cuforge.cache"  # logging is imported only once someone listens (see cuforge._log)
 
 
 def _encode_mapping(mapping: dict[str | bytes, str]) -> list[list[str]]:
@@ -135,14 +135,26 @@ def _warn_once(cache: Any, message: str) -> None:
 
 
 def _store(cache: Any, key: bytes, value: Any, meta: bytes) -> None:
+    if not _identity_store.confirm():
+        # The key named a compiler identity kept on disk that a fresh probe now
+        # contradicts (a library or header set changed during this process).
+        stats = getattr(cache, "_stats", None)
+        if stats is not None and hasattr(stats, "write_failures"):
+            stats.write_failures += 1
+        _warn_once(
+            cache,
+            "the compiler or its CUDA headers changed while this process ran; the "
+            "program is returned but not cached",
+        )
+        return
     try:
         setter = getattr(cache, "set_entry", None)
         if setter is None:
             ProgramCacheResource.set_entry(cache, key, value, meta)
         else:
             setter(key, value, meta)
-        if log.isEnabledFor(logging.DEBUG):
-            log.debug("store %s (%d bytes)", entry_id(key)[:12], len(value))
+        if debug_enabled(LOGGER):
+            get_logger(LOGGER).debug("store %s (%d bytes)", entry_id(key)[:12], len(value))
     except Exception as exc:
         stats = getattr(cache, "_stats", None)
         if stats is not None and hasattr(stats, "write_failures"):
@@ -164,8 +176,8 @@ def _hit(
 ) -> ObjectCode | None:
     entry = _get_entry(cache, key)
     if entry is None:
-        if log.isEnabledFor(logging.DEBUG):
-            log.debug("miss %s %s: no entry for this key", entry_id(key)[:12], name)
+        if debug_enabled(LOGGER):
+            get_logger(LOGGER).debug("miss %s %s: no entry for this key", entry_id(key)[:12], name)
         return None
     data = entry.data
     mapping: dict[str | bytes, str] = {}
@@ -173,12 +185,14 @@ def _hit(
         record = decode_record(entry.meta, "program")
         decoded = None if record is None else _decode_mapping(record.get("symbols"))
         if decoded is None or set(decoded) != set(names):
-            if log.isEnabledFor(logging.DEBUG):
-                log.debug("miss %s %s: entry lacks the name mapping", entry_id(key)[:12], name)
+            if debug_enabled(LOGGER):
+                get_logger(LOGGER).debug(
+                    "miss %s %s: entry lacks the name mapping", entry_id(key)[:12], name
+                )
             return None
         mapping = decoded
-    if log.isEnabledFor(logging.DEBUG):
-        log.debug("hit %s %s", entry_id(key)[:12], name)
+    if debug_enabled(LOGGER):
+        get_logger(LOGGER).debug("hit %s %s", entry_id(key)[:12], name)
     obj = ObjectCode._trusted(data, target, name, mapping)
     if target == "ptx":
         _versions.warn_if_ptx_unloadable(data, stacklevel=outside_level())

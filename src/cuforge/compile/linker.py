@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -179,7 +178,7 @@ class Linker:
         if linker_backend() != "nvjitlink":
             raise RuntimeError("Linker needs nvJitLink, which cannot be loaded here")
         inputs = [(o.code, o.code_type, o.name) for o in self._inputs]
-        debug = _compilelog.log.isEnabledFor(logging.DEBUG)
+        debug = _compilelog.debug_enabled()
         started = time.perf_counter() if debug else 0.0
         code, self._info_log = _nvjitlink.link(inputs, flags, target, name="link")
         if debug:

@@ -16,7 +16,6 @@ Guarantees:
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -164,7 +163,7 @@ class Program:
         flags = self._flags(target, closed=headers is not None)
         name = self._options.name or ""
         mapping: dict[str | bytes, str] = {}
-        debug = _compilelog.log.isEnabledFor(logging.DEBUG)
+        debug = _compilelog.debug_enabled()
         started = time.perf_counter() if debug else 0.0
         if self._code_type == "c++":
             from cuforge.compile import _nvrtc, _toolkit

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
-import secrets
 
 from ._fsutil import DIR_FD, O_NOFOLLOW, PRIVATE_DIR, PRIVATE_FILE, make_dir, open_dir
 from ._winretry import replace_retry
@@ -39,7 +38,7 @@ class PairWriter:
         self.renew()
 
     def renew(self) -> None:
-        self._tag = f"{os.getpid()}-{secrets.token_hex(4)}-"
+        self._tag = f"{os.getpid()}-{os.urandom(4).hex()}-"
         self._seq = itertools.count()
 
     def write_pair(

@@ -5,7 +5,9 @@ backend is unreachable never fails a compile: the event becomes a miss or a
 dropped store, is counted in ``stats()``, and is logged on ``cuforge.cache`` --
 WARNING the first time a cause is seen on a cache handle, DEBUG every time after
 (so a full disk says so once, not per compile). The library adds no handler and
-sets no level: the application decides what is shown.
+sets no level: the application decides what is shown. ``logging`` itself is
+imported only when an event happens or the application uses it (``cuforge._log``):
+a cache hit from a fresh process does not pay for it.
 
 Backends call ``fail_open(self, CAUSE, message, *args)``; ``message`` is a
 %-format string, as for ``logging``.
@@ -13,12 +15,16 @@ Backends call ``fail_open(self, CAUSE, message, *args)``; ``message`` is a
 
 from __future__ import annotations
 
-import logging
 import threading
 import weakref
-from typing import Any
 
-log = logging.getLogger("cuforge.cache")
+from cuforge._log import debug_enabled, get_logger
+
+TYPE_CHECKING = False  # typing is not imported at run time: it costs a cold hit ~5 ms
+if TYPE_CHECKING:
+    from typing import Any
+
+LOGGER = "cuforge.cache"
 
 #: The cache could not store an entry (full disk, read-only or missing directory).
 WRITE = "write"
@@ -57,9 +63,9 @@ def _first_time(handle: Any, cause: str) -> bool:
 def fail_open(handle: Any, cause: str, message: str, *args: Any) -> None:
     """Log a fail-open event of ``handle``: WARNING once per ``cause``, then DEBUG."""
     if _first_time(handle, cause):
-        log.warning(message, *args, extra={"cuforge_cause": cause})
-    elif log.isEnabledFor(logging.DEBUG):
-        log.debug(message, *args, extra={"cuforge_cause": cause})
+        get_logger(LOGGER).warning(message, *args, extra={"cuforge_cause": cause})
+    elif debug_enabled(LOGGER):
+        get_logger(LOGGER).debug(message, *args, extra={"cuforge_cause": cause})
 
 
-__all__ = ["INTEGRITY", "READ", "UNAVAILABLE", "WRITE", "fail_open", "log"]
+__all__ = ["INTEGRITY", "LOGGER", "READ", "UNAVAILABLE", "WRITE", "fail_open"]

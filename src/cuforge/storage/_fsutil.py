@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import stat as stat_mod
-from typing import NamedTuple
+from collections import namedtuple
 
 from ._winretry import unlink_retry
 
@@ -36,9 +36,11 @@ DIR_FD = bool(
 )
 
 
-class Fingerprint(NamedTuple):
-    """What identifies one version of a file: a replaced file differs in inode."""
+class Fingerprint(namedtuple("Fingerprint", ["ino", "size", "mtime_ns"])):
+    """What identifies one version of a file (ino, size, mtime_ns): a replaced file
+    differs in inode."""
 
+    __slots__ = ()
     ino: int
     size: int
     mtime_ns: int

@@ -30,7 +30,7 @@ import contextlib
 import errno
 import os
 import stat as stat_mod
-from typing import NamedTuple
+from collections import namedtuple
 
 from ._fsutil import DIR_FD, O_NOFOLLOW, make_dir, open_dir
 
@@ -68,12 +68,15 @@ class UnsafeCacheError(CachePathError):
     """A cache directory that others could plant entries in (see the module doc)."""
 
 
-class DirRules(NamedTuple):
-    """Who may own and write the cache's directories (see the module docstring)."""
+class DirRules(namedtuple("DirRules", ["uid", "gids", "group", "trust_shared"])):
+    """Who may own and write the cache's directories (see the module docstring):
+    the caller's uid and gids, whether a group ``mode=`` was given (the group may
+    write), and whether the caller trusts everyone who can write there."""
 
+    __slots__ = ()
     uid: int
     gids: frozenset[int]
-    group: bool  # opened with a group mode=: the group may write
+    group: bool
     trust_shared: bool
 
     @classmethod

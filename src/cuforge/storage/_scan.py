@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import stat as stat_mod
-from typing import NamedTuple
+from collections import namedtuple
 
 from ._fsutil import DIR_FD, Fingerprint, fingerprint, open_dir, unlink_if_unchanged
 from ._integrity import SIDECAR_SUFFIX
@@ -23,9 +23,13 @@ __all__ = ["ORPHAN_SIDECAR_AGE_NS", "Scanned", "remove_scanned", "scan_entries",
 ORPHAN_SIDECAR_AGE_NS = 60 * 10**9
 
 
-class Scanned(NamedTuple):
-    """One entry as a scan saw it: the pair's paths and fingerprints (None: absent)."""
+class Scanned(
+    namedtuple("Scanned", ["atime_ns", "payload", "payload_fp", "sidecar", "sidecar_fp"])
+):
+    """One entry as a scan saw it: the pair's paths (str) and fingerprints
+    (Fingerprint); None where a file is absent."""
 
+    __slots__ = ()
     atime_ns: int
     payload: str | None
     payload_fp: Fingerprint | None

@@ -25,7 +25,6 @@ import os
 import struct
 import time
 import zlib
-from dataclasses import fields
 from typing import Any
 
 from .stats import CacheStats
@@ -51,7 +50,7 @@ APPLICATION_ID = 0x43554647
 SCHEMA_VERSION = 2  # 2: signature_failures and read_failures counters
 #: The CacheStats counters, as columns of cuforge_state (changing them is a schema change).
 #: One column per CacheStats counter (a new counter is a new schema version).
-STAT_COLUMNS = tuple(f.name for f in fields(CacheStats))
+STAT_COLUMNS = tuple(CacheStats().as_dict())  # the counters, in field order
 _TABLES = ("cuforge_entries", "cuforge_state")
 
 _DDL = (

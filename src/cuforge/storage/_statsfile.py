@@ -6,22 +6,23 @@ that it holds a file lock on and overwrites in place (one ``pwrite``) every
 Totals are the sum of ``stats/merged`` and every record file. To keep the
 directory small, ``compact()`` folds records whose lock is free (owner closed or
 died: the OS drops the lock with the process) into ``merged`` under
-``stats/merge.lock``. Persistence is best effort: if the directory cannot be
-written, counters stay in memory and nothing fails.
+``stats/merge.lock``. ``zero_totals()`` writes the current sum to ``stats/baseline``,
+which totals subtract: counters restart from zero for every process, live ones
+included, without touching the records their owners keep rewriting. Persistence is
+best effort: if the directory cannot be written, counters stay in memory and nothing
+fails.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import secrets
-import socket
 
 from ._fsutil import O_NOFOLLOW, PRIVATE_FILE, make_dir, write_at0
 from ._locking import lock_fd, try_lock_fd, unlock_fd
 from .stats import MAX_RECORD_SIZE, CacheStats
 
-__all__ = ["FLUSH_EVERY", "StatsStore", "read_totals"]
+__all__ = ["FLUSH_EVERY", "StatsStore", "read_totals", "zero_totals"]
 
 FLUSH_EVERY = 256
 _SUFFIX = ".cnt"
@@ -34,6 +35,18 @@ def _mode(file_mode: int | None) -> int:
     return PRIVATE_FILE if file_mode is None else file_mode
 
 
+_BASELINE = "baseline"
+
+
+def _hostname() -> str:
+    # os.uname is what socket.gethostname reads on POSIX, without importing socket.
+    if hasattr(os, "uname"):
+        return os.uname().nodename
+    import socket  # pragma: no cover - Windows
+
+    return socket.gethostname()  # pragma: no cover
+
+
 def _read_record(path: str) -> CacheStats | None:
     try:
         with open(os.open(path, os.O_RDONLY | O_NOFOLLOW | _BINARY), "rb") as f:
@@ -43,7 +56,45 @@ def _read_record(path: str) -> CacheStats | None:
 
 
 def read_totals(stats_dir: str) -> CacheStats:
-    """Sum of every persisted record under ``stats_dir`` (all processes)."""
+    """Sum of every persisted record under ``stats_dir`` (all processes), less the
+    baseline ``zero_totals`` recorded (never below zero)."""
+    total = _sum_records(stats_dir)
+    base = _read_record(os.path.join(stats_dir, _BASELINE))
+    if base is None:
+        return total
+    return CacheStats(
+        *(max(0, a - b) for a, b in zip(total._values(), base._values(), strict=True))
+    )
+
+
+def zero_totals(stats_dir: str, tmp_dir: str, file_mode: int | None) -> None:
+    """Record the current sum as the baseline (under the merge lock, so no record
+    is half-folded meanwhile). Raises OSError when it cannot be written."""
+    lock = os.open(
+        os.path.join(stats_dir, _MERGE_LOCK), os.O_RDWR | os.O_CREAT | O_NOFOLLOW, _mode(file_mode)
+    )
+    try:
+        held = lock_fd(lock, timeout=5.0)
+        try:
+            total = _sum_records(stats_dir)
+            tmp = os.path.join(tmp_dir, f"baseline-{os.getpid()}-{os.urandom(4).hex()}")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _BINARY, _mode(file_mode))
+            try:
+                if file_mode is not None:
+                    with contextlib.suppress(OSError, AttributeError):
+                        os.fchmod(fd, file_mode)
+                os.write(fd, total.to_record())
+            finally:
+                os.close(fd)
+            os.replace(tmp, os.path.join(stats_dir, _BASELINE))
+        finally:
+            if held:
+                unlock_fd(lock)
+    finally:
+        os.close(lock)
+
+
+def _sum_records(stats_dir: str) -> CacheStats:
     total = CacheStats()
     try:
         names = os.listdir(stats_dir)
@@ -74,7 +125,7 @@ class StatsStore:
 
     def _create(self) -> None:
         # Locked before it gets its final name, so compact() never sees it unlocked.
-        name = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}{_SUFFIX}"
+        name = f"{_hostname()}-{os.getpid()}-{os.urandom(4).hex()}{_SUFFIX}"
         tmp = os.path.join(self._tmp, "stats-" + name)
         fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | _BINARY, self._create_mode)
         try:

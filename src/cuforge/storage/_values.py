@@ -9,7 +9,10 @@ Keys: ``bytes`` or ``str`` (UTF-8). Values in: ``bytes``, ``bytearray``,
 from __future__ import annotations
 
 import os
-from typing import Any
+
+TYPE_CHECKING = False  # typing is not imported at run time: it costs a cold hit ~5 ms
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["coerce_key", "coerce_value"]
 

@@ -134,6 +134,11 @@ class InMemoryProgramCache(ProgramCacheResource):
         with self._mutex:
             return self._stats.copy()
 
+    def zero_stats(self) -> None:
+        """Reset this cache's counters (they live in this process only)."""
+        with self._mutex:
+            self._stats = CacheStats()
+
     # -- listing and maintenance ---------------------------------------------------
     def _key_of(self, eid: str) -> bytes | None:
         with self._mutex:

@@ -8,12 +8,25 @@ heavy multi-threading an increment can rarely be lost (never invented).
 from __future__ import annotations
 
 import struct
-from dataclasses import asdict, dataclass, fields
 
 __all__ = ["CacheStats"]
 
+# Only ever appended: persisted records of an older layout read with the new fields
+# at zero (see CacheStats.from_record).
+_FIELDS = (
+    "hits",
+    "misses",
+    "stores",
+    "evictions",
+    "integrity_failures",
+    "write_failures",
+    "bytes_read",
+    "bytes_written",
+    "signature_failures",
+    "read_failures",
+)
 
-@dataclass(slots=True)
+
 class CacheStats:
     """Counters of one cache handle (or, summed, of every handle that shared a cache).
 
@@ -28,22 +41,37 @@ class CacheStats:
 
     Fields are only ever appended: persisted records of an older layout read with
     the new fields at zero (see :meth:`from_record`).
+
+    A plain slotted class rather than a dataclass: ``dataclasses`` imports
+    ``inspect``, several milliseconds of a cold process that only wants a hit.
     """
 
-    hits: int = 0
-    misses: int = 0
-    stores: int = 0
-    evictions: int = 0
-    integrity_failures: int = 0
-    write_failures: int = 0
-    bytes_read: int = 0
-    bytes_written: int = 0
-    signature_failures: int = 0
-    read_failures: int = 0
+    __slots__ = _FIELDS
+    hits: int
+    misses: int
+    stores: int
+    evictions: int
+    integrity_failures: int
+    write_failures: int
+    bytes_read: int
+    bytes_written: int
+    signature_failures: int
+    read_failures: int
+
+    def __init__(self, *values: int, **named: int) -> None:
+        if len(values) > len(_FIELDS):
+            raise TypeError(f"CacheStats takes at most {len(_FIELDS)} counters")
+        given = dict(zip(_FIELDS, values, strict=False))
+        for name, value in named.items():
+            if name not in _FIELDS or name in given:
+                raise TypeError(f"CacheStats: unexpected or repeated counter {name!r}")
+            given[name] = value
+        for name in _FIELDS:
+            setattr(self, name, given.get(name, 0))
 
     def as_dict(self) -> dict[str, int]:
         """The counters as a plain ``{name: value}`` dict (stable key order)."""
-        return asdict(self)
+        return {name: getattr(self, name) for name in _FIELDS}
 
     def copy(self) -> CacheStats:
         return CacheStats(*self._values())
@@ -51,15 +79,26 @@ class CacheStats:
     def __sub__(self, other: CacheStats) -> CacheStats:
         if not isinstance(other, CacheStats):
             return NotImplemented
-        return CacheStats(*(a - b for a, b in zip(self._values(), other._values(), strict=False)))
+        return CacheStats(*(a - b for a, b in zip(self._values(), other._values(), strict=True)))
 
     def __add__(self, other: CacheStats) -> CacheStats:
         if not isinstance(other, CacheStats):
             return NotImplemented
-        return CacheStats(*(a + b for a, b in zip(self._values(), other._values(), strict=False)))
+        return CacheStats(*(a + b for a, b in zip(self._values(), other._values(), strict=True)))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, CacheStats):
+            return NotImplemented
+        return self._values() == other._values()
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, like the dataclass it was
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{name}={getattr(self, name)}" for name in _FIELDS)
+        return f"CacheStats({inner})"
 
     def _values(self) -> tuple[int, ...]:
-        return tuple(getattr(self, f.name) for f in fields(self))
+        return tuple(getattr(self, name) for name in _FIELDS)
 
     # Fixed-size record used by the file-stream backend to persist counters.
     def to_record(self) -> bytes:
@@ -81,7 +120,6 @@ class CacheStats:
         return cls(*values[: len(_FIELDS)])
 
 
-_FIELDS = fields(CacheStats)
 _RECORD = struct.Struct("<" + "Q" * len(_FIELDS))
 RECORD_SIZE = _RECORD.size
 _MIN_RECORD_SIZE = 8 * 8  # the first layout: hits .. bytes_written

@@ -24,10 +24,20 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
-from urllib.parse import unquote
 
 from .base import ProgramCacheResource
 from .units import parse_duration, parse_size
+
+
+def unquote(text: str) -> str:
+    """Percent-decode ``text``; urllib.parse (and ipaddress with it, ~2 ms of a cold
+    process) is imported only when there is something to decode."""
+    if "%" not in text:
+        return text
+    from urllib.parse import unquote as decode
+
+    return decode(text)
+
 
 __all__ = [
     "FROM_ENV",

@@ -1,0 +1,5 @@
+// x[i] *= s, in place
+extern "C" __global__ void scale(float* x, float s, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] *= s;
+}

@@ -1,0 +1,287 @@
+"""The fast hit path of ``cuforge compile``: a repeated command served without
+parsing it, without the compile layer, and without computing the cache key.
+
+A build system runs the same command line again and again; when nothing changed,
+the answer is the cache entry it got last time. After every successful ``cuforge
+compile`` the full path may leave a *hit record* here, named by a digest of the
+request -- the arguments, the working directory, the cuforge code and version, the
+interpreter, and the environment variables the command reads (``CUFORGE_*``,
+``HOME``, ``XDG_CACHE_HOME``). The record holds, per output: the source path and a
+digest of its content, the output path, the cache entry key the full path computed,
+and, for the whole request, the file cache's directory and digests of the compiler
+facts the keys were made from (``_identity_store``).
+
+:func:`serve` answers a request only when a record for exactly this request exists,
+every source still has the recorded content, every compiler fact still holds (its
+witnesses unchanged, see ``_identity_store``) and equals the recorded one, and
+every entry is still in the cache and verifies (the cache's own integrity check).
+Anything else -- a missing or damaged record, a changed source, compiler or header
+set, an evicted entry -- returns None and the full path runs, exactly as if this
+module did not exist. So this path can make a hit faster, never different.
+
+Records are written only for what the key fully describes from these inputs: CUDA
+C++ that reads no user header (no tracked includes: those are validated by the
+manifests of the full path) compiled to cubin or LTO-IR (a PTX hit may warn about
+the driver), through a plain directory cache, every output's entry read back equal
+to what was written. They live in
+``<state>/cli-hits/`` (``_identity_store.state_dir()``; off with
+``CUFORGE_STATE_DIR=off``), private to the user, and are pruned to the newest half
+when a shard passes 64 files.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from cuforge.compile import _identity_store
+from cuforge.storage._hashing import blake2b
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from cuforge.storage.filestream import FileStreamProgramCache
+
+__all__ = ["remember", "request_digest", "serve"]
+
+_FORMAT = b"cuforge-direct-1"
+_ENV_NAMES = ("HOME", "XDG_CACHE_HOME")
+_SHARD_MAX = 64
+_CODE_DIRS = ("compile", "cli")
+
+
+def _records_dir() -> str | None:
+    root = _identity_store.state_dir()
+    return None if root is None else os.path.join(root, "cli-hits")
+
+
+def request_digest(argv: Sequence[str]) -> str:
+    """Names everything that gives the same command line the same meaning. Computed
+    once per process, before the command runs (it reads the environment)."""
+    import cuforge
+
+    package = os.path.dirname(os.path.abspath(cuforge.__file__))
+    parts = [_FORMAT, cuforge.__version__.encode(), package.encode(), sys.executable.encode()]
+    parts.append(os.getcwd().encode("utf-8", "surrogateescape"))
+    parts.append(b"argv")
+    parts += [a.encode("utf-8", "surrogateescape") for a in argv]
+    parts.append(b"env")
+    for key in sorted(os.environ):
+        if key.startswith("CUFORGE_") or key in _ENV_NAMES:
+            parts.append(f"{key}={os.environ[key]}".encode("utf-8", "surrogateescape"))
+    # The code that turns these arguments into cache keys: an edited (development)
+    # install must not be answered by records its old code wrote.
+    parts.append(b"code")
+    for sub in _CODE_DIRS:
+        folder = os.path.join(package, sub)
+        for entry in sorted(os.scandir(folder), key=lambda e: e.name):
+            if entry.name.endswith(".py"):
+                st = entry.stat()
+                parts.append(
+                    f"{sub}/{entry.name}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}".encode()
+                )
+    h = blake2b(digest_size=20, person=b"cuforge-direct")
+    for part in parts:
+        h.update(len(part).to_bytes(4, "little") + part)
+    return h.hexdigest()
+
+
+def _facts_digest(values: tuple[bytes, ...]) -> str:
+    h = blake2b(digest_size=16, person=b"cuforge-facts")
+    for v in values:
+        h.update(len(v).to_bytes(4, "little") + v)
+    return h.hexdigest()
+
+
+def _source_digest(raw: bytes) -> str:
+    return blake2b(raw, digest_size=20).hexdigest()
+
+
+# -- the fast path -----------------------------------------------------------------
+def serve(argv: Sequence[str], digest: str) -> int | None:
+    """Answer ``cuforge compile ARGV`` (whose ``request_digest`` is ``digest``) from a
+    hit record, or None (then run the full path).
+
+    Prints exactly what the full path prints for the same hits and returns 0.
+    """
+    if any(a in ("-h", "--help", "--no-cache") for a in argv):
+        return None
+    folder = _records_dir()
+    if folder is None:
+        return None
+    try:
+        with open(os.path.join(folder, digest[:2], digest), "rb") as f:
+            fields = f.read(1 << 20).split(b"\0")
+    except OSError:
+        return None
+    try:
+        return _answer(fields)
+    except (ValueError, IndexError, UnicodeDecodeError):
+        return None  # a damaged record: the full path rewrites it
+
+
+def _answer(fields: list[bytes]) -> int | None:
+    if fields[0] != _FORMAT:
+        return None
+    root, mode = os.fsdecode(fields[1]), fields[2].decode()
+    pos = 3
+    for _ in range(int(fields[pos])):
+        fact, want = fields[pos + 1].decode(), fields[pos + 2].decode()
+        pos += 2
+        values = _identity_store.lookup(fact)
+        if values is None or _facts_digest(values) != want:
+            return None
+    pos += 1
+    outputs = []
+    for _ in range(int(fields[pos])):
+        source, source_digest, output, key, target, arch = (
+            os.fsdecode(fields[pos + 1]),
+            fields[pos + 2].decode(),
+            os.fsdecode(fields[pos + 3]),
+            bytes.fromhex(fields[pos + 4].decode()),
+            fields[pos + 5].decode(),
+            fields[pos + 6].decode(),
+        )
+        pos += 6
+        try:
+            with open(source, "rb") as f:
+                if _source_digest(f.read()) != source_digest:
+                    return None
+        except OSError:
+            return None
+        outputs.append((source, output, key, target, arch))
+    if not outputs or not os.path.isdir(os.path.join(root, "entries")):
+        return None
+    return _serve_entries(root, mode, outputs)
+
+
+def _serve_entries(
+    root: str, mode: str, outputs: list[tuple[str, str, bytes, str, str]]
+) -> int | None:
+    from cuforge.storage.filestream import FileStreamProgramCache
+
+    results = []
+    cache = FileStreamProgramCache(root)
+    try:
+        found = []
+        for source, output, key, target, arch in outputs:
+            start = time.perf_counter()
+            entry = cache.get_entry(key)
+            if entry is None:
+                _take_back(cache, found)
+                return None
+            found.append(entry)
+            results.append((source, output, target, arch, entry.data, start))
+        for _, output, _, _, data, _ in results:
+            try:
+                with open(output, "wb") as f:
+                    f.write(data)
+            except OSError:
+                _take_back(cache, found, missed=False)
+                return None
+    finally:
+        cache.close()
+    from cuforge.cli._report import render
+
+    now = time.perf_counter()
+    report = [
+        {
+            "source": source,
+            "arch": arch,
+            "target": target,
+            "output": output,
+            "bytes": len(data),
+            "ms": round((now - start) * 1000, 3),
+            "cache": "hit",
+        }
+        for source, output, target, arch, data, start in results
+    ]
+    print(render(report, mode == "json"))
+    return 0
+
+
+def _take_back(cache: FileStreamProgramCache, hits: list, missed: bool = True) -> None:
+    """Undo this path's counts before the full path repeats the same lookups (the
+    statistics must count each request once; cf. ``compile.cached.uncount``)."""
+    stats = cache._stats
+    stats.hits = max(0, stats.hits - len(hits))
+    stats.bytes_read = max(0, stats.bytes_read - sum(len(e.data) for e in hits))
+    if missed:
+        stats.misses = max(0, stats.misses - 1)
+
+
+# -- writing records (after the full path) --------------------------------------------
+def remember(digest: str, cache: object, mode: str, done: list[tuple]) -> None:
+    """Leave a hit record for the request ``digest`` names when every output
+    qualifies (see the module docstring). ``done``: (SourceFile, Program, target,
+    output path, binary) per output, all written. Best effort: never raises for the
+    file system.
+    """
+    from cuforge.compile import _identity, _toolkit, _tracking
+    from cuforge.compile.cache_key import _digest
+    from cuforge.storage.entry import entry_id
+    from cuforge.storage.filestream import FileStreamProgramCache
+
+    folder = _records_dir()
+    if folder is None or type(cache) is not FileStreamProgramCache or not done:
+        return
+    facts = []
+    for fact, current in (
+        ("nvrtc_identity", _identity.nvrtc_identity()),
+        (_toolkit._FACT, _toolkit.toolkit_identity()),
+    ):
+        values = _identity_store.lookup(fact)
+        if values is None or values[0] != current:
+            return  # not (yet) on disk, or not what these keys were made from
+        facts.append((fact, _facts_digest(values)))
+    outputs = []
+    for source, program, target, output, code in done:
+        if program.code_type != "c++" or _tracking.roots_if_tracked(program) is not None:
+            return
+        if target == "ptx":
+            return  # a PTX hit may warn about the driver (compile.cached): full path only
+        key = _digest("c++", target, program.options, program._code, (), None)
+        stored = cache.read_entry(entry_id(key))
+        if stored is None or stored.data != code:
+            return  # the key is not what the compile used: never record a guess
+        outputs.append((source, output, key, target, program.options.arch))
+    fields = [_FORMAT, os.fsencode(cache.path), mode.encode(), str(len(facts)).encode()]
+    for fact, fact_digest in facts:
+        fields += [fact.encode(), fact_digest.encode()]
+    fields.append(str(len(outputs)).encode())
+    for source, output, key, target, arch in outputs:
+        fields += [
+            os.fsencode(source.path),
+            _source_digest(source.raw).encode(),
+            os.fsencode(output),
+            key.hex().encode(),
+            target.encode(),
+            arch.encode(),
+        ]
+    _write(folder, digest, b"\0".join(fields))
+
+
+def _write(folder: str, digest: str, data: bytes) -> None:
+    shard = os.path.join(folder, digest[:2])
+    path = os.path.join(shard, digest)
+    tmp = f"{path}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
+    try:
+        os.makedirs(shard, mode=0o700, exist_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        names = os.listdir(shard)
+        if len(names) > _SHARD_MAX:
+            aged = sorted((os.stat(os.path.join(shard, n)).st_mtime_ns, n) for n in names)
+            for _, name in aged[: len(aged) // 2]:
+                os.unlink(os.path.join(shard, name))
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            return

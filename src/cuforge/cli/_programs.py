@@ -1,0 +1,168 @@
+"""From a source file and compile options to a ``Program``: the one rule every command
+(compile, cache explain, warm) uses, so they name the same cache entries.
+
+- The code type follows the suffix: ``.ptx`` PTX, ``.ll``/``.bc``/``.nvvm`` NVVM IR,
+  anything else CUDA C++.
+- The program is named by the file's basename, unless a quoted ``#include`` must
+  resolve next to the file: then by the path as given (relative to the working
+  directory), because the source directory is then an input.
+- ``-D``/``-I``/``--std``/``-include`` apply to CUDA C++ only.
+
+Bad values (an unknown arch, a macro that is not an identifier) are UsageErrors
+carrying ProgramOptions' own message.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+
+from cuforge.cli._args import UsageError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from cuforge.compile.program import Program
+
+__all__ = [
+    "CODE_TYPES",
+    "SourceFile",
+    "add_compile_options",
+    "compile_through",
+    "make_program",
+    "option_fields",
+    "read_source",
+]
+
+# A quoted #include makes NVRTC read files next to the source (found via the name).
+_QUOTED_INCLUDE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*"', re.MULTILINE)
+
+#: File suffix -> code_type; anything else is CUDA C++.
+CODE_TYPES = {".ptx": "ptx", ".ll": "nvvm", ".bc": "nvvm", ".nvvm": "nvvm"}
+TARGETS = ("cubin", "ptx", "ltoir")
+
+
+def add_compile_options(parser: argparse.ArgumentParser, several_archs: bool = True) -> None:
+    """``--arch``, ``--target``, ``-D``, ``-I``, ``--std``, ``-include``."""
+    parser.add_argument(
+        "--arch",
+        action="append" if several_archs else "store",
+        metavar="ARCH",
+        help="target architecture, e.g. sm_90"
+        + (" (repeat for several)" if several_archs else "")
+        + " (default: this GPU's)",
+    )
+    parser.add_argument(
+        "--target",
+        default="cubin",
+        type=str.lower,
+        choices=TARGETS,
+        help="output kind (default: cubin)",
+    )
+    parser.add_argument(
+        "-D", dest="defines", action="append", default=[], metavar="NAME[=V]", help="define a macro"
+    )
+    parser.add_argument(
+        "-I", dest="includes", action="append", default=[], metavar="DIR", help="add include dir"
+    )
+    parser.add_argument("--std", help="C++ dialect, e.g. c++17")
+    parser.add_argument(
+        "-include",
+        dest="pre_include",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="include FILE before the source",
+    )
+
+
+class SourceFile:
+    """A source read from disk: path as given, code, code type and program name."""
+
+    __slots__ = ("code", "code_type", "name", "path", "raw")
+
+    def __init__(self, path: str, raw: bytes, code: str | bytes, code_type: str, name: str):
+        self.path = path
+        self.raw = raw
+        self.code = code
+        self.code_type = code_type
+        self.name = name
+
+
+def read_source(path: str) -> SourceFile:
+    """Read ``path``; UsageError when it cannot be read or is not UTF-8 text."""
+    code_type = CODE_TYPES.get(os.path.splitext(path)[1].lower(), "c++")
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+    name = path if _QUOTED_INCLUDE.search(raw) else os.path.basename(path)
+    if path.endswith(".bc"):
+        return SourceFile(path, raw, raw, code_type, name)
+    try:
+        return SourceFile(path, raw, raw.decode(), code_type, name)
+    except UnicodeDecodeError:
+        raise UsageError(f"{path} is not UTF-8 text") from None
+
+
+def option_fields(
+    source: SourceFile,
+    arch: str | None,
+    defines: list[str],
+    includes: list[str],
+    std: str | None,
+    pre_include: list[str],
+) -> dict[str, Any]:
+    """The ProgramOptions fields for ``source`` (UsageError for C++-only options on
+    other code types)."""
+    fields: dict[str, Any] = {"name": source.name, "arch": arch}
+    if source.code_type == "c++":
+        fields.update(
+            define_macro=list(defines) or None,
+            include_path=list(includes) or None,
+            pre_include=list(pre_include) or None,
+            std=std,
+        )
+    elif defines or includes or std or pre_include:
+        raise UsageError(f"-D, -I, --std and -include apply to CUDA C++ only, not {source.path}")
+    return fields
+
+
+def make_program(source: SourceFile, fields: dict[str, Any]) -> Program:
+    """``Program(source, options)``; UsageError with ProgramOptions' message for bad values."""
+    from cuforge.compile.options import ProgramOptions
+    from cuforge.compile.program import Program
+
+    try:
+        return Program(source.code, source.code_type, ProgramOptions(**fields))
+    except (TypeError, ValueError) as exc:
+        if fields.get("arch") is None and "ProgramOptions.arch" in str(exc):
+            raise UsageError(
+                "no CUDA device here to take the architecture from; pass --arch sm_XY"
+            ) from None
+        raise UsageError(str(exc)) from None
+
+
+def compile_through(program: Program, target: str, logs: Any, cache: Any) -> tuple[Any, bool]:
+    """``program.compile(target, logs=logs, cache=cache)`` and whether a compiler ran
+    (False: the cache served it).
+
+    Observed on this Program alone (its uncached compile is wrapped for the call), so
+    it stays right with many compiles sharing one cache handle across threads.
+    """
+    ran: list[bool] = []
+    uncached = program._compile_uncached
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        ran.append(True)
+        return uncached(*args, **kwargs)
+
+    program._compile_uncached = counted  # type: ignore[method-assign]
+    try:
+        obj = program.compile(target, logs=logs, cache=cache)
+    finally:
+        del program._compile_uncached
+    return obj, bool(ran)

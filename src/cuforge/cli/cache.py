@@ -1,0 +1,308 @@
+"""``cuforge cache ...``: look at a program cache.
+
+- ``stats [--json]``: where and what the cache is, entries and bytes, the cap, the
+  counters summed over every process that used it (hits, misses, stores, evictions,
+  integrity and write failures, hit rate), the oldest and newest entry.
+- ``zero-stats``: restart those counters from zero (for every process).
+- ``ls [--sort size|age|last-used|name] [--limit N] [--reverse] [--json]``: one line per
+  entry: short id, kind, target, arch, size, age, last use, source name, compiler.
+- ``show ID-PREFIX [--extract OUT] [--json]``: everything recorded about one entry and
+  whether it verifies; ``--extract`` writes its raw payload (a cubin for cuobjdump).
+- ``dir``: the default cache directory.
+
+Maintenance (``verify``, ``prune``, ``clear``) lives in ``cache_maint``, ``explain``
+in ``explain``. Every action takes ``--cache URL|DIR`` (see ``_select``).
+
+Exit status: 0 ok; 1 ``show`` could not extract a damaged entry; 2 usage errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from cuforge.cli import _entries, _select, _term
+from cuforge.cli._args import UsageError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from cuforge.storage.base import ProgramCacheResource
+
+__all__ = ["opened", "register"]
+
+_SORTS = {
+    "last-used": (lambda r: r.info.used_ns, True),
+    "age": (lambda r: r.info.stored_ns, True),
+    "size": (lambda r: r.info.size, True),
+    "name": (lambda r: (str(r.record.get("name") or ""), r.id), False),
+}
+
+
+def register(subparsers: Any) -> argparse.ArgumentParser:
+    """Add the ``cache`` group; returns its action subparsers' parent for the other
+    cache modules to extend."""
+    group = subparsers.add_parser("cache", help="inspect, verify, prune or clear a cache")
+    actions = group.add_subparsers(dest="action", metavar="ACTION", prog="cuforge cache")
+    group.set_defaults(handler=lambda args: _missing_action(group))
+
+    p = actions.add_parser("stats", help="size, entries and counters over all processes")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(handler=_stats)
+    _select.add_cache_option(p, can_disable=False)
+
+    p = actions.add_parser("zero-stats", help="restart the counters from zero")
+    p.set_defaults(handler=_zero_stats)
+    _select.add_cache_option(p, can_disable=False)
+
+    p = actions.add_parser("ls", help="one line per entry")
+    p.add_argument("--sort", choices=sorted(_SORTS), default="last-used", help="order")
+    p.add_argument("--reverse", action="store_true", help="reverse the order")
+    p.add_argument("--limit", type=_positive, metavar="N", help="show the first N")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(handler=_ls)
+    _select.add_cache_option(p, can_disable=False)
+
+    p = actions.add_parser("show", help="one entry's metadata; --extract its payload")
+    p.add_argument("prefix", metavar="ID-PREFIX", help="the entry id or its first digits")
+    p.add_argument("--extract", metavar="OUT", help="write the raw payload to OUT")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(handler=_show)
+    _select.add_cache_option(p, can_disable=False)
+
+    p = actions.add_parser("dir", help="print the default cache directory")
+    p.set_defaults(handler=_dir)
+    return actions
+
+
+def _missing_action(group: argparse.ArgumentParser) -> int:
+    raise UsageError("an action is required (see cuforge cache --help)", group.prog)
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+class opened:  # lower case: used like open()
+    """``with opened(args) as cache``: the chosen cache, closed after (UsageError when
+    caching is off or the cache cannot be opened)."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.choice = _select.choose(args)
+        if self.choice.url is None:
+            raise UsageError(f"caching is off ({self.choice.origin}): there is no cache to use")
+        self.cache: ProgramCacheResource | None = None
+
+    def __enter__(self) -> ProgramCacheResource:
+        self.cache = _select.open_choice(self.choice)
+        return self.cache
+
+    def __exit__(self, *exc: object) -> None:
+        if self.cache is not None:
+            self.cache.close()
+
+
+def _when(ns: int) -> str:
+    import datetime
+
+    if not ns:
+        return "-"
+    stamp = datetime.datetime.fromtimestamp(ns / 1e9).strftime("%Y-%m-%d %H:%M:%S")
+    return f"{stamp} ({_term.ago(ns)})"
+
+
+def _stats(args: argparse.Namespace) -> int:
+    from cuforge.storage.units import format_size
+
+    chosen = opened(args)
+    with chosen as cache:
+        counters = (getattr(cache, "total_stats", None) or cache.stats)().as_dict()
+        try:
+            listed = _entries.rows(cache)
+        except UsageError:
+            listed = None
+        cap = getattr(cache, "max_size_bytes", None)
+    choice = chosen.choice
+    kinds: dict[str, int] = {}
+    for row in listed or ():
+        kinds[row.kind] = kinds.get(row.kind, 0) + 1
+    lookups = counters["hits"] + counters["misses"]
+    report: dict[str, Any] = {
+        "path": choice.shown(),
+        "backend": type(cache).__name__,
+        "entries": None if listed is None else len(listed),
+        "kinds": kinds,
+        "size_bytes": None if listed is None else sum(r.info.size for r in listed),
+        "max_size_bytes": cap,
+        **counters,
+        "hit_rate": round(counters["hits"] / lookups, 4) if lookups else None,
+        "oldest_ns": min((r.info.stored_ns for r in listed or ()), default=None),
+        "newest_ns": max((r.info.stored_ns for r in listed or ()), default=None),
+    }
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    entries = "-" if listed is None else str(len(listed))
+    if kinds:
+        entries += " (" + ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())) + ")"
+    size = "-" if report["size_bytes"] is None else format_size(report["size_bytes"])
+    rate = "-" if report["hit_rate"] is None else f"{report['hit_rate'] * 100:.1f} %"
+    lines = [
+        ("cache", f"{report['path']} ({report['backend']})"),
+        ("entries", entries),
+        ("size", size + (f" of {format_size(cap)} cap" if cap else " (no cap set)")),
+        ("hit rate", f"{rate} ({counters['hits']} hits / {lookups} lookups)"),
+    ]
+    for name, value in counters.items():
+        if name in ("hits",):
+            continue
+        shown = format_size(value) if name.startswith("bytes") else str(value)
+        lines.append((name.replace("_", " "), shown))
+    lines.append(("oldest entry", _when(report["oldest_ns"] or 0)))
+    lines.append(("newest entry", _when(report["newest_ns"] or 0)))
+    for label, value in lines:
+        bad = label in ("integrity failures", "write failures") and value != "0"
+        print(f"{label:<20}{_term.paint(value, 'red') if bad else value}")
+    return 0
+
+
+def _zero_stats(args: argparse.Namespace) -> int:
+    chosen = opened(args)
+    with chosen as cache:
+        try:
+            cache.zero_stats()
+        except NotImplementedError as exc:
+            raise UsageError(str(exc)) from None
+        except OSError as exc:
+            raise UsageError(f"cannot reset the statistics: {exc.strerror or exc}") from None
+    print(f"statistics of {chosen.choice.shown()} restart from zero")
+    return 0
+
+
+def _ls(args: argparse.Namespace) -> int:
+    from cuforge.storage.units import format_size
+
+    with opened(args) as cache:
+        listed = _entries.rows(cache)
+    key, descending = _SORTS[args.sort]
+    listed.sort(key=key, reverse=descending != args.reverse)
+    if args.limit:
+        listed = listed[: args.limit]
+    if args.json:
+        print(json.dumps([r.as_dict() for r in listed], indent=2))
+        return 0
+    now = time.time_ns()
+    body = []
+    for r in listed:
+        rec = r.record
+        body.append(
+            [
+                r.id[:12],
+                r.kind,
+                str(rec.get("target") or "-"),
+                str(rec.get("arch") or "-"),
+                format_size(r.info.size),
+                _term.ago(r.info.stored_ns, now),
+                _term.ago(r.info.used_ns, now),
+                str(rec.get("name") or "-"),
+                _entries.short_compiler(r.compiler) if r.kind == "program" else "-",
+            ]
+        )
+    header = ["ID", "KIND", "TARGET", "ARCH", "SIZE", "AGE", "USED", "NAME", "COMPILER"]
+    if body:
+        print(_term.table(header, body, sys.stdout, right="....r"))
+    elif _term.is_tty(sys.stdout):
+        print("(no entries)")
+    return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    with opened(args) as cache:
+        row = _entries.find(cache, args.prefix)
+        try:
+            problem = cache.check_entry(row.id)
+        except KeyError:
+            raise UsageError(f"entry {row.id[:16]} was removed meanwhile") from None
+        except NotImplementedError:
+            problem = None
+        entry = cache.read_entry(row.id) if args.extract or row.kind == "manifest" else None
+    details: dict[str, Any] = {
+        "id": row.id,
+        "kind": row.kind,
+        "size": row.info.size,
+        "stored": _when(row.info.stored_ns),
+        "last_used": _when(row.info.used_ns),
+        "verifies": problem is None,
+    }
+    if problem is not None:
+        details["problem"] = problem
+    details.update({k: v for k, v in row.record.items() if k not in ("v", "kind")})
+    if row.kind == "manifest" and entry is not None:
+        details["variants"] = _variants(entry.data)
+    if args.json:
+        print(json.dumps(details, indent=2))
+    else:
+        _print_details(details)
+    if args.extract:
+        if entry is None:
+            print(f"cuforge cache show: entry {row.id[:16]} is damaged or gone", file=sys.stderr)
+            return 1
+        try:
+            with open(args.extract, "wb") as f:
+                f.write(entry.data)
+        except OSError as exc:
+            raise UsageError(f"cannot write {args.extract}: {exc.strerror or exc}") from None
+        print(f"wrote {len(entry.data)} bytes to {args.extract}", file=sys.stderr)
+    return 0
+
+
+def _variants(data: bytes) -> list[dict[str, Any]]:
+    from cuforge.storage.record import decode_record
+
+    record = decode_record(data, "manifest") or {}
+    ids = _entries.manifest_entry_ids(data) or []
+    out = []
+    for variant, eid in zip(record.get("variants") or [], ids, strict=False):
+        files = variant.get("files") or []
+        out.append(
+            {
+                "entry": eid,
+                "headers": [f[1] for f in files if isinstance(f, list) and len(f) > 1],
+                "absent_candidates": len(variant.get("absent") or []),
+            }
+        )
+    return out
+
+
+def _print_details(details: dict[str, Any]) -> None:
+    for key, value in details.items():
+        label = key.replace("_", " ")
+        if isinstance(value, list):
+            print(f"{label}:" if value else f"{label:<16}-")
+            for item in value:
+                if isinstance(item, dict):
+                    item = ", ".join(f"{k}={v}" for k, v in item.items())
+                elif isinstance(item, list):
+                    item = " ".join(str(x) for x in item)
+                print(f"  {item}")
+        else:
+            shown = value
+            if key == "verifies":
+                shown = _term.paint("yes", "green") if value else _term.paint("NO", "red")
+            print(f"{label:<16}{shown}")
+
+
+def _dir(args: argparse.Namespace) -> int:
+    from cuforge.storage.filestream import default_cache_dir
+
+    print(default_cache_dir())
+    return 0

@@ -1,0 +1,179 @@
+"""``cuforge cache verify|prune|clear``: keep a cache healthy and small.
+
+- ``verify [--fix]``: check every entry (payload and metadata against their digest;
+  header manifests must also parse). Lists the bad ones; ``--fix`` removes them.
+  Exit 1 when any bad entry was found (also with ``--fix``, like fsck: the next
+  ``verify`` answers 0), 0 on a healthy cache.
+- ``prune [--older-than D] [--unused-for D] [--compiler BUILD] [--max-size SIZE]
+  [--dry-run]``: remove entries stored more than D ago, not read for D, or made by a
+  compiler build whose description contains BUILD (as ``cache ls`` shows it, e.g.
+  ``13.4`` or ``feebac3b``); then, with ``--max-size``, least recently used entries
+  until the rest fits. Header manifests age like entries, and a manifest whose
+  entries are all gone goes with them.
+- ``clear [--yes]``: remove every entry; asks on a terminal, refuses without
+  ``--yes`` when there is none to ask (exit 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from cuforge.cli import _entries, _select, _term
+from cuforge.cli._args import UsageError, duration_arg, size_arg
+from cuforge.cli.cache import opened
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+__all__ = ["register"]
+
+
+def register(actions: Any) -> None:
+    """Add ``verify``, ``prune`` and ``clear`` to the ``cache`` group."""
+    p = actions.add_parser("verify", help="check every entry; --fix removes bad ones")
+    p.add_argument("--fix", action="store_true", help="remove the bad entries")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(handler=_verify)
+    _select.add_cache_option(p, can_disable=False)
+
+    p = actions.add_parser("prune", help="remove old, unused or foreign-compiler entries")
+    p.add_argument("--older-than", type=duration_arg, metavar="DURATION", help="stored before")
+    p.add_argument("--unused-for", type=duration_arg, metavar="DURATION", help="not read for")
+    p.add_argument("--compiler", metavar="BUILD", help="made by a compiler matching BUILD")
+    p.add_argument("--max-size", type=size_arg, metavar="SIZE", help="then evict LRU to SIZE")
+    p.add_argument("--dry-run", action="store_true", help="only say what would go")
+    p.set_defaults(handler=_prune)
+    _select.add_cache_option(p, can_disable=False)
+
+    p = actions.add_parser("clear", help="remove every entry")
+    p.add_argument("--yes", action="store_true", help="do not ask")
+    p.set_defaults(handler=_clear)
+    _select.add_cache_option(p, can_disable=False)
+
+
+def _label(row: _entries.Row) -> str:
+    name = row.record.get("name") or "-"
+    return f"{row.id[:12]}  {row.kind:<8} {name}"
+
+
+def _verify(args: argparse.Namespace) -> int:
+    bad: list[tuple[_entries.Row, str]] = []
+    removed = checked = 0
+    with opened(args) as cache:
+        for row in _entries.rows(cache):
+            try:
+                problem = cache.check_entry(row.id)
+            except KeyError:
+                continue  # removed by someone else meanwhile
+            checked += 1
+            if problem is None and row.kind == "manifest":
+                entry = cache.read_entry(row.id)
+                if entry is not None and _entries.manifest_entry_ids(entry.data) is None:
+                    problem = "header manifest does not parse"
+            if problem is not None:
+                bad.append((row, problem))
+                if args.fix and cache.remove_entry(row.id):
+                    removed += 1
+    if args.json:
+        report = {
+            "checked": checked,
+            "bad": [{"id": r.id, "kind": r.kind, "problem": p} for r, p in bad],
+            "removed": removed,
+        }
+        print(json.dumps(report, indent=2))
+    else:
+        for row, problem in bad:
+            print(f"{_label(row)}: {_term.paint(problem, 'red')}")
+        summary = f"checked {checked} entries: {len(bad)} bad"
+        if args.fix:
+            summary += f", {removed} removed"
+        print(summary if bad else f"checked {checked} entries: all verify")
+    return 1 if bad else 0
+
+
+def _prune(args: argparse.Namespace) -> int:
+    from cuforge.storage.units import format_size
+
+    if not any((args.older_than, args.unused_for, args.compiler, args.max_size)):
+        raise UsageError("give at least one of --older-than, --unused-for, --compiler, --max-size")
+    now = time.time_ns()
+    with opened(args) as cache:
+        listed = _entries.rows(cache)
+        doomed: dict[str, tuple[_entries.Row, str]] = {}
+        for row in listed:
+            reason = _rule(row, args, now)
+            if reason:
+                doomed[row.id] = (row, reason)
+        if args.max_size is not None:
+            kept = sorted((r for r in listed if r.id not in doomed), key=lambda r: r.info.used_ns)
+            total = sum(r.info.size for r in kept)
+            for row in kept:
+                if total <= args.max_size:
+                    break
+                doomed[row.id] = (row, "least recently used beyond --max-size")
+                total -= row.info.size
+        # A manifest whose entries are all gone only costs a lookup: it goes too.
+        present = {r.id for r in listed if r.id not in doomed and r.kind != "manifest"}
+        for row in listed:
+            if row.kind != "manifest" or row.id in doomed:
+                continue
+            entry = cache.read_entry(row.id)
+            ids = None if entry is None else _entries.manifest_entry_ids(entry.data)
+            if ids is not None and not any(i in present for i in ids):
+                doomed[row.id] = (row, "header manifest of removed entries only")
+        freed = 0
+        for row, reason in doomed.values():
+            if args.dry_run or cache.remove_entry(row.id):
+                freed += row.info.size
+                if args.dry_run or not _term.is_tty(sys.stdout):
+                    print(f"{_label(row)}: {reason}")
+    left = len(listed) - len(doomed)
+    verb = "would remove" if args.dry_run else "removed"
+    rest = sum(r.info.size for r in listed if r.id not in doomed)
+    print(
+        f"{verb} {len(doomed)} entries ({format_size(freed)}); "
+        f"{left} entries ({format_size(rest)}) remain"
+    )
+    return 0
+
+
+def _rule(row: _entries.Row, args: argparse.Namespace, now: int) -> str:
+    if args.older_than is not None and row.info.stored_ns < now - args.older_than * 1e9:
+        return "stored before --older-than"
+    if args.unused_for is not None and row.info.used_ns < now - args.unused_for * 1e9:
+        return "not read within --unused-for"
+    if args.compiler and row.kind == "program":
+        wanted = args.compiler.lower()
+        if wanted in row.compiler.lower() or wanted in _entries.short_compiler(row.compiler):
+            return f"made by compiler {_entries.short_compiler(row.compiler)}"
+    return ""
+
+
+def _clear(args: argparse.Namespace) -> int:
+    from cuforge.storage.units import format_size
+
+    chosen = opened(args)
+    with chosen as cache:
+        where = chosen.choice.shown()
+        if not args.yes:
+            if not (_term.is_tty(sys.stdin) and _term.is_tty(sys.stderr)):
+                raise UsageError(f"refusing to clear {where} without --yes (no terminal to ask)")
+            try:
+                listed = _entries.rows(cache)
+                what = (
+                    f"all {len(listed)} entries ({format_size(sum(r.info.size for r in listed))})"
+                )
+            except UsageError:
+                what = "every entry"
+            sys.stderr.write(f"Remove {what} from {where}? [y/N] ")
+            sys.stderr.flush()
+            if sys.stdin.readline().strip().lower() not in ("y", "yes"):
+                print("not cleared", file=sys.stderr)
+                return 1
+        cache.clear()
+    print(f"cleared {where}")
+    return 0

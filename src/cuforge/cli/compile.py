@@ -1,0 +1,151 @@
+"""``cuforge compile FILE... [--arch A ...]``: compile sources through the cache.
+
+Every FILE is compiled for every ``--arch``, in parallel worker processes when
+there are several (see ``_pool``). Outputs: ``-o OUT`` for a single output;
+``--outdir DIR`` for any number (``DIR/<stem>.<target>``, or
+``DIR/<stem>.<arch>.<target>`` with several archs); otherwise beside each source,
+named the same way. One line per output says where
+it went, its size, the time and whether the cache served it (``--json``: one JSON
+array). Caching is on by default (see ``_select`` for which cache); ``--no-cache``
+compiles without one.
+
+Exit status: 0 all compiled; 1 a compiler rejected a source (its log goes to stderr,
+other outputs are still written); 2 usage errors (bad option values, unreadable
+input, an output that cannot be written, a cache that cannot be opened).
+
+A repeated command is normally answered by ``_direct`` before this module is even
+imported; this is the full path, which also leaves the record ``_direct`` uses.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+
+from cuforge.cli import _direct, _pool, _programs, _select
+from cuforge.cli._args import UsageError, size_arg
+from cuforge.cli._report import render
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+__all__ = ["register", "run"]
+
+
+def register(subparsers: Any) -> None:
+    """Add ``compile``."""
+    p = subparsers.add_parser(
+        "compile",
+        help="compile .cu/.ptx/.ll files to cubin, PTX or LTO-IR through the cache",
+        description="Compile each FILE (CUDA C++, or PTX/NVVM IR by suffix) for each --arch.",
+    )
+    p.add_argument("files", nargs="+", metavar="FILE", help="source files (.cu, .ptx, .ll, .bc)")
+    _programs.add_compile_options(p)
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("-o", dest="output", metavar="OUT", help="output path (one output only)")
+    out.add_argument("--outdir", metavar="DIR", help="directory for the outputs (created)")
+    _select.add_cache_option(p, can_disable=True)
+    p.add_argument("--max-size", type=size_arg, metavar="SIZE", help="cap a directory cache (2G)")
+    p.add_argument("--json", action="store_true", help="print one JSON array of results")
+    p.set_defaults(handler=run)
+
+
+class Job:
+    """One source compiled for one arch into one output file."""
+
+    __slots__ = ("arch", "output", "program", "result", "source", "spec")
+
+    def __init__(self, source: _programs.SourceFile, spec: _pool.Spec, output: str) -> None:
+        self.source, self.spec, self.output = source, spec, output
+        self.arch = spec.arch
+        self.program: Any = None
+        self.result: dict[str, Any] = {}
+
+
+def _output_for(args: argparse.Namespace, path: str, arch: str | None, several_archs: bool) -> str:
+    if args.output:
+        return args.output
+    stem = os.path.splitext(os.path.basename(path))[0]
+    name = f"{stem}.{arch}.{args.target}" if several_archs and arch else f"{stem}.{args.target}"
+    folder = args.outdir if args.outdir else os.path.dirname(path)
+    return os.path.join(folder, name)
+
+
+def plan(args: argparse.Namespace) -> list[Job]:
+    """Read every source, build every Program (validating all options before any
+    compile starts) and name every output. Raises UsageError."""
+    archs: list[str | None] = list(dict.fromkeys(args.arch)) if args.arch else [None]
+    if args.output and len(args.files) * len(archs) > 1:
+        raise UsageError("-o names one output; use --outdir DIR for several files or archs")
+    if args.outdir:
+        try:
+            os.makedirs(args.outdir, exist_ok=True)
+        except OSError as exc:
+            raise UsageError(f"--outdir {args.outdir}: {exc.strerror or exc}") from None
+    jobs, seen = [], {}
+    for path in args.files:
+        source = _programs.read_source(path)
+        for arch in archs:
+            fields = _programs.option_fields(
+                source, arch, args.defines, args.includes, args.std, args.pre_include
+            )
+            program = _programs.make_program(source, fields)
+            spec = _pool.Spec(
+                source=path, arch=program.options.arch, target=args.target, std=args.std,
+                defines=args.defines, includes=args.includes, pre_include=args.pre_include,
+            )  # fmt: skip
+            job = Job(source, spec, _output_for(args, path, arch, len(archs) > 1))
+            job.program = program
+            other = seen.setdefault(os.path.abspath(job.output), path)
+            if other is not path:
+                raise UsageError(f"{other} and {path} would both be written to {job.output}")
+            jobs.append(job)
+    return jobs
+
+
+def run(args: argparse.Namespace) -> int:
+    """Compile every job; see the module docstring for exit statuses."""
+    choice = _select.choose(args)
+    if choice.url is None and args.max_size is not None:
+        raise UsageError("--max-size applies to a cache; it was given with no cache")
+    jobs = plan(args)
+    cache = _select.open_choice(choice, args.max_size) if choice.url is not None else None
+    url = _select.url_of(choice, args.max_size) if cache is not None else None
+
+    def done(i: int, result: dict[str, Any]) -> None:
+        jobs[i].result = result
+        if result.get("warnings"):
+            sys.stderr.write(f"{jobs[i].source.path} ({jobs[i].arch}): {result['warnings']}\n")
+
+    with cache if cache is not None else contextlib.nullcontext():
+        _pool.run_specs([j.spec for j in jobs], os.cpu_count() or 1, cache, url, done, True)
+        results = []
+        for job in jobs:
+            r = job.result
+            if r["status"] == "failed":
+                sys.stderr.write(f"{job.source.path} ({job.arch}): {r['log']}\n")
+                results.append(
+                    {"source": job.source.path, "arch": job.arch, "target": args.target,
+                     "error": r["log"]}
+                )  # fmt: skip
+                continue
+            try:
+                with open(job.output, "wb") as f:
+                    f.write(r["code"])
+            except OSError as exc:
+                raise UsageError(f"cannot write {job.output}: {exc.strerror or exc}") from None
+            status = "off" if cache is None else ("miss" if r["status"] == "compiled" else "hit")
+            results.append(
+                {"source": job.source.path, "arch": job.arch, "target": args.target,
+                 "output": job.output, "bytes": r["bytes"], "ms": round(r["seconds"] * 1000, 3),
+                 "cache": status}
+            )  # fmt: skip
+        failed = any(job.result["status"] == "failed" for job in jobs)
+        if not failed and cache is not None and getattr(args, "request_digest", None):
+            made = [(j.source, j.program, args.target, j.output, j.result["code"]) for j in jobs]
+            _direct.remember(args.request_digest, cache, "json" if args.json else "text", made)
+    print(render(results, args.json))
+    return 1 if failed else 0

@@ -1,0 +1,69 @@
+"""``cuforge cache explain FILE [compile options]``: would this compile hit, and if not,
+what differs from the nearest entry?
+
+A thin wrapper around ``cuforge.utils.explain``: the program is built exactly as
+``cuforge compile`` builds it (``_programs``), nothing is compiled and the cache's
+statistics are untouched. It names the option, header, source or compiler build
+that differs from the nearest entry with the same source name.
+
+Exit status: 0 it would hit; 1 it would miss; 2 usage errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from cuforge.cli import _programs, _select
+from cuforge.cli.cache import opened
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+__all__ = ["register"]
+
+
+def register(actions: Any) -> None:
+    """Add ``explain`` to the ``cache`` group."""
+    p = actions.add_parser(
+        "explain",
+        help="would compiling FILE hit? if not, which input differs",
+        description="Say whether `cuforge compile FILE [options]` would be served by the "
+        "cache, and otherwise which input differs from the nearest entry.",
+    )
+    p.add_argument("file", metavar="FILE", help="source file, as you would compile it")
+    _programs.add_compile_options(p, several_archs=False)
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(handler=_explain)
+    _select.add_cache_option(p, can_disable=False)
+
+
+def _explain(args: argparse.Namespace) -> int:
+    from cuforge.compile.explain import explain
+
+    source = _programs.read_source(args.file)
+    fields = _programs.option_fields(
+        source, args.arch, args.defines, args.includes, args.std, args.pre_include
+    )
+    program = _programs.make_program(source, fields)
+    with opened(args) as cache:
+        try:
+            answer = explain(program, args.target, cache)
+        except (TypeError, ValueError) as exc:
+            from cuforge.cli._args import UsageError
+
+            raise UsageError(str(exc)) from None
+    if args.json:
+        print(
+            json.dumps(
+                {"hit": answer.hit, "key": answer.key, "reasons": answer.reasons,
+                 "nearest": answer.nearest},
+                indent=2,
+            )
+        )  # fmt: skip
+    else:
+        print(str(answer))
+        if answer.nearest:
+            print(f"(compared with entry {answer.nearest[:12]})")
+    return 0 if answer.hit else 1

@@ -1,0 +1,414 @@
+"""``cuforge cache ...`` end to end: the console script against real file caches
+filled by real compiles (small kernels, compiled once per module and copied)."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import shutil
+import subprocess
+import time
+
+import pytest
+
+from _cli import SAXPY, SCRIPT, isolated_env, one_line_error, run
+
+DAY = 86400
+
+
+@pytest.fixture(scope="module")
+def filled(tmp_path_factory):
+    """A cache holding saxpy for sm_80 and sm_90 (program entries) and a header-tracked
+    source (its entry plus a header manifest); the outputs beside it."""
+    home = tmp_path_factory.mktemp("filled")
+    (home / "v.h").write_text("#define V 1\n")
+    (home / "h.cu").write_text('#include "v.h"\nextern "C" __global__ void k(int* p) { *p = V; }\n')
+    cache = home / "cache"
+    for args in (
+        (str(SAXPY), "--arch", "sm_80", "--arch", "sm_90", "--outdir", str(home / "out")),
+        ("h.cu", "--arch", "sm_90"),
+    ):
+        result = run(home, "compile", *args, "--cache", str(cache), cwd=home)
+        assert result.returncode == 0, result.stderr
+    return home
+
+
+@pytest.fixture
+def cache(filled, tmp_path):
+    """A private copy of the filled cache (tests may damage or prune it)."""
+    shutil.copytree(filled / "cache", tmp_path / "cache")
+    return tmp_path / "cache"
+
+
+def cli(tmp_path, *args, **kwargs):
+    return run(tmp_path, *args, **kwargs)
+
+
+def _ls(tmp_path, cache, *extra):
+    result = cli(tmp_path, "cache", "ls", "--cache", str(cache), "--json", *extra)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def _payload(cache, entry_id):
+    return cache / "entries" / entry_id[:2] / entry_id[2:]
+
+
+# -- stats and zero-stats ------------------------------------------------------------
+def test_stats_reports_entries_kinds_counters_and_ages(tmp_path, cache):
+    result = cli(tmp_path, "cache", "stats", "--cache", str(cache))
+    assert result.returncode == 0, result.stderr
+    text = result.stdout
+    assert "FileStreamProgramCache" in text
+    assert "4 (1 manifest, 3 program)" in text
+    assert "(no cap set)" in text
+    assert "0.0 % (0 hits / 3 lookups)" in text  # one miss per compile
+    for label in ("stores", "evictions", "integrity failures", "write failures", "oldest entry"):
+        assert label in text
+    report = json.loads(cli(tmp_path, "cache", "stats", "--cache", str(cache), "--json").stdout)
+    assert report["entries"] == 4 and report["kinds"] == {"program": 3, "manifest": 1}
+    assert report["misses"] == 3 and report["stores"] == 4  # the manifest is a store too
+    assert report["oldest_ns"] <= report["newest_ns"] <= time.time_ns()
+
+
+def test_zero_stats_restarts_the_counters(tmp_path, cache):
+    assert cli(tmp_path, "cache", "zero-stats", "--cache", str(cache)).returncode == 0
+    report = json.loads(cli(tmp_path, "cache", "stats", "--cache", str(cache), "--json").stdout)
+    assert (report["hits"], report["misses"], report["stores"]) == (0, 0, 0)
+    assert report["entries"] == 4  # the entries stay
+    hit = cli(tmp_path, "compile", str(SAXPY), "--arch", "sm_90", "-o", str(tmp_path / "x"),
+              "--cache", str(cache))  # fmt: skip
+    assert "cache hit" in hit.stdout, hit.stderr
+    report = json.loads(cli(tmp_path, "cache", "stats", "--cache", str(cache), "--json").stdout)
+    assert (report["hits"], report["misses"]) == (1, 0)
+
+
+# -- ls and show ---------------------------------------------------------------------
+def test_ls_lists_every_entry_with_its_metadata(tmp_path, cache):
+    result = cli(tmp_path, "cache", "ls", "--cache", str(cache))
+    assert result.returncode == 0, result.stderr
+    rows = [line.split("\t") for line in result.stdout.splitlines()]
+    assert len(rows) == 4 and all(len(r) == 9 for r in rows)  # no header off a terminal
+    by_name = {(r[1], r[7], r[3]) for r in rows}
+    assert by_name == {
+        ("program", "saxpy.cu", "sm_80"), ("program", "saxpy.cu", "sm_90"),
+        ("program", "h.cu", "sm_90"), ("manifest", "h.cu", "sm_90"),
+    }  # fmt: skip
+    for r in rows:
+        assert len(r[0]) == 12 and r[4].endswith(("B", "KiB"))
+        assert r[8].startswith("nvrtc ") if r[1] == "program" else r[8] == "-"
+    listed = _ls(tmp_path, cache, "--sort", "size")
+    assert [e["size"] for e in listed] == sorted((e["size"] for e in listed), reverse=True)
+    assert len(_ls(tmp_path, cache, "--limit", "2")) == 2
+    assert {e["kind"] for e in listed} == {"program", "manifest"}
+    assert all(len(e["id"]) == 64 for e in listed)
+
+
+def test_show_prints_metadata_and_extracts_the_raw_binary(tmp_path, cache, filled):
+    (saxpy90,) = [e for e in _ls(tmp_path, cache) if e["name"] == "saxpy.cu" and
+                  e["arch"] == "sm_90"]  # fmt: skip
+    out = tmp_path / "x.cubin"
+    result = cli(tmp_path, "cache", "show", saxpy90["id"][:10], "--cache", str(cache),
+                 "--extract", str(out))  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "verifies        yes" in result.stdout and "--gpu-architecture=sm_90" in result.stdout
+    assert out.read_bytes() == (filled / "out" / "saxpy.sm_90.cubin").read_bytes()
+    (manifest,) = [e for e in _ls(tmp_path, cache) if e["kind"] == "manifest"]
+    shown = json.loads(cli(tmp_path, "cache", "show", manifest["id"][:8], "--cache", str(cache),
+                           "--json").stdout)  # fmt: skip
+    assert shown["kind"] == "manifest" and shown["variants"][0]["headers"] == ["v.h"]
+    (program,) = [e for e in _ls(tmp_path, cache) if e["name"] == "h.cu" and e["kind"] == "program"]
+    assert shown["variants"][0]["entry"] == program["id"]
+
+
+def test_show_needs_one_matching_entry(tmp_path, cache):
+    assert "no entry" in one_line_error(
+        cli(tmp_path, "cache", "show", "ffffffffff", "--cache", str(cache)), "cuforge cache show"
+    )
+    assert "hex digits" in one_line_error(
+        cli(tmp_path, "cache", "show", "xyz", "--cache", str(cache)), "cuforge cache show"
+    )
+    # a raw entry (stored by other code, no record) whose id shares two digits with one
+    from cuforge.storage import FileStreamProgramCache, entry_id
+
+    first = _ls(tmp_path, cache)[0]["id"]
+    key = next(k for k in (b"raw%d" % i for i in range(100000)) if entry_id(k)[:2] == first[:2])
+    with FileStreamProgramCache(cache) as handle:
+        handle[key] = b"raw payload"
+    ambiguous = cli(tmp_path, "cache", "show", first[:2], "--cache", str(cache))
+    assert "matches 2 entries" in one_line_error(ambiguous, "cuforge cache show")
+    raw = cli(tmp_path, "cache", "show", entry_id(key)[:12], "--cache", str(cache))
+    assert raw.returncode == 0 and "kind            raw" in raw.stdout
+
+
+def test_show_extract_of_a_damaged_entry_fails(tmp_path, cache):
+    entry = _ls(tmp_path, cache)[0]
+    payload = _payload(cache, entry["id"])
+    payload.write_bytes(payload.read_bytes()[:-1] + b"\x00")
+    result = cli(tmp_path, "cache", "show", entry["id"], "--cache", str(cache), "--extract",
+                 str(tmp_path / "x"))  # fmt: skip
+    assert result.returncode == 1
+    assert "verifies        NO" in result.stdout and "damaged or gone" in result.stderr
+    assert not (tmp_path / "x").exists()
+
+
+# -- verify ------------------------------------------------------------------------------
+def test_verify_finds_corruption_fix_removes_it_then_healthy(tmp_path, cache):
+    healthy = cli(tmp_path, "cache", "verify", "--cache", str(cache))
+    assert healthy.returncode == 0 and "checked 4 entries: all verify" in healthy.stdout
+    entries = _ls(tmp_path, cache)
+    flipped, truncated = (e for e in entries if e["kind"] == "program" and e["name"] == "saxpy.cu")
+    data = bytearray(_payload(cache, flipped["id"]).read_bytes())
+    data[len(data) // 2] ^= 0x40
+    _payload(cache, flipped["id"]).write_bytes(bytes(data))
+    path = _payload(cache, truncated["id"])
+    path.write_bytes(path.read_bytes()[:100])
+
+    found = cli(tmp_path, "cache", "verify", "--cache", str(cache))
+    assert found.returncode == 1
+    assert "checked 4 entries: 2 bad" in found.stdout
+    assert "checksum mismatch" in found.stdout and "sidecar says" in found.stdout
+    assert flipped["id"][:12] in found.stdout and truncated["id"][:12] in found.stdout
+    assert _payload(cache, flipped["id"]).exists()  # without --fix nothing is removed
+
+    fixed = cli(tmp_path, "cache", "verify", "--cache", str(cache), "--fix", "--json")
+    assert fixed.returncode == 1  # bad entries were found (and removed), like fsck
+    report = json.loads(fixed.stdout)
+    assert report["removed"] == 2 and {b["id"] for b in report["bad"]} == {
+        flipped["id"],
+        truncated["id"],
+    }
+    assert not _payload(cache, flipped["id"]).exists()
+    again = cli(tmp_path, "cache", "verify", "--cache", str(cache))
+    assert again.returncode == 0 and "checked 2 entries: all verify" in again.stdout
+
+
+# -- prune -------------------------------------------------------------------------------
+def _age(cache, entry_id, stored_days, used_days):
+    now = time.time()
+    os.utime(_payload(cache, entry_id), (now - used_days * DAY, now - stored_days * DAY))
+
+
+def test_prune_by_age_use_compiler_and_size(tmp_path, cache):
+    entries = {(e["name"], e["arch"], e["kind"]): e for e in _ls(tmp_path, cache)}
+    old_but_used = entries[("saxpy.cu", "sm_80", "program")]["id"]
+    old_and_unused = entries[("saxpy.cu", "sm_90", "program")]["id"]
+    _age(cache, old_but_used, stored_days=10, used_days=0)
+    _age(cache, old_and_unused, stored_days=10, used_days=10)
+
+    dry = cli(tmp_path, "cache", "prune", "--cache", str(cache), "--unused-for", "5d", "--dry-run")
+    assert dry.returncode == 0 and "would remove 1 entries" in dry.stdout
+    assert _payload(cache, old_and_unused).exists()
+
+    unused = cli(tmp_path, "cache", "prune", "--cache", str(cache), "--unused-for", "5d")
+    assert "removed 1 entries" in unused.stdout and "3 entries" in unused.stdout
+    assert not _payload(cache, old_and_unused).exists() and _payload(cache, old_but_used).exists()
+
+    older = cli(tmp_path, "cache", "prune", "--cache", str(cache), "--older-than", "1w")
+    assert "removed 1 entries" in older.stdout and not _payload(cache, old_but_used).exists()
+
+    other = cli(tmp_path, "cache", "prune", "--cache", str(cache), "--compiler", "nvrtc:12.0")
+    assert "removed 0 entries" in other.stdout
+    build = _ls(tmp_path, cache)
+    (program,) = [e for e in build if e["kind"] == "program"]
+    short = program["compiler"].split("build-id:")[1][:8]
+    by_build = cli(tmp_path, "cache", "prune", "--cache", str(cache), "--compiler", short)
+    # the program goes, and the header manifest that named only it goes with it
+    assert "removed 2 entries" in by_build.stdout and "0 entries" in by_build.stdout
+    assert _ls(tmp_path, cache) == []
+
+
+def test_prune_max_size_evicts_least_recently_used_first(tmp_path, cache):
+    entries = {(e["name"], e["arch"], e["kind"]): e for e in _ls(tmp_path, cache)}
+    for n, key in enumerate(sorted(entries)):  # distinct last-use times, oldest first
+        _age(cache, entries[key]["id"], stored_days=1, used_days=4 - n)
+    total = sum(e["size"] for e in entries.values())
+    newest = entries[sorted(entries)[-1]]
+    result = cli(tmp_path, "cache", "prune", "--cache", str(cache), "--max-size",
+                 str(newest["size"] + 1))  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    left = _ls(tmp_path, cache)
+    assert [e["id"] for e in left] == [newest["id"]]
+    assert sum(e["size"] for e in left) < total
+
+
+def test_prune_needs_a_rule_and_valid_values(tmp_path, cache):
+    prog = "cuforge cache prune"
+    assert "at least one" in one_line_error(
+        cli(tmp_path, "cache", "prune", "--cache", str(cache)), prog
+    )
+    for option, value, message in (
+        ("--older-than", "3 fortnights", "not a duration"),
+        ("--unused-for", "1 fortnight", "not a duration"),
+        ("--max-size", "10 parsecs", "not a size"),
+        ("--max-size", "0", "size must be > 0"),
+    ):
+        result = cli(tmp_path, "cache", "prune", "--cache", str(cache), option, value)
+        assert message in one_line_error(result, prog)
+    assert len(_ls(tmp_path, cache)) == 4
+
+
+# -- clear ---------------------------------------------------------------------------------
+def test_clear_refuses_without_a_terminal_or_yes(tmp_path, cache):
+    refused = cli(tmp_path, "cache", "clear", "--cache", str(cache))
+    assert "without --yes" in one_line_error(refused, "cuforge cache clear")
+    assert len(_ls(tmp_path, cache)) == 4
+    done = cli(tmp_path, "cache", "clear", "--cache", str(cache), "--yes")
+    assert done.returncode == 0 and "cleared" in done.stdout
+    assert _ls(tmp_path, cache) == []
+
+
+def _on_terminal(tmp_path, args, answer):
+    """Run with stdin/stdout/stderr on a pseudo-terminal, type ``answer``."""
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(
+        [str(SCRIPT), *args], stdin=follower, stdout=follower, stderr=follower,
+        env=isolated_env(tmp_path), close_fds=True,
+    )  # fmt: skip
+    os.close(follower)
+    seen = b""
+    deadline = time.monotonic() + 60
+    while b"[y/N]" not in seen and time.monotonic() < deadline:
+        seen += os.read(leader, 4096)
+    os.write(leader, answer.encode() + b"\n")
+    code = proc.wait(timeout=60)
+    try:
+        while chunk := os.read(leader, 4096):
+            seen += chunk
+    except OSError:
+        pass
+    os.close(leader)
+    return code, seen.decode(errors="replace")
+
+
+def test_clear_asks_on_a_terminal(tmp_path, cache):
+    code, text = _on_terminal(tmp_path, ["cache", "clear", "--cache", str(cache)], "n")
+    assert code == 1 and "Remove all 4 entries" in text and "not cleared" in text
+    assert len(_ls(tmp_path, cache)) == 4
+    code, text = _on_terminal(tmp_path, ["cache", "clear", "--cache", str(cache)], "y")
+    assert code == 0 and "cleared" in text
+    assert _ls(tmp_path, cache) == []
+
+
+# -- explain -------------------------------------------------------------------------------
+def test_explain_names_the_changed_option_and_the_changed_header(tmp_path, cache, filled):
+    work = tmp_path / "work"
+    shutil.copytree(filled, work, ignore=shutil.ignore_patterns("cache", "out", "xdg", "state"))
+    base = ("cache", "explain", "h.cu", "--arch", "sm_90", "--cache", str(cache))
+    hit = cli(tmp_path, *base, cwd=work)
+    assert hit.returncode == 0 and hit.stdout.startswith("hit: entry"), hit.stderr
+
+    option = cli(tmp_path, *base, "--std", "c++17", cwd=work)
+    assert option.returncode == 1
+    assert "miss: option --std=c++17 added" in option.stdout
+
+    (work / "v.h").write_text("#define V 2\n")
+    header = cli(tmp_path, *base, cwd=work)
+    assert header.returncode == 1 and f"header {work / 'v.h'} edited" in header.stdout
+    saxpy = cli(tmp_path, "cache", "explain", str(SAXPY), "--arch", "sm_90", "-D", "X=1",
+                "--cache", str(cache), "--json")  # fmt: skip
+    answer = json.loads(saxpy.stdout)
+    assert answer["hit"] is False and answer["reasons"] == ["option --define-macro=X=1 added"]
+    # explain neither compiles nor counts lookups
+    report = json.loads(cli(tmp_path, "cache", "stats", "--cache", str(cache), "--json").stdout)
+    assert (report["hits"], report["misses"], report["entries"]) == (0, 3, 4)
+
+
+def test_every_cache_action_rejects_bad_caches_with_one_line(tmp_path):
+    (tmp_path / "plain-file").write_text("x")
+    for action in ("stats", "zero-stats", "ls", "verify", "clear", "dir"):
+        if action == "dir":
+            assert cli(tmp_path, "cache", "dir").stdout.strip().endswith("program-cache")
+            continue
+        prog = f"cuforge cache {action}"
+        for where, message in (
+            ("/proc/nope", "cannot use /proc/nope"),
+            (str(tmp_path / "plain-file"), "is not a directory"),
+            ("redis+nothing://h", "unknown scheme"),
+            ("file:///tmp/x?max_size=12 eggs", "not a size"),
+            ("memory://?colour=blue", "unknown parameter 'colour'"),
+        ):
+            result = cli(tmp_path, "cache", action, "--cache", where)
+            assert message in one_line_error(result, prog), (action, where)
+    off = cli(tmp_path, "cache", "stats", env=isolated_env(tmp_path, CUFORGE_CACHE="off"))
+    assert "caching is off" in one_line_error(off, "cuforge cache stats")
+    assert "an action is required" in one_line_error(cli(tmp_path, "cache"), "cuforge cache")
+
+
+# -- the same commands on Redis and SQLite caches (every command goes through the storage API)
+def _every_command(tmp_path, url, damage):
+    out = str(tmp_path / "out")
+    build = ("compile", str(SAXPY), "--arch", "sm_80", "--arch", "sm_90", "--outdir", out,
+             "--cache", url, "--json")  # fmt: skip
+    assert [r["cache"] for r in json.loads(cli(tmp_path, *build).stdout)] == ["miss", "miss"]
+    assert [r["cache"] for r in json.loads(cli(tmp_path, *build).stdout)] == ["hit", "hit"]
+    stats = json.loads(cli(tmp_path, "cache", "stats", "--cache", url, "--json").stdout)
+    assert stats["path"] == url
+    assert (stats["entries"], stats["hits"], stats["misses"], stats["stores"]) == (2, 2, 2, 2)
+
+    listed = _ls(tmp_path, url)
+    assert sorted(e["arch"] for e in listed) == ["sm_80", "sm_90"]
+    (sm90,) = [e for e in listed if e["arch"] == "sm_90"]
+    extracted = tmp_path / "x.cubin"
+    shown = cli(tmp_path, "cache", "show", sm90["id"][:10], "--cache", url, "--extract",
+                str(extracted))  # fmt: skip
+    assert shown.returncode == 0 and "verifies        yes" in shown.stdout
+    assert extracted.read_bytes() == (tmp_path / "out" / "saxpy.sm_90.cubin").read_bytes()
+
+    hit = cli(tmp_path, "cache", "explain", str(SAXPY), "--arch", "sm_90", "--cache", url)
+    assert hit.returncode == 0 and hit.stdout.startswith("hit")
+    miss = cli(tmp_path, "cache", "explain", str(SAXPY), "--arch", "sm_90", "-D", "Z=1",
+               "--cache", url)  # fmt: skip
+    assert miss.returncode == 1 and "option --define-macro=Z=1 added" in miss.stdout
+
+    damage(sm90["id"])
+    bad = cli(tmp_path, "cache", "verify", "--cache", url)
+    assert bad.returncode == 1 and "1 bad" in bad.stdout and sm90["id"][:12] in bad.stdout
+    assert cli(tmp_path, "cache", "verify", "--cache", url, "--fix").returncode == 1
+    assert cli(tmp_path, "cache", "verify", "--cache", url).returncode == 0
+    assert len(_ls(tmp_path, url)) == 1
+
+    assert "removed 1 entries" in cli(tmp_path, "cache", "prune", "--cache", url,
+                                      "--max-size", "1K").stdout  # fmt: skip
+    assert _ls(tmp_path, url) == []
+    cli(tmp_path, *build)
+    assert cli(tmp_path, "cache", "clear", "--cache", url, "--yes").returncode == 0
+    assert _ls(tmp_path, url) == []
+    return stats["backend"]
+
+
+def test_every_command_on_a_redis_cache(tmp_path, redis_server):
+    raw = redis_server.client()
+
+    def damage(entry_id):
+        name = f"cli:{{{entry_id}}}".encode()
+        value = bytearray(raw.get(name))
+        value[-1] ^= 0x10
+        raw.set(name, bytes(value))
+
+    url = f"{redis_server.url}?prefix=cli:"
+    assert _every_command(tmp_path, url, damage) == "RedisProgramCache"
+    # Redis keeps fleet counters of its own; resetting them is the backend's to offer
+    zero = cli(tmp_path, "cache", "zero-stats", "--cache", url)
+    assert "cannot reset its statistics" in one_line_error(zero, "cuforge cache zero-stats")
+
+
+def test_every_command_on_a_sqlite_cache(tmp_path):
+    import sqlite3
+
+    db = tmp_path / "cache.db"
+
+    def damage(entry_id):
+        with sqlite3.connect(db) as conn:
+            (data,) = conn.execute(
+                "SELECT data FROM cuforge_entries WHERE digest = ?", (bytes.fromhex(entry_id),)
+            ).fetchone()
+            flipped = bytearray(data)
+            flipped[len(flipped) // 2] ^= 0x01
+            conn.execute(
+                "UPDATE cuforge_entries SET data = ? WHERE digest = ?",
+                (bytes(flipped), bytes.fromhex(entry_id)),
+            )
+
+    assert _every_command(tmp_path, f"sqlite://{db}", damage) == "SQLiteProgramCache"

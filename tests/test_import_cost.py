@@ -1,0 +1,55 @@
+"""Start-up cost stays low: what a cold process imports for a cache hit.
+
+Timing lives in ``benchmarks/bench_cli.py``; these tests pin the structure that makes
+it fast, so a new eager import shows up as a failure rather than as a slow benchmark.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+# Modules that cost a cold process milliseconds each and that a hit does not need.
+HEAVY = {"typing", "dataclasses", "hashlib", "json", "logging", "socket", "secrets",
+         "platformdirs", "argparse", "inspect", "ctypes", "cuda", "cuda.bindings",
+         "cuda.pathfinder"}  # fmt: skip
+
+
+def _modules_after(statement: str) -> set[str]:
+    code = f"import sys\n{statement}\nprint('\\n'.join(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return set(out.stdout.split())
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "import cuforge",
+        "import cuforge.utils",
+        "import cuforge.storage",
+        "import cuforge.storage.filestream",
+        "from cuforge.compile import _identity_store",
+        "import cuforge.cli._direct",
+    ],
+)
+def test_hit_path_modules_import_nothing_heavy(statement):
+    assert not _modules_after(statement) & HEAVY
+
+
+def test_lazy_packages_still_export_their_names():
+    found = _modules_after(
+        "import cuforge.utils as u, cuforge.compile as c, cuforge.storage as s\n"
+        "assert u.FileStreamProgramCache is s.FileStreamProgramCache\n"
+        "assert callable(u.make_program_cache_key) and callable(u.explain)\n"
+        "assert c.Program.__name__ == 'Program' and 'Program' in dir(c)\n"
+        "assert set(u.__all__) <= set(dir(u))"
+    )
+    assert "cuforge.compile.program" in found
+
+
+def test_first_use_of_a_cache_class_loads_storage_only():
+    found = _modules_after("import cuforge.utils\ncuforge.utils.FileStreamProgramCache")
+    assert "cuforge.storage.filestream" in found
+    assert not {m for m in found if m.startswith("cuforge.compile")}
