@@ -218,6 +218,28 @@ def populate(cache: Any, n: int, rng: random.Random) -> list[bytes]:
     return keys
 
 
+def cli_url(backend: str, cache: Any) -> str:
+    """The cache URL the command line opens for ``cache``."""
+    if backend == "filestream":
+        return cache.path
+    if backend == "sqlite":
+        return f"sqlite://{cache.path}"
+    return f"{cache._url}?prefix={cache.prefix}"
+
+
+def cli_verify(tmp: Path, url: str) -> tuple[int, set[str]]:
+    """``cuforge cache verify --json``: (entries checked, ids reported bad)."""
+    import json
+
+    from _cli import run
+
+    done = run(tmp, "cache", "verify", "--cache", url, "--json")
+    assert done.returncode in (0, 1), done.stderr  # 1: something is bad
+    report = json.loads(done.stdout)
+    assert (done.returncode == 1) == bool(report["bad"])
+    return report["checked"], {b["id"] for b in report["bad"]}
+
+
 def verify(cache: Any, keys: list[bytes]) -> tuple[int, int]:
     """What the verifier reports: (entries reported damaged, entries reported absent)."""
     damaged = absent = 0
@@ -255,6 +277,12 @@ def test_every_damaged_entry_is_detected_counted_and_never_served(
             if hasattr(raw, "close"):
                 raw.close()
             damaged, absent = verify(cache, keys)
+            checked, reported = cli_verify(sub, cli_url(backend, cache))
+            ids = {entry_id(key) for key in keys}
+            if how in DELETIONS:
+                assert (checked, reported) == (0, set()), how  # nothing left to list
+            elif (backend, how) not in VERIFY_GAPS:
+                assert (checked, reported) == (n, ids), how  # each one, by its id
             before = cache.stats()
             served = sum(cache.get_entry(key) is not None for key in keys)
             served += sum(cache.get(key) is not None for key in keys)
@@ -278,7 +306,8 @@ def test_every_damaged_entry_is_detected_counted_and_never_served(
         totals["injected"] += n
         record(
             "corruption", backend, how, n,
-            f"verify reported {damaged} damaged + {absent} absent; 0 served; "
+            f"cuforge cache verify reported {len(reported)} of {n} (check_entry: {damaged} "
+            f"damaged + {absent} absent); 0 served; "
             f"{counted} integrity failures counted; all {n} refilled",
             scale=scale, lost=0,
         )  # fmt: skip

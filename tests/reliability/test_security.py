@@ -319,7 +319,7 @@ def test_path_errors_are_one_line_naming_the_path(tmp_path: Path) -> None:
     a_file.write_bytes(b"x")
     cases = {
         Path("/proc/nope"): "cannot be created",
-        a_file: "is a file, not a directory",
+        a_file: "exists and is not a directory",
         a_file / "below": "not a directory",
     }
     for path, words in cases.items():

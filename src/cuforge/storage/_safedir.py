@@ -154,7 +154,7 @@ def open_root(path: str, dir_mode: int) -> os.stat_result:
         raise _oserror(path, exc, "opened") from None
     if not stat_mod.S_ISDIR(st.st_mode):
         raise CachePathError(
-            path, "is a file, not a directory; fix: name a directory (or a path to create)",
+            path, "exists and is not a directory; fix: name a directory (or a path to create)",
             errno.ENOTDIR,
         )  # fmt: skip
     return st
