@@ -205,9 +205,10 @@ BACKENDS = {
 }
 
 
-#: Damage the verifier cannot name by the entry's id (test_sqlite_verify_names_... below):
-#: a SQLite row whose stored key digest is damaged is no longer found under its id.
-VERIFY_GAPS = {("sqlite", "key digest bit flipped")}
+#: Damage the verifier cannot name by the entry's id (the xfail tests below): a SQLite
+#: row whose stored key digest is damaged is no longer found under its id, and a Redis
+#: value emptied to 0 bytes is not listed. Lookups still count and remove both.
+VERIFY_GAPS = {("sqlite", "key digest bit flipped"), ("redis", "value emptied")}
 
 
 def populate(cache: Any, n: int, rng: random.Random) -> list[bytes]:
@@ -335,6 +336,24 @@ def test_sqlite_verify_names_a_row_whose_key_digest_is_damaged(tmp_path: Path) -
             with contextlib.suppress(KeyError):  # listed, yet "no entry has this id"
                 reported += cache.check_entry(eid) is not None
         assert reported == len(keys)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="Redis listing (_redisframe.describe) skips a value of 0 bytes, so cuforge cache "
+    "verify never names an emptied entry (lookups do count and remove it)",
+)
+def test_redis_verify_names_an_emptied_value(tmp_path: Path, request) -> None:
+    cache = FACTORIES["redis"](tmp_path, request)
+    try:
+        keys = populate(cache, 4, random.Random(15))
+        raw = RedisRaw(cache)
+        for key in keys:
+            raw.write(key, "", b"")
+        _, reported = cli_verify(tmp_path, cli_url("redis", cache))
+        assert reported == {entry_id(key) for key in keys}
+    finally:
+        cache.close()
 
 
 # -- a compile through a cache whose every entry is damaged ----------------------------------
