@@ -92,6 +92,7 @@ def instrument(spec: dict[str, Any], phases: Phases) -> None:
         from cuforge.storage import _atomicwrite, _sizeindex, _statsfile, filestream
 
         fs = filestream.FileStreamProgramCache
+        phases.wrap(fs, "set_entry", "write")
         phases.wrap(_atomicwrite.PairWriter, "write_pair", "write")
         phases.wrap(_sizeindex.SizeLedger, "_update", "ledger", step=True)
         phases.wrap(fs, "_evict", "evict")
@@ -146,10 +147,16 @@ def writer(spec: dict[str, Any], slot: int, seed: int) -> None:
 
 
 def zygote(spec: dict[str, Any]) -> None:
-    import cuforge.storage
+    # Imported once, before the forks (cuforge.storage loads its modules lazily).
+    import cuforge.storage._atomicwrite
+    import cuforge.storage._sizeindex
+    import cuforge.storage._statsfile
+    import cuforge.storage.filestream
 
     if spec["backend"] == "sqlite":
-        import cuforge.storage.sqlite  # noqa: F401
+        import cuforge.storage.sqlite
+
+        cuforge.storage.sqlite.load_sqlite3()
 
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # killed children are reaped for us
     for line in sys.stdin:
