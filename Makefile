@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-cu12 test-dist dist lint bench docs plots clean redis-server
+.PHONY: demo test test-all test-cu12 test-dist dist lint bench docs plots clean redis-server
 
 $(STAMP): pyproject.toml setup.py $(wildcard src/cuforge/_native/*.c)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -64,6 +64,16 @@ dist: $(STAMP)
 # runs what make demo runs there (tests/test_dist.py).
 test-dist: $(STAMP)
 	$(PY) -m pytest -q -m dist
+
+# Everything `make test` runs, plus the full-scale reliability runs (soak-marked:
+# thousands of kills, minute-long soaks, a million hits per backend). Each figure goes
+# to $(FIGURES); the table docs/reliability.md shows is printed at the end.
+FIGURES ?= reliability-figures.jsonl
+test-all: $(STAMP) lint redis-server
+	rm -f $(FIGURES)
+	CUFORGE_FIGURES=$(abspath $(FIGURES)) CUFORGE_HYPOTHESIS_EXAMPLES=600 \
+	  $(PY) -m pytest -q --soak -m "not dist"
+	$(PY) scripts/reliability-table $(FIGURES) --scale full
 
 # cuda-core is the peer we measure against: it lives only in this separate venv,
 # beside an editable cuforge, so one run prints both columns and their ratio.

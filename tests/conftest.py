@@ -61,9 +61,20 @@ def gpu_unavailable_reason() -> str | None:
     return None
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--soak",
+        action="store_true",
+        help="run the full-scale reliability tests (soak-marked; `make test-all`)",
+    )
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     reason = None
+    soak = config.getoption("--soak")
     for item in items:
+        if "soak" in item.keywords and not soak:
+            item.add_marker(pytest.mark.skip(reason="full-scale soak: run with `make test-all`"))
         if "gpu" in item.keywords:
             reason = reason or gpu_unavailable_reason()
             if reason:

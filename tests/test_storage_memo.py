@@ -90,6 +90,6 @@ def test_full_check_reruns_once_the_bump_interval_passes(pair, monkeypatch) -> N
         f.write(b"Z")
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
     assert reader.get(b"k") == b"Y" * 1000  # the verified bytes, still right for the key
-    monkeypatch.setattr(FileStreamProgramCache, "ATIME_BUMP_INTERVAL_NS", 0)
+    monkeypatch.setattr(reader._memo, "interval_ns", 0)  # the bump (full check) is due
     assert reader.get(b"k") is None  # reverified: the flipped file is found and dropped
     assert reader.stats().integrity_failures == 1

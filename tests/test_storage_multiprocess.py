@@ -216,7 +216,7 @@ def test_group_member_can_use_cache_created_with_mode() -> None:
         env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
         assert out.returncode == 0, out.stderr
-        with FileStreamProgramCache(root) as c:
+        with FileStreamProgramCache(root, mode=0o2770) as c:  # a group cache: say so
             assert c.get("from-member") == b"member"
         member_files = [p for p in (root / "entries").rglob("*") if p.is_file()]
         for p in member_files:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from cuforge.storage import CacheWriteWarning, FileStreamProgramCache, _winretry
+from cuforge.storage import CacheWriteWarning, FileStreamProgramCache, _atomicwrite, _winretry
 from cuforge.storage._winretry import RETRY_DELAYS, _is_windows_sharing_violation
 
 
@@ -49,6 +49,12 @@ def test_retry_budget_is_bounded() -> None:
     assert abs(sum(RETRY_DELAYS) - 0.185) < 1e-9
 
 
+@pytest.fixture
+def by_path(monkeypatch) -> None:
+    """Writes take the path-based branch Windows uses (no directory descriptors there)."""
+    monkeypatch.setattr(_atomicwrite, "DIR_FD", False)
+
+
 def _flaky(real, failures: int, winerror: int):
     calls = {"n": 0}
 
@@ -61,7 +67,7 @@ def _flaky(real, failures: int, winerror: int):
     return op, calls
 
 
-def test_replace_retried_then_succeeds(tmp_path: Path, monkeypatch) -> None:
+def test_replace_retried_then_succeeds(tmp_path: Path, monkeypatch, by_path) -> None:
     with FileStreamProgramCache(tmp_path) as c:
         op, calls = _flaky(os.replace, 3, 32)
         monkeypatch.setattr(os, "replace", op)
@@ -71,7 +77,9 @@ def test_replace_retried_then_succeeds(tmp_path: Path, monkeypatch) -> None:
         assert c.stats().write_failures == 0
 
 
-def test_replace_budget_exhausted_drops_write_with_warning(tmp_path: Path, monkeypatch) -> None:
+def test_replace_budget_exhausted_drops_write_with_warning(
+    tmp_path: Path, monkeypatch, by_path
+) -> None:
     with FileStreamProgramCache(tmp_path) as c:
         op, calls = _flaky(os.replace, 100, 33)
         monkeypatch.setattr(os, "replace", op)
@@ -83,7 +91,7 @@ def test_replace_budget_exhausted_drops_write_with_warning(tmp_path: Path, monke
         assert list((tmp_path / "tmp").iterdir()) == []  # temp files cleaned up
 
 
-def test_non_sharing_permission_error_is_not_retried(tmp_path: Path, monkeypatch) -> None:
+def test_non_sharing_permission_error_is_not_retried(tmp_path: Path, monkeypatch, by_path) -> None:
     with FileStreamProgramCache(tmp_path) as c:
         op, calls = _flaky(os.replace, 100, 1224)
         monkeypatch.setattr(os, "replace", op)
@@ -106,9 +114,12 @@ def test_read_retried_on_sharing_violation(tmp_path: Path, monkeypatch) -> None:
 def test_unlink_retried_during_eviction(tmp_path: Path, monkeypatch) -> None:
     with FileStreamProgramCache(tmp_path, max_size_bytes=2000) as c:
         c["a"] = b"a" * 900
+        c["b"] = b"b" * 900
+        for key in ("a", "b"):  # older than "c" whatever the clock's granularity
+            path = c._names_for(key).payload
+            os.utime(path, ns=(os.stat(path).st_atime_ns - 10**10, os.stat(path).st_mtime_ns))
         op, calls = _flaky(os.unlink, 2, 32)
         monkeypatch.setattr(os, "unlink", op)
-        c["b"] = b"b" * 900
         c["c"] = b"c" * 900  # crosses the cap: eviction unlinks through the retry
         monkeypatch.undo()
         assert calls["n"] >= 3 and c.stats().evictions >= 1

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 # public name -> module that defines it
 _EXPORTS = {
     "KEY_SCHEMA_VERSION": "cuforge.compile.cache_key",
+    "CachePathError": "cuforge.storage._safedir",
     "CacheRecoveryWarning": "cuforge.storage.sqlite",
     "CacheStats": "cuforge.storage.stats",
     "CacheWriteWarning": "cuforge.storage.base",
@@ -53,6 +54,7 @@ _EXPORTS = {
     "SQLiteProgramCache": "cuforge.storage.sqlite",
     "SignedProgramCache": "cuforge.storage.signing",
     "TieredProgramCache": "cuforge.storage.tiered",
+    "UnsafeCacheError": "cuforge.storage._safedir",
     "default_cache": "cuforge.storage.config",
     "default_cache_dir": "cuforge.storage.filestream",
     "default_db_path": "cuforge.storage.sqlite",

@@ -32,7 +32,7 @@ import struct
 import sys
 import threading
 
-__all__ = ["Watcher", "watcher"]
+__all__ = ["MAX_WATCHES", "Watcher", "watcher"]
 
 _IN_MODIFY, _IN_ATTRIB, _IN_CLOSE_WRITE = 0x2, 0x4, 0x8
 _IN_MOVED_FROM, _IN_MOVED_TO, _IN_CREATE, _IN_DELETE = 0x40, 0x80, 0x100, 0x200
@@ -56,6 +56,9 @@ _LOCAL_FS = {
     0xF2F52010,  # f2fs
 }
 _ALL = None  # "every name in this directory matters"
+#: Paths one process watches at most (the kernel's per-user limit is often 8192 too);
+#: past it, variants are validated by stat as where no watcher exists.
+MAX_WATCHES = 8192
 
 
 class Watcher:
@@ -113,8 +116,11 @@ class Watcher:
     def watch(self, files: list[str], witness_dirs: list[str]) -> bool:
         """Watch ``files`` (content and replacement) and ``witness_dirs`` (any new
         entry), with every ancestor directory. False when any of them cannot be
-        watched reliably (then the caller keeps validating by stat)."""
+        watched reliably, or this process already watches ``MAX_WATCHES`` paths
+        (then the caller keeps validating by stat)."""
         with self._lock:
+            if len(self._wds) + len(files) + len(witness_dirs) > MAX_WATCHES:
+                return False  # bounded: a process compiling ever new trees stats instead
             try:
                 for path in files:
                     self._add(path, set())

@@ -36,7 +36,7 @@ import os
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from cuforge.compile import _identity, _includes, _toolkit
+from cuforge.compile import _identity, _includes, _inputs, _toolkit
 from cuforge.compile.options import ProgramOptions
 from cuforge.compile.targets import SUPPORTED_TARGETS, normalize_code_type, normalize_target
 
@@ -61,7 +61,6 @@ class _Backend:
     """How one code_type validates, fingerprints and pins its compiler."""
 
     code_type: str
-    accepts_bytes = False
 
     def validate(self, options: ProgramOptions, has_extra_digest: bool) -> None:
         for field in _SIDE_EFFECT_OPTIONS:
@@ -153,7 +152,6 @@ class _LinkerBackend(_Backend):
 
 class _NvvmBackend(_Backend):
     code_type = "nvvm"
-    accepts_bytes = True
 
     def validate(self, options: ProgramOptions, has_extra_digest: bool) -> None:
         super().validate(options, has_extra_digest)
@@ -262,37 +260,38 @@ def make_program_cache_key(
 ) -> bytes:
     """A stable 32-byte key for one compile; see the module docstring for what it pins.
 
+    Accepts exactly what ``Program(code, code_type, options).compile(target_type,
+    name_expressions, cache=...)`` accepts (the same checks, ``compile/_inputs.py``).
+
     Raises:
         TypeError: ``options`` is not a ProgramOptions, ``code`` or ``extra_digest``
             has the wrong type, or a name expression is not str/bytes.
-        ValueError: unknown code_type/target_type or an unsupported pair; options
-            with side effects; precompiled headers or libdevice without
-            ``extra_digest``; an include no scan can resolve (UntrackableInclude);
+        ValueError: unknown code_type/target_type or an unsupported pair; empty code;
+            name expressions for a non-C++ program; a target the options contradict
+            (cubin without an sm_XY arch, LTO options without 'ltoir'); options a
+            backend cannot honour; options with side effects; precompiled headers or
+            libdevice without ``extra_digest``; an include no scan can resolve (UntrackableInclude);
             for C++, CUFORGE_TOOLKIT_HEADERS naming a directory without a toolkit.
 
     Without ``extra_digest``, a C++ source that can read headers has them resolved
     and read on every call (see the module docstring); give ``extra_digest`` (e.g.
     from ``fingerprint_headers``) to fingerprint them yourself instead.
     """
+    # The checks Program(code, code_type, options).compile(target_type, names) makes, in
+    # its order (one module, compile/_inputs.py, so they cannot drift).
+    code_type = normalize_code_type(code_type)
+    code_bytes = _inputs.code_bytes(code, code_type)
     if not isinstance(options, ProgramOptions):
         raise TypeError(f"options must be a ProgramOptions, got {type(options).__name__}")
+    backend = _BACKENDS[code_type]
+    backend.option_fingerprint(options)  # options this backend cannot honour: ValueError
+    target = normalize_target(code_type, target_type)
+    name_expressions = _inputs.name_tuple(code_type, name_expressions)
+    _inputs.check_target(options, target)
     if extra_digest is not None and not isinstance(extra_digest, bytes):
         raise TypeError(
             f"extra_digest must be bytes (a digest of the external content), got "
             f"{type(extra_digest).__name__}"
-        )
-    code_type = normalize_code_type(code_type)
-    target = normalize_target(code_type, target_type)
-    backend = _BACKENDS[code_type]
-    if isinstance(code, str):
-        code_bytes = code.encode()
-    elif isinstance(code, bytes) and backend.accepts_bytes:
-        code_bytes = code
-    else:
-        raise TypeError(
-            f"code must be str for code_type {code_type!r}"
-            + (" (bytes are accepted only for 'nvvm')" if isinstance(code, bytes) else "")
-            + f", got {type(code).__name__}"
         )
     if (
         code_type == "c++"

@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from cuforge.compile import _inputs as inputs
 from cuforge.compile import _manifest, _tracking
 from cuforge.compile.cache_key import _digest
 from cuforge.compile.cached import _get_entry, uncount
@@ -55,7 +56,8 @@ def explain(
     if not isinstance(program, Program):
         raise TypeError(f"program must be a cuforge Program, got {type(program).__name__}")
     target = normalize_target(program.code_type, target_type)
-    names = tuple(name_expressions)
+    names = inputs.name_tuple(program.code_type, name_expressions)
+    inputs.check_target(program.options, target)
     roots = _tracking.roots_if_tracked(program) if program.code_type == "c++" else None
     if roots is not None:
         mkey = _tracking._manifest_key(program, target, names)

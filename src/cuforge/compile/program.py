@@ -20,7 +20,7 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from cuforge.compile import _compilelog, _versions
+from cuforge.compile import _compilelog, _inputs, _versions
 from cuforge.compile.cached import compile_cached
 from cuforge.compile.object_code import ObjectCode
 from cuforge.compile.options import ProgramOptions
@@ -57,18 +57,7 @@ class Program:
         self._code_type = (
             code_type if code_type in SUPPORTED_TARGETS else normalize_code_type(code_type)
         )
-        if isinstance(code, str):
-            code_bytes = code.encode()
-        elif isinstance(code, (bytes, bytearray)) and self._code_type == "nvvm":
-            code_bytes = bytes(code)
-        else:
-            allowed = "str or bytes" if self._code_type == "nvvm" else "str"
-            raise TypeError(
-                f"code for code_type {self._code_type!r} must be {allowed}, "
-                f"got {type(code).__name__}"
-            )
-        if not code_bytes or code_bytes.isspace():
-            raise ValueError("code must not be empty")
+        code_bytes = _inputs.code_bytes(code, self._code_type)
         if options is None:
             options = ProgramOptions()
         elif not isinstance(options, ProgramOptions):
@@ -112,18 +101,8 @@ class Program:
     def _flags(self, target: str, closed: bool = False) -> list[bytes]:
         """The base flags plus the one a target implies (LTO output)."""
         flags = self._base_flags(closed)
-        lto = bool(self._options.link_time_optimization)
-        if target in ("cubin",) and not (self._options.arch or "").startswith("sm_"):
-            raise ValueError(
-                f"target 'cubin' needs a real architecture (sm_XY); "
-                f"ProgramOptions.arch is {self._options.arch!r}"
-            )
-        if target != "ltoir" and lto:
-            raise ValueError(
-                "ProgramOptions.link_time_optimization=True produces LTO-IR; compile to "
-                f"'ltoir' (not {target!r}) or unset it"
-            )
-        if target == "ltoir" and not lto:
+        _inputs.check_target(self._options, target)
+        if target == "ltoir" and not self._options.link_time_optimization:
             flags.append(b"--dlink-time-opt" if self._code_type == "c++" else b"-gen-lto")
         return flags
 
@@ -162,16 +141,8 @@ class Program:
             if target_type in SUPPORTED_TARGETS[self._code_type]
             else normalize_target(self._code_type, target_type)
         )
-        names = tuple(name_expressions)
-        for i, expr in enumerate(names):
-            if not isinstance(expr, (str, bytes)):
-                raise TypeError(
-                    f"name_expressions[{i}] must be str or bytes, got {type(expr).__name__}"
-                )
-        if names and self._code_type != "c++":
-            raise ValueError(
-                f"name_expressions apply to code_type 'c++' only, not {self._code_type!r}"
-            )
+        names = _inputs.name_tuple(self._code_type, name_expressions)
+        _inputs.check_target(self._options, target)  # before a cache hit could hide it
         if logs is not None and not callable(getattr(logs, "write", None)):
             raise TypeError(f"logs must have a write(str) method, got {type(logs).__name__}")
         if cache is True:  # the default cache: $CUFORGE_CACHE, opened once per process

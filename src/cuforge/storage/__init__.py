@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 # public name -> module (relative to this package) that defines it
 _EXPORTS = {
     "CacheEntry": "entry",
+    "CachePathError": "_safedir",
     "CacheRecoveryWarning": "sqlite",
     "CacheStats": "stats",
     "CacheWriteWarning": "base",
@@ -50,6 +51,7 @@ _EXPORTS = {
     "SQLiteProgramCache": "sqlite",
     "SignedProgramCache": "signing",
     "TieredProgramCache": "tiered",
+    "UnsafeCacheError": "_safedir",
     "_is_windows_sharing_violation": "_winretry",
     "default_cache": "config",
     "default_cache_dir": "filestream",

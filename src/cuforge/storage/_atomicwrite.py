@@ -6,58 +6,140 @@ import contextlib
 import itertools
 import os
 
-from ._fsutil import make_dir
+from ._fsutil import DIR_FD, O_NOFOLLOW, PRIVATE_DIR, PRIVATE_FILE, make_dir, open_dir
 from ._winretry import replace_retry
 
 __all__ = ["PairWriter"]
 
-_O_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+_O_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | O_NOFOLLOW | getattr(os, "O_BINARY", 0)
 
 
 class PairWriter:
-    """Stages files in ``tmp_dir`` and renames them into place.
+    """Stages files in ``tmp_dir`` and renames them into ``entries_dir/<shard>/``.
 
     The sidecar is published before the payload, so a reader that finds a new
     payload finds its sidecar too (or a newer one: a mismatch, hence a miss).
     Temp names carry the pid and a random tag, so processes never collide; call
     :meth:`renew` in a forked child.
+
+    Where the platform allows (``DIR_FD``), ``tmp/``, ``entries/`` and the shard are
+    opened without following links and every file operation is relative to those
+    descriptors: a directory replaced by a symbolic link fails the write (ELOOP)
+    instead of sending it elsewhere. A directory that was deleted is recreated.
     """
 
-    def __init__(self, tmp_dir: str, dir_mode: int | None, file_mode: int | None) -> None:
+    def __init__(
+        self, tmp_dir: str, entries_dir: str, dir_mode: int | None, file_mode: int | None
+    ) -> None:
         self._tmp = tmp_dir
+        self._entries = entries_dir
         self._dir_mode = dir_mode
         self._file_mode = file_mode
         self.renew()
 
     def renew(self) -> None:
-        self._prefix = os.path.join(self._tmp, f"{os.getpid()}-{os.urandom(4).hex()}-")
+        self._tag = f"{os.getpid()}-{os.urandom(4).hex()}-"
         self._seq = itertools.count()
 
     def write_pair(
-        self,
-        payload_path: str,
-        sidecar_path: str,
-        shard: str,
-        data: bytes,
-        side: bytes,
-        durable: bool,
+        self, shard: str, name: str, sidecar: str, data: bytes, side: bytes, durable: bool
     ) -> int:
-        """Publish both files; return the bytes the replaced pair occupied (0 if none).
+        """Publish ``entries/<shard>/<name>`` and its ``sidecar``; return the bytes the
+        replaced pair occupied (0 if none).
 
         Raises ``OSError`` on failure, leaving no temp file behind.
         """
-        written = self._write_temp(data, durable)
+        if not DIR_FD:  # Windows
+            return self._write_pair_by_path(shard, name, sidecar, data, side, durable)
+        tfd = self._anchor(self._tmp)
+        tmp_payload: str | None = None
+        tmp_side: str | None = None
+        efd = sfd = -1
+        try:
+            tmp_payload = self._write_temp(tfd, data, durable)
+            tmp_side = self._write_temp(tfd, side, False)
+            efd = self._anchor(self._entries)
+            sfd = self._shard(efd, shard)
+            old = 0
+            for dst in (name, sidecar):
+                with contextlib.suppress(OSError):
+                    old += os.stat(dst, dir_fd=sfd, follow_symlinks=False).st_size
+            os.replace(tmp_side, sidecar, src_dir_fd=tfd, dst_dir_fd=sfd)
+            tmp_side = None
+            os.replace(tmp_payload, name, src_dir_fd=tfd, dst_dir_fd=sfd)
+            tmp_payload = None
+            return old
+        finally:
+            for leftover in (tmp_payload, tmp_side):
+                if leftover is not None:
+                    with contextlib.suppress(OSError):
+                        os.unlink(leftover, dir_fd=tfd)
+            for fd in (sfd, efd, tfd):
+                if fd >= 0:
+                    os.close(fd)
+
+    def _anchor(self, path: str) -> int:
+        """A no-follow descriptor on ``tmp/`` or ``entries/``, recreated if deleted."""
+        try:
+            return open_dir(path)
+        except FileNotFoundError:
+            make_dir(path, self._dir_mode)
+            return open_dir(path)
+
+    def _shard(self, efd: int, shard: str) -> int:
+        try:
+            return open_dir(shard, efd)
+        except FileNotFoundError:
+            pass
+        with contextlib.suppress(FileExistsError):  # shards are created lazily
+            os.mkdir(shard, PRIVATE_DIR if self._dir_mode is None else self._dir_mode & 0o777,
+                     dir_fd=efd)  # fmt: skip
+        sfd = open_dir(shard, efd)
+        if self._dir_mode is not None:
+            with contextlib.suppress(OSError):  # made by another member: theirs to set
+                os.fchmod(sfd, self._dir_mode)  # setgid and group bits whatever the umask
+        return sfd
+
+    def _write_temp(self, tfd: int, data: bytes, durable: bool) -> str:
+        name = f"{self._tag}{next(self._seq)}.tmp"
+        fd = os.open(name, _O_NEW, PRIVATE_FILE if self._file_mode is None else self._file_mode,
+                     dir_fd=tfd)  # fmt: skip
+        try:
+            self._fill(fd, data, durable)
+        except BaseException:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(name, dir_fd=tfd)
+            raise
+        os.close(fd)
+        return name
+
+    def _fill(self, fd: int, data: bytes, durable: bool) -> None:
+        if self._file_mode is not None:
+            os.fchmod(fd, self._file_mode)  # umask-independent group sharing
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        if durable:
+            os.fsync(fd)
+
+    # -- platforms without dir_fd (Windows; tests force it to check the retries) ---------
+    def _write_pair_by_path(
+        self, shard: str, name: str, sidecar: str, data: bytes, side: bytes, durable: bool
+    ) -> int:
+        shard_path = os.path.join(self._entries, shard)
+        written = self._write_temp_by_path(data, durable)
         tmp_payload: str | None = written
         tmp_side: str | None = None
         try:
-            tmp_side = self._write_temp(side, False)
+            tmp_side = self._write_temp_by_path(side, False)
             old = 0
-            for path in (payload_path, sidecar_path):
+            for dst in (name, sidecar):
                 with contextlib.suppress(OSError):
-                    old += os.stat(path).st_size
-            self._publish(tmp_side, sidecar_path, shard)
+                    old += os.stat(os.path.join(shard_path, dst)).st_size
+            self._publish_by_path(tmp_side, os.path.join(shard_path, sidecar), shard_path)
             tmp_side = None
-            self._publish(written, payload_path, shard)
+            self._publish_by_path(written, os.path.join(shard_path, name), shard_path)
             tmp_payload = None
         finally:
             for leftover in (tmp_payload, tmp_side):
@@ -66,21 +148,16 @@ class PairWriter:
                         os.unlink(leftover)
         return old
 
-    def _write_temp(self, data: bytes, durable: bool) -> str:
-        name = f"{self._prefix}{next(self._seq)}.tmp"
+    def _write_temp_by_path(self, data: bytes, durable: bool) -> str:
+        name = os.path.join(self._tmp, f"{self._tag}{next(self._seq)}.tmp")
+        mode = PRIVATE_FILE if self._file_mode is None else self._file_mode
         try:
-            fd = os.open(name, _O_NEW, 0o666)
+            fd = os.open(name, _O_NEW, mode)
         except FileNotFoundError:  # tmp/ was deleted under us: recreate it
             make_dir(self._tmp, self._dir_mode)
-            fd = os.open(name, _O_NEW, 0o666)
+            fd = os.open(name, _O_NEW, mode)
         try:
-            if self._file_mode is not None:
-                os.fchmod(fd, self._file_mode)  # umask-independent group sharing
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            if durable:
-                os.fsync(fd)
+            self._fill(fd, data, durable)
         except BaseException:
             os.close(fd)
             with contextlib.suppress(OSError):
@@ -89,11 +166,11 @@ class PairWriter:
         os.close(fd)
         return name
 
-    def _publish(self, tmp: str, dst: str, shard: str) -> None:
+    def _publish_by_path(self, tmp: str, dst: str, shard: str) -> None:
         try:
             replace_retry(tmp, dst)
         except FileNotFoundError:
             if not os.path.exists(tmp):
                 raise
-            make_dir(shard, self._dir_mode)  # shard directories are created lazily
+            make_dir(shard, self._dir_mode)
             replace_retry(tmp, dst)

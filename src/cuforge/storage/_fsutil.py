@@ -8,7 +8,32 @@ from collections import namedtuple
 
 from ._winretry import unlink_retry
 
-__all__ = ["Fingerprint", "check_mode", "fingerprint", "make_dir", "unlink_if_unchanged"]
+__all__ = [
+    "DIR_FD",
+    "O_NOFOLLOW",
+    "PRIVATE_DIR",
+    "PRIVATE_FILE",
+    "Fingerprint",
+    "check_mode",
+    "fingerprint",
+    "make_dir",
+    "open_dir",
+    "unlink_if_unchanged",
+]
+
+#: Modes of what a cache creates when no ``mode=`` asks for group sharing.
+PRIVATE_DIR = 0o700
+PRIVATE_FILE = 0o600
+O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+#: Whether directories can be opened without following links and used as anchors
+#: (``dir_fd=``): then writes, scans and deletions never follow a link below the root.
+DIR_FD = bool(
+    O_NOFOLLOW
+    and _O_DIRECTORY
+    and {os.open, os.mkdir, os.rename, os.stat, os.unlink} <= os.supports_dir_fd  # + replace
+    and os.scandir in os.supports_fd
+)
 
 
 class Fingerprint(namedtuple("Fingerprint", ["ino", "size", "mtime_ns"])):
@@ -44,11 +69,18 @@ def check_mode(mode: int | None) -> tuple[int | None, int | None]:
     return mode, mode & 0o666
 
 
-def make_dir(path: str, dir_mode: int | None) -> None:
-    """Create ``path`` (and parents); give directories created here ``dir_mode``.
+def open_dir(name: str, dir_fd: int | None = None) -> int:
+    """A descriptor on directory ``name`` (relative to ``dir_fd`` when given) that
+    fails (ELOOP/ENOTDIR) when ``name`` is a symbolic link or not a directory."""
+    return os.open(name, os.O_RDONLY | _O_DIRECTORY | O_NOFOLLOW, dir_fd=dir_fd)
 
-    The mode is applied with chmod after creation, so the umask does not narrow
-    it. Existing directories are left alone: they may belong to another user.
+
+def make_dir(path: str, dir_mode: int | None) -> None:
+    """Create ``path`` (and parents); give directories created here ``dir_mode``
+    (None: private, 0o700).
+
+    A group mode is applied with chmod after creation, so the umask does not
+    narrow it. Existing directories are left alone: they may belong to another user.
     """
     if os.path.isdir(path):
         return
@@ -56,7 +88,7 @@ def make_dir(path: str, dir_mode: int | None) -> None:
     if parent and parent != path and not os.path.isdir(parent):
         make_dir(parent, dir_mode)
     try:
-        os.mkdir(path, 0o777 if dir_mode is None else dir_mode & 0o777)
+        os.mkdir(path, PRIVATE_DIR if dir_mode is None else dir_mode & 0o777)
     except FileExistsError:
         if not os.path.isdir(path):
             raise

@@ -14,6 +14,8 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 
+from ._fsutil import O_NOFOLLOW, PRIVATE_FILE, make_dir
+
 __all__ = ["FileKeyLock", "lock_fd", "try_lock_fd", "unlock_fd"]
 
 if sys.platform == "win32":  # pragma: no cover - exercised on Windows only
@@ -75,8 +77,9 @@ class FileKeyLock:
     notices (the path no longer names its inode) and tries again.
     """
 
-    def __init__(self, directory: str, file_mode: int | None) -> None:
+    def __init__(self, directory: str, dir_mode: int | None, file_mode: int | None) -> None:
         self._dir = directory
+        self._dir_mode = dir_mode
         self._file_mode = file_mode
 
     @contextmanager
@@ -100,10 +103,13 @@ class FileKeyLock:
         delay = 0.0005
         while True:
             try:
-                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+                fd = os.open(
+                    path, os.O_RDWR | os.O_CREAT | O_NOFOLLOW,
+                    PRIVATE_FILE if self._file_mode is None else self._file_mode,
+                )  # fmt: skip
             except FileNotFoundError:
                 try:
-                    os.makedirs(self._dir, exist_ok=True)
+                    make_dir(self._dir, self._dir_mode)
                     continue
                 except OSError:
                     return None

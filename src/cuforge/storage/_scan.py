@@ -1,14 +1,19 @@
 """Directory scans of a file-stream cache: only for eviction, clear(), len() and
-seeding the size ledger -- never on the read or ordinary write path."""
+seeding the size ledger -- never on the read or ordinary write path.
+
+Directories are opened without following links (where the platform allows): a
+shard, ``entries/`` or ``tmp/`` replaced by a symbolic link is not listed, so
+nothing outside the cache is ever considered for deletion. Deletions are
+stat-guarded (``unlink_if_unchanged``): only the very file a scan saw goes.
+"""
 
 from __future__ import annotations
 
 import os
 import stat as stat_mod
 from collections import namedtuple
-from collections.abc import Iterator
 
-from ._fsutil import Fingerprint, fingerprint, unlink_if_unchanged
+from ._fsutil import DIR_FD, Fingerprint, fingerprint, open_dir, unlink_if_unchanged
 from ._integrity import SIDECAR_SUFFIX
 
 __all__ = ["ORPHAN_SIDECAR_AGE_NS", "Scanned", "remove_scanned", "scan_entries", "sweep_temps"]
@@ -39,45 +44,72 @@ def sweep_temps(tmp_dir: str, now_ns: int, stale_age_ns: int) -> int:
     counted because they occupy the disk too.
     """
     live = 0
-    for e, st in _regular_files(tmp_dir):
+    for name, st in _listing(tmp_dir):
+        if not stat_mod.S_ISREG(st.st_mode):
+            continue
         if st.st_mtime_ns < now_ns - stale_age_ns:
-            unlink_if_unchanged(e.path, fingerprint(st))
+            unlink_if_unchanged(os.path.join(tmp_dir, name), fingerprint(st))
         else:
             live += st.st_size
     return live
 
 
-def _regular_files(directory: str) -> Iterator[tuple[os.DirEntry[str], os.stat_result]]:
-    """Regular files in ``directory`` with their stats; a directory or file that
-    vanishes or cannot be read meanwhile is skipped."""
+def _listing(name: str, dir_fd: int | None = None) -> list[tuple[str, os.stat_result]]:
+    """``(name, lstat)`` of every entry of directory ``name`` (relative to ``dir_fd``);
+    entries that vanish meanwhile are skipped; ``[]`` when the directory cannot be
+    read or is a link."""
+    fd = -1
+    found = []
     try:
-        listing = list(os.scandir(directory))
+        if DIR_FD:
+            fd = open_dir(name, dir_fd)
+        with os.scandir(fd if fd >= 0 else name) as it:
+            for e in it:
+                try:  # relative to fd: before it is closed
+                    found.append((e.name, e.stat(follow_symlinks=False)))
+                except OSError:
+                    continue
     except OSError:
-        return
-    for e in listing:
-        try:
-            st = e.stat(follow_symlinks=False)
-        except OSError:
-            continue
-        if stat_mod.S_ISREG(st.st_mode):
-            yield e, st
+        return found
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    return found
+
+
+def _entry_files(entries_dir: str) -> list[tuple[str, os.stat_result]]:
+    """``(path, lstat)`` of every regular file in every shard of ``entries_dir``."""
+    efd = -1
+    try:
+        if DIR_FD:
+            efd = open_dir(entries_dir)
+    except OSError:
+        return []
+    try:
+        files = []
+        for shard, st in _listing(entries_dir):
+            if not stat_mod.S_ISDIR(st.st_mode):
+                continue
+            base = os.path.join(entries_dir, shard)
+            for name, fst in _listing(shard, efd) if efd >= 0 else _listing(base):
+                if stat_mod.S_ISREG(fst.st_mode):
+                    files.append((os.path.join(base, name), fst))
+        return files
+    finally:
+        if efd >= 0:
+            os.close(efd)
 
 
 def scan_entries(entries_dir: str) -> tuple[list[Scanned], int]:
     """Every entry (pairs, lone payloads, lone sidecars) and their total bytes."""
     payloads: dict[str, os.stat_result] = {}
     sidecars: dict[str, os.stat_result] = {}
-    try:
-        shards = [e.path for e in os.scandir(entries_dir) if e.is_dir(follow_symlinks=False)]
-    except OSError:
-        shards = []
     cut = -len(SIDECAR_SUFFIX)
-    for shard in shards:
-        for e, st in _regular_files(shard):
-            if e.name.endswith(SIDECAR_SUFFIX):
-                sidecars[e.path[:cut]] = st
-            else:
-                payloads[e.path] = st
+    for path, st in _entry_files(entries_dir):
+        if path.endswith(SIDECAR_SUFFIX):
+            sidecars[path[:cut]] = st
+        else:
+            payloads[path] = st
     total = 0
     found: list[Scanned] = []
     for path, st in payloads.items():

@@ -1,13 +1,22 @@
 """The size ledger: one running byte total shared by every process of a cache.
 
-A 16-byte file (``magic | total u64``) updated under an exclusive file lock, so a
-write under a size cap costs one lock + read + write instead of a directory
-scan. Every handle on the directory adds its own deltas, so all processes see
-one total and a cap holds across them. The total is a running estimate: races
-(a delete overlapping an eviction scan, files changed behind the cache's back)
-can make it drift, and each eviction scan resets it to what the disk holds. It is
-clamped at zero: an undercount only delays eviction until the next scan, while a
-negative total would disable eviction for good.
+A 24-byte file (``magic | total u64 | open handles u64``) updated under an
+exclusive file lock, so a write under a size cap costs one lock + read + write
+instead of a directory scan. Every handle on the directory adds its own deltas,
+so all processes see one total and a cap holds across them. The total is a
+running estimate: races (a delete overlapping an eviction scan, files changed
+behind the cache's back) can make it drift, and each eviction scan resets it to
+what the disk holds. It is clamped at zero: an undercount only delays eviction
+until the next scan, while a negative total would disable eviction for good.
+
+Crash recovery: a process killed between publishing an entry and adding its size
+leaves the total short. Every open handle is counted in the record and holds a
+shared lock on ``<ledger>.users`` for its lifetime. A handle that opens when no
+other handle is alive (it can take that lock exclusively) and finds the count
+above zero knows some handle died without closing: it rescans, so after the next
+open following a crash the total agrees with the disk again. A clean close (or
+interpreter exit) takes the handle off the count, so opening after clean exits
+never scans.
 """
 
 from __future__ import annotations
@@ -18,20 +27,44 @@ import struct
 import threading
 from collections.abc import Callable
 
-from ._fsutil import read_at0, write_at0
+from ._fsutil import O_NOFOLLOW, PRIVATE_FILE, read_at0, write_at0
 from ._locking import lock_fd, unlock_fd
 
 __all__ = ["SizeLedger"]
 
-_MAGIC = b"CFLEDG01"
-_RECORD = struct.Struct("<8sQ")
+_MAGIC = b"CFLEDG02"  # 01 (16 bytes, no handle count) reads as unreadable: rescanned once
+_RECORD = struct.Struct("<8sQQ")
+_FLAGS = os.O_RDWR | os.O_CREAT | O_NOFOLLOW | getattr(os, "O_BINARY", 0)
+
+try:
+    import fcntl
+
+    def _try_exclusive(fd: int) -> bool:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return False
+        return True
+
+    def _share(fd: int) -> None:
+        with contextlib.suppress(OSError):
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+
+except ImportError:  # pragma: no cover - Windows: no liveness, recovery by eviction scans
+
+    def _try_exclusive(fd: int) -> bool:
+        return False
+
+    def _share(fd: int) -> None:
+        pass
 
 
 class SizeLedger:
     """Shared running total of a cache directory's bytes (see module docstring).
 
     ``seed`` is called (under the lock) to compute the total by scanning when the
-    ledger file is new or unreadable.
+    ledger file is new or unreadable, or when a handle died without closing.
+    ``recovered`` tells whether this handle's open did that.
     """
 
     def __init__(self, path: str, file_mode: int | None, seed: Callable[[], int]) -> None:
@@ -39,48 +72,88 @@ class SizeLedger:
         self._file_mode = file_mode
         self._seed = seed
         self._mutex = threading.Lock()  # flock does not exclude threads sharing the fd
-        self._fd = -1
-        self._open()
+        self._fd = self._ufd = -1
+        self._closed = False
+        self.recovered = False
+        with self._mutex:
+            self._open()
 
-    def _open(self) -> None:
-        fd = os.open(self._path, os.O_RDWR | os.O_CREAT | getattr(os, "O_BINARY", 0), 0o666)
+    def _open_file(self, path: str) -> int:
+        fd = os.open(path, _FLAGS, PRIVATE_FILE if self._file_mode is None else self._file_mode)
         if self._file_mode is not None:
             with contextlib.suppress(OSError, AttributeError):
                 os.fchmod(fd, self._file_mode)
-        self._fd = fd
-        with self._mutex:
-            lock_fd(fd)
-            try:
-                if self._read_locked() is None:
-                    self._write_locked(max(0, self._seed()))
-            finally:
-                unlock_fd(fd)
+        return fd
+
+    def _open(self) -> None:
+        """Open (creating) the ledger and register this handle; the caller holds
+        ``_mutex``."""
+        self._fd = self._open_file(self._path)
+        try:
+            self._ufd = self._open_file(self._path + ".users")
+        except OSError:
+            self._ufd = -1  # cannot register: counted in no one's favour, just no recovery
+        lock_fd(self._fd)
+        try:
+            record = self._read_locked()
+            # Under the ledger lock no other opener is between these two steps, so
+            # "exclusive" means: no live handle at all.
+            alone = self._ufd >= 0 and _try_exclusive(self._ufd)
+            if record is None or (alone and record[1] > 0):
+                record = (max(0, self._seed()), 0)
+                self.recovered = True
+            if self._ufd >= 0:
+                _share(self._ufd)  # downgrade (or join): held while this handle lives
+                record = (record[0], record[1] + 1)
+            self._write_locked(*record)
+        finally:
+            unlock_fd(self._fd)
 
     def reopen(self) -> None:
-        """Take a fresh descriptor (after fork: an inherited one shares its lock)."""
+        """Take fresh descriptors and register as a handle of its own (after fork:
+        inherited ones share the parent's locks, and the parent's registration)."""
         self._mutex = threading.Lock()
-        self.close()
-        self._open()
+        self._drop_descriptors()
+        with self._mutex:
+            self._open()
 
-    def _read_locked(self) -> int | None:
+    def _read_locked(self) -> tuple[int, int] | None:
         data = read_at0(self._fd, _RECORD.size)
         if len(data) != _RECORD.size:
             return None
-        magic, total = _RECORD.unpack(data)
-        return total if magic == _MAGIC else None
+        magic, total, handles = _RECORD.unpack(data)
+        return (total, handles) if magic == _MAGIC else None
 
-    def _write_locked(self, total: int) -> None:
-        write_at0(self._fd, _RECORD.pack(_MAGIC, max(0, total)))
+    def _read_locked_total(self) -> int:
+        lock_fd(self._fd)
+        try:
+            record = self._read_locked()
+            return 0 if record is None else record[0]
+        finally:
+            unlock_fd(self._fd)
 
-    def _update(self, fn: Callable[[int], int]) -> int:
+    def _write_locked(self, total: int, handles: int) -> None:
+        write_at0(self._fd, _RECORD.pack(_MAGIC, max(0, total), max(0, handles)))
+
+    def _update(self, fn: Callable[[int], int], handles_delta: int = 0) -> int:
         with self._mutex:
+            if self._fd < 0 or os.fstat(self._fd).st_nlink == 0:
+                # The cache was deleted under us (or a reopen failed): a new ledger
+                # where the cache now is, seeded by a scan that sees every write so far.
+                self._drop_descriptors()
+                self._open()  # OSError: still closed, the next update tries again
+                if handles_delta == 0:
+                    return self._read_locked_total()
             lock_fd(self._fd)
             try:
-                current = self._read_locked()
-                if current is None:  # damaged behind our back: rebuild
-                    current = max(0, self._seed())
-                new = max(0, fn(current))
-                self._write_locked(new)
+                record = self._read_locked()
+                if record is None:  # damaged behind our back: rebuild from the disk,
+                    # which already holds whatever the caller is accounting for
+                    total = max(0, self._seed())
+                    self._write_locked(total, 1 + handles_delta)
+                    return total
+                new = max(0, fn(record[0]))
+                self._write_locked(new, record[1] + handles_delta)
                 return new
             finally:
                 unlock_fd(self._fd)
@@ -100,7 +173,25 @@ class SizeLedger:
         """
         return self._update(lambda cur: cur - total_at_scan + scanned)
 
+    def _drop_descriptors(self) -> None:
+        for fd in (self._ufd, self._fd):
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self._fd = self._ufd = -1
+
     def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        """Take this handle off the count and release the files. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._fd < 0:
+            return
+        if self._ufd >= 0:
+            with contextlib.suppress(OSError):
+                self._update(lambda cur: cur, handles_delta=-1)
+        self._drop_descriptors()
+
+    def __del__(self) -> None:  # a handle dropped without close() is a clean exit too
+        with contextlib.suppress(Exception):
+            self.close()

@@ -79,6 +79,9 @@ def _poll(attempt: Callable[[], bool], timeout: float | None) -> bool:
     return True
 
 
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+
+
 class _Shared:
     """The process-wide state of one lock file."""
 
@@ -92,10 +95,10 @@ class _Shared:
         self.created = False
         try:
             try:
-                self.fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o666)
+                self.fd = os.open(path, flags | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o600)
                 self.created = True
             except FileExistsError:
-                self.fd = os.open(path, flags)
+                self.fd = os.open(path, flags | _NOFOLLOW)
         except OSError:
             self.fd = -1  # read-only directory: no cross-process locking
 

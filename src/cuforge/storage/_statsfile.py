@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 
-from ._fsutil import write_at0
+from ._fsutil import O_NOFOLLOW, PRIVATE_FILE, make_dir, write_at0
 from ._locking import lock_fd, try_lock_fd, unlock_fd
 from .stats import MAX_RECORD_SIZE, CacheStats
 
@@ -28,6 +28,13 @@ FLUSH_EVERY = 256
 _SUFFIX = ".cnt"
 _MERGED = "merged"
 _MERGE_LOCK = "merge.lock"
+_BINARY = getattr(os, "O_BINARY", 0)
+
+
+def _mode(file_mode: int | None) -> int:
+    return PRIVATE_FILE if file_mode is None else file_mode
+
+
 _BASELINE = "baseline"
 
 
@@ -42,7 +49,7 @@ def _hostname() -> str:
 
 def _read_record(path: str) -> CacheStats | None:
     try:
-        with open(path, "rb") as f:
+        with open(os.open(path, os.O_RDONLY | O_NOFOLLOW | _BINARY), "rb") as f:
             return CacheStats.from_record(f.read(MAX_RECORD_SIZE + 1))
     except OSError:
         return None
@@ -63,15 +70,15 @@ def read_totals(stats_dir: str) -> CacheStats:
 def zero_totals(stats_dir: str, tmp_dir: str, file_mode: int | None) -> None:
     """Record the current sum as the baseline (under the merge lock, so no record
     is half-folded meanwhile). Raises OSError when it cannot be written."""
-    lock = os.open(os.path.join(stats_dir, _MERGE_LOCK), os.O_RDWR | os.O_CREAT, 0o666)
+    lock = os.open(
+        os.path.join(stats_dir, _MERGE_LOCK), os.O_RDWR | os.O_CREAT | O_NOFOLLOW, _mode(file_mode)
+    )
     try:
         held = lock_fd(lock, timeout=5.0)
         try:
             total = _sum_records(stats_dir)
             tmp = os.path.join(tmp_dir, f"baseline-{os.getpid()}-{os.urandom(4).hex()}")
-            fd = os.open(
-                tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666
-            )
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _BINARY, _mode(file_mode))
             try:
                 if file_mode is not None:
                     with contextlib.suppress(OSError, AttributeError):
@@ -104,10 +111,14 @@ def _sum_records(stats_dir: str) -> CacheStats:
 class StatsStore:
     """This handle's record file (created lazily at the first flush)."""
 
-    def __init__(self, stats_dir: str, tmp_dir: str, file_mode: int | None) -> None:
+    def __init__(
+        self, stats_dir: str, tmp_dir: str, dir_mode: int | None, file_mode: int | None
+    ) -> None:
         self._dir = stats_dir
         self._tmp = tmp_dir
+        self._dir_mode = dir_mode
         self._file_mode = file_mode
+        self._create_mode = PRIVATE_FILE if file_mode is None else file_mode
         self._fd = -1
         self._path = ""
         self._broken = False
@@ -116,13 +127,13 @@ class StatsStore:
         # Locked before it gets its final name, so compact() never sees it unlocked.
         name = f"{_hostname()}-{os.getpid()}-{os.urandom(4).hex()}{_SUFFIX}"
         tmp = os.path.join(self._tmp, "stats-" + name)
-        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | _BINARY, self._create_mode)
         try:
             if self._file_mode is not None:
                 with contextlib.suppress(OSError, AttributeError):
                     os.fchmod(fd, self._file_mode)
             try_lock_fd(fd)
-            os.makedirs(self._dir, exist_ok=True)
+            make_dir(self._dir, self._dir_mode)
             path = os.path.join(self._dir, name)
             os.replace(tmp, path)
         except BaseException:
@@ -163,7 +174,11 @@ class StatsStore:
 def compact(stats_dir: str, file_mode: int | None) -> None:
     """Fold records nobody holds into ``merged`` (best effort, never raises)."""
     try:
-        lock = os.open(os.path.join(stats_dir, _MERGE_LOCK), os.O_RDWR | os.O_CREAT, 0o666)
+        lock = os.open(
+            os.path.join(stats_dir, _MERGE_LOCK),
+            os.O_RDWR | os.O_CREAT | O_NOFOLLOW,
+            _mode(file_mode),
+        )
     except OSError:
         return
     try:
@@ -188,7 +203,7 @@ def _compact_locked(stats_dir: str, file_mode: int | None) -> None:
             continue
         path = os.path.join(stats_dir, name)
         try:
-            fd = os.open(path, os.O_RDWR)
+            fd = os.open(path, os.O_RDWR | O_NOFOLLOW)
         except OSError:
             continue
         try:
@@ -204,7 +219,7 @@ def _compact_locked(stats_dir: str, file_mode: int | None) -> None:
         finally:
             os.close(fd)
     if folded:
-        fd = os.open(merged_path, os.O_RDWR | os.O_CREAT | getattr(os, "O_BINARY", 0), 0o666)
+        fd = os.open(merged_path, os.O_RDWR | os.O_CREAT | O_NOFOLLOW | _BINARY, _mode(file_mode))
         try:
             if file_mode is not None:
                 with contextlib.suppress(OSError, AttributeError):

@@ -18,11 +18,18 @@ __all__ = ["coerce_key", "coerce_value"]
 
 
 def coerce_key(key: Any) -> bytes:
-    """Return ``key`` as bytes; ``TypeError`` naming ``key`` for any other type."""
+    """Return ``key`` as bytes; ``TypeError`` naming ``key`` for any other type, and
+    ``ValueError`` for a str that has no UTF-8 form (lone surrogates)."""
     if type(key) is bytes:
         return key
     if isinstance(key, str):
-        return key.encode("utf-8")
+        try:
+            return key.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ValueError(
+                f"cache key str is not valid Unicode ({exc.reason} at index {exc.start}); "
+                "pass bytes, or a str without lone surrogates"
+            ) from None
     if isinstance(key, bytes):
         return bytes(key)
     raise TypeError(f"cache key must be bytes or str, got key of type {type(key).__name__}")

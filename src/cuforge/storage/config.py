@@ -56,7 +56,8 @@ def open_default_cache() -> ProgramCacheResource | None:
         from .filestream import FileStreamProgramCache
         from .signing import SignedProgramCache
 
-        cache: ProgramCacheResource = FileStreamProgramCache()
+        # Signed entries cannot be planted: a shared directory is then acceptable.
+        cache: ProgramCacheResource = FileStreamProgramCache(trust_shared=secret is not None)
         return cache if secret is None else SignedProgramCache(cache, secret)
     from .urls import open_cache
 

@@ -6,9 +6,12 @@ On-disk layout under the cache root::
     entries/<2 hex>/<62 hex>.cfsum    its digest sidecar with the entry's metadata (see _integrity)
     tmp/                              staging for atomic writes
     size.ledger                       shared running byte total (see _sizeindex)
+    size.ledger.users                 one shared lock per open handle (crash recovery)
     evict.lock                        serialises eviction scans across processes
     locks/<64 hex>.lock               single-flight locks, one per key being filled
     stats/                            persisted counters (see _statsfile)
+
+Who may write these directories, and links below the root: see ``_safedir``.
 
 The 64 hex digits are blake2b-256 of the key (the entry's public id, see
 ``entry.entry_id``), so any key length maps to a short fixed name.
@@ -29,7 +32,16 @@ from contextlib import AbstractContextManager
 
 from . import _events
 from ._atomicwrite import PairWriter
-from ._fsutil import Fingerprint, check_mode, fingerprint, make_dir, unlink_if_unchanged
+from ._fsutil import (
+    O_NOFOLLOW,
+    PRIVATE_FILE,
+    Fingerprint,
+    check_mode,
+    fingerprint,
+    make_dir,
+    unlink_if_unchanged,
+)
+from ._hitmemo import HitMemo
 from ._integrity import (
     SIDECAR_READ,
     SIDECAR_SIZE,
@@ -39,6 +51,7 @@ from ._integrity import (
     sidecar_for,
 )
 from ._locking import FileKeyLock, lock_fd, unlock_fd
+from ._safedir import DirRules, check_cache_dirs, open_root
 from ._scan import Scanned, remove_scanned, scan_entries, sweep_temps
 from ._sizeindex import SizeLedger
 from ._statsfile import FLUSH_EVERY, StatsStore, read_totals, zero_totals
@@ -63,11 +76,8 @@ if TYPE_CHECKING:
 __all__ = ["FileStreamProgramCache", "default_cache_dir"]
 
 _O_BINARY = getattr(os, "O_BINARY", 0)
-_O_READ = os.O_RDONLY | _O_BINARY
-_O_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_BINARY
-_UTIME_BY_FD = os.utime in os.supports_fd
+_O_READ = os.O_RDONLY | O_NOFOLLOW | _O_BINARY
 _NAME_CACHE_MAX = 4096
-_MEMO_MAX_BYTES = 32 << 20  # verified bytes kept per handle for repeat hits
 _EVICT_LOCK_TIMEOUT = 30.0
 
 
@@ -82,7 +92,7 @@ class _Names(namedtuple("_Names", ["payload", "sidecar", "shard", "key_digest", 
     __slots__ = ()
     payload: str
     sidecar: str
-    shard: str
+    shard: str  # the shard directory's name (2 hex digits)
     key_digest: bytes
     seed: int
 
@@ -145,9 +155,20 @@ class FileStreamProgramCache(ProgramCacheResource):
     - **LRU by reads.** A hit bumps the entry's access time explicitly
       (independent of mount options) when it is more than one second old, so
       recency is exact to about a second.
+    - **Private by default.** Without ``mode=`` directories are created ``0o700`` and
+      files ``0o600``. Opening refuses (:class:`~cuforge.storage.UnsafeCacheError`)
+      a root or any directory below it that users other than its owner (and the
+      group, with a group ``mode=``) can write, or that another user owns -- they
+      could plant programs this process runs -- unless ``trust_shared=True`` (or
+      entries are signed; see ``_safedir``). A directory below the root that is a
+      symbolic link is refused too, and writes, scans and deletions never follow
+      one; the root itself may be a link (resolved once, at open).
     - **Group sharing.** ``mode=0o2770`` (for example) creates directories with
       that mode and setgid and files group read/write (``0o660``), whatever the
       umask, so all members of the directory's group can use the cache.
+    - **Path errors** (a path that is a file, cannot be created, is refused) raise
+      :class:`~cuforge.storage.CachePathError` (an ``OSError``): one line naming
+      the path, the problem and the fix.
 
     Not crash-durable: a host crash can lose recent entries (directories are not
     fsynced) but can never make a damaged entry a hit. ``len()`` and ``clear()``
@@ -165,30 +186,39 @@ class FileStreamProgramCache(ProgramCacheResource):
         mode: int | None = None,
         *,
         durable: bool = False,
+        trust_shared: bool = False,
     ) -> None:
         super().__init__()
         self._durable = bool(durable)
         self._max = check_max_size(max_size_bytes)
         self._dir_mode, self._file_mode = check_mode(mode)
-        root = os.path.abspath(default_cache_dir() if path is None else os.fspath(path))
+        if mode is not None and mode & 0o002 and not trust_shared:
+            raise ValueError(
+                f"mode={oct(mode)} lets every user write the cache (and plant programs "
+                "this process runs); use a group mode such as 0o2770, or pass "
+                "trust_shared=True"
+            )
+        given = os.path.abspath(default_cache_dir() if path is None else os.fspath(path))
+        root_st = open_root(given, self._dir_mode)
+        # Resolved once: a root that is a symbolic link cannot be re-pointed under us.
+        root = os.path.realpath(given)
         self._root = root
         self._entries = os.path.join(root, "entries")
         self._tmp = os.path.join(root, "tmp")
         self._stats_dir = os.path.join(root, "stats")
         self._locks_dir = os.path.join(root, "locks")
-        make_dir(root, self._dir_mode)
-        for sub in (self._entries, self._tmp, self._stats_dir, self._locks_dir):
+        subdirs = (self._entries, self._tmp, self._stats_dir, self._locks_dir)
+        for sub in subdirs:
             with contextlib.suppress(OSError):  # read-only caches still serve hits
                 make_dir(sub, self._dir_mode)
+        rules = DirRules.for_process(mode is not None and bool(mode & 0o070), trust_shared)
+        check_cache_dirs(given, root_st, subdirs, self._entries, rules)
         self._closed = False
         self._warned = False
         self._names: dict[Any, _Names] = {}
-        self._bumped: dict[str, int] = {}
-        # payload path -> (fingerprint of the file verified, its bytes): repeat hits.
-        self._memo: dict[str, tuple[Fingerprint, CacheEntry]] = {}
-        self._memo_bytes = 0
+        self._memo = HitMemo(self.ATIME_BUMP_INTERVAL_NS)
         self._evict_mutex = threading.Lock()
-        self._writer = PairWriter(self._tmp, self._dir_mode, self._file_mode)
+        self._writer = PairWriter(self._tmp, self._entries, self._dir_mode, self._file_mode)
         self._sweep_temps(time.time_ns())
         try:
             self._ledger: SizeLedger | None = SizeLedger(
@@ -196,9 +226,9 @@ class FileStreamProgramCache(ProgramCacheResource):
             )
         except OSError:
             self._ledger = None  # cannot write here; writes will fail and warn
-        self._stats_store = StatsStore(self._stats_dir, self._tmp, self._file_mode)
+        self._stats_store = StatsStore(self._stats_dir, self._tmp, self._dir_mode, self._file_mode)
         self._ops = 0
-        self._file_locks = FileKeyLock(self._locks_dir, self._file_mode)
+        self._file_locks = FileKeyLock(self._locks_dir, self._dir_mode, self._file_mode)
         _LIVE.add(self)
 
     # -- properties ----------------------------------------------------------------
@@ -233,7 +263,7 @@ class FileStreamProgramCache(ProgramCacheResource):
         h = kd.hex()
         shard = os.path.join(self._entries, h[:2])
         payload = os.path.join(shard, h[2:])
-        return _Names(payload, payload + SIDECAR_SUFFIX, shard, kd, key_seed(kd))
+        return _Names(payload, payload + SIDECAR_SUFFIX, h[:2], kd, key_seed(kd))
 
     def _names_of_id(self, entry_id: str) -> _Names:
         if not isinstance(entry_id, str) or not _is_entry_id(entry_id):
@@ -257,9 +287,9 @@ class FileStreamProgramCache(ProgramCacheResource):
         names = self._names.get(key) if type(key) is bytes else None
         if names is None:
             names = self._names_for(key)
-        memo = self._memo.get(names.payload)
-        if memo is not None:
-            entry = self._from_memo(names.payload, memo)
+        memo = self._memo
+        if memo._entries:
+            entry = memo.recall(names.payload)
             if entry is not None:
                 stats = self._stats
                 stats.hits += 1
@@ -330,9 +360,9 @@ class FileStreamProgramCache(ProgramCacheResource):
                 if side == sidecar_for(names.key_digest, names.seed, data, meta):
                     entry = CacheEntry(data, meta)
                     if remember:
-                        st = self._maybe_bump_atime(fd, names.payload)
+                        st = self._memo.bump_atime(fd, names.payload)
                         if st is not None:
-                            self._remember(names.payload, fingerprint(st), entry)
+                            self._memo.remember(names.payload, fingerprint(st), entry)
                     return entry
                 return _Mismatch(
                     fingerprint(os.fstat(fd)),
@@ -347,71 +377,8 @@ class FileStreamProgramCache(ProgramCacheResource):
         finally:
             os.close(sfd)
 
-    def _from_memo(self, path: str, memo: tuple[Fingerprint, CacheEntry]) -> CacheEntry | None:
-        """The remembered bytes if the same file still stands at ``path`` and no
-        atime bump (which rereads and reverifies) is due; else None."""
-        last = self._bumped.get(path)
-        if last is None or time.monotonic_ns() - last >= self.ATIME_BUMP_INTERVAL_NS:
-            return None
-        try:
-            st = os.stat(path)
-        except OSError:
-            self._forget(path)
-            return None
-        if fingerprint(st) != memo[0]:
-            self._forget(path)
-            return None
-        return memo[1]
-
-    def _remember(self, path: str, fp: Fingerprint, entry: CacheEntry) -> None:
-        size = len(entry.data) + len(entry.meta)
-        if size > _MEMO_MAX_BYTES // 8:
-            return
-        if self._memo_bytes + size > _MEMO_MAX_BYTES:
-            self._memo.clear()
-            self._memo_bytes = 0
-        self._forget(path)
-        self._memo[path] = (fp, entry)
-        self._memo_bytes += size
-
-    def _forget(self, path: str) -> None:
-        old = self._memo.pop(path, None)
-        if old is not None:
-            self._memo_bytes -= len(old[1].data) + len(old[1].meta)
-
-    def _maybe_bump_atime(self, fd: int, path: str) -> os.stat_result | None:
-        """Bump the entry's atime at most once per interval per entry and process (a
-        hit in a tight loop costs no extra syscall; LRU order stays exact to the
-        interval). Returns the payload's stat when it made one, for the memo."""
-        now = time.monotonic_ns()
-        last = self._bumped.get(path)
-        if last is not None and now - last < self.ATIME_BUMP_INTERVAL_NS:
-            return None
-        if len(self._bumped) >= _NAME_CACHE_MAX:
-            self._bumped.clear()
-        self._bumped[path] = now
-        # Explicit times keep mtime, so stat guards still recognise the file; by fd,
-        # the file we read is the one stamped even if a writer replaced the path.
-        try:
-            st = os.fstat(fd)
-            if _UTIME_BY_FD:
-                os.utime(fd, ns=(time.time_ns(), st.st_mtime_ns))
-            elif fingerprint(os.stat(path)) == fingerprint(st):
-                os.utime(path, ns=(time.time_ns(), st.st_mtime_ns))
-            else:
-                return None  # replaced under us: nothing stamped, nothing to remember
-            return st
-        except PermissionError:
-            # Not the file's owner (group-shared cache): only "now" is allowed, which
-            # moves mtime too, so the memo would never match: remember nothing.
-            with contextlib.suppress(OSError):
-                os.utime(fd if _UTIME_BY_FD else path)
-        except OSError:
-            pass
-        return None
-
     def _drop_corrupt(self, names: _Names, bad: _Mismatch) -> None:
-        self._forget(names.payload)
+        self._memo.forget(names.payload)
         payload_fp, sidecar_fp = bad.payload_fp, bad.sidecar_fp
         freed = 0
         if unlink_if_unchanged(names.payload, payload_fp):
@@ -451,7 +418,7 @@ class FileStreamProgramCache(ProgramCacheResource):
         names = self._names_for(key)
         data = coerce_value(value, "FileStreamProgramCache.__setitem__")
         check_meta(meta)
-        self._forget(names.payload)
+        self._memo.forget(names.payload)
         try:
             delta = self._write_pair(names, data, meta)
         except OSError as exc:
@@ -472,8 +439,9 @@ class FileStreamProgramCache(ProgramCacheResource):
     def _write_pair(self, names: _Names, data: bytes, meta: bytes) -> int:
         """Publish payload + sidecar; return the change in bytes on disk."""
         side = sidecar_for(names.key_digest, names.seed, data, meta)
+        name = os.path.basename(names.payload)
         old = self._writer.write_pair(
-            names.payload, names.sidecar, names.shard, data, side, self._durable
+            names.shard, name, name + SIDECAR_SUFFIX, data, side, self._durable
         )
         return len(data) + len(side) - old
 
@@ -501,7 +469,7 @@ class FileStreamProgramCache(ProgramCacheResource):
     def __delitem__(self, key: CacheKey) -> None:
         self._check_open()
         names = self._names_for(key)
-        self._forget(names.payload)
+        self._memo.forget(names.payload)
         freed = 0
         try:
             st = os.stat(names.payload)
@@ -537,7 +505,11 @@ class FileStreamProgramCache(ProgramCacheResource):
         with self._evict_mutex:
             fd = -1
             try:
-                fd = os.open(os.path.join(self._root, "evict.lock"), os.O_RDWR | os.O_CREAT, 0o666)
+                fd = os.open(
+                    os.path.join(self._root, "evict.lock"),
+                    os.O_RDWR | os.O_CREAT | O_NOFOLLOW,
+                    PRIVATE_FILE,
+                )
                 if self._file_mode is not None:
                     with contextlib.suppress(OSError, AttributeError):
                         os.fchmod(fd, self._file_mode)
@@ -581,7 +553,6 @@ class FileStreamProgramCache(ProgramCacheResource):
         for files that vanish or change meanwhile."""
         self._check_open()
         self._memo.clear()
-        self._memo_bytes = 0
         with self._exclusive_scan():
             base = self._ledger.total() if self._ledger is not None else 0
             now = time.time_ns()
@@ -641,7 +612,7 @@ class FileStreamProgramCache(ProgramCacheResource):
             names = self._names_of_id(entry_id)
         except KeyError:
             return False
-        self._forget(names.payload)
+        self._memo.forget(names.payload)
         freed = 0
         removed = False
         for path in (names.payload, names.sidecar):
@@ -729,7 +700,7 @@ class FileStreamProgramCache(ProgramCacheResource):
 def _read_meta(sidecar: str) -> bytes | None:
     """The metadata a sidecar file holds (unverified), or None if unreadable."""
     try:
-        with open(sidecar, "rb") as f:
+        with open(os.open(sidecar, _O_READ), "rb") as f:
             side = f.read(SIDECAR_READ)
             _, total = parse_sidecar(side)
             if len(side) < total:
@@ -752,6 +723,9 @@ def _flush_all_at_exit() -> None:
     for cache in list(_LIVE):
         with contextlib.suppress(Exception):
             cache._flush_stats()
+            if cache._ledger is not None:  # off the ledger's count: a clean exit
+                cache._ledger.close()
+                cache._ledger = None
 
 
 if hasattr(os, "register_at_fork"):

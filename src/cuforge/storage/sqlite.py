@@ -22,8 +22,8 @@ from time import monotonic_ns
 from typing import Any
 from zlib import crc32
 
-from ._fsutil import make_dir
 from ._integrity import key_seed
+from ._safedir import prepare_db_file
 from ._sqlite_conn import Connections, load_sqlite3, pragmas
 from ._sqlite_evict import checkpoint, evict_down, shrink_to, vacuum
 from ._sqlite_lock import LockFile, reset_after_fork
@@ -107,6 +107,7 @@ class SQLiteProgramCache(ProgramCacheResource):
         *,
         durable: bool = False,
         timeout: float = 5.0,
+        trust_shared: bool = False,
     ) -> None:
         super().__init__()
         sqlite3 = load_sqlite3()
@@ -128,7 +129,7 @@ class SQLiteProgramCache(ProgramCacheResource):
                 f"SQLiteProgramCache path {self._path} is a directory; give the path of "
                 "a database file (e.g. .../program-cache.db)"
             )
-        make_dir(os.path.dirname(self._path), None)
+        prepare_db_file(self._path, trust_shared)  # private, like FileStream (_safedir)
         self._files = (self._path, self._path + "-wal", self._path + "-shm")
         wal_limit = _WAL_MAX if self._max is None else min(_WAL_MAX, max(16384, self._max // 16))
         self._wal_limit = wal_limit
@@ -589,10 +590,11 @@ def _open_sqlite(spec: CacheSpec) -> ProgramCacheResource:
         max_size_bytes=spec.size("max_size"),
         durable=spec.flag("durable"),
         timeout=5.0 if timeout is None else timeout,
+        trust_shared=spec.trust_shared(),
     )
 
 
-register_scheme("sqlite", _open_sqlite, {"max_size", "durable", "timeout"})
+register_scheme("sqlite", _open_sqlite, {"max_size", "durable", "timeout", "trust"})
 
 _LIVE: weakref.WeakSet[SQLiteProgramCache] = weakref.WeakSet()
 

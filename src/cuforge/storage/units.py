@@ -14,31 +14,43 @@ _SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*", re.IGNORECASE)
 _SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 _DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*", re.IGNORECASE)
 _DURATION_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+_MAX_SIZE = (1 << 63) - 1  # what a signed 64-bit size field (SQLite, Redis) holds
+_MAX_DURATION = 100 * 365.25 * 86400
 
 
 def parse_size(text: str) -> int:
     """Bytes in ``text``: an integer or decimal with an optional K/M/G/T suffix
-    (binary multiples; ``KiB``, ``KB`` and ``K`` all mean 1024). Must be > 0."""
+    (binary multiples; ``KiB``, ``KB`` and ``K`` all mean 1024), computed exactly and
+    rounded down. Must be > 0 and fit in 63 bits."""
     match = _SIZE.fullmatch(text) if isinstance(text, str) else None
     if match is None or match.group(3).lower() not in ("", "b", "ib"):
         raise ValueError(f"not a size: {text!r} (expected e.g. 500M, 2G, 64KiB)")
     if match.group(3).lower() == "ib" and not match.group(2):
         raise ValueError(f"not a size: {text!r} (expected e.g. 500M, 2G, 64KiB)")
-    value = int(float(match.group(1)) * _SIZE_UNITS[match.group(2).lower()])
+    whole, _, frac = match.group(1).partition(".")
+    if len(whole.lstrip("0")) > 19:  # before int(): huge digit strings are slow to convert
+        raise ValueError(f"size too large: {text!r} (at most {_MAX_SIZE} bytes)")
+    unit = _SIZE_UNITS[match.group(2).lower()]
+    # Exact (no float rounding): the fraction's digits are scaled by the unit, floored.
+    value = int(whole) * unit + (int(frac[:24]) * unit // 10 ** len(frac[:24]) if frac else 0)
     if value <= 0:
         raise ValueError(f"size must be > 0, got {text!r}")
+    if value > _MAX_SIZE:
+        raise ValueError(f"size too large: {text!r} (at most {_MAX_SIZE} bytes)")
     return value
 
 
 def parse_duration(text: str) -> float:
     """Seconds in ``text``: a number with an optional ms/s/m/h/d/w suffix (seconds
-    if none). Must be > 0."""
+    if none). Must be > 0 and at most 100 years."""
     match = _DURATION.fullmatch(text) if isinstance(text, str) else None
     if match is None:
         raise ValueError(f"not a duration: {text!r} (expected e.g. 500ms, 90s, 30m, 12h, 7d)")
     value = float(match.group(1)) * _DURATION_UNITS[(match.group(2) or "s").lower()]
     if value <= 0:
         raise ValueError(f"duration must be > 0, got {text!r}")
+    if not value <= _MAX_DURATION:  # also inf from a huge digit string
+        raise ValueError(f"duration too large: {text!r} (at most 100 years)")
     return value
 
 

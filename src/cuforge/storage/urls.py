@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .base import ProgramCacheResource
@@ -58,6 +58,9 @@ class CacheSpec:
     params: dict[str, str] = field(default_factory=dict)
     read_only: bool = False
     text: str = ""
+    #: Entries are signed (``open_level`` with a secret): a backend may then accept a
+    #: location other users can write, as ``?trust=shared`` does.
+    signed: bool = False
 
     def error(self, message: str) -> ValueError:
         """A ValueError that names this level of the URL."""
@@ -82,6 +85,16 @@ class CacheSpec:
             return parse_duration(raw)
         except ValueError as exc:
             raise self.error(f"{name}: {exc}") from None
+
+    def trust_shared(self) -> bool:
+        """Whether other users may write this level's location: ``?trust=shared``,
+        or signed entries (a planted entry cannot carry a valid signature)."""
+        raw = self.params.get("trust")
+        if raw is None:
+            return self.signed
+        if raw != "shared":
+            raise self.error(f"trust={raw!r}: the only value is 'shared' (trust=shared)")
+        return True
 
     def flag(self, name: str) -> bool:
         """Parameter ``name`` as a boolean (present, 1/true/yes/on; 0/false/no/off)."""
@@ -180,8 +193,9 @@ FROM_ENV: Any = _FromEnv()
 def open_level(spec: CacheSpec, secret: bytes | str | None = None) -> ProgramCacheResource:
     """Open one parsed level; with ``secret``, wrap it in a SignedProgramCache --
     except ``memory://``, which only this process can write."""
-    cache = _scheme(spec.scheme, spec.text).opener(spec)
-    if secret is not None and spec.scheme != "memory":
+    signed = secret is not None and spec.scheme != "memory"
+    cache = _scheme(spec.scheme, spec.text).opener(replace(spec, signed=True) if signed else spec)
+    if signed and secret is not None:
         from .signing import SignedProgramCache
 
         try:
@@ -238,8 +252,9 @@ def _open_file(spec: CacheSpec) -> ProgramCacheResource:
         max_size_bytes=spec.size("max_size"),
         mode=mode_value,
         durable=spec.flag("durable"),
+        trust_shared=spec.trust_shared(),
     )
 
 
 register_scheme("memory", _open_memory, {"max_size"})
-register_scheme("file", _open_file, {"max_size", "mode", "durable"})
+register_scheme("file", _open_file, {"max_size", "mode", "durable", "trust"})

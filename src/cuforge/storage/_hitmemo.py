@@ -1,0 +1,117 @@
+"""Repeat hits of a file-stream handle from memory, and its access-time bumps.
+
+A handle remembers the bytes it verified for an entry together with the payload
+file's fingerprint (inode, size, mtime). A repeat hit serves them after one
+``stat`` shows the same file still stands at the entry's path, and only while no
+access-time bump is due (a bump rereads and reverifies, so every entry is fully
+checked at least once per interval). Replaced, deleted or resized files never
+match, so memory never serves what the disk no longer holds.
+
+Bounded: at most ``MAX_ENTRIES`` entries and ``MAX_BYTES`` bytes (payload +
+metadata + a per-entry overhead) are remembered, and at most ``MAX_ENTRIES``
+bump times; past a bound the table starts over.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+
+from ._fsutil import Fingerprint, fingerprint
+from .entry import CacheEntry
+
+__all__ = ["HitMemo"]
+
+_UTIME_BY_FD = os.utime in os.supports_fd
+_OVERHEAD = 256  # dict slot, key string, tuples: what a tiny entry costs beyond its bytes
+
+
+class HitMemo:
+    """See the module docstring. Not thread-safe by itself: a lost update costs a
+    reread, never a wrong answer (every served entry passes the fingerprint check)."""
+
+    MAX_ENTRIES = 4096
+    MAX_BYTES = 32 << 20
+
+    def __init__(self, interval_ns: int) -> None:
+        self.interval_ns = interval_ns
+        self._entries: dict[str, tuple[Fingerprint, CacheEntry]] = {}
+        self._bytes = 0
+        self._bumped: dict[str, int] = {}
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @property
+    def nbytes(self) -> int:
+        return self._bytes
+
+    def recall(self, path: str) -> CacheEntry | None:
+        """The remembered entry if the same file still stands at ``path`` and no
+        bump is due; else None."""
+        memo = self._entries.get(path)
+        if memo is None:
+            return None
+        last = self._bumped.get(path)
+        if last is None or time.monotonic_ns() - last >= self.interval_ns:
+            return None
+        try:
+            st = os.stat(path)
+        except OSError:
+            self.forget(path)
+            return None
+        if fingerprint(st) != memo[0]:
+            self.forget(path)
+            return None
+        return memo[1]
+
+    def remember(self, path: str, fp: Fingerprint, entry: CacheEntry) -> None:
+        size = len(entry.data) + len(entry.meta) + _OVERHEAD
+        if size > self.MAX_BYTES // 8:
+            return
+        self.forget(path)
+        if self._bytes + size > self.MAX_BYTES or len(self._entries) >= self.MAX_ENTRIES:
+            self.clear()
+        self._entries[path] = (fp, entry)
+        self._bytes += size
+
+    def forget(self, path: str) -> None:
+        old = self._entries.pop(path, None)
+        if old is not None:
+            self._bytes -= len(old[1].data) + len(old[1].meta) + _OVERHEAD
+
+    def clear(self) -> None:
+        self._entries.clear()
+        self._bytes = 0
+
+    def bump_atime(self, fd: int, path: str) -> os.stat_result | None:
+        """Bump the entry's atime at most once per interval per entry and process (a
+        hit in a tight loop costs no extra syscall; LRU order stays exact to the
+        interval). Returns the payload's stat when it made one, for ``remember``."""
+        now = time.monotonic_ns()
+        last = self._bumped.get(path)
+        if last is not None and now - last < self.interval_ns:
+            return None
+        if len(self._bumped) >= self.MAX_ENTRIES:
+            self._bumped.clear()
+        self._bumped[path] = now
+        # Explicit times keep mtime, so stat guards still recognise the file; by fd,
+        # the file we read is the one stamped even if a writer replaced the path.
+        try:
+            st = os.fstat(fd)
+            if _UTIME_BY_FD:
+                os.utime(fd, ns=(time.time_ns(), st.st_mtime_ns))
+            elif fingerprint(os.stat(path)) == fingerprint(st):
+                os.utime(path, ns=(time.time_ns(), st.st_mtime_ns))
+            else:
+                return None  # replaced under us: nothing stamped, nothing to remember
+            return st
+        except PermissionError:
+            # Not the file's owner (group-shared cache): only "now" is allowed, which
+            # moves mtime too, so the memo would never match: remember nothing.
+            with contextlib.suppress(OSError):
+                os.utime(fd if _UTIME_BY_FD else path)
+        except OSError:
+            pass
+        return None

@@ -1,0 +1,512 @@
+"""Corruption injection: damage 100% of the entries of a populated cache, one way at a
+time, on every backend that keeps bytes outside the process. Every damaged entry must
+be reported by the verifier, then looked up as a miss (counted), never served; a
+compile through a cache whose every entry (objects and header manifests) is damaged
+still returns the right code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from _backends import FACTORIES
+from _cache_workers import ARCH
+from _figures import SCALES, pick, record
+from _selfdesc import make, make_meta
+from cuforge.compile import Program, ProgramOptions
+from cuforge.storage import FileStreamProgramCache, entry_id
+from cuforge.storage._integrity import SIDECAR_SUFFIX
+
+# -- how each backend's raw bytes are reached ----------------------------------------------
+
+
+class FileStreamRaw:
+    """The payload and sidecar files of an entry, by key."""
+
+    def __init__(self, cache: FileStreamProgramCache) -> None:
+        self.cache = cache
+
+    def paths(self, key: bytes) -> tuple[Path, Path]:
+        payload = Path(self.cache._names_for(key).payload)
+        return payload, Path(str(payload) + SIDECAR_SUFFIX)
+
+    def read(self, key: bytes, part: str) -> bytes:
+        return self.paths(key)[part == "sidecar"].read_bytes()
+
+    def write(self, key: bytes, part: str, data: bytes) -> None:
+        self.paths(key)[part == "sidecar"].write_bytes(data)
+
+    def delete(self, key: bytes, part: str) -> None:
+        self.paths(key)[part == "sidecar"].unlink()
+
+
+class RedisRaw:
+    """The one Redis value of an entry, by key (``part`` is ignored)."""
+
+    def __init__(self, cache: Any) -> None:
+        self.cache = cache
+        self.client = cache._conn()
+
+    def _name(self, key: bytes) -> bytes:
+        from cuforge.storage.entry import key_digest
+
+        return self.cache._entry_name(key_digest(key))
+
+    def read(self, key: bytes, part: str) -> bytes:
+        return self.client.get(self._name(key))
+
+    def write(self, key: bytes, part: str, data: bytes) -> None:
+        self.client.set(self._name(key), data)
+
+    def delete(self, key: bytes, part: str) -> None:
+        self.client.delete(self._name(key))
+
+
+class SQLiteRaw:
+    """An entry's row, by key, through a connection of our own (as another program,
+    or a disk, would change it)."""
+
+    COLUMNS = {"payload": "data", "metadata": "meta", "digest": "crc", "key": "digest"}
+
+    def __init__(self, cache: Any) -> None:
+        import sqlite3
+
+        self.conn = sqlite3.connect(cache.path, isolation_level=None)
+
+    def _rid(self, key: bytes) -> int:
+        from cuforge.storage._sqlite_schema import rid_of
+        from cuforge.storage.entry import key_digest
+
+        return rid_of(key_digest(key))
+
+    def read(self, key: bytes, part: str) -> Any:
+        column = self.COLUMNS.get(part, part)
+        row = self.conn.execute(
+            f"SELECT {column} FROM cuforge_entries WHERE rid = ?", (self._rid(key),)
+        ).fetchone()
+        return row[0]
+
+    def write(self, key: bytes, part: str, data: Any) -> None:
+        column = self.COLUMNS.get(part, part)
+        self.conn.execute(
+            f"UPDATE cuforge_entries SET {column} = ? WHERE rid = ?", (data, self._rid(key))
+        )
+
+    def delete(self, key: bytes, part: str) -> None:
+        self.conn.execute("DELETE FROM cuforge_entries WHERE rid = ?", (self._rid(key),))
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def flip(data: bytes, lo: int, hi: int, rng: random.Random) -> bytes:
+    """``data`` with one random bit flipped in ``data[lo:hi]``."""
+    out = bytearray(data)
+    i = rng.randrange(lo, min(hi, len(out)))
+    out[i] ^= 1 << rng.randrange(8)
+    return bytes(out)
+
+
+Injection = Callable[[Any, bytes, bytes, random.Random], None]
+
+# Sidecar: magic 0:4 | alg 4 | length 8:16 | CRC 16:20 | meta length 20:24 | key 24:56 | meta
+FS_INJECTIONS: dict[str, Injection] = {
+    "payload truncated": lambda r, k, o, g: r.write(k, "payload", r.read(k, "payload")[:-7]),
+    "payload emptied": lambda r, k, o, g: r.write(k, "payload", b""),
+    "payload zeroed": lambda r, k, o, g: r.write(k, "payload", bytes(len(r.read(k, "payload")))),
+    "payload bit flipped": lambda r, k, o, g: r.write(
+        k, "payload", flip(r.read(k, "payload"), 0, 1 << 30, g)
+    ),
+    "payload extended": lambda r, k, o, g: r.write(k, "payload", r.read(k, "payload") + b"\0"),
+    "sidecar truncated": lambda r, k, o, g: r.write(k, "sidecar", r.read(k, "sidecar")[:30]),
+    "digest bit flipped": lambda r, k, o, g: r.write(
+        k, "sidecar", flip(r.read(k, "sidecar"), 16, 20, g)
+    ),
+    "length bit flipped": lambda r, k, o, g: r.write(
+        k, "sidecar", flip(r.read(k, "sidecar"), 8, 16, g)
+    ),
+    "key digest bit flipped": lambda r, k, o, g: r.write(
+        k, "sidecar", flip(r.read(k, "sidecar"), 24, 56, g)
+    ),
+    "metadata bit flipped": lambda r, k, o, g: r.write(
+        k, "sidecar", flip(r.read(k, "sidecar"), 56, 1 << 30, g)
+    ),
+    "swapped with another entry": lambda r, k, o, g: _swap(r, k, o, ("payload", "sidecar")),
+    "payload swapped with another's": lambda r, k, o, g: _swap(r, k, o, ("payload",)),
+    "payload deleted": lambda r, k, o, g: r.delete(k, "payload"),
+    "sidecar deleted": lambda r, k, o, g: r.delete(k, "sidecar"),
+}
+
+# Value: magic 0:4 | version 4 | alg 5 | stored_ns 8:16 | meta len 16:20 | payload len
+# 20:28 | digest 28:44 | metadata (24 bytes here) | payload
+REDIS_INJECTIONS: dict[str, Injection] = {
+    "value truncated": lambda r, k, o, g: r.write(k, "", r.read(k, "")[:-7]),
+    "value emptied": lambda r, k, o, g: r.write(k, "", b""),
+    "payload zeroed": lambda r, k, o, g: r.write(
+        k, "", r.read(k, "")[:68] + bytes(len(r.read(k, "")) - 68)
+    ),
+    "payload bit flipped": lambda r, k, o, g: r.write(k, "", flip(r.read(k, ""), 68, 1 << 30, g)),
+    "digest bit flipped": lambda r, k, o, g: r.write(k, "", flip(r.read(k, ""), 28, 44, g)),
+    "length bit flipped": lambda r, k, o, g: r.write(k, "", flip(r.read(k, ""), 20, 28, g)),
+    "header bit flipped": lambda r, k, o, g: r.write(k, "", flip(r.read(k, ""), 0, 8, g)),
+    "metadata bit flipped": lambda r, k, o, g: r.write(k, "", flip(r.read(k, ""), 44, 68, g)),
+    "swapped with another entry": lambda r, k, o, g: _swap(r, k, o, ("",)),
+    "value deleted": lambda r, k, o, g: r.delete(k, ""),
+}
+
+SQLITE_INJECTIONS: dict[str, Injection] = {
+    "payload truncated": lambda r, k, o, g: r.write(k, "payload", r.read(k, "payload")[:-7]),
+    "payload emptied": lambda r, k, o, g: r.write(k, "payload", b""),
+    "payload zeroed": lambda r, k, o, g: r.write(k, "payload", bytes(len(r.read(k, "payload")))),
+    "payload bit flipped": lambda r, k, o, g: r.write(
+        k, "payload", flip(r.read(k, "payload"), 0, 1 << 30, g)
+    ),
+    "payload extended": lambda r, k, o, g: r.write(k, "payload", r.read(k, "payload") + b"\0"),
+    "digest (crc) bit flipped": lambda r, k, o, g: r.write(
+        k, "digest", r.read(k, "digest") ^ (1 << g.randrange(32))
+    ),
+    "key digest bit flipped": lambda r, k, o, g: r.write(
+        k, "key", flip(r.read(k, "key"), 0, 32, g)
+    ),
+    "metadata bit flipped": lambda r, k, o, g: r.write(
+        k, "metadata", flip(r.read(k, "metadata"), 0, 1 << 30, g)
+    ),
+    "payload and metadata swapped with another row's": lambda r, k, o, g: _swap(
+        r, k, o, ("payload", "metadata", "digest")
+    ),
+    "payload swapped with another row's": lambda r, k, o, g: _swap(r, k, o, ("payload",)),
+    "row deleted": lambda r, k, o, g: r.delete(k, ""),
+}
+
+DELETIONS = {"payload deleted", "sidecar deleted", "value deleted", "row deleted"}
+
+
+def _swap(raw: Any, key: bytes, other: bytes, parts: tuple[str, ...]) -> None:
+    """Exchange ``parts`` of ``key`` and ``other`` (each pair is swapped once)."""
+    if key > other:
+        return
+    for part in parts:
+        a, b = raw.read(key, part), raw.read(other, part)
+        raw.write(key, part, b)
+        raw.write(other, part, a)
+
+
+BACKENDS = {
+    "filestream": (FileStreamRaw, FS_INJECTIONS),
+    "redis": (RedisRaw, REDIS_INJECTIONS),
+    "sqlite": (SQLiteRaw, SQLITE_INJECTIONS),
+}
+
+
+#: Damage the verifier cannot name by the entry's id (the xfail tests below): a SQLite
+#: row whose stored key digest is damaged is no longer found under its id, and a Redis
+#: value emptied to 0 bytes is not listed. Lookups still count and remove both.
+VERIFY_GAPS = {("sqlite", "key digest bit flipped"), ("redis", "value emptied")}
+
+
+def populate(cache: Any, n: int, rng: random.Random) -> list[bytes]:
+    keys = [f"entry-{i}".encode() for i in range(n)]
+    for key in keys:
+        version = rng.randrange(1 << 30)
+        cache.set_entry(key, make(key, version, rng.randrange(200, 5000)), make_meta(key, version))
+    return keys
+
+
+def cli_url(backend: str, cache: Any) -> str:
+    """The cache URL the command line opens for ``cache``."""
+    if backend == "filestream":
+        return cache.path
+    if backend == "sqlite":
+        return f"sqlite://{cache.path}"
+    return f"{cache._url}?prefix={cache.prefix}"
+
+
+def cli_verify(tmp: Path, url: str) -> tuple[int, set[str]]:
+    """``cuforge cache verify --json``: (entries checked, ids reported bad)."""
+    import json
+
+    from _cli import run
+
+    done = run(tmp, "cache", "verify", "--cache", url, "--json")
+    assert done.returncode in (0, 1), done.stderr  # 1: something is bad
+    report = json.loads(done.stdout)
+    assert (done.returncode == 1) == bool(report["bad"])
+    return report["checked"], {b["id"] for b in report["bad"]}
+
+
+def verify(cache: Any, keys: list[bytes]) -> tuple[int, int]:
+    """What the verifier reports: (entries reported damaged, entries reported absent)."""
+    damaged = absent = 0
+    for key in keys:
+        try:
+            problem = cache.check_entry(entry_id(key))
+        except KeyError:
+            absent += 1
+            continue
+        assert problem, f"{key!r}: damaged entry verified as intact"
+        damaged += 1
+    return damaged, absent
+
+
+@pytest.mark.parametrize("backend", list(BACKENDS))
+@SCALES
+def test_every_damaged_entry_is_detected_counted_and_never_served(
+    backend: str, scale: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    raw_type, injections = BACKENDS[backend]
+    n = pick(scale, 40, 1000)
+    rng = random.Random(15)
+    totals = {"injected": 0, "served": 0}
+    for i, (how, inject) in enumerate(injections.items()):
+        sub = tmp_path / f"k{i}"
+        sub.mkdir()
+        cache = FACTORIES[backend](sub, request)
+        if backend == "redis":
+            cache._conn().flushdb()
+        try:
+            keys = populate(cache, n, rng)
+            raw = raw_type(cache)
+            for j, key in enumerate(keys):
+                inject(raw, key, keys[j ^ 1], rng)
+            if hasattr(raw, "close"):
+                raw.close()
+            damaged, absent = verify(cache, keys)
+            checked, reported = cli_verify(sub, cli_url(backend, cache))
+            ids = {entry_id(key) for key in keys}
+            if how in DELETIONS:
+                assert (checked, reported) == (0, set()), how  # nothing left to list
+            elif (backend, how) not in VERIFY_GAPS:
+                assert (checked, reported) == (n, ids), how  # each one, by its id
+            before = cache.stats()
+            served = sum(cache.get_entry(key) is not None for key in keys)
+            served += sum(cache.get(key) is not None for key in keys)
+            after = cache.stats()
+            counted = after.integrity_failures - before.integrity_failures
+            assert served == 0, how
+            assert after.hits == before.hits, how
+            assert after.misses - before.misses == 2 * n, how
+            if how in DELETIONS:
+                assert (damaged, absent, counted) == (0, n, 0), how  # a plain miss
+            elif (backend, how) in VERIFY_GAPS:  # see the xfail test below
+                assert counted == n, how  # lookups still find, count and remove each
+            else:
+                assert (damaged, absent) == (n, 0), how
+                assert counted == n, how  # each found once, then removed: a plain miss
+            # the cache recovers: every key can be stored and served again
+            populate(cache, n, rng)
+            assert all(cache.get_entry(key) is not None for key in keys), how
+        finally:
+            cache.close()
+        totals["injected"] += n
+        record(
+            "corruption", backend, how, n,
+            f"cuforge cache verify reported {len(reported)} of {n} (check_entry: {damaged} "
+            f"damaged + {absent} absent); 0 served; "
+            f"{counted} integrity failures counted; all {n} refilled",
+            scale=scale, lost=0,
+        )  # fmt: skip
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="SQLite check_entry/read_entry find a row by the id's first 8 bytes and then "
+    "require the stored digest to equal the id: a row whose digest column is damaged is "
+    "listed under another id and checked as absent (lookups by key do count and remove it)",
+)
+def test_sqlite_verify_names_a_row_whose_key_digest_is_damaged(tmp_path: Path) -> None:
+    from cuforge.storage import SQLiteProgramCache
+
+    with SQLiteProgramCache(tmp_path / "c.db") as cache:
+        keys = populate(cache, 8, random.Random(15))
+        raw = SQLiteRaw(cache)
+        for key in keys:  # a flip in the first 8 bytes: the id no longer names the row
+            raw.write(key, "key", flip(raw.read(key, "key"), 0, 8, random.Random(1)))
+        raw.close()
+        listed = [e.id for e in cache.iter_entries()]
+        assert len(listed) == len(keys)
+        reported = 0
+        for eid in listed:
+            with contextlib.suppress(KeyError):  # listed, yet "no entry has this id"
+                reported += cache.check_entry(eid) is not None
+        assert reported == len(keys)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="Redis listing (_redisframe.describe) skips a value of 0 bytes, so cuforge cache "
+    "verify never names an emptied entry (lookups do count and remove it)",
+)
+def test_redis_verify_names_an_emptied_value(tmp_path: Path, request) -> None:
+    cache = FACTORIES["redis"](tmp_path, request)
+    try:
+        keys = populate(cache, 4, random.Random(15))
+        raw = RedisRaw(cache)
+        for key in keys:
+            raw.write(key, "", b"")
+        _, reported = cli_verify(tmp_path, cli_url("redis", cache))
+        assert reported == {entry_id(key) for key in keys}
+    finally:
+        cache.close()
+
+
+# -- a compile through a cache whose every entry is damaged ----------------------------------
+HEADER_KERNEL = '#include "params_{i}.h"\nextern "C" __global__ void k(int* a) {{ *a = VALUE; }}\n'
+PLAIN_KERNEL = 'extern "C" __global__ void k{i}(int* a) {{ *a = {i}; }}\n'
+
+
+def _programs(tmp: Path, n: int) -> list[tuple[str, ProgramOptions]]:
+    inc = tmp / "inc"
+    inc.mkdir(exist_ok=True)
+    out = []
+    for i in range(n):
+        (inc / f"params_{i}.h").write_text(f"#define VALUE {1000 + i}\n")
+        out.append((HEADER_KERNEL.format(i=i), ProgramOptions(arch=ARCH, include_path=[inc])))
+        out.append((PLAIN_KERNEL.format(i=i), ProgramOptions(arch=ARCH)))
+    return out
+
+
+def _rewrite(cache: Any, eid: str, data: bytes, meta: bytes) -> None:
+    """Replace the entry ``eid`` with a well-framed one (a matching sidecar): what
+    someone who can write the directory -- not an accident -- could do."""
+    from cuforge.storage._integrity import key_seed, sidecar_for
+
+    payload = Path(cache._names_of_id(eid).payload)
+    kd = bytes.fromhex(eid)
+    payload.write_bytes(data)
+    Path(str(payload) + SIDECAR_SUFFIX).write_bytes(sidecar_for(kd, key_seed(kd), data, meta))
+
+
+def _garble(cache: Any, how: str, rng: random.Random) -> tuple[int, int]:
+    """Damage the entries of ``cache`` (found by listing it); return (objects, manifests)."""
+    from cuforge.storage.record import decode_record
+
+    inner = getattr(cache, "inner", cache)
+    counts = [0, 0]
+    for info in list(inner.iter_entries()):
+        entry = inner.read_entry(info.id)
+        assert entry is not None
+        is_manifest = decode_record(entry.data, "manifest") is not None
+        counts[is_manifest] += 1
+        payload = Path(inner._names_of_id(info.id).payload)
+        if how == "bit flipped":
+            payload.write_bytes(flip(payload.read_bytes(), 0, 1 << 30, rng))
+        elif how == "truncated":
+            payload.write_bytes(payload.read_bytes()[:5])
+        elif how == "manifests re-digested with garbage":
+            if is_manifest:
+                _rewrite(
+                    inner,
+                    info.id,
+                    b'{"v":1,"kind":"manifest","x":' + os.urandom(8).hex().encode() + b"}",
+                    b"",
+                )
+        else:  # every entry replaced and re-digested, signature envelope kept
+            data = b"\x7fELF" + os.urandom(60)
+            _rewrite(inner, info.id, data, entry.meta)
+    return counts[0], counts[1]
+
+
+GARBLINGS = {
+    # how: (signed cache?, what the storage layer must count)
+    "bit flipped": (False, "integrity_failures"),
+    "truncated": (False, "integrity_failures"),
+    "manifests re-digested with garbage": (False, None),
+    "every entry re-digested (a forgery)": (True, "signature_failures"),
+}
+
+
+@SCALES
+def test_compiles_through_a_fully_damaged_cache_return_the_right_code(tmp_path, scale) -> None:
+    """Object entries and header manifests alike: damaged bytes are misses, a manifest
+    that verifies but is garbage is refused by the compile layer, and forgeries that
+    match the digest are refused by a signed cache. The code is always right.
+
+    (A plain cache's digests guard against accidents, not against someone who can
+    write the directory: a forged object entry with a recomputed digest is what
+    signing is for, so that case runs on a signed cache.)"""
+    from cuforge.storage import SignedProgramCache
+
+    programs = _programs(tmp_path, pick(scale, 2, 12))
+    reference = [Program(src, "c++", opts).compile("ptx").code for src, opts in programs]
+    rng = random.Random(15)
+    for how, (signed, counter) in GARBLINGS.items():
+        root = tmp_path / how.split()[0]
+        cache: Any = FileStreamProgramCache(root)
+        if signed:
+            cache = SignedProgramCache(cache, b"corruption-test-secret-0123456789")
+        with cache:
+            for src, opts in programs:
+                Program(src, "c++", opts).compile("ptx", cache=cache)
+            objects, manifests = _garble(cache, how, rng)
+            assert objects == len(programs) and manifests == len(programs) // 2
+            before = cache.stats()
+            got = [Program(s, "c++", o).compile("ptx", cache=cache).code for s, o in programs]
+            assert got == reference, how
+            after = cache.stats()
+            damaged = manifests if counter is None else objects + manifests
+            if counter is not None:
+                assert getattr(after, counter) - getattr(before, counter) >= len(programs), how
+            if how != "manifests re-digested with garbage":
+                assert after.hits == before.hits, how  # nothing damaged was served
+            again = [Program(s, "c++", o).compile("ptx", cache=cache).code for s, o in programs]
+            assert again == reference
+            assert cache.stats().hits - after.hits >= len(programs)  # refilled and hit
+        record(
+            "corruption", "signed-filestream" if signed else "filestream",
+            f"compile cache: {how} (object entries and header manifests)", damaged,
+            f"{len(programs)} compiles returned the uncached code; 0 damaged entries used; "
+            f"{counter or 'manifest refused by its decoder'}; the next compiles hit",
+            scale=scale, lost=0,
+        )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "how", ["file truncated to half", "header zeroed", "pages overwritten with garbage"]
+)
+@SCALES
+def test_a_damaged_sqlite_file_is_moved_aside_and_never_served(tmp_path, how, scale) -> None:
+    import warnings
+
+    from cuforge.storage import CacheRecoveryWarning, SQLiteProgramCache
+
+    n = pick(scale, 40, 1000)
+    db = tmp_path / "c.db"
+    with SQLiteProgramCache(db) as cache:
+        keys = populate(cache, n, random.Random(15))
+    data = bytearray(db.read_bytes())
+    if how == "file truncated to half":
+        data = data[: len(data) // 2]
+    elif how == "header zeroed":
+        data[:100] = bytes(100)
+    else:
+        rng = random.Random(15)
+        for page in range(1, len(data) // 4096):
+            data[page * 4096 + 8 : page * 4096 + 4096] = rng.randbytes(4088)
+    db.write_bytes(bytes(data))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cache = SQLiteProgramCache(db)
+        with cache:
+            served = sum(cache.get_entry(key) is not None for key in keys)
+            served += sum(cache.get(key) is not None for key in keys)
+            populate(cache, n, random.Random(16))  # and it works again
+            assert all(cache.get_entry(key) is not None for key in keys)
+    notices = [str(w.message) for w in caught if issubclass(w.category, CacheRecoveryWarning)]
+    assert served == 0
+    assert len(notices) == 1, notices
+    aside = [p.name for p in tmp_path.iterdir() if ".corrupt-" in p.name]
+    moved = "moved it to" in notices[0]
+    assert moved == bool(aside), (notices, aside)
+    record(
+        "corruption", "sqlite", f"database {how} (every entry)", n,
+        f"0 served; 1 CacheRecoveryWarning; file {'moved aside, ' if moved else ''}"
+        f"cache usable again ({n} refilled)",
+        scale=scale, lost=0,
+    )  # fmt: skip
