@@ -297,7 +297,9 @@ def test_conditional_body_filled_through_its_definition(dev, capture_body) -> No
         body.end_building()
     bd = body.graph_definition
     assert len(bd.nodes()) == int(capture_body)
-    bd.launch(cfg(), k["add_one"], c, 1)
+    # After the captured node, not beside it: two unordered add_one nodes race on the
+    # counter (a lost update seen on H200).
+    (bd.nodes()[0] if capture_body else bd).launch(cfg(), k["add_one"], c, 1)
     graph = gb.end_building().complete()
     graph.launch(s)
     s.sync()

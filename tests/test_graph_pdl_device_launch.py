@@ -235,6 +235,7 @@ def _find_cudadevrt() -> str | None:
 def launcher(dev):
     """A kernel that tail-launches a graph from the device, linked with libcudadevrt."""
     from cuforge import Linker, LinkerOptions, ObjectCode, Program, ProgramOptions
+    from cuforge.compile import ToolkitNotFoundError
 
     devrt = _find_cudadevrt()
     if devrt is None:
@@ -242,8 +243,12 @@ def launcher(dev):
     arch = f"sm_{dev.arch}"
     opts = ProgramOptions(arch=arch, relocatable_device_code=True)
     ptx = Program(LAUNCHER, "c++", opts).compile("ptx")
-    cubin = Linker(ptx, ObjectCode.from_library(devrt), options=LinkerOptions(arch=arch))
-    return cubin.link("cubin").get_kernel("launch_graph")
+    try:
+        linker = Linker(ptx, ObjectCode.from_library(devrt), options=LinkerOptions(arch=arch))
+        cubin = linker.link("cubin")
+    except ToolkitNotFoundError as exc:  # e.g. gpu-test --cu12 carries no nvJitLink 12
+        pytest.skip(f"no nvJitLink of the bindings' major to link libcudadevrt: {exc}")
+    return cubin.get_kernel("launch_graph")
 
 
 @pytest.mark.parametrize("launches", [1, 5])
