@@ -42,6 +42,13 @@ def build_parser() -> Parser:
         description="JIT-compile CUDA through a cache that is never wrong.",
     )
     parser.add_argument("--version", action="version", version=f"cuforge {cuforge.__version__}")
+    # Read by _verbosity.split before parsing (so they also work after the command);
+    # declared here for --help.
+    parser.add_argument(
+        "-v", "--verbose", action="count", default=0,
+        help="also print cuforge's debug log: hits, misses and why, compiles",
+    )  # fmt: skip
+    parser.add_argument("-q", "--quiet", action="store_true", help="print errors only")
     # prog given: argparse would otherwise build a help formatter (and import shutil) now
     commands = parser.add_subparsers(
         dest="command", metavar="COMMAND", parser_class=Parser, prog="cuforge"
@@ -55,6 +62,9 @@ def build_parser() -> Parser:
     return parser
 
 
+_quiet = False
+
+
 def _warning(
     message: Warning | str,
     category: type[Warning],
@@ -63,15 +73,18 @@ def _warning(
     file: TextIO | None = None,
     line: str | None = None,
 ) -> None:
-    print(f"cuforge: warning: {message}", file=sys.stderr)
+    if not _quiet:
+        print(f"cuforge: warning: {message}", file=sys.stderr)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; returns the process exit status."""
+    from cuforge.cli import _verbosity
+
     args = list(sys.argv[1:] if argv is None else argv)
     try:
         digest = None
-        if args[:1] == ["compile"]:
+        if args[:1] == ["compile"] and not _verbosity.verbose(args):
             from cuforge.cli import _direct
 
             try:
@@ -90,6 +103,13 @@ def _run(argv: list[str], digest: str | None = None) -> int:
     import os
     import warnings
 
+    from cuforge.cli import _verbosity
+
+    global _quiet
+    argv, level = _verbosity.split(argv)
+    _quiet = level < 0
+    undo_log = _verbosity.configure(level)
+
     # A command-line process compiles each source once: the header watcher (inotify)
     # would cost more to start than the stat checks it saves. CUFORGE_WATCH=1 keeps it.
     # Set for this command and its worker processes, and put back after (main() may be
@@ -102,6 +122,8 @@ def _run(argv: list[str], digest: str | None = None) -> int:
         return _dispatch(argv, digest)
     finally:
         warnings.showwarning = shown
+        undo_log()
+        _quiet = False
         if watch is None:
             os.environ.pop("CUFORGE_WATCH", None)
 
