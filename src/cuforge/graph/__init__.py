@@ -32,10 +32,9 @@ from cuforge.graph._exec import (
     Graph,
 )
 from cuforge.graph._listing import OtherNode
+from cuforge.graph._nested import ChildGraphNode, ConditionalNode
 from cuforge.graph._nodes import (
     AllocNode,
-    ChildGraphNode,
-    ConditionalNode,
     EmptyNode,
     EventRecordNode,
     EventWaitNode,

@@ -31,8 +31,8 @@ from cuforge._native._launch import graph_launch as _c_graph_launch
 from cuforge.graph import _operands as ops
 from cuforge.graph import _owners
 from cuforge.graph import _params as _read
+from cuforge.graph._nested import ChildGraphNode
 from cuforge.graph._nodes import (
-    ChildGraphNode,
     EventRecordNode,
     EventWaitNode,
     GraphNode,

@@ -14,10 +14,9 @@ from typing import Any
 
 from cuda.bindings import driver
 
+from cuforge.graph._nested import ChildGraphNode, ConditionalNode
 from cuforge.graph._nodes import (
     AllocNode,
-    ChildGraphNode,
-    ConditionalNode,
     EmptyNode,
     EventRecordNode,
     EventWaitNode,

@@ -4,7 +4,8 @@ On a :class:`GraphDefinition` a method adds a node with no dependencies; on a
 :class:`GraphNode` the new node depends on that node. Every add or update packs
 what the node references into a new immutable owner bundle on the graph (see
 ``_state``), so a later update or node deletion never frees what a clone, an
-executable graph or an in-flight launch still uses.
+executable graph or an in-flight launch still uses. The node kinds that hold
+graphs (conditional and child-graph nodes) live in ``_nested``.
 
 Failure modes: bad operands raise TypeError/ValueError before anything reaches
 the driver; driver refusals raise CUDAError with the driver's reason, and then no
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     from cuforge._typing import DevicePointer, ReadableBuffer, Self
     from cuforge.graph._builder import GraphBuilder
     from cuforge.graph._definition import Condition, GraphDefinition
+    from cuforge.graph._nested import ChildGraphNode, ConditionalNode
     from cuforge.runtime.device import Device
     from cuforge.runtime.event import Event
 
@@ -39,7 +41,6 @@ _N = TypeVar("_N", bound="GraphNode")
 
 _T = driver.CUgraphNodeType
 _COND = driver.CUgraphConditionalNodeType
-_CLONE = driver.CUgraphChildGraphNodeOwnership.CU_GRAPH_CHILD_GRAPH_OWNERSHIP_CLONE
 
 
 def _same_device(state: GraphState, obj: Any, what: str) -> None:
@@ -143,6 +144,7 @@ class _Adder:
         """Add a child-graph node: CUDA copies ``child`` (a definition, or a builder
         that finished building) together with its owners."""
         from cuforge.graph._builder import _as_definition
+        from cuforge.graph._nested import ChildGraphNode
 
         state = _as_definition(child, "embed(child)")._state
         state.check_open()
@@ -188,6 +190,7 @@ class _Adder:
 
     def _conditional(self, cond: Condition, kind: Any, size: int, name: str) -> ConditionalNode:
         from cuforge.graph._definition import Condition, GraphDefinition
+        from cuforge.graph._nested import ConditionalNode
 
         if not isinstance(cond, Condition):
             raise TypeError(f"expected a Condition, got {type(cond).__name__}")
@@ -517,54 +520,6 @@ class EventWaitNode(_EventNode):
         check(driver.cuGraphEventWaitNodeSetEvent(self._handle, ev), "cuGraphEventWaitNodeSetEvent")  # fmt: skip  # noqa: E501
 
 
-class ChildGraphNode(GraphNode):
-    __slots__ = ()
-
-    def update(self, child: GraphDefinition) -> None:
-        """Make this node run a copy of ``child`` from now on (this definition only).
-
-        The node keeps a private clone of ``child`` (which holds every owner of
-        ``child``) for as long as any version of this graph may run it; older
-        versions keep what they embedded. ValueError if ``child`` is of another
-        device; CUDAError if the driver refuses the new contents.
-        """
-        state = self._state
-        state.check_open()
-        child._state.check_open()
-        state.require_same_context(child._state, "update(child)")
-        child._state.flush()
-        snapshot = check(driver.cuGraphClone(child._state.handle), "cuGraphClone")
-        keep = GraphState(snapshot, ctx=child._state.ctx)
-        p = driver.CUgraphNodeParams()
-        p.type = _T.CU_GRAPH_NODE_TYPE_GRAPH
-        p.graph.graph = snapshot
-        p.graph.ownership = _CLONE
-        try:
-            check(driver.cuGraphNodeSetParams(self._handle, p), "cuGraphNodeSetParams(child)")
-            state.add_bundle((keep,))
-        except BaseException:
-            keep.close()
-            raise
-        state.forget_node(self._h)  # the graph it embedded before is gone, and its views
-
-    @property
-    def child_graph(self) -> GraphDefinition:
-        """A view of the graph this node embeds (CUDA's copy, owned by the node).
-
-        Nodes added through it change what the node runs in later instantiations;
-        its bundles are attached to that graph at once. Closed (ValueError on use)
-        when this node is destroyed or updated; ``close()`` on it does nothing."""
-        from cuforge.graph._definition import GraphDefinition
-
-        self._check_live()
-        state = self._state
-        entry = state.meta.get(self._h)
-        if not isinstance(entry, NodeGraphs):
-            entry = NodeGraphs("child", (_read.child_graph(self._handle),))
-            state.add_inner(self._h, entry)
-        return GraphDefinition._wrap(entry.graph(state, 0))
-
-
 class EmptyNode(GraphNode):
     __slots__ = ()
 
@@ -583,42 +538,3 @@ class FreeNode(GraphNode):
     __slots__ = ()
 
     dptr = _read.field(_read.free_fields, 0, "The address this node frees.")
-
-
-class ConditionalNode(GraphNode):
-    __slots__ = ("_branches", "_condition")
-    _branches: tuple[GraphDefinition, ...]
-    # None for a node listed from a graph (GraphDefinition.nodes) rather than added
-    _condition: Condition | None
-
-    @property
-    def branches(self) -> tuple[GraphDefinition, ...]:
-        """The body graphs (one for IF and WHILE, two for IF/ELSE, ``count`` for SWITCH)."""
-        return self._branches
-
-    @property
-    def body(self) -> GraphDefinition:
-        """The first (or only) body graph."""
-        return self._branches[0]
-
-    then = body  # IF and IF/ELSE: the branch taken when the condition is non-zero
-
-    @property
-    def else_(self) -> GraphDefinition:
-        """The branch an IF/ELSE node takes when the condition is zero."""
-        if len(self._branches) != 2:
-            raise AttributeError("only an IF/ELSE node has an else branch")
-        return self._branches[1]
-
-    @property
-    def condition(self) -> Condition | None:
-        """The Condition (None for a node listed from a captured graph)."""
-        return self._condition
-
-    @property
-    def kind(self) -> str | None:
-        """ "if", "if_else", "while" or "switch" (None for a node listed from a
-        captured graph)."""
-        self._check_live()
-        entry = self._state.meta.get(self._h)
-        return entry.kind if isinstance(entry, NodeGraphs) else None

@@ -1,15 +1,27 @@
-"""Atomic publication of a (payload, sidecar) pair through a staging directory."""
+"""Atomic publication of a (payload, sidecar) pair through a staging directory,
+and the sweep of temp files crashed writers left there."""
 
 from __future__ import annotations
 
 import contextlib
 import itertools
 import os
+import stat as stat_mod
 
-from ._fsutil import DIR_FD, O_NOFOLLOW, PRIVATE_DIR, PRIVATE_FILE, make_dir, open_dir
+from ._fsutil import (
+    DIR_FD,
+    O_NOFOLLOW,
+    PRIVATE_DIR,
+    PRIVATE_FILE,
+    fingerprint,
+    list_dir,
+    make_dir,
+    open_dir,
+    unlink_if_unchanged,
+)
 from ._winretry import replace_retry
 
-__all__ = ["PairWriter"]
+__all__ = ["PairWriter", "sweep_temps"]
 
 _O_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | O_NOFOLLOW | getattr(os, "O_BINARY", 0)
 
@@ -174,3 +186,20 @@ class PairWriter:
                 raise
             make_dir(shard, self._dir_mode)
             replace_retry(tmp, dst)
+
+
+def sweep_temps(tmp_dir: str, now_ns: int, stale_age_ns: int) -> int:
+    """Delete temp files older than ``stale_age_ns``; return the live ones' bytes.
+
+    Temp files of crashed writers are the only thing that leaks; live ones are
+    counted because they occupy the disk too.
+    """
+    live = 0
+    for name, st in list_dir(tmp_dir):
+        if not stat_mod.S_ISREG(st.st_mode):
+            continue
+        if st.st_mtime_ns < now_ns - stale_age_ns:
+            unlink_if_unchanged(os.path.join(tmp_dir, name), fingerprint(st))
+        else:
+            live += st.st_size
+    return live

@@ -16,6 +16,7 @@ __all__ = [
     "Fingerprint",
     "check_mode",
     "fingerprint",
+    "list_dir",
     "make_dir",
     "open_dir",
     "unlink_if_unchanged",
@@ -73,6 +74,29 @@ def open_dir(name: str, dir_fd: int | None = None) -> int:
     """A descriptor on directory ``name`` (relative to ``dir_fd`` when given) that
     fails (ELOOP/ENOTDIR) when ``name`` is a symbolic link or not a directory."""
     return os.open(name, os.O_RDONLY | _O_DIRECTORY | O_NOFOLLOW, dir_fd=dir_fd)
+
+
+def list_dir(name: str, dir_fd: int | None = None) -> list[tuple[str, os.stat_result]]:
+    """``(name, lstat)`` of every entry of directory ``name`` (relative to ``dir_fd``);
+    entries that vanish meanwhile are skipped; ``[]`` when the directory cannot be
+    read or is a link."""
+    fd = -1
+    found = []
+    try:
+        if DIR_FD:
+            fd = open_dir(name, dir_fd)
+        with os.scandir(fd if fd >= 0 else name) as it:
+            for e in it:
+                try:  # relative to fd: before it is closed
+                    found.append((e.name, e.stat(follow_symlinks=False)))
+                except OSError:
+                    continue
+    except OSError:
+        return found
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    return found
 
 
 def make_dir(path: str, dir_mode: int | None) -> None:

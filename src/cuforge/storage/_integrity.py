@@ -33,6 +33,7 @@ __all__ = [
     "SIDECAR_SIZE",
     "SIDECAR_SUFFIX",
     "key_seed",
+    "mismatch_problem",
     "parse_sidecar",
     "sidecar_for",
 ]
@@ -74,6 +75,21 @@ def parse_sidecar(sidecar: bytes) -> tuple[int, int]:
     if size > _MAX_TRUSTED_SIZE or meta_len > MAX_META_SIZE:
         return 0, 0
     return size, SIDECAR_SIZE + meta_len
+
+
+def mismatch_problem(sidecar: bytes, payload: bytes, key_digest: bytes) -> str:
+    """Why ``sidecar`` and ``payload``, read under ``key_digest``, do not verify (one
+    phrase for logs and ``check_entry``); call it only for a pair that failed."""
+    size, total = parse_sidecar(sidecar)
+    if total == 0:
+        return "sidecar damaged (not a cuforge sidecar)"
+    if len(sidecar) != total:
+        return f"sidecar is {len(sidecar)} bytes, its header says {total}"
+    if sidecar[SIDECAR_SIZE - KEY_DIGEST_SIZE : SIDECAR_SIZE] != key_digest:
+        return "sidecar belongs to another key"
+    if len(payload) != size:
+        return f"payload is {len(payload)} bytes, sidecar says {size}"
+    return "checksum mismatch (payload or metadata damaged)"
 
 
 def sidecar_meta(sidecar: bytes) -> bytes:

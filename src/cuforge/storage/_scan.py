@@ -1,5 +1,6 @@
 """Directory scans of a file-stream cache: only for eviction, clear(), len() and
-seeding the size ledger -- never on the read or ordinary write path.
+seeding the size ledger -- never on the read or ordinary write path (the sweep of
+stale temp files at open is ``_atomicwrite.sweep_temps``).
 
 Directories are opened without following links (where the platform allows): a
 shard, ``entries/`` or ``tmp/`` replaced by a symbolic link is not listed, so
@@ -13,10 +14,10 @@ import os
 import stat as stat_mod
 from collections import namedtuple
 
-from ._fsutil import DIR_FD, Fingerprint, fingerprint, open_dir, unlink_if_unchanged
+from ._fsutil import DIR_FD, Fingerprint, fingerprint, list_dir, open_dir, unlink_if_unchanged
 from ._integrity import SIDECAR_SUFFIX
 
-__all__ = ["ORPHAN_SIDECAR_AGE_NS", "Scanned", "remove_scanned", "scan_entries", "sweep_temps"]
+__all__ = ["ORPHAN_SIDECAR_AGE_NS", "Scanned", "remove_scanned", "scan_entries"]
 
 # A sidecar without its payload is normal for the instant between a writer's two
 # renames; only older orphans are garbage.
@@ -37,46 +38,6 @@ class Scanned(
     sidecar_fp: Fingerprint | None
 
 
-def sweep_temps(tmp_dir: str, now_ns: int, stale_age_ns: int) -> int:
-    """Delete temp files older than ``stale_age_ns``; return the live ones' bytes.
-
-    Temp files of crashed writers are the only thing that leaks; live ones are
-    counted because they occupy the disk too.
-    """
-    live = 0
-    for name, st in _listing(tmp_dir):
-        if not stat_mod.S_ISREG(st.st_mode):
-            continue
-        if st.st_mtime_ns < now_ns - stale_age_ns:
-            unlink_if_unchanged(os.path.join(tmp_dir, name), fingerprint(st))
-        else:
-            live += st.st_size
-    return live
-
-
-def _listing(name: str, dir_fd: int | None = None) -> list[tuple[str, os.stat_result]]:
-    """``(name, lstat)`` of every entry of directory ``name`` (relative to ``dir_fd``);
-    entries that vanish meanwhile are skipped; ``[]`` when the directory cannot be
-    read or is a link."""
-    fd = -1
-    found = []
-    try:
-        if DIR_FD:
-            fd = open_dir(name, dir_fd)
-        with os.scandir(fd if fd >= 0 else name) as it:
-            for e in it:
-                try:  # relative to fd: before it is closed
-                    found.append((e.name, e.stat(follow_symlinks=False)))
-                except OSError:
-                    continue
-    except OSError:
-        return found
-    finally:
-        if fd >= 0:
-            os.close(fd)
-    return found
-
-
 def _entry_files(entries_dir: str) -> list[tuple[str, os.stat_result]]:
     """``(path, lstat)`` of every regular file in every shard of ``entries_dir``."""
     efd = -1
@@ -87,11 +48,11 @@ def _entry_files(entries_dir: str) -> list[tuple[str, os.stat_result]]:
         return []
     try:
         files = []
-        for shard, st in _listing(entries_dir):
+        for shard, st in list_dir(entries_dir):
             if not stat_mod.S_ISDIR(st.st_mode):
                 continue
             base = os.path.join(entries_dir, shard)
-            for name, fst in _listing(shard, efd) if efd >= 0 else _listing(base):
+            for name, fst in list_dir(shard, efd) if efd >= 0 else list_dir(base):
                 if stat_mod.S_ISREG(fst.st_mode):
                     files.append((os.path.join(base, name), fst))
         return files

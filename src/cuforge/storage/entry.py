@@ -18,7 +18,7 @@ from collections import namedtuple
 
 from ._hashing import blake2b
 
-__all__ = ["CacheEntry", "EntryInfo", "entry_id", "key_digest"]
+__all__ = ["CacheEntry", "EntryInfo", "entry_id", "is_entry_id", "key_digest"]
 
 
 # collections.namedtuple rather than typing.NamedTuple: typing costs a cold process
@@ -55,3 +55,8 @@ def key_digest(key: bytes) -> bytes:
 def entry_id(key: bytes) -> str:
     """The public id of ``key``'s entry: 64 hex digits."""
     return blake2b(key, digest_size=32).hexdigest()
+
+
+def is_entry_id(text: str) -> bool:
+    """Whether ``text`` has the form of an entry id: 64 lowercase hex digits."""
+    return len(text) == 64 and all(c in "0123456789abcdef" for c in text)

@@ -4,14 +4,16 @@ On-disk layout under the cache root::
 
     entries/<2 hex>/<62 hex>          the raw compiled binary (cuobjdump reads it)
     entries/<2 hex>/<62 hex>.cfsum    its digest sidecar with the entry's metadata (see _integrity)
-    tmp/                              staging for atomic writes
+    tmp/                              staging for atomic writes (see _atomicwrite)
     size.ledger                       shared running byte total (see _sizeindex)
     size.ledger.users                 one shared lock per open handle (crash recovery)
-    evict.lock                        serialises eviction scans across processes
+    evict.lock                        serialises eviction scans across processes (see _fsevict)
     locks/<64 hex>.lock               single-flight locks, one per key being filled
     stats/                            persisted counters (see _statsfile)
 
 Who may write these directories, and links below the root: see ``_safedir``.
+Reading and verifying a pair: ``_pairread``; listing and removing entries by id:
+``_fsentries``.
 
 The 64 hex digits are blake2b-256 of the key (the entry's public id, see
 ``entry.entry_id``), so any key length maps to a short fixed name.
@@ -26,37 +28,20 @@ import threading
 import time
 import warnings
 import weakref
-from collections import namedtuple
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
 
 from . import _events
-from ._atomicwrite import PairWriter
-from ._fsutil import (
-    O_NOFOLLOW,
-    PRIVATE_FILE,
-    Fingerprint,
-    check_mode,
-    fingerprint,
-    make_dir,
-    unlink_if_unchanged,
-)
+from ._atomicwrite import PairWriter, sweep_temps
+from ._fsutil import check_mode, fingerprint, make_dir, unlink_if_unchanged
 from ._hitmemo import HitMemo
-from ._integrity import (
-    SIDECAR_READ,
-    SIDECAR_SIZE,
-    SIDECAR_SUFFIX,
-    key_seed,
-    parse_sidecar,
-    sidecar_for,
-)
-from ._locking import FileKeyLock, lock_fd, unlock_fd
+from ._integrity import SIDECAR_SUFFIX, key_seed, sidecar_for
+from ._locking import FileKeyLock
+from ._pairread import Mismatch, PairNames, read_pair
 from ._safedir import DirRules, check_cache_dirs, open_root
-from ._scan import Scanned, remove_scanned, scan_entries, sweep_temps
 from ._sizeindex import SizeLedger
 from ._statsfile import FLUSH_EVERY, StatsStore, read_totals, zero_totals
 from ._values import coerce_key, coerce_value
-from ._winretry import _is_windows_sharing_violation, open_retry
 from .base import (
     DEFAULT_LOCK_TIMEOUT,
     CacheKey,
@@ -65,7 +50,7 @@ from .base import (
     ProgramCacheResource,
     check_meta,
 )
-from .entry import CacheEntry, EntryInfo, key_digest
+from .entry import CacheEntry, EntryInfo, is_entry_id, key_digest
 from .memory import check_max_size
 from .stats import CacheStats
 
@@ -73,12 +58,11 @@ TYPE_CHECKING = False  # typing is not imported at run time: it costs a cold hit
 if TYPE_CHECKING:
     from typing import Any
 
+    from ._scan import Scanned
+
 __all__ = ["FileStreamProgramCache", "default_cache_dir"]
 
-_O_BINARY = getattr(os, "O_BINARY", 0)
-_O_READ = os.O_RDONLY | O_NOFOLLOW | _O_BINARY
 _NAME_CACHE_MAX = 4096
-_EVICT_LOCK_TIMEOUT = 30.0
 
 
 def default_cache_dir() -> str:
@@ -86,40 +70,6 @@ def default_cache_dir() -> str:
     from platformdirs import user_cache_path
 
     return str(user_cache_path("cuforge", appauthor=False) / "program-cache")
-
-
-class _Names(namedtuple("_Names", ["payload", "sidecar", "shard", "key_digest", "seed"])):
-    __slots__ = ()
-    payload: str
-    sidecar: str
-    shard: str  # the shard directory's name (2 hex digits)
-    key_digest: bytes
-    seed: int
-
-
-class _Mismatch(namedtuple("_Mismatch", ["payload_fp", "sidecar_fp", "problem"])):
-    __slots__ = ()
-    payload_fp: Fingerprint
-    sidecar_fp: Fingerprint
-    problem: str
-
-
-def _describe(side: bytes, data: bytes, names: _Names) -> str:
-    """Why a pair that was read does not verify (for ``check_entry``)."""
-    size, total = parse_sidecar(side)
-    if total == 0:
-        return "sidecar damaged (not a cuforge sidecar)"
-    if len(side) != total:
-        return f"sidecar is {len(side)} bytes, its header says {total}"
-    if side[SIDECAR_SIZE - 32 : SIDECAR_SIZE] != names.key_digest:
-        return "sidecar belongs to another key"
-    if len(data) != size:
-        return f"payload is {len(data)} bytes, sidecar says {size}"
-    return "checksum mismatch (payload or metadata damaged)"
-
-
-def _is_entry_id(text: str) -> bool:
-    return len(text) == 64 and all(c in "0123456789abcdef" for c in text)
 
 
 class FileStreamProgramCache(ProgramCacheResource):
@@ -215,7 +165,7 @@ class FileStreamProgramCache(ProgramCacheResource):
         check_cache_dirs(given, root_st, subdirs, self._entries, rules)
         self._closed = False
         self._warned = False
-        self._names: dict[Any, _Names] = {}
+        self._names: dict[Any, PairNames] = {}
         self._memo = HitMemo(self.ATIME_BUMP_INTERVAL_NS)
         self._evict_mutex = threading.Lock()
         self._writer = PairWriter(self._tmp, self._entries, self._dir_mode, self._file_mode)
@@ -247,7 +197,7 @@ class FileStreamProgramCache(ProgramCacheResource):
         return 0 if self._ledger is None else self._ledger.total()
 
     # -- names ---------------------------------------------------------------------
-    def _names_for(self, key: CacheKey) -> _Names:
+    def _names_for(self, key: CacheKey) -> PairNames:
         try:
             names = self._names.get(key)
         except TypeError:  # unhashable: let coerce_key name the problem
@@ -259,14 +209,14 @@ class FileStreamProgramCache(ProgramCacheResource):
             self._names[key] = names
         return names
 
-    def _names_of(self, kd: bytes) -> _Names:
+    def _names_of(self, kd: bytes) -> PairNames:
         h = kd.hex()
         shard = os.path.join(self._entries, h[:2])
         payload = os.path.join(shard, h[2:])
-        return _Names(payload, payload + SIDECAR_SUFFIX, h[:2], kd, key_seed(kd))
+        return PairNames(payload, payload + SIDECAR_SUFFIX, h[:2], kd, key_seed(kd))
 
-    def _names_of_id(self, entry_id: str) -> _Names:
-        if not isinstance(entry_id, str) or not _is_entry_id(entry_id):
+    def _names_of_id(self, entry_id: str) -> PairNames:
+        if not isinstance(entry_id, str) or not is_entry_id(entry_id):
             raise KeyError(entry_id)
         return self._names_of(bytes.fromhex(entry_id))
 
@@ -298,11 +248,11 @@ class FileStreamProgramCache(ProgramCacheResource):
                 if self._ops >= FLUSH_EVERY:
                     self._flush_stats()
                 return entry
-        result = self._read_pair(names)
-        if isinstance(result, _Mismatch):
+        result = read_pair(names, memo, self._read_failed)
+        if isinstance(result, Mismatch):
             # A writer replacing the pair under us also mismatches: look once more.
-            result = self._read_pair(names)
-            if isinstance(result, _Mismatch):
+            result = read_pair(names, memo, self._read_failed)
+            if isinstance(result, Mismatch):
                 self._drop_corrupt(names, result)
                 result = None
         if result is None:
@@ -315,69 +265,7 @@ class FileStreamProgramCache(ProgramCacheResource):
             self._flush_stats()
         return result
 
-    def _read_pair(self, names: _Names, remember: bool = True) -> CacheEntry | _Mismatch | None:
-        """The entry if the pair verifies; None if absent or unreadable; else the
-        fingerprints of the two files read, for a guarded removal."""
-        try:
-            sfd = os.open(names.sidecar, _O_READ)
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            if not _is_windows_sharing_violation(exc):
-                self._read_failed(exc)
-                return None
-            try:
-                sfd = open_retry(names.sidecar, _O_READ)
-            except OSError as exc2:
-                self._read_failed(exc2)
-                return None
-        try:
-            side = os.read(sfd, SIDECAR_READ)
-            size, total = parse_sidecar(side)
-            while len(side) <= total:  # metadata beyond the first read (rare)
-                chunk = os.read(sfd, total + 1 - len(side))
-                if not chunk:
-                    break
-                side += chunk
-            try:
-                fd = os.open(names.payload, _O_READ)
-            except FileNotFoundError:
-                return None  # a writer between its two renames, or a deleter
-            except OSError as exc:
-                if not _is_windows_sharing_violation(exc):
-                    self._read_failed(exc)
-                    return None
-                fd = open_retry(names.payload, _O_READ)
-            try:
-                # The sidecar says how much to read: no fstat on the hit path.
-                data = os.read(fd, size + 1)
-                while len(data) < size:
-                    chunk = os.read(fd, size + 1 - len(data))
-                    if not chunk:
-                        break
-                    data += chunk
-                meta = side[SIDECAR_SIZE:total]
-                if side == sidecar_for(names.key_digest, names.seed, data, meta):
-                    entry = CacheEntry(data, meta)
-                    if remember:
-                        st = self._memo.bump_atime(fd, names.payload)
-                        if st is not None:
-                            self._memo.remember(names.payload, fingerprint(st), entry)
-                    return entry
-                return _Mismatch(
-                    fingerprint(os.fstat(fd)),
-                    fingerprint(os.fstat(sfd)),
-                    _describe(side, data, names),
-                )
-            finally:
-                os.close(fd)
-        except OSError as exc:
-            self._read_failed(exc)
-            return None
-        finally:
-            os.close(sfd)
-
-    def _drop_corrupt(self, names: _Names, bad: _Mismatch) -> None:
+    def _drop_corrupt(self, names: PairNames, bad: Mismatch) -> None:
         self._memo.forget(names.payload)
         payload_fp, sidecar_fp = bad.payload_fp, bad.sidecar_fp
         freed = 0
@@ -436,7 +324,7 @@ class FileStreamProgramCache(ProgramCacheResource):
         except OSError as exc:
             self._write_failed(exc)
 
-    def _write_pair(self, names: _Names, data: bytes, meta: bytes) -> int:
+    def _write_pair(self, names: PairNames, data: bytes, meta: bytes) -> int:
         """Publish payload + sidecar; return the change in bytes on disk."""
         side = sidecar_for(names.key_digest, names.seed, data, meta)
         name = os.path.basename(names.payload)
@@ -490,8 +378,9 @@ class FileStreamProgramCache(ProgramCacheResource):
         return 0 if self._ledger is None else self._ledger.add(delta)
 
     def _scan(self, now_ns: int) -> tuple[list[Scanned], int]:
-        found, total = scan_entries(self._entries)
-        return found, total + self._sweep_temps(now_ns)
+        from ._fsevict import scan_all
+
+        return scan_all(self._entries, self._tmp, now_ns, int(self.STALE_TEMP_AGE_S * 1e9))
 
     def _scan_total(self) -> int:
         return self._scan(time.time_ns())[1]
@@ -499,69 +388,29 @@ class FileStreamProgramCache(ProgramCacheResource):
     def _sweep_temps(self, now_ns: int) -> int:
         return sweep_temps(self._tmp, now_ns, int(self.STALE_TEMP_AGE_S * 1e9))
 
-    @contextlib.contextmanager
-    def _exclusive_scan(self) -> Any:
+    def _exclusive_scan(self) -> AbstractContextManager[bool]:
         """Serialise scans that delete: threads by a mutex, processes by evict.lock."""
-        with self._evict_mutex:
-            fd = -1
-            try:
-                fd = os.open(
-                    os.path.join(self._root, "evict.lock"),
-                    os.O_RDWR | os.O_CREAT | O_NOFOLLOW,
-                    PRIVATE_FILE,
-                )
-                if self._file_mode is not None:
-                    with contextlib.suppress(OSError, AttributeError):
-                        os.fchmod(fd, self._file_mode)
-                held = lock_fd(fd, timeout=_EVICT_LOCK_TIMEOUT)
-            except OSError:
-                held = False
-            try:
-                yield held
-            finally:
-                if fd >= 0:
-                    if held:
-                        with contextlib.suppress(OSError):
-                            unlock_fd(fd)
-                    os.close(fd)
+        from ._fsevict import exclusive_scan
+
+        lock_path = os.path.join(self._root, "evict.lock")
+        return exclusive_scan(self._evict_mutex, lock_path, self._file_mode)
 
     def _evict(self) -> None:
         assert self._max is not None and self._ledger is not None
-        with self._exclusive_scan() as held:
-            if not held:
-                return
-            base = self._ledger.total()
-            if base <= self._max:
-                return  # another process evicted while we waited
-            now = time.time_ns()
-            found, total = self._scan(now)
-            target = int(self._max * self.EVICT_LOW_WATER)
-            found.sort(key=lambda e: e.atime_ns)
-            evicted = 0
-            for entry in found:
-                if total <= target:
-                    break
-                freed = remove_scanned(entry, now, force=False)
-                if freed:
-                    total -= freed
-                    evicted += entry.payload is not None
-            self._stats.evictions += evicted
-            self._ledger.reconcile(base, total)
+        from ._fsevict import evict_lru
+
+        self._stats.evictions += evict_lru(
+            self._ledger, self._max, self.EVICT_LOW_WATER, self._exclusive_scan(), self._scan
+        )
 
     def clear(self) -> None:
         """Remove every entry; concurrent writers' new entries may survive. Never raises
         for files that vanish or change meanwhile."""
         self._check_open()
         self._memo.clear()
-        with self._exclusive_scan():
-            base = self._ledger.total() if self._ledger is not None else 0
-            now = time.time_ns()
-            found, total = self._scan(now)
-            for entry in found:
-                total -= remove_scanned(entry, now, force=True)
-            if self._ledger is not None:
-                with contextlib.suppress(OSError):
-                    self._ledger.reconcile(base, total)
+        from ._fsevict import clear_all
+
+        clear_all(self._ledger, self._exclusive_scan(), self._scan)
 
     def __len__(self) -> int:
         """Entries with both files present (a directory scan; does not verify them)."""
@@ -573,29 +422,16 @@ class FileStreamProgramCache(ProgramCacheResource):
     def iter_entries(self) -> Iterator[EntryInfo]:
         """Entries with both files present; ``meta`` read from each sidecar."""
         self._check_open()
-        found, _ = scan_entries(self._entries)
-        for e in found:
-            if e.payload is None or e.sidecar is None:
-                continue
-            assert e.payload_fp is not None and e.sidecar_fp is not None
-            shard, name = os.path.split(e.payload)
-            eid = os.path.basename(shard) + name
-            if not _is_entry_id(eid):
-                continue
-            yield EntryInfo(
-                eid,
-                e.payload_fp.size + e.sidecar_fp.size,
-                e.payload_fp.mtime_ns,
-                max(e.atime_ns, e.payload_fp.mtime_ns),
-                _read_meta(e.sidecar),
-            )
+        from ._fsentries import list_entries
+
+        yield from list_entries(self._entries)
 
     def check_entry(self, entry_id: str) -> str | None:
         self._check_open()
-        result = self._read_pair(self._names_of_id(entry_id), remember=False)
+        result = read_pair(self._names_of_id(entry_id), None, self._read_failed)
         if result is None:
             raise KeyError(entry_id)
-        return result.problem if type(result) is _Mismatch else None
+        return result.problem if type(result) is Mismatch else None
 
     def read_entry(self, entry_id: str) -> CacheEntry | None:
         self._check_open()
@@ -603,7 +439,7 @@ class FileStreamProgramCache(ProgramCacheResource):
             names = self._names_of_id(entry_id)
         except KeyError:
             return None
-        result = self._read_pair(names, remember=False)
+        result = read_pair(names, None, self._read_failed)
         return result if type(result) is CacheEntry else None
 
     def remove_entry(self, entry_id: str) -> bool:
@@ -613,14 +449,9 @@ class FileStreamProgramCache(ProgramCacheResource):
         except KeyError:
             return False
         self._memo.forget(names.payload)
-        freed = 0
-        removed = False
-        for path in (names.payload, names.sidecar):
-            with contextlib.suppress(OSError):
-                st = os.stat(path)
-                if unlink_if_unchanged(path, fingerprint(st)):
-                    freed += st.st_size
-                    removed = removed or path == names.payload
+        from ._fsentries import remove_pair
+
+        freed, removed = remove_pair(names.payload, names.sidecar)
         if freed:
             with contextlib.suppress(OSError):
                 self._ledger_add(-freed)
@@ -695,19 +526,6 @@ class FileStreamProgramCache(ProgramCacheResource):
 
     def __repr__(self) -> str:
         return f"FileStreamProgramCache({self._root!r}, max_size_bytes={self._max})"
-
-
-def _read_meta(sidecar: str) -> bytes | None:
-    """The metadata a sidecar file holds (unverified), or None if unreadable."""
-    try:
-        with open(os.open(sidecar, _O_READ), "rb") as f:
-            side = f.read(SIDECAR_READ)
-            _, total = parse_sidecar(side)
-            if len(side) < total:
-                side += f.read(total - len(side))
-    except OSError:
-        return None
-    return side[SIDECAR_SIZE:total] if total else None
 
 
 _LIVE: weakref.WeakSet[FileStreamProgramCache] = weakref.WeakSet()

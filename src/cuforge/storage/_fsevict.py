@@ -1,0 +1,115 @@
+"""Eviction and ``clear()`` for a file-stream cache: the only scans that delete.
+
+Guarantee: one deleting scan at a time per cache directory -- threads of a handle
+by its mutex, processes by an exclusive lock on ``evict.lock`` -- and every deletion
+is stat-guarded (``remove_scanned``), so an entry a writer replaced after the scan
+survives. Eviction removes least-recently-read entries until the scanned total is
+at or below the target, then resets the shared size ledger to what the scan saw
+(less what it freed).
+
+Failure modes: when ``evict.lock`` cannot be opened or is held past
+``EVICT_LOCK_TIMEOUT`` seconds, eviction is skipped (the next write over the cap
+tries again) while ``clear()`` goes on without it; files that vanish or change
+meanwhile are skipped, never an error. Imported on first eviction, ``clear()`` or
+``len()``: a cache hit never loads it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+from ._atomicwrite import sweep_temps
+from ._fsutil import O_NOFOLLOW, PRIVATE_FILE
+from ._locking import lock_fd, unlock_fd
+from ._scan import Scanned, remove_scanned, scan_entries
+from ._sizeindex import SizeLedger
+
+__all__ = ["EVICT_LOCK_TIMEOUT", "clear_all", "evict_lru", "exclusive_scan", "scan_all"]
+
+EVICT_LOCK_TIMEOUT = 30.0
+
+
+def scan_all(
+    entries_dir: str, tmp_dir: str, now_ns: int, stale_age_ns: int
+) -> tuple[list[Scanned], int]:
+    """Every entry and the bytes of entries plus live temp files; stale temps go."""
+    found, total = scan_entries(entries_dir)
+    return found, total + sweep_temps(tmp_dir, now_ns, stale_age_ns)
+
+
+@contextlib.contextmanager
+def exclusive_scan(mutex: threading.Lock, lock_path: str, file_mode: int | None) -> Iterator[bool]:
+    """Serialise scans that delete: threads by ``mutex``, processes by ``lock_path``.
+
+    Yields whether the file lock is held (False: it could not be opened or taken)."""
+    with mutex:
+        fd = -1
+        try:
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | O_NOFOLLOW, PRIVATE_FILE)
+            if file_mode is not None:
+                with contextlib.suppress(OSError, AttributeError):
+                    os.fchmod(fd, file_mode)
+            held = lock_fd(fd, timeout=EVICT_LOCK_TIMEOUT)
+        except OSError:
+            held = False
+        try:
+            yield held
+        finally:
+            if fd >= 0:
+                if held:
+                    with contextlib.suppress(OSError):
+                        unlock_fd(fd)
+                os.close(fd)
+
+
+def evict_lru(
+    ledger: SizeLedger,
+    cap: int,
+    low_water: float,
+    exclusive: contextlib.AbstractContextManager[bool],
+    scan: Callable[[int], tuple[list[Scanned], int]],
+) -> int:
+    """Evict least-recently-read entries down to ``low_water * cap``; the entries
+    evicted. Does nothing unless ``exclusive`` is held and the ledger is still over
+    ``cap`` (another process may have evicted while this one waited)."""
+    with exclusive as held:
+        if not held:
+            return 0
+        base = ledger.total()
+        if base <= cap:
+            return 0
+        now = time.time_ns()
+        found, total = scan(now)
+        target = int(cap * low_water)
+        found.sort(key=lambda e: e.atime_ns)
+        evicted = 0
+        for entry in found:
+            if total <= target:
+                break
+            freed = remove_scanned(entry, now, force=False)
+            if freed:
+                total -= freed
+                evicted += entry.payload is not None
+        ledger.reconcile(base, total)
+        return evicted
+
+
+def clear_all(
+    ledger: SizeLedger | None,
+    exclusive: contextlib.AbstractContextManager[bool],
+    scan: Callable[[int], tuple[list[Scanned], int]],
+) -> None:
+    """Remove every scanned entry (young orphan sidecars too) and reset the ledger."""
+    with exclusive:
+        base = ledger.total() if ledger is not None else 0
+        now = time.time_ns()
+        found, total = scan(now)
+        for entry in found:
+            total -= remove_scanned(entry, now, force=True)
+        if ledger is not None:
+            with contextlib.suppress(OSError):
+                ledger.reconcile(base, total)

@@ -1,0 +1,115 @@
+"""Reading one file-stream entry: its sidecar, then its payload, verified together.
+
+Guarantee: an entry is returned only when the sidecar read equals the one that
+would be written for the payload and metadata read under the key asked for
+(``_integrity``), so a torn, truncated, damaged or misplaced pair is never served.
+The sidecar is read first and says how many payload bytes to read (no ``fstat`` on
+a hit). The files open ``O_NOFOLLOW``; Windows sharing violations are retried.
+
+Failure modes: a missing file is a miss (None: a writer between its two renames,
+or a deleter); any other OS error is a miss reported to the caller's ``failed``; a
+pair that does not verify is a :class:`Mismatch` naming both files' fingerprints
+(for a stat-guarded removal) and the problem.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import namedtuple
+from collections.abc import Callable
+
+from ._fsutil import O_NOFOLLOW, Fingerprint, fingerprint
+from ._hitmemo import HitMemo
+from ._integrity import SIDECAR_READ, SIDECAR_SIZE, mismatch_problem, parse_sidecar, sidecar_for
+from ._winretry import _is_windows_sharing_violation, open_retry
+from .entry import CacheEntry
+
+__all__ = ["Mismatch", "PairNames", "read_pair"]
+
+_O_READ = os.O_RDONLY | O_NOFOLLOW | getattr(os, "O_BINARY", 0)
+
+
+class PairNames(namedtuple("PairNames", ["payload", "sidecar", "shard", "key_digest", "seed"])):
+    """One entry's file paths and the key binding its sidecar must carry."""
+
+    __slots__ = ()
+    payload: str
+    sidecar: str
+    shard: str  # the shard directory's name (2 hex digits)
+    key_digest: bytes
+    seed: int  # the CRC seed of key_digest (_integrity.key_seed)
+
+
+class Mismatch(namedtuple("Mismatch", ["payload_fp", "sidecar_fp", "problem"])):
+    """A pair that was read and does not verify."""
+
+    __slots__ = ()
+    payload_fp: Fingerprint
+    sidecar_fp: Fingerprint
+    problem: str
+
+
+def read_pair(
+    names: PairNames, memo: HitMemo | None, failed: Callable[[OSError], None]
+) -> CacheEntry | Mismatch | None:
+    """The entry if the pair verifies (remembered in ``memo`` unless None, its access
+    time bumped when due); None if absent or unreadable (``failed`` is told why);
+    else a Mismatch: the fingerprints of the two files read, for a guarded removal."""
+    try:
+        sfd = os.open(names.sidecar, _O_READ)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if not _is_windows_sharing_violation(exc):
+            failed(exc)
+            return None
+        try:
+            sfd = open_retry(names.sidecar, _O_READ)
+        except OSError as exc2:
+            failed(exc2)
+            return None
+    try:
+        side = os.read(sfd, SIDECAR_READ)
+        size, total = parse_sidecar(side)
+        while len(side) <= total:  # metadata beyond the first read (rare)
+            chunk = os.read(sfd, total + 1 - len(side))
+            if not chunk:
+                break
+            side += chunk
+        try:
+            fd = os.open(names.payload, _O_READ)
+        except FileNotFoundError:
+            return None  # a writer between its two renames, or a deleter
+        except OSError as exc:
+            if not _is_windows_sharing_violation(exc):
+                failed(exc)
+                return None
+            fd = open_retry(names.payload, _O_READ)
+        try:
+            # The sidecar says how much to read: no fstat on the hit path.
+            data = os.read(fd, size + 1)
+            while len(data) < size:
+                chunk = os.read(fd, size + 1 - len(data))
+                if not chunk:
+                    break
+                data += chunk
+            meta = side[SIDECAR_SIZE:total]
+            if side == sidecar_for(names.key_digest, names.seed, data, meta):
+                entry = CacheEntry(data, meta)
+                if memo is not None:
+                    st = memo.bump_atime(fd, names.payload)
+                    if st is not None:
+                        memo.remember(names.payload, fingerprint(st), entry)
+                return entry
+            return Mismatch(
+                fingerprint(os.fstat(fd)),
+                fingerprint(os.fstat(sfd)),
+                mismatch_problem(side, data, names.key_digest),
+            )
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        failed(exc)
+        return None
+    finally:
+        os.close(sfd)
