@@ -426,6 +426,8 @@ def test_zero_stats_on_tiered_and_signed_caches(tmp_path, redis_server):
         refused, "cuforge cache zero-stats"
     )
     assert _counts(tmp_path, str(local)) == (1, 0, 0, 0)  # nothing reset
+    alone = cli(tmp_path, "cache", "zero-stats", "--cache", f"{redis}&ro")
+    assert "is read-only" in one_line_error(alone, "cuforge cache zero-stats")
 
     # signed (CUFORGE_CACHE_SECRET): the wrapper's counters are the inner cache's
     signed = isolated_env(tmp_path, CUFORGE_CACHE_SECRET="k" * 32)

@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     from cuforge.compile.cache_key import make_program_cache_key as make_program_cache_key
     from cuforge.compile.explain import Explanation as Explanation
     from cuforge.compile.explain import explain as explain
+    from cuforge.storage._safedir import CachePathError as CachePathError
+    from cuforge.storage._safedir import UnsafeCacheError as UnsafeCacheError
     from cuforge.storage.base import CacheWriteWarning as CacheWriteWarning
     from cuforge.storage.base import ProgramCacheResource as ProgramCacheResource
     from cuforge.storage.config import default_cache as default_cache

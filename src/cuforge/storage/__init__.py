@@ -15,6 +15,8 @@ if TYPE_CHECKING:
 
     # What __getattr__ resolves, spelled out for type checkers (tests/test_typing.py
     # checks that this block and _EXPORTS agree).
+    from cuforge.storage._safedir import CachePathError as CachePathError
+    from cuforge.storage._safedir import UnsafeCacheError as UnsafeCacheError
     from cuforge.storage._winretry import (
         _is_windows_sharing_violation as _is_windows_sharing_violation,
     )
