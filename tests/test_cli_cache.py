@@ -390,9 +390,54 @@ def test_every_command_on_a_redis_cache(tmp_path, redis_server):
 
     url = f"{redis_server.url}?prefix=cli:"
     assert _every_command(tmp_path, url, damage) == "RedisProgramCache"
-    # Redis keeps fleet counters of its own; resetting them is the backend's to offer
+    assert raw.hget(b"cli:stats", b"hits") == b"2"  # the fleet hash
     zero = cli(tmp_path, "cache", "zero-stats", "--cache", url)
-    assert "cannot reset its statistics" in one_line_error(zero, "cuforge cache zero-stats")
+    assert zero.returncode == 0 and "restart from zero" in zero.stdout, zero.stderr
+    assert not raw.exists(b"cli:stats")
+    report = json.loads(cli(tmp_path, "cache", "stats", "--cache", url, "--json").stdout)
+    assert all(report[k] == 0 for k in ("hits", "misses", "stores", "bytes_written")), report
+
+
+def _counts(tmp_path, url, **env):
+    result = cli(tmp_path, "cache", "stats", "--cache", url, "--json", **env)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    return report["hits"], report["misses"], report["stores"], report["signature_failures"]
+
+
+def test_zero_stats_on_tiered_and_signed_caches(tmp_path, redis_server):
+    local, redis = tmp_path / "local", f"{redis_server.url}?prefix=z:"
+    tier = f"{local},{redis}"
+    build = ("compile", str(SAXPY), "--arch", "sm_90", "-o", str(tmp_path / "x.cubin"),
+             "--cache", tier, "--json")  # fmt: skip
+    assert [json.loads(cli(tmp_path, *build).stdout)[0]["cache"] for _ in "12"] == ["miss", "hit"]
+    assert _counts(tmp_path, tier) == (0, 1, 1, 0)  # the widest level's totals: Redis's
+    assert _counts(tmp_path, str(local)) == (1, 1, 1, 0)
+    zero = cli(tmp_path, "cache", "zero-stats", "--cache", tier)
+    assert zero.returncode == 0 and f"statistics of {tier} restart" in zero.stdout, zero.stderr
+    assert _counts(tmp_path, tier) == _counts(tmp_path, str(local)) == (0, 0, 0, 0)
+    assert json.loads(cli(tmp_path, *build).stdout)[0]["cache"] == "hit"  # entries stay
+    assert _counts(tmp_path, str(local)) == (1, 0, 0, 0)
+
+    # a read-only level whose counters stats would show is not this command's to reset
+    ro = f"{local},{redis}&ro"
+    refused = cli(tmp_path, "cache", "zero-stats", "--cache", ro)
+    assert "level 1 (RedisProgramCache) is read-only" in one_line_error(
+        refused, "cuforge cache zero-stats"
+    )
+    assert _counts(tmp_path, str(local)) == (1, 0, 0, 0)  # nothing reset
+    alone = cli(tmp_path, "cache", "zero-stats", "--cache", f"{redis}&ro")
+    assert "is read-only" in one_line_error(alone, "cuforge cache zero-stats")
+
+    # signed (CUFORGE_CACHE_SECRET): the wrapper's counters are the inner cache's
+    signed = isolated_env(tmp_path, CUFORGE_CACHE_SECRET="k" * 32)
+    planted = cli(tmp_path, *build, env=signed)  # the entries were stored unsigned
+    assert json.loads(planted.stdout)[0]["cache"] == "miss", planted.stderr
+    # each level refused the unsigned entry at the lookup and at the look-again under the lock
+    assert _counts(tmp_path, redis, env=signed)[3] == _counts(tmp_path, str(local))[3] == 2
+    assert cli(tmp_path, "cache", "zero-stats", "--cache", tier, env=signed).returncode == 0
+    assert _counts(tmp_path, str(local), env=signed) == (0, 0, 0, 0)
+    assert _counts(tmp_path, redis, env=signed) == (0, 0, 0, 0)
 
 
 def test_every_command_on_a_sqlite_cache(tmp_path):
@@ -413,3 +458,14 @@ def test_every_command_on_a_sqlite_cache(tmp_path):
             )
 
     assert _every_command(tmp_path, f"sqlite://{db}", damage) == "SQLiteProgramCache"
+
+
+def test_zero_stats_on_an_unreachable_server_is_one_line_exit_1(tmp_path):
+    from _redis import free_port
+
+    url = f"redis://127.0.0.1:{free_port()}/0?connect_timeout=100ms"
+    result = cli(tmp_path, "cache", "zero-stats", "--cache", url)
+    assert result.returncode == 1, (result.stdout, result.stderr)
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("cuforge cache zero-stats: error: Redis cache 127.0.0.1:"), line
+    assert "could not reset statistics" in line

@@ -106,6 +106,28 @@ def test_racy_witnesses_are_not_recorded(store, monkeypatch):
     )
 
 
+def test_a_witness_that_cannot_be_read_is_a_record_that_does_not_hold(store):
+    lib = _settled(store / "lib.so")
+    folder = store / "on-the-path"
+    folder.mkdir()
+    old = time.time() - 60
+    os.utime(folder, (old, old))
+    _settle()
+    probe = Probe([lib, str(folder)])
+    _identity_store.remembered("fake", probe)
+    assert _identity_store.lookup("fake") == (b"v1", b"second")
+    folder.rmdir()  # now a link loop: os.stat raises ELOOP, not FileNotFoundError
+    os.symlink(store / "loop-b", folder)
+    os.symlink(folder, store / "loop-b")
+    assert _identity_store.lookup("fake") is None  # not an exception
+    _identity_store.forget()  # a new process: probes, and keeps nothing it cannot check
+    assert _identity_store.remembered("fake", probe) == (b"v1", b"second")
+    assert probe.calls == 2 and _identity_store.lookup("fake") is None
+    _identity_store.forget()
+    _identity_store.remembered("fake", probe)
+    assert probe.calls == 3
+
+
 def test_no_witnesses_no_record(store):
     _identity_store.remembered("fake", Probe([]))
     assert _identity_store.lookup("fake") is None

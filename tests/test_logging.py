@@ -244,6 +244,37 @@ def test_a_backend_that_is_down_warns_once_per_cause(caplog):
 # -- graphs (GPU machine) ------------------------------------------------------------------
 
 
+def test_graph_records_arrive_on_cuforge_graph_through_cuforge_log():
+    # A fresh process that imports the graph layer before anything else logs: the
+    # loggers come from cuforge._log, so the cuforge NullHandler is in place.
+    code = textwrap.dedent(
+        """
+        import cuforge.graph
+        import logging
+        from cuforge import _log
+        from cuforge.graph import _exec, _owners
+        top = logging.getLogger("cuforge")
+        assert [type(h).__name__ for h in top.handlers] == ["NullHandler"], top.handlers
+        graph = logging.getLogger("cuforge.graph")
+        assert _exec._log is _owners._log is _log.get_logger("cuforge.graph") is graph
+        seen = []
+        class Keep(logging.Handler):
+            def emit(self, record):
+                seen.append((record.name, record.levelno, record.getMessage()))
+        logging.getLogger().addHandler(Keep())
+        _owners._release([])  # what the native release callback calls: no GPU needed
+        assert seen == [], seen  # DEBUG is off by default
+        top.setLevel(logging.DEBUG)
+        _owners._release([])
+        assert seen == [("cuforge.graph", logging.DEBUG,
+                         "released 0 owner bundles (0 still held by CUDA)")], seen
+        print("ok")
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+
+
 @pytest.mark.gpu
 def test_graph_instantiate_launch_close_and_release_log_at_debug(caplog):
     from cuforge import Device

@@ -24,6 +24,7 @@ from cuforge.compile import Program, ProgramOptions, _nvrtc
 from cuforge.storage import CacheWriteWarning, entry_id
 from cuforge.storage._breaker import CircuitBreaker
 from cuforge.storage.redis import RedisProgramCache
+from cuforge.storage.stats import CacheStats
 from cuforge.utils import make_program_cache_key, open_cache
 
 WORKERS = os.path.join(os.path.dirname(__file__), "_cache_workers.py")
@@ -445,10 +446,43 @@ def test_live_handles_flush_every_few_operations(redis_server):
         assert reader.total_stats().misses == 8  # without closing `busy`
 
 
+def test_zero_stats_restarts_the_fleet_counters_for_every_handle(redis_server):
+    finish(worker("redis_traffic", url=redis_server.url, hits=10, misses=5))  # another process
+    with (
+        RedisProgramCache(redis_server.url, stats_every=4) as live,
+        RedisProgramCache(redis_server.url, stats_every=1000) as resetter,
+        RedisProgramCache(redis_server.url, prefix="other:") as other,
+    ):
+        for _ in range(8):  # flushed twice by now
+            live.get(b"absent")
+        for _ in range(3):  # flushed by zero_stats itself, then reset with the rest
+            resetter.get(b"absent")
+        other.get(b"absent")
+        assert other.total_stats().misses == 1
+        assert live.total_stats().misses == 5 + 8  # resetter's 3 are not flushed yet
+        resetter.zero_stats()
+        assert resetter.total_stats() == CacheStats()  # every host's, every counter
+        assert redis_server.client().exists(b"cuforge:stats") == 0
+        assert resetter.stats().misses == 3  # the handle's own counters stay
+        assert other.total_stats().misses == 1  # another prefix is another fleet
+        for _ in range(4):  # counted once after the reset, not again from before it
+            live.get(b"absent")
+        resetter.get(b"present")
+        t = resetter.total_stats()
+        assert (t.misses, t.hits, t.bytes_read) == (4, 1, 100)
+    with RedisProgramCache(redis_server.url) as c:
+        assert (c.total_stats().misses, c.total_stats().hits) == (4, 1)  # closes added nothing
+    with RedisProgramCache(redis_server.url, read_only=True) as ro:
+        with pytest.raises(PermissionError, match="read-only"):
+            ro.zero_stats()
+        assert ro.total_stats().misses == 4
+
+
 def test_maintenance_on_a_dead_server_raises_connectionerror(redis_server):
     c = RedisProgramCache(redis_server.url, timeout=0.2, connect_timeout=0.2)
     redis_server.kill()
-    for call in (lambda: len(c), c.clear, c.total_stats, lambda: list(c.iter_entries())):
+    calls = (lambda: len(c), c.clear, c.total_stats, c.zero_stats, lambda: list(c.iter_entries()))
+    for call in calls:
         with pytest.raises(ConnectionError, match=r"Redis cache 127\.0\.0\.1"):
             call()
     c.close()
@@ -470,6 +504,8 @@ def test_cluster_spreads_entries_keeps_each_entry_on_one_shard_and_locks(redis_c
         assert len(list(c.iter_entries())) == 60
         assert c.check_entry(entry_id(b"k7")) is None
         assert c.total_stats().stores == 60
+        c.zero_stats()  # the fleet hash lives on one shard
+        assert c.total_stats() == CacheStats()
         c.update({b"u1": b"1", b"u2": b"2"})
         assert c.get(b"u2") == b"2"
         c.clear()

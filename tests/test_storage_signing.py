@@ -111,6 +111,23 @@ def test_signing_through_a_tier_rejects_what_a_level_holds(tmp_path: Path) -> No
         assert again.get(b"k") == b"genuine"
 
 
+@pytest.mark.parametrize("name", ["memory", "filestream", "redis"])
+def test_zero_stats_resets_the_signature_failures_with_the_inner_counters(
+    name: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    inner = FACTORIES[name](tmp_path, request)
+    with SignedProgramCache(inner, SECRET) as signed:
+        inner.set_entry(b"k", b"planted", b"")  # unsigned
+        assert signed.get(b"k") is None and signed.get(b"absent") is None
+        totals = signed.total_stats()
+        assert (totals.signature_failures, totals.misses) == (1, 2)
+        signed.zero_stats()  # the inner cache's: shared totals where it keeps them
+        totals = signed.total_stats()
+        assert (totals.signature_failures, totals.misses, totals.stores) == (0, 0, 0)
+        assert signed.get(b"k") is None
+        assert signed.total_stats().signature_failures == 1  # counted once
+
+
 def test_open_cache_takes_the_secret_from_the_environment(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("CUFORGE_CACHE_SECRET", "e" * 32)
     with open_cache(str(tmp_path)) as c:

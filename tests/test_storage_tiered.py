@@ -21,6 +21,7 @@ from cuforge.storage import (
 )
 from cuforge.storage.entry import CacheEntry
 from cuforge.storage.redis import RedisProgramCache
+from cuforge.storage.stats import CacheStats
 from cuforge.utils import open_cache
 
 
@@ -191,3 +192,57 @@ def test_tier_urls_open_levels_in_order_with_read_only_ones(redis_server, tmp_pa
         assert tier.read_only == (2,) and tier.levels[2].prefix == "ci:"
     with open_cache(f"file://{tmp_path / 'b'}?ro") as single:  # one read-only level
         assert isinstance(single, TieredProgramCache) and single.read_only == (0,)
+
+
+def test_zero_stats_restarts_the_tier_and_every_writable_level(redis_server, tmp_path) -> None:
+    mem, fs = InMemoryProgramCache(), FileStreamProgramCache(tmp_path / "fs")
+    redis = RedisProgramCache(redis_server.url, stats_every=1000)
+    with TieredProgramCache(mem, fs, redis) as tier:
+        tier.set_entry(b"k", b"payload", b"meta")
+        assert tier.get(b"k") == b"payload" and tier.get(b"absent") is None
+        assert fs.total_stats().stores == 1 and tier.total_stats().misses == 1
+        tier.zero_stats()
+        assert tier.stats() == CacheStats()  # own counters; no level counted a failure
+        assert mem.stats() == CacheStats()
+        assert fs.total_stats() == CacheStats()  # every process's, as its zero_stats() does
+        assert tier.total_stats() == CacheStats()  # the Redis fleet's
+        assert tier.get(b"absent") is None  # counted once at every level afterwards
+        assert (tier.stats().misses, mem.stats().misses) == (1, 1)
+        assert (fs.total_stats().misses, tier.total_stats().misses) == (1, 1)
+        assert tier.get(b"k") == b"payload" and tier.stats().hits == 1
+
+
+def test_zero_stats_leaves_read_only_levels_alone(redis_server, tmp_path) -> None:
+    shared = RedisProgramCache(redis_server.url)
+    shared[b"k"] = b"v"
+    shared.close()  # its counters are the fleet's now
+    ro_redis = RedisProgramCache(redis_server.url, read_only=True)
+    mem = InMemoryProgramCache()
+    with TieredProgramCache(mem, ro_redis, read_only=[1]) as tier:
+        assert tier.get(b"k") == b"v"
+        with pytest.raises(PermissionError, match=r"level 1 \(RedisProgramCache\) is read-only"):
+            tier.zero_stats()  # total_stats() reports the read-only level: nothing reset
+        assert (tier.stats().hits, mem.stats().stores) == (1, 1)
+        assert tier.total_stats().stores == 1
+    ci = FileStreamProgramCache(tmp_path / "ci")
+    ci[b"k"] = b"from ci"
+    ci_totals = ci.total_stats()
+    fs = FileStreamProgramCache(tmp_path / "local")
+    with TieredProgramCache(ci, fs, read_only=[0]) as tier:
+        assert tier.get(b"k") == b"from ci"
+        tier.zero_stats()  # the widest level is writable: the read-only one is skipped
+        assert fs.total_stats() == CacheStats() and tier.stats() == CacheStats()
+        assert ci.total_stats().stores == ci_totals.stores == 1
+        assert ci.total_stats().hits == 1
+
+
+def test_zero_stats_resets_every_level_it_can_and_names_one_that_cannot(tmp_path) -> None:
+    mem, fs = InMemoryProgramCache(), FileStreamProgramCache(tmp_path)
+    with TieredProgramCache(mem, Broken(), fs) as tier:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", CacheWriteWarning)
+            tier[b"k"] = b"v"
+        with pytest.raises(NotImplementedError, match=r"level 1 \(Broken\): Broken cannot"):
+            tier.zero_stats()
+        assert mem.stats() == CacheStats() and fs.total_stats() == CacheStats()
+        assert tier.stats() == CacheStats()

@@ -205,10 +205,10 @@ BACKENDS = {
 }
 
 
-#: Damage the verifier cannot name by the entry's id (the xfail tests below): a SQLite
-#: row whose stored key digest is damaged is no longer found under its id, and a Redis
-#: value emptied to 0 bytes is not listed. Lookups still count and remove both.
-VERIFY_GAPS = {("sqlite", "key digest bit flipped"), ("redis", "value emptied")}
+#: Damage the verifier cannot name by the entry's id (the xfail test below): a SQLite
+#: row whose stored key digest is damaged is no longer found under its id. Lookups
+#: still count and remove it.
+VERIFY_GAPS = {("sqlite", "key digest bit flipped")}
 
 
 def populate(cache: Any, n: int, rng: random.Random) -> list[bytes]:
@@ -338,11 +338,6 @@ def test_sqlite_verify_names_a_row_whose_key_digest_is_damaged(tmp_path: Path) -
         assert reported == len(keys)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Redis listing (_redisframe.describe) skips a value of 0 bytes, so cuforge cache "
-    "verify never names an emptied entry (lookups do count and remove it)",
-)
 def test_redis_verify_names_an_emptied_value(tmp_path: Path, request) -> None:
     cache = FACTORIES["redis"](tmp_path, request)
     try:
@@ -350,8 +345,20 @@ def test_redis_verify_names_an_emptied_value(tmp_path: Path, request) -> None:
         raw = RedisRaw(cache)
         for key in keys:
             raw.write(key, "", b"")
+        ids = {entry_id(key) for key in keys}
+        assert {e.id: e.size for e in cache.iter_entries()} == dict.fromkeys(ids, 0)
+        for key in keys:
+            assert "0 bytes" in cache.check_entry(entry_id(key))
+            assert cache.read_entry(entry_id(key)) is None
         _, reported = cli_verify(tmp_path, cli_url("redis", cache))
-        assert reported == {entry_id(key) for key in keys}
+        assert reported == ids
+        from _cli import run
+
+        fixed = run(tmp_path, "cache", "verify", "--fix", "--cache", cli_url("redis", cache))
+        assert fixed.returncode == 1 and "4 removed" in fixed.stdout, fixed.stdout
+        assert [raw.client.exists(raw._name(key)) for key in keys] == [0] * len(keys)
+        assert cli_verify(tmp_path, cli_url("redis", cache)) == (0, set())
+        assert all(cache.get_entry(key) is None for key in keys)
     finally:
         cache.close()
 

@@ -82,6 +82,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     from cuforge.cli import _verbosity
 
     args = list(sys.argv[1:] if argv is None else argv)
+    # A path or name the terminal's encoding cannot show is printed escaped, not a
+    # UnicodeEncodeError (stderr does this by default); put back after.
+    out = sys.stdout
+    errors = getattr(out, "errors", None)
+    if errors == "strict":
+        try:
+            out.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
+        except (AttributeError, ValueError):
+            errors = None
     try:
         digest = None
         if args[:1] == ["compile"] and not _verbosity.verbose(args):
@@ -97,6 +106,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _run(args, digest)
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # the reader went away (``| head``): as the full path does
+        return 1
+    finally:
+        if errors == "strict":
+            import contextlib  # loaded by then on every path
+
+            with contextlib.suppress(AttributeError, ValueError, OSError):
+                out.reconfigure(errors="strict")  # type: ignore[union-attr]
 
 
 def _run(argv: list[str], digest: str | None = None) -> int:

@@ -116,15 +116,18 @@ def serve(argv: Sequence[str], digest: str) -> int | None:
     try:
         with open(os.path.join(folder, digest[:2], digest), "rb") as f:
             fields = f.read(1 << 20).split(b"\0")
-    except OSError:
+        request = _check(fields)
+    except (OSError, ValueError, IndexError, UnicodeDecodeError):
+        # a damaged record (the full path rewrites it), or a file that cannot be
+        # read now: the full path answers, and says why where it must
         return None
-    try:
-        return _answer(fields)
-    except (ValueError, IndexError, UnicodeDecodeError):
-        return None  # a damaged record: the full path rewrites it
+    return None if request is None else _serve_entries(*request)
 
 
-def _answer(fields: list[bytes]) -> int | None:
+def _check(
+    fields: list[bytes],
+) -> tuple[str, str, list[tuple[str, str, bytes, str, str]]] | None:
+    """(cache root, output mode, outputs) of a record that holds here and now, else None."""
     if fields[0] != _FORMAT:
         return None
     root, mode = os.fsdecode(fields[1]), fields[2].decode()
@@ -156,7 +159,7 @@ def _answer(fields: list[bytes]) -> int | None:
         outputs.append((source, output, key, target, arch))
     if not outputs or not os.path.isdir(os.path.join(root, "entries")):
         return None
-    return _serve_entries(root, mode, outputs)
+    return root, mode, outputs
 
 
 def _serve_entries(
@@ -165,7 +168,10 @@ def _serve_entries(
     from cuforge.storage.filestream import FileStreamProgramCache
 
     results = []
-    cache = FileStreamProgramCache(root)
+    try:
+        cache = FileStreamProgramCache(root)
+    except OSError:  # refused now (made unsafe, a link, another owner...): the full
+        return None  # path opens it again and says why in one line
     try:
         found: list[CacheEntry] = []
         for source, output, key, target, arch in outputs:

@@ -3,7 +3,8 @@
 - ``stats [--json]``: where and what the cache is, entries and bytes, the cap, the
   counters summed over every process that used it (hits, misses, stores, evictions,
   integrity and write failures, hit rate), the oldest and newest entry.
-- ``zero-stats``: restart those counters from zero (for every process).
+- ``zero-stats``: restart those counters from zero (for every process; on Redis, for
+  the whole fleet using the prefix).
 - ``ls [--sort size|age|last-used|name] [--limit N] [--reverse] [--json]``: one line per
   entry: short id, kind, target, arch, size, age, last use, source name, compiler.
 - ``show ID-PREFIX [--extract OUT] [--json]``: everything recorded about one entry and
@@ -183,7 +184,9 @@ def _zero_stats(args: argparse.Namespace) -> int:
             cache.zero_stats()
         except NotImplementedError as exc:
             raise UsageError(str(exc)) from None
-        except OSError as exc:
+        except ConnectionError:
+            raise  # a server that cannot be reached: exit 1, as for every command
+        except OSError as exc:  # read-only: a cache or level this user may not reset
             raise UsageError(f"cannot reset the statistics: {exc.strerror or exc}") from None
     print(f"statistics of {chosen.choice.shown()} restart from zero")
     return 0

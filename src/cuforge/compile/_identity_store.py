@@ -137,14 +137,19 @@ def _context(fact: str) -> str:
     return f"{fact}-{h.hexdigest()}"
 
 
+#: The stamp of a path whose state cannot be read (a link loop, no permission): no
+#: record that names it holds, and none is written (its change could not be seen).
+_UNKNOWN = (-1, -1, -1, -1, -1)
+
+
 def _stamp(path: str) -> tuple[int, ...] | None:
-    """What identifies the current state of ``path`` (None: absent)."""
+    """What identifies the current state of ``path`` (None: absent; ``_UNKNOWN``)."""
     try:
         st = os.stat(path)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return None
-    except NotADirectoryError:
-        return None
+    except (OSError, ValueError):
+        return _UNKNOWN
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
@@ -197,7 +202,7 @@ def _decode_if_current(data: bytes) -> tuple[bytes, ...] | None:
             recorded = rest[i + 1]
             stamp = _stamp(os.fsdecode(rest[i]))
             now = b"-" if stamp is None else ":".join(map(str, stamp)).encode()
-            if now != recorded:
+            if now != recorded or stamp is _UNKNOWN:
                 return None
     except (ValueError, IndexError, UnicodeDecodeError):
         return None
@@ -221,6 +226,8 @@ def _write(path: str, values: tuple[bytes, ...], witnesses: list[str]) -> None:
     stamps = []
     for w in dict.fromkeys(os.path.abspath(w) for w in witnesses):
         stamp = _stamp(w)
+        if stamp is _UNKNOWN:
+            return  # a witness whose changes cannot be seen: never kept on disk
         if stamp is not None and (stamp[3] > cutoff or stamp[4] > cutoff):
             return  # changed a moment ago: a later process records it
         stamps.append((w, stamp))

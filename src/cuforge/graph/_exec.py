@@ -20,12 +20,12 @@ A failed update changes nothing: the new owners are only recorded on success.
 
 from __future__ import annotations
 
-import logging
 import time
 from typing import TYPE_CHECKING, Any
 
 from cuda.bindings import driver
 
+from cuforge._log import get_logger
 from cuforge._native import _release
 from cuforge._native._launch import graph_launch as _c_graph_launch
 from cuforge.graph import _operands as ops
@@ -63,8 +63,8 @@ _LAUNCH = 0  # cuGraphLaunch's address; -1: unavailable (use the bindings)
 _RECORD = 0  # cuEventRecord's address
 # DEBUG records of instantiate, launch and close; each site checks the level first,
 # so with DEBUG off a launch pays one isEnabledFor call.
-_log = logging.getLogger("cuforge.graph")
-_DEBUG = logging.DEBUG
+_log = get_logger("cuforge.graph")  # with the cuforge NullHandler in place (cuforge._log)
+_DEBUG = 10  # logging.DEBUG
 
 
 def _resolve_launch_entries() -> int:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import atexit
 import itertools
-import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -29,12 +28,14 @@ from typing import Any
 
 from cuda.bindings import driver
 
+from cuforge._log import get_logger
 from cuforge._native import _release as _native
 from cuforge.runtime import capture_guard
 from cuforge.runtime._init import driver_entry
 from cuforge.runtime.errors import check, error_for
 
-_log = logging.getLogger("cuforge.graph")
+_log = get_logger("cuforge.graph")  # with the cuforge NullHandler in place (cuforge._log)
+_DEBUG = 10  # logging.DEBUG
 _registry: dict[int, Any] = {}
 _ids = itertools.count(1)
 _lock = threading.Lock()
@@ -53,7 +54,7 @@ def _release(tokens: Iterable[int]) -> None:
         live = len(_registry)
     released = len(dropped)
     dropped.clear()
-    if _log.isEnabledFor(logging.DEBUG):
+    if _log.isEnabledFor(_DEBUG):
         _log.debug("released %d owner bundles (%d still held by CUDA)", released, live)
 
 

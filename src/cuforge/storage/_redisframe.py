@@ -100,7 +100,12 @@ def describe(
     client: Any, names: list[bytes], id_of: Callable[[bytes], str | None]
 ) -> Iterator[EntryInfo]:
     """Listing records for ``names`` (entry keys), read with one pipelined round trip
-    (plus one GETRANGE per entry whose metadata outgrows the first read)."""
+    (plus one GETRANGE per entry whose metadata outgrows the first read).
+
+    A name that vanished since the SCAN is left out; a value of any length that is
+    still there is listed, even an empty one, so ``check_entry`` can name
+    it damaged and ``remove_entry`` can remove it.
+    """
     if not names:
         return
     pipe = client.pipeline(transaction=False)
@@ -108,12 +113,13 @@ def describe(
         pipe.object("idletime", name)  # before the read below refreshes it
         pipe.getrange(name, 0, _LISTING_HEAD - 1)
         pipe.strlen(name)
+        pipe.exists(name)  # STRLEN and GETRANGE answer 0 / b"" for a vanished key too
     replies = pipe.execute(raise_on_error=False)
     now = time.time_ns()
     for i, name in enumerate(names):
-        idle, head, size = replies[3 * i : 3 * i + 3]
+        idle, head, size, exists = replies[4 * i : 4 * i + 4]
         eid = id_of(name)
-        if eid is None or isinstance(size, Exception) or not size:
+        if eid is None or isinstance(size, Exception) or exists != 1:
             continue
         peeked = peek(head) if isinstance(head, bytes) else None
         meta = None

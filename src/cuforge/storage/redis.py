@@ -547,6 +547,25 @@ class RedisProgramCache(ProgramCacheResource):
             self._flush_stats(raise_errors=True)
             return read_fleet(self._conn(), self._fleet.name)
 
+    def zero_stats(self) -> None:
+        """Restart the fleet's counters (``total_stats()``) from zero for every host and
+        process using this prefix, on the server: one shared hash, so this resets them
+        for the whole fleet, not for this host.
+
+        This handle first flushes what it counted, then the hash is deleted; live
+        handles elsewhere keep their own counters and go on sending only what they
+        count from their last flush, so nothing after the reset is counted twice.
+        What a live handle counted before the reset but had not flushed yet (at most
+        ``stats_every`` operations or ``stats_interval`` seconds' worth) still arrives
+        afterwards. ``stats()`` (this handle's own counters) is unchanged. Raises
+        PermissionError on a read-only handle and ConnectionError when the server
+        cannot be reached.
+        """
+        self._check_writable()
+        with self._maintenance("reset statistics"):
+            self._flush_stats(raise_errors=True)
+            self._conn().delete(self._fleet.name)
+
     def _check_open(self) -> None:
         if self._closed:
             raise ValueError("operation on a closed RedisProgramCache")

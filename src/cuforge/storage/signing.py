@@ -205,6 +205,12 @@ class SignedProgramCache(ProgramCacheResource):
         """The inner cache's totals (its ``stats()`` when it keeps no shared totals)."""
         return getattr(self._inner, "total_stats", self._inner.stats)()
 
+    def zero_stats(self) -> None:
+        """The inner cache's ``zero_stats()``: the counters this wrapper reports,
+        ``signature_failures`` included, are the inner cache's (NotImplementedError
+        where the inner backend cannot reset them)."""
+        self._inner.zero_stats()
+
     def close(self) -> None:
         self._inner.close()
 

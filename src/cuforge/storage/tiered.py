@@ -285,13 +285,51 @@ class TieredProgramCache(ProgramCacheResource):
         """Each level's own counters, fastest first."""
         return [level.stats() for level in self._levels]
 
+    def _totals_level(self) -> int | None:
+        """The index of the level ``total_stats()`` reports, None for ``stats()``."""
+        for i in reversed(range(len(self._levels))):
+            if hasattr(self._levels[i], "total_stats"):
+                return i
+        return None
+
     def total_stats(self) -> CacheStats:
         """The widest level that keeps shared totals (``total_stats``): e.g. the fleet's."""
-        for level in reversed(self._levels):
-            if hasattr(level, "total_stats"):
-                totals: CacheStats = level.total_stats()
-                return totals
-        return self.stats()
+        i = self._totals_level()
+        if i is None:
+            return self.stats()
+        totals: CacheStats = getattr(self._levels[i], "total_stats")()  # noqa: B009 - not on the ABC
+        return totals
+
+    def zero_stats(self) -> None:
+        """Restart ``stats()`` and ``total_stats()`` from zero: this cache's own
+        counters and every writable level's (each level's ``zero_stats()``: for a
+        shared level, for all its users, e.g. a Redis fleet's).
+
+        A read-only level is never written, so its counters are left alone; when it is
+        the level ``total_stats()`` reports, PermissionError, and nothing is reset. A
+        writable level that cannot reset its counters (NotImplementedError) or fails
+        (OSError) does not stop the others: the first such error is raised after them,
+        naming its level.
+        """
+        shown = self._totals_level()
+        if shown is not None and not self._writable[shown]:
+            raise PermissionError(
+                f"level {shown} ({type(self._levels[shown]).__name__}) is read-only: its "
+                "shared counters, which total_stats() reports, are its writers' to reset"
+            )
+        failed: list[tuple[int, Exception]] = []
+        for i, level in enumerate(self._levels):
+            if self._writable[i]:
+                try:
+                    level.zero_stats()
+                except (NotImplementedError, OSError) as exc:
+                    failed.append((i, exc))
+        self._stats = CacheStats()
+        if failed:
+            where, first = failed[0]
+            kinds = (NotImplementedError, ConnectionError, PermissionError, OSError)
+            kind = next(k for k in kinds if isinstance(first, k))
+            raise kind(f"level {where} ({type(self._levels[where]).__name__}): {first}") from first
 
     def close(self) -> None:
         """Close every level (each once, even if one raises)."""
