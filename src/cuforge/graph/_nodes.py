@@ -159,6 +159,10 @@ class _Adder:
     def allocate(self, size: int, device: Device | int | None = None) -> AllocNode:
         """Add a graph memory allocation of ``size`` bytes; its address is ``node.dptr``.
 
+        Memory that no ``deallocate`` node of the graph frees outlives the launch and is
+        the caller's to free (``cuMemFreeAsync``/``cuMemFree``, or a free node in another
+        graph); CUDA refuses to launch the graph again while it is allocated.
+
         TypeError unless ``size`` is an int, ValueError unless it is positive (CUDA
         refuses empty allocations too)."""
         try:
