@@ -102,7 +102,8 @@ def test_unfreed_graph_allocation_and_default_conditions(dev) -> None:
     from cuda.bindings import driver
 
     # The launch's allocation is the caller's to free (memcheck reports it otherwise).
-    assert driver.cuMemFree(kept.dptr)[0] == driver.CUresult.CUDA_SUCCESS
+    assert driver.cuMemFreeAsync(kept.dptr, s.handle)[0] == driver.CUresult.CUDA_SUCCESS
+    s.sync()
     exe.close()
     g.close()
 
