@@ -95,8 +95,8 @@ class Harness:
             # Mostly young writers (their first writes, evictions, clears); at full scale
             # one in six lives long enough for the periodic steps (stats and use
             # write-backs, checkpoints) to come round.
-            long_lived = self.rng.random() < long_lived
-            time.sleep(self.rng.uniform(0.3, 1.2) if long_lived else
+            lives_long = self.rng.random() < long_lived
+            time.sleep(self.rng.uniform(0.3, 1.2) if lives_long else
                        self.rng.uniform(min_delay, max_delay))  # fmt: skip
             victim = writers.pop(self.rng.randrange(len(writers)))
             self.kill(*victim)
