@@ -25,6 +25,7 @@ from zlib import crc32
 from ._integrity import key_seed
 from ._safedir import prepare_db_file
 from ._sqlite_conn import Connections, load_sqlite3, pragmas
+from ._sqlite_entries import check_row, digest_of_id, find_row, list_rows, read_row, remove_row
 from ._sqlite_evict import checkpoint, evict_down, shrink_to, vacuum
 from ._sqlite_lock import LockFile, reset_after_fork
 from ._sqlite_open import mark_damaged, open_database
@@ -52,7 +53,6 @@ from .urls import CacheSpec, register_scheme
 
 __all__ = ["CacheRecoveryWarning", "SQLiteProgramCache", "default_db_path"]
 
-_MIN_RID = -(1 << 63)
 _IDS_MAX = 4096
 _FLUSH_EVERY = 256  # operations between write-backs of uses and counters
 _SECOND = 1_000_000_000  # ... or nanoseconds
@@ -479,57 +479,36 @@ class SQLiteProgramCache(ProgramCacheResource):
         self._check_open()
         if self._broken:
             return
-        query, bound = SQL.list_first, _MIN_RID
-        while True:
-            rows = self._conn().execute(query, (bound,)).fetchall()
-            for _, digest, size, stored_ns, used_ns, meta in rows:
-                yield EntryInfo(bytes(digest).hex(), size, stored_ns, used_ns, meta)
-            if len(rows) < 256:
-                return
-            query, bound = SQL.list_next, rows[-1][0]
+        yield from list_rows(self._conn)
 
     def _row_of_id(self, entry_id: str) -> tuple[bytes, tuple[Any, ...]] | None:
-        if not (isinstance(entry_id, str) and len(entry_id) == 64):
-            return None
-        try:
-            kd = bytes.fromhex(entry_id)
-        except ValueError:
-            return None
-        if entry_id != kd.hex():  # upper case is not an id
+        kd = digest_of_id(entry_id)
+        if kd is None:
             return None
         self._check_open()
         if self._broken:
             return None
-        rows = self._conn().execute(SQL.get, (rid_of(kd),)).fetchall()
-        return (kd, rows[0]) if rows and rows[0][0] == kd else None
+        row = find_row(self._conn(), kd)
+        return None if row is None else (kd, row)
 
     def check_entry(self, entry_id: str) -> str | None:
         found = self._row_of_id(entry_id)
         if found is None:
             raise KeyError(entry_id)
-        kd, (_, crc, meta, data) = found
-        if row_check(key_seed(kd), data, meta) != crc:
-            return "checksum mismatch (payload or metadata damaged)"
-        return None
+        return check_row(*found)
 
     def read_entry(self, entry_id: str) -> CacheEntry | None:
         found = self._row_of_id(entry_id)
-        if found is None:
-            return None
-        kd, (_, crc, meta, data) = found
-        return CacheEntry(data, meta) if row_check(key_seed(kd), data, meta) == crc else None
+        return None if found is None else read_row(*found)
 
     def remove_entry(self, entry_id: str) -> bool:
         found = self._row_of_id(entry_id)
         if found is None:
             return False
-        kd = found[0]
         try:
-            cur = _immediate(self._conn(), SQL.delete_key, (rid_of(kd), kd))
+            return remove_row(self._conn(), found[0], _immediate)
         except self._error:
             return False
-        removed: int = cur.rowcount
-        return removed > 0
 
     # -- single-flight and lifetime ------------------------------------------------------
     def lock(
