@@ -95,6 +95,8 @@ class SQL:
     #: Removes a damaged row only if no writer replaced it since it was read.
     drop_if_same = "DELETE FROM cuforge_entries WHERE rid = ? AND crc = ?"
     delete_key = "DELETE FROM cuforge_entries WHERE rid = ? AND digest = ?"
+    #: Removes a row whose stored digest is damaged, only as it was read.
+    drop_exact = "DELETE FROM cuforge_entries WHERE rid = ? AND digest IS ? AND crc IS ?"
     touch = "UPDATE cuforge_entries SET used_ns = ? WHERE rid = ? AND used_ns < ?"
     add_stats = "UPDATE cuforge_state SET " + ", ".join(
         f"{c} = max(0, {c} + ?)" for c in STAT_COLUMNS

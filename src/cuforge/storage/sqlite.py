@@ -25,7 +25,7 @@ from zlib import crc32
 from ._integrity import key_seed
 from ._safedir import prepare_db_file
 from ._sqlite_conn import Connections, load_sqlite3, pragmas
-from ._sqlite_entries import check_row, digest_of_id, find_row, list_rows, read_row, remove_row
+from ._sqlite_entries import Found, digest_of_id, find_row, list_rows, read_row, remove_row
 from ._sqlite_evict import checkpoint, evict_down, shrink_to, vacuum
 from ._sqlite_lock import LockFile, reset_after_fork
 from ._sqlite_open import mark_damaged, open_database
@@ -481,32 +481,36 @@ class SQLiteProgramCache(ProgramCacheResource):
             return
         yield from list_rows(self._conn)
 
-    def _row_of_id(self, entry_id: str) -> tuple[bytes, tuple[Any, ...]] | None:
+    def _row_of_id(self, entry_id: str) -> tuple[bytes, Found] | None:
+        """The row that answers for ``entry_id`` (see ``_sqlite_entries``), or None."""
         kd = digest_of_id(entry_id)
         if kd is None:
             return None
         self._check_open()
         if self._broken:
             return None
-        row = find_row(self._conn(), kd)
-        return None if row is None else (kd, row)
+        found = find_row(self._conn(), kd)
+        return None if found is None else (kd, found)
 
     def check_entry(self, entry_id: str) -> str | None:
+        """What is wrong with the row listed as ``entry_id`` (None: intact); KeyError
+        when no row answers for it. A row whose stored key digest is damaged is
+        reported under the id it is listed by, and under its key's id."""
         found = self._row_of_id(entry_id)
         if found is None:
             raise KeyError(entry_id)
-        return check_row(*found)
+        return found[1][1]
 
     def read_entry(self, entry_id: str) -> CacheEntry | None:
         found = self._row_of_id(entry_id)
-        return None if found is None else read_row(*found)
+        return None if found is None else read_row(found[1])
 
     def remove_entry(self, entry_id: str) -> bool:
         found = self._row_of_id(entry_id)
         if found is None:
             return False
         try:
-            return remove_row(self._conn(), found[0], _immediate)
+            return remove_row(self._conn(), *found, _immediate)
         except self._error:
             return False
 
