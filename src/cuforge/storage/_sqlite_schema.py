@@ -101,6 +101,7 @@ class SQL:
     add_stats = "UPDATE cuforge_state SET " + ", ".join(
         f"{c} = max(0, {c} + ?)" for c in STAT_COLUMNS
     )
+    zero_stats = "UPDATE cuforge_state SET " + ", ".join(f"{c} = 0" for c in STAT_COLUMNS)
     read_stats = f"SELECT {', '.join(STAT_COLUMNS)} FROM cuforge_state"
     _list = "SELECT rid, digest, size, stored_ns, used_ns, meta FROM cuforge_entries WHERE rid "
     list_first = _list + ">= ? ORDER BY rid LIMIT 256"

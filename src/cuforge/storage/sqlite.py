@@ -473,6 +473,30 @@ class SQLiteProgramCache(ProgramCacheResource):
             stored = [0] * len(STAT_COLUMNS)
         return CacheStats(*(max(0, a + b) for a, b in zip(stored, unflushed, strict=True)))
 
+    def zero_stats(self) -> None:
+        """Make ``total_stats()`` count from zero for every process using this database.
+
+        The stored counters are set to zero in one write transaction, and what this
+        handle has counted so far is dropped from what it writes back. Other live
+        handles keep counting and write back only what they counted since their last
+        write-back (every 256 operations or second), so nothing is counted twice; what
+        they had not yet written may still appear. ``stats()`` of a handle is its own
+        and stays. Raises OSError when the database cannot be written (locked past
+        ``timeout``, read-only, damaged).
+        """
+        self._check_open()
+        if self._broken:
+            raise OSError(f"{self._path}: {self._broken}")
+        with self._flush_mutex:
+            done = self._stats.copy()
+            try:
+                _immediate(self._conn(), SQL.zero_stats)
+            except self._error as exc:
+                if is_corruption(exc):
+                    self._damaged(exc)
+                raise OSError(f"{self._path}: {exc}") from exc
+            self._flushed = done
+
     # -- listing and maintenance (by entry id) -------------------------------------------
     def iter_entries(self) -> Iterator[EntryInfo]:
         """Every row, in pages of 256 (no read transaction stays open between pages)."""
