@@ -13,7 +13,16 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["checkpoint", "evict_down", "evict_rows", "pages_in_use", "shrink_to", "vacuum"]
+__all__ = [
+    "checkpoint",
+    "delete_all",
+    "evict_down",
+    "evict_rows",
+    "pages_in_use",
+    "passive_checkpoint",
+    "shrink_to",
+    "vacuum",
+]
 
 
 def pages_in_use(conn: Any) -> int:
@@ -113,12 +122,12 @@ def evict_down(
     room: Callable[[], float],
     page: int,
     step: int,
-    timeout: float,
+    fold: Callable[[], object],
     first: Callable[[], object],
 ) -> list[int]:
-    """Evict in transactions of at most ``step`` rows, each followed by a passive checkpoint,
-    until the pages in use fit ``room()``; call ``first()`` before the first one.
-    The row ids deleted."""  # fmt: skip
+    """Evict in transactions of at most ``step`` rows, each followed by ``fold()`` (which
+    keeps the WAL within its allowance), until the pages in use fit ``room()``; call
+    ``first()`` before the first one. The row ids deleted."""
     gone: list[int] = []
     for _ in range(64):
         fits = room()
@@ -128,13 +137,36 @@ def evict_down(
             first()
         batch = evict_rows(conn, fits, page, step)
         gone += batch
-        # Between batches only a passive checkpoint: a blocking one holds every writer
-        # of the database off while it waits for readers, and a loop of them starves
-        # writers past their busy timeout. The caller folds the WAL in once at the end.
         if not batch:
             break
-        passive_checkpoint(conn)
+        fold()
     return gone
+
+
+_FROM = "SELECT rid FROM cuforge_entries WHERE rid >= ? ORDER BY rid LIMIT ?"
+_AFTER = "SELECT rid FROM cuforge_entries WHERE rid > ? ORDER BY rid LIMIT ?"
+
+
+def delete_all(conn: Any, step: int, fold: Callable[[], object]) -> None:
+    """Delete every row in one walk up the row ids, ``step`` rows per transaction, each
+    followed by ``fold()``. One statement deleting them all would write nearly the
+    whole database to the WAL (every row sits on its own page). A row stored behind
+    the walk meanwhile stays, as it would had it been stored just after."""
+    query, bound = _FROM, -(1 << 63)
+    while True:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            rids = conn.execute(query, (bound, step)).fetchall()
+            conn.executemany("DELETE FROM cuforge_entries WHERE rid = ?", rids)
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        if len(rids) < step:
+            return
+        query, bound = _AFTER, rids[-1][0]
+        fold()
 
 
 def shrink_to(conn: Any, share: float, page: int, step: int, timeout: float) -> None:

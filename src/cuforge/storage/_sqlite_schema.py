@@ -167,16 +167,27 @@ def file_problem(path: str) -> str | None:
 
 
 def _inspect(conn: Any) -> tuple[str, str]:
-    """``(kind, detail)``: kind is "empty", "ours", "stale" or "foreign"."""
-    app = conn.execute("PRAGMA application_id").fetchall()[0][0]
-    version = conn.execute("PRAGMA user_version").fetchall()[0][0]
-    tables = sorted(
-        r[0]
-        for r in conn.execute(
-            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite!_%' "
-            "ESCAPE '!'"
-        ).fetchall()
-    )
+    """``(kind, detail)``: kind is "empty", "ours", "stale" or "foreign".
+
+    Read in one transaction: read one statement at a time, a peer's creation could
+    commit in between, and its tables would be seen without its application id.
+    """
+    own = not conn.in_transaction
+    if own:
+        conn.execute("BEGIN")
+    try:
+        app = conn.execute("PRAGMA application_id").fetchall()[0][0]
+        version = conn.execute("PRAGMA user_version").fetchall()[0][0]
+        tables = sorted(
+            r[0]
+            for r in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' "
+                "AND name NOT LIKE 'sqlite!_%' ESCAPE '!'"
+            ).fetchall()
+        )
+    finally:
+        if own:
+            conn.execute("COMMIT")
     if app == APPLICATION_ID:
         if version == SCHEMA_VERSION and all(t in tables for t in _TABLES):
             return "ours", ""

@@ -24,9 +24,17 @@ from zlib import crc32
 
 from ._integrity import key_seed
 from ._safedir import prepare_db_file
+from ._sqlite_budget import PAGE, Budget
 from ._sqlite_conn import Connections, load_sqlite3, pragmas
 from ._sqlite_entries import Found, digest_of_id, find_row, list_rows, read_row, remove_row
-from ._sqlite_evict import checkpoint, evict_down, shrink_to, vacuum
+from ._sqlite_evict import (
+    checkpoint,
+    delete_all,
+    evict_down,
+    passive_checkpoint,
+    shrink_to,
+    vacuum,
+)
 from ._sqlite_lock import LockFile, reset_after_fork
 from ._sqlite_open import mark_damaged, open_database
 from ._sqlite_schema import (
@@ -59,7 +67,6 @@ _SECOND = 1_000_000_000  # ... or nanoseconds
 _U32 = 0xFFFFFFFF
 _GET = SQL.get  # the hit path avoids an attribute lookup
 _PENDING_MAX = 4096
-_WAL_MAX = 64 << 20  # WAL budget (a cap gives a 16th of itself, up to this)
 
 
 def default_db_path() -> str:
@@ -131,11 +138,9 @@ class SQLiteProgramCache(ProgramCacheResource):
             )
         prepare_db_file(self._path, trust_shared)  # private, like FileStream (_safedir)
         self._files = (self._path, self._path + "-wal", self._path + "-shm")
-        wal_limit = _WAL_MAX if self._max is None else min(_WAL_MAX, max(16384, self._max // 16))
-        self._wal_limit = wal_limit
-        self._touch_batch = max(32, wal_limit // 4096 // 4)  # uses written per transaction
+        self._budget = Budget(self._max)
         self._conns = Connections(
-            sqlite3, self._path, self._timeout, pragmas(self._durable, wal_limit)
+            sqlite3, self._path, self._timeout, pragmas(self._durable, self._budget.wal)
         )
         self._closed = False
         self._warned = False
@@ -149,7 +154,6 @@ class SQLiteProgramCache(ProgramCacheResource):
         self._ops = 0
         self._last_flush = time.monotonic_ns()
         self._retry_checkpoint_at = 0
-        self._page = 0
         self._lockfile = LockFile(self._path)
         try:
             opened = open_database(sqlite3, self._conns, self._lockfile, self._path, self._timeout)
@@ -290,8 +294,26 @@ class SQLiteProgramCache(ProgramCacheResource):
             return
         now = time.time_ns()
         row = (rid, kd, row_check(seed, data, meta), len(data) + len(meta), now, now, meta, data)
+        conn = self._conn()
         try:
-            _immediate(self._conn(), SQL.put, row)
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                # Sizes are checked under the write lock, so no process adds to a WAL
+                # past its fold point or to a database past its share without first
+                # folding or evicting (a fold that readers block is retried later).
+                db, wal = self._sizes()
+                if self._budget.needs_work(db, wal) and (
+                    db > self._budget.share or db + wal >= self._retry_checkpoint_at
+                ):
+                    conn.execute("ROLLBACK")
+                    self._make_room(db, wal)
+                    conn.execute("BEGIN IMMEDIATE")
+                conn.execute(SQL.put, row)
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
         except self._error as exc:
             self._write_failed(exc)
             return
@@ -301,10 +323,6 @@ class SQLiteProgramCache(ProgramCacheResource):
         self._ops += 1
         if self._ops >= _FLUSH_EVERY:
             self._housekeep(wait=False)
-        db, wal = self._sizes()
-        # Fold the WAL in at half its budget: eviction rounds use the other half.
-        if wal > self._wal_limit // 2 or (self._max is not None and db + wal > self._max):
-            self._make_room(db + wal)
 
     def _write_failed(self, why: BaseException | str) -> None:
         self._stats.write_failures += 1
@@ -341,13 +359,16 @@ class SQLiteProgramCache(ProgramCacheResource):
         self._pending.clear()
         try:
             conn = self._conn()
-            _immediate(conn, "DELETE FROM cuforge_entries")
-            with self._conns.busy_timeout(conn, self.CHECKPOINT_TIMEOUT_MS):
-                step = max(8, self._wal_limit // 4096 // 4)
-                vacuum(conn, 1 << 62, step, self.CHECKPOINT_TIMEOUT_MS / 1000)
-                checkpoint(conn, self.CHECKPOINT_TIMEOUT_MS / 1000, truncate=True)
+            delete_all(conn, self._budget.rows, lambda: self._fold(conn))
         except self._error as exc:
             self._write_failed(exc)
+            return
+        # Giving the pages back is housekeeping: busy here fails nothing (the pages
+        # are reused by later writes, or given back by a later eviction).
+        wait = self.CHECKPOINT_TIMEOUT_MS
+        with contextlib.suppress(self._error), self._conns.busy_timeout(conn, wait):
+            vacuum(conn, 1 << 62, self._budget.rows, wait / 1000)
+            checkpoint(conn, wait / 1000, truncate=True)
 
     def __len__(self) -> int:
         """Number of entries (kept by triggers: no scan)."""
@@ -357,54 +378,61 @@ class SQLiteProgramCache(ProgramCacheResource):
         return int(self._conn().execute("SELECT entries FROM cuforge_state").fetchall()[0][0])
 
     # -- eviction ----------------------------------------------------------------------
-    def _make_room(self, disk: int, wait_ms: int = 0) -> None:
-        """Over the cap: delete least-recently-used rows until the database would fit
-        ~90 % of it and give the pages back. WAL past half its budget: fold it in
-        (truncate it when over the cap). Waits ``wait_ms`` (default
-        CHECKPOINT_TIMEOUT_MS) for readers at each checkpoint. See ``_sqlite_evict``."""
+    def _make_room(self, db: int, wal: int, wait_ms: int = 0) -> None:
+        """The database past its share: delete least-recently-used rows until its pages
+        in use would fit ~90 % of it, and give the pages beyond it back. The WAL past
+        half its allowance: fold it in (emptying its file when past the allowance).
+        Waits ``wait_ms`` (default CHECKPOINT_TIMEOUT_MS) for readers at each blocking
+        checkpoint; busy or full is never an error. See ``_sqlite_budget``."""
         if not self._evict_mutex.acquire(blocking=False):
             return  # another thread of this handle is at it
         try:
             conn = self._conns.get()
-            if not self._page:
-                self._page = conn.execute("PRAGMA page_size").fetchall()[0][0]
+            budget = self._budget
             wait_ms = wait_ms or self.CHECKPOINT_TIMEOUT_MS
-            wait = wait_ms / 1000
-            with self._conns.busy_timeout(conn, wait_ms):
-                step = max(4, self._wal_limit // self._page // 4)  # a row writes ~2 pages
-                if self._max is not None and disk > self._max:
-                    gone = evict_down(
-                        conn, self._room, self._page, step, wait, lambda: self._housekeep(False)
-                    )
-                    for rid in gone:
-                        self._pending.pop(rid, None)
-                    self._stats.evictions += len(gone)
-                    if gone:
-                        shrink_to(conn, self._file_share(), self._page, step // 2, wait)
+            index = self._sizes(3)[2]
+            over = db > budget.file_share(index)
+            if over:
+                gone = evict_down(
+                    conn,
+                    lambda: budget.room(self._sizes(3)[2], self.EVICT_LOW_WATER),
+                    PAGE,
+                    budget.rows,
+                    lambda: self._fold(conn, wait_ms),
+                    lambda: self._housekeep(False),
+                )
+                for rid in gone:
+                    self._pending.pop(rid, None)
+                self._stats.evictions += len(gone)
+                if gone:
+                    with self._conns.busy_timeout(conn, wait_ms):
+                        shrink_to(
+                            conn, budget.file_share(index), PAGE, budget.rows // 2, wait_ms / 1000
+                        )
                 db, wal = self._sizes()
-                over = self._max is not None and db + wal > self._max
-                if (over or wal > self._wal_limit // 2) and db + wal >= self._retry_checkpoint_at:
-                    done = checkpoint(conn, wait, truncate=over)
-                    # Readers outlasting the wait: try again after another WAL budget's
-                    # worth of writes, not on every write.
-                    self._retry_checkpoint_at = 0 if done else db + wal + self._wal_limit
+            if (over or wal > budget.fold_at) and db + wal >= self._retry_checkpoint_at:
+                with self._conns.busy_timeout(conn, wait_ms):
+                    done = checkpoint(conn, wait_ms / 1000, truncate=over or wal > budget.wal)
+                # Readers outlasting the wait: try again after another WAL allowance's
+                # worth of writes, not on every write.
+                self._retry_checkpoint_at = 0 if done else db + wal + budget.wal
         except self._error:
             pass  # busy or full: the next write tries again
         finally:
             self._evict_mutex.release()
 
-    def _file_share(self) -> float:
-        """Bytes the database file may take: the cap less the WAL budget and index."""
-        assert self._max is not None
-        shm = 0
-        with contextlib.suppress(OSError):
-            shm = os.stat(self._files[2]).st_size
-        return self._max - shm - self._wal_limit
-
-    def _room(self) -> float:
-        """Bytes of pages in use that eviction leaves: ~90 % of the file's share."""
-        assert self._max is not None
-        return self._file_share() - self._max * (1 - self.EVICT_LOW_WATER)
+    def _fold(self, conn: Any, wait_ms: int = 0) -> None:
+        """Between the write transactions of one eviction or clear: fold the WAL in
+        without holding anyone up while it is within half its allowance, else with a
+        blocking checkpoint (``wait_ms`` for readers) so that it restarts."""
+        wal = self._sizes()[1]
+        with contextlib.suppress(self._error):
+            if wal <= self._budget.fold_at:
+                passive_checkpoint(conn)
+                return
+            wait_ms = wait_ms or self.CHECKPOINT_TIMEOUT_MS
+            with self._conns.busy_timeout(conn, wait_ms):
+                checkpoint(conn, wait_ms / 1000, truncate=wal > self._budget.wal)
 
     # -- housekeeping: recorded uses and counters ----------------------------------------
     def _housekeep(self, wait: bool) -> bool:
@@ -422,12 +450,10 @@ class SQLiteProgramCache(ProgramCacheResource):
             snap = self._stats.copy()
             deltas = [a - b for a, b in zip(snap._values(), self._flushed._values(), strict=True)]
             pending, self._pending = self._pending, {}
-            if len(pending) > self._touch_batch:  # each use rewrites a page: bound the WAL
+            batch = self._budget.rows  # each use rewrites a page: bound the WAL
+            if len(pending) > batch:
                 items = list(pending.items())
-                pending, self._pending = (
-                    dict(items[: self._touch_batch]),
-                    dict(items[self._touch_batch :]),
-                )
+                pending, self._pending = dict(items[:batch]), dict(items[batch:])
             if self._broken or (not pending and not any(deltas)):
                 return True
             conn = self._conns.get()
@@ -445,7 +471,7 @@ class SQLiteProgramCache(ProgramCacheResource):
                         conn.execute("ROLLBACK")
                     raise
             self._flushed = snap
-            if self._sizes()[1] > self._wal_limit // 2:
+            if self._sizes()[1] > self._budget.fold_at:
                 with contextlib.suppress(self._error), self._conns.busy_timeout(conn, brief):
                     checkpoint(conn, brief / 1000)
             return True
@@ -573,10 +599,10 @@ class SQLiteProgramCache(ProgramCacheResource):
         with contextlib.suppress(Exception):
             self._housekeep(wait=True)
             db, wal = self._sizes()
-            if self._max is not None and not self._broken and db + wal > self._max:
+            if not self._broken and self._budget.needs_work(db, wal):
                 # Leave the cache within its cap, waiting as long as a write would.
                 self._retry_checkpoint_at = 0
-                self._make_room(db + wal, int(self._timeout * 1000))
+                self._make_room(db, wal, int(self._timeout * 1000))
         self._finalizer()
 
     def __repr__(self) -> str:
