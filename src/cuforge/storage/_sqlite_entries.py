@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ._integrity import key_seed
+from ._sqlite_conn import immediate
 from ._sqlite_schema import SQL, rid_of, row_check
 from .entry import CacheEntry, EntryInfo
 
@@ -93,10 +94,9 @@ def read_row(found: Found) -> CacheEntry | None:
     return None if problem else CacheEntry(row[3], row[2])
 
 
-def remove_row(conn: Any, kd: bytes, found: Found, immediate: Callable[..., Any]) -> bool:
-    """Delete the row ``find_row`` found for ``kd`` (in ``immediate``'s write
-    transaction); whether a row went. A damaged row goes only if no writer has
-    replaced it since it was read."""
+def remove_row(conn: Any, kd: bytes, found: Found) -> bool:
+    """Delete the row ``find_row`` found for ``kd``; whether a row went. A damaged
+    row goes only if no writer has replaced it since it was read."""
     row = found[0]
     if row[0] == kd:
         cur = immediate(conn, SQL.delete_key, (rid_of(kd), kd))

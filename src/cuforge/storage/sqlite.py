@@ -24,17 +24,9 @@ from zlib import crc32
 
 from ._integrity import key_seed
 from ._safedir import prepare_db_file
-from ._sqlite_budget import PAGE, Budget
-from ._sqlite_conn import Connections, load_sqlite3, pragmas
+from ._sqlite_conn import Connections, immediate, load_sqlite3, pragmas
 from ._sqlite_entries import Found, digest_of_id, find_row, list_rows, read_row, remove_row
-from ._sqlite_evict import (
-    checkpoint,
-    delete_all,
-    evict_down,
-    passive_checkpoint,
-    shrink_to,
-    vacuum,
-)
+from ._sqlite_evict import checkpoint, delete_all, vacuum
 from ._sqlite_lock import LockFile, reset_after_fork
 from ._sqlite_open import mark_damaged, open_database
 from ._sqlite_schema import (
@@ -45,6 +37,7 @@ from ._sqlite_schema import (
     rid_of,
     row_check,
 )
+from ._sqlite_space import Budget, Space
 from ._values import coerce_key, coerce_value
 from .base import (
     DEFAULT_LOCK_TIMEOUT,
@@ -137,23 +130,28 @@ class SQLiteProgramCache(ProgramCacheResource):
                 "a database file (e.g. .../program-cache.db)"
             )
         prepare_db_file(self._path, trust_shared)  # private, like FileStream (_safedir)
-        self._files = (self._path, self._path + "-wal", self._path + "-shm")
-        self._budget = Budget(self._max)
+        budget = Budget(self._max)
         self._conns = Connections(
-            sqlite3, self._path, self._timeout, pragmas(self._durable, self._budget.wal)
+            sqlite3, self._path, self._timeout, pragmas(self._durable, budget.wal)
+        )
+        self._space = Space(
+            budget,
+            self._conns,
+            self._path,
+            self.EVICT_LOW_WATER,
+            self.CHECKPOINT_TIMEOUT_MS,
+            sqlite3.Error,
         )
         self._closed = False
         self._warned = False
         self._recovery_warned = False
         self._broken: str | None = None  # why this handle serves misses only
         self._flush_mutex = threading.Lock()
-        self._evict_mutex = threading.Lock()
         self._ids: dict[Any, tuple[bytes, int, int]] = {}
         self._pending: dict[int, int] = {}  # rid -> wall ns, not yet written
         self._flushed = CacheStats()
         self._ops = 0
         self._last_flush = time.monotonic_ns()
-        self._retry_checkpoint_at = 0
         self._lockfile = LockFile(self._path)
         try:
             opened = open_database(sqlite3, self._conns, self._lockfile, self._path, self._timeout)
@@ -203,14 +201,7 @@ class SQLiteProgramCache(ProgramCacheResource):
         return sum(self._sizes(3))
 
     def _sizes(self, n: int = 2) -> list[int]:
-        """Sizes of the database and WAL (and WAL index with ``n=3``); 0 if absent."""
-        out = []
-        for path in self._files[:n]:
-            try:
-                out.append(os.stat(path).st_size)
-            except OSError:
-                out.append(0)
-        return out
+        return self._space.sizes(n)
 
     # -- reads -------------------------------------------------------------------------
     def _ident(self, key: CacheKey) -> tuple[bytes, int, int]:
@@ -276,7 +267,7 @@ class SQLiteProgramCache(ProgramCacheResource):
         self._stats.integrity_failures += 1
         self._pending.pop(rid, None)
         with contextlib.suppress(self._error):
-            _immediate(self._conns.get(), SQL.drop_if_same, (rid, crc))
+            immediate(self._conns.get(), SQL.drop_if_same, (rid, crc))
 
     # -- writes ------------------------------------------------------------------------
     def __setitem__(self, key: CacheKey, value: CacheValue) -> None:
@@ -296,18 +287,8 @@ class SQLiteProgramCache(ProgramCacheResource):
         row = (rid, kd, row_check(seed, data, meta), len(data) + len(meta), now, now, meta, data)
         conn = self._conn()
         try:
-            conn.execute("BEGIN IMMEDIATE")
+            self._space.begin(conn, evict=self._make_room)  # sizes checked under the lock
             try:
-                # Sizes are checked under the write lock, so no process adds to a WAL
-                # past its fold point or to a database past its share without first
-                # folding or evicting (a fold that readers block is retried later).
-                db, wal = self._sizes()
-                if self._budget.needs_work(db, wal) and (
-                    db > self._budget.share or db + wal >= self._retry_checkpoint_at
-                ):
-                    conn.execute("ROLLBACK")
-                    self._make_room(db, wal)
-                    conn.execute("BEGIN IMMEDIATE")
                 conn.execute(SQL.put, row)
                 conn.execute("COMMIT")
             except BaseException:
@@ -344,7 +325,7 @@ class SQLiteProgramCache(ProgramCacheResource):
         if self._broken:
             raise KeyError(key)
         try:
-            cur = _immediate(self._conn(), SQL.delete_key, (rid, kd))
+            cur = immediate(self._conn(), SQL.delete_key, (rid, kd))
         except self._error as exc:
             self._write_failed(exc)
             return
@@ -359,7 +340,7 @@ class SQLiteProgramCache(ProgramCacheResource):
         self._pending.clear()
         try:
             conn = self._conn()
-            delete_all(conn, self._budget.rows, lambda: self._fold(conn))
+            delete_all(conn, self._space.budget.rows, self._space.begin)
         except self._error as exc:
             self._write_failed(exc)
             return
@@ -367,7 +348,7 @@ class SQLiteProgramCache(ProgramCacheResource):
         # are reused by later writes, or given back by a later eviction).
         wait = self.CHECKPOINT_TIMEOUT_MS
         with contextlib.suppress(self._error), self._conns.busy_timeout(conn, wait):
-            vacuum(conn, 1 << 62, self._budget.rows, wait / 1000)
+            vacuum(conn, 1 << 62, self._space.budget.rows, wait / 1000)
             checkpoint(conn, wait / 1000, truncate=True)
 
     def __len__(self) -> int:
@@ -379,60 +360,14 @@ class SQLiteProgramCache(ProgramCacheResource):
 
     # -- eviction ----------------------------------------------------------------------
     def _make_room(self, db: int, wal: int, wait_ms: int = 0) -> None:
-        """The database past its share: delete least-recently-used rows until its pages
-        in use would fit ~90 % of it, and give the pages beyond it back. The WAL past
-        half its allowance: fold it in (emptying its file when past the allowance).
-        Waits ``wait_ms`` (default CHECKPOINT_TIMEOUT_MS) for readers at each blocking
-        checkpoint; busy or full is never an error. See ``_sqlite_budget``."""
-        if not self._evict_mutex.acquire(blocking=False):
-            return  # another thread of this handle is at it
-        try:
-            conn = self._conns.get()
-            budget = self._budget
-            wait_ms = wait_ms or self.CHECKPOINT_TIMEOUT_MS
-            index = self._sizes(3)[2]
-            over = db > budget.file_share(index)
-            if over:
-                gone = evict_down(
-                    conn,
-                    lambda: budget.room(self._sizes(3)[2], self.EVICT_LOW_WATER),
-                    PAGE,
-                    budget.rows,
-                    lambda: self._fold(conn, wait_ms),
-                    lambda: self._housekeep(False),
-                )
-                for rid in gone:
-                    self._pending.pop(rid, None)
-                self._stats.evictions += len(gone)
-                if gone:
-                    with self._conns.busy_timeout(conn, wait_ms):
-                        shrink_to(
-                            conn, budget.file_share(index), PAGE, budget.rows // 2, wait_ms / 1000
-                        )
-                db, wal = self._sizes()
-            if (over or wal > budget.fold_at) and db + wal >= self._retry_checkpoint_at:
-                with self._conns.busy_timeout(conn, wait_ms):
-                    done = checkpoint(conn, wait_ms / 1000, truncate=over or wal > budget.wal)
-                # Readers outlasting the wait: try again after another WAL allowance's
-                # worth of writes, not on every write.
-                self._retry_checkpoint_at = 0 if done else db + wal + budget.wal
-        except self._error:
-            pass  # busy or full: the next write tries again
-        finally:
-            self._evict_mutex.release()
+        """Evict and fold so the files fit the cap (``Space.make_room``); waits
+        ``wait_ms`` (default CHECKPOINT_TIMEOUT_MS) for readers at each checkpoint."""
+        self._space.make_room(db, wal, wait_ms, lambda: self._housekeep(False), self._evicted)
 
-    def _fold(self, conn: Any, wait_ms: int = 0) -> None:
-        """Between the write transactions of one eviction or clear: fold the WAL in
-        without holding anyone up while it is within half its allowance, else with a
-        blocking checkpoint (``wait_ms`` for readers) so that it restarts."""
-        wal = self._sizes()[1]
-        with contextlib.suppress(self._error):
-            if wal <= self._budget.fold_at:
-                passive_checkpoint(conn)
-                return
-            wait_ms = wait_ms or self.CHECKPOINT_TIMEOUT_MS
-            with self._conns.busy_timeout(conn, wait_ms):
-                checkpoint(conn, wait_ms / 1000, truncate=wal > self._budget.wal)
+    def _evicted(self, rids: list[int]) -> None:
+        for rid in rids:
+            self._pending.pop(rid, None)
+        self._stats.evictions += len(rids)
 
     # -- housekeeping: recorded uses and counters ----------------------------------------
     def _housekeep(self, wait: bool) -> bool:
@@ -450,7 +385,7 @@ class SQLiteProgramCache(ProgramCacheResource):
             snap = self._stats.copy()
             deltas = [a - b for a, b in zip(snap._values(), self._flushed._values(), strict=True)]
             pending, self._pending = self._pending, {}
-            batch = self._budget.rows  # each use rewrites a page: bound the WAL
+            batch = self._space.budget.rows  # each use rewrites a page: bound the WAL
             if len(pending) > batch:
                 items = list(pending.items())
                 pending, self._pending = dict(items[:batch]), dict(items[batch:])
@@ -459,7 +394,7 @@ class SQLiteProgramCache(ProgramCacheResource):
             conn = self._conns.get()
             brief = self.HOUSEKEEPING_TIMEOUT_MS
             with self._conns.busy_timeout(conn, brief) if not wait else contextlib.nullcontext():
-                conn.execute("BEGIN IMMEDIATE")
+                conn.execute("BEGIN IMMEDIATE")  # a few pages: the next writer folds
                 try:
                     if pending:
                         conn.executemany(SQL.touch, [(ns, r, ns) for r, ns in pending.items()])
@@ -471,9 +406,6 @@ class SQLiteProgramCache(ProgramCacheResource):
                         conn.execute("ROLLBACK")
                     raise
             self._flushed = snap
-            if self._sizes()[1] > self._budget.fold_at:
-                with contextlib.suppress(self._error), self._conns.busy_timeout(conn, brief):
-                    checkpoint(conn, brief / 1000)
             return True
         except self._error:
             if len(self._pending) < _PENDING_MAX:
@@ -516,7 +448,7 @@ class SQLiteProgramCache(ProgramCacheResource):
         with self._flush_mutex:
             done = self._stats.copy()
             try:
-                _immediate(self._conn(), SQL.zero_stats)
+                immediate(self._conn(), SQL.zero_stats)
             except self._error as exc:
                 if is_corruption(exc):
                     self._damaged(exc)
@@ -560,7 +492,7 @@ class SQLiteProgramCache(ProgramCacheResource):
         if found is None:
             return False
         try:
-            return remove_row(self._conn(), *found, _immediate)
+            return remove_row(self._conn(), *found)
         except self._error:
             return False
 
@@ -584,7 +516,7 @@ class SQLiteProgramCache(ProgramCacheResource):
     def _after_fork_in_child(self) -> None:
         self._conns.forget_after_fork()
         self._flush_mutex = threading.Lock()
-        self._evict_mutex = threading.Lock()
+        self._space.after_fork()
         self._stats = CacheStats()  # the parent's counts are the parent's to write
         self._flushed = CacheStats()
         self._pending = {}
@@ -599,9 +531,9 @@ class SQLiteProgramCache(ProgramCacheResource):
         with contextlib.suppress(Exception):
             self._housekeep(wait=True)
             db, wal = self._sizes()
-            if not self._broken and self._budget.needs_work(db, wal):
+            if not self._broken and self._space.budget.needs_work(db, wal):
                 # Leave the cache within its cap, waiting as long as a write would.
-                self._retry_checkpoint_at = 0
+                self._space.retry_at = 0
                 self._make_room(db, wal, int(self._timeout * 1000))
         self._finalizer()
 
@@ -648,21 +580,3 @@ def _flush_all_at_exit() -> None:
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_reset_in_child)
 atexit.register(_flush_all_at_exit)
-
-
-def _immediate(conn: Any, sql: str, params: Any = ()) -> Any:
-    """Run one writing statement in a ``BEGIN IMMEDIATE`` transaction.
-
-    In WAL mode a statement that starts reading and then writes fails with "database
-    is locked" at once (no busy wait) when another connection committed meanwhile;
-    taking the write lock first makes it wait its turn under the busy timeout.
-    """
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        cur = conn.execute(sql, params)
-        conn.execute("COMMIT")
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
-    return cur
