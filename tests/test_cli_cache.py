@@ -457,7 +457,17 @@ def test_every_command_on_a_sqlite_cache(tmp_path):
                 (bytes(flipped), bytes.fromhex(entry_id)),
             )
 
-    assert _every_command(tmp_path, f"sqlite://{db}", damage) == "SQLiteProgramCache"
+    url = f"sqlite://{db}"
+    assert _every_command(tmp_path, url, damage) == "SQLiteProgramCache"
+    zero = cli(tmp_path, "cache", "zero-stats", "--cache", url)
+    assert zero.returncode == 0 and "restart from zero" in zero.stdout, zero.stderr
+    stats = json.loads(cli(tmp_path, "cache", "stats", "--cache", url, "--json").stdout)
+    assert (stats["hits"], stats["misses"], stats["stores"], stats["evictions"]) == (0, 0, 0, 0)
+    one = ("compile", str(SAXPY), "--arch", "sm_80", "-o", str(tmp_path / "x"), "--cache", url)
+    assert "cache miss" in cli(tmp_path, *one).stdout  # the cache was cleared above
+    assert "cache hit" in cli(tmp_path, *one).stdout
+    stats = json.loads(cli(tmp_path, "cache", "stats", "--cache", url, "--json").stdout)
+    assert (stats["hits"], stats["misses"], stats["stores"]) == (1, 1, 1)
 
 
 def test_zero_stats_on_an_unreachable_server_is_one_line_exit_1(tmp_path):

@@ -111,7 +111,7 @@ def test_signing_through_a_tier_rejects_what_a_level_holds(tmp_path: Path) -> No
         assert again.get(b"k") == b"genuine"
 
 
-@pytest.mark.parametrize("name", ["memory", "filestream", "redis"])
+@pytest.mark.parametrize("name", ["memory", "filestream", "sqlite", "redis"])
 def test_zero_stats_resets_the_signature_failures_with_the_inner_counters(
     name: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:

@@ -439,6 +439,34 @@ def test_statistics_are_kept_in_the_database(tmp_path: Path) -> None:
     assert list(STAT_COLUMNS) == list(CacheStats().as_dict())  # schema follows CacheStats
 
 
+def test_zero_stats_restarts_the_shared_counters(tmp_path: Path) -> None:
+    db = tmp_path / "cache.db"
+    with SQLiteProgramCache(db) as c:  # counts written back at close
+        c["k"] = b"v" * 10
+        c.get("k")
+    a, b = SQLiteProgramCache(db), SQLiteProgramCache(db)
+    try:
+        b.get("k")
+        b.total_stats()  # b's hit is written back before the reset ...
+        a.get("absent")  # ... a's miss is not
+        assert a.total_stats().hits == 2
+        a.zero_stats()
+        assert a.total_stats() == CacheStats()
+        assert a.stats().misses == 1  # a handle's own counters stay
+        a.get("k")
+        b.get("k")
+        b.get("absent")
+        b.close()  # b writes back only what it counted after its last write-back
+        total = a.total_stats()
+        assert (total.hits, total.misses, total.stores, total.bytes_read) == (2, 1, 0, 20)
+    finally:
+        a.close()
+        b.close()
+    with SQLiteProgramCache(db) as c:  # persisted: a fresh handle sees the same totals
+        assert (c.total_stats().hits, c.total_stats().misses) == (2, 1)
+        assert c["k"] == b"v" * 10  # the entries stay
+
+
 # -- threads --------------------------------------------------------------------------------------
 
 

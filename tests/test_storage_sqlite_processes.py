@@ -162,6 +162,31 @@ def test_held_write_lock_makes_stores_fail_softly(tmp_path, reference_cubin) -> 
         assert c.stats().stores == 1 and c.get(src_key()) == reference_cubin
 
 
+def test_zero_stats_while_another_process_holds_the_write_lock(tmp_path) -> None:
+    from _cli import one_line_error, run
+
+    db, ready = tmp_path / "cache.db", tmp_path / "ready"
+    with SQLiteProgramCache(db) as c:
+        c[b"k"] = b"x"
+        c.get(b"k")
+    holder = start("hold_write", {"db": str(db), "ready": str(ready)})
+    try:
+        wait_ready(holder, ready)
+        with SQLiteProgramCache(db, timeout=0.3) as c:
+            with pytest.raises(OSError, match="locked"):
+                c.zero_stats()
+            assert c.total_stats().hits == 1  # nothing was reset
+        url = f"sqlite://{db}?timeout=0.3"
+        refused = run(tmp_path, "cache", "zero-stats", "--cache", url)
+        assert "cannot reset the statistics" in one_line_error(refused, "cuforge cache zero-stats")
+    finally:
+        stop(holder)
+    with SQLiteProgramCache(db) as c:
+        assert c.total_stats().hits == 1
+        c.zero_stats()
+        assert c.total_stats().hits == 0
+
+
 def test_exclusive_lock_elsewhere_makes_reads_misses(tmp_path, reference_cubin) -> None:
     db, ready = tmp_path / "cache.db", tmp_path / "ready"
     with SQLiteProgramCache(db) as c:

@@ -101,13 +101,16 @@ def instrument(spec: dict[str, Any], phases: Phases) -> None:
         phases.wrap(fs, "get_entry", "read")
         phases.wrap(_statsfile.StatsStore, "flush", "stats")
     elif spec["backend"] == "sqlite":
-        from cuforge.storage import sqlite
+        from cuforge.storage import _sqlite_space, sqlite
 
         db = sqlite.SQLiteProgramCache
         phases.wrap(db, "set_entry", "write")
-        phases.wrap(sqlite, "_immediate", "txn", step=True)  # every writing transaction
+        # every writing transaction: single statements, and stores, evictions, clears
+        phases.wrap(sqlite, "immediate", "txn", step=True)
+        phases.wrap(_sqlite_space.Space, "begin", "txn", step=True)
         phases.wrap(db, "_make_room", "evict")
         phases.wrap(sqlite, "checkpoint", "checkpoint", step=True)
+        phases.wrap(_sqlite_space, "checkpoint", "checkpoint", step=True)
         phases.wrap(db, "clear", "clear")
         phases.wrap(db, "__delitem__", "delete")
         phases.wrap(db, "_housekeep", "stats")  # uses and counters written back

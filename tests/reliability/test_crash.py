@@ -260,8 +260,10 @@ _WRAPPED = {
     "sqlite": [
         ("cuforge.storage.sqlite", "SQLiteProgramCache", name)
         for name in ("set_entry", "_make_room", "clear", "__delitem__", "_housekeep", "get_entry")
-    ] + [("cuforge.storage.sqlite", None, "_immediate"),
-         ("cuforge.storage.sqlite", None, "checkpoint")],
+    ] + [("cuforge.storage.sqlite", None, "immediate"),
+         ("cuforge.storage._sqlite_space", "Space", "begin"),
+         ("cuforge.storage.sqlite", None, "checkpoint"),
+         ("cuforge.storage._sqlite_space", None, "checkpoint")],
 }  # fmt: skip
 _EXPECTED = {
     "filestream": {"write", "ledger", "evict", "clear", "delete", "read", "stats"},

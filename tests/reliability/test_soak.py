@@ -33,10 +33,7 @@ KERNELS = [
 
 
 #: Backends known to pass 1.1x their cap here, and why (reported; the figure shows it).
-CAP_GAPS = {
-    "sqlite": "SQLite's WAL grows past its share of the cap while 8 processes read and "
-    "write (seen: database 0.97x + WAL 0.42x of a 2 MiB cap; reported to the lead)",
-}
+CAP_GAPS: dict[str, str] = {}
 
 
 def references() -> list[list[str]]:

@@ -13,7 +13,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["Connections", "load_sqlite3", "pragmas"]
+__all__ = ["Connections", "immediate", "load_sqlite3", "pragmas"]
 
 
 def load_sqlite3() -> Any:
@@ -96,12 +96,15 @@ class Connections:
 
     @contextlib.contextmanager
     def busy_timeout(self, conn: Any, ms: int) -> Iterator[None]:
-        """Wait at most ``ms`` for locks on ``conn`` inside the block."""
+        """Wait at most ``ms`` for locks on ``conn`` inside the block (blocks nest)."""
+        before = getattr(self._local, "busy_ms", int(self._timeout * 1000))
         conn.execute(f"PRAGMA busy_timeout = {ms}")
+        self._local.busy_ms = ms
         try:
             yield
         finally:
-            conn.execute(f"PRAGMA busy_timeout = {int(self._timeout * 1000)}")
+            conn.execute(f"PRAGMA busy_timeout = {before}")
+            self._local.busy_ms = before
 
     def close_all(self) -> None:
         with self._mutex:
@@ -118,3 +121,21 @@ class Connections:
         self._by_thread = {}
         self._local = threading.local()
         self._mutex = threading.Lock()
+
+
+def immediate(conn: Any, sql: str, params: Any = ()) -> Any:
+    """Run one writing statement in a ``BEGIN IMMEDIATE`` transaction.
+
+    In WAL mode a statement that starts reading and then writes fails with "database
+    is locked" at once (no busy wait) when another connection committed meanwhile;
+    taking the write lock first makes it wait its turn under the busy timeout.
+    """
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        cur = conn.execute(sql, params)
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    return cur

@@ -13,7 +13,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["checkpoint", "evict_down", "evict_rows", "pages_in_use", "shrink_to", "vacuum"]
+__all__ = [
+    "checkpoint",
+    "delete_all",
+    "evict_down",
+    "evict_rows",
+    "pages_in_use",
+    "shrink_to",
+    "vacuum",
+]
 
 
 def pages_in_use(conn: Any) -> int:
@@ -23,13 +31,18 @@ def pages_in_use(conn: Any) -> int:
     return pages - free
 
 
-def evict_rows(conn: Any, room: float, page_size: int, limit: int) -> list[int]:
+#: Starts a write transaction on a connection (``SQLiteProgramCache._begin``: BEGIN
+#: IMMEDIATE, folding the WAL in first when it is past its fold point).
+Begin = Callable[[Any], object]
+
+
+def evict_rows(conn: Any, room: float, page_size: int, limit: int, begin: Begin) -> list[int]:
     """Delete the least recently used rows until the pages in use would fit ``room``
     bytes, at most ``limit`` of them; the row ids deleted. One write transaction.
 
     Row ids are key digests, so old rows sit on unrelated pages and each one deleted
     writes about a page to the WAL: ``limit`` keeps that within the WAL budget."""
-    conn.execute("BEGIN IMMEDIATE")
+    begin(conn)
     try:
         used = pages_in_use(conn) * page_size
         total = conn.execute("SELECT total_bytes FROM cuforge_state").fetchall()[0][0]
@@ -79,16 +92,6 @@ def vacuum(conn: Any, pages: int, step: int, timeout: float) -> None:
         free = left
 
 
-def passive_checkpoint(conn: Any) -> bool:
-    """Fold what the WAL holds into the database without waiting for anyone (a
-    PASSIVE checkpoint never holds writers off); whether all of it went in."""
-    busy: int
-    log: int
-    done: int
-    busy, log, done = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()[0]
-    return busy == 0 and log == done
-
-
 def checkpoint(conn: Any, timeout: float, truncate: bool = False) -> bool:
     """Fold the WAL into the database so the next writer starts it over (RESTART:
     its file is reused, cut to ``journal_size_limit``), or empty its file
@@ -113,12 +116,12 @@ def evict_down(
     room: Callable[[], float],
     page: int,
     step: int,
-    timeout: float,
+    begin: Begin,
     first: Callable[[], object],
 ) -> list[int]:
-    """Evict in transactions of at most ``step`` rows, each followed by a passive checkpoint,
-    until the pages in use fit ``room()``; call ``first()`` before the first one.
-    The row ids deleted."""  # fmt: skip
+    """Evict in transactions of at most ``step`` rows (each begun by ``begin``) until
+    the pages in use fit ``room()``; call ``first()`` before the first one. The row
+    ids deleted."""
     gone: list[int] = []
     for _ in range(64):
         fits = room()
@@ -126,15 +129,36 @@ def evict_down(
             break
         if not gone:
             first()
-        batch = evict_rows(conn, fits, page, step)
+        batch = evict_rows(conn, fits, page, step, begin)
         gone += batch
-        # Between batches only a passive checkpoint: a blocking one holds every writer
-        # of the database off while it waits for readers, and a loop of them starves
-        # writers past their busy timeout. The caller folds the WAL in once at the end.
         if not batch:
             break
-        passive_checkpoint(conn)
     return gone
+
+
+_FROM = "SELECT rid FROM cuforge_entries WHERE rid >= ? ORDER BY rid LIMIT ?"
+_AFTER = "SELECT rid FROM cuforge_entries WHERE rid > ? ORDER BY rid LIMIT ?"
+
+
+def delete_all(conn: Any, step: int, begin: Begin) -> None:
+    """Delete every row in one walk up the row ids, ``step`` rows per transaction
+    (each begun by ``begin``). One statement deleting them all would write nearly the
+    whole database to the WAL (every row sits on its own page). A row stored behind
+    the walk meanwhile stays, as it would had it been stored just after."""
+    query, bound = _FROM, -(1 << 63)
+    while True:
+        begin(conn)
+        try:
+            rids = conn.execute(query, (bound, step)).fetchall()
+            conn.executemany("DELETE FROM cuforge_entries WHERE rid = ?", rids)
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        if len(rids) < step:
+            return
+        query, bound = _AFTER, rids[-1][0]
 
 
 def shrink_to(conn: Any, share: float, page: int, step: int, timeout: float) -> None:

@@ -95,10 +95,13 @@ class SQL:
     #: Removes a damaged row only if no writer replaced it since it was read.
     drop_if_same = "DELETE FROM cuforge_entries WHERE rid = ? AND crc = ?"
     delete_key = "DELETE FROM cuforge_entries WHERE rid = ? AND digest = ?"
+    #: Removes a row whose stored digest is damaged, only as it was read.
+    drop_exact = "DELETE FROM cuforge_entries WHERE rid = ? AND digest IS ? AND crc IS ?"
     touch = "UPDATE cuforge_entries SET used_ns = ? WHERE rid = ? AND used_ns < ?"
     add_stats = "UPDATE cuforge_state SET " + ", ".join(
         f"{c} = max(0, {c} + ?)" for c in STAT_COLUMNS
     )
+    zero_stats = "UPDATE cuforge_state SET " + ", ".join(f"{c} = 0" for c in STAT_COLUMNS)
     read_stats = f"SELECT {', '.join(STAT_COLUMNS)} FROM cuforge_state"
     _list = "SELECT rid, digest, size, stored_ns, used_ns, meta FROM cuforge_entries WHERE rid "
     list_first = _list + ">= ? ORDER BY rid LIMIT 256"
@@ -164,16 +167,27 @@ def file_problem(path: str) -> str | None:
 
 
 def _inspect(conn: Any) -> tuple[str, str]:
-    """``(kind, detail)``: kind is "empty", "ours", "stale" or "foreign"."""
-    app = conn.execute("PRAGMA application_id").fetchall()[0][0]
-    version = conn.execute("PRAGMA user_version").fetchall()[0][0]
-    tables = sorted(
-        r[0]
-        for r in conn.execute(
-            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite!_%' "
-            "ESCAPE '!'"
-        ).fetchall()
-    )
+    """``(kind, detail)``: kind is "empty", "ours", "stale" or "foreign".
+
+    Read in one transaction: read one statement at a time, a peer's creation could
+    commit in between, and its tables would be seen without its application id.
+    """
+    own = not conn.in_transaction
+    if own:
+        conn.execute("BEGIN")
+    try:
+        app = conn.execute("PRAGMA application_id").fetchall()[0][0]
+        version = conn.execute("PRAGMA user_version").fetchall()[0][0]
+        tables = sorted(
+            r[0]
+            for r in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' "
+                "AND name NOT LIKE 'sqlite!_%' ESCAPE '!'"
+            ).fetchall()
+        )
+    finally:
+        if own:
+            conn.execute("COMMIT")
     if app == APPLICATION_ID:
         if version == SCHEMA_VERSION and all(t in tables for t in _TABLES):
             return "ours", ""

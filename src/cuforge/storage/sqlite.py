@@ -24,8 +24,9 @@ from zlib import crc32
 
 from ._integrity import key_seed
 from ._safedir import prepare_db_file
-from ._sqlite_conn import Connections, load_sqlite3, pragmas
-from ._sqlite_evict import checkpoint, evict_down, shrink_to, vacuum
+from ._sqlite_conn import Connections, immediate, load_sqlite3, pragmas
+from ._sqlite_entries import Found, digest_of_id, find_row, list_rows, read_row, remove_row
+from ._sqlite_evict import checkpoint, delete_all, vacuum
 from ._sqlite_lock import LockFile, reset_after_fork
 from ._sqlite_open import mark_damaged, open_database
 from ._sqlite_schema import (
@@ -36,6 +37,7 @@ from ._sqlite_schema import (
     rid_of,
     row_check,
 )
+from ._sqlite_space import Budget, Space
 from ._values import coerce_key, coerce_value
 from .base import (
     DEFAULT_LOCK_TIMEOUT,
@@ -52,14 +54,12 @@ from .urls import CacheSpec, register_scheme
 
 __all__ = ["CacheRecoveryWarning", "SQLiteProgramCache", "default_db_path"]
 
-_MIN_RID = -(1 << 63)
 _IDS_MAX = 4096
 _FLUSH_EVERY = 256  # operations between write-backs of uses and counters
 _SECOND = 1_000_000_000  # ... or nanoseconds
 _U32 = 0xFFFFFFFF
 _GET = SQL.get  # the hit path avoids an attribute lookup
 _PENDING_MAX = 4096
-_WAL_MAX = 64 << 20  # WAL budget (a cap gives a 16th of itself, up to this)
 
 
 def default_db_path() -> str:
@@ -130,26 +130,28 @@ class SQLiteProgramCache(ProgramCacheResource):
                 "a database file (e.g. .../program-cache.db)"
             )
         prepare_db_file(self._path, trust_shared)  # private, like FileStream (_safedir)
-        self._files = (self._path, self._path + "-wal", self._path + "-shm")
-        wal_limit = _WAL_MAX if self._max is None else min(_WAL_MAX, max(16384, self._max // 16))
-        self._wal_limit = wal_limit
-        self._touch_batch = max(32, wal_limit // 4096 // 4)  # uses written per transaction
+        budget = Budget(self._max)
         self._conns = Connections(
-            sqlite3, self._path, self._timeout, pragmas(self._durable, wal_limit)
+            sqlite3, self._path, self._timeout, pragmas(self._durable, budget.wal)
+        )
+        self._space = Space(
+            budget,
+            self._conns,
+            self._path,
+            self.EVICT_LOW_WATER,
+            self.CHECKPOINT_TIMEOUT_MS,
+            sqlite3.Error,
         )
         self._closed = False
         self._warned = False
         self._recovery_warned = False
         self._broken: str | None = None  # why this handle serves misses only
         self._flush_mutex = threading.Lock()
-        self._evict_mutex = threading.Lock()
         self._ids: dict[Any, tuple[bytes, int, int]] = {}
         self._pending: dict[int, int] = {}  # rid -> wall ns, not yet written
         self._flushed = CacheStats()
         self._ops = 0
         self._last_flush = time.monotonic_ns()
-        self._retry_checkpoint_at = 0
-        self._page = 0
         self._lockfile = LockFile(self._path)
         try:
             opened = open_database(sqlite3, self._conns, self._lockfile, self._path, self._timeout)
@@ -199,14 +201,7 @@ class SQLiteProgramCache(ProgramCacheResource):
         return sum(self._sizes(3))
 
     def _sizes(self, n: int = 2) -> list[int]:
-        """Sizes of the database and WAL (and WAL index with ``n=3``); 0 if absent."""
-        out = []
-        for path in self._files[:n]:
-            try:
-                out.append(os.stat(path).st_size)
-            except OSError:
-                out.append(0)
-        return out
+        return self._space.sizes(n)
 
     # -- reads -------------------------------------------------------------------------
     def _ident(self, key: CacheKey) -> tuple[bytes, int, int]:
@@ -272,7 +267,7 @@ class SQLiteProgramCache(ProgramCacheResource):
         self._stats.integrity_failures += 1
         self._pending.pop(rid, None)
         with contextlib.suppress(self._error):
-            _immediate(self._conns.get(), SQL.drop_if_same, (rid, crc))
+            immediate(self._conns.get(), SQL.drop_if_same, (rid, crc))
 
     # -- writes ------------------------------------------------------------------------
     def __setitem__(self, key: CacheKey, value: CacheValue) -> None:
@@ -290,8 +285,16 @@ class SQLiteProgramCache(ProgramCacheResource):
             return
         now = time.time_ns()
         row = (rid, kd, row_check(seed, data, meta), len(data) + len(meta), now, now, meta, data)
+        conn = self._conn()
         try:
-            _immediate(self._conn(), SQL.put, row)
+            self._space.begin(conn, evict=self._make_room)  # sizes checked under the lock
+            try:
+                conn.execute(SQL.put, row)
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
         except self._error as exc:
             self._write_failed(exc)
             return
@@ -301,10 +304,6 @@ class SQLiteProgramCache(ProgramCacheResource):
         self._ops += 1
         if self._ops >= _FLUSH_EVERY:
             self._housekeep(wait=False)
-        db, wal = self._sizes()
-        # Fold the WAL in at half its budget: eviction rounds use the other half.
-        if wal > self._wal_limit // 2 or (self._max is not None and db + wal > self._max):
-            self._make_room(db + wal)
 
     def _write_failed(self, why: BaseException | str) -> None:
         self._stats.write_failures += 1
@@ -326,7 +325,7 @@ class SQLiteProgramCache(ProgramCacheResource):
         if self._broken:
             raise KeyError(key)
         try:
-            cur = _immediate(self._conn(), SQL.delete_key, (rid, kd))
+            cur = immediate(self._conn(), SQL.delete_key, (rid, kd))
         except self._error as exc:
             self._write_failed(exc)
             return
@@ -341,13 +340,16 @@ class SQLiteProgramCache(ProgramCacheResource):
         self._pending.clear()
         try:
             conn = self._conn()
-            _immediate(conn, "DELETE FROM cuforge_entries")
-            with self._conns.busy_timeout(conn, self.CHECKPOINT_TIMEOUT_MS):
-                step = max(8, self._wal_limit // 4096 // 4)
-                vacuum(conn, 1 << 62, step, self.CHECKPOINT_TIMEOUT_MS / 1000)
-                checkpoint(conn, self.CHECKPOINT_TIMEOUT_MS / 1000, truncate=True)
+            delete_all(conn, self._space.budget.rows, self._space.begin)
         except self._error as exc:
             self._write_failed(exc)
+            return
+        # Giving the pages back is housekeeping: busy here fails nothing (the pages
+        # are reused by later writes, or given back by a later eviction).
+        wait = self.CHECKPOINT_TIMEOUT_MS
+        with contextlib.suppress(self._error), self._conns.busy_timeout(conn, wait):
+            vacuum(conn, 1 << 62, self._space.budget.rows, wait / 1000)
+            checkpoint(conn, wait / 1000, truncate=True)
 
     def __len__(self) -> int:
         """Number of entries (kept by triggers: no scan)."""
@@ -357,54 +359,15 @@ class SQLiteProgramCache(ProgramCacheResource):
         return int(self._conn().execute("SELECT entries FROM cuforge_state").fetchall()[0][0])
 
     # -- eviction ----------------------------------------------------------------------
-    def _make_room(self, disk: int, wait_ms: int = 0) -> None:
-        """Over the cap: delete least-recently-used rows until the database would fit
-        ~90 % of it and give the pages back. WAL past half its budget: fold it in
-        (truncate it when over the cap). Waits ``wait_ms`` (default
-        CHECKPOINT_TIMEOUT_MS) for readers at each checkpoint. See ``_sqlite_evict``."""
-        if not self._evict_mutex.acquire(blocking=False):
-            return  # another thread of this handle is at it
-        try:
-            conn = self._conns.get()
-            if not self._page:
-                self._page = conn.execute("PRAGMA page_size").fetchall()[0][0]
-            wait_ms = wait_ms or self.CHECKPOINT_TIMEOUT_MS
-            wait = wait_ms / 1000
-            with self._conns.busy_timeout(conn, wait_ms):
-                step = max(4, self._wal_limit // self._page // 4)  # a row writes ~2 pages
-                if self._max is not None and disk > self._max:
-                    gone = evict_down(
-                        conn, self._room, self._page, step, wait, lambda: self._housekeep(False)
-                    )
-                    for rid in gone:
-                        self._pending.pop(rid, None)
-                    self._stats.evictions += len(gone)
-                    if gone:
-                        shrink_to(conn, self._file_share(), self._page, step // 2, wait)
-                db, wal = self._sizes()
-                over = self._max is not None and db + wal > self._max
-                if (over or wal > self._wal_limit // 2) and db + wal >= self._retry_checkpoint_at:
-                    done = checkpoint(conn, wait, truncate=over)
-                    # Readers outlasting the wait: try again after another WAL budget's
-                    # worth of writes, not on every write.
-                    self._retry_checkpoint_at = 0 if done else db + wal + self._wal_limit
-        except self._error:
-            pass  # busy or full: the next write tries again
-        finally:
-            self._evict_mutex.release()
+    def _make_room(self, db: int, wal: int, wait_ms: int = 0) -> None:
+        """Evict and fold so the files fit the cap (``Space.make_room``); waits
+        ``wait_ms`` (default CHECKPOINT_TIMEOUT_MS) for readers at each checkpoint."""
+        self._space.make_room(db, wal, wait_ms, lambda: self._housekeep(False), self._evicted)
 
-    def _file_share(self) -> float:
-        """Bytes the database file may take: the cap less the WAL budget and index."""
-        assert self._max is not None
-        shm = 0
-        with contextlib.suppress(OSError):
-            shm = os.stat(self._files[2]).st_size
-        return self._max - shm - self._wal_limit
-
-    def _room(self) -> float:
-        """Bytes of pages in use that eviction leaves: ~90 % of the file's share."""
-        assert self._max is not None
-        return self._file_share() - self._max * (1 - self.EVICT_LOW_WATER)
+    def _evicted(self, rids: list[int]) -> None:
+        for rid in rids:
+            self._pending.pop(rid, None)
+        self._stats.evictions += len(rids)
 
     # -- housekeeping: recorded uses and counters ----------------------------------------
     def _housekeep(self, wait: bool) -> bool:
@@ -422,18 +385,16 @@ class SQLiteProgramCache(ProgramCacheResource):
             snap = self._stats.copy()
             deltas = [a - b for a, b in zip(snap._values(), self._flushed._values(), strict=True)]
             pending, self._pending = self._pending, {}
-            if len(pending) > self._touch_batch:  # each use rewrites a page: bound the WAL
+            batch = self._space.budget.rows  # each use rewrites a page: bound the WAL
+            if len(pending) > batch:
                 items = list(pending.items())
-                pending, self._pending = (
-                    dict(items[: self._touch_batch]),
-                    dict(items[self._touch_batch :]),
-                )
+                pending, self._pending = dict(items[:batch]), dict(items[batch:])
             if self._broken or (not pending and not any(deltas)):
                 return True
             conn = self._conns.get()
             brief = self.HOUSEKEEPING_TIMEOUT_MS
             with self._conns.busy_timeout(conn, brief) if not wait else contextlib.nullcontext():
-                conn.execute("BEGIN IMMEDIATE")
+                conn.execute("BEGIN IMMEDIATE")  # a few pages: the next writer folds
                 try:
                     if pending:
                         conn.executemany(SQL.touch, [(ns, r, ns) for r, ns in pending.items()])
@@ -445,9 +406,6 @@ class SQLiteProgramCache(ProgramCacheResource):
                         conn.execute("ROLLBACK")
                     raise
             self._flushed = snap
-            if self._sizes()[1] > self._wal_limit // 2:
-                with contextlib.suppress(self._error), self._conns.busy_timeout(conn, brief):
-                    checkpoint(conn, brief / 1000)
             return True
         except self._error:
             if len(self._pending) < _PENDING_MAX:
@@ -473,63 +431,70 @@ class SQLiteProgramCache(ProgramCacheResource):
             stored = [0] * len(STAT_COLUMNS)
         return CacheStats(*(max(0, a + b) for a, b in zip(stored, unflushed, strict=True)))
 
+    def zero_stats(self) -> None:
+        """Make ``total_stats()`` count from zero for every process using this database.
+
+        The stored counters are set to zero in one write transaction, and what this
+        handle has counted so far is dropped from what it writes back. Other live
+        handles keep counting and write back only what they counted since their last
+        write-back (every 256 operations or second), so nothing is counted twice; what
+        they had not yet written may still appear. ``stats()`` of a handle is its own
+        and stays. Raises OSError when the database cannot be written (locked past
+        ``timeout``, read-only, damaged).
+        """
+        self._check_open()
+        if self._broken:
+            raise OSError(f"{self._path}: {self._broken}")
+        with self._flush_mutex:
+            done = self._stats.copy()
+            try:
+                immediate(self._conn(), SQL.zero_stats)
+            except self._error as exc:
+                if is_corruption(exc):
+                    self._damaged(exc)
+                raise OSError(f"{self._path}: {exc}") from exc
+            self._flushed = done
+
     # -- listing and maintenance (by entry id) -------------------------------------------
     def iter_entries(self) -> Iterator[EntryInfo]:
         """Every row, in pages of 256 (no read transaction stays open between pages)."""
         self._check_open()
         if self._broken:
             return
-        query, bound = SQL.list_first, _MIN_RID
-        while True:
-            rows = self._conn().execute(query, (bound,)).fetchall()
-            for _, digest, size, stored_ns, used_ns, meta in rows:
-                yield EntryInfo(bytes(digest).hex(), size, stored_ns, used_ns, meta)
-            if len(rows) < 256:
-                return
-            query, bound = SQL.list_next, rows[-1][0]
+        yield from list_rows(self._conn)
 
-    def _row_of_id(self, entry_id: str) -> tuple[bytes, tuple[Any, ...]] | None:
-        if not (isinstance(entry_id, str) and len(entry_id) == 64):
-            return None
-        try:
-            kd = bytes.fromhex(entry_id)
-        except ValueError:
-            return None
-        if entry_id != kd.hex():  # upper case is not an id
+    def _row_of_id(self, entry_id: str) -> tuple[bytes, Found] | None:
+        """The row that answers for ``entry_id`` (see ``_sqlite_entries``), or None."""
+        kd = digest_of_id(entry_id)
+        if kd is None:
             return None
         self._check_open()
         if self._broken:
             return None
-        rows = self._conn().execute(SQL.get, (rid_of(kd),)).fetchall()
-        return (kd, rows[0]) if rows and rows[0][0] == kd else None
+        found = find_row(self._conn(), kd)
+        return None if found is None else (kd, found)
 
     def check_entry(self, entry_id: str) -> str | None:
+        """What is wrong with the row listed as ``entry_id`` (None: intact); KeyError
+        when no row answers for it. A row whose stored key digest is damaged is
+        reported under the id it is listed by, and under its key's id."""
         found = self._row_of_id(entry_id)
         if found is None:
             raise KeyError(entry_id)
-        kd, (_, crc, meta, data) = found
-        if row_check(key_seed(kd), data, meta) != crc:
-            return "checksum mismatch (payload or metadata damaged)"
-        return None
+        return found[1][1]
 
     def read_entry(self, entry_id: str) -> CacheEntry | None:
         found = self._row_of_id(entry_id)
-        if found is None:
-            return None
-        kd, (_, crc, meta, data) = found
-        return CacheEntry(data, meta) if row_check(key_seed(kd), data, meta) == crc else None
+        return None if found is None else read_row(found[1])
 
     def remove_entry(self, entry_id: str) -> bool:
         found = self._row_of_id(entry_id)
         if found is None:
             return False
-        kd = found[0]
         try:
-            cur = _immediate(self._conn(), SQL.delete_key, (rid_of(kd), kd))
+            return remove_row(self._conn(), *found)
         except self._error:
             return False
-        removed: int = cur.rowcount
-        return removed > 0
 
     # -- single-flight and lifetime ------------------------------------------------------
     def lock(
@@ -551,7 +516,7 @@ class SQLiteProgramCache(ProgramCacheResource):
     def _after_fork_in_child(self) -> None:
         self._conns.forget_after_fork()
         self._flush_mutex = threading.Lock()
-        self._evict_mutex = threading.Lock()
+        self._space.after_fork()
         self._stats = CacheStats()  # the parent's counts are the parent's to write
         self._flushed = CacheStats()
         self._pending = {}
@@ -566,10 +531,10 @@ class SQLiteProgramCache(ProgramCacheResource):
         with contextlib.suppress(Exception):
             self._housekeep(wait=True)
             db, wal = self._sizes()
-            if self._max is not None and not self._broken and db + wal > self._max:
+            if not self._broken and self._space.budget.needs_work(db, wal):
                 # Leave the cache within its cap, waiting as long as a write would.
-                self._retry_checkpoint_at = 0
-                self._make_room(db + wal, int(self._timeout * 1000))
+                self._space.retry_at = 0
+                self._make_room(db, wal, int(self._timeout * 1000))
         self._finalizer()
 
     def __repr__(self) -> str:
@@ -615,21 +580,3 @@ def _flush_all_at_exit() -> None:
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_reset_in_child)
 atexit.register(_flush_all_at_exit)
-
-
-def _immediate(conn: Any, sql: str, params: Any = ()) -> Any:
-    """Run one writing statement in a ``BEGIN IMMEDIATE`` transaction.
-
-    In WAL mode a statement that starts reading and then writes fails with "database
-    is locked" at once (no busy wait) when another connection committed meanwhile;
-    taking the write lock first makes it wait its turn under the busy timeout.
-    """
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        cur = conn.execute(sql, params)
-        conn.execute("COMMIT")
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
-    return cur
