@@ -188,6 +188,21 @@ def test_any_damaged_column_is_a_miss_and_the_row_goes(tmp_path: Path, column: s
         assert c.stats().integrity_failures == 1 and len(c) == 0
 
 
+@pytest.mark.parametrize("column", ["data", "meta"])
+@pytest.mark.parametrize("became", ["CAST({c} AS TEXT)", "length({c})", "0.5"])
+def test_a_column_whose_type_changed_is_a_miss_not_an_error(
+    tmp_path: Path, column: str, became: str
+) -> None:
+    # One flipped bit in a record header turns a blob into text, a number or NULL.
+    db = tmp_path / "cache.db"
+    with SQLiteProgramCache(db) as c:
+        c.set_entry(b"k", b"payload-bytes", b"metadata")
+        with raw(db) as conn:
+            conn.execute(f"UPDATE cuforge_entries SET {column} = {became.format(c=column)}")
+        assert c.get_entry(b"k") is None and c.get(b"k") is None
+        assert c.stats().integrity_failures == 1 and len(c) == 0
+
+
 def test_payload_metadata_boundary_is_checked(tmp_path: Path) -> None:
     db = tmp_path / "cache.db"
     with SQLiteProgramCache(db) as c:

@@ -245,7 +245,12 @@ class SQLiteProgramCache(ProgramCacheResource):
         self._ops += 1
         if rows:
             digest, crc, meta, data = rows[0]
-            if digest == kd and crc32(meta, crc32(data, (seed ^ len(data)) & _U32)) == crc:
+            if (  # a damaged record header can turn a column into text, a number or NULL
+                type(data) is bytes
+                and type(meta) is bytes
+                and digest == kd
+                and crc32(meta, crc32(data, (seed ^ len(data)) & _U32)) == crc
+            ):
                 stats = self._stats
                 stats.hits += 1
                 stats.bytes_read += len(data)
