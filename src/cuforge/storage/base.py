@@ -215,6 +215,25 @@ class ProgramCacheResource(abc.ABC):
         self.close()
 
 
+class EntryCache(ProgramCacheResource):
+    """A backend whose native read is ``get_entry``: ``cache[key]`` and ``get`` are
+    that one lookup (same verification, same counters), answering its payload."""
+
+    @abc.abstractmethod
+    def get_entry(self, key: CacheKey) -> CacheEntry | None:
+        """The verified ``(data, meta)`` stored under ``key``, or None on any miss."""
+
+    def __getitem__(self, key: CacheKey) -> bytes:
+        entry = self.get_entry(key)
+        if entry is None:
+            raise KeyError(key)
+        return entry.data
+
+    def get(self, key: CacheKey, default: bytes | None = None) -> bytes | None:
+        entry = self.get_entry(key)
+        return default if entry is None else entry.data
+
+
 def check_meta(meta: Any) -> bytes:
     """``meta`` if it is bytes; TypeError naming ``meta`` otherwise."""
     if type(meta) is not bytes:

@@ -47,7 +47,7 @@ from .base import (
     CacheKey,
     CacheValue,
     CacheWriteWarning,
-    ProgramCacheResource,
+    EntryCache,
     check_meta,
 )
 from .entry import CacheEntry, EntryInfo, is_entry_id, key_digest
@@ -72,7 +72,7 @@ def default_cache_dir() -> str:
     return str(user_cache_path("cuforge", appauthor=False) / "program-cache")
 
 
-class FileStreamProgramCache(ProgramCacheResource):
+class FileStreamProgramCache(EntryCache):
     """Program cache in a directory shared by any number of processes.
 
     Guarantees:
@@ -221,16 +221,6 @@ class FileStreamProgramCache(ProgramCacheResource):
         return self._names_of(bytes.fromhex(entry_id))
 
     # -- reads ---------------------------------------------------------------------
-    def __getitem__(self, key: CacheKey) -> bytes:
-        data = self.get(key)
-        if data is None:
-            raise KeyError(key)
-        return data
-
-    def get(self, key: CacheKey, default: bytes | None = None) -> bytes | None:
-        entry = self.get_entry(key)
-        return default if entry is None else entry.data
-
     def get_entry(self, key: CacheKey) -> CacheEntry | None:
         if self._closed:
             raise ValueError("operation on a closed FileStreamProgramCache")

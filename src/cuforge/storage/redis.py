@@ -34,7 +34,7 @@ from .base import (
     CacheKey,
     CacheValue,
     CacheWriteWarning,
-    ProgramCacheResource,
+    EntryCache,
     check_meta,
 )
 from .entry import CacheEntry, EntryInfo, key_digest
@@ -75,7 +75,7 @@ def _positive(name: str, value: float) -> float:
     return float(value)
 
 
-class RedisProgramCache(ProgramCacheResource):
+class RedisProgramCache(EntryCache):
     """Program cache in Redis, safe to share between any number of hosts.
 
     ``url_or_client``: a ``redis://[[user]:password@]host:port/db`` or ``rediss://``
@@ -273,16 +273,6 @@ class RedisProgramCache(ProgramCacheResource):
         yield from self._conn().scan_iter(match=match, count=_SCAN_COUNT)
 
     # -- reads ------------------------------------------------------------------------
-    def __getitem__(self, key: CacheKey) -> bytes:
-        entry = self.get_entry(key)
-        if entry is None:
-            raise KeyError(key)
-        return entry.data
-
-    def get(self, key: CacheKey, default: bytes | None = None) -> bytes | None:
-        entry = self.get_entry(key)
-        return default if entry is None else entry.data
-
     def get_entry(self, key: CacheKey) -> CacheEntry | None:
         self._check_open()
         kd = key_digest(coerce_key(key))

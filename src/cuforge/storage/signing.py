@@ -29,7 +29,14 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from ._values import coerce_key, coerce_value
-from .base import DEFAULT_LOCK_TIMEOUT, CacheKey, CacheValue, ProgramCacheResource, check_meta
+from .base import (
+    DEFAULT_LOCK_TIMEOUT,
+    CacheKey,
+    CacheValue,
+    EntryCache,
+    ProgramCacheResource,
+    check_meta,
+)
 from .entry import CacheEntry, EntryInfo, key_digest
 from .stats import CacheStats
 
@@ -60,7 +67,7 @@ def secret_bytes(secret: bytes | str, source: str = "secret") -> bytes:
     return bytes(secret)
 
 
-class SignedProgramCache(ProgramCacheResource):
+class SignedProgramCache(EntryCache):
     """``inner`` with every entry signed on store and verified on read.
 
     Statistics are the inner cache's: a lookup whose entry fails verification is
@@ -133,16 +140,6 @@ class SignedProgramCache(ProgramCacheResource):
             return result
         self._rejected(entry)
         return None
-
-    def __getitem__(self, key: CacheKey) -> bytes:
-        entry = self.get_entry(key)
-        if entry is None:
-            raise KeyError(key)
-        return entry.data
-
-    def get(self, key: CacheKey, default: bytes | None = None) -> bytes | None:
-        entry = self.get_entry(key)
-        return default if entry is None else entry.data
 
     def set_entry(self, key: CacheKey, value: CacheValue, meta: bytes = b"") -> None:
         k = coerce_key(key)

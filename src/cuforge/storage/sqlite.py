@@ -44,6 +44,7 @@ from .base import (
     CacheKey,
     CacheValue,
     CacheWriteWarning,
+    EntryCache,
     ProgramCacheResource,
     check_meta,
 )
@@ -74,7 +75,7 @@ class CacheRecoveryWarning(RuntimeWarning):
     when it could not, serves misses (compiles still work)."""
 
 
-class SQLiteProgramCache(ProgramCacheResource):
+class SQLiteProgramCache(EntryCache):
     """Program cache in one SQLite file, safe across threads and processes.
 
     Guarantees (docs/cache.md has the full account):
@@ -217,16 +218,6 @@ class SQLiteProgramCache(ProgramCacheResource):
                 self._ids.clear()
             self._ids[key] = got
         return got
-
-    def __getitem__(self, key: CacheKey) -> bytes:
-        entry = self.get_entry(key)
-        if entry is None:
-            raise KeyError(key)
-        return entry.data
-
-    def get(self, key: CacheKey, default: bytes | None = None) -> bytes | None:
-        entry = self.get_entry(key)
-        return default if entry is None else entry.data
 
     def get_entry(self, key: CacheKey) -> CacheEntry | None:
         ident = self._ids.get(key) if type(key) is bytes else None

@@ -34,6 +34,7 @@ from .base import (
     CacheKey,
     CacheValue,
     CacheWriteWarning,
+    EntryCache,
     ProgramCacheResource,
     check_meta,
 )
@@ -54,7 +55,7 @@ _FAILURE_FIELDS = (
 )
 
 
-class TieredProgramCache(ProgramCacheResource):
+class TieredProgramCache(EntryCache):
     """Levels fastest first; ``read_only`` holds indices or the level objects themselves."""
 
     def __init__(self, *levels: ProgramCacheResource, read_only: Iterable[Any] = ()) -> None:
@@ -135,16 +136,6 @@ class TieredProgramCache(ProgramCacheResource):
             if self._writable[j]:
                 self._put(j, k, found.data, found.meta, "store a backfill")
         return found
-
-    def __getitem__(self, key: CacheKey) -> bytes:
-        entry = self.get_entry(key)
-        if entry is None:
-            raise KeyError(key)
-        return entry.data
-
-    def get(self, key: CacheKey, default: bytes | None = None) -> bytes | None:
-        entry = self.get_entry(key)
-        return default if entry is None else entry.data
 
     # -- writes -----------------------------------------------------------------------------
     def _put(self, i: int, key: bytes, data: bytes, meta: bytes, what: str) -> None:
