@@ -11,6 +11,7 @@ sweep age, a size tracker equal to what the disk holds, and only intact entries 
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import mmap
 import os
@@ -76,6 +77,7 @@ class Harness:
             time.sleep(0.01)
         self.next_slot = 0
         self.kills: collections.Counter[str] = collections.Counter()
+        self.live: set[int] = set()  # writers forked and not yet killed
 
     def fork(self) -> tuple[int, int]:
         slot = self.next_slot % 2048
@@ -83,11 +85,27 @@ class Harness:
         assert self.zygote.stdin is not None and self.zygote.stdout is not None
         self.zygote.stdin.write(f"fork {slot} {self.rng.randrange(1 << 30)}\n")
         self.zygote.stdin.flush()
-        return int(self.zygote.stdout.readline()), slot
+        pid = int(self.zygote.stdout.readline())
+        self.live.add(pid)
+        return pid, slot
 
     def kill(self, pid: int, slot: int) -> None:
         os.kill(pid, signal.SIGKILL)  # ProcessLookupError: the writer ended on its own
+        self.live.discard(pid)
         self.kills[phase_at(self.phases, slot)] += 1
+
+    def abandon(self) -> None:
+        """Kill every process of the harness (a run that failed or timed out must not
+        leave writers and readers running after the test)."""
+        for pid in self.live:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        self.live.clear()
+        for proc in (self.zygote, *self.readers):
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=10)
 
     def run(self, kills: int, min_delay: float, max_delay: float, long_lived: float) -> None:
         writers = [self.fork() for _ in range(WRITERS)]
@@ -105,6 +123,16 @@ class Harness:
             self.kill(*victim)
 
     def stop(self) -> list[dict[str, Any]]:
+        try:
+            return self._stop()
+        finally:
+            self.abandon()  # whatever is left: nothing, after a clean stop
+
+    def _stop(self) -> list[dict[str, Any]]:
+        for pid in list(self.live):  # run() was interrupted (a failure or a timeout)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            self.live.discard(pid)
         assert self.zygote.stdin is not None
         self.zygote.stdin.close()
         self.zygote.wait(timeout=30)
