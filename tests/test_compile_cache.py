@@ -521,9 +521,13 @@ def test_no_ptx_warning_without_an_old_driver(cache, monkeypatch, driver):
 # -- single-flight --------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kind", ["memory", "filestream"])
+@pytest.mark.parametrize("kind", ["memory", "filestream", "sqlite"])
 def test_threads_missing_one_key_compile_once(tmp_path, compiles, reference_cubin, kind):
-    cache = InMemoryProgramCache() if kind == "memory" else FileStreamProgramCache(tmp_path / "c")
+    cache = {
+        "memory": InMemoryProgramCache,
+        "filestream": lambda: FileStreamProgramCache(tmp_path / "c"),
+        "sqlite": lambda: SQLiteProgramCache(tmp_path / "cache.db"),
+    }[kind]()
     n = 8
     barrier = threading.Barrier(n)
     results: list = [None] * n
@@ -546,6 +550,7 @@ def test_threads_missing_one_key_compile_once(tmp_path, compiles, reference_cubi
         assert not errors, errors
         assert compiles.count == 1
         assert all(r is not None and r.code == reference_cubin for r in results)
+        assert cache.stats().stores == 1
 
 
 @posix_only

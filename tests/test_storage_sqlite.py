@@ -485,33 +485,6 @@ def test_zero_stats_restarts_the_shared_counters(tmp_path: Path) -> None:
 # -- threads --------------------------------------------------------------------------------------
 
 
-def test_threads_sharing_one_handle_compile_once(tmp_path, compiles, reference_cubin) -> None:
-    cache = SQLiteProgramCache(tmp_path / "cache.db")
-    n = 8
-    barrier = threading.Barrier(n)
-    results: list = [None] * n
-    errors: list = []
-
-    def work(i: int) -> None:
-        try:
-            program = Program(SRC, "c++", ProgramOptions(arch=ARCH))
-            barrier.wait(timeout=30)
-            results[i] = program.compile("cubin", cache=cache)
-        except BaseException as exc:  # reported below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    with cache:
-        assert not errors, errors
-        assert compiles.count == 1
-        assert all(r is not None and r.code == reference_cubin for r in results)
-        assert cache.stats().stores == 1
-
-
 def test_threads_sharing_one_handle_under_a_cap(tmp_path: Path) -> None:
     cache = SQLiteProgramCache(tmp_path / "cache.db", max_size_bytes=300_000)
     payloads = {i: bytes([i]) * (2000 + 100 * i) for i in range(64)}  # 330 kB in all
