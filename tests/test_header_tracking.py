@@ -188,6 +188,28 @@ def test_include_through_a_macro(cache, compiles, tmp_path):
     assert compiles.count == 5
 
 
+def test_an_edited_header_is_scanned_again(cache, compiles, tmp_path):
+    # What a scan found is remembered per content; an edit that adds an include or
+    # redefines the macro of a computed include must be seen on the next compile.
+    write(tmp_path / "inc" / "outer.h", "#define VALUE 80\n")
+    write(tmp_path / "inc" / "inner.h", "#define VALUE 81\n")
+    src = '#include "outer.h"\n' + KERNEL
+    inc = [str(tmp_path / "inc")]
+    assert compile_value(cache, src, include_path=inc) == 80
+    write(tmp_path / "inc" / "outer.h", '#include "inner.h"\n')
+    assert compile_value(cache, src, include_path=inc) == 81
+    write(tmp_path / "inc" / "inner.h", "#define VALUE 82\n")  # reached only via the edit
+    assert compile_value(cache, src, include_path=inc) == 82
+    write(tmp_path / "inc" / "cfg_a.h", "#define VALUE 83\n")
+    write(tmp_path / "inc" / "cfg_b.h", "#define VALUE 84\n")
+    write(tmp_path / "inc" / "pick.h", '#define PICK "cfg_a.h"\n')
+    src2 = '#include "pick.h"\n#include PICK\n' + KERNEL
+    assert compile_value(cache, src2, include_path=inc) == 83
+    write(tmp_path / "inc" / "pick.h", '#define PICK "cfg_b.h"\n')
+    assert compile_value(cache, src2, include_path=inc) == 84
+    assert compiles.count == 5
+
+
 def test_has_include_sees_a_header_created_later(cache, compiles, tmp_path):
     (tmp_path / "inc").mkdir()
     src = '#if __has_include("extra.h")\n#include "extra.h"\n#else\n#define VALUE 70\n#endif\n'

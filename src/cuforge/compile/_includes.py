@@ -35,7 +35,9 @@ import hashlib
 import os
 import re
 import stat as stat_mod
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -44,11 +46,13 @@ __all__ = [
     "ABSOLUTE",
     "CWD",
     "SOURCE",
+    "Analysis",
     "DepSet",
     "Directive",
     "FileDep",
     "Roots",
     "UntrackableInclude",
+    "analyse",
     "file_digest",
     "may_read_user_files",
     "resolve",
@@ -122,6 +126,44 @@ def scan(text: bytes) -> list[Directive]:
     return found
 
 
+class Analysis(NamedTuple):
+    """What resolution needs of one file: its include-like constructs and the macros
+    it defines (name -> body; None for a function-like macro)."""
+
+    directives: list[Directive]
+    defines: list[tuple[str, bytes | None]]
+
+
+def analyse(text: bytes) -> Analysis:
+    """:func:`scan` ``text`` and collect its ``#define`` lines."""
+    defines = [
+        (m.group(1).decode(), None if m.group(2) else m.group(3)) for m in _DEFINE.finditer(text)
+    ]
+    return Analysis(scan(text), defines)
+
+
+# Content digest -> Analysis of a header seen before: a JIT process compiles many
+# sources that include the same headers, and a miss need not run the regexes over
+# them again. Keyed by content digest, so an edited file is analysed afresh.
+_ANALYSIS_MAX = 4096
+_analysis_lock = threading.Lock()
+_analysis: OrderedDict[str, Analysis] = OrderedDict()
+
+
+def _analysed(text: bytes, digest: str) -> Analysis:
+    with _analysis_lock:
+        found = _analysis.get(digest)
+        if found is not None:
+            _analysis.move_to_end(digest)
+            return found
+    found = analyse(text)
+    with _analysis_lock:
+        _analysis[digest] = found
+        if len(_analysis) > _ANALYSIS_MAX:
+            _analysis.popitem(last=False)
+    return found
+
+
 def may_read_user_files(
     directives: Iterable[Directive], has_user_dirs: bool, source_dir_searched: bool
 ) -> bool:
@@ -180,13 +222,14 @@ class DepSet:
     """
 
     headers: dict[str, bytes] = field(default_factory=dict)
+    digests: dict[str, str] = field(default_factory=dict)  # header name -> file_digest
     files: dict[tuple[str, str], FileDep] = field(default_factory=dict)
     absent: set[tuple[str, str]] = field(default_factory=set)
     started_ns: int = field(default_factory=time.time_ns)  # before any file was looked at
 
     def header_digests(self) -> list[tuple[str, str]]:
         """Sorted (name, content digest) pairs: exactly what NVRTC is given."""
-        return sorted((n, file_digest(c)) for n, c in self.headers.items())
+        return sorted((n, self.digests.get(n) or file_digest(c)) for n, c in self.headers.items())
 
 
 def file_digest(content: bytes) -> str:
@@ -238,7 +281,7 @@ class _Resolver:
         for item in defines:
             name, eq, value = item.partition("=")
             self.macros.setdefault(name, set()).add(value.encode() if eq else b"1")
-        self.unscanned: list[tuple[bytes, _Includer, str]] = []
+        self.unscanned: list[tuple[Analysis, _Includer, str]] = []
         self.toolkit_prefixes = tuple(d.rstrip(os.sep) + os.sep for d in roots.toolkit)
 
     # -- candidates and lookup ------------------------------------------------------
@@ -273,7 +316,7 @@ class _Resolver:
             dep = FileDep(pos, rel, file_digest(content), stat)
             self.out.files[(pos, rel)] = dep
             self.contents[(pos, rel)] = content
-            self.unscanned.append((content, (pos, rel), path))
+            self.unscanned.append((_analysed(content, dep.digest), (pos, rel), path))
             return ("user", pos, rel, dep.digest)
         if not os.path.isabs(spelling) and any(
             _is_file(os.path.join(d, spelling)) for d in self.roots.toolkit
@@ -291,6 +334,7 @@ class _Resolver:
         if target[0] == "user":
             content_id: _Target = ("user", target[3])
             self.out.headers[spelling] = self.contents[(target[1], target[2])]
+            self.out.digests[spelling] = target[3]
         else:
             content_id = target
         seen = self.names.get(spelling)
@@ -305,16 +349,10 @@ class _Resolver:
             )
 
     # -- macros ---------------------------------------------------------------------------
-    def _learn_defines(self, text: bytes) -> bool:
-        """Add the object-like (and note function-like) macros ``text`` defines."""
-        grew = False
-        for m in _DEFINE.finditer(text):
-            body = None if m.group(2) else m.group(3)
-            bodies = self.macros.setdefault(m.group(1).decode(), set())
-            if body not in bodies:
-                bodies.add(body)
-                grew = True
-        return grew
+    def _learn_defines(self, defines: list[tuple[str, bytes | None]]) -> None:
+        """Add the object-like (and note function-like) macros a file defines."""
+        for name, body in defines:
+            self.macros.setdefault(name, set()).add(body)
 
     def _expand(self, macro: str, depth: int = 0) -> set[tuple[str, bool]] | None:
         """Every (spelling, angle) ``macro`` can expand to; None when unknown."""
@@ -382,7 +420,7 @@ class _Resolver:
         for spelling, angle in sorted(expanded):
             self._include(spelling, angle, includer, where)
 
-    def run(self, source: bytes, source_label: str, pre_includes: Iterable[str]) -> DepSet:
+    def run(self, source: Analysis, source_label: str, pre_includes: Iterable[str]) -> DepSet:
         main: _Includer = None if self.roots.source is None else (SOURCE, "")
         self.unscanned.append((source, main, source_label))
         for spelling in pre_includes:
@@ -392,9 +430,9 @@ class _Resolver:
         # far, which may find more files (and definitions): repeat to a fixpoint.
         while True:
             while self.unscanned:
-                text, includer, label = self.unscanned.pop(0)
-                self._learn_defines(text)
-                for d in scan(text):
+                analysis, includer, label = self.unscanned.pop(0)
+                self._learn_defines(analysis.defines)
+                for d in analysis.directives:
                     self._directive(d, includer, label, computed)
             for d, includer, where in computed:
                 self._computed(d, includer, where, final=False)
@@ -415,10 +453,14 @@ def resolve(
     roots: Roots,
     defines: Iterable[str] = (),
     pre_includes: Iterable[str] = (),
+    analysis: Analysis | None = None,
 ) -> DepSet:
     """Every user file the compile of ``source`` can read, and every absent candidate.
+
+    ``analysis`` is ``analyse(source)`` when the caller has it already.
 
     Raises UntrackableInclude (a ValueError) where completeness cannot be
     guaranteed or the in-memory mechanism cannot express the search.
     """
-    return _Resolver(roots, defines).run(source, source_label, pre_includes)
+    found = analysis if analysis is not None else analyse(source)
+    return _Resolver(roots, defines).run(found, source_label, pre_includes)

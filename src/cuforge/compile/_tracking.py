@@ -54,7 +54,7 @@ __all__ = ["compile_tracked", "lookup_manifest", "roots_if_tracked", "toolkit_di
 
 _SCAN_MEMO_MAX = 1024
 _scan_lock = threading.Lock()
-_scan_memo: OrderedDict[bytes, list[_includes.Directive]] = OrderedDict()
+_scan_memo: OrderedDict[bytes, _includes.Analysis] = OrderedDict()
 
 
 def toolkit_dirs() -> tuple[str, ...]:
@@ -63,13 +63,14 @@ def toolkit_dirs() -> tuple[str, ...]:
     return _toolkit.toolkit_include_dirs()
 
 
-def _directives(code: bytes) -> list[_includes.Directive]:
+def _analysis(code: bytes) -> _includes.Analysis:
+    """``_includes.analyse(code)``, remembered per source (the hit path asks each time)."""
     with _scan_lock:
         found = _scan_memo.get(code)
         if found is not None:
             _scan_memo.move_to_end(code)
             return found
-    found = _includes.scan(code)
+    found = _includes.analyse(code)
     with _scan_lock:
         _scan_memo[code] = found
         if len(_scan_memo) > _SCAN_MEMO_MAX:
@@ -98,7 +99,7 @@ def roots_if_tracked(program: Program) -> _includes.Roots | None:
         return None
     roots = _roots(options)
     if options.pre_include or _includes.may_read_user_files(
-        _directives(code), bool(roots.user), roots.source is not None
+        _analysis(code).directives, bool(roots.user), roots.source is not None
     ):
         return roots
     return None
@@ -216,7 +217,7 @@ def _fill(
     name = options.name or ""
     deps = _includes.resolve(
         program._code, name or "<source>", roots, options.define_macro or (),
-        options.pre_include or (),
+        options.pre_include or (), _analysis(program._code),
     )  # fmt: skip
     key = _digest("c++", target, options, program._code, names, None, closed=True, deps=deps)
     obj = _hit(cache, key, target, name, names)  # another checkout may have compiled it
