@@ -92,25 +92,27 @@ def test_compile_hits_over_many_tracked_programs_keep_memory_bounded(tmp_path, s
 
 def test_every_in_process_memo_has_a_bound(tmp_path: Path) -> None:
     """Each memo, driven past its bound, stays within it."""
-    from cuforge.compile import _manifest, _tracking
+    from cuforge.compile import _includes, _manifest, _tracking
 
     saved = (
-        dict(_tracking._scan_memo), dict(_tracking._validated),
+        dict(_tracking._scan_memo), dict(_tracking._validated), dict(_includes._analysis),
         *(dict(m._items) for m in (_manifest._digests, _manifest._decoded, _manifest._prepared)),
     )  # fmt: skip
     try:
         _drive_every_memo(tmp_path)
     finally:  # leave the process's real memos as they were
         for memo, items in zip(
-            (_tracking._scan_memo, _tracking._validated, _manifest._digests._items,
-             _manifest._decoded._items, _manifest._prepared._items), saved, strict=True,
+            (_tracking._scan_memo, _tracking._validated, _includes._analysis,
+             _manifest._digests._items, _manifest._decoded._items, _manifest._prepared._items),
+            saved, strict=True,
         ):  # fmt: skip
             memo.clear()
             memo.update(items)
+        _includes._analysis_bytes = sum(size for _, size in _includes._analysis.values())
 
 
 def _drive_every_memo(tmp_path: Path) -> None:
-    from cuforge.compile import _manifest, _tracking, _watch
+    from cuforge.compile import _includes, _manifest, _tracking, _watch
     from cuforge.storage import FileStreamProgramCache
     from cuforge.storage._hitmemo import HitMemo
     from cuforge.storage._keylock import KeyLocks
@@ -118,8 +120,17 @@ def _drive_every_memo(tmp_path: Path) -> None:
 
     sizes = {}
     for i in range(2 * _tracking._SCAN_MEMO_MAX + 10):
-        _tracking._directives(f'#include "h{i}.h"\n'.encode())
+        _tracking._analysis(f'#include "h{i}.h"\n'.encode())
     sizes["_tracking._scan_memo"] = (len(_tracking._scan_memo), _tracking._SCAN_MEMO_MAX)
+    for i in range(_includes._ANALYSIS_MAX + 100):
+        text = f"#define H{i} {i}\n".encode()
+        _includes._analysed(text, _includes.file_digest(text))
+    sizes["_includes._analysis"] = (len(_includes._analysis), _includes._ANALYSIS_MAX)
+    big = b"".join(b"#define M%d %s\n" % (i, b"x" * 1000) for i in range(2000))  # ~2 MB
+    for i in range(20):
+        text = big + b"// %d\n" % i
+        _includes._analysed(text, _includes.file_digest(text))
+    sizes["_includes._analysis bytes"] = (_includes._analysis_bytes, _includes._ANALYSIS_MAX_BYTES)
     roots = _tracking._roots(__import__("cuforge").compile.ProgramOptions(arch="sm_90"))
     for i in range(_tracking._VALIDATED_MAX + 100):
         _tracking._remember_valid(i.to_bytes(8, "little"), roots, b"k", 0)

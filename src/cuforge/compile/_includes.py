@@ -144,23 +144,36 @@ def analyse(text: bytes) -> Analysis:
 
 # Content digest -> Analysis of a header seen before: a JIT process compiles many
 # sources that include the same headers, and a miss need not run the regexes over
-# them again. Keyed by content digest, so an edited file is analysed afresh.
+# them again. Keyed by content digest, so an edited file is analysed afresh. Bounded
+# in entries and in the bytes its directives and macro bodies hold.
 _ANALYSIS_MAX = 4096
+_ANALYSIS_MAX_BYTES = 16 << 20
 _analysis_lock = threading.Lock()
-_analysis: OrderedDict[str, Analysis] = OrderedDict()
+_analysis: OrderedDict[str, tuple[Analysis, int]] = OrderedDict()
+_analysis_bytes = 0
+
+
+def _size(found: Analysis) -> int:
+    return 64 * len(found.directives) + sum(64 + len(b or b"") for _, b in found.defines)
 
 
 def _analysed(text: bytes, digest: str) -> Analysis:
+    global _analysis_bytes
     with _analysis_lock:
-        found = _analysis.get(digest)
-        if found is not None:
+        known = _analysis.get(digest)
+        if known is not None:
             _analysis.move_to_end(digest)
-            return found
+            return known[0]
     found = analyse(text)
+    size = _size(found)
     with _analysis_lock:
-        _analysis[digest] = found
-        if len(_analysis) > _ANALYSIS_MAX:
-            _analysis.popitem(last=False)
+        if digest not in _analysis:
+            _analysis[digest] = (found, size)
+            _analysis_bytes += size
+        while _analysis and (
+            len(_analysis) > _ANALYSIS_MAX or _analysis_bytes > _ANALYSIS_MAX_BYTES
+        ):
+            _analysis_bytes -= _analysis.popitem(last=False)[1][1]
     return found
 
 
