@@ -229,8 +229,6 @@ def data_docstring(
     if what != "data" or package not in PUBLIC:
         return
     where = getattr(sys.modules.get(package), "_EXPORTS", {}).get(attr, package)
-    if where and not where.startswith("cuforge"):  # cuforge.storage: relative names
-        where = f"{package}.{where}"
     comment = ModuleAnalyzer.for_module(where).find_attr_docs().get(("", attr), [])
     lines[:] = list(comment)
 

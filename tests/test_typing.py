@@ -113,7 +113,6 @@ def _checked_exports(init: Path) -> tuple[dict[str, str], dict[str, str]]:
     """(_EXPORTS as the package resolves it at run time, what its ``if TYPE_CHECKING:``
     block imports): name -> defining module, both."""
     tree = ast.parse(init.read_text())
-    package = ".".join(init.relative_to(SRC.parent).parent.parts)
     exports: dict[str, str] = {}
     typed: dict[str, str] = {}
     for node in tree.body:
@@ -127,8 +126,6 @@ def _checked_exports(init: Path) -> tuple[dict[str, str], dict[str, str]]:
                     for alias in stmt.names:
                         assert alias.asname == alias.name, "re-export as `X as X`"
                         typed[alias.name] = stmt.module
-    if package == "cuforge.storage":  # module names relative to the package
-        exports = {name: f"{package}.{module}" for name, module in exports.items()}
     return exports, typed
 
 

@@ -9,14 +9,10 @@ runtime layer.
 
 from __future__ import annotations
 
-import importlib
-
-from cuforge import _log
+from cuforge import _lazy, _log
 
 TYPE_CHECKING = False  # typing is not imported at run time: it costs a cold process ~5 ms
 if TYPE_CHECKING:
-    from typing import Any
-
     # What __getattr__ resolves, spelled out for type checkers (tests/test_typing.py
     # checks that this block and _EXPORTS agree).
     from cuforge.compile.errors import CompileError as CompileError
@@ -77,14 +73,4 @@ _EXPORTS: dict[str, str] = {
 __all__ = sorted([*_EXPORTS, "__version__"])
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'cuforge' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return __all__
+__getattr__, __dir__ = _lazy.exports(__name__, _EXPORTS)

@@ -10,12 +10,10 @@ first name that needs it).
 
 from __future__ import annotations
 
-import importlib
+from cuforge import _lazy
 
 TYPE_CHECKING = False  # typing is not imported at run time: it costs a cold process ~5 ms
 if TYPE_CHECKING:
-    from typing import Any
-
     # What __getattr__ resolves, spelled out for type checkers (tests/test_typing.py
     # checks that this block and _EXPORTS agree).
     from cuforge.compile._toolkit import toolkit_headers as toolkit_headers
@@ -70,14 +68,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = _lazy.exports(__name__, _EXPORTS)

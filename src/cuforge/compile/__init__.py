@@ -8,12 +8,10 @@ import the rest.
 
 from __future__ import annotations
 
-import importlib
+from cuforge import _lazy
 
 TYPE_CHECKING = False  # typing is not imported at run time: it costs a cold process ~5 ms
 if TYPE_CHECKING:
-    from typing import Any
-
     # What __getattr__ resolves, spelled out for type checkers (tests/test_typing.py
     # checks that this block and _EXPORTS agree).
     from cuforge.compile.errors import CompileError as CompileError
@@ -39,14 +37,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = _lazy.exports(__name__, _EXPORTS)

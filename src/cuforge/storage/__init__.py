@@ -7,12 +7,10 @@ fresh process) loads only the modules that backend needs.
 
 from __future__ import annotations
 
-import importlib
+from cuforge import _lazy
 
 TYPE_CHECKING = False  # typing is not imported at run time: it costs a cold hit ~5 ms
 if TYPE_CHECKING:
-    from typing import Any
-
     # What __getattr__ resolves, spelled out for type checkers (tests/test_typing.py
     # checks that this block and _EXPORTS agree).
     from cuforge.storage._safedir import CachePathError as CachePathError
@@ -38,41 +36,31 @@ if TYPE_CHECKING:
     from cuforge.storage.tiered import TieredProgramCache as TieredProgramCache
     from cuforge.storage.urls import open_cache as open_cache
 
-# public name -> module (relative to this package) that defines it
+# public name -> module that defines it
 _EXPORTS = {
-    "CacheEntry": "entry",
-    "CachePathError": "_safedir",
-    "CacheRecoveryWarning": "sqlite",
-    "CacheStats": "stats",
-    "CacheWriteWarning": "base",
-    "EntryInfo": "entry",
-    "FileStreamProgramCache": "filestream",
-    "InMemoryProgramCache": "memory",
-    "ProgramCacheResource": "base",
-    "RedisProgramCache": "redis",  # imports redis-py: pip install 'cuforge[redis]'
-    "SQLiteProgramCache": "sqlite",
-    "SignedProgramCache": "signing",
-    "TieredProgramCache": "tiered",
-    "UnsafeCacheError": "_safedir",
-    "_is_windows_sharing_violation": "_winretry",
-    "default_cache": "config",
-    "default_cache_dir": "filestream",
-    "default_db_path": "sqlite",
-    "entry_id": "entry",
-    "open_cache": "urls",
+    "CacheEntry": "cuforge.storage.entry",
+    "CachePathError": "cuforge.storage._safedir",
+    "CacheRecoveryWarning": "cuforge.storage.sqlite",
+    "CacheStats": "cuforge.storage.stats",
+    "CacheWriteWarning": "cuforge.storage.base",
+    "EntryInfo": "cuforge.storage.entry",
+    "FileStreamProgramCache": "cuforge.storage.filestream",
+    "InMemoryProgramCache": "cuforge.storage.memory",
+    "ProgramCacheResource": "cuforge.storage.base",
+    "RedisProgramCache": "cuforge.storage.redis",  # imports redis-py: pip install 'cuforge[redis]'
+    "SQLiteProgramCache": "cuforge.storage.sqlite",
+    "SignedProgramCache": "cuforge.storage.signing",
+    "TieredProgramCache": "cuforge.storage.tiered",
+    "UnsafeCacheError": "cuforge.storage._safedir",
+    "_is_windows_sharing_violation": "cuforge.storage._winretry",
+    "default_cache": "cuforge.storage.config",
+    "default_cache_dir": "cuforge.storage.filestream",
+    "default_db_path": "cuforge.storage.sqlite",
+    "entry_id": "cuforge.storage.entry",
+    "open_cache": "cuforge.storage.urls",
 }
 
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = _lazy.exports(__name__, _EXPORTS)
