@@ -12,13 +12,10 @@ most ``every`` operations' worth.
 
 from __future__ import annotations
 
-import atexit
-import contextlib
-import os
 import time
-import weakref
 from typing import Any
 
+from ._livehandles import LiveHandles
 from .stats import CacheStats
 
 __all__ = ["FleetCounters", "read_fleet", "track", "untrack"]
@@ -69,7 +66,7 @@ def read_fleet(client: Any, name: bytes) -> CacheStats:
 
 # Open handles: flushed at interpreter exit; reset in a forked child, which must not
 # report its parent's counts as its own.
-_LIVE: weakref.WeakSet[Any] = weakref.WeakSet()
+_LIVE = LiveHandles()
 
 
 def track(cache: Any) -> None:
@@ -80,20 +77,3 @@ def track(cache: Any) -> None:
 
 def untrack(cache: Any) -> None:
     _LIVE.discard(cache)
-
-
-def _reset_in_child() -> None:
-    for cache in list(_LIVE):
-        with contextlib.suppress(Exception):
-            cache._after_fork_in_child()
-
-
-def _flush_all_at_exit() -> None:
-    for cache in list(_LIVE):
-        with contextlib.suppress(Exception):
-            cache._flush_at_exit()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_reset_in_child)
-atexit.register(_flush_all_at_exit)

@@ -21,13 +21,11 @@ The 64 hex digits are blake2b-256 of the key (the entry's public id, see
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import os
 import threading
 import time
 import warnings
-import weakref
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
 
@@ -36,6 +34,7 @@ from ._atomicwrite import PairWriter, sweep_temps
 from ._fsutil import check_mode, fingerprint, make_dir, unlink_if_unchanged
 from ._hitmemo import HitMemo
 from ._integrity import SIDECAR_SUFFIX, key_seed, sidecar_for
+from ._livehandles import LiveHandles
 from ._locking import FileKeyLock
 from ._pairread import Mismatch, PairNames, read_pair
 from ._safedir import DirRules, check_cache_dirs, open_root
@@ -504,6 +503,12 @@ class FileStreamProgramCache(EntryCache):
             except OSError:
                 self._ledger = None
 
+    def _flush_at_exit(self) -> None:
+        self._flush_stats()
+        if self._ledger is not None:  # off the ledger's count: a clean exit
+            self._ledger.close()
+            self._ledger = None
+
     def close(self) -> None:
         """Persist statistics and release files. Idempotent; the handle is then unusable."""
         if self._closed:
@@ -518,24 +523,4 @@ class FileStreamProgramCache(EntryCache):
         return f"FileStreamProgramCache({self._root!r}, max_size_bytes={self._max})"
 
 
-_LIVE: weakref.WeakSet[FileStreamProgramCache] = weakref.WeakSet()
-
-
-def _reset_in_child() -> None:
-    for cache in list(_LIVE):
-        with contextlib.suppress(Exception):
-            cache._after_fork_in_child()
-
-
-def _flush_all_at_exit() -> None:
-    for cache in list(_LIVE):
-        with contextlib.suppress(Exception):
-            cache._flush_stats()
-            if cache._ledger is not None:  # off the ledger's count: a clean exit
-                cache._ledger.close()
-                cache._ledger = None
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_reset_in_child)
-atexit.register(_flush_all_at_exit)
+_LIVE = LiveHandles()

@@ -9,7 +9,6 @@ a cache is opened, so ``import cuforge`` works on interpreters built without it.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import os
 import threading
@@ -23,6 +22,7 @@ from typing import Any
 from zlib import crc32
 
 from ._integrity import key_seed
+from ._livehandles import LiveHandles
 from ._safedir import prepare_db_file
 from ._sqlite_conn import Connections, immediate, load_sqlite3, pragmas
 from ._sqlite_entries import Found, digest_of_id, find_row, list_rows, read_row, remove_row
@@ -509,6 +509,9 @@ class SQLiteProgramCache(EntryCache):
         if self._closed:
             raise ValueError("operation on a closed SQLiteProgramCache")
 
+    def _flush_at_exit(self) -> None:
+        self._housekeep(wait=False)
+
     def _after_fork_in_child(self) -> None:
         self._conns.forget_after_fork()
         self._flush_mutex = threading.Lock()
@@ -557,22 +560,4 @@ def _open_sqlite(spec: CacheSpec) -> ProgramCacheResource:
 
 register_scheme("sqlite", _open_sqlite, {"max_size", "durable", "timeout", "trust"})
 
-_LIVE: weakref.WeakSet[SQLiteProgramCache] = weakref.WeakSet()
-
-
-def _reset_in_child() -> None:
-    reset_after_fork()
-    for cache in list(_LIVE):
-        with contextlib.suppress(Exception):
-            cache._after_fork_in_child()
-
-
-def _flush_all_at_exit() -> None:
-    for cache in list(_LIVE):
-        with contextlib.suppress(Exception):
-            cache._housekeep(wait=False)
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_reset_in_child)
-atexit.register(_flush_all_at_exit)
+_LIVE = LiveHandles(child_first=reset_after_fork)
