@@ -131,15 +131,23 @@ def cmd_stress(args: dict) -> dict:
 
 def cmd_count(args: dict) -> dict:
     """Make ``args["hits"]`` hits and ``args["misses"]`` misses, then close (stats test)."""
+    import warnings
+
     from cuforge.utils import SQLiteProgramCache
 
-    with SQLiteProgramCache(args["db"]) as cache:
-        cache[b"shared"] = b"x" * 10
-        for _ in range(args["hits"]):
-            cache.get(b"shared")
-        for i in range(args["misses"]):
-            cache.get(f"absent-{i}")
-    return {}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with SQLiteProgramCache(args["db"]) as cache:
+            cache[b"shared"] = b"x" * 10
+            for _ in range(args["hits"]):
+                cache.get(b"shared")
+            for i in range(args["misses"]):
+                cache.get(f"absent-{i}")
+            own = cache.stats().as_dict()
+    # What this process counted, wrote at close and was warned of: a lost sum then
+    # says which side lost it.
+    written = cache._flushed.as_dict()
+    return {"stats": own, "written": written, "warnings": [str(w.message) for w in caught]}
 
 
 def cmd_efbig(args: dict) -> dict:

@@ -271,11 +271,11 @@ def test_killed_holder_does_not_block_the_compile(tmp_path, reference_cubin) -> 
 
 def test_statistics_sum_over_processes(tmp_path: Path) -> None:
     db = tmp_path / "cache.db"
-    for p in [start("count", {"db": str(db), "hits": 5, "misses": 3}) for _ in range(2)]:
-        finish(p)
+    workers = [finish(p) for p in [start("count", {"db": str(db), "hits": 5, "misses": 3})
+                                   for _ in range(2)]]  # fmt: skip
     with SQLiteProgramCache(db) as c:
         total = c.total_stats()
-    assert (total.hits, total.misses, total.stores) == (10, 6, 2)
+    assert (total.hits, total.misses, total.stores) == (10, 6, 2), workers
     assert total.bytes_read == 100 and total.bytes_written == 20
 
 
