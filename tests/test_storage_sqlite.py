@@ -13,6 +13,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
+import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,6 +28,7 @@ from cuforge.storage._sqlite_schema import (
     SCHEMA_VERSION,
     STAT_COLUMNS,
     ForeignDatabaseError,
+    file_problem,
 )
 from cuforge.storage.entry import CacheEntry, entry_id
 from cuforge.storage.stats import CacheStats
@@ -341,6 +343,83 @@ def test_damaged_file_in_use_elsewhere_is_not_moved(tmp_path: Path) -> None:
     finally:
         holder.kill()
         holder.wait(30)
+
+
+def test_a_file_that_only_looked_damaged_is_judged_again_not_waited_out(
+    tmp_path: Path,
+) -> None:
+    # While another process holds the file, a header that looked wrong and then
+    # reads right again (a state caught mid-write) must not leave this opener
+    # broken: it looks again instead of waiting for the holder to let go.
+    db = tmp_path / "cache.db"
+    _filled(db)
+    good = db.read_bytes()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time\nfrom cuforge.storage import SQLiteProgramCache\n"
+         f"c = SQLiteProgramCache({str(db)!r}); print('open', flush=True); time.sleep(60)"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "open"
+        with open(db, "r+b") as f:  # the same file, its header wiped in place
+            f.write(bytes(100))
+
+        def put_back() -> None:  # the same 100 bytes, in one write: never a shorter file
+            with open(db, "r+b") as f:
+                f.write(good[:100])
+
+        restore = threading.Timer(0.3, put_back)
+        restore.start()
+        started = time.monotonic()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with SQLiteProgramCache(db, timeout=20) as c:
+                assert c.get("k1") is not None  # the holder's data, served
+                c["new"] = b"v"
+                assert c.get("new") == b"v" and c.stats().write_failures == 0
+        restore.join()
+        assert time.monotonic() - started < 10  # not the 20 s timeout
+        assert recovery_warnings(caught) == []
+        assert not list(tmp_path.glob("*.corrupt-*"))
+    finally:
+        holder.kill()
+        holder.wait(30)
+
+
+def test_a_database_a_peer_is_creating_is_never_judged_damaged(tmp_path: Path) -> None:
+    # Its first page can land between our read of the header and our look at the
+    # size. That is a file being made, not damage: judged damaged, the second opener
+    # would wait out its timeout for the first to let go, then serve misses for life.
+    ref = tmp_path / "ref.db"
+    conn = sqlite3.connect(ref)
+    conn.execute("CREATE TABLE t (x)")
+    conn.commit()
+    conn.close()
+    page = ref.read_bytes()
+    seen: list[str] = []
+
+    def poll(path: str, started: threading.Event, done: threading.Event) -> None:
+        started.set()
+        while not done.is_set():
+            problem = file_problem(path)
+            if problem is not None:
+                seen.append(problem)
+
+    for i in range(200):
+        path = str(tmp_path / f"{i}.db")
+        fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o600)  # empty, as a new connection leaves it
+        started, done = threading.Event(), threading.Event()
+        t = threading.Thread(target=poll, args=(path, started, done))
+        t.start()
+        started.wait()
+        os.write(fd, page)  # one write, as SQLite writes its first page
+        done.set()
+        t.join()
+        os.close(fd)
+    assert seen == []
+    assert file_problem(str(ref)) is None
+    (tmp_path / "short").write_bytes(b"x" * 50)  # still damage: short and foreign
+    assert file_problem(str(tmp_path / "short")) is not None
 
 
 # -- eviction and space ---------------------------------------------------------------------------

@@ -96,6 +96,7 @@ def _recover(
     conns.close_all()
     deadline = time.monotonic() + timeout
     seen = _identity(path)
+    on_disk = file_problem(path) is not None  # seen without SQLite: cheap to look again
     while not locks.try_exclusive():
         if not locks.alone_in_process() or time.monotonic() >= deadline:
             locks.use(0)
@@ -103,12 +104,15 @@ def _recover(
             return Opened(why, why)
         locks.unuse()  # let a peer that waits for the same thing go first
         time.sleep(0.01)
-        if _identity(path) != seen:  # a peer replaced it
+        # A peer replaced the file, or what looked wrong on disk no longer does (a
+        # transient state seen mid-write): judge it again rather than wait it out.
+        if _identity(path) != seen or (on_disk and file_problem(path) is None):
             locks.use(timeout)
             again = _diagnose(sqlite, conns, path)
             if again is None:
                 return Opened(None, None)
             problem, seen = again, _identity(path)
+            on_disk = file_problem(path) is not None
             conns.close_all()
     try:
         again = _diagnose(sqlite, conns, path)  # a peer may have repaired it meanwhile

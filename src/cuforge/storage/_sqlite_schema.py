@@ -137,9 +137,9 @@ def row_check(seed: int, data: bytes, meta: bytes) -> int:
 def file_problem(path: str) -> str | None:
     """What is wrong with the file at ``path`` without opening it through SQLite.
 
-    None when it is absent, empty or plausible. Damaged: not an SQLite header
-    (another file, zero-filled), or shorter than its header says while no WAL
-    holds newer pages (truncated).
+    None when it is absent, empty, growing as we read (a peer creating it), or
+    plausible. Damaged: not an SQLite header (another file, zero-filled), or shorter
+    than its header says while no WAL holds newer pages (truncated).
     """
     try:
         with open(path, "rb") as f:
@@ -148,6 +148,10 @@ def file_problem(path: str) -> str | None:
     except FileNotFoundError:
         return None
     if size == 0:
+        return None
+    if len(head) < 100 and size >= 100:
+        # It grew after the read: a peer creating the database wrote its first page
+        # just then. Not damage; SQLite itself judges the file next.
         return None
     if len(head) < 100 or head[:16] != _MAGIC:
         return "not an SQLite database (its header is not SQLite's)"
