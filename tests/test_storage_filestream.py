@@ -15,7 +15,7 @@ import pytest
 
 from cuforge.storage import CacheWriteWarning, FileStreamProgramCache
 from cuforge.storage._integrity import SIDECAR_SIZE, SIDECAR_SUFFIX
-from cuforge.storage._sizeindex import SizeLedger
+from cuforge.storage.filestream._sizeindex import SizeLedger
 
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
 
@@ -262,7 +262,7 @@ def test_open_does_not_scan_entries(tmp_path: Path, monkeypatch) -> None:
     with FileStreamProgramCache(tmp_path) as c:
         for i in range(50):
             c[str(i)] = b"x"
-    import cuforge.storage._fsevict as fsevict  # every scan of a handle goes through it
+    import cuforge.storage.filestream._evict as fsevict  # every scan of a handle goes through it
 
     monkeypatch.setattr(fsevict, "scan_entries", lambda *a: pytest.fail("open scanned"))
     with FileStreamProgramCache(tmp_path, max_size_bytes=10**6) as c:

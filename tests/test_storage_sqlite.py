@@ -23,14 +23,14 @@ import pytest
 from _cache_workers import ARCH, SRC
 from cuforge.compile import Program, ProgramOptions, _nvrtc
 from cuforge.storage import CacheRecoveryWarning, SQLiteProgramCache, default_db_path
-from cuforge.storage._sqlite_schema import (
+from cuforge.storage.entry import CacheEntry, entry_id
+from cuforge.storage.sqlite._schema import (
     APPLICATION_ID,
     SCHEMA_VERSION,
     STAT_COLUMNS,
     ForeignDatabaseError,
     file_problem,
 )
-from cuforge.storage.entry import CacheEntry, entry_id
 from cuforge.storage.stats import CacheStats
 from cuforge.storage.urls import open_cache
 

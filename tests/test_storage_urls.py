@@ -130,3 +130,44 @@ def test_bad_redis_urls_name_the_bad_part(url: str, names: str | None) -> None:
     with pytest.raises(ValueError, match=names.replace("?", r"\?")) as info:
         open_cache(url, secret=None)
     assert url.split("?")[0] in str(info.value)
+
+
+def test_every_scheme_in_the_table_names_an_opener() -> None:
+    """SCHEMES names each backend's opener as "module:function"; a typo there would
+    surface only when someone first opened that scheme."""
+    import importlib
+
+    from cuforge.storage.urls import SCHEMES
+
+    assert {"file", "sqlite", "redis", "rediss"} <= set(SCHEMES)
+    for scheme, (target, params) in SCHEMES.items():
+        module, sep, function = target.partition(":")
+        assert sep and module.startswith("cuforge.storage."), (scheme, target)
+        assert callable(getattr(importlib.import_module(module), function)), (scheme, target)
+        assert "ro" not in params, scheme  # every scheme accepts it; the table lists the rest
+
+
+def test_parsing_a_url_imports_no_backend() -> None:
+    """The URL module and the backends do not import each other: parsing (and its
+    errors) reads the scheme table; only opening imports the backend."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from cuforge.storage.urls import parse_cache_url\n"
+        "specs = parse_cache_url('memory://,sqlite:///tmp/x.db?ro,redis://h:1/0?ttl=1d,/tmp/d')\n"
+        "assert [s.scheme for s in specs] == ['memory', 'sqlite', 'redis', 'file'], specs\n"
+        "try:\n"
+        "    parse_cache_url('redis://h/0?bogus=1')\n"
+        "except ValueError as exc:\n"
+        "    assert 'bogus' in str(exc), exc\n"
+        "else:\n"
+        "    raise AssertionError('bogus parameter accepted')\n"
+        "print('\\n'.join(m for m in sys.modules if m.startswith('cuforge.storage.')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    loaded = out.stdout.split()
+    assert "cuforge.storage.urls" in loaded
+    backends = {"filestream", "sqlite", "redis"}
+    assert not [m for m in loaded if m.split(".")[2] in backends], loaded

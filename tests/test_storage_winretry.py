@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from cuforge.storage import CacheWriteWarning, FileStreamProgramCache, _atomicwrite, _winretry
+from cuforge.storage import CacheWriteWarning, FileStreamProgramCache, _winretry
 from cuforge.storage._winretry import RETRY_DELAYS, _is_windows_sharing_violation
+from cuforge.storage.filestream import _atomicwrite
 
 
 def perm(err: int = errno.EACCES, winerror: int | None = None) -> PermissionError:

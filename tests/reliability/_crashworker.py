@@ -89,7 +89,8 @@ def phase_at(mapped: Any, slot: int) -> str:
 
 def instrument(spec: dict[str, Any], phases: Phases) -> None:
     if spec["backend"] == "filestream":
-        from cuforge.storage import _atomicwrite, _sizeindex, _statsfile, filestream
+        from cuforge.storage import filestream
+        from cuforge.storage.filestream import _atomicwrite, _sizeindex, _statsfile
 
         fs = filestream.FileStreamProgramCache
         phases.wrap(fs, "set_entry", "write")
@@ -101,7 +102,8 @@ def instrument(spec: dict[str, Any], phases: Phases) -> None:
         phases.wrap(fs, "get_entry", "read")
         phases.wrap(_statsfile.StatsStore, "flush", "stats")
     elif spec["backend"] == "sqlite":
-        from cuforge.storage import _sqlite_space, sqlite
+        from cuforge.storage import sqlite
+        from cuforge.storage.sqlite import _space as _sqlite_space
 
         db = sqlite.SQLiteProgramCache
         phases.wrap(db, "set_entry", "write")
@@ -151,10 +153,10 @@ def writer(spec: dict[str, Any], slot: int, seed: int) -> None:
 
 def zygote(spec: dict[str, Any]) -> None:
     # Imported once, before the forks (cuforge.storage loads its modules lazily).
-    import cuforge.storage._atomicwrite
-    import cuforge.storage._sizeindex
-    import cuforge.storage._statsfile
     import cuforge.storage.filestream
+    import cuforge.storage.filestream._atomicwrite
+    import cuforge.storage.filestream._sizeindex
+    import cuforge.storage.filestream._statsfile
 
     if spec["backend"] == "sqlite":
         import cuforge.storage.sqlite

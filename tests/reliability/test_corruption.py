@@ -80,8 +80,8 @@ class SQLiteRaw:
         self.conn = sqlite3.connect(cache.path, isolation_level=None)
 
     def _rid(self, key: bytes) -> int:
-        from cuforge.storage._sqlite_schema import rid_of
         from cuforge.storage.entry import key_digest
+        from cuforge.storage.sqlite._schema import rid_of
 
         return rid_of(key_digest(key))
 

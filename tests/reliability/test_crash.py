@@ -276,22 +276,22 @@ def test_sqlite_survives_writers_killed_inside_transactions(tmp_path: Path, scal
 
 _WRAPPED = {
     "filestream": [
-        ("cuforge.storage._atomicwrite", "PairWriter", "write_pair"),
+        ("cuforge.storage.filestream._atomicwrite", "PairWriter", "write_pair"),
         ("cuforge.storage.filestream", "FileStreamProgramCache", "set_entry"),
-        ("cuforge.storage._sizeindex", "SizeLedger", "_update"),
+        ("cuforge.storage.filestream._sizeindex", "SizeLedger", "_update"),
         ("cuforge.storage.filestream", "FileStreamProgramCache", "_evict"),
         ("cuforge.storage.filestream", "FileStreamProgramCache", "clear"),
         ("cuforge.storage.filestream", "FileStreamProgramCache", "__delitem__"),
         ("cuforge.storage.filestream", "FileStreamProgramCache", "get_entry"),
-        ("cuforge.storage._statsfile", "StatsStore", "flush"),
+        ("cuforge.storage.filestream._statsfile", "StatsStore", "flush"),
     ],
     "sqlite": [
         ("cuforge.storage.sqlite", "SQLiteProgramCache", name)
         for name in ("set_entry", "_make_room", "clear", "__delitem__", "_housekeep", "get_entry")
     ] + [("cuforge.storage.sqlite", None, "immediate"),
-         ("cuforge.storage._sqlite_space", "Space", "begin"),
+         ("cuforge.storage.sqlite._space", "Space", "begin"),
          ("cuforge.storage.sqlite", None, "checkpoint"),
-         ("cuforge.storage._sqlite_space", None, "checkpoint")],
+         ("cuforge.storage.sqlite._space", None, "checkpoint")],
 }  # fmt: skip
 _EXPECTED = {
     "filestream": {"write", "ledger", "evict", "clear", "delete", "read", "stats"},

@@ -35,8 +35,8 @@ import os
 import sys
 import time
 
+from cuforge._hashing import blake2b
 from cuforge.compile import _identity_store
-from cuforge.storage._hashing import blake2b
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -41,7 +41,7 @@ import sys
 import threading
 import time
 
-from cuforge.storage._hashing import blake2b
+from cuforge._hashing import blake2b
 
 TYPE_CHECKING = False  # typing is not imported at run time: it costs a cold process ~5 ms
 if TYPE_CHECKING:

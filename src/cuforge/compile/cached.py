@@ -24,7 +24,7 @@ Logging: the ``cuforge.cache`` logger records every hit, miss (with why) and sto
 at DEBUG (short entry id and source name); nothing above DEBUG on the hit path.
 Fail-open events (lookup raised, store failed, and the backends' own: unwritable,
 damaged or unreadable entries) are a WARNING once per cause and cache handle, then
-DEBUG (``cuforge.storage._events``).
+DEBUG (``cuforge.storage.events``).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from cuforge.compile import _identity_store, _versions
 from cuforge.compile._callers import outside_level
 from cuforge.compile.cache_key import _BACKENDS, _digest
 from cuforge.compile.object_code import ObjectCode
-from cuforge.storage import _events
+from cuforge.storage import events as _events
 from cuforge.storage.base import ProgramCacheResource
 from cuforge.storage.entry import CacheEntry, entry_id
 from cuforge.storage.record import decode_record, encode_record

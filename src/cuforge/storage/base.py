@@ -7,7 +7,8 @@ import contextlib
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager
 
-from ._hashing import blake2b
+from cuforge._hashing import blake2b
+
 from ._keylock import KeyLocks
 from ._values import coerce_key
 from .entry import CacheEntry, EntryInfo

@@ -22,24 +22,15 @@ import os
 import threading
 import warnings
 
+from ._env import ENV_CACHE, ENV_SECRET, secret_from_env
 from .base import CacheWriteWarning, ProgramCacheResource
 
 __all__ = ["ENV_CACHE", "ENV_SECRET", "default_cache", "open_default_cache", "secret_from_env"]
 
-ENV_CACHE = "CUFORGE_CACHE"
-ENV_SECRET = "CUFORGE_CACHE_SECRET"
 _OFF = "off"
 
 _mutex = threading.Lock()
 _current: tuple[tuple[str | None, str | None], ProgramCacheResource | None] | None = None
-
-
-def secret_from_env() -> bytes | None:
-    """``$CUFORGE_CACHE_SECRET`` as bytes, or None when unset or empty."""
-    from .signing import secret_bytes
-
-    raw = os.environ.get(ENV_SECRET)
-    return secret_bytes(raw, f"${ENV_SECRET}") if raw else None
 
 
 def open_default_cache() -> ProgramCacheResource | None:

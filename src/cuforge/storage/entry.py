@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections import namedtuple
 
-from ._hashing import blake2b
+from cuforge._hashing import blake2b
 
 __all__ = ["CacheEntry", "EntryInfo", "entry_id", "is_entry_id", "key_digest"]
 

@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import threading
 import warnings
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ._values import coerce_key, coerce_value
 from .base import (
@@ -41,10 +41,7 @@ from .base import (
 from .entry import CacheEntry, EntryInfo
 from .stats import CacheStats
 
-if TYPE_CHECKING:
-    from .urls import CacheSpec
-
-__all__ = ["TieredProgramCache", "open_tiered"]
+__all__ = ["TieredProgramCache"]
 
 _FAILURE_FIELDS = (
     "evictions",
@@ -339,20 +336,3 @@ class TieredProgramCache(EntryCache):
             for i, lv in enumerate(self._levels)
         )
         return f"TieredProgramCache({inner})"
-
-
-def open_tiered(
-    specs: Sequence[CacheSpec], *, secret: bytes | str | None = None
-) -> TieredProgramCache:
-    """Open every level of a parsed cache URL; ``?ro`` levels are read-only."""
-    from .urls import open_level
-
-    opened: list[ProgramCacheResource] = []
-    try:
-        for spec in specs:
-            opened.append(open_level(spec, secret))
-    except BaseException:
-        for level in opened:
-            level.close()
-        raise
-    return TieredProgramCache(*opened, read_only=[i for i, s in enumerate(specs) if s.read_only])

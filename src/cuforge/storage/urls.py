@@ -13,20 +13,34 @@ Location and values are percent-decoded, so a path containing ``,`` or ``?`` is
 written ``%2C`` / ``%3F``. Every error is a ValueError that names the bad part of
 the URL and what was expected.
 
-Schemes register an opener with :func:`register_scheme`; this module knows
-``memory`` and ``file``; the other backends register themselves in their modules
-and are imported lazily by name here (so ``redis`` loads only for redis URLs).
+Schemes and backends never import each other at load time. A backend's opener is
+named in :data:`SCHEMES` as a ``"module:function"`` string with the query parameters
+it accepts; parsing a URL reads only that table, and the first open of a scheme
+imports the opener's module (``redis`` loads only when a redis URL is opened). The
+opener takes a :class:`CacheSpec` and returns the open cache; it lives in the
+backend's package (``storage/<backend>/_url.py``), which imports this module for
+``CacheSpec`` -- never the other way round.
+
+**A new backend** (``storage/s3/`` say) adds one line to :data:`SCHEMES`::
+
+    "s3": ("cuforge.storage.s3._url:open_s3", frozenset({"region", "prefix", ...})),
+
+Code outside cuforge calls :func:`register_scheme` with the opener itself.
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ._env import secret_from_env
 from .base import ProgramCacheResource
 from .units import parse_duration, parse_size
+
+if TYPE_CHECKING:
+    from .tiered import TieredProgramCache
 
 
 def unquote(text: str) -> str:
@@ -41,9 +55,11 @@ def unquote(text: str) -> str:
 
 __all__ = [
     "FROM_ENV",
+    "SCHEMES",
     "CacheSpec",
     "open_cache",
     "open_level",
+    "open_tiered",
     "parse_cache_url",
     "register_scheme",
 ]
@@ -115,15 +131,30 @@ class _Scheme:
     params: frozenset[str]
 
 
-_SCHEMES: dict[str, _Scheme] = {}
-# Schemes whose module registers itself on import.
-_LAZY: dict[str, str] = {
-    "redis": "cuforge.storage.redis",
-    "rediss": "cuforge.storage.redis",
-    "redis+cluster": "cuforge.storage.redis",
-    "rediss+cluster": "cuforge.storage.redis",
-    "sqlite": "cuforge.storage.sqlite",
+_REDIS_PARAMS = frozenset(
+    {"prefix", "cluster", "ttl", "timeout", "connect_timeout", "lock_lease", "retry_after"}
+    | {"ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_cert_reqs"}
+)
+
+#: The backends' schemes: scheme -> (opener as ``"module:function"``, accepted query
+#: parameters besides ``ro``). The module is imported on the scheme's first open.
+SCHEMES: dict[str, tuple[str, frozenset[str]]] = {
+    "file": (
+        "cuforge.storage.filestream._url:open_file",
+        frozenset({"max_size", "mode", "durable", "trust"}),
+    ),
+    "sqlite": (
+        "cuforge.storage.sqlite._url:open_sqlite",
+        frozenset({"max_size", "durable", "timeout", "trust"}),
+    ),
+    "redis": ("cuforge.storage.redis._url:open_redis", _REDIS_PARAMS),
+    "rediss": ("cuforge.storage.redis._url:open_redis", _REDIS_PARAMS),
+    "redis+cluster": ("cuforge.storage.redis._url:open_redis", _REDIS_PARAMS),
+    "rediss+cluster": ("cuforge.storage.redis._url:open_redis", _REDIS_PARAMS),
 }
+
+# Openers resolved or registered: scheme -> _Scheme.
+_SCHEMES: dict[str, _Scheme] = {}
 
 
 def register_scheme(
@@ -134,14 +165,26 @@ def register_scheme(
     _SCHEMES[scheme] = _Scheme(opener, frozenset(params) | {"ro"})
 
 
-def _scheme(name: str, spec_text: str) -> _Scheme:
-    if name not in _SCHEMES and name in _LAZY:
-        importlib.import_module(_LAZY[name])
+def _accepted(name: str, spec_text: str) -> frozenset[str]:
+    """The query parameters scheme ``name`` accepts; imports no backend."""
+    found = _SCHEMES.get(name)
+    if found is not None:
+        return found.params
+    if name in SCHEMES:
+        return SCHEMES[name][1] | {"ro"}
+    known = ", ".join(sorted({*_SCHEMES, *SCHEMES}))
+    raise ValueError(f"cache URL {spec_text!r}: unknown scheme {name!r} (expected {known})")
+
+
+def _opener(name: str, spec_text: str) -> Callable[[CacheSpec], ProgramCacheResource]:
+    """Scheme ``name``'s opener, importing its module on first use."""
     found = _SCHEMES.get(name)
     if found is None:
-        known = ", ".join(sorted({*_SCHEMES, *_LAZY}))
-        raise ValueError(f"cache URL {spec_text!r}: unknown scheme {name!r} (expected {known})")
-    return found
+        params = _accepted(name, spec_text)
+        module, _, function = SCHEMES[name][0].partition(":")
+        opener = getattr(importlib.import_module(module), function)
+        found = _SCHEMES[name] = _Scheme(opener, params)
+    return found.opener
 
 
 def _parse_level(text: str) -> CacheSpec:
@@ -154,7 +197,7 @@ def _parse_level(text: str) -> CacheSpec:
         scheme, _, rest = text.partition("://")
         scheme = scheme.lower()
         location, _, query = rest.partition("?")
-    accepted = _scheme(scheme, text).params
+    accepted = _accepted(scheme, text)
     params: dict[str, str] = {}
     for item in filter(None, query.split("&")):
         name, _, value = item.partition("=")
@@ -194,7 +237,7 @@ def open_level(spec: CacheSpec, secret: bytes | str | None = None) -> ProgramCac
     """Open one parsed level; with ``secret``, wrap it in a SignedProgramCache --
     except ``memory://``, which only this process can write."""
     signed = secret is not None and spec.scheme != "memory"
-    cache = _scheme(spec.scheme, spec.text).opener(replace(spec, signed=True) if signed else spec)
+    cache = _opener(spec.scheme, spec.text)(replace(spec, signed=True) if signed else spec)
     if signed and secret is not None:
         from .signing import SignedProgramCache
 
@@ -219,12 +262,8 @@ def open_cache(url: str, *, secret: bytes | str | None = FROM_ENV) -> ProgramCac
     """
     specs = parse_cache_url(url)
     if secret is FROM_ENV:
-        from .config import secret_from_env
-
         secret = secret_from_env()
     if len(specs) > 1 or specs[0].read_only:
-        from .tiered import open_tiered
-
         return open_tiered(specs, secret=secret)
     return open_level(specs[0], secret)
 
@@ -237,24 +276,21 @@ def _open_memory(spec: CacheSpec) -> ProgramCacheResource:
     return InMemoryProgramCache(max_size_bytes=spec.size("max_size"))
 
 
-def _open_file(spec: CacheSpec) -> ProgramCacheResource:
-    from .filestream import FileStreamProgramCache
+def open_tiered(
+    specs: Sequence[CacheSpec], *, secret: bytes | str | None = None
+) -> TieredProgramCache:
+    """Open every level of a parsed cache URL; ``?ro`` levels are read-only."""
+    from .tiered import TieredProgramCache
 
-    if not spec.location:
-        raise spec.error("file:// needs a directory (file:///path/to/cache)")
-    mode = spec.params.get("mode")
+    opened: list[ProgramCacheResource] = []
     try:
-        mode_value = None if mode is None else int(mode, 8)
-    except ValueError:
-        raise spec.error(f"mode={mode!r} is not an octal permission (e.g. 2770)") from None
-    return FileStreamProgramCache(
-        spec.location,
-        max_size_bytes=spec.size("max_size"),
-        mode=mode_value,
-        durable=spec.flag("durable"),
-        trust_shared=spec.trust_shared(),
-    )
+        for spec in specs:
+            opened.append(open_level(spec, secret))
+    except BaseException:
+        for level in opened:
+            level.close()
+        raise
+    return TieredProgramCache(*opened, read_only=[i for i, s in enumerate(specs) if s.read_only])
 
 
 register_scheme("memory", _open_memory, {"max_size"})
-register_scheme("file", _open_file, {"max_size", "mode", "durable", "trust"})

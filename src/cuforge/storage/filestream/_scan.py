@@ -14,8 +14,8 @@ import os
 import stat as stat_mod
 from collections import namedtuple
 
-from ._fsutil import DIR_FD, Fingerprint, fingerprint, list_dir, open_dir, unlink_if_unchanged
-from ._integrity import SIDECAR_SUFFIX
+from .._fsutil import DIR_FD, Fingerprint, fingerprint, list_dir, open_dir, unlink_if_unchanged
+from .._integrity import SIDECAR_SUFFIX
 
 __all__ = ["ORPHAN_SIDECAR_AGE_NS", "Scanned", "remove_scanned", "scan_entries"]
 

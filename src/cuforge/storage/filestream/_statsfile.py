@@ -18,9 +18,9 @@ from __future__ import annotations
 import contextlib
 import os
 
-from ._fsutil import O_NOFOLLOW, PRIVATE_FILE, make_dir, write_at0
+from .._fsutil import O_NOFOLLOW, PRIVATE_FILE, make_dir, write_at0
+from ..stats import MAX_RECORD_SIZE, CacheStats
 from ._locking import lock_fd, try_lock_fd, unlock_fd
-from .stats import MAX_RECORD_SIZE, CacheStats
 
 __all__ = ["FLUSH_EVERY", "StatsStore", "read_totals", "zero_totals"]
 

@@ -27,7 +27,7 @@ import time
 import zlib
 from typing import Any
 
-from .stats import CacheStats
+from ..stats import CacheStats
 
 __all__ = [
     "APPLICATION_ID",

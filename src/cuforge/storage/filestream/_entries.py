@@ -19,10 +19,10 @@ import contextlib
 import os
 from collections.abc import Iterator
 
-from ._fsutil import O_NOFOLLOW, fingerprint, unlink_if_unchanged
-from ._integrity import SIDECAR_READ, SIDECAR_SIZE, parse_sidecar
+from .._fsutil import O_NOFOLLOW, fingerprint, unlink_if_unchanged
+from .._integrity import SIDECAR_READ, SIDECAR_SIZE, parse_sidecar
+from ..entry import EntryInfo, is_entry_id
 from ._scan import scan_entries
-from .entry import EntryInfo, is_entry_id
 
 __all__ = ["list_entries", "read_meta", "remove_pair"]
 

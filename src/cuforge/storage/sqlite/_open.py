@@ -16,9 +16,9 @@ import os
 import time
 from typing import Any, NamedTuple
 
-from ._sqlite_conn import Connections
-from ._sqlite_lock import LockFile
-from ._sqlite_schema import ensure_schema, file_problem, is_busy, is_corruption, move_aside, probe
+from ._conn import Connections
+from ._lock import LockFile
+from ._schema import ensure_schema, file_problem, is_busy, is_corruption, move_aside, probe
 
 __all__ = ["Opened", "mark_damaged", "open_database"]
 

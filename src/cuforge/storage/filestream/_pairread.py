@@ -18,11 +18,11 @@ import os
 from collections import namedtuple
 from collections.abc import Callable
 
-from ._fsutil import O_NOFOLLOW, Fingerprint, fingerprint
+from .._fsutil import O_NOFOLLOW, Fingerprint, fingerprint
+from .._integrity import SIDECAR_READ, SIDECAR_SIZE, mismatch_problem, parse_sidecar, sidecar_for
+from .._winretry import _is_windows_sharing_violation, open_retry
+from ..entry import CacheEntry
 from ._hitmemo import HitMemo
-from ._integrity import SIDECAR_READ, SIDECAR_SIZE, mismatch_problem, parse_sidecar, sidecar_for
-from ._winretry import _is_windows_sharing_violation, open_retry
-from .entry import CacheEntry
 
 __all__ = ["Mismatch", "PairNames", "read_pair"]
 

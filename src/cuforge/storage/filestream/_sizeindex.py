@@ -27,7 +27,7 @@ import struct
 import threading
 from collections.abc import Callable
 
-from ._fsutil import O_NOFOLLOW, PRIVATE_FILE, read_at0, write_at0
+from .._fsutil import O_NOFOLLOW, PRIVATE_FILE, read_at0, write_at0
 from ._locking import lock_fd, unlock_fd
 
 __all__ = ["SizeLedger"]

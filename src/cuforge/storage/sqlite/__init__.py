@@ -2,8 +2,8 @@
 
 Files: ``<path>`` (the database), ``<path>-wal`` and ``<path>-shm`` (SQLite's WAL
 and its index, present while the database is open), ``<path>.lock`` (record locks,
-see ``_sqlite_lock``) and, only after SQLite reported damage, ``<path>.damaged``.
-The schema is described in ``_sqlite_schema``. Python's ``sqlite3`` is imported when
+see ``_lock``) and, only after SQLite reported damage, ``<path>.damaged``.
+The schema is described in ``_schema``. Python's ``sqlite3`` is imported when
 a cache is opened, so ``import cuforge`` works on interpreters built without it.
 """
 
@@ -21,15 +21,27 @@ from time import monotonic_ns
 from typing import Any
 from zlib import crc32
 
-from ._integrity import key_seed
-from ._livehandles import LiveHandles
-from ._safedir import prepare_db_file
-from ._sqlite_conn import Connections, immediate, load_sqlite3, pragmas
-from ._sqlite_entries import Found, digest_of_id, find_row, list_rows, read_row, remove_row
-from ._sqlite_evict import checkpoint, delete_all, vacuum
-from ._sqlite_lock import LockFile, reset_after_fork
-from ._sqlite_open import mark_damaged, open_database
-from ._sqlite_schema import (
+from .._integrity import key_seed
+from .._livehandles import LiveHandles
+from .._safedir import prepare_db_file
+from .._values import coerce_key, coerce_value
+from ..base import (
+    DEFAULT_LOCK_TIMEOUT,
+    CacheKey,
+    CacheValue,
+    CacheWriteWarning,
+    EntryCache,
+    check_meta,
+)
+from ..entry import CacheEntry, EntryInfo, key_digest
+from ..memory import check_max_size
+from ..stats import CacheStats
+from ._conn import Connections, immediate, load_sqlite3, pragmas
+from ._entries import Found, digest_of_id, find_row, list_rows, read_row, remove_row
+from ._evict import checkpoint, delete_all, vacuum
+from ._lock import LockFile, reset_after_fork
+from ._open import mark_damaged, open_database
+from ._schema import (
     SQL,
     STAT_COLUMNS,
     ForeignDatabaseError,
@@ -37,21 +49,7 @@ from ._sqlite_schema import (
     rid_of,
     row_check,
 )
-from ._sqlite_space import Budget, Space
-from ._values import coerce_key, coerce_value
-from .base import (
-    DEFAULT_LOCK_TIMEOUT,
-    CacheKey,
-    CacheValue,
-    CacheWriteWarning,
-    EntryCache,
-    ProgramCacheResource,
-    check_meta,
-)
-from .entry import CacheEntry, EntryInfo, key_digest
-from .memory import check_max_size
-from .stats import CacheStats
-from .urls import CacheSpec, register_scheme
+from ._space import Budget, Space
 
 __all__ = ["CacheRecoveryWarning", "SQLiteProgramCache", "default_db_path"]
 
@@ -460,7 +458,7 @@ class SQLiteProgramCache(EntryCache):
         yield from list_rows(self._conn)
 
     def _row_of_id(self, entry_id: str) -> tuple[bytes, Found] | None:
-        """The row that answers for ``entry_id`` (see ``_sqlite_entries``), or None."""
+        """The row that answers for ``entry_id`` (see ``_entries``), or None."""
         kd = digest_of_id(entry_id)
         if kd is None:
             return None
@@ -544,20 +542,5 @@ def _release(conns: Connections, lockfile: LockFile) -> None:
     conns.close_all()
     lockfile.release()
 
-
-def _open_sqlite(spec: CacheSpec) -> ProgramCacheResource:
-    if not spec.location:
-        raise spec.error("sqlite:// needs a database file (sqlite:///path/to/cache.db)")
-    timeout = spec.duration("timeout")
-    return SQLiteProgramCache(
-        spec.location,
-        max_size_bytes=spec.size("max_size"),
-        durable=spec.flag("durable"),
-        timeout=5.0 if timeout is None else timeout,
-        trust_shared=spec.trust_shared(),
-    )
-
-
-register_scheme("sqlite", _open_sqlite, {"max_size", "durable", "timeout", "trust"})
 
 _LIVE = LiveHandles(child_first=reset_after_fork)

@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from .entry import CacheEntry, EntryInfo
+from ..entry import CacheEntry, EntryInfo
 
 __all__ = ["PREFIX_SIZE", "describe", "pack", "peek", "unpack"]
 

@@ -18,8 +18,8 @@ import contextlib
 import os
 import time
 
-from ._fsutil import Fingerprint, fingerprint
-from .entry import CacheEntry
+from .._fsutil import Fingerprint, fingerprint
+from ..entry import CacheEntry
 
 __all__ = ["HitMemo"]
 

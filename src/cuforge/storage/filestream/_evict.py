@@ -22,8 +22,8 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
+from .._fsutil import O_NOFOLLOW, PRIVATE_FILE
 from ._atomicwrite import sweep_temps
-from ._fsutil import O_NOFOLLOW, PRIVATE_FILE
 from ._locking import lock_fd, unlock_fd
 from ._scan import Scanned, remove_scanned, scan_entries
 from ._sizeindex import SizeLedger

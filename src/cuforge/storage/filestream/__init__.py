@@ -7,13 +7,13 @@ On-disk layout under the cache root::
     tmp/                              staging for atomic writes (see _atomicwrite)
     size.ledger                       shared running byte total (see _sizeindex)
     size.ledger.users                 one shared lock per open handle (crash recovery)
-    evict.lock                        serialises eviction scans across processes (see _fsevict)
+    evict.lock                        serialises eviction scans across processes (see _evict)
     locks/<64 hex>.lock               single-flight locks, one per key being filled
     stats/                            persisted counters (see _statsfile)
 
 Who may write these directories, and links below the root: see ``_safedir``.
 Reading and verifying a pair: ``_pairread``; listing and removing entries by id:
-``_fsentries``.
+``_entries``.
 
 The 64 hex digits are blake2b-256 of the key (the entry's public id, see
 ``entry.entry_id``), so any key length maps to a short fixed name.
@@ -29,19 +29,13 @@ import warnings
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
 
-from . import _events
-from ._atomicwrite import PairWriter, sweep_temps
-from ._fsutil import check_mode, fingerprint, make_dir, unlink_if_unchanged
-from ._hitmemo import HitMemo
-from ._integrity import SIDECAR_SUFFIX, key_seed, sidecar_for
-from ._livehandles import LiveHandles
-from ._locking import FileKeyLock
-from ._pairread import Mismatch, PairNames, read_pair
-from ._safedir import DirRules, check_cache_dirs, open_root
-from ._sizeindex import SizeLedger
-from ._statsfile import FLUSH_EVERY, StatsStore, read_totals, zero_totals
-from ._values import coerce_key, coerce_value
-from .base import (
+from .. import events
+from .._fsutil import check_mode, fingerprint, make_dir, unlink_if_unchanged
+from .._integrity import SIDECAR_SUFFIX, key_seed, sidecar_for
+from .._livehandles import LiveHandles
+from .._safedir import DirRules, check_cache_dirs, open_root
+from .._values import coerce_key, coerce_value
+from ..base import (
     DEFAULT_LOCK_TIMEOUT,
     CacheKey,
     CacheValue,
@@ -49,9 +43,15 @@ from .base import (
     EntryCache,
     check_meta,
 )
-from .entry import CacheEntry, EntryInfo, is_entry_id, key_digest
-from .memory import check_max_size
-from .stats import CacheStats
+from ..entry import CacheEntry, EntryInfo, is_entry_id, key_digest
+from ..memory import check_max_size
+from ..stats import CacheStats
+from ._atomicwrite import PairWriter, sweep_temps
+from ._hitmemo import HitMemo
+from ._locking import FileKeyLock
+from ._pairread import Mismatch, PairNames, read_pair
+from ._sizeindex import SizeLedger
+from ._statsfile import FLUSH_EVERY, StatsStore, read_totals, zero_totals
 
 TYPE_CHECKING = False  # typing is not imported at run time: it costs a cold hit ~5 ms
 if TYPE_CHECKING:
@@ -265,9 +265,9 @@ class FileStreamProgramCache(EntryCache):
         self._stats.integrity_failures += 1
         if freed:
             self._ledger_add(-freed)
-        _events.fail_open(
+        events.fail_open(
             self,
-            _events.INTEGRITY,
+            events.INTEGRITY,
             "cuforge program cache %s: entry %s failed its integrity check (%s); removed, "
             "counted in stats().integrity_failures, and compiled again",
             self._root,
@@ -276,9 +276,9 @@ class FileStreamProgramCache(EntryCache):
         )
 
     def _read_failed(self, exc: OSError) -> None:
-        _events.fail_open(
+        events.fail_open(
             self,
-            _events.READ,
+            events.READ,
             "cuforge program cache %s: could not read an entry (%s); treated as a miss",
             self._root,
             exc,
@@ -324,9 +324,9 @@ class FileStreamProgramCache(EntryCache):
 
     def _write_failed(self, exc: OSError) -> None:
         self._stats.write_failures += 1
-        _events.fail_open(
+        events.fail_open(
             self,
-            _events.WRITE,
+            events.WRITE,
             "cuforge program cache %s: could not store an entry (%s); the result is still "
             "returned, only not cached; counted in stats().write_failures",
             self._root,
@@ -367,7 +367,7 @@ class FileStreamProgramCache(EntryCache):
         return 0 if self._ledger is None else self._ledger.add(delta)
 
     def _scan(self, now_ns: int) -> tuple[list[Scanned], int]:
-        from ._fsevict import scan_all
+        from ._evict import scan_all
 
         return scan_all(self._entries, self._tmp, now_ns, int(self.STALE_TEMP_AGE_S * 1e9))
 
@@ -379,14 +379,14 @@ class FileStreamProgramCache(EntryCache):
 
     def _exclusive_scan(self) -> AbstractContextManager[bool]:
         """Serialise scans that delete: threads by a mutex, processes by evict.lock."""
-        from ._fsevict import exclusive_scan
+        from ._evict import exclusive_scan
 
         lock_path = os.path.join(self._root, "evict.lock")
         return exclusive_scan(self._evict_mutex, lock_path, self._file_mode)
 
     def _evict(self) -> None:
         assert self._max is not None and self._ledger is not None
-        from ._fsevict import evict_lru
+        from ._evict import evict_lru
 
         self._stats.evictions += evict_lru(
             self._ledger, self._max, self.EVICT_LOW_WATER, self._exclusive_scan(), self._scan
@@ -397,7 +397,7 @@ class FileStreamProgramCache(EntryCache):
         for files that vanish or change meanwhile."""
         self._check_open()
         self._memo.clear()
-        from ._fsevict import clear_all
+        from ._evict import clear_all
 
         clear_all(self._ledger, self._exclusive_scan(), self._scan)
 
@@ -411,7 +411,7 @@ class FileStreamProgramCache(EntryCache):
     def iter_entries(self) -> Iterator[EntryInfo]:
         """Entries with both files present; ``meta`` read from each sidecar."""
         self._check_open()
-        from ._fsentries import list_entries
+        from ._entries import list_entries
 
         yield from list_entries(self._entries)
 
@@ -438,7 +438,7 @@ class FileStreamProgramCache(EntryCache):
         except KeyError:
             return False
         self._memo.forget(names.payload)
-        from ._fsentries import remove_pair
+        from ._entries import remove_pair
 
         freed, removed = remove_pair(names.payload, names.sidecar)
         if freed:

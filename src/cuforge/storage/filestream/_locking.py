@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 
-from ._fsutil import O_NOFOLLOW, PRIVATE_FILE, make_dir
+from .._fsutil import O_NOFOLLOW, PRIVATE_FILE, make_dir
 
 __all__ = ["FileKeyLock", "lock_fd", "try_lock_fd", "unlock_fd"]
 

@@ -3,7 +3,8 @@
 ``redis://[[user]:password@]host[:port][/db]?prefix=..&ttl=7d&timeout=500ms...``:
 the location is what redis-py's ``from_url`` reads; the query holds cuforge's
 options (below) and, for ``rediss://``, the TLS files. Parsed here, opened by
-:class:`cuforge.storage.redis.RedisProgramCache`.
+:class:`cuforge.storage.redis.RedisProgramCache`. Named in ``storage.urls``'
+scheme table and imported only when such a URL is opened.
 """
 
 from __future__ import annotations
@@ -11,21 +12,20 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from .urls import CacheSpec, register_scheme
+from ..urls import CacheSpec
 
 if TYPE_CHECKING:
-    from .redis import RedisProgramCache
+    from . import RedisProgramCache
 
-__all__ = ["open_redis", "register_redis_schemes"]
+__all__ = ["open_redis"]
 
 _SSL_PARAMS = {"ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_cert_reqs"}
 _DURATIONS = ("ttl", "timeout", "connect_timeout", "lock_lease", "retry_after")
-_PARAMS = {"prefix", "cluster", *_DURATIONS, *_SSL_PARAMS}
 
 
 def open_redis(spec: CacheSpec) -> RedisProgramCache:
     """The RedisProgramCache ``spec`` names; ValueError naming the bad part."""
-    from .redis import RedisProgramCache
+    from . import RedisProgramCache
 
     rest = spec.text.split("?", 1)[0].partition("://")[2]
     parts = urlsplit("redis://" + rest)
@@ -60,8 +60,3 @@ def open_redis(spec: CacheSpec) -> RedisProgramCache:
         )
     except ValueError as exc:
         raise spec.error(str(exc)) from None
-
-
-def register_redis_schemes() -> None:
-    for scheme in ("redis", "rediss", "redis+cluster", "rediss+cluster"):
-        register_scheme(scheme, open_redis, _PARAMS)

@@ -3,7 +3,7 @@
 ``pip install 'cuforge[redis]'`` (redis-py). Keys in the server, for an entry whose
 id (see ``entry.entry_id``) is ``<id>``::
 
-    <prefix>{<id>}          the entry: one string value (layout in _redisframe)
+    <prefix>{<id>}          the entry: one string value (layout in _frame)
     <prefix>{<id>}:lock     single-flight lock while someone compiles it
     <prefix>stats           fleet counters: a hash, one field per CacheStats counter
 
@@ -23,13 +23,9 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from . import _redisframe as frame
-from ._breaker import CircuitBreaker
-from ._redislock import RELEASE, RENEW, LockLease, poll_lock
-from ._redisstats import FleetCounters, read_fleet, track, untrack
-from ._redisurl import register_redis_schemes
-from ._values import coerce_key, coerce_value
-from .base import (
+from .._breaker import CircuitBreaker
+from .._values import coerce_key, coerce_value
+from ..base import (
     DEFAULT_LOCK_TIMEOUT,
     CacheKey,
     CacheValue,
@@ -37,8 +33,11 @@ from .base import (
     EntryCache,
     check_meta,
 )
-from .entry import CacheEntry, EntryInfo, key_digest
-from .stats import CacheStats
+from ..entry import CacheEntry, EntryInfo, key_digest
+from ..stats import CacheStats
+from . import _frame as frame
+from ._lock import RELEASE, RENEW, LockLease, poll_lock
+from ._stats import FleetCounters, read_fleet, track, untrack
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -101,7 +100,7 @@ class RedisProgramCache(EntryCache):
       instead of paying the timeout per compile. Maintenance calls (``len``,
       ``clear``, listing, ``total_stats``) raise ``ConnectionError`` instead.
     - **Single-flight across hosts**: ``lock(key)`` is an expiring lock key (see
-      ``_redislock``) with a ``lock_lease`` renewed while held; a dead holder frees
+      ``_lock``) with a ``lock_lease`` renewed while held; a dead holder frees
       it within one lease.
     - ``read_only=True`` (a ``?ro`` level) never writes to the server: no stores,
       TTL renewals, removals of damaged values, locks or fleet counters (a
@@ -594,6 +593,3 @@ class RedisProgramCache(EntryCache):
 
 def _is_entry_id(text: str) -> bool:
     return len(text) == 64 and all(c in "0123456789abcdef" for c in text)
-
-
-register_redis_schemes()

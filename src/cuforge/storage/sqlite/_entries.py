@@ -18,10 +18,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ._integrity import key_seed
-from ._sqlite_conn import immediate
-from ._sqlite_schema import SQL, rid_of, row_check
-from .entry import CacheEntry, EntryInfo
+from .._integrity import key_seed
+from ..entry import CacheEntry, EntryInfo
+from ._conn import immediate
+from ._schema import SQL, rid_of, row_check
 
 __all__ = ["digest_of_id", "find_row", "list_rows", "read_row", "remove_row"]
 

@@ -24,13 +24,13 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from ._sqlite_conn import Connections
-from ._sqlite_evict import checkpoint, evict_down, shrink_to
+from ._conn import Connections
+from ._evict import checkpoint, evict_down, shrink_to
 
 __all__ = ["PAGE", "WAL_MAX", "Budget", "Space"]
 
 WAL_MAX = 64 << 20
-PAGE = 4096  # the page size every cache database is created with (_sqlite_schema)
+PAGE = 4096  # the page size every cache database is created with (_schema)
 _INDEX_BLOCK = 32768  # the WAL index grows by 32 KiB per 4096 WAL frames
 _INDEX_FRAMES = 4096
 

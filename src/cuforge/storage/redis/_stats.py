@@ -15,8 +15,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ._livehandles import LiveHandles
-from .stats import CacheStats
+from .._livehandles import LiveHandles
+from ..stats import CacheStats
 
 __all__ = ["FleetCounters", "read_fleet", "track", "untrack"]
 

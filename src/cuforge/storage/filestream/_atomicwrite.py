@@ -8,7 +8,7 @@ import itertools
 import os
 import stat as stat_mod
 
-from ._fsutil import (
+from .._fsutil import (
     DIR_FD,
     O_NOFOLLOW,
     PRIVATE_DIR,
@@ -19,7 +19,7 @@ from ._fsutil import (
     open_dir,
     unlink_if_unchanged,
 )
-from ._winretry import replace_retry
+from .._winretry import replace_retry
 
 __all__ = ["PairWriter", "sweep_temps"]
 

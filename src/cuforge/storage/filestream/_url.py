@@ -1,0 +1,30 @@
+"""``file:///path/to/dir?max_size=..&mode=2770&durable&trust=shared`` (or a plain path):
+the URL scheme of :class:`cuforge.storage.filestream.FileStreamProgramCache`.
+
+Named in ``storage.urls``' scheme table and imported only when such a URL is opened.
+"""
+
+from __future__ import annotations
+
+from ..urls import CacheSpec
+from . import FileStreamProgramCache
+
+__all__ = ["open_file"]
+
+
+def open_file(spec: CacheSpec) -> FileStreamProgramCache:
+    """The FileStreamProgramCache ``spec`` names; ValueError naming the bad part."""
+    if not spec.location:
+        raise spec.error("file:// needs a directory (file:///path/to/cache)")
+    mode = spec.params.get("mode")
+    try:
+        mode_value = None if mode is None else int(mode, 8)
+    except ValueError:
+        raise spec.error(f"mode={mode!r} is not an octal permission (e.g. 2770)") from None
+    return FileStreamProgramCache(
+        spec.location,
+        max_size_bytes=spec.size("max_size"),
+        mode=mode_value,
+        durable=spec.flag("durable"),
+        trust_shared=spec.trust_shared(),
+    )
