@@ -14,6 +14,11 @@
   FileStream) count their own failures.
 - **Single-flight** uses the lock of the widest writable level (the last one):
   where the result will be shared is where concurrent fillers must meet.
+- **Lazy levels.** ``open_cache`` opens the levels up to the first persistent one
+  and wraps those behind it in a :class:`~cuforge.storage._lazylevel.LazyLevel`:
+  imported and connected the first time a lookup (or lock) reaches it, so a hit in
+  a front level never touches the levels behind it; stores to a level not yet open
+  are deferred and written when it opens, at ``close()`` or at exit.
 
 ``stats()`` counts what callers saw (a hit at any level is one hit) plus every
 level's failure counters; ``level_stats()`` gives each level's own counters;
@@ -38,6 +43,7 @@ from .base import (
     ProgramCacheResource,
     check_meta,
 )
+from ._lazylevel import LazyLevel, opened
 from .entry import CacheEntry, EntryInfo
 from .stats import CacheStats
 
@@ -86,7 +92,14 @@ class TieredProgramCache(EntryCache):
 
     @property
     def levels(self) -> tuple[ProgramCacheResource, ...]:
-        return self._levels
+        """The levels, fastest first (opens every lazy level: see ``LazyLevel``)."""
+        return tuple(lv.open() if isinstance(lv, LazyLevel) else lv for lv in self._levels)
+
+    def _kind(self, i: int) -> str:
+        """Level ``i``'s class name, or its URL while a lazy level is not open."""
+        level = self._levels[i]
+        inner = opened(level)
+        return repr(level) if inner is None else type(inner).__name__
 
     @property
     def read_only(self) -> tuple[int, ...]:
@@ -100,7 +113,7 @@ class TieredProgramCache(EntryCache):
             return
         self._warned = True
         warnings.warn(
-            f"cuforge tiered cache: level {i} ({type(self._levels[i]).__name__}) failed to "
+            f"cuforge tiered cache: level {i} ({self._kind(i)}) failed to "
             f"{what} ({type(exc).__name__}: {exc}); it is skipped for that call and the other "
             "levels serve. Later failures are counted in stats() without a warning.",
             CacheWriteWarning,
@@ -203,7 +216,7 @@ class TieredProgramCache(EntryCache):
                 continue
             present = True
             if problem is not None:
-                return f"level {i} ({type(level).__name__}): {problem}"
+                return f"level {i} ({self._kind(i)}): {problem}"
         if not present:
             raise KeyError(entry_id)
         return None
@@ -242,7 +255,7 @@ class TieredProgramCache(EntryCache):
         if last is not None and last[0] == key:
             self._last_missed.value = None
             for i in last[1]:
-                stats = getattr(self._levels[i], "_stats", None)
+                stats = getattr(opened(self._levels[i]), "_stats", None)
                 if stats is not None and stats.misses > 0:
                     stats.misses -= 1
         widest = self._locker_index
@@ -302,7 +315,7 @@ class TieredProgramCache(EntryCache):
         shown = self._totals_level()
         if shown is not None and not self._writable[shown]:
             raise PermissionError(
-                f"level {shown} ({type(self._levels[shown]).__name__}) is read-only: its "
+                f"level {shown} ({self._kind(shown)}) is read-only: its "
                 "shared counters, which total_stats() reports, are its writers' to reset"
             )
         failed: list[tuple[int, Exception]] = []
@@ -317,7 +330,7 @@ class TieredProgramCache(EntryCache):
             where, first = failed[0]
             kinds = (NotImplementedError, ConnectionError, PermissionError, OSError)
             kind = next(k for k in kinds if isinstance(first, k))
-            raise kind(f"level {where} ({type(self._levels[where]).__name__}): {first}") from first
+            raise kind(f"level {where} ({self._kind(where)}): {first}") from first
 
     def close(self) -> None:
         """Close every level (each once, even if one raises)."""

@@ -33,6 +33,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ._env import secret_from_env
@@ -279,18 +280,38 @@ def _open_memory(spec: CacheSpec) -> ProgramCacheResource:
 def open_tiered(
     specs: Sequence[CacheSpec], *, secret: bytes | str | None = None
 ) -> TieredProgramCache:
-    """Open every level of a parsed cache URL; ``?ro`` levels are read-only."""
+    """The levels of a parsed cache URL; ``?ro`` levels are read-only.
+
+    Levels up to the first persistent one (not ``memory://``) open now: a fresh
+    process's lookups reach that far anyway, and a bad location there is an error
+    here. Levels behind it are ``LazyLevel`` s (``storage/_lazylevel.py``), opened when
+    first reached: an error opening one is then that level's counted failure, and
+    ``levels`` raises it.
+    """
+    from ._lazylevel import LazyLevel
     from .tiered import TieredProgramCache
 
-    opened: list[ProgramCacheResource] = []
+    levels: list[ProgramCacheResource] = []
+    eager = True
     try:
         for spec in specs:
-            opened.append(open_level(spec, secret))
+            if eager:
+                levels.append(open_level(spec, secret))
+                eager = spec.scheme == "memory"
+            else:
+                levels.append(LazyLevel(partial(open_level, spec, secret), _shown(spec.text)))
     except BaseException:
-        for level in opened:
+        for level in levels:
             level.close()
         raise
-    return TieredProgramCache(*opened, read_only=[i for i, s in enumerate(specs) if s.read_only])
+    return TieredProgramCache(*levels, read_only=[i for i, s in enumerate(specs) if s.read_only])
+
+
+def _shown(text: str) -> str:
+    """A level's URL for messages: without its query and password."""
+    scheme, sep, rest = text.split("?", 1)[0].rpartition("://")
+    user, at, host = rest.rpartition("@")
+    return f"{scheme}{sep}{user.partition(':')[0] + ':***@' if at else ''}{host}"
 
 
 register_scheme("memory", _open_memory, {"max_size"})
