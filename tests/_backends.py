@@ -34,9 +34,14 @@ def _redis(tmp: Path, request: pytest.FixtureRequest) -> Any:
 
 
 def _tiered(tmp: Path, request: pytest.FixtureRequest) -> Any:
-    return TieredProgramCache(
-        InMemoryProgramCache(), FileStreamProgramCache(tmp / "tier-fs"), _redis(tmp, request)
-    )
+    """memory -> FileStream -> Redis, opened from a URL: the Redis level is lazy."""
+    from cuforge.storage import open_cache
+
+    server = request.getfixturevalue("redis_server")
+    url = f"memory://,file://{tmp / 'tier-fs'},{server.url}?prefix=t:"
+    tier = open_cache(url, secret=None)
+    assert isinstance(tier, TieredProgramCache)
+    return tier
 
 
 FACTORIES: dict[str, Factory] = {

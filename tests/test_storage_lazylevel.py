@@ -81,7 +81,9 @@ def test_a_deferred_store_reaches_the_level_behind_when_the_process_ends(
     lazy = tier._levels[1]
     result = [lazy.opened is None, lazy.pending, "redis" in sys.modules]
     """ + ("tier.close()" if ending == "close" else "")
-    seen = _python(_PROBE.format(url=url, body=textwrap.dedent(body).strip().replace("\n", "\n    ")))
+    seen = _python(
+        _PROBE.format(url=url, body=textwrap.dedent(body).strip().replace("\n", "\n    "))
+    )
     # Until the process ended the Redis level was never opened: the store was deferred.
     assert seen["result"] == [True, 1, False]
     with RedisProgramCache(redis_server.url) as redis:

@@ -12,10 +12,11 @@ Guarantees:
 - **Stores do not open it; none is lost.** A store to a level not yet opened is kept
   here (the last one per key) and written when the level opens: at the first lookup or
   lock that reaches it, when more than ``max_pending_bytes`` are waiting, at
-  ``close()``, and at interpreter exit (``_livehandles``). A lookup through this level
-  flushes first, so it never misses what was stored through it. A process killed
-  (SIGKILL) before any of these loses the deferred copies in this level only: the
-  front levels already hold them.
+  ``close()``, and at a normal interpreter exit (when the main thread ends, before
+  other threads are joined: a client library can still be imported then). A lookup
+  through this level flushes first, so it never misses what was stored through it. A
+  process killed (SIGKILL) before any of these loses the deferred copies in this level
+  only: the front levels already hold them.
 - **An opening that fails** (a bad location, a missing client library) raises the same
   error from every call that needs the level, without retrying the open; the tier
   counts and warns it as that level's failure. Deferred stores it cannot write are
@@ -25,6 +26,7 @@ Guarantees:
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import warnings
 from collections.abc import Callable, Iterator
@@ -33,8 +35,15 @@ from typing import Any
 
 from ._livehandles import LiveHandles
 from ._values import coerce_key, coerce_value
-from .base import DEFAULT_LOCK_TIMEOUT, CacheKey, CacheValue, CacheWriteWarning, EntryCache
-from .base import ProgramCacheResource, check_meta
+from .base import (
+    DEFAULT_LOCK_TIMEOUT,
+    CacheKey,
+    CacheValue,
+    CacheWriteWarning,
+    EntryCache,
+    ProgramCacheResource,
+    check_meta,
+)
 from .entry import CacheEntry, EntryInfo
 from .stats import CacheStats
 
@@ -44,6 +53,28 @@ __all__ = ["LazyLevel", "opened"]
 DEFAULT_MAX_PENDING = 64 << 20
 
 _LIVE = LiveHandles()
+
+
+def _flush_all() -> None:
+    """Write every live level's deferred stores; runs when the main thread ends, before
+    other threads are joined (after that, a client library that imports
+    ``concurrent.futures`` -- redis-py does -- cannot be imported any more)."""
+    for handle in _LIVE.handles():
+        with contextlib.suppress(Exception):
+            handle._flush_at_exit()
+
+
+_register = getattr(threading, "_register_atexit", None)  # CPython 3.9+: before joins
+if _register is not None:
+    _register(_flush_all)
+
+
+def _ready_for_exit() -> None:
+    """Load the standard thread pool now, with the first deferred store: once shutdown
+    has begun ``concurrent.futures.thread`` refuses to load, and a client library that
+    imports it (redis-py does) could not open its level at exit. ~20 ms, on a store
+    path only (which follows a compile)."""
+    import concurrent.futures.thread  # noqa: F401
 
 
 class LazyLevel(EntryCache):
@@ -136,6 +167,8 @@ class LazyLevel(EntryCache):
         check_meta(meta)
         with self._mutex:
             if self._level is None and self._error is None and not self._closed:
+                if not self._pending:
+                    _ready_for_exit()
                 old = self._pending.pop(k, None)
                 if old is not None:
                     self._pending_bytes -= len(old[0]) + len(old[1])
@@ -214,12 +247,8 @@ class LazyLevel(EntryCache):
 
     def _flush_at_exit(self) -> None:
         """At interpreter exit: write the deferred stores and let the level flush too."""
-        if self._closed or not self._pending:
-            return
-        level = self.open()
-        flush = getattr(level, "_flush_at_exit", None)
-        if flush is not None:  # registered after ours, its own exit hook may not run
-            flush()
+        if not self._closed and self._pending:
+            self.open()
 
     def _after_fork_in_child(self) -> None:
         self._mutex = threading.RLock()

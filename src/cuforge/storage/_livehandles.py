@@ -40,6 +40,10 @@ class LiveHandles:
     def discard(self, handle: Any) -> None:
         self._live.discard(handle)
 
+    def handles(self) -> list[Any]:
+        """The live handles now (a copy)."""
+        return list(self._live)
+
     def _in_child(self) -> None:
         if self._child_first is not None:
             self._child_first()

@@ -33,6 +33,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
+from ._lazylevel import LazyLevel, opened
 from ._values import coerce_key, coerce_value
 from .base import (
     DEFAULT_LOCK_TIMEOUT,
@@ -43,7 +44,6 @@ from .base import (
     ProgramCacheResource,
     check_meta,
 )
-from ._lazylevel import LazyLevel, opened
 from .entry import CacheEntry, EntryInfo
 from .stats import CacheStats
 
