@@ -228,7 +228,7 @@ def remember(digest: str, cache: object, mode: str, done: list[tuple[Any, ...]])
     file system.
     """
     from cuforge.compile import _identity, _toolkit, _tracking
-    from cuforge.compile.cache_key import _digest
+    from cuforge.compile.cache_key import program_key
     from cuforge.storage.entry import entry_id
     from cuforge.storage.filestream import FileStreamProgramCache
 
@@ -250,7 +250,7 @@ def remember(digest: str, cache: object, mode: str, done: list[tuple[Any, ...]])
             return
         if target == "ptx":
             return  # a PTX hit may warn about the driver (compile.cached): full path only
-        key = _digest("c++", target, program.options, program._code, (), None)
+        key = program_key("c++", target, program.options, program._code, (), None)
         stored = cache.read_entry(entry_id(key))
         if stored is None or stored.data != code:
             return  # the key is not what the compile used: never record a guess

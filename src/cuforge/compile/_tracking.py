@@ -1,7 +1,7 @@
-"""``compile(cache=)`` for C++ that reads headers: manifests and the closed world.
+"""The header-tracking steps of the compile pipeline: manifests and the closed world.
 
-When a source can read files outside the compiler's own headers (see
-``_includes.may_read_user_files``), a compile through a cache goes like this:
+``cached.py`` runs the pipeline; for C++ that can read files outside the compiler's
+own headers (see ``_includes.may_read_user_files``) it calls these steps:
 
 1. The manifest key covers everything but the headers (source, flags with include
    directories by position, compiler, name). Its entry is a manifest
@@ -32,25 +32,33 @@ from typing import TYPE_CHECKING, Any
 
 from cuforge._log import debug_enabled, get_logger
 from cuforge.compile import _includes, _manifest, _toolkit, _watch
-from cuforge.compile.cache_key import _digest, source_roots
-from cuforge.compile.cached import (
+from cuforge.compile._cacheio import (
     LOGGER,
-    _get_entry,
-    _hit,
-    _store,
+    StoreOutcome,
     count_miss,
-    program_record,
-    single_flight,
+    lookup,
+    lookup_entry,
+    store,
     uncount,
 )
-from cuforge.compile.object_code import ObjectCode
-from cuforge.storage.entry import CacheEntry, entry_id
-from cuforge.storage.record import encode_record
+from cuforge.compile._records import manifest_record
+from cuforge.compile.cache_key import program_key, source_roots
+from cuforge.storage.entry import entry_id
 
 if TYPE_CHECKING:
+    from cuforge.compile.object_code import ObjectCode
     from cuforge.compile.program import Program
 
-__all__ = ["compile_tracked", "lookup_manifest", "roots_if_tracked", "toolkit_dirs"]
+__all__ = [
+    "entry_key",
+    "lookup_manifest",
+    "manifest_key",
+    "recall",
+    "resolve",
+    "roots_if_tracked",
+    "store_variant",
+    "toolkit_dirs",
+]
 
 _SCAN_MEMO_MAX = 1024
 _scan_lock = threading.Lock()
@@ -105,8 +113,10 @@ def roots_if_tracked(program: Program) -> _includes.Roots | None:
     return None
 
 
-def _manifest_key(program: Program, target: str, names: tuple[str | bytes, ...]) -> bytes:
-    return _digest(
+def manifest_key(program: Program, target: str, names: tuple[str | bytes, ...]) -> bytes:
+    """The key step for a tracked program: the key of its manifest (everything but
+    the headers)."""
+    return program_key(
         "c++", target, program._options, program._code, names, None,
         closed=True, label=b"manifest",
     )  # fmt: skip
@@ -117,7 +127,7 @@ def lookup_manifest(
 ) -> list[_manifest.Prepared] | None:
     """The variants of the manifest under ``mkey``, prepared for ``roots`` (its
     lookup is not counted as a request); None when there is none."""
-    entry = _get_entry(cache, mkey)
+    entry = lookup_entry(cache, mkey)
     uncount(cache, entry)
     record = None if entry is None else _manifest.decode(entry.data)
     if record is None:
@@ -141,7 +151,7 @@ def _remember_valid(mkey: bytes, roots: _includes.Roots, key: bytes, epoch: int)
             _validated.popitem(last=False)
 
 
-def _recall(
+def recall(
     program: Program,
     target: str,
     names: tuple[str | bytes, ...],
@@ -149,13 +159,14 @@ def _recall(
     roots: _includes.Roots,
     mkey: bytes,
 ) -> ObjectCode | None:
-    """A hit through a manifest variant that holds here; counts one hit or miss."""
+    """The validate + lookup steps: a hit through a manifest variant that holds
+    here; counts one hit or miss."""
     name = program._options.name or ""
     watcher = _watch.watcher()
     if watcher is not None:
         known = _validated.get(mkey)
         if known is not None and known[0] == roots and known[2] == watcher.epoch():
-            obj = _hit(cache, known[1], target, name, names)
+            obj = lookup(cache, known[1], target, name, names)
             if obj is not None:
                 return obj
             uncount(cache, None)
@@ -173,7 +184,7 @@ def _recall(
             if problems:
                 reason = reason or str(problems[0])
                 continue
-            obj = _hit(cache, variant.key, target, name, names)
+            obj = lookup(cache, variant.key, target, name, names)
             if obj is not None:
                 if watched:
                     _remember_valid(mkey, roots, variant.key, epoch)
@@ -186,54 +197,38 @@ def _recall(
     return None
 
 
-def compile_tracked(
-    program: Program,
-    target: str,
-    names: tuple[str | bytes, ...],
-    logs: Any,
-    cache: Any,
-    roots: _includes.Roots,
-) -> ObjectCode:
-    """``compile_cached`` for a C++ program that can read user headers."""
-    mkey = _manifest_key(program, target, names)
-    return single_flight(
-        cache,
-        mkey,
-        lambda: _recall(program, target, names, cache, roots, mkey),
-        lambda: _fill(program, target, names, logs, cache, roots, mkey),
+def resolve(program: Program, roots: _includes.Roots) -> _includes.DepSet:
+    """Read every header the compile may read now (under the manifest's lock)."""
+    options = program._options
+    return _includes.resolve(
+        program._code, options.name or "<source>", roots, options.define_macro or (),
+        options.pre_include or (), _analysis(program._code),
+    )  # fmt: skip
+
+
+def entry_key(
+    program: Program, target: str, names: tuple[str | bytes, ...], deps: _includes.DepSet
+) -> bytes:
+    """The key of the entry a closed-world compile with ``deps`` produces."""
+    return program_key(
+        "c++", target, program._options, program._code, names, None, closed=True, deps=deps
     )
 
 
-def _fill(
+def store_variant(
     program: Program,
     target: str,
-    names: tuple[str | bytes, ...],
-    logs: Any,
     cache: Any,
-    roots: _includes.Roots,
     mkey: bytes,
-) -> ObjectCode:
-    options = program._options
-    name = options.name or ""
-    deps = _includes.resolve(
-        program._code, name or "<source>", roots, options.define_macro or (),
-        options.pre_include or (), _analysis(program._code),
-    )  # fmt: skip
-    key = _digest("c++", target, options, program._code, names, None, closed=True, deps=deps)
-    obj = _hit(cache, key, target, name, names)  # another checkout may have compiled it
-    if obj is None:
-        uncount(cache, None)
-        obj = program._compile_uncached(target, names, logs, headers=deps.headers)
-        record = program_record(program, target, obj, names, deps.header_digests())
-        _store(cache, key, obj.code, record)
-    else:
-        uncount(cache, CacheEntry(obj.code, b""))
-    old = _get_entry(cache, mkey)
+    key: bytes,
+    deps: _includes.DepSet,
+    roots: _includes.Roots,
+) -> StoreOutcome:
+    """Put the variant ``deps`` -> ``key`` in front of the manifest under ``mkey``."""
+    name = program._options.name or ""
+    old = lookup_entry(cache, mkey)
     uncount(cache, old)
     previous = None if old is None else _manifest.decode(old.data)
     manifest = _manifest.add_variant(previous, name, key, deps, roots)
-    info = encode_record(
-        "manifest", {"name": name, "target": target, "arch": options.arch, "code_type": "c++"}
-    )
-    _store(cache, mkey, manifest, info)
-    return obj
+    info = manifest_record(name, target, program._options.arch)
+    return store(cache, mkey, manifest, info)

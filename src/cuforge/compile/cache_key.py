@@ -306,10 +306,10 @@ def make_program_cache_key(
                 code_bytes, options.name or "<source>", roots,
                 options.define_macro or (), options.pre_include or (),
             )  # fmt: skip
-            return _digest(
+            return program_key(
                 code_type, target, options, code_bytes, name_expressions, None, deps=deps
             )
-    return _digest(code_type, target, options, code_bytes, name_expressions, extra_digest)
+    return program_key(code_type, target, options, code_bytes, name_expressions, extra_digest)
 
 
 def source_roots(options: ProgramOptions, toolkit: tuple[str, ...] = ()) -> _includes.Roots:
@@ -323,7 +323,7 @@ def source_roots(options: ProgramOptions, toolkit: tuple[str, ...] = ()) -> _inc
     return _includes.Roots(source, cwd, user, toolkit)
 
 
-def _digest(
+def program_key(
     code_type: str,
     target: str,
     options: ProgramOptions,

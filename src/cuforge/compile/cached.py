@@ -1,4 +1,14 @@
-"""``Program.compile(cache=...)``: compile through a ProgramCacheResource.
+"""``Program.compile(cache=...)``: one linear pipeline through a ProgramCacheResource.
+
+    key -> (validate the manifest, when headers are tracked) -> lookup -> compile -> store
+
+Each step is a function the next one calls: the key from ``cache_key``; the
+manifest steps from ``_tracking`` (only for C++ that can read user headers: the
+manifest key, a variant that still holds here, resolving the headers and the
+closed-world entry key); lookup and store from ``_cacheio``; the record stored with
+each entry from ``_records``. :func:`compile_through_cache` returns the ObjectCode
+with what the store step did (:class:`~cuforge.compile._cacheio.StoreOutcome`), so a
+caller such as the CLI can say "not stored: read-only" instead of guessing.
 
 Guarantees:
 - A hit returns a fresh ObjectCode equal to what the miss produced -- same bytes,
@@ -13,13 +23,6 @@ Guarantees:
 - A PTX hit warns exactly as a fresh PTX compile does when the driver is older
   than the compiler that wrote it.
 
-Each entry is stored with a ``program`` record as its metadata (see
-``cuforge.storage.record``): code type, target, arch, source name, compiler build,
-the flags, a digest of the source and the name-expression mapping. The payload
-stays raw cubin/PTX/LTO-IR for cuobjdump. A hit with name expressions needs the
-record's mapping to cover exactly the names asked for; anything else is a miss and
-is recompiled. ``cuforge cache ls/show/explain`` read the same record.
-
 Logging: the ``cuforge.cache`` logger records every hit, miss (with why) and store
 at DEBUG (short entry id and source name); nothing above DEBUG on the hit path.
 Fail-open events (lookup raised, store failed, and the backends' own: unwritable,
@@ -29,175 +32,35 @@ DEBUG (``cuforge.storage.events``).
 
 from __future__ import annotations
 
-import hashlib
-import time
-import warnings
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from cuforge._log import debug_enabled, get_logger
-from cuforge.compile import _identity_store, _versions
-from cuforge.compile._callers import outside_level
-from cuforge.compile.cache_key import _BACKENDS, _digest
-from cuforge.compile.object_code import ObjectCode
-from cuforge.storage import events as _events
-from cuforge.storage.base import ProgramCacheResource
-from cuforge.storage.entry import CacheEntry, entry_id
-from cuforge.storage.record import decode_record, encode_record
+from cuforge.compile import _tracking
+from cuforge.compile._cacheio import StoreOutcome, lookup, single_flight, store, uncount
+from cuforge.compile._records import program_record
+from cuforge.compile.cache_key import program_key
+from cuforge.storage.entry import CacheEntry
 
 if TYPE_CHECKING:
+    from cuforge.compile.object_code import ObjectCode
     from cuforge.compile.program import Program
 
-_WARNED_ATTR = "_cuforge_write_warned"
-LOGGER = "cuforge.cache"  # logging is imported only once someone listens (see cuforge._log)
+__all__ = ["Compiled", "compile_cached", "compile_through_cache"]
 
 
-def _encode_mapping(mapping: dict[str | bytes, str]) -> list[list[str]]:
-    return sorted(
-        ["b", k.hex(), v] if isinstance(k, bytes) else ["s", k, v] for k, v in mapping.items()
-    )
+class Compiled:
+    """What :func:`compile_through_cache` did: ``obj`` (the ObjectCode), ``hit`` (served
+    from the cache) and ``store`` (the store step's outcome; None for a hit, or when
+    a concurrent filler's entry was reused)."""
 
+    __slots__ = ("hit", "obj", "store")
 
-def _decode_mapping(items: Any) -> dict[str | bytes, str] | None:
-    """The mapping a record holds, or None when it is not one we wrote."""
-    if not isinstance(items, list):
-        return None
-    mapping: dict[str | bytes, str] = {}
-    try:
-        for item in items:
-            if not (isinstance(item, list) and len(item) == 3):
-                return None
-            tag, name, mangled = item
-            if tag not in ("s", "b") or not isinstance(name, str) or not isinstance(mangled, str):
-                return None
-            mapping[bytes.fromhex(name) if tag == "b" else name] = mangled
-    except ValueError:  # bad hex
-        return None
-    return mapping
+    def __init__(self, obj: ObjectCode, hit: bool, store: StoreOutcome | None = None) -> None:
+        self.obj = obj
+        self.hit = hit
+        self.store = store
 
-
-def program_record(
-    program: Program,
-    target: str,
-    obj: ObjectCode,
-    names: tuple[str | bytes, ...],
-    headers: list[tuple[str, str]] | None = None,
-) -> bytes:
-    """The metadata stored with a compiled entry (see the module docstring).
-
-    ``headers``: the (name, digest) pairs a closed-world compile was given.
-    """
-    options = program._options
-    backend = _BACKENDS[program._code_type]
-    return encode_record(
-        "program",
-        {
-            "headers": [list(h) for h in headers or ()],
-            "include_path": list(options.include_path or ()) if program._code_type == "c++" else [],
-            "code_type": program._code_type,
-            "target": target,
-            "arch": options.arch,
-            "name": options.name or "",
-            "compiler": backend.describe(),
-            "options": backend.option_fingerprint(options).decode("utf-8", "replace").split("\0"),
-            "source": hashlib.blake2b(program._code, digest_size=16).hexdigest(),
-            "symbols": _encode_mapping(obj.symbol_mapping) if names else [],
-            "created": int(time.time()),
-        },
-    )
-
-
-def _get_entry(cache: Any, key: bytes) -> CacheEntry | None:
-    try:
-        getter = getattr(cache, "get_entry", None)
-        if getter is None:  # a duck-typed mapping: metadata under a derived key
-            return ProgramCacheResource.get_entry(cache, key)
-        entry: CacheEntry | None = getter(key)
-        return entry
-    except Exception as exc:  # a broken backend is a miss, never a failed compile
-        _warn_once(cache, f"cache lookup failed ({type(exc).__name__}: {exc}); compiling")
-        _events.fail_open(
-            cache, _events.UNAVAILABLE, "cache lookup failed (%s: %s); compiling",
-            type(exc).__name__, exc,
-        )  # fmt: skip
-        return None
-
-
-def _warn_once(cache: Any, message: str) -> None:
-    from cuforge.storage import CacheWriteWarning
-
-    try:
-        if getattr(cache, _WARNED_ATTR, False):
-            return
-        setattr(cache, _WARNED_ATTR, True)
-    except AttributeError:
-        pass
-    warnings.warn(message, CacheWriteWarning, stacklevel=outside_level())
-
-
-def _store(cache: Any, key: bytes, value: Any, meta: bytes) -> None:
-    if not _identity_store.confirm():
-        # The key named a compiler identity kept on disk that a fresh probe now
-        # contradicts (a library or header set changed during this process).
-        stats = getattr(cache, "_stats", None)
-        if stats is not None and hasattr(stats, "write_failures"):
-            stats.write_failures += 1
-        _warn_once(
-            cache,
-            "the compiler or its CUDA headers changed while this process ran; the "
-            "program is returned but not cached",
-        )
-        return
-    try:
-        setter = getattr(cache, "set_entry", None)
-        if setter is None:
-            ProgramCacheResource.set_entry(cache, key, value, meta)
-        else:
-            setter(key, value, meta)
-        if debug_enabled(LOGGER):
-            get_logger(LOGGER).debug("store %s (%d bytes)", entry_id(key)[:12], len(value))
-    except Exception as exc:
-        stats = getattr(cache, "_stats", None)
-        if stats is not None and hasattr(stats, "write_failures"):
-            stats.write_failures += 1
-        _warn_once(
-            cache,
-            f"cache write failed ({type(exc).__name__}: {exc}); the program compiled and is "
-            "returned, but was not cached",
-        )
-        _events.fail_open(
-            cache, _events.WRITE,
-            "cache write failed (%s: %s); the program compiled and is returned, but was not "
-            "cached", type(exc).__name__, exc,
-        )  # fmt: skip
-
-
-def _hit(
-    cache: Any, key: bytes, target: str, name: str, names: tuple[str | bytes, ...]
-) -> ObjectCode | None:
-    entry = _get_entry(cache, key)
-    if entry is None:
-        if debug_enabled(LOGGER):
-            get_logger(LOGGER).debug("miss %s %s: no entry for this key", entry_id(key)[:12], name)
-        return None
-    data = entry.data
-    mapping: dict[str | bytes, str] = {}
-    if names:
-        record = decode_record(entry.meta, "program")
-        decoded = None if record is None else _decode_mapping(record.get("symbols"))
-        if decoded is None or set(decoded) != set(names):
-            if debug_enabled(LOGGER):
-                get_logger(LOGGER).debug(
-                    "miss %s %s: entry lacks the name mapping", entry_id(key)[:12], name
-                )
-            return None
-        mapping = decoded
-    if debug_enabled(LOGGER):
-        get_logger(LOGGER).debug("hit %s %s", entry_id(key)[:12], name)
-    obj = ObjectCode._trusted(data, target, name, mapping)
-    if target == "ptx":
-        _versions.warn_if_ptx_unloadable(data, stacklevel=outside_level())
-    return obj
+    def __repr__(self) -> str:
+        return f"Compiled(hit={self.hit}, store={self.store!r})"
 
 
 def compile_cached(
@@ -207,12 +70,37 @@ def compile_cached(
     logs: Any,
     cache: Any,
 ) -> ObjectCode:
-    """``program`` compiled to ``target`` through ``cache`` (see the module doc).
+    """``program`` compiled to ``target`` through ``cache`` (``Program.compile``'s path)."""
+    done = _pipeline(program, target, names, logs, cache)
+    return done.obj if isinstance(done, Compiled) else done
 
-    Raises TypeError when ``cache`` is not a mapping-like program cache, and
-    ValueError (``UntrackableInclude``) when the headers the compile may read
-    cannot all be known.
+
+def compile_through_cache(
+    program: Program,
+    target: str,
+    names: tuple[str | bytes, ...],
+    logs: Any,
+    cache: Any,
+) -> Compiled:
+    """``program`` compiled to ``target`` through ``cache``, with what the pipeline did.
+
+    Raises TypeError when ``cache`` is not a mapping-like program cache, RuntimeError
+    for a closed program, and ValueError (``UntrackableInclude``) when the headers
+    the compile may read cannot all be known.
     """
+    done = _pipeline(program, target, names, logs, cache)
+    return done if isinstance(done, Compiled) else Compiled(done, True)
+
+
+def _pipeline(
+    program: Program,
+    target: str,
+    names: tuple[str | bytes, ...],
+    logs: Any,
+    cache: Any,
+) -> ObjectCode | Compiled:
+    """The steps; a hit is the bare ObjectCode (the hot path allocates nothing more),
+    a fill the :class:`Compiled` that carries the store's outcome."""
     if not (callable(getattr(cache, "get", None)) and hasattr(cache, "__setitem__")):
         raise TypeError(
             "cache must be a cuforge.utils.ProgramCacheResource (get/__setitem__), got "
@@ -220,84 +108,65 @@ def compile_cached(
         )
     if program._closed:  # a hit must not hide what an uncached compile would raise
         raise RuntimeError("Program is closed")
-    if program._code_type == "c++":
-        roots = _tracking.roots_if_tracked(program)
-        if roots is not None:
-            return _tracking.compile_tracked(program, target, names, logs, cache, roots)
-    key = _digest(program._code_type, target, program._options, program._code, names, None)
-    name = program._options.name or ""
+    roots = _tracking.roots_if_tracked(program) if program._code_type == "c++" else None
+    if roots is None:
+        key = program_key(program._code_type, target, program._options, program._code, names, None)
+        name = program._options.name or ""
+        return single_flight(
+            cache,
+            key,
+            lambda: lookup(cache, key, target, name, names),
+            lambda: _compile_and_store(program, target, names, logs, cache, key),
+        )
+    mkey = _tracking.manifest_key(program, target, names)
     return single_flight(
         cache,
-        key,
-        lambda: _hit(cache, key, target, name, names),
-        lambda: _fill(program, target, names, logs, cache, key),
+        mkey,
+        lambda: _tracking.recall(program, target, names, cache, roots, mkey),
+        lambda: _fill_tracked(program, target, names, logs, cache, roots, mkey),
     )
 
 
-def single_flight(
-    cache: Any,
-    lock_key: bytes,
-    lookup: Callable[[], ObjectCode | None],
-    fill: Callable[[], ObjectCode],
-) -> ObjectCode:
-    """Look up; on a miss take ``lock_key``'s lock, look again, and fill.
-
-    ``lookup`` counts one hit or miss in the cache's statistics; the look-again
-    under the lock is the same request, so its miss is not counted twice. A lock
-    that cannot be had (or a backend that cannot lock) costs a duplicate fill,
-    never a failed compile.
-    """
-    obj = lookup()
-    if obj is not None:
-        return obj
-    try:
-        guard = cache.lock(lock_key)
-    except Exception:
-        guard = None
-    if guard is None:
-        return fill()
-    with guard:
-        uncount(cache, None)
-        obj = lookup()
-        if obj is not None:
-            return obj
-        return fill()
-
-
-def uncount(cache: Any, entry: CacheEntry | None) -> None:
-    """Take back the hit or miss a lookup of ``entry`` counted (a lookup that is
-    part of a request already counted)."""
-    stats = getattr(cache, "_stats", None)
-    if stats is None:
-        return
-    if entry is None:
-        if getattr(stats, "misses", 0) > 0:
-            stats.misses -= 1
-    elif getattr(stats, "hits", 0) > 0:
-        stats.hits -= 1
-        stats.bytes_read = max(0, stats.bytes_read - len(entry.data))
-
-
-def count_miss(cache: Any) -> None:
-    """Count a miss found without a counted lookup (no manifest variant held)."""
-    stats = getattr(cache, "_stats", None)
-    if stats is not None and hasattr(stats, "misses"):
-        stats.misses += 1
-
-
-def _fill(
+def _compile_and_store(
     program: Program,
     target: str,
     names: tuple[str | bytes, ...],
     logs: Any,
     cache: Any,
     key: bytes,
-) -> ObjectCode:
-    obj = program._compile_uncached(target, names, logs)
-    _store(cache, key, obj.code, program_record(program, target, obj, names))
-    return obj
+    headers: dict[str, bytes] | None = None,
+    header_digests: list[tuple[str, str]] | None = None,
+) -> Compiled:
+    """The compile and store steps (``headers``: a closed world's in-memory files)."""
+    obj = program._compile_uncached(target, names, logs, headers=headers)
+    record = program_record(program, target, obj, names, header_digests)
+    return Compiled(obj, False, store(cache, key, obj.code, record))
 
 
-from cuforge.compile import _tracking  # noqa: E402 - it builds on the helpers above
-
-__all__ = ["compile_cached", "count_miss", "program_record", "single_flight", "uncount"]
+def _fill_tracked(
+    program: Program,
+    target: str,
+    names: tuple[str | bytes, ...],
+    logs: Any,
+    cache: Any,
+    roots: Any,
+    mkey: bytes,
+) -> Compiled:
+    """A tracked miss, under the manifest key's lock: resolve the headers, key the
+    entry by them, reuse it if another checkout compiled it, else compile in the
+    closed world and store; then store the manifest with this variant in front."""
+    deps = _tracking.resolve(program, roots)
+    key = _tracking.entry_key(program, target, names, deps)
+    obj = lookup(cache, key, target, program._options.name or "", names)
+    if obj is None:
+        uncount(cache, None)
+        done = _compile_and_store(
+            program, target, names, logs, cache, key, deps.headers, deps.header_digests()
+        )
+    else:
+        uncount(cache, CacheEntry(obj.code, b""))
+        done = Compiled(obj, False)
+    manifest = _tracking.store_variant(program, target, cache, mkey, key, deps, roots)
+    if done.store is None or (done.store.stored and not manifest.stored):
+        done.store = manifest
+    return done

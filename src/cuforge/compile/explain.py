@@ -17,8 +17,8 @@ from typing import Any
 
 from cuforge.compile import _inputs as inputs
 from cuforge.compile import _manifest, _tracking
-from cuforge.compile.cache_key import _digest
-from cuforge.compile.cached import _get_entry, uncount
+from cuforge.compile._cacheio import lookup_entry, uncount
+from cuforge.compile.cache_key import program_key
 from cuforge.compile.program import Program
 from cuforge.compile.targets import normalize_target
 from cuforge.storage.entry import entry_id
@@ -60,14 +60,14 @@ def explain(
     inputs.check_target(program.options, target)
     roots = _tracking.roots_if_tracked(program) if program.code_type == "c++" else None
     if roots is not None:
-        mkey = _tracking._manifest_key(program, target, names)
+        mkey = _tracking.manifest_key(program, target, names)
         variants = _tracking.lookup_manifest(cache, mkey, roots)
         if variants is not None:
             return _from_manifest(cache, variants, entry_id(mkey))
         key = mkey
     else:
-        key = _digest(program.code_type, target, program.options, program._code, names, None)
-        entry = _get_entry(cache, key)
+        key = program_key(program.code_type, target, program.options, program._code, names, None)
+        entry = lookup_entry(cache, key)
         uncount(cache, entry)
         if entry is not None:
             return Explanation(True, entry_id(key))
@@ -79,7 +79,7 @@ def _from_manifest(cache: Any, variants: list[_manifest.Prepared], mid: str) -> 
     for variant in variants:
         problems = _manifest.check(variant, all_problems=True)
         if not problems:
-            entry = _get_entry(cache, variant.key)
+            entry = lookup_entry(cache, variant.key)
             uncount(cache, entry)
             if entry is not None:
                 return Explanation(True, entry_id(variant.key))
@@ -123,7 +123,7 @@ def _nearest(
 
 
 def _inputs(program: Program, target: str, names: tuple[str | bytes, ...]) -> dict[str, Any]:
-    from cuforge.compile.cached import program_record
+    from cuforge.compile._records import program_record
     from cuforge.compile.object_code import ObjectCode
 
     options = program.options

@@ -35,6 +35,14 @@ READ = "read"
 #: The backend itself failed or is unreachable (a lookup raised; a server is down).
 UNAVAILABLE = "unavailable"
 
+#: Why a store was dropped (``note_dropped``): the handle cannot write by design,
+#: its server is unreachable, another process held the write lock too long, or the
+#: write failed.
+READ_ONLY = "read-only"
+UNREACHABLE = "unreachable"
+LOCKED = "locked"
+FAILED = "failed"
+
 _ATTR = "_cuforge_fail_open_seen"
 _lock = threading.Lock()
 _by_ref: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
@@ -68,4 +76,37 @@ def fail_open(handle: Any, cause: str, message: str, *args: Any) -> None:
         get_logger(LOGGER).debug(message, *args, extra={"cuforge_cause": cause})
 
 
-__all__ = ["INTEGRITY", "LOGGER", "READ", "UNAVAILABLE", "WRITE", "fail_open"]
+# The last store this thread dropped: (reason, detail).
+_dropped = threading.local()
+
+
+def note_dropped(reason: str, detail: str = "") -> None:
+    """Record, for this thread, that the store being made was dropped and why
+    (``READ_ONLY``, ``UNREACHABLE``, ``LOCKED`` or ``FAILED``). Backends call it where
+    they count a write failure; the compile pipeline reads it with ``take_dropped``
+    to report the store's outcome. Per thread, so concurrent stores never mix."""
+    _dropped.last = (reason, detail)
+
+
+def take_dropped() -> tuple[str, str] | None:
+    """The drop ``note_dropped`` recorded on this thread since the last call, or None."""
+    last: tuple[str, str] | None = getattr(_dropped, "last", None)
+    if last is not None:
+        _dropped.last = None
+    return last
+
+
+__all__ = [
+    "FAILED",
+    "INTEGRITY",
+    "LOCKED",
+    "LOGGER",
+    "READ",
+    "READ_ONLY",
+    "UNAVAILABLE",
+    "UNREACHABLE",
+    "WRITE",
+    "fail_open",
+    "note_dropped",
+    "take_dropped",
+]

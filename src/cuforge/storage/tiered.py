@@ -33,6 +33,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
+from . import events
 from ._lazylevel import LazyLevel, opened
 from ._values import coerce_key, coerce_value
 from .base import (
@@ -161,6 +162,7 @@ class TieredProgramCache(EntryCache):
         check_meta(meta)
         if self._locker_index is None:  # every level is read-only
             self._stats.write_failures += 1
+            events.note_dropped(events.READ_ONLY, "every level is read-only")
             return
         for i in range(len(self._levels)):
             if self._writable[i]:

@@ -324,6 +324,7 @@ class FileStreamProgramCache(EntryCache):
 
     def _write_failed(self, exc: OSError) -> None:
         self._stats.write_failures += 1
+        events.note_dropped(events.FAILED, f"{self._root}: {exc}")
         events.fail_open(
             self,
             events.WRITE,

@@ -23,6 +23,7 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from .. import events
 from .._breaker import CircuitBreaker
 from .._values import coerce_key, coerce_value
 from ..base import (
@@ -364,6 +365,10 @@ class RedisProgramCache(EntryCache):
         stats = self._stats
         if self._read_only or not self._breaker.allow():
             stats.write_failures += len(batch)
+            if self._read_only:
+                events.note_dropped(events.READ_ONLY, f"Redis cache {self._where} is read-only")
+            else:
+                events.note_dropped(events.UNREACHABLE, f"Redis {self._where}: backing off")
             return
         try:
             client = self._conn()
@@ -376,6 +381,11 @@ class RedisProgramCache(EntryCache):
                 pipe.execute()
         except Exception as exc:  # a store never breaks the caller
             stats.write_failures += len(batch)
+            refused = isinstance(exc, _redis.ResponseError)
+            events.note_dropped(
+                events.FAILED if refused else events.UNREACHABLE,
+                f"Redis {self._where}: {type(exc).__name__}: {exc}",
+            )
             self._failed(exc, "store")
             return
         self._breaker.success()

@@ -21,6 +21,7 @@ from time import monotonic_ns
 from typing import Any
 from zlib import crc32
 
+from .. import events
 from .._integrity import key_seed
 from .._livehandles import LiveHandles
 from .._safedir import prepare_db_file
@@ -45,6 +46,7 @@ from ._schema import (
     SQL,
     STAT_COLUMNS,
     ForeignDatabaseError,
+    is_busy,
     is_corruption,
     rid_of,
     row_check,
@@ -301,6 +303,8 @@ class SQLiteProgramCache(EntryCache):
 
     def _write_failed(self, why: BaseException | str) -> None:
         self._stats.write_failures += 1
+        busy = isinstance(why, BaseException) and is_busy(why)
+        events.note_dropped(events.LOCKED if busy else events.FAILED, f"{self._path}: {why}")
         if isinstance(why, BaseException) and is_corruption(why):
             self._damaged(why)
         if not self._warned:
