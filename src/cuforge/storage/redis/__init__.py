@@ -15,13 +15,14 @@ every operation stays on one shard. The cache never breaks a compile: see
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import threading
 import time
 import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from .. import events
 from .._breaker import CircuitBreaker
@@ -38,31 +39,64 @@ from ..entry import CacheEntry, EntryInfo, key_digest
 from ..stats import CacheStats
 from . import _frame as frame
 from ._lock import RELEASE, RENEW, LockLease, poll_lock
+from ._resp import ReplyError, RespClient
 from ._stats import FleetCounters, read_fleet, track, untrack
 
 if TYPE_CHECKING:
     from redis import Redis
     from redis.cluster import RedisCluster
 
-_redis: Any
-try:
-    import redis as _redis
-    from redis.backoff import NoBackoff
-    from redis.retry import Retry
-except ImportError:  # pragma: no cover - exercised only without the extra
-    _redis = None
+_redis: Any = None  # redis-py, imported on first need (see _resp for why)
 
 __all__ = ["RedisProgramCache"]
 
 _URL_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")
+_TLS_OPTIONS = frozenset({"ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_cert_reqs"})
 _SCAN_COUNT = 500
 
 
 def _need_redis() -> None:
-    if _redis is None:
+    """ImportError unless redis-py is installed (found, not imported: that costs ~100 ms)."""
+    if _redis is None and importlib.util.find_spec("redis") is None:
         raise ImportError(
             "Redis caches need the redis package: pip install 'cuforge[redis]' (or redis>=5)"
         )
+
+
+def _redis_py() -> Any:
+    """The redis module, imported now if it was not."""
+    global _redis
+    if _redis is None:
+        import redis
+        import redis.cluster
+        import redis.exceptions
+
+        _redis = redis
+    return _redis
+
+
+def _fast_client(
+    url: str, options: Mapping[str, Any], timeout: float, connect: float
+) -> RespClient | None:
+    """The hit path's small client for a plain ``redis://``/``rediss://`` URL whose
+    options it understands, else None (redis-py serves everything)."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("redis", "rediss") or parts.query or parts.fragment:
+        return None
+    if not set(options) <= _TLS_OPTIONS:
+        return None
+    path = parts.path.strip("/") or "0"
+    if not path.isdigit():
+        return None
+    user = unquote(parts.username) if parts.username else None
+    password = unquote(parts.password) if parts.password is not None else None
+    tls = {k: str(v) for k, v in options.items()} if parts.scheme == "rediss" else None
+    if tls is None and options:
+        return None
+    return RespClient(
+        parts.hostname or "localhost", parts.port or 6379, db=int(path), username=user,
+        password=password, tls=tls, timeout=timeout, connect_timeout=connect,
+    )  # fmt: skip
 
 
 def _glob_escape(text: str) -> str:
@@ -150,6 +184,7 @@ class RedisProgramCache(EntryCache):
         self._closed = False
         self._mutex = threading.Lock()
         self._client: Any = None
+        self._fast: RespClient | None
         self._scripts: tuple[Any, Any] | None = None
         if isinstance(url_or_client, str):
             scheme = url_or_client.partition("://")[0].lower()
@@ -163,13 +198,21 @@ class RedisProgramCache(EntryCache):
             self._cluster = bool(cluster) or parts.scheme.endswith("+cluster")
             self._where = f"{parts.hostname or 'localhost'}:{parts.port or 6379}{parts.path}"
             self._options = dict(client_options or {})
+            self._fast = (
+                None
+                if self._cluster
+                else _fast_client(
+                    url_or_client, self._options, self._timeout, self._connect_timeout
+                )
+            )
         elif callable(getattr(url_or_client, "pipeline", None)):
             self._url = None
             self._client = url_or_client
-            self._cluster = isinstance(url_or_client, _redis.cluster.RedisCluster)
+            self._cluster = isinstance(url_or_client, _redis_py().cluster.RedisCluster)
             kw = getattr(getattr(url_or_client, "connection_pool", None), "connection_kwargs", {})
             self._where = f"{kw.get('host', '?')}:{kw.get('port', '?')}/{kw.get('db', 0)}"
             self._options = {}
+            self._fast = None
         else:
             raise TypeError(
                 "url_or_client must be a Redis URL or a redis-py client, got "
@@ -205,6 +248,10 @@ class RedisProgramCache(EntryCache):
 
     def _make_client(self) -> Any:
         assert self._url is not None
+        _redis = _redis_py()
+        from redis.backoff import NoBackoff
+        from redis.retry import Retry
+
         options: dict[str, Any] = {
             "socket_timeout": self._timeout,
             "socket_connect_timeout": self._connect_timeout,
@@ -227,8 +274,10 @@ class RedisProgramCache(EntryCache):
     def _failed(self, exc: BaseException, what: str) -> None:
         """Record a failed command: back off when the server is unreachable; warn once."""
         # An error answer (read-only replica, OOM) is no outage; a down cluster is.
-        refused = isinstance(exc, _redis.ResponseError) and not isinstance(
-            exc, _redis.exceptions.ClusterError
+        refused = isinstance(exc, ReplyError) or (
+            _redis is not None
+            and isinstance(exc, _redis.ResponseError)
+            and not isinstance(exc, _redis.exceptions.ClusterError)
         )
         retry = None if refused else self._breaker.failure()
         if self._warned:
@@ -252,7 +301,11 @@ class RedisProgramCache(EntryCache):
         """Turns Redis errors of a maintenance call into one ConnectionError."""
         try:
             yield
-        except (_redis.RedisError, _redis.exceptions.RedisClusterException) as exc:
+        except (OSError, ReplyError) as exc:  # from the small client
+            raise ConnectionError(
+                f"Redis cache {self._where}: could not {what} ({type(exc).__name__}: {exc})"
+            ) from exc
+        except (_redis_py().RedisError, _redis.exceptions.RedisClusterException) as exc:
             raise ConnectionError(
                 f"Redis cache {self._where}: could not {what} ({type(exc).__name__}: {exc})"
             ) from exc
@@ -283,16 +336,7 @@ class RedisProgramCache(EntryCache):
             return None
         name = self._entry_name(kd)
         try:
-            client = self._conn()
-            refresh = self._refresh_ms
-            if refresh is None:
-                value = client.get(name)
-            else:
-                try:
-                    value = client.getex(name, px=refresh)
-                except _redis.exceptions.ReadOnlyError:
-                    self._refresh_ms = None  # a replica: read without renewing TTLs
-                    value = client.get(name)
+            value = self._lookup(name)
         except Exception as exc:  # every server problem is a miss
             stats.misses += 1
             stats.read_failures += 1
@@ -311,6 +355,29 @@ class RedisProgramCache(EntryCache):
             result = None
         self._tick()
         return result
+
+    def _lookup(self, name: bytes) -> Any:
+        """One GET (GETEX renewing the TTL): the small client when it serves this URL."""
+        refresh = self._refresh_ms
+        fast = self._fast
+        if fast is not None:
+            if refresh is None:
+                return fast.call(b"GET", name)
+            try:
+                return fast.call(b"GETEX", name, b"PX", refresh)
+            except ReplyError as exc:
+                if not str(exc).startswith("READONLY"):
+                    raise
+                self._refresh_ms = None  # a replica: read without renewing TTLs
+                return fast.call(b"GET", name)
+        client = self._conn()
+        if refresh is None:
+            return client.get(name)
+        try:
+            return client.getex(name, px=refresh)
+        except _redis.exceptions.ReadOnlyError:
+            self._refresh_ms = None
+            return client.get(name)
 
     def _drop(self, name: bytes, value: bytes) -> None:
         """Delete a damaged value unless someone replaced it meanwhile."""
@@ -530,7 +597,7 @@ class RedisProgramCache(EntryCache):
         if self._read_only:
             return  # counters stay in this handle
         try:
-            self._fleet.flush(self._conn(), self._stats)
+            self._fleet.flush(self._fast or self._conn(), self._stats)
         except Exception:
             if raise_errors:
                 raise
@@ -584,6 +651,8 @@ class RedisProgramCache(EntryCache):
         self._stats = CacheStats()
         self._fleet.reset()
         self._mutex = threading.Lock()
+        if self._fast is not None:
+            self._fast.forget()
 
     def close(self) -> None:
         """Flush the counters and drop the connections. Idempotent."""
@@ -593,6 +662,8 @@ class RedisProgramCache(EntryCache):
             self._flush_stats()
         self._closed = True
         untrack(self)
+        if self._fast is not None:
+            self._fast.close()
         if self._url is not None and self._client is not None:
             with contextlib.suppress(Exception):
                 self._client.close()

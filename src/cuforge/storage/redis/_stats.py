@@ -17,6 +17,7 @@ from typing import Any
 
 from .._livehandles import LiveHandles
 from ..stats import CacheStats
+from ._resp import RespClient
 
 __all__ = ["FleetCounters", "read_fleet", "track", "untrack"]
 
@@ -49,7 +50,9 @@ class FleetCounters:
         self.last = time.monotonic()
         current = stats.copy()
         delta = {n: v for n, v in (current - self.flushed).as_dict().items() if v}
-        if delta:
+        if delta and isinstance(client, RespClient):  # the hit path's small client
+            client.pipeline([(b"HINCRBY", self.name, f, v) for f, v in delta.items()])
+        elif delta:
             pipe = client.pipeline(transaction=False)
             for field, value in delta.items():
                 pipe.hincrby(self.name, field, value)
