@@ -263,3 +263,45 @@ def test_sources_that_read_headers_are_never_answered_by_the_fast_path(tmp_path)
     assert outputs[0] == outputs[1] != outputs[2]
     hits = tmp_path / "state" / "cli-hits"
     assert not hits.exists() or not [p for p in hits.rglob("*") if p.is_file()]
+
+
+@pytest.mark.parametrize("kind", ["redis", "file,redis", "redis-with-password"])
+def test_fleet_caches_are_served_by_the_fast_path_without_redis_py(tmp_path, redis_server, kind):
+    """A repeated command through Redis, or a tier whose disk level holds the entry, is
+    answered by the hit record: no compile layer, no redis-py; the disk of a tier
+    answers without the Redis level being opened at all. A URL with a password is
+    never written into a record: the full path answers it."""
+    src = _twice_src(tmp_path / "k.cu")
+    env = isolated_env(tmp_path)
+    url = {
+        "redis": redis_server.url + "?prefix=fast:",
+        "file,redis": f"file://{tmp_path / 'c'},{redis_server.url}",
+        "redis-with-password": redis_server.url.replace("redis://", "redis://:pw@"),
+    }[kind]
+    if kind == "redis-with-password":
+        redis_server.client().config_set("requirepass", "pw")
+    args = ("compile", "k.cu", "--arch", "sm_90", "-o", "k.cubin", "--cache", url)
+    first = run(tmp_path, *args, cwd=tmp_path, env=env)
+    assert "cache miss" in first.stdout, first.stderr
+    if not (tmp_path / "state" / "identity").is_dir():
+        pytest.skip("compiler files changed less than 2 s ago: identity not recorded yet")
+    (tmp_path / "k.cubin").unlink()
+    fast = run(tmp_path, *args, cwd=tmp_path, env={**env, "PYTHONPROFILEIMPORTTIME": "1"})
+    assert fast.returncode == 0 and fast.stdout.rstrip().endswith("cache hit"), fast.stderr
+    assert (tmp_path / "k.cubin").read_bytes()[:4] == ELF
+    modules = _imports(fast)
+    assert "redis" not in modules  # never redis-py on a hit
+    if kind == "redis-with-password":
+        assert "cuforge.compile.program" in modules  # no record: the full path answered
+        records = tmp_path / "state" / "cli-hits"
+        assert not records.exists() or not [p for p in records.rglob("*") if p.is_file()]
+        return
+    assert "cuforge.cli._direct" in modules
+    assert not {"argparse", "cuforge.compile.program"} & modules
+    opened = "cuforge.storage.redis._resp" in modules
+    assert opened == (kind == "redis")  # a tier's disk answers: Redis is never opened
+    if kind == "redis":
+        stats = json.loads(run(tmp_path, "cache", "stats", "--cache", url, "--json",
+                               env=env).stdout)  # fmt: skip
+        assert (stats["hits"], stats["misses"]) == (1, 1)  # fast hits count once, fleet-wide
+    assert src.read_text()  # the source is untouched

@@ -22,8 +22,16 @@ module did not exist. So this path can make a hit faster, never different.
 Records are written only for what the key fully describes from these inputs: CUDA
 C++ that reads no user header (no tracked includes: those are validated by the
 manifests of the full path) compiled to cubin or LTO-IR (a PTX hit may warn about
-the driver), through a plain directory cache, every output's entry read back equal
-to what was written. They live in
+the driver), every output's entry read back equal to what was written, through
+an unsigned cache of one of these kinds:
+
+- a plain directory cache (the record names its directory);
+- a tier whose first persistent level is one (``file:///…,redis://…``): the record
+  names that level, which serves the hit -- the levels behind it are never opened,
+  as in the full path (lazy levels); anything it misses goes to the full path;
+- a Redis server named by a URL without credentials (the record holds the URL; a
+  password is never written to disk): the hit path's small client serves it, and
+  redis-py is never imported. They live in
 ``<state>/cli-hits/`` (``_identity_store.state_dir()``; off with
 ``CUFORGE_STATE_DIR=off``), private to the user, and are pruned to the newest half
 when a shard passes 64 files.
@@ -43,12 +51,12 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from typing import Any
 
+    from cuforge.storage.base import ProgramCacheResource
     from cuforge.storage.entry import CacheEntry
-    from cuforge.storage.filestream import FileStreamProgramCache
 
 __all__ = ["remember", "request_digest", "serve"]
 
-_FORMAT = b"cuforge-direct-1"
+_FORMAT = b"cuforge-direct-2"
 _ENV_NAMES = ("HOME", "XDG_CACHE_HOME")
 _SHARD_MAX = 64
 _CODE_DIRS = ("compile", "cli")
@@ -130,7 +138,7 @@ def _check(
     """(cache root, output mode, outputs) of a record that holds here and now, else None."""
     if fields[0] != _FORMAT:
         return None
-    root, mode = os.fsdecode(fields[1]), fields[2].decode()
+    where, mode = os.fsdecode(fields[1]), fields[2].decode()
     pos = 3
     for _ in range(int(fields[pos])):
         fact, want = fields[pos + 1].decode(), fields[pos + 2].decode()
@@ -157,21 +165,36 @@ def _check(
         except OSError:
             return None
         outputs.append((source, output, key, target, arch))
-    if not outputs or not os.path.isdir(os.path.join(root, "entries")):
+    if not outputs:
         return None
-    return root, mode, outputs
+    if where.startswith("file:") and not os.path.isdir(os.path.join(where[5:], "entries")):
+        return None
+    return where, mode, outputs
+
+
+def _open(where: str) -> ProgramCacheResource | None:
+    """The cache a record names (``file:<root>`` or ``url:<redis URL>``), or None."""
+    if where.startswith("file:"):
+        from cuforge.storage.filestream import FileStreamProgramCache
+
+        return FileStreamProgramCache(where[5:])
+    if where.startswith("url:"):
+        from cuforge.storage.urls import open_cache
+
+        return open_cache(where[4:], secret=None)
+    return None
 
 
 def _serve_entries(
-    root: str, mode: str, outputs: list[tuple[str, str, bytes, str, str]]
+    where: str, mode: str, outputs: list[tuple[str, str, bytes, str, str]]
 ) -> int | None:
-    from cuforge.storage.filestream import FileStreamProgramCache
-
     results = []
     try:
-        cache = FileStreamProgramCache(root)
-    except OSError:  # refused now (made unsafe, a link, another owner...): the full
-        return None  # path opens it again and says why in one line
+        cache = _open(where)
+    except (OSError, ValueError, ImportError):  # refused now (made unsafe, a link,
+        return None  # another owner...): the full path opens it again and says why
+    if cache is None:
+        return None
     try:
         found: list[CacheEntry] = []
         for source, output, key, target, arch in outputs:
@@ -210,7 +233,7 @@ def _serve_entries(
     return 0
 
 
-def _take_back(cache: FileStreamProgramCache, hits: list[CacheEntry], missed: bool = True) -> None:
+def _take_back(cache: ProgramCacheResource, hits: list[CacheEntry], missed: bool = True) -> None:
     """Undo this path's counts before the full path repeats the same lookups (the
     statistics must count each request once; cf. ``compile.cached.uncount``)."""
     stats = cache._stats
@@ -221,7 +244,9 @@ def _take_back(cache: FileStreamProgramCache, hits: list[CacheEntry], missed: bo
 
 
 # -- writing records (after the full path) --------------------------------------------
-def remember(digest: str, cache: object, mode: str, done: list[tuple[Any, ...]]) -> None:
+def remember(
+    digest: str, cache: object, mode: str, done: list[tuple[Any, ...]], url: str | None = None
+) -> None:
     """Leave a hit record for the request ``digest`` names when every output
     qualifies (see the module docstring). ``done``: (SourceFile, Program, target,
     output path, binary) per output, all written. Best effort: never raises for the
@@ -229,11 +254,23 @@ def remember(digest: str, cache: object, mode: str, done: list[tuple[Any, ...]])
     """
     from cuforge.compile import _identity, _toolkit, _tracking
     from cuforge.compile.cache_key import program_key
+    from cuforge.storage._lazylevel import opened
     from cuforge.storage.entry import entry_id
     from cuforge.storage.filestream import FileStreamProgramCache
+    from cuforge.storage.redis import RedisProgramCache
+    from cuforge.storage.tiered import TieredProgramCache
 
     folder = _records_dir()
-    if folder is None or type(cache) is not FileStreamProgramCache or not done:
+    if folder is None or not done:
+        return
+    if type(cache) is TieredProgramCache:  # served by its first persistent level
+        persistent = [lv for lv in cache._levels if type(lv).__name__ != "InMemoryProgramCache"]
+        cache = opened(persistent[0]) if persistent else None
+    if type(cache) is FileStreamProgramCache:
+        where = b"file:" + os.fsencode(cache.path)
+    elif type(cache) is RedisProgramCache and url and "@" not in url and "," not in url:
+        where = b"url:" + url.encode()
+    else:
         return
     facts = []
     for fact, current in (
@@ -255,7 +292,7 @@ def remember(digest: str, cache: object, mode: str, done: list[tuple[Any, ...]])
         if stored is None or stored.data != code:
             return  # the key is not what the compile used: never record a guess
         outputs.append((source, output, key, target, program.options.arch))
-    fields = [_FORMAT, os.fsencode(cache.path), mode.encode(), str(len(facts)).encode()]
+    fields = [_FORMAT, where, mode.encode(), str(len(facts)).encode()]
     for fact, fact_digest in facts:
         fields += [fact.encode(), fact_digest.encode()]
     fields.append(str(len(outputs)).encode())

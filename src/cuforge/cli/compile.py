@@ -150,6 +150,7 @@ def run(args: argparse.Namespace) -> int:
         failed = any(job.result["status"] == "failed" for job in jobs)
         if not failed and cache is not None and getattr(args, "request_digest", None):
             made = [(j.source, j.program, args.target, j.output, j.result["code"]) for j in jobs]
-            _direct.remember(args.request_digest, cache, "json" if args.json else "text", made)
+            mode = "json" if args.json else "text"
+            _direct.remember(args.request_digest, cache, mode, made, url)
     print(render(results, args.json))
     return 1 if failed else 0

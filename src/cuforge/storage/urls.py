@@ -32,15 +32,16 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import TYPE_CHECKING, Any
 
 from ._env import secret_from_env
 from .base import ProgramCacheResource
 from .units import parse_duration, parse_size
 
+TYPE_CHECKING = False  # typing and dataclasses cost a cold process ~10 ms: not here
 if TYPE_CHECKING:
+    from typing import Any
+
     from .tiered import TieredProgramCache
 
 
@@ -66,18 +67,47 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
 class CacheSpec:
-    """One level of a cache URL, parsed but not opened."""
+    """One level of a cache URL, parsed but not opened (a value: compare, never change).
 
-    scheme: str
-    location: str
-    params: dict[str, str] = field(default_factory=dict)
-    read_only: bool = False
-    text: str = ""
-    #: Entries are signed (``open_level`` with a secret): a backend may then accept a
-    #: location other users can write, as ``?trust=shared`` does.
-    signed: bool = False
+    ``signed``: entries are signed (``open_level`` with a secret): a backend may then
+    accept a location other users can write, as ``?trust=shared`` does.
+    """
+
+    __slots__ = ("location", "params", "read_only", "scheme", "signed", "text")
+
+    def __init__(
+        self,
+        scheme: str,
+        location: str,
+        params: dict[str, str] | None = None,
+        read_only: bool = False,
+        text: str = "",
+        signed: bool = False,
+    ) -> None:
+        self.scheme = scheme
+        self.location = location
+        self.params: dict[str, str] = {} if params is None else params
+        self.read_only = read_only
+        self.text = text
+        self.signed = signed
+
+    def _fields(self) -> tuple[Any, ...]:
+        return (self.scheme, self.location, self.params, self.read_only, self.text, self.signed)
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is CacheSpec and self._fields() == other._fields()
+
+    __hash__ = None  # type: ignore[assignment]  # params is a dict
+
+    def __repr__(self) -> str:
+        names = ("scheme", "location", "params", "read_only", "text", "signed")
+        inner = ", ".join(f"{n}={v!r}" for n, v in zip(names, self._fields(), strict=True))
+        return f"CacheSpec({inner})"
+
+    def as_signed(self) -> CacheSpec:
+        """This level with ``signed`` set."""
+        return CacheSpec(self.scheme, self.location, self.params, self.read_only, self.text, True)
 
     def error(self, message: str) -> ValueError:
         """A ValueError that names this level of the URL."""
@@ -126,10 +156,14 @@ class CacheSpec:
         raise self.error(f"{name}={raw!r} is not a boolean (use 1 or 0)")
 
 
-@dataclass(frozen=True)
 class _Scheme:
-    opener: Callable[[CacheSpec], ProgramCacheResource]
-    params: frozenset[str]
+    __slots__ = ("opener", "params")
+
+    def __init__(
+        self, opener: Callable[[CacheSpec], ProgramCacheResource], params: frozenset[str]
+    ) -> None:
+        self.opener = opener
+        self.params = params
 
 
 _REDIS_PARAMS = frozenset(
@@ -238,7 +272,7 @@ def open_level(spec: CacheSpec, secret: bytes | str | None = None) -> ProgramCac
     """Open one parsed level; with ``secret``, wrap it in a SignedProgramCache --
     except ``memory://``, which only this process can write."""
     signed = secret is not None and spec.scheme != "memory"
-    cache = _opener(spec.scheme, spec.text)(replace(spec, signed=True) if signed else spec)
+    cache = _opener(spec.scheme, spec.text)(spec.as_signed() if signed else spec)
     if signed and secret is not None:
         from .signing import SignedProgramCache
 
