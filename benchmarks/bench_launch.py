@@ -111,8 +111,8 @@ def main() -> None:
     from cuda.bindings import driver
 
     import cuforge
-    from cuforge.runtime._init import driver_entry
     from cuforge.runtime.args import pack_args
+    from cuforge.runtime.init import driver_entry
     from cuforge.runtime.module import load_kernel
 
     dev = cuforge.Device(0)

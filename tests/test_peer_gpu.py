@@ -26,7 +26,7 @@ def test_peer_capability_and_access_switches_validate_their_arguments() -> None:
     from cuda.bindings import driver
 
     from cuforge import Device
-    from cuforge.runtime._init import device_count
+    from cuforge.runtime.init import device_count
 
     d0 = Device(0)
     assert d0.can_access_peer(d0) and d0.can_access_peer(0)
@@ -48,7 +48,7 @@ def test_peer_capability_and_access_switches_validate_their_arguments() -> None:
 def pair():
     """Devices 0 and 1 with no pool access granted either way (restored after)."""
     from cuforge import Device
-    from cuforge.runtime._init import device_count
+    from cuforge.runtime.init import device_count
 
     if device_count() < 2:
         pytest.skip("needs two devices")
@@ -199,7 +199,7 @@ def test_two_devices_keep_callback_parameters_separate() -> None:
 
     from cuforge import Device
     from cuforge.graph import GraphDefinition
-    from cuforge.runtime._init import device_count
+    from cuforge.runtime.init import device_count
 
     if device_count() < 2:
         pytest.skip("needs two devices")

@@ -75,7 +75,7 @@ class StandInObjectCode:
 def test_runtime_entry_points_raise_clear_cudaerror(entry):
     import cuforge.runtime as rt
     from cuforge.runtime import CUDAError
-    from cuforge.runtime._init import device_count
+    from cuforge.runtime.init import device_count
 
     env = {name: getattr(rt, name) for name in rt.__all__}
     env.update(StandInObjectCode=StandInObjectCode, device_count=device_count)

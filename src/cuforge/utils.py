@@ -16,14 +16,14 @@ TYPE_CHECKING = False  # typing is not imported at run time: it costs a cold pro
 if TYPE_CHECKING:
     # What __getattr__ resolves, spelled out for type checkers (tests/test_typing.py
     # checks that this block and _EXPORTS agree).
-    from cuforge.compile._toolkit import toolkit_headers as toolkit_headers
     from cuforge.compile.cache_key import KEY_SCHEMA_VERSION as KEY_SCHEMA_VERSION
     from cuforge.compile.cache_key import fingerprint_headers as fingerprint_headers
     from cuforge.compile.cache_key import make_program_cache_key as make_program_cache_key
     from cuforge.compile.explain import Explanation as Explanation
     from cuforge.compile.explain import explain as explain
-    from cuforge.storage._safedir import CachePathError as CachePathError
-    from cuforge.storage._safedir import UnsafeCacheError as UnsafeCacheError
+    from cuforge.compile.toolchain import toolkit_headers as toolkit_headers
+    from cuforge.storage import CachePathError as CachePathError
+    from cuforge.storage import UnsafeCacheError as UnsafeCacheError
     from cuforge.storage.base import CacheWriteWarning as CacheWriteWarning
     from cuforge.storage.base import ProgramCacheResource as ProgramCacheResource
     from cuforge.storage.config import default_cache as default_cache
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 # public name -> module that defines it
 _EXPORTS = {
     "KEY_SCHEMA_VERSION": "cuforge.compile.cache_key",
-    "CachePathError": "cuforge.storage._safedir",
+    "CachePathError": "cuforge.storage",
     "CacheRecoveryWarning": "cuforge.storage.sqlite",
     "CacheStats": "cuforge.storage.stats",
     "CacheWriteWarning": "cuforge.storage.base",
@@ -54,7 +54,7 @@ _EXPORTS = {
     "SQLiteProgramCache": "cuforge.storage.sqlite",
     "SignedProgramCache": "cuforge.storage.signing",
     "TieredProgramCache": "cuforge.storage.tiered",
-    "UnsafeCacheError": "cuforge.storage._safedir",
+    "UnsafeCacheError": "cuforge.storage",
     "default_cache": "cuforge.storage.config",
     "default_cache_dir": "cuforge.storage.filestream",
     "default_db_path": "cuforge.storage.sqlite",
@@ -62,7 +62,7 @@ _EXPORTS = {
     "fingerprint_headers": "cuforge.compile.cache_key",
     "make_program_cache_key": "cuforge.compile.cache_key",
     "open_cache": "cuforge.storage.urls",
-    "toolkit_headers": "cuforge.compile._toolkit",
+    "toolkit_headers": "cuforge.compile.toolchain",
 }
 
 __all__ = sorted(_EXPORTS)

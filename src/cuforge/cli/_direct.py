@@ -32,7 +32,7 @@ an unsigned cache of one of these kinds:
 - a Redis server named by a URL without credentials (the record holds the URL; a
   password is never written to disk): the hit path's small client serves it, and
   redis-py is never imported. They live in
-``<state>/cli-hits/`` (``_identity_store.state_dir()``; off with
+``<state>/cli-hits/`` (``compile.toolchain.state_dir()``; off with
 ``CUFORGE_STATE_DIR=off``), private to the user, and are pruned to the newest half
 when a shard passes 64 files.
 """
@@ -44,7 +44,7 @@ import sys
 import time
 
 from cuforge._hashing import blake2b
-from cuforge.compile import _identity_store
+from cuforge.compile import toolchain
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -63,7 +63,7 @@ _CODE_DIRS = ("compile", "cli")
 
 
 def _records_dir() -> str | None:
-    root = _identity_store.state_dir()
+    root = toolchain.state_dir()
     return None if root is None else os.path.join(root, "cli-hits")
 
 
@@ -143,7 +143,7 @@ def _check(
     for _ in range(int(fields[pos])):
         fact, want = fields[pos + 1].decode(), fields[pos + 2].decode()
         pos += 2
-        values = _identity_store.lookup(fact)
+        values = toolchain.stored_fact(fact)
         if values is None or _facts_digest(values) != want:
             return None
     pos += 1
@@ -252,19 +252,18 @@ def remember(
     output path, binary) per output, all written. Best effort: never raises for the
     file system.
     """
-    from cuforge.compile import _identity, _toolkit, _tracking
     from cuforge.compile.cache_key import program_key
-    from cuforge.storage._lazylevel import opened
+    from cuforge.compile.cached import tracks_headers
     from cuforge.storage.entry import entry_id
     from cuforge.storage.filestream import FileStreamProgramCache
     from cuforge.storage.redis import RedisProgramCache
-    from cuforge.storage.tiered import TieredProgramCache
+    from cuforge.storage.tiered import TieredProgramCache, opened
 
     folder = _records_dir()
     if folder is None or not done:
         return
     if type(cache) is TieredProgramCache:  # served by its first persistent level
-        persistent = [lv for lv in cache._levels if type(lv).__name__ != "InMemoryProgramCache"]
+        persistent = [lv for lv in cache.levels if type(lv).__name__ != "InMemoryProgramCache"]
         cache = opened(persistent[0]) if persistent else None
     if type(cache) is FileStreamProgramCache:
         where = b"file:" + os.fsencode(cache.path)
@@ -273,17 +272,14 @@ def remember(
     else:
         return
     facts = []
-    for fact, current in (
-        ("nvrtc_identity", _identity.nvrtc_identity()),
-        (_toolkit._FACT, _toolkit.toolkit_identity()),
-    ):
-        values = _identity_store.lookup(fact)
+    for fact, current in toolchain.key_facts():
+        values = toolchain.stored_fact(fact)
         if values is None or values[0] != current:
             return  # not (yet) on disk, or not what these keys were made from
         facts.append((fact, _facts_digest(values)))
     outputs = []
     for source, program, target, output, code in done:
-        if program.code_type != "c++" or _tracking.roots_if_tracked(program) is not None:
+        if program.code_type != "c++" or tracks_headers(program):
             return
         if target == "ptx":
             return  # a PTX hit may warn about the driver (compile.cached): full path only

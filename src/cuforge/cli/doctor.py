@@ -143,7 +143,7 @@ def _doctor(args: argparse.Namespace) -> int:
     import platform
 
     import cuforge
-    from cuforge.compile import _identity, _identity_store, _toolkit
+    from cuforge.compile import toolchain
 
     report: dict[str, Any] = {
         "cuforge": cuforge.__version__,
@@ -151,13 +151,13 @@ def _doctor(args: argparse.Namespace) -> int:
         "cuda-bindings": _package_version("cuda-bindings"),
         "cuda-pathfinder": _package_version("cuda-pathfinder"),
         "compilers": [
-            _compiler("NVRTC", "nvrtc", _identity.nvrtc_identity),
-            _compiler("nvJitLink", "nvJitLink", _identity.nvjitlink_identity),
-            _compiler("libNVVM", "nvvm", _identity.nvvm_identity),
+            _compiler("NVRTC", "nvrtc", toolchain.nvrtc_identity),
+            _compiler("nvJitLink", "nvJitLink", toolchain.nvjitlink_identity),
+            _compiler("libNVVM", "nvvm", toolchain.nvvm_identity),
         ],
     }
     try:
-        headers = _toolkit.toolkit_headers()
+        headers = toolchain.toolkit_headers()
         report["cuda_headers"] = [
             {"set": s.name, "version": s.version, "from": s.package or s.source,
              "directory": s.directory}
@@ -167,8 +167,8 @@ def _doctor(args: argparse.Namespace) -> int:
         report["cuda_headers"] = f"error: {exc}"
     report.update(_devices())
     report.update(_cache(args))
-    state = _identity_store.state_dir()
-    report["state_dir"] = state or f"off (${_identity_store.ENV_VAR})"
+    state = toolchain.state_dir()
+    report["state_dir"] = state or f"off (${toolchain.STATE_ENV_VAR})"
     if args.json:
         print(json.dumps(report, indent=2))
         return 0

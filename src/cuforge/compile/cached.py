@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from cuforge.compile.object_code import ObjectCode
     from cuforge.compile.program import Program
 
-__all__ = ["Compiled", "compile_cached", "compile_through_cache"]
+__all__ = ["Compiled", "compile_cached", "compile_through_cache", "tracks_headers"]
 
 
 class Compiled:
@@ -125,6 +125,12 @@ def _pipeline(
         lambda: _tracking.recall(program, target, names, cache, roots, mkey),
         lambda: _fill_tracked(program, target, names, logs, cache, roots, mkey),
     )
+
+
+def tracks_headers(program: Program) -> bool:
+    """Whether ``program`` goes through the manifest steps (C++ that can read user
+    headers): its entry key then depends on those headers, not only on the plain key."""
+    return program._code_type == "c++" and _tracking.roots_if_tracked(program) is not None
 
 
 def _compile_and_store(

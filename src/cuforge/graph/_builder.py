@@ -31,7 +31,7 @@ from cuforge.graph import _owners
 from cuforge.graph._definition import Condition, GraphDefinition, create_condition
 from cuforge.graph._state import GraphState, require_same_context
 from cuforge.runtime import capture_guard
-from cuforge.runtime.device import _ContextScope
+from cuforge.runtime.device import ContextScope
 from cuforge.runtime.errors import CUDAError, check, error_for
 
 if TYPE_CHECKING:
@@ -55,7 +55,7 @@ INIT, BUILDING, BUILT, CLOSED = "not started", "building", "built", "closed"
 
 def _new_stream(ctx: driver.CUcontext) -> driver.CUstream:
     flags = driver.CUstream_flags.CU_STREAM_NON_BLOCKING
-    with _ContextScope(ctx):
+    with ContextScope(ctx):
         return check(driver.cuStreamCreate(flags), "cuStreamCreate")
 
 

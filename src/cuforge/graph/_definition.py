@@ -24,7 +24,7 @@ from cuforge.graph import _owners
 from cuforge.graph._listing import query_nodes, wrap_node
 from cuforge.graph._nodes import EmptyNode, GraphNode, _Adder
 from cuforge.graph._state import GraphState
-from cuforge.runtime import _init, capture_guard
+from cuforge.runtime import capture_guard, init
 from cuforge.runtime.errors import check, error_for
 
 if TYPE_CHECKING:
@@ -117,8 +117,7 @@ class GraphDefinition(_Adder):
 
     def __init__(self) -> None:
         """An empty graph for the device whose context is current on this thread."""
-        if not _init._done:
-            _init.ensure_initialized()
+        init.ensure_initialized()  # returns at once after the first time
         c = _owners.native_graph()
         if not c:
             ctx = ops.current_context()

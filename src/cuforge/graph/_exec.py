@@ -43,9 +43,9 @@ from cuforge.graph._nodes import (
 )
 from cuforge.graph._state import GraphState
 from cuforge.runtime import capture_guard
-from cuforge.runtime._init import driver_entry
-from cuforge.runtime.device import Device, _ContextScope
+from cuforge.runtime.device import ContextScope, Device
 from cuforge.runtime.errors import CUDAError, check, error_for
+from cuforge.runtime.init import driver_entry
 from cuforge.runtime.stream import Stream
 
 if TYPE_CHECKING:
@@ -398,7 +398,7 @@ class ExecKernelNode(ExecNode):
             # Executable-graph updates take the function of the current context (the
             # node's own); the CUkernel form is only for adding nodes.
             p.kern = None
-            with _ContextScope(self._live_source().ctx):
+            with ContextScope(self._live_source().ctx):
                 p.func = kernel.function()
         self._apply(driver.cuGraphExecKernelNodeSetParams, p, owners)
 

@@ -25,7 +25,7 @@ from cuforge.graph import _params
 from cuforge.graph._state import GraphState
 from cuforge.runtime.args import plan_for
 from cuforge.runtime.errors import check, error_for
-from cuforge.runtime.launch import LaunchConfig, _validate_plan, driver_entry
+from cuforge.runtime.launch import LaunchConfig, driver_entry, validate_plan
 from cuforge.runtime.module import Kernel
 
 
@@ -71,7 +71,7 @@ def add_kernel_node(
     elif args:
         plan = plan_for(args)
         if plan not in kernel._checked:
-            _validate_plan(kernel, plan, len(args))
+            validate_plan(kernel, plan, len(args))
         codes = plan.ccodes
         if codes is not None:  # -1: a value C leaves to Python (closed Buffer, range)
             kernel._last = (codes, plan.types)
@@ -87,7 +87,7 @@ def add_kernel_node(
             param_addr = state.scratch_addr
     else:
         if None not in kernel._checked:
-            _validate_plan(kernel, None, 0)
+            validate_plan(kernel, None, 0)
         kernel._last = (b"", ())
         held, param_addr = (), 0
     if type(res) is tuple:

@@ -46,14 +46,12 @@ def current_context() -> driver.CUcontext:
 
 def context_device(ctx: driver.CUcontext) -> int:
     """The device ordinal of ``ctx`` (primary contexts cuforge holds: no driver call)."""
-    from cuforge.runtime.device import _ContextScope, _instances
+    from cuforge.runtime.device import ContextScope, primary_context_device
 
-    ctx_int = int(ctx)
-    for dev in tuple(_instances.values()):
-        primary = dev._ctx
-        if primary is not None and int(primary) == ctx_int:
-            return dev._id
-    with _ContextScope(ctx):
+    found = primary_context_device(int(ctx))
+    if found is not None:
+        return found
+    with ContextScope(ctx):
         return int(check(driver.cuCtxGetDevice(), "cuCtxGetDevice"))
 
 

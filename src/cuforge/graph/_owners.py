@@ -31,8 +31,8 @@ from cuda.bindings import driver
 from cuforge._log import get_logger
 from cuforge._native import _release as _native
 from cuforge.runtime import capture_guard
-from cuforge.runtime._init import driver_entry
 from cuforge.runtime.errors import check, error_for
+from cuforge.runtime.init import driver_entry
 
 _log = get_logger("cuforge.graph")  # with the cuforge NullHandler in place (cuforge._log)
 _DEBUG = 10  # logging.DEBUG

@@ -1,6 +1,6 @@
 """cuforge's runtime layer on ``cuda.bindings.driver``: devices, streams, events,
 memory, kernel loading and launch. Importing it loads no driver; the first call that
-needs one initialises CUDA (see :mod:`cuforge.runtime._init`).
+needs one initialises CUDA (see :mod:`cuforge.runtime.init`).
 
 Thread safety: every public object may be used from several Python threads. The
 current device/context is per thread, as in CUDA; resource-creating methods always

@@ -206,7 +206,7 @@ def _native() -> Any:
         except ImportError:  # no C helpers built: fall back to cuda.bindings
             _guard = False
             return _guard
-        from cuforge.runtime._init import driver_entry
+        from cuforge.runtime.init import driver_entry
 
         g.set_entries(
             driver_entry(b"cuThreadExchangeStreamCaptureMode"),
@@ -220,7 +220,7 @@ def entry(name: bytes) -> int:
     """The driver's address for ``name`` (cached); 0 when unavailable."""
     addr = _entries.get(name)
     if addr is None:
-        from cuforge.runtime._init import driver_entry
+        from cuforge.runtime.init import driver_entry
 
         addr = _entries[name] = driver_entry(name)
     return addr

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from cuda.bindings import driver
 
-from cuforge.runtime._init import ensure_initialized
 from cuforge.runtime.errors import CUDAError, check
+from cuforge.runtime.init import ensure_initialized
 
 if TYPE_CHECKING:
     from cuforge.graph import GraphBuilder
@@ -69,7 +69,7 @@ class DeviceProperties:
         )
 
 
-class _ContextScope:
+class ContextScope:
     """Make a device's primary context current for a block, restoring afterwards."""
 
     __slots__ = ("_ctx", "_pushed")
@@ -108,6 +108,17 @@ def _as_device(obj: Device | int) -> Device:
 
 _instances: dict[int, Device] = {}
 _instances_lock = threading.Lock()
+
+
+def primary_context_device(ctx: int) -> int | None:
+    """The ordinal of the device whose primary context (one this process holds
+    through a Device) has handle value ``ctx``; None when no Device holds it.
+    No driver call: graph code maps a context to its device with it."""
+    for dev in tuple(_instances.values()):
+        primary = dev._ctx
+        if primary is not None and int(primary) == ctx:
+            return dev._id
+    return None
 
 
 def _current_device_id() -> int:
@@ -234,8 +245,8 @@ class Device:
         """Make this device's primary context current on the calling thread."""
         check(driver.cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
 
-    def _scope(self) -> _ContextScope:
-        return _ContextScope(self.context)
+    def _scope(self) -> ContextScope:
+        return ContextScope(self.context)
 
     def sync(self) -> None:
         """Block until all work on this device's primary context has finished."""

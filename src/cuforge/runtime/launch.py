@@ -37,10 +37,10 @@ from typing import TYPE_CHECKING, Any
 
 from cuda.bindings import driver
 
-from cuforge.runtime import _init
-from cuforge.runtime._init import driver_entry as driver_entry
+from cuforge.runtime import init
 from cuforge.runtime.args import PackedArgs, _Plan, pack_args, plan_for
 from cuforge.runtime.errors import error_for
+from cuforge.runtime.init import driver_entry as driver_entry
 from cuforge.runtime.module import Kernel
 from cuforge.runtime.stream import Stream
 
@@ -214,10 +214,10 @@ def validate_args(kernel: Kernel, packed: PackedArgs, nargs: int) -> None:
     be wider: its low bytes are used). Cached per kernel and argument-type signature;
     the graph layer can call it before building kernel nodes."""
     if packed.plan not in kernel._checked:
-        _validate_plan(kernel, packed.plan, nargs)
+        validate_plan(kernel, packed.plan, nargs)
 
 
-def _validate_plan(kernel: Kernel, plan: _Plan | None, nargs: int) -> None:
+def validate_plan(kernel: Kernel, plan: _Plan | None, nargs: int) -> None:
     params = kernel.param_sizes
     if nargs != len(params):
         raise TypeError(f"kernel {kernel.name} takes {len(params)} argument(s), got {nargs}")
@@ -270,8 +270,8 @@ def _resolve_entry() -> int:
 def launch(stream: IsStreamT, config: LaunchConfig, kernel: Kernel, *args: object) -> None:
     """Launch ``kernel`` with ``args`` on ``stream`` (a Stream or ``__cuda_stream__``
     object) as described by ``config``. Returns once queued (asynchronous)."""
-    if not _init._done:
-        _init.ensure_initialized()
+    if not init._done:
+        init.ensure_initialized()
     if type(stream) is not Stream:
         stream = Stream.from_foreign(stream)
     if stream._handle is None:
@@ -302,7 +302,7 @@ def _launch(stream: Stream, config: LaunchConfig, kernel: Kernel, args: tuple[ob
     if args:
         plan = plan_for(args)
         if plan not in kernel._checked:
-            _validate_plan(kernel, plan, len(args))
+            validate_plan(kernel, plan, len(args))
         codes = plan.ccodes
         if codes is not None and plain is not None and _c_launch_args is not None:
             kernel._last = (codes, plan.types)
@@ -318,7 +318,7 @@ def _launch(stream: Stream, config: LaunchConfig, kernel: Kernel, args: tuple[ob
             params = keep.params
     else:
         if None not in kernel._checked:
-            _validate_plan(kernel, None, 0)
+            validate_plan(kernel, None, 0)
         if _c_launch_args is not None:
             kernel._last = (b"", ())
         params = None

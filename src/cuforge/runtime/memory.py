@@ -234,7 +234,7 @@ class DeviceMemoryResource(MemoryResource):
         by every DeviceMemoryResource of the device. ValueError for this device itself
         or one that cannot access it (``Device.can_access_peer``).
         """
-        from cuforge.runtime._init import device_count
+        from cuforge.runtime.init import device_count
 
         own = self._device.device_id
         out = []

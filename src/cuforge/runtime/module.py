@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING, Any
 from cuda.bindings import driver
 
 from cuforge.runtime import capture_guard
-from cuforge.runtime._init import ensure_initialized
 from cuforge.runtime.device import Device
 from cuforge.runtime.errors import CUDAError, check
+from cuforge.runtime.init import ensure_initialized
 
 if TYPE_CHECKING:
     from cuforge.compile.object_code import ObjectCode

@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Any
 from cuda.bindings import driver
 
 from cuforge.runtime import capture_guard
-from cuforge.runtime._init import ensure_initialized
 from cuforge.runtime.device import Device
 from cuforge.runtime.errors import check, error_for
+from cuforge.runtime.init import ensure_initialized
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -48,7 +48,7 @@ from .base import (
 from .entry import CacheEntry, EntryInfo
 from .stats import CacheStats
 
-__all__ = ["TieredProgramCache"]
+__all__ = ["TieredProgramCache", "opened"]  # opened: which level a lazy one opened (the CLI asks)
 
 _FAILURE_FIELDS = (
     "evictions",

@@ -1,0 +1,79 @@
+"""What the layers above compile (the CLI, ``cuforge.utils``) may ask about the
+compiler and its headers: one deliberate seam instead of reaching into compile's
+private modules (an internal seam: see docs/architecture.md, not public API).
+
+Every function delegates to its private module at call time, so a CLI hit that
+only reads the identity store imports nothing else; ``toolkit_headers`` is the very
+function ``cuforge.utils`` exports, resolved on first use.
+"""
+
+from __future__ import annotations
+
+from cuforge import _lazy
+from cuforge.compile import _identity_store
+
+TYPE_CHECKING = False  # typing is not imported at run time: it costs a cold hit ~5 ms
+if TYPE_CHECKING:
+    from cuforge.compile._toolkit import toolkit_headers as toolkit_headers
+
+__all__ = [
+    "STATE_ENV_VAR",
+    "key_facts",
+    "nvjitlink_identity",
+    "nvrtc_identity",
+    "nvvm_identity",
+    "state_dir",
+    "stored_fact",
+    "toolkit_headers",
+]
+
+#: The variable that moves (or, set to ``off``, disables) cuforge's state directory.
+STATE_ENV_VAR = _identity_store.ENV_VAR
+
+# public name -> module that defines it
+_EXPORTS = {"toolkit_headers": "cuforge.compile._toolkit"}
+
+
+def state_dir() -> str | None:
+    """cuforge's state directory (identity records, CLI hit records); None when off."""
+    return _identity_store.state_dir()
+
+
+def stored_fact(fact: str) -> tuple[bytes, ...] | None:
+    """The values the identity store keeps for ``fact`` while still current, or None."""
+    return _identity_store.lookup(fact)
+
+
+def key_facts() -> list[tuple[str, bytes]]:
+    """(fact, current value) for each stored fact a plain C++ program's key is made
+    from: the NVRTC build and the toolkit header set. Probes them if need be."""
+    from cuforge.compile import _identity, _toolkit
+
+    return [
+        ("nvrtc_identity", _identity.nvrtc_identity()),
+        (_toolkit._FACT, _toolkit.toolkit_identity()),
+    ]
+
+
+def nvrtc_identity() -> bytes:
+    """The exact NVRTC build (raises what the probe raises when NVRTC is missing)."""
+    from cuforge.compile import _identity
+
+    return _identity.nvrtc_identity()
+
+
+def nvjitlink_identity() -> bytes:
+    """The exact nvJitLink build (raises what the probe raises when it is missing)."""
+    from cuforge.compile import _identity
+
+    return _identity.nvjitlink_identity()
+
+
+def nvvm_identity() -> bytes:
+    """The exact libNVVM build (raises what the probe raises when it is missing)."""
+    from cuforge.compile import _identity
+
+    return _identity.nvvm_identity()
+
+
+__getattr__, __dir__ = _lazy.exports(__name__, _EXPORTS)
