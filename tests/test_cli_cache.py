@@ -479,3 +479,68 @@ def test_zero_stats_on_an_unreachable_server_is_one_line_exit_1(tmp_path):
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith("cuforge cache zero-stats: error: Redis cache 127.0.0.1:"), line
     assert "could not reset statistics" in line
+
+
+# -- stats --format openmetrics ---------------------------------------------------------
+def _scrape(tmp_path, url):
+    """``cache stats --format openmetrics`` parsed by Prometheus's own strict parser:
+    {sample name: [(labels, value)]}, with the families' types and units."""
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families
+
+    result = cli(tmp_path, "cache", "stats", "--cache", url, "--format", "openmetrics")
+    assert result.returncode == 0, result.stderr
+    text = result.stdout
+    assert text.endswith("# EOF\n") and text.count("# EOF") == 1
+    samples: dict[str, list[tuple[dict, float]]] = {}
+    kinds = {}
+    for family in text_string_to_metric_families(text):  # raises on any format error
+        kinds[family.name] = (family.type, family.unit)
+        assert family.documentation
+        for s in family.samples:
+            samples.setdefault(s.name, []).append((s.labels, s.value))
+    for fam, (kind, _) in kinds.items():
+        assert kind in ("counter", "gauge"), fam
+    return samples, kinds, result
+
+
+def test_stats_openmetrics_parses_strictly_and_matches_json(tmp_path, cache):
+    samples, kinds, _ = _scrape(tmp_path, str(cache))
+    as_json = json.loads(cli(tmp_path, "cache", "stats", "--cache", str(cache), "--json").stdout)
+    labels = {"cache": as_json["path"], "backend": "FileStreamProgramCache"}
+    for field, name in (
+        ("hits", "hits"),
+        ("misses", "misses"),
+        ("stores", "stores"),
+        ("bytes_written", "written_bytes"),
+        ("read_failures", "read_failures"),
+    ):
+        assert kinds[f"cuforge_cache_{name}"][0] == "counter"
+        assert samples[f"cuforge_cache_{name}_total"] == [(labels, as_json[field])]
+    assert kinds["cuforge_cache_written_bytes"] == ("counter", "bytes")
+    assert samples["cuforge_cache_entries"] == [(labels, as_json["entries"])] == [(labels, 4)]
+    assert samples["cuforge_cache_size_bytes"] == [(labels, as_json["size_bytes"])]
+    per_kind = {s[0]["kind"]: s[1] for s in samples["cuforge_cache_kind_entries"]}
+    assert per_kind == as_json["kinds"] and sum(per_kind.values()) == 4
+
+
+def test_stats_openmetrics_on_redis_and_a_tier_hides_passwords_and_escapes(tmp_path, redis_server):
+    redis_server.client().config_set("requirepass", "sekrit")
+    url = redis_server.url.replace("redis://", "redis://:sekrit@") + "?prefix=om:"
+    run(tmp_path, "compile", str(SAXPY), "--arch", "sm_90", "-o", str(tmp_path / "s.cubin"),
+        "--cache", url)  # fmt: skip
+    samples, _, result = _scrape(tmp_path, url)
+    assert "sekrit" not in result.stdout
+    ((labels, stores),) = samples["cuforge_cache_stores_total"]
+    assert labels["backend"] == "RedisProgramCache" and stores == 1  # the fleet's counters
+    odd = tmp_path / 'a "quoted" \\ dir'  # label values need escaping
+    tier = f"file://{odd},{url}"
+    samples, _, result = _scrape(tmp_path, tier)
+    ((labels, _),) = samples["cuforge_cache_hits_total"]
+    assert labels["backend"] == "TieredProgramCache" and str(odd) in labels["cache"]
+    assert "sekrit" not in result.stdout
+
+
+def test_stats_json_and_format_must_agree(tmp_path, cache):
+    result = cli(tmp_path, "cache", "stats", "--cache", str(cache), "--json", "--format", "text")
+    assert result.returncode == 2 and "--json and --format text" in result.stderr
+    assert "Traceback" not in result.stderr

@@ -1,8 +1,9 @@
 """``cuforge cache ...``: look at a program cache.
 
-- ``stats [--json]``: where and what the cache is, entries and bytes, the cap, the
-  counters summed over every process that used it (hits, misses, stores, evictions,
-  integrity and write failures, hit rate), the oldest and newest entry.
+- ``stats [--json | --format text|json|openmetrics]``: where and what the cache is,
+  entries and bytes, the cap, the counters summed over every process that used it
+  (hits, misses, stores, evictions, integrity and write failures, hit rate), the oldest
+  and newest entry; ``openmetrics`` is the Prometheus text format (``_openmetrics``).
 - ``zero-stats``: restart those counters from zero (for every process; on Redis, for
   the whole fleet using the prefix).
 - ``ls [--sort size|age|last-used|name] [--limit N] [--reverse] [--json]``: one line per
@@ -52,7 +53,13 @@ def register(subparsers: Subparsers) -> Subparsers:
     group.set_defaults(handler=lambda args: _missing_action(group))
 
     p = actions.add_parser("stats", help="size, entries and counters over all processes")
-    p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--json", action="store_true", help="print JSON (--format json)")
+    p.add_argument(
+        "--format",
+        choices=("text", "json", "openmetrics"),
+        default=None,
+        help="text (default), json, or openmetrics (the Prometheus text format)",
+    )
     p.set_defaults(handler=_stats)
     _select.add_cache_option(p, can_disable=False)
 
@@ -150,8 +157,16 @@ def _stats(args: argparse.Namespace) -> int:
         "oldest_ns": min((r.info.stored_ns for r in listed or ()), default=None),
         "newest_ns": max((r.info.stored_ns for r in listed or ()), default=None),
     }
-    if args.json:
+    shape = args.format or ("json" if args.json else "text")
+    if args.json and shape != "json":
+        raise UsageError(f"--json and --format {shape} disagree: give one of them")
+    if shape == "json":
         print(json.dumps(report, indent=2))
+        return 0
+    if shape == "openmetrics":
+        from cuforge.cli._openmetrics import render as openmetrics
+
+        sys.stdout.write(openmetrics(report))
         return 0
     entries = "-" if listed is None else str(len(listed))
     if kinds:
