@@ -1,5 +1,7 @@
-"""Fleet benchmarks: compile hits through Redis and a memory->Redis tier, and a start-up
-stampede of many processes against one cold Redis cache.
+"""Fleet benchmarks: compile hits through Redis and a memory->Redis tier, the hit of a
+cold process (whole ``cuforge compile`` and first ``compile(cache=True)``) through file,
+Redis and a file->Redis tier side by side, and a start-up stampede of many processes
+against one cold Redis cache.
 
 Each measurement starts its own redis-server on a free loopback port (``--save ""
 --appendonly no``) and stops it. Run standalone::
@@ -7,6 +9,13 @@ Each measurement starts its own redis-server on a free loopback port (``--save "
     python benchmarks/bench_fleet.py                  # 64 processes x 10 kernels
     python benchmarks/bench_fleet.py --quick          # 8 processes, fewer hits
     python benchmarks/bench_fleet.py --processes 32   # another stampede size
+    python benchmarks/bench_fleet.py --cold-only      # only the cold-process rows
+
+Cold-process rows: each cache is filled and hit once untimed (the CLI's hit record
+and the interpreter's bytecode cache are written, as on any machine that ran the
+command before), then the processes run interleaved -- file, Redis, tier, file, ... --
+and each kind's median is compared with the file cache's: goals Redis <= 2x file, a
+tier whose front (file) level answers <= 1.15x file.
 
 cuda.core has no remote cache, so there is no side-by-side column here.
 """
@@ -114,6 +123,102 @@ def bench_hits(n: int = 5000) -> dict[str, float]:
     return out
 
 
+# -- cold processes: the first hit of a fresh interpreter ----------------------------------
+_PY_HIT = """
+import sys
+from cuforge import Program, ProgramOptions
+src = open(sys.argv[1]).read()
+Program(src, "c++", ProgramOptions(arch="sm_90")).compile("cubin", cache=True)
+"""
+
+#: Cache kinds of the cold-process rows: name -> (URL for a work dir and a server URL,
+#: goal as a ratio to the file cache's time, or None for the reference).
+COLD_KINDS: dict[str, tuple[Any, float | None]] = {
+    "file": (lambda work, redis: f"file://{work}/file-cache", None),
+    "Redis": (lambda work, redis: f"{redis}?prefix=cold:", 2.0),
+    "file+Redis tier, file level hits": (
+        lambda work, redis: f"file://{work}/tier-cache,{redis}?prefix=tier:",
+        1.15,
+    ),
+}
+
+
+def _cold_env(work: str) -> dict[str, str]:
+    """A clean environment: no CUFORGE_* of the caller, bytecode cached in ``work``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CUFORGE_")}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env["PYTHONPYCACHEPREFIX"] = os.path.join(work, "pycache")
+    env["CUFORGE_STATE_DIR"] = os.path.join(work, "state")
+    return env
+
+
+def _wall_ms(cmd: list[str], env: dict[str, str], cwd: str) -> float:
+    t0 = time.perf_counter()
+    done = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True)
+    elapsed = (time.perf_counter() - t0) * 1000
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{done.stderr}")
+    return elapsed
+
+
+def bench_cold(rounds: int = 15) -> dict[str, dict[str, float]]:
+    """Median whole-process milliseconds of a cache hit in a fresh process, per cache
+    kind: ``cli`` (``cuforge compile saxpy.cu --arch sm_90 -o out.cubin``) and
+    ``python`` (the first ``Program.compile(cache=True)``, ``CUFORGE_CACHE`` naming the
+    cache), plus ``python -c pass`` as the interpreter's own floor."""
+    example = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                           "examples", "saxpy.cu")  # fmt: skip
+    work = tempfile.mkdtemp(prefix="bench-cold-")
+    try:
+        shutil.copy(example, os.path.join(work, "saxpy.cu"))
+        script = os.path.join(work, "hit.py")
+        with open(script, "w") as f:
+            f.write(_PY_HIT)
+        found = shutil.which("cuforge", path=os.path.dirname(sys.executable))
+        cli = [found] if found else [sys.executable, "-m", "cuforge"]
+        with redis_server() as redis:
+            env = _cold_env(work)
+            commands: dict[str, dict[str, tuple[list[str], dict[str, str]]]] = {}
+            for name, (make_url, _) in COLD_KINDS.items():
+                url = make_url(work, redis)
+                kind_env = {**env, "CUFORGE_CACHE": url}
+                commands[name] = {
+                    "cli": ([*cli, "compile", "saxpy.cu", "--arch", "sm_90", "-o",
+                             f"out-{len(commands)}.cubin"], kind_env),
+                    "python": ([sys.executable, script, "saxpy.cu"], kind_env),
+                }  # fmt: skip
+            for per_kind in commands.values():  # fill, then leave the CLI's hit record
+                for cmd, kind_env in per_kind.values():
+                    for _ in range(2):
+                        _wall_ms(cmd, kind_env, work)
+            floor_cmd = [sys.executable, "-c", "pass"]
+            times: dict[str, dict[str, list[float]]] = {n: {"cli": [], "python": []}
+                                                        for n in commands}  # fmt: skip
+            floor: list[float] = []
+            for _ in range(rounds):
+                floor.append(_wall_ms(floor_cmd, env, work))
+                for name, per_kind in commands.items():
+                    for how, (cmd, kind_env) in per_kind.items():
+                        times[name][how].append(_wall_ms(cmd, kind_env, work))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    out = {n: {h: statistics.median(v) for h, v in t.items()} for n, t in times.items()}
+    out["python -c pass"] = {"cli": statistics.median(floor), "python": statistics.median(floor)}
+    return out
+
+
+def print_cold(cold: dict[str, dict[str, float]]) -> None:
+    ref = cold["file"]
+    print(f"{'cold-process hit (median wall ms)':<36}{'cuforge compile':>16}{'ratio':>8}"
+          f"{'compile(cache=True)':>22}{'ratio':>8}  goal")  # fmt: skip
+    for name, row in cold.items():
+        goal = COLD_KINDS.get(name, (None, None))[1]
+        target = "reference" if name == "file" else ("" if goal is None else f"<= {goal:g}x file")
+        cli, py = row["cli"], row["python"]
+        print(f"{name:<36}{cli:>13.1f} ms{cli / ref['cli']:>7.2f}x"
+              f"{py:>19.1f} ms{py / ref['python']:>7.2f}x  {target}")  # fmt: skip
+
+
 def kernel_sources(k: int) -> list[str]:
     """``k`` distinct small kernels (distinct constants: distinct keys and cubins)."""
     return [
@@ -212,6 +317,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="8 processes, fewer hits")
     ap.add_argument("--processes", type=int, default=None, help="stampede size (default 64)")
     ap.add_argument("--timeout", default="", help="Redis command timeout for the stampede")
+    ap.add_argument("--cold-only", action="store_true", help="only the cold-process rows")
+    ap.add_argument("--rounds", type=int, default=None, help="cold-process rounds (15)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     _results.add_arguments(ap)
     args = ap.parse_args(argv)
@@ -222,6 +329,11 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         print(f"skipped: {missing}")
         _results.write(args.json, "bench_fleet", {"skipped": missing}, args.note)
+        return 0
+    cold = bench_cold(args.rounds or (7 if args.quick else 15))
+    print_cold(cold)
+    if args.cold_only:
+        _results.write(args.json, "bench_fleet", {"cold_process_ms": cold}, args.note)
         return 0
     n_hits = 1000 if args.quick else 5000
     hits = bench_hits(n_hits)
@@ -243,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
         f"hits={s['fleet']['hits']} misses={s['fleet']['misses']}; "
         f"read_failures={s['read_failures']}"
     )
-    raw = {"hits": n_hits, "compile_hit_1kb_us": hits, "stampede": s}
+    raw = {"hits": n_hits, "compile_hit_1kb_us": hits, "stampede": s, "cold_process_ms": cold}
     _results.write(args.json, "bench_fleet", raw, args.note)
     return 0
 
