@@ -15,11 +15,13 @@ $(STAMP): pyproject.toml setup.py $(wildcard src/cuforge/_native/*.c)
 demo: $(STAMP)
 	$(PY) examples/demo.py
 
-# mypy --strict on src/ (settings in pyproject.toml, [tool.mypy]): zero errors.
+# mypy --strict on src/ (settings in pyproject.toml, [tool.mypy]): zero errors; lint-imports:
+# the architecture contracts (pyproject.toml, [tool.importlinter]; docs/architecture.md).
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks examples docs/conf.py docs/_apiref.py
 	$(VENV)/bin/ruff format --check src tests benchmarks examples docs/conf.py docs/_apiref.py
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 # The Redis tests start their own redis-server on free loopback ports (never 6379);
 # install it when this machine lacks one (apt: Debian/Ubuntu, as root or via sudo).

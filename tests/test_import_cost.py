@@ -15,6 +15,8 @@ import pytest
 HEAVY = {"typing", "dataclasses", "hashlib", "json", "logging", "socket", "secrets",
          "platformdirs", "argparse", "inspect", "ctypes", "cuda", "cuda.bindings",
          "cuda.pathfinder"}  # fmt: skip
+# What a backend or an integration needs, never ``import cuforge`` or a cache hit.
+HEAVY |= {"sqlite3", "redis", "torch", "triton", "cupy", "boto3", "botocore"}
 
 
 def _modules_after(statement: str) -> set[str]:

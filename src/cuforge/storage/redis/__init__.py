@@ -35,9 +35,10 @@ from ..base import (
     EntryCache,
     check_meta,
 )
-from ..entry import CacheEntry, EntryInfo, key_digest
+from ..entry import CacheEntry, key_digest
 from ..stats import CacheStats
 from . import _frame as frame
+from ._listing import SCAN_COUNT, EntryListing, is_entry_id
 from ._lock import RELEASE, RENEW, LockLease, poll_lock
 from ._resp import ReplyError, RespClient
 from ._stats import FleetCounters, read_fleet, track, untrack
@@ -52,7 +53,6 @@ __all__ = ["RedisProgramCache"]
 
 _URL_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")
 _TLS_OPTIONS = frozenset({"ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_cert_reqs"})
-_SCAN_COUNT = 500
 
 
 def _need_redis() -> None:
@@ -109,7 +109,7 @@ def _positive(name: str, value: float) -> float:
     return float(value)
 
 
-class RedisProgramCache(EntryCache):
+class RedisProgramCache(EntryListing, EntryCache):
     """Program cache in Redis, safe to share between any number of hosts.
 
     ``url_or_client``: a ``redis://[[user]:password@]host:port/db`` or ``rediss://``
@@ -319,11 +319,11 @@ class RedisProgramCache(EntryCache):
         if len(inner) != 66 or inner[:1] != b"{" or inner[-1:] != b"}":
             return None
         eid = inner[1:-1].decode("ascii", "replace")
-        return eid if _is_entry_id(eid) else None
+        return eid if is_entry_id(eid) else None
 
     def _names(self) -> Iterator[bytes]:
         match = _glob_escape(self._prefix) + "{*}"
-        yield from self._conn().scan_iter(match=match, count=_SCAN_COUNT)
+        yield from self._conn().scan_iter(match=match, count=SCAN_COUNT)
 
     # -- reads ------------------------------------------------------------------------
     def get_entry(self, key: CacheKey) -> CacheEntry | None:
@@ -448,7 +448,9 @@ class RedisProgramCache(EntryCache):
                 pipe.execute()
         except Exception as exc:  # a store never breaks the caller
             stats.write_failures += len(batch)
-            refused = isinstance(exc, _redis.ResponseError)
+            refused = isinstance(exc, ReplyError) or (
+                _redis is not None and isinstance(exc, _redis.ResponseError)
+            )
             events.note_dropped(
                 events.FAILED if refused else events.UNREACHABLE,
                 f"Redis {self._where}: {type(exc).__name__}: {exc}",
@@ -467,83 +469,6 @@ class RedisProgramCache(EntryCache):
             removed = self._conn().delete(name)
         if not removed:
             raise KeyError(key)
-
-    def __len__(self) -> int:
-        """Entries under this prefix (a SCAN of the server)."""
-        self._check_open()
-        with self._maintenance("count entries"):
-            return sum(1 for _ in self._names())
-
-    def clear(self) -> None:
-        """Remove every entry under this prefix (SCAN + UNLINK); counters stay."""
-        self._check_writable()
-        with self._maintenance("clear"):
-            client = self._conn()
-            batch: list[bytes] = []
-            for name in self._names():
-                batch.append(name)
-                if len(batch) >= _SCAN_COUNT:
-                    self._unlink(client, batch)
-            self._unlink(client, batch)
-
-    @staticmethod
-    def _unlink(client: Any, names: list[bytes]) -> None:
-        if names:
-            pipe = client.pipeline(transaction=False)
-            for name in names:  # one key per command: keys of a cluster live on many shards
-                pipe.unlink(name)
-            pipe.execute()
-            names.clear()
-
-    # -- listing and maintenance ------------------------------------------------------
-    def iter_entries(self) -> Iterator[EntryInfo]:
-        """Entries under this prefix with size, store time, idle time and metadata.
-
-        Reading the metadata counts as a use for the server's LRU clock.
-        """
-        self._check_open()
-        with self._maintenance("list entries"):
-            client = self._conn()
-            batch: list[bytes] = []
-            for name in self._names():
-                batch.append(name)
-                if len(batch) >= 100:
-                    yield from frame.describe(client, batch, self._id_of)
-                    batch = []
-            yield from frame.describe(client, batch, self._id_of)
-
-    def _value_of_id(self, entry_id: str) -> tuple[bytes, bytes | None]:
-        if not isinstance(entry_id, str) or not _is_entry_id(entry_id):
-            return b"", None
-        kd = bytes.fromhex(entry_id)
-        with self._maintenance("read an entry"):
-            return kd, self._conn().get(self._entry_name(kd))
-
-    def check_entry(self, entry_id: str) -> str | None:
-        self._check_open()
-        kd, value = self._value_of_id(entry_id)
-        if value is None:
-            raise KeyError(entry_id)
-        result = frame.unpack(kd, value)
-        return None if isinstance(result, CacheEntry) else result
-
-    def read_entry(self, entry_id: str) -> CacheEntry | None:
-        self._check_open()
-        kd, value = self._value_of_id(entry_id)
-        result = None if value is None else frame.unpack(kd, value)
-        return result if type(result) is CacheEntry else None
-
-    def remove_entry(self, entry_id: str) -> bool:
-        self._check_writable()
-        if not isinstance(entry_id, str) or not _is_entry_id(entry_id):
-            return False
-        with self._maintenance("remove an entry"):
-            return bool(self._conn().delete(self._entry_name(bytes.fromhex(entry_id))))
-
-    @property
-    def size_bytes(self) -> int:
-        """Sum of the entry values' sizes (a SCAN of the server)."""
-        return sum(e.size for e in self.iter_entries())
 
     # -- single-flight ------------------------------------------------------------------
     def lock(
@@ -670,7 +595,3 @@ class RedisProgramCache(EntryCache):
 
     def __repr__(self) -> str:
         return f"RedisProgramCache({self._where!r}, prefix={self._prefix!r})"
-
-
-def _is_entry_id(text: str) -> bool:
-    return len(text) == 64 and all(c in "0123456789abcdef" for c in text)

@@ -1,0 +1,172 @@
+"""The architecture rules a tool can keep (docs/architecture.md, "Layers and seams").
+
+import-linter keeps the layers, the backends' independence and acyclic packages
+(``[tool.importlinter]`` in pyproject.toml, run by ``make lint``); these tests keep
+the rest and prove that the linter really fails on a broken contract:
+
+- no module imports a ``_private`` name or module of another package (a package
+  shares what it chooses to under public names: its seams); the core modules
+  (``cuforge._cuda``, ``_log``, ``_typing``, ``_lazy``, ``_hashing``, ``_native``)
+  are shared by every layer;
+- no module is over 600 lines;
+- no import cycle among module-level imports anywhere in ``cuforge``.
+"""
+
+from __future__ import annotations
+
+import ast
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src" / "cuforge"
+CORE = {"_cuda", "_hashing", "_lazy", "_log", "_native", "_typing"}
+MAX_LINES = 600
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for path in sorted(SRC.rglob("*.py")):
+        parts = list(path.relative_to(SRC.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join(parts)] = path
+    return found
+
+
+def _imports(name: str, path: Path, top_level_only: bool) -> list[tuple[int, str, str | None]]:
+    """(line, module, imported name or None) of each cuforge import in ``path``;
+    ``top_level_only``: what runs at import time (no function bodies, no
+    ``if TYPE_CHECKING:`` blocks)."""
+    tree = ast.parse(path.read_text())
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+
+    def walk(nodes: list[ast.stmt]) -> list[ast.stmt]:
+        out: list[ast.stmt] = []
+        for node in nodes:
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                continue
+            out.append(node)
+            if isinstance(node, (ast.If, ast.Try, ast.With)):
+                inner = [*node.body, *getattr(node, "orelse", []), *getattr(node, "finalbody", [])]
+                for handler in getattr(node, "handlers", []):
+                    inner += handler.body
+                out += walk(inner)
+        return out
+
+    nodes = walk(tree.body) if top_level_only else list(ast.walk(tree))
+    found: list[tuple[int, str, str | None]] = []
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name, None) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            found += [(node.lineno, module, a.name) for a in node.names]
+    return [f for f in found if f[1] == "cuforge" or f[1].startswith("cuforge.")]
+
+
+def _package(name: str) -> str:
+    """The layer package a module belongs to (``cuforge`` itself for top modules)."""
+    parts = name.split(".")
+    return parts[1] if len(parts) > 2 or (len(parts) == 2 and SRC.joinpath(parts[1]).is_dir()) else ""
+
+
+def test_no_private_name_is_imported_across_packages() -> None:
+    modules = _modules()
+    bad = []
+    for name, path in modules.items():
+        mine = _package(name)
+        for line, module, imported in _imports(name, path, top_level_only=False):
+            parts = module.split(".")[1:]
+            if imported is not None and f"{module}.{imported}" in modules:
+                parts.append(imported)  # `from pkg import _module`
+                imported = None
+            if not parts or parts[0] == mine or parts[0] in CORE:
+                continue
+            private = [p for p in parts if p.startswith("_")]
+            if imported is not None and imported.startswith("_"):
+                private.append(imported)
+            if private:
+                bad.append(f"{path.relative_to(ROOT)}:{line}: {module} {imported or ''}")
+    assert not bad, "private names reached across packages (make them a seam):\n" + "\n".join(bad)
+
+
+def test_no_module_is_over_600_lines() -> None:
+    sizes = {p: len(p.read_text().splitlines()) for p in _modules().values()}
+    over = [f"{p.relative_to(ROOT)}: {n} lines" for p, n in sizes.items() if n > MAX_LINES]
+    assert not over, f"split these by concept (at most {MAX_LINES} lines):\n" + "\n".join(over)
+
+
+def test_no_import_cycle_among_module_level_imports() -> None:
+    modules = _modules()
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, path in modules.items():
+        for _, module, imported in _imports(name, path, top_level_only=True):
+            target = f"{module}.{imported}" if f"{module}.{imported}" in modules else module
+            if target in modules and target != name:
+                graph[name].add(target)
+    # Tarjan's strongly connected components; any with two or more modules is a cycle.
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in graph[node]:
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    assert not cycles, f"module-level import cycles: {cycles}"
+
+
+def _lint_imports(cwd: Path, src: Path) -> subprocess.CompletedProcess[str]:
+    exe = shutil.which("lint-imports", path=str(Path(sys.executable).parent))
+    if exe is None:
+        pytest.skip("import-linter comes with the test extras (pip install -e '.[test]')")
+    env = {"PATH": str(Path(sys.executable).parent), "PYTHONPATH": str(src)}
+    return subprocess.run(
+        [exe, "--no-cache"], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_the_import_contracts_hold() -> None:
+    done = _lint_imports(ROOT, SRC.parent)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "0 broken" in done.stdout
+
+
+def test_a_broken_contract_fails_the_linter(tmp_path: Path) -> None:
+    """A backend importing another one fails ``lint-imports`` (and so ``make lint``)."""
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    shutil.copytree(SRC, tmp_path / "src" / "cuforge", ignore=shutil.ignore_patterns("*.so"))
+    victim = tmp_path / "src" / "cuforge" / "storage" / "sqlite" / "_url.py"
+    victim.write_text(victim.read_text() + "\nfrom cuforge.storage import redis  # deliberate\n")
+    done = _lint_imports(tmp_path, tmp_path / "src")
+    assert done.returncode != 0
+    assert "storage backends are independent: none imports another BROKEN" in done.stdout
+    assert "cuforge.storage.sqlite._url -> cuforge.storage.redis" in done.stdout
