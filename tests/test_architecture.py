@@ -76,7 +76,9 @@ def _imports(name: str, path: Path, top_level_only: bool) -> list[tuple[int, str
 def _package(name: str) -> str:
     """The layer package a module belongs to (``cuforge`` itself for top modules)."""
     parts = name.split(".")
-    return parts[1] if len(parts) > 2 or (len(parts) == 2 and SRC.joinpath(parts[1]).is_dir()) else ""
+    if len(parts) > 2 or (len(parts) == 2 and SRC.joinpath(parts[1]).is_dir()):
+        return parts[1]
+    return ""
 
 
 def test_no_private_name_is_imported_across_packages() -> None:
