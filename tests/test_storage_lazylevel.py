@@ -169,3 +169,28 @@ def test_memory_in_front_keeps_the_first_persistent_level_eager(tmp_path: Path) 
     kinds = [type(level).__name__ for level in tier._levels]
     assert kinds == ["InMemoryProgramCache", "FileStreamProgramCache", "LazyLevel"]
     tier.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork()")
+def test_a_forked_child_leaves_its_parents_deferred_stores_to_the_parent(
+    redis_server, tmp_path: Path
+) -> None:
+    url = f"file://{tmp_path / 'fs'},{redis_server.url}"
+    seen = _python(f"""
+        import json, os, sys
+        from cuforge.storage.redis._resp import RespClient
+        from cuforge.utils import open_cache
+        tier = open_cache({url!r})
+        tier[b"parent"] = b"deferred by the parent"
+        pid = os.fork()
+        if pid == 0:  # the child ends normally: its exit hooks run
+            tier[b"child"] = b"deferred by the child"
+            sys.exit(0)
+        _, status = os.waitpid(pid, 0)
+        raw = RespClient("127.0.0.1", {redis_server.port}, timeout=5, connect_timeout=5)
+        print(json.dumps([status, len(raw.call("KEYS", "cuforge:{{*}}"))]))
+    """)
+    assert seen == [0, 1]  # the child wrote only its own store, not the parent's
+    with RedisProgramCache(redis_server.url) as redis:  # the parent wrote its own at exit
+        assert redis.get(b"parent") == b"deferred by the parent"
+        assert redis.get(b"child") == b"deferred by the child"

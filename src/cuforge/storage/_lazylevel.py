@@ -131,14 +131,19 @@ class LazyLevel(EntryCache):
             return self._level
 
     def _write_pending(self, level: ProgramCacheResource) -> None:
-        """Write the deferred stores (caller holds the mutex); a failing one is counted."""
-        pending, self._pending, self._pending_bytes = self._pending, {}, 0
-        for key, (data, meta) in pending.items():
+        """Write the deferred stores (caller holds the mutex); a failing one is counted.
+
+        They stay listed until all are written: a racing store or lookup sees them
+        and waits for the mutex, so an older deferred value never lands after a
+        newer store of the same key.
+        """
+        for key, (data, meta) in list(self._pending.items()):
             try:
                 level.set_entry(key, data, meta)
             except Exception as exc:  # one failed write never stops the rest
                 self._stats.write_failures += 1
                 self._warn(f"store a deferred entry ({type(exc).__name__}: {exc})")
+        self._pending, self._pending_bytes = {}, 0
 
     def _warn(self, what: str) -> None:
         warnings.warn(
