@@ -263,7 +263,7 @@ def remember(
     if folder is None or not done:
         return
     if type(cache) is TieredProgramCache:  # served by its first persistent level
-        persistent = [lv for lv in cache.levels if type(lv).__name__ != "InMemoryProgramCache"]
+        persistent = [lv for lv in cache._levels if type(lv).__name__ != "InMemoryProgramCache"]
         cache = opened(persistent[0]) if persistent else None
     if type(cache) is FileStreamProgramCache:
         where = b"file:" + os.fsencode(cache.path)

@@ -93,7 +93,7 @@ class TieredProgramCache(EntryCache):
 
     @property
     def levels(self) -> tuple[ProgramCacheResource, ...]:
-        """The levels, fastest first (opens every lazy level: see ``LazyLevel``)."""
+        """Every level, fastest first; reading this opens each lazy level (``LazyLevel``)."""
         return tuple(lv.open() if isinstance(lv, LazyLevel) else lv for lv in self._levels)
 
     def _kind(self, i: int) -> str:
