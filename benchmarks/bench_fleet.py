@@ -136,6 +136,7 @@ Program(src, "c++", ProgramOptions(arch="sm_90")).compile("cubin", cache=True)
 COLD_KINDS: dict[str, tuple[Any, float | None]] = {
     "file": (lambda work, redis: f"file://{work}/file-cache", None),
     "Redis": (lambda work, redis: f"{redis}?prefix=cold:", 2.0),
+    "memory+Redis tier": (lambda work, redis: f"memory://,{redis}?prefix=mem:", 2.0),
     "file+Redis tier, file level hits": (
         lambda work, redis: f"file://{work}/tier-cache,{redis}?prefix=tier:",
         1.15,

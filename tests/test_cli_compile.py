@@ -305,3 +305,25 @@ def test_fleet_caches_are_served_by_the_fast_path_without_redis_py(tmp_path, red
                                env=env).stdout)  # fmt: skip
         assert (stats["hits"], stats["misses"]) == (1, 1)  # fast hits count once, fleet-wide
     assert src.read_text()  # the source is untouched
+
+
+def test_a_tier_with_memory_in_front_of_redis_is_served_by_redis_and_ro_never(
+    tmp_path, redis_server
+):
+    """``memory://,redis://…``: the record names the Redis level; a read-only first
+    persistent level is never recorded (the fast path would open it writable)."""
+    _twice_src(tmp_path / "k.cu")
+    env = isolated_env(tmp_path)
+    fill = ("compile", "k.cu", "--arch", "sm_90", "--cache", str(tmp_path / "ro"))
+    assert run(tmp_path, *fill, cwd=tmp_path, env=env).returncode == 0  # the ro level has it
+    for url, fast in ((f"memory://,{redis_server.url}", True),
+                      (f"file://{tmp_path / 'ro'}?ro,{redis_server.url}", False)):  # fmt: skip
+        args = ("compile", "k.cu", "--arch", "sm_90", "-o", "k.cubin", "--cache", url)
+        assert run(tmp_path, *args, cwd=tmp_path, env=env).returncode == 0
+        if not (tmp_path / "state" / "identity").is_dir():
+            pytest.skip("compiler files changed less than 2 s ago: identity not recorded yet")
+        again = run(tmp_path, *args, cwd=tmp_path, env={**env, "PYTHONPROFILEIMPORTTIME": "1"})
+        assert again.returncode == 0 and again.stdout.rstrip().endswith("cache hit")
+        modules = _imports(again)
+        assert ("cuforge.compile.program" not in modules) == fast, url
+        assert "redis" not in modules

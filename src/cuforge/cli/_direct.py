@@ -26,9 +26,11 @@ the driver), every output's entry read back equal to what was written, through
 an unsigned cache of one of these kinds:
 
 - a plain directory cache (the record names its directory);
-- a tier whose first persistent level is one (``file:///…,redis://…``): the record
-  names that level, which serves the hit -- the levels behind it are never opened,
-  as in the full path (lazy levels); anything it misses goes to the full path;
+- a tier whose first persistent level is one of these (``file:///…,redis://…``,
+  ``memory://,redis://…``): the record names that level, which serves the hit --
+  the levels behind it are never opened, as in the full path (lazy levels);
+  anything it misses goes to the full path (never for a read-only level: this path
+  would open it writable);
 - a Redis server named by a URL without credentials (the record holds the URL; a
   password is never written to disk): the hit path's small client serves it, and
   redis-py is never imported. They live in
@@ -257,17 +259,23 @@ def remember(
     from cuforge.storage.entry import entry_id
     from cuforge.storage.filestream import FileStreamProgramCache
     from cuforge.storage.redis import RedisProgramCache
-    from cuforge.storage.tiered import TieredProgramCache, opened
+    from cuforge.storage.tiered import TieredProgramCache
+    from cuforge.storage.urls import parse_cache_url
 
     folder = _records_dir()
     if folder is None or not done:
         return
     if type(cache) is TieredProgramCache:  # served by its first persistent level
-        persistent = [lv for lv in cache._levels if type(lv).__name__ != "InMemoryProgramCache"]
-        cache = opened(persistent[0]) if persistent else None
+        front, cache_ro = cache.first_persistent(), cache.read_only
+        if front is None:
+            return
+        index, cache = front
+        if index in cache_ro:  # this path would open it writable: never
+            return
+        url = parse_cache_url(url)[index].text if url else None
     if type(cache) is FileStreamProgramCache:
         where = b"file:" + os.fsencode(cache.path)
-    elif type(cache) is RedisProgramCache and url and "@" not in url and "," not in url:
+    elif type(cache) is RedisProgramCache and url and "@" not in url:
         where = b"url:" + url.encode()
     else:
         return

@@ -96,6 +96,17 @@ class TieredProgramCache(EntryCache):
         """Every level, fastest first; reading this opens each lazy level (``LazyLevel``)."""
         return tuple(lv.open() if isinstance(lv, LazyLevel) else lv for lv in self._levels)
 
+    def first_persistent(self) -> tuple[int, ProgramCacheResource] | None:
+        """The first level that is not in-memory and its index, if it is open (a URL's
+        first persistent level always is); never opens a lazy level."""
+        from .memory import InMemoryProgramCache
+
+        for i, level in enumerate(self._levels):
+            if not isinstance(level, InMemoryProgramCache):
+                inner = opened(level)
+                return None if inner is None else (i, inner)
+        return None
+
     def _kind(self, i: int) -> str:
         """Level ``i``'s class name, or its URL while a lazy level is not open."""
         level = self._levels[i]
