@@ -70,6 +70,44 @@ def test_abc_requires_the_mapping_methods() -> None:
         assert held
 
 
+def test_a_subclass_that_skips_super_init_still_counts_and_locks() -> None:
+    """A backend written without ``super().__init__()`` gets its counters and its
+    per-key locks on first use (they were AttributeErrors on ``_stats``/``_key_locks``)."""
+    from cuforge.compile import Program, ProgramOptions
+
+    class NoInit(ProgramCacheResource):
+        def __init__(self) -> None:  # deliberately no super().__init__()
+            self.d: dict[bytes, bytes] = {}
+
+        def __getitem__(self, key):
+            return self.d[key]
+
+        def __setitem__(self, key, value):
+            self.d[key] = bytes(value)
+
+        def __delitem__(self, key):
+            del self.d[key]
+
+        def __len__(self):
+            return len(self.d)
+
+        def clear(self):
+            self.d.clear()
+
+    cache = NoInit()
+    src = 'extern "C" __global__ void noinit(int* a) { a[0] = 1; }'
+    prog = Program(src, "c++", ProgramOptions(arch="sm_80"))
+    first = prog.compile("cubin", cache=cache).code
+    assert prog.compile("cubin", cache=cache).code == first and len(cache) >= 1
+    assert isinstance(cache.stats(), CacheStats)
+    with cache.lock(b"k", timeout=1) as held:
+        assert held
+        with cache.lock(b"k", timeout=0.05) as again:  # the same lock object both times
+            assert not again
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        cache.nothing  # noqa: B018 - other names still raise
+
+
 def test_no_contains_and_no_iteration(cache) -> None:
     cache[b"k"] = b"v"
     with pytest.raises(TypeError, match="get"):

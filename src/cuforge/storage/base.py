@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import threading
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager
 
@@ -29,6 +30,9 @@ else:
     CacheValue = object
 
 DEFAULT_LOCK_TIMEOUT = 120.0
+
+_LAZY_STATE = {"_stats": CacheStats, "_key_locks": KeyLocks}
+_LAZY_LOCK = threading.Lock()
 
 
 class CacheWriteWarning(RuntimeWarning):
@@ -81,12 +85,32 @@ class ProgramCacheResource(abc.ABC):
     ``verify``, ``prune``, ``show``); a backend that cannot enumerate its entries
     raises NotImplementedError there and works for everything else.
 
-    Backends are context managers; ``close()`` releases what they hold.
+    Backends are context managers; ``close()`` releases what they hold. A subclass
+    need not call ``super().__init__()``: its counters and per-key locks are then made
+    on first use.
     """
 
     def __init__(self) -> None:
         self._stats = CacheStats()
         self._key_locks = KeyLocks()
+
+    if not TYPE_CHECKING:  # hidden from mypy: it would make every attribute legal
+
+        def __getattr__(self, name: str) -> Any:
+            """The base state of a subclass that skipped ``super().__init__()``, made on
+            first use (once, under a lock: two threads must share one ``KeyLocks``).
+            Only reached when normal lookup failed, so it costs initialised handles
+            nothing."""
+            make = _LAZY_STATE.get(name)
+            if make is None:
+                raise AttributeError(
+                    f"{type(self).__name__!r} object has no attribute {name!r}", name=name, obj=self
+                )
+            with _LAZY_LOCK:
+                value = self.__dict__.get(name)
+                if value is None:
+                    value = self.__dict__[name] = make()
+            return value
 
     # -- mapping protocol --------------------------------------------------------
     @abc.abstractmethod
