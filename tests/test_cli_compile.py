@@ -165,6 +165,16 @@ def test_usage_errors_exit_2(tmp_path):
     assert "/proc/nope" in one_line_error(proc, "cuforge compile")
 
 
+def test_a_file_taken_as_the_value_of_cache_is_named(tmp_path):
+    """``--cache`` takes an optional value, so ``--cache kernel.cu`` swallows the FILE;
+    the error says so instead of only "required: FILE"."""
+    result = run(tmp_path, "compile", "--arch", "sm_90", "--cache", str(SAXPY))
+    line = one_line_error(result, "cuforge compile")
+    assert "required: FILE" in line and f"{str(SAXPY)!r} was taken as the value of --cache" in line
+    plain = one_line_error(run(tmp_path, "compile", "--arch", "sm_90"), "cuforge compile")
+    assert "--cache" not in plain.split("(see")[0]
+
+
 def test_missing_arch_without_device_asks_for_arch(tmp_path):
     from cuforge.compile._versions import current_device_arch
 

@@ -36,8 +36,29 @@ class Parser(argparse.ArgumentParser):
         kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
 
+    _argv: list[str] = []
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        self._argv = list(args) if args is not None else []
+        return super().parse_known_args(args, namespace)
+
     def error(self, message: str) -> NoReturn:
-        raise UsageError(f"{message} (see {self.prog} --help)", self.prog)
+        raise UsageError(
+            f"{message}{_swallowed(self._argv, message)} (see {self.prog} --help)", self.prog
+        )
+
+
+def _swallowed(argv: list[str], message: str) -> str:
+    """Why a positional is missing when ``--cache`` (whose value is optional) took it."""
+    if "arguments are required" not in message:
+        return ""
+    for i, word in enumerate(argv[:-1]):
+        if word == "--cache" and not argv[i + 1].startswith("-"):
+            return (
+                f": {argv[i + 1]!r} was taken as the value of --cache; write "
+                "--cache=URL, or put the file before --cache"
+            )
+    return ""
 
 
 def size_arg(text: str) -> int:
