@@ -211,6 +211,7 @@ def test_stats_count_hits_misses_stores(cache) -> None:
         "bytes_written",
         "signature_failures",
         "read_failures",
+        "lock_timeouts",
     ]
     assert (s + s).hits == 2 and (s - s).hits == 0
 

@@ -378,3 +378,63 @@ def test_stats_of_killed_process_are_kept_up_to_last_flush(tmp_path: Path) -> No
         assert c.total_stats().stores == 1
     with FileStreamProgramCache(tmp_path) as c:
         assert c.total_stats().stores == 1  # folded once, not double counted
+
+
+def _scanned_total(c: FileStreamProgramCache) -> int:
+    return c._scan_total()
+
+
+def test_a_held_size_ledger_lock_never_stalls_open_or_store(tmp_path: Path) -> None:
+    """Another process holds flock on size.ledger for good: opening, storing and
+    reading each return within a fraction of a second (they waited forever, and a
+    store the whole time the lock was held); the deltas are applied once it lets go."""
+    from _lockholder import holding_flock
+
+    root = tmp_path / "c"
+    with FileStreamProgramCache(root, max_size_bytes=1 << 20) as c:
+        c["before"] = b"b" * 100
+    slowest = 0.0
+    with holding_flock(root / "size.ledger"), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        t = time.monotonic()
+        c = FileStreamProgramCache(root, max_size_bytes=1 << 20)
+        slowest = time.monotonic() - t
+        for i in range(5):
+            t = time.monotonic()
+            c[f"k{i}"] = b"x" * 1000
+            assert c.get(f"k{i}") == b"x" * 1000 and c.get("before") == b"b" * 100
+            slowest = max(slowest, time.monotonic() - t)
+        held_stats = c.stats()
+    assert slowest < 3.0, slowest  # bound 0.25 s; 3 s leaves room for a loaded machine
+    assert held_stats.stores == 5 and held_stats.write_failures == 0, held_stats
+    assert held_stats.lock_timeouts >= 1, held_stats
+    lock_warnings = [w for w in caught if issubclass(w.category, CacheWriteWarning)]
+    assert len(lock_warnings) == 1 and "size.ledger" in str(lock_warnings[0].message)
+    c["after"] = b"y" * 10
+    assert c.size_bytes == _scanned_total(c)  # nothing the holder delayed is lost
+    c.close()
+
+
+def test_a_held_evict_lock_defers_eviction_without_stalling_writes(tmp_path: Path) -> None:
+    """evict.lock held by another process: writes over the cap return within the bound
+    (each waited 30 s), eviction is deferred and counted, and runs once it lets go."""
+    from _lockholder import holding_flock
+
+    root = tmp_path / "c"
+    cap = 20_000
+    with FileStreamProgramCache(root, max_size_bytes=cap) as c:
+        slowest = 0.0
+        with holding_flock(root / "evict.lock"), warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for i in range(12):
+                t = time.monotonic()
+                c[f"k{i}"] = b"x" * 3000
+                slowest = max(slowest, time.monotonic() - t)
+            during = c.stats()
+            over = c.size_bytes
+        assert slowest < 3.0, slowest
+        assert during.evictions == 0 and during.lock_timeouts >= 1, during
+        assert over > cap
+        assert len([w for w in caught if issubclass(w.category, CacheWriteWarning)]) == 1
+        c["last"] = b"z" * 3000
+        assert c.stats().evictions > 0 and c.size_bytes <= cap

@@ -326,6 +326,42 @@ def test_redis_faults_never_fail_a_compile(redis_server, fault: str, scale: str)
     )  # fmt: skip
 
 
+@SCALES
+@pytest.mark.parametrize("lock", ["size.ledger", "evict.lock"])
+def test_a_lock_held_for_good_by_another_process(tmp_path: Path, lock: str, scale: str) -> None:
+    """A process holding the ledger's or evict.lock's flock (stopped, hung on NFS, in a
+    debugger) costs each compile at most the bounded wait; stores go on, accounting or
+    eviction waits, and catches up at the first operation after the holder is gone."""
+    from _lockholder import holding_flock
+
+    n = pick(scale, 8, 60)
+    progs = Compiles("held" + lock[:4], n + 1)
+    root = tmp_path / "cache"
+    cap = 12_000  # about three entries: passed early in the held phase
+    with FileStreamProgramCache(root, max_size_bytes=cap) as cache:
+        progs.run(cache, range(2))
+        with holding_flock(root / lock, most=60.0), cache_warnings() as messages:
+            progs.slowest = 0.0
+            progs.run(cache, range(2, n))  # misses, stores: the cap is passed meanwhile
+            during = cache.stats()
+        t = time.monotonic()
+        progs.run(cache, range(n, n + 1))  # the first store after the holder is gone
+        recovered = time.monotonic() - t
+        disk = cache._scan_total()
+        assert cache.size_bytes == disk <= cap
+    assert progs.slowest < 5.0, progs.slowest  # a hang check; the bound is 0.25 s
+    assert during.lock_timeouts >= 1 and during.write_failures == 0, during
+    assert len(messages) == 1 and lock in messages[0], messages
+    record(
+        "faults", "filestream", f"{lock} flock held for good by another process "
+        "(cap 12 KB passed meanwhile)", n - 2,
+        f"{n - 2} compiles right and stored (slowest {progs.slowest * 1000:.0f} ms, bound "
+        f"250 ms); {during.lock_timeouts} deferrals counted with 1 warning; after release "
+        f"the next store ({recovered * 1000:.0f} ms) brought ledger == disk <= cap",
+        scale=scale, lost=0, slowest_compile_ms=round(progs.slowest * 1000),
+    )  # fmt: skip
+
+
 # -- SQLite ---------------------------------------------------------------------------------
 LOCK_HOLDER = r"""
 import sqlite3, sys, time

@@ -24,6 +24,7 @@ _FIELDS = (
     "bytes_written",
     "signature_failures",
     "read_failures",
+    "lock_timeouts",
 )
 
 
@@ -38,6 +39,9 @@ class CacheStats:
     (unsigned, forged, or signed with another secret); each is also a miss.
     ``read_failures`` counts lookups that could not consult the backend (a server
     that is down, slow, or being backed off from); each is also a miss.
+    ``lock_timeouts`` counts cache operations that gave up waiting for a lock another
+    process held past the cache's bound (a fraction of a second): the store was
+    skipped, or its size accounting or an eviction deferred.
 
     Fields are only ever appended: persisted records of an older layout read with
     the new fields at zero (see :meth:`from_record`).
@@ -57,6 +61,7 @@ class CacheStats:
     bytes_written: int
     signature_failures: int
     read_failures: int
+    lock_timeouts: int
 
     def __init__(self, *values: int, **named: int) -> None:
         if len(values) > len(_FIELDS):

@@ -56,6 +56,7 @@ _FAILURE_FIELDS = (
     "write_failures",
     "signature_failures",
     "read_failures",
+    "lock_timeouts",
 )
 
 

@@ -48,7 +48,7 @@ from ..memory import check_max_size
 from ..stats import CacheStats
 from ._atomicwrite import PairWriter, sweep_temps
 from ._hitmemo import HitMemo
-from ._locking import FileKeyLock
+from ._locking import LOCK_WAIT_S, BoundedWait, FileKeyLock
 from ._pairread import Mismatch, PairNames, read_pair
 from ._sizeindex import SizeLedger
 from ._statsfile import FLUSH_EVERY, StatsStore, read_totals, zero_totals
@@ -167,12 +167,15 @@ class FileStreamProgramCache(EntryCache):
         self._names: dict[Any, PairNames] = {}
         self._memo = HitMemo(self.ATIME_BUMP_INTERVAL_NS)
         self._evict_mutex = threading.Lock()
+        self._evict_wait = BoundedWait()
+        self._lock_warned = False
         self._writer = PairWriter(self._tmp, self._entries, self._dir_mode, self._file_mode)
         self._sweep_temps(time.time_ns())
         try:
             self._ledger: SizeLedger | None = SizeLedger(
-                os.path.join(root, "size.ledger"), self._file_mode, self._scan_total
-            )
+                os.path.join(root, "size.ledger"), self._file_mode, self._scan_total,
+                self._lock_busy,
+            )  # fmt: skip
         except OSError:
             self._ledger = None  # cannot write here; writes will fail and warn
         self._stats_store = StatsStore(self._stats_dir, self._tmp, self._dir_mode, self._file_mode)
@@ -383,7 +386,34 @@ class FileStreamProgramCache(EntryCache):
         from ._evict import exclusive_scan
 
         lock_path = os.path.join(self._root, "evict.lock")
-        return exclusive_scan(self._evict_mutex, lock_path, self._file_mode)
+        return exclusive_scan(
+            self._evict_mutex, lock_path, self._file_mode, self._evict_wait, self._lock_busy
+        )
+
+    def _lock_busy(self) -> None:
+        """Another process held the size ledger's or ``evict.lock``'s lock past the
+        bound: the operation went on without it (accounting or eviction deferred)."""
+        self._stats.lock_timeouts += 1
+        events.fail_open(
+            self,
+            events.LOCKED,
+            "cuforge program cache %s: another process holds a lock of the cache "
+            "(size.ledger or evict.lock) for more than %.2f s; size accounting and "
+            "eviction are deferred until it lets go; counted in stats().lock_timeouts",
+            self._root,
+            LOCK_WAIT_S,
+        )
+        if not self._lock_warned:
+            self._lock_warned = True
+            warnings.warn(
+                f"cuforge program cache {self._root!s}: another process holds a lock of "
+                f"the cache (size.ledger or evict.lock) for more than {LOCK_WAIT_S} s; "
+                "entries are still stored and served, size accounting and eviction are "
+                "deferred until it lets go. Counted in stats().lock_timeouts without "
+                "another warning.",
+                CacheWriteWarning,
+                stacklevel=4,
+            )
 
     def _evict(self) -> None:
         assert self._max is not None and self._ledger is not None
@@ -494,6 +524,7 @@ class FileStreamProgramCache(EntryCache):
         # The child shares the parent's descriptors and so its file locks; it
         # must not flush the parent's counts as its own.
         self._evict_mutex = threading.Lock()
+        self._evict_wait = BoundedWait()
         self._writer.renew()
         self._stats = CacheStats()
         self._ops = 0

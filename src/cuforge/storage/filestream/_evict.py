@@ -7,9 +7,10 @@ survives. Eviction removes least-recently-read entries until the scanned total i
 at or below the target, then resets the shared size ledger to what the scan saw
 (less what it freed).
 
-Failure modes: when ``evict.lock`` cannot be opened or is held past
-``EVICT_LOCK_TIMEOUT`` seconds, eviction is skipped (the next write over the cap
-tries again) while ``clear()`` goes on without it; files that vanish or change
+Failure modes: when ``evict.lock`` cannot be opened, or another process holds it
+past the bounded wait (``_locking.BoundedWait``: 0.25 s, then single tries for a
+while), eviction is deferred (the next write over the cap tries again; the caller
+counts it) while ``clear()`` goes on without it; files that vanish or change
 meanwhile are skipped, never an error. Imported on first eviction, ``clear()`` or
 ``len()``: a cache hit never loads it.
 """
@@ -24,13 +25,11 @@ from collections.abc import Callable, Iterator
 
 from .._fsutil import O_NOFOLLOW, PRIVATE_FILE
 from ._atomicwrite import sweep_temps
-from ._locking import lock_fd, unlock_fd
+from ._locking import BoundedWait, unlock_fd
 from ._scan import Scanned, remove_scanned, scan_entries
 from ._sizeindex import SizeLedger
 
-__all__ = ["EVICT_LOCK_TIMEOUT", "clear_all", "evict_lru", "exclusive_scan", "scan_all"]
-
-EVICT_LOCK_TIMEOUT = 30.0
+__all__ = ["clear_all", "evict_lru", "exclusive_scan", "scan_all"]
 
 
 def scan_all(
@@ -42,10 +41,17 @@ def scan_all(
 
 
 @contextlib.contextmanager
-def exclusive_scan(mutex: threading.Lock, lock_path: str, file_mode: int | None) -> Iterator[bool]:
+def exclusive_scan(
+    mutex: threading.Lock,
+    lock_path: str,
+    file_mode: int | None,
+    wait: BoundedWait,
+    on_busy: Callable[[], None],
+) -> Iterator[bool]:
     """Serialise scans that delete: threads by ``mutex``, processes by ``lock_path``.
 
-    Yields whether the file lock is held (False: it could not be opened or taken)."""
+    Yields whether the file lock is held (False: it could not be opened, or another
+    process held it past ``wait``'s bound -- then ``on_busy`` was called)."""
     with mutex:
         fd = -1
         try:
@@ -53,7 +59,9 @@ def exclusive_scan(mutex: threading.Lock, lock_path: str, file_mode: int | None)
             if file_mode is not None:
                 with contextlib.suppress(OSError, AttributeError):
                     os.fchmod(fd, file_mode)
-            held = lock_fd(fd, timeout=EVICT_LOCK_TIMEOUT)
+            held = wait.acquire(fd)
+            if not held:
+                on_busy()
         except OSError:
             held = False
         try:

@@ -16,7 +16,13 @@ from contextlib import contextmanager, suppress
 
 from .._fsutil import O_NOFOLLOW, PRIVATE_FILE, make_dir
 
-__all__ = ["FileKeyLock", "lock_fd", "try_lock_fd", "unlock_fd"]
+__all__ = ["LOCK_WAIT_S", "BoundedWait", "FileKeyLock", "lock_fd", "try_lock_fd", "unlock_fd"]
+
+#: The longest a cache operation waits for a lock another process holds (the size
+#: ledger, ``evict.lock``) before it degrades instead: see :class:`BoundedWait`.
+LOCK_WAIT_S = 0.25
+#: After one wait timed out, later attempts only try once for this long.
+LOCK_BACKOFF_S = 2.0
 
 if sys.platform == "win32":  # pragma: no cover - exercised on Windows only
     import msvcrt
@@ -67,6 +73,36 @@ def _poll(fd: int, timeout: float | None) -> bool:
         time.sleep(delay)
         delay = min(delay * 2, 0.05)
     return True
+
+
+class BoundedWait:
+    """Take a file lock that another process may hold for good (stopped, hung on
+    NFS, a debugger): wait at most ``bound`` seconds; after a wait timed out, try
+    once without waiting for the next ``backoff`` seconds, so a holder that never
+    lets go costs a compile one bound, not one per operation. The first success
+    ends the back-off (the holder went away: normal waits again). Never raises for
+    a busy lock; the caller degrades (defers, skips) when it answers False.
+    """
+
+    __slots__ = ("_backoff", "_bound", "_quiet_until")
+
+    def __init__(self, bound: float = LOCK_WAIT_S, backoff: float = LOCK_BACKOFF_S) -> None:
+        self._bound = bound
+        self._backoff = backoff
+        self._quiet_until = 0.0
+
+    def acquire(self, fd: int) -> bool:
+        """Lock ``fd`` exclusively within the bound; False when another holds it."""
+        if self._quiet_until and time.monotonic() < self._quiet_until:
+            if try_lock_fd(fd):
+                self._quiet_until = 0.0
+                return True
+            return False
+        if lock_fd(fd, self._bound):
+            self._quiet_until = 0.0
+            return True
+        self._quiet_until = time.monotonic() + self._backoff
+        return False
 
 
 class FileKeyLock:

@@ -17,6 +17,14 @@ above zero knows some handle died without closing: it rescans, so after the next
 open following a crash the total agrees with the disk again. A clean close (or
 interpreter exit) takes the handle off the count, so opening after clean exits
 never scans.
+
+Held locks: every wait for the ledger's lock is bounded (``BoundedWait``: 0.25 s,
+then single tries for a while). A handle that cannot take it keeps its deltas
+pending and applies them with the next update that can; opening while another
+process holds the lock for good returns at once, unregistered, and registers on
+the first update that gets the lock. ``on_busy`` is told each time, so the cache
+can count and warn; the total it answers meanwhile is its last view plus its own
+pending deltas.
 """
 
 from __future__ import annotations
@@ -28,7 +36,7 @@ import threading
 from collections.abc import Callable
 
 from .._fsutil import O_NOFOLLOW, PRIVATE_FILE, read_at0, write_at0
-from ._locking import lock_fd, unlock_fd
+from ._locking import BoundedWait, unlock_fd
 
 __all__ = ["SizeLedger"]
 
@@ -64,19 +72,34 @@ class SizeLedger:
 
     ``seed`` is called (under the lock) to compute the total by scanning when the
     ledger file is new or unreadable, or when a handle died without closing.
-    ``recovered`` tells whether this handle's open did that.
+    ``recovered`` tells whether this handle's registration did that. ``on_busy`` is
+    called (holding no lock) each time another process held the ledger's lock past
+    the bound.
     """
 
-    def __init__(self, path: str, file_mode: int | None, seed: Callable[[], int]) -> None:
+    def __init__(
+        self,
+        path: str,
+        file_mode: int | None,
+        seed: Callable[[], int],
+        on_busy: Callable[[], None] | None = None,
+    ) -> None:
         self._path = path
         self._file_mode = file_mode
         self._seed = seed
+        self._on_busy = on_busy
+        self._wait = BoundedWait()
         self._mutex = threading.Lock()  # flock does not exclude threads sharing the fd
         self._fd = self._ufd = -1
         self._closed = False
+        self._registered = False
+        self._pending = 0  # deltas not yet in the file: its lock was held elsewhere
+        self._last = 0  # the total this handle last read or wrote
         self.recovered = False
         with self._mutex:
-            self._open()
+            busy = not self._open()
+        if busy:
+            self._busy()
 
     def _open_file(self, path: str) -> int:
         fd = os.open(path, _FLAGS, PRIVATE_FILE if self._file_mode is None else self._file_mode)
@@ -85,37 +108,52 @@ class SizeLedger:
                 os.fchmod(fd, self._file_mode)
         return fd
 
-    def _open(self) -> None:
-        """Open (creating) the ledger and register this handle; the caller holds
-        ``_mutex``."""
+    def _open(self) -> bool:
+        """Open (creating) the ledger and register this handle if its lock can be
+        had within the bound (False: not registered yet); the caller holds ``_mutex``."""
+        self._registered = False
         self._fd = self._open_file(self._path)
         try:
             self._ufd = self._open_file(self._path + ".users")
         except OSError:
             self._ufd = -1  # cannot register: counted in no one's favour, just no recovery
-        lock_fd(self._fd)
+        if not self._wait.acquire(self._fd):
+            return False
         try:
-            record = self._read_locked()
-            # Under the ledger lock no other opener is between these two steps, so
-            # "exclusive" means: no live handle at all.
-            alone = self._ufd >= 0 and _try_exclusive(self._ufd)
-            if record is None or (alone and record[1] > 0):
-                record = (max(0, self._seed()), 0)
-                self.recovered = True
-            if self._ufd >= 0:
-                _share(self._ufd)  # downgrade (or join): held while this handle lives
-                record = (record[0], record[1] + 1)
-            self._write_locked(*record)
+            self._register_locked()
         finally:
             unlock_fd(self._fd)
+        return True
+
+    def _register_locked(self) -> bool:
+        """Count this handle in the record (seeding it when needed); whether it seeded."""
+        record = self._read_locked()
+        # Under the ledger lock no other opener is between these two steps, so
+        # "exclusive" means: no live handle at all.
+        alone = self._ufd >= 0 and _try_exclusive(self._ufd)
+        seeded = record is None or (alone and record[1] > 0)
+        if record is None or seeded:
+            record = (max(0, self._seed()), 0)
+            self.recovered = True
+        if self._ufd >= 0:
+            _share(self._ufd)  # downgrade (or join): held while this handle lives
+            record = (record[0], record[1] + 1)
+        self._write_locked(*record)
+        self._registered = True
+        self._last = record[0]
+        return seeded
 
     def reopen(self) -> None:
         """Take fresh descriptors and register as a handle of its own (after fork:
         inherited ones share the parent's locks, and the parent's registration)."""
         self._mutex = threading.Lock()
+        self._wait = BoundedWait()
         self._drop_descriptors()
+        self._pending = 0
         with self._mutex:
-            self._open()
+            busy = not self._open()
+        if busy:
+            self._busy()
 
     def _read_locked(self) -> tuple[int, int] | None:
         data = read_at0(self._fd, _RECORD.size)
@@ -124,54 +162,74 @@ class SizeLedger:
         magic, total, handles = _RECORD.unpack(data)
         return (total, handles) if magic == _MAGIC else None
 
-    def _read_locked_total(self) -> int:
-        lock_fd(self._fd)
-        try:
-            record = self._read_locked()
-            return 0 if record is None else record[0]
-        finally:
-            unlock_fd(self._fd)
-
     def _write_locked(self, total: int, handles: int) -> None:
         write_at0(self._fd, _RECORD.pack(_MAGIC, max(0, total), max(0, handles)))
 
-    def _update(self, fn: Callable[[int], int], handles_delta: int = 0) -> int:
+    def _busy(self) -> None:
+        if self._on_busy is not None:
+            self._on_busy()
+
+    def _update(
+        self, delta: int = 0, scan: tuple[int, int] | None = None, handles_delta: int = 0
+    ) -> int:
         with self._mutex:
+            fresh = False
             if self._fd < 0 or os.fstat(self._fd).st_nlink == 0:
                 # The cache was deleted under us (or a reopen failed): a new ledger
                 # where the cache now is, seeded by a scan that sees every write so far.
                 self._drop_descriptors()
-                self._open()  # OSError: still closed, the next update tries again
-                if handles_delta == 0:
-                    return self._read_locked_total()
-            lock_fd(self._fd)
-            try:
-                record = self._read_locked()
-                if record is None:  # damaged behind our back: rebuild from the disk,
-                    # which already holds whatever the caller is accounting for
-                    total = max(0, self._seed())
-                    self._write_locked(total, 1 + handles_delta)
-                    return total
-                new = max(0, fn(record[0]))
-                self._write_locked(new, record[1] + handles_delta)
-                return new
-            finally:
-                unlock_fd(self._fd)
+                self._pending = 0
+                fresh = self._open()  # OSError: still closed, the next update tries again
+                if fresh and handles_delta == 0:
+                    return self._last
+            if not self._wait.acquire(self._fd):
+                if scan is None and handles_delta == 0:
+                    self._pending += delta
+                busy = True
+            else:
+                busy = False
+                try:
+                    return self._update_locked(delta, scan, handles_delta)
+                finally:
+                    unlock_fd(self._fd)
+        if busy:
+            self._busy()
+        return max(0, self._last + self._pending)
+
+    def _update_locked(self, delta: int, scan: tuple[int, int] | None, handles_delta: int) -> int:
+        if not self._registered and self._register_locked():
+            # the seeding scan saw every file this handle wrote, pending ones included
+            self._pending = delta = 0
+        record = self._read_locked()
+        if record is None:  # damaged behind our back: rebuild from the disk,
+            # which already holds whatever the caller is accounting for
+            total = max(0, self._seed())
+            self._write_locked(total, 1 + handles_delta)
+            self._pending = 0
+            self._last = total
+            return total
+        current = record[0] if scan is None else record[0] - scan[0] + scan[1]
+        new = max(0, current + delta + self._pending)
+        self._write_locked(new, record[1] + handles_delta)
+        self._pending = 0
+        self._last = new
+        return new
 
     def add(self, delta: int) -> int:
         """Add ``delta`` (may be negative) and return the new total, never below 0."""
-        return self._update(lambda cur: cur + delta)
+        return self._update(delta)
 
     def total(self) -> int:
-        return self._update(lambda cur: cur)
+        return self._update()
 
     def reconcile(self, total_at_scan: int, scanned: int) -> int:
         """Replace the part of the total that a scan measured with what it found.
 
         ``total_at_scan`` is the ledger total read just before scanning; deltas
-        other writers added since are kept on top of ``scanned``.
+        other writers added since are kept on top of ``scanned``. Dropped when the
+        lock is busy (the next scan measures again).
         """
-        return self._update(lambda cur: cur - total_at_scan + scanned)
+        return self._update(scan=(total_at_scan, scanned))
 
     def _drop_descriptors(self) -> None:
         for fd in (self._ufd, self._fd):
@@ -181,15 +239,16 @@ class SizeLedger:
         self._fd = self._ufd = -1
 
     def close(self) -> None:
-        """Take this handle off the count and release the files. Idempotent."""
+        """Take this handle off the count and release the files. Idempotent. With the
+        lock held elsewhere the count stays one high: the next lone opener rescans."""
         if self._closed:
             return
         self._closed = True
         if self._fd < 0:
             return
-        if self._ufd >= 0:
+        if self._ufd >= 0 and self._registered:
             with contextlib.suppress(OSError):
-                self._update(lambda cur: cur, handles_delta=-1)
+                self._update(handles_delta=-1)
         self._drop_descriptors()
 
     def __del__(self) -> None:  # a handle dropped without close() is a clean exit too

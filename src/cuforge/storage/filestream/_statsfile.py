@@ -20,7 +20,7 @@ import os
 
 from .._fsutil import O_NOFOLLOW, PRIVATE_FILE, make_dir, write_at0
 from ..stats import MAX_RECORD_SIZE, CacheStats
-from ._locking import lock_fd, try_lock_fd, unlock_fd
+from ._locking import LOCK_WAIT_S, lock_fd, try_lock_fd, unlock_fd
 
 __all__ = ["FLUSH_EVERY", "StatsStore", "read_totals", "zero_totals"]
 
@@ -182,7 +182,7 @@ def compact(stats_dir: str, file_mode: int | None) -> None:
     except OSError:
         return
     try:
-        if not lock_fd(lock, timeout=1.0):
+        if not lock_fd(lock, timeout=LOCK_WAIT_S):
             return
         try:
             _compact_locked(stats_dir, file_mode)

@@ -382,6 +382,7 @@ class SQLiteProgramCache(EntryCache):
             self._last_flush = time.monotonic_ns()
             snap = self._stats.copy()
             deltas = [a - b for a, b in zip(snap._values(), self._flushed._values(), strict=True)]
+            del deltas[len(STAT_COLUMNS) :]  # counters the table has columns for
             pending, self._pending = self._pending, {}
             batch = self._space.budget.rows  # each use rewrites a page: bound the WAL
             if len(pending) > batch:
@@ -427,6 +428,7 @@ class SQLiteProgramCache(EntryCache):
             stored = list(self._conn().execute(SQL.read_stats).fetchall()[0])
         except (self._error, IndexError):
             stored = [0] * len(STAT_COLUMNS)
+        stored += [0] * (len(now) - len(stored))  # counters kept per handle only
         return CacheStats(*(max(0, a + b) for a, b in zip(stored, unflushed, strict=True)))
 
     def zero_stats(self) -> None:

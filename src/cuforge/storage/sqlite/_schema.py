@@ -50,7 +50,9 @@ APPLICATION_ID = 0x43554647
 SCHEMA_VERSION = 2  # 2: signature_failures and read_failures counters
 #: The CacheStats counters, as columns of cuforge_state (changing them is a schema change).
 #: One column per CacheStats counter (a new counter is a new schema version).
-STAT_COLUMNS = tuple(CacheStats().as_dict())  # the counters, in field order
+# The counters the table persists, in field order: fixed by the schema (a counter
+# added to CacheStats later is kept per handle only; adding a column is a new schema).
+STAT_COLUMNS = tuple(CacheStats().as_dict())[:10]
 _TABLES = ("cuforge_entries", "cuforge_state")
 
 _DDL = (
