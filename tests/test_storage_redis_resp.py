@@ -149,3 +149,30 @@ def test_the_client_itself_reports_errors_and_keeps_in_step(redis_server) -> Non
     redis_server.kill()
     with pytest.raises(OSError):
         client.call("GET", b"x")
+
+
+def test_threads_sharing_a_handle_each_get_their_own_answers(redis_server) -> None:
+    import threading
+
+    with RedisProgramCache(redis_server.url) as writer:
+        for i in range(16):
+            writer.set_entry(f"k{i}", f"value {i}".encode() * (1 + 5000 * (i == 0)), b"m")
+    errors: list[str] = []
+    with RedisProgramCache(redis_server.url) as shared:
+
+        def reader(i: int) -> None:
+            want = f"value {i}".encode() * (1 + 5000 * (i == 0))
+            for _ in range(100):
+                got = shared.get(f"k{i}")
+                if got != want:
+                    errors.append(f"k{i}: {got[:20] if got else got!r}")
+
+        threads = [threading.Thread(target=reader, args=(i,)) for i in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, errors[:5]
+        assert shared.stats().hits == 1600 and shared.stats().read_failures == 0
+        fast = shared._fast
+        assert fast is not None and 1 <= len(fast._idle) <= 8

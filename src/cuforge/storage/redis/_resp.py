@@ -18,8 +18,9 @@ imported on first use.
   reply can never be taken for the next command's answer.
 - An error reply raises :class:`ReplyError` with the server's message (``READONLY``
   from a replica, ``WRONGPASS``); the connection stays usable.
-- One connection per client, used by one thread at a time (a lock); a forked child
-  must call :meth:`forget` (it must not share its parent's socket).
+- Threads never wait for each other: each command takes an idle connection or opens
+  one (up to 8 are kept idle). A forked child must call :meth:`forget` (it must not
+  share its parent's sockets).
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ __all__ = ["ReplyError", "RespClient"]
 _CRLF = b"\r\n"
 # Never believe a reply that claims more than this (the server's proto-max-bulk-len).
 _MAX_BULK = 512 << 20
+# Idle connections kept for reuse (one per thread that looked up at the same time).
+_MAX_IDLE = 8
 
 
 class ReplyError(Exception):
@@ -63,30 +66,30 @@ class RespClient:
         self._username, self._password = username, password
         self._tls = None if tls is None else dict(tls)
         self._timeout, self._connect_timeout = timeout, connect_timeout
-        self._sock: socket.socket | None = None
-        self._reader: BinaryIO | None = None
+        self._idle: list[_Conn] = []
+        self._closed = False
         self._mutex = threading.Lock()
 
-    # -- connection ---------------------------------------------------------------------
-    def _connect(self) -> None:
+    # -- connections ----------------------------------------------------------------------
+    def _connect(self) -> _Conn:
         sock = socket.create_connection((self.host, self.port), timeout=self._connect_timeout)
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if self._tls is not None:
                 sock = self._wrap_tls(sock)
             sock.settimeout(self._timeout)
-            self._sock = sock
-            self._reader = sock.makefile("rb")
+            conn = _Conn(sock)
             if self._password is not None:
                 auth = [b"AUTH", self._password.encode()]
                 if self._username:
                     auth.insert(1, self._username.encode())
-                self._roundtrip([auth])
+                conn.roundtrip([auth])
             if self.db:
-                self._roundtrip([[b"SELECT", str(self.db).encode()]])
+                conn.roundtrip([[b"SELECT", str(self.db).encode()]])
+            return conn
         except BaseException:
-            self._drop()
-            sock.close()
+            with contextlib.suppress(OSError):
+                sock.close()
             raise
 
     def _wrap_tls(self, sock: socket.socket) -> socket.socket:
@@ -109,19 +112,17 @@ class RespClient:
         sock.settimeout(self._connect_timeout)
         return context.wrap_socket(sock, server_hostname=self.host)
 
-    def _drop(self) -> None:
-        sock, self._sock, self._reader = self._sock, None, None
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.close()
-
     def close(self) -> None:
+        """Close the idle connections (one a thread is using closes when it returns)."""
         with self._mutex:
-            self._drop()
+            idle, self._idle = self._idle, []
+            self._closed = True
+        for conn in idle:
+            conn.close()
 
     def forget(self) -> None:
-        """In a forked child: leave the parent's connection to the parent."""
-        self._sock = self._reader = None
+        """In a forked child: leave the parent's connections to the parent."""
+        self._idle = []
         self._mutex = threading.Lock()
 
     # -- commands -------------------------------------------------------------------------
@@ -130,30 +131,58 @@ class RespClient:
         return self.pipeline([args])[0]
 
     def pipeline(self, commands: Sequence[Sequence[bytes | str | int]]) -> list[object]:
-        """Send ``commands`` in one write and read their replies in order.
+        """Send ``commands`` in one write and read their replies in order, on an idle
+        connection (a new one if none is idle: threads never wait for each other).
 
-        Raises OSError when the connection fails (dropped), ReplyError for the first
-        error reply (after every reply has been read, so the connection stays in step).
+        Raises OSError when the connection fails (it is closed, never reused),
+        ReplyError for the first error reply (after every reply has been read, so the
+        connection stays in step and is reused).
         """
         with self._mutex:
-            if self._sock is None:
-                self._connect()
-            try:
-                return self._roundtrip(commands)
-            except ReplyError:
-                raise
-            except BaseException:
-                self._drop()
-                raise
+            conn = self._idle.pop() if self._idle else None
+        if conn is None:
+            conn = self._connect()
+        try:
+            replies = conn.roundtrip(commands)
+        except ReplyError:
+            self._give_back(conn)
+            raise
+        except BaseException:
+            conn.close()
+            raise
+        self._give_back(conn)
+        return replies
 
-    def _roundtrip(self, commands: Sequence[Sequence[bytes | str | int]]) -> list[object]:
-        assert self._sock is not None and self._reader is not None
-        self._sock.sendall(b"".join(_encode(c) for c in commands))
-        replies = [_read(self._reader) for _ in commands]
+    def _give_back(self, conn: _Conn) -> None:
+        with self._mutex:
+            if not self._closed and len(self._idle) < _MAX_IDLE:
+                self._idle.append(conn)
+                return
+        conn.close()
+
+
+class _Conn:
+    """One socket and its buffered reader."""
+
+    __slots__ = ("reader", "sock")
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.reader: BinaryIO = sock.makefile("rb")
+
+    def roundtrip(self, commands: Sequence[Sequence[bytes | str | int]]) -> list[object]:
+        self.sock.sendall(b"".join(_encode(c) for c in commands))
+        replies = [_read(self.reader) for _ in commands]
         for reply in replies:
             if isinstance(reply, ReplyError):
                 raise reply
         return replies
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.reader.close()
+        with contextlib.suppress(OSError):
+            self.sock.close()
 
 
 def _encode(args: Sequence[bytes | str | int]) -> bytes:
