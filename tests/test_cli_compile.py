@@ -4,6 +4,7 @@ real NVRTC compiles of small kernels, real file caches."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 
 import pytest
@@ -337,3 +338,21 @@ def test_a_tier_with_memory_in_front_of_redis_is_served_by_redis_and_ro_never(
         modules = _imports(again)
         assert ("cuforge.compile.program" not in modules) == fast, url
         assert "redis" not in modules
+
+
+@pytest.mark.skipif(not hasattr(os, "kill"), reason="SIGSTOP")
+def test_a_hung_redis_never_fails_a_command_that_compiled(tmp_path, redis_server):
+    """A server that hangs between the lookup and the hit record's read-back: the
+    command compiles, writes its output and exits 0 (the record is simply not left)."""
+    _twice_src(tmp_path / "k.cu")
+    env = isolated_env(tmp_path)
+    url = redis_server.url + "?timeout=200ms"
+    args = ("compile", "k.cu", "--arch", "sm_90", "-o", "k.cubin", "--cache", url)
+    redis_server.pause()
+    try:
+        result = run(tmp_path, *args, cwd=tmp_path, env=env)
+    finally:
+        redis_server.resume()
+    assert result.returncode == 0, result.stderr
+    assert "cache miss" in result.stdout and "error" not in result.stderr
+    assert (tmp_path / "k.cubin").read_bytes()[:4] == ELF

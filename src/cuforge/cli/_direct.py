@@ -252,10 +252,11 @@ def remember(
     """Leave a hit record for the request ``digest`` names when every output
     qualifies (see the module docstring). ``done``: (SourceFile, Program, target,
     output path, binary) per output, all written. Best effort: never raises for the
-    file system.
+    file system or a cache server that is down or hung.
     """
     from cuforge.compile.cache_key import program_key
     from cuforge.compile.cached import tracks_headers
+    from cuforge.storage.base import ProgramCacheResource
     from cuforge.storage.entry import entry_id
     from cuforge.storage.filestream import FileStreamProgramCache
     from cuforge.storage.redis import RedisProgramCache
@@ -265,6 +266,9 @@ def remember(
     folder = _records_dir()
     if folder is None or not done:
         return
+    counts = cache.stats() if isinstance(cache, ProgramCacheResource) else None
+    if counts is None or counts.read_failures or counts.write_failures:
+        return  # a level failed in this run: no record (and no read-back to wait for)
     if type(cache) is TieredProgramCache:  # served by its first persistent level
         front, cache_ro = cache.first_persistent(), cache.read_only
         if front is None:
@@ -292,7 +296,10 @@ def remember(
         if target == "ptx":
             return  # a PTX hit may warn about the driver (compile.cached): full path only
         key = program_key("c++", target, program.options, program._code, (), None)
-        stored = cache.read_entry(entry_id(key))
+        try:
+            stored = cache.read_entry(entry_id(key))
+        except (OSError, ValueError):  # a server that is down or hung: no record, and
+            return  # the command, which has done its work, does not fail for it
         if stored is None or stored.data != code:
             return  # the key is not what the compile used: never record a guess
         outputs.append((source, output, key, target, program.options.arch))
