@@ -194,3 +194,26 @@ def test_a_forked_child_leaves_its_parents_deferred_stores_to_the_parent(
     with RedisProgramCache(redis_server.url) as redis:  # the parent wrote its own at exit
         assert redis.get(b"parent") == b"deferred by the parent"
         assert redis.get(b"child") == b"deferred by the child"
+
+
+def test_a_compile_hit_from_the_front_level_never_opens_redis(redis_server, tmp_path) -> None:
+    """The first ``Program.compile(cache=True)`` of a fresh process, answered by the disk
+    level of ``file://…,redis://…``: no Redis module, no connection."""
+    from _cache_workers import ARCH, SRC
+
+    code = f"""
+        import json, sys
+        from cuforge import Program, ProgramOptions
+        out = Program({SRC!r}, "c++", ProgramOptions(arch={ARCH!r})).compile("cubin", cache=True)
+        print(json.dumps([len(out.code) > 0, "redis" in sys.modules,
+                          "cuforge.storage.redis" in sys.modules]))
+    """
+    env = {"CUFORGE_CACHE": f"file://{tmp_path / 'fs'},{redis_server.url}"}
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                         text=True, timeout=120, env={**os.environ, **env})  # fmt: skip
+    assert out.returncode == 0, out.stderr  # the miss: compiled, stored in both levels
+    assert redis_server.client().dbsize() >= 1
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                         text=True, timeout=120, env={**os.environ, **env})  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == [True, False, False]
