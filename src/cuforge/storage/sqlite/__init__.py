@@ -38,6 +38,7 @@ from ..entry import CacheEntry, EntryInfo, key_digest
 from ..memory import check_max_size
 from ..stats import CacheStats
 from ._conn import Connections, immediate, load_sqlite3, pragmas
+from ._deferred import DeferredStores, Row
 from ._entries import Found, digest_of_id, find_row, list_rows, read_row, remove_row
 from ._evict import checkpoint, delete_all, vacuum
 from ._lock import LockFile, reset_after_fork
@@ -86,6 +87,10 @@ class SQLiteProgramCache(EntryCache):
     - **Never breaks the caller**: a lock held past ``timeout`` seconds, a full disk or
       a read-only file make a read a miss and a write a dropped store (one
       :class:`CacheWriteWarning` per handle, ``write_failures``); none deletes the file.
+      A store waits for the write lock at most ``STORE_LOCK_WAIT_S`` (0.25 s, or
+      ``timeout`` if shorter), then is kept in memory and written later (``_deferred``;
+      ``lock_timeouts``): a process that holds the database locked for good costs a
+      compile one bound, not one timeout per miss.
     - **Damage**: a file that is not SQLite, is truncated or unreadable is moved to
       ``<path>.corrupt-<timestamp>`` (only while no other process uses it) and the
       cache starts empty (:class:`CacheRecoveryWarning`). A foreign database raises
@@ -98,6 +103,9 @@ class SQLiteProgramCache(EntryCache):
     """
 
     EVICT_LOW_WATER = 0.9
+    STORE_LOCK_WAIT_S = 0.25
+    STORE_LOCK_BACKOFF_S = 2.0
+    DEFERRED_MAX_BYTES = 16 << 20
     HOUSEKEEPING_TIMEOUT_MS = 50
     CHECKPOINT_TIMEOUT_MS = 200
 
@@ -122,6 +130,13 @@ class SQLiteProgramCache(EntryCache):
         ):
             raise ValueError(f"timeout must be a number of seconds >= 0, got {timeout!r}")
         self._timeout = float(timeout)
+        # A store waits for the write lock at most STORE_LOCK_WAIT_S (or ``timeout``
+        # if shorter), then is deferred (see _deferred).
+        self._deferred = DeferredStores(
+            int(min(self._timeout, self.STORE_LOCK_WAIT_S) * 1000),
+            self.STORE_LOCK_BACKOFF_S,
+            self.DEFERRED_MAX_BYTES,
+        )
         self._durable = bool(durable)
         raw = default_db_path() if path is None else os.fspath(path)
         self._path = os.path.abspath(raw)
@@ -252,6 +267,12 @@ class SQLiteProgramCache(EntryCache):
                     self._housekeep(wait=False)
                 return CacheEntry(data, meta)
             self._drop_damaged(rid, crc)
+        if self._deferred.rows:  # stored by this handle, not written yet (lock held)
+            kept = self._deferred.lookup(rid, kd)
+            if kept is not None:
+                self._stats.hits += 1
+                self._stats.bytes_read += len(kept[7])
+                return CacheEntry(kept[7], kept[6])
         self._stats.misses += 1
         if self._ops >= _FLUSH_EVERY:
             self._housekeep(wait=False)
@@ -281,25 +302,51 @@ class SQLiteProgramCache(EntryCache):
             return
         now = time.time_ns()
         row = (rid, kd, row_check(seed, data, meta), len(data) + len(meta), now, now, meta, data)
+        self._pending.pop(rid, None)
+        self._write_rows(self._deferred.with_new(row), self._deferred.wait_now_ms(), row)
+        self._ops += 1
+        if self._ops >= _FLUSH_EVERY:
+            self._housekeep(wait=False)
+
+    def _write_rows(self, rows: list[Row], wait_ms: int, new: Row | None) -> None:
+        """Write ``rows`` (the deferred ones and ``new``) in one transaction, waiting at
+        most ``wait_ms`` for the write lock; busy past it defers ``new`` (see _deferred)."""
         conn = self._conn()
         try:
+            self._conns.set_busy(conn, wait_ms)  # maintenance waits longer (full_wait)
             self._space.begin(conn, evict=self._make_room)  # sizes checked under the lock
             try:
-                conn.execute(SQL.put, row)
+                conn.executemany(SQL.put, rows)
                 conn.execute("COMMIT")
             except BaseException:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
                 raise
         except self._error as exc:
-            self._write_failed(exc)
+            if is_busy(exc) and new is not None and self._deferred.keep(new):
+                self._deferred.timed_out()
+                self._stats.lock_timeouts += 1
+                events.fail_open(
+                    self,
+                    events.LOCKED,
+                    "cuforge program cache %s: another process holds the write lock for "
+                    "more than %d ms; stores are kept in memory and written when it lets "
+                    "go; counted in stats().lock_timeouts",
+                    self._path,
+                    self._deferred.wait_ms,
+                )
+                return
+            self._deferred.clear()
+            for _ in rows:
+                self._write_failed(exc)
             return
-        self._pending.pop(rid, None)
-        self._stats.stores += 1
-        self._stats.bytes_written += len(data)
-        self._ops += 1
-        if self._ops >= _FLUSH_EVERY:
-            self._housekeep(wait=False)
+        self._deferred.written()
+        self._stats.stores += len(rows)
+        self._stats.bytes_written += sum(len(r[7]) for r in rows)
+
+    def _write_deferred(self, wait_ms: int) -> None:
+        if self._deferred.rows and not self._broken:
+            self._write_rows(list(self._deferred.rows.values()), wait_ms, None)
 
     def _write_failed(self, why: BaseException | str) -> None:
         self._stats.write_failures += 1
@@ -322,12 +369,16 @@ class SQLiteProgramCache(EntryCache):
         self._check_open()
         if self._broken:
             raise KeyError(key)
+        kept = self._deferred.lookup(rid, kd) is not None
+        self._deferred.forget(rid)
         try:
-            cur = immediate(self._conn(), SQL.delete_key, (rid, kd))
+            conn = self._conn()
+            with self._conns.full_wait(conn):
+                cur = immediate(conn, SQL.delete_key, (rid, kd))
         except self._error as exc:
             self._write_failed(exc)
             return
-        if cur.rowcount == 0:
+        if cur.rowcount == 0 and not kept:
             raise KeyError(key)
 
     def clear(self) -> None:
@@ -336,9 +387,11 @@ class SQLiteProgramCache(EntryCache):
         if self._broken:
             return
         self._pending.clear()
+        self._deferred.clear()
         try:
             conn = self._conn()
-            delete_all(conn, self._space.budget.rows, self._space.begin)
+            with self._conns.full_wait(conn):
+                delete_all(conn, self._space.budget.rows, self._space.begin)
         except self._error as exc:
             self._write_failed(exc)
             return
@@ -392,7 +445,7 @@ class SQLiteProgramCache(EntryCache):
                 return True
             conn = self._conns.get()
             brief = self.HOUSEKEEPING_TIMEOUT_MS
-            with self._conns.busy_timeout(conn, brief) if not wait else contextlib.nullcontext():
+            with self._conns.busy_timeout(conn, brief) if not wait else self._conns.full_wait(conn):
                 conn.execute("BEGIN IMMEDIATE")  # a few pages: the next writer folds
                 try:
                     if pending:
@@ -448,7 +501,9 @@ class SQLiteProgramCache(EntryCache):
         with self._flush_mutex:
             done = self._stats.copy()
             try:
-                immediate(self._conn(), SQL.zero_stats)
+                conn = self._conn()
+                with self._conns.full_wait(conn):
+                    immediate(conn, SQL.zero_stats)
             except self._error as exc:
                 if is_corruption(exc):
                     self._damaged(exc)
@@ -488,11 +543,16 @@ class SQLiteProgramCache(EntryCache):
         return None if found is None else read_row(found[1])
 
     def remove_entry(self, entry_id: str) -> bool:
+        for rid, row in list(self._deferred.rows.items()):
+            if row[1].hex() == entry_id:
+                self._deferred.forget(rid)
         found = self._row_of_id(entry_id)
         if found is None:
             return False
         try:
-            return remove_row(self._conn(), *found)
+            conn = self._conn()
+            with self._conns.full_wait(conn):
+                return remove_row(conn, *found)
         except self._error:
             return False
 
@@ -514,6 +574,7 @@ class SQLiteProgramCache(EntryCache):
             raise ValueError("operation on a closed SQLiteProgramCache")
 
     def _flush_at_exit(self) -> None:
+        self._write_deferred(self._deferred.wait_ms)
         self._housekeep(wait=False)
 
     def _after_fork_in_child(self) -> None:
@@ -523,6 +584,7 @@ class SQLiteProgramCache(EntryCache):
         self._stats = CacheStats()  # the parent's counts are the parent's to write
         self._flushed = CacheStats()
         self._pending = {}
+        self._deferred.clear()  # the parent's to write
         self._lockfile.use(0)
 
     def close(self) -> None:
@@ -531,7 +593,8 @@ class SQLiteProgramCache(EntryCache):
             return
         self._closed = True
         _LIVE.discard(self)
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(Exception), self._conns.full_wait(self._conn()):
+            self._write_deferred(int(self._timeout * 1000))  # as long as a write may wait
             self._housekeep(wait=True)
             db, wal = self._sizes()
             if not self._broken and self._space.budget.needs_work(db, wal):

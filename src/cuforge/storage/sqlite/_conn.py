@@ -98,6 +98,9 @@ class Connections:
     def busy_timeout(self, conn: Any, ms: int) -> Iterator[None]:
         """Wait at most ``ms`` for locks on ``conn`` inside the block (blocks nest)."""
         before = getattr(self._local, "busy_ms", int(self._timeout * 1000))
+        if before == ms:
+            yield
+            return
         conn.execute(f"PRAGMA busy_timeout = {ms}")
         self._local.busy_ms = ms
         try:
@@ -105,6 +108,17 @@ class Connections:
         finally:
             conn.execute(f"PRAGMA busy_timeout = {before}")
             self._local.busy_ms = before
+
+    def set_busy(self, conn: Any, ms: int) -> None:
+        """Make ``ms`` this thread's wait for locks from now on (one PRAGMA, only when it
+        changes: stores set their bound once, not around every write)."""
+        if getattr(self._local, "busy_ms", int(self._timeout * 1000)) != ms:
+            conn.execute(f"PRAGMA busy_timeout = {ms}")
+            self._local.busy_ms = ms
+
+    def full_wait(self, conn: Any) -> contextlib.AbstractContextManager[None]:
+        """Wait up to the cache's ``timeout`` inside the block (maintenance operations)."""
+        return self.busy_timeout(conn, int(self._timeout * 1000))
 
     def close_all(self) -> None:
         with self._mutex:
