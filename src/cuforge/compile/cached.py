@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from cuforge.compile.object_code import ObjectCode
     from cuforge.compile.program import Program
 
-__all__ = ["Compiled", "compile_cached", "compile_through_cache", "tracks_headers"]
+__all__ = ["Compiled", "compile_cached", "compile_through_cache", "pipeline", "tracks_headers"]
 
 
 class Compiled:
@@ -71,7 +71,7 @@ def compile_cached(
     cache: Any,
 ) -> ObjectCode:
     """``program`` compiled to ``target`` through ``cache`` (``Program.compile``'s path)."""
-    done = _pipeline(program, target, names, logs, cache)
+    done = pipeline(program, target, names, logs, cache)
     return done.obj if isinstance(done, Compiled) else done
 
 
@@ -88,11 +88,11 @@ def compile_through_cache(
     for a closed program, and ValueError (``UntrackableInclude``) when the headers
     the compile may read cannot all be known.
     """
-    done = _pipeline(program, target, names, logs, cache)
+    done = pipeline(program, target, names, logs, cache)
     return done if isinstance(done, Compiled) else Compiled(done, True)
 
 
-def _pipeline(
+def pipeline(
     program: Program,
     target: str,
     names: tuple[str | bytes, ...],
@@ -100,7 +100,8 @@ def _pipeline(
     cache: Any,
 ) -> ObjectCode | Compiled:
     """The steps; a hit is the bare ObjectCode (the hot path allocates nothing more),
-    a fill the :class:`Compiled` that carries the store's outcome."""
+    a fill the :class:`Compiled` that carries the store's outcome. ``Program.compile``
+    calls it directly (one frame less than ``compile_cached`` on every hit)."""
     if not (callable(getattr(cache, "get", None)) and hasattr(cache, "__setitem__")):
         raise TypeError(
             "cache must be a cuforge.utils.ProgramCacheResource (get/__setitem__), got "
