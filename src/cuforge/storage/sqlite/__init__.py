@@ -15,7 +15,6 @@ import threading
 import time
 import warnings
 import weakref
-from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from time import monotonic_ns
 from typing import Any
@@ -34,12 +33,12 @@ from ..base import (
     EntryCache,
     check_meta,
 )
-from ..entry import CacheEntry, EntryInfo, key_digest
+from ..entry import CacheEntry, key_digest
 from ..memory import check_max_size
 from ..stats import CacheStats
 from ._conn import Connections, immediate, load_sqlite3, pragmas
 from ._deferred import DeferredStores, Row
-from ._entries import Found, digest_of_id, find_row, list_rows, read_row, remove_row
+from ._entries import EntriesById
 from ._evict import checkpoint, delete_all, vacuum
 from ._lock import LockFile, reset_after_fork
 from ._open import mark_damaged, open_database
@@ -76,7 +75,7 @@ class CacheRecoveryWarning(RuntimeWarning):
     when it could not, serves misses (compiles still work)."""
 
 
-class SQLiteProgramCache(EntryCache):
+class SQLiteProgramCache(EntriesById, EntryCache):
     """Program cache in one SQLite file, safe across threads and processes.
 
     Guarantees (docs/cache.md has the full account):
@@ -509,52 +508,6 @@ class SQLiteProgramCache(EntryCache):
                     self._damaged(exc)
                 raise OSError(f"{self._path}: {exc}") from exc
             self._flushed = done
-
-    # -- listing and maintenance (by entry id) -------------------------------------------
-    def iter_entries(self) -> Iterator[EntryInfo]:
-        """Every row, in pages of 256 (no read transaction stays open between pages)."""
-        self._check_open()
-        if self._broken:
-            return
-        yield from list_rows(self._conn)
-
-    def _row_of_id(self, entry_id: str) -> tuple[bytes, Found] | None:
-        """The row that answers for ``entry_id`` (see ``_entries``), or None."""
-        kd = digest_of_id(entry_id)
-        if kd is None:
-            return None
-        self._check_open()
-        if self._broken:
-            return None
-        found = find_row(self._conn(), kd)
-        return None if found is None else (kd, found)
-
-    def check_entry(self, entry_id: str) -> str | None:
-        """What is wrong with the row listed as ``entry_id`` (None: intact); KeyError
-        when no row answers for it. A row whose stored key digest is damaged is
-        reported under the id it is listed by, and under its key's id."""
-        found = self._row_of_id(entry_id)
-        if found is None:
-            raise KeyError(entry_id)
-        return found[1][1]
-
-    def read_entry(self, entry_id: str) -> CacheEntry | None:
-        found = self._row_of_id(entry_id)
-        return None if found is None else read_row(found[1])
-
-    def remove_entry(self, entry_id: str) -> bool:
-        for rid, row in list(self._deferred.rows.items()):
-            if row[1].hex() == entry_id:
-                self._deferred.forget(rid)
-        found = self._row_of_id(entry_id)
-        if found is None:
-            return False
-        try:
-            conn = self._conn()
-            with self._conns.full_wait(conn):
-                return remove_row(conn, *found)
-        except self._error:
-            return False
 
     # -- single-flight and lifetime ------------------------------------------------------
     def lock(
