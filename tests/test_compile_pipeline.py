@@ -94,8 +94,11 @@ def test_a_sqlite_write_lock_held_elsewhere_says_locked(tmp_path: Path) -> None:
             holder.stdin.close()
             assert holder.wait(timeout=30) == 0
         assert done.store is not None and done.store.reason == io.LOCKED, done
-        after = _run(cache)  # the lock is gone: this one is stored
+        assert "kept in memory" in done.store.detail  # not in the file (yet)
+        after = _run(cache, SRC + "\n// another program\n")  # the lock is gone
         assert after.store is not None and after.store.stored, after
+    with SQLiteProgramCache(db) as fresh:  # the kept row was written with that store
+        assert _run(fresh).hit
 
 
 class _Refusing(dict):  # type: ignore[type-arg]

@@ -325,6 +325,9 @@ class SQLiteProgramCache(EntriesById, EntryCache):
             if is_busy(exc) and new is not None and self._deferred.keep(new):
                 self._deferred.timed_out()
                 self._stats.lock_timeouts += 1
+                events.note_dropped(
+                    events.LOCKED, f"{self._path}: kept in memory until the write lock is free"
+                )
                 events.fail_open(
                     self,
                     events.LOCKED,
