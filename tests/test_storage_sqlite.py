@@ -733,3 +733,30 @@ def test_rows_kept_during_a_lock_are_written_at_close_and_forgotten_when_deleted
     c.close()  # writes what it kept, waiting as long as a write may
     with SQLiteProgramCache(db) as other:
         assert other.get("keep") == b"k" and other.get("gone") is None
+
+
+@pytest.mark.parametrize("kind", ["text", "other-sqlite-damaged"])
+def test_a_users_file_at_the_path_is_refused_never_moved_aside(tmp_path: Path, kind) -> None:
+    """A file cuforge never used (no ``<path>.lock``, no cuforge application_id) is not
+    "damage" to recover from: it was renamed to ``.corrupt-*`` and replaced."""
+    from cuforge.storage.sqlite import ForeignDatabaseError
+
+    db = tmp_path / "notes.db"
+    if kind == "text":
+        content = b"my notes, not a cache\n" * 50
+    else:  # a valid SQLite header (someone else's application id), garbage pages
+        with raw(db) as conn:
+            conn.execute("PRAGMA application_id = 7")
+            conn.execute("CREATE TABLE t (x)")
+            conn.executemany("INSERT INTO t VALUES (?)", [(os.urandom(500),)] * 40)
+        data = bytearray(db.read_bytes())
+        for page in range(1, len(data) // 4096):
+            data[page * 4096 : page * 4096 + 4096] = b"\xa5" * 4096
+        content = bytes(data)
+    db.write_bytes(content)
+    with pytest.raises(ForeignDatabaseError) as info:
+        SQLiteProgramCache(db)
+    message = str(info.value)
+    assert str(db) in message and "\n" not in message and "not a cuforge" in message
+    assert db.read_bytes() == content  # untouched
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.db"]  # nothing made beside it

@@ -124,6 +124,16 @@ class LockFile:
         assert self._shared is not None
         return self._shared.path
 
+    def used_before(self) -> bool:
+        """Whether the lock file existed before this process (or another handle of it)
+        opened it: cuforge has used this database path before."""
+        s = self._shared
+        if s is None:
+            return False
+        if s.fd < 0:  # could not be opened for writing (read-only): is it there at all?
+            return os.path.lexists(s.path)
+        return not s.created or s.users > 1
+
     def use(self, timeout: float) -> bool:
         """Take byte 0 shared for this process (waits while someone repairs the file)."""
         s = self._shared

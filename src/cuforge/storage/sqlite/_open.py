@@ -6,7 +6,10 @@ damage was reported while open: ``<path>.damaged``) is renamed
 other process uses it (the exclusive hold of byte 0 in ``<path>.lock``): SQLite must
 never see its file renamed under an open connection. A peer waiting to do the same
 finds the new file instead. When the file cannot be repaired the handle serves
-misses. A foreign database raises ``ForeignDatabaseError`` before anything is written.
+misses. A foreign database raises ``ForeignDatabaseError`` before anything is written,
+and so does a damaged-looking file that is not recognisably cuforge's (its header
+does not carry our application id, and no ``<path>.lock`` shows cuforge used the
+path before): a user's file at a mistyped path is never renamed or replaced.
 """
 
 from __future__ import annotations
@@ -18,7 +21,16 @@ from typing import Any, NamedTuple
 
 from ._conn import Connections
 from ._lock import LockFile
-from ._schema import ensure_schema, file_problem, is_busy, is_corruption, move_aside, probe
+from ._schema import (
+    APPLICATION_ID,
+    ForeignDatabaseError,
+    ensure_schema,
+    file_problem,
+    is_busy,
+    is_corruption,
+    move_aside,
+    probe,
+)
 
 __all__ = ["Opened", "mark_damaged", "open_database"]
 
@@ -69,6 +81,21 @@ def _diagnose(sqlite: Any, conns: Connections, path: str) -> str | None:
     return None
 
 
+def _recognisably_ours(path: str, locks: LockFile) -> bool:
+    """Whether a file that looks damaged may be moved aside: its SQLite header carries
+    our application id, or ``<path>.lock`` was there before this process opened it
+    (cuforge used the path). A file that has neither is someone else's."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(100)
+    except OSError:
+        return False
+    if head[:16] == b"SQLite format 3\x00" and len(head) >= 72:
+        if int.from_bytes(head[68:72], "big") == APPLICATION_ID:
+            return True
+    return locks.used_before()
+
+
 def open_database(
     sqlite: Any, conns: Connections, locks: LockFile, path: str, timeout: float
 ) -> Opened:
@@ -81,6 +108,12 @@ def open_database(
         problem = _diagnose(sqlite, conns, path)
         if problem is None:
             return Opened(None, None)
+        if not _recognisably_ours(path, locks):
+            conns.close_all()
+            raise ForeignDatabaseError(
+                f"{path} is not a cuforge program cache ({problem}) and was never used as "
+                "one; refusing to touch it -- give SQLiteProgramCache a path of its own"
+            )
         return _recover(sqlite, conns, locks, path, timeout, problem)
     except sqlite.OperationalError as exc:
         conns.close_all()
