@@ -231,6 +231,41 @@ def test_a_read_only_mount_opens_and_serves_hits(tmp_path: Path, scale: str) -> 
 
 
 @SCALES
+def test_a_sqlite_cache_on_a_read_only_mount_serves_hits(tmp_path: Path, scale: str) -> None:
+    """It raised "cannot open the SQLite program cache"; FileStream served hits."""
+    from cuforge.storage import SQLiteProgramCache
+
+    n = pick(scale, 6, 40)
+    progs = Compiles("sqromount", 2 * n)
+    root = tmp_path / "db"
+    root.mkdir()
+    with SQLiteProgramCache(root / "cache.db") as cache:
+        progs.run(cache, range(n))
+    view = tmp_path / "read-only-view"
+    view.mkdir()
+    bound = subprocess.run(["mount", "--bind", str(root), str(view)], capture_output=True)
+    if bound.returncode != 0:
+        pytest.skip(f"cannot bind-mount here: {bound.stderr.decode().strip()}")
+    try:
+        subprocess.run(["mount", "-o", "remount,ro,bind", str(view)], check=True)
+        with cache_warnings() as messages, SQLiteProgramCache(view / "cache.db") as cache:
+            progs.run(cache)
+            stats = cache.stats()
+            total = cache.total_stats()
+    finally:
+        subprocess.run(["umount", "-l", str(view)], check=False)
+    assert stats.hits == n and stats.write_failures == n, stats
+    assert total.hits >= n, total
+    assert len(messages) == 1 and "read-only" in messages[0], messages
+    record(
+        "faults", "sqlite", "a valid cache opened through a read-only mount (EROFS)", n,
+        f"opens read-only; {n} hits served; {n} compiles right with stores dropped "
+        "(1 warning)",
+        scale=scale, lost=0,
+    )  # fmt: skip
+
+
+@SCALES
 def test_the_cache_directory_deleted_mid_run(tmp_path: Path, scale: str) -> None:
     rounds = pick(scale, 20, 200)
     progs = Compiles("gone", 4)

@@ -90,6 +90,9 @@ class SQLiteProgramCache(EntriesById, EntryCache):
       ``timeout`` if shorter), then is kept in memory and written later (``_deferred``;
       ``lock_timeouts``): a process that holds the database locked for good costs a
       compile one bound, not one timeout per miss.
+    - **Read-only**: a current cache file on a read-only file system (or a read-only
+      file) opens for reading (``mode=ro``, else ``immutable=1``): hits are served,
+      stores dropped with one warning.
     - **Damage**: a file that is not SQLite, is truncated or unreadable is moved to
       ``<path>.corrupt-<timestamp>`` (only while no other process uses it) and the
       cache starts empty (:class:`CacheRecoveryWarning`). A foreign database raises
@@ -161,6 +164,7 @@ class SQLiteProgramCache(EntriesById, EntryCache):
         self._warned = False
         self._recovery_warned = False
         self._broken: str | None = None  # why this handle serves misses only
+        self._read_only = False
         self._flush_mutex = threading.Lock()
         self._ids: dict[Any, tuple[bytes, int, int]] = {}
         self._pending: dict[int, int] = {}  # rid -> wall ns, not yet written
@@ -175,6 +179,7 @@ class SQLiteProgramCache(EntriesById, EntryCache):
             self._lockfile.release(remove_if_created=isinstance(exc, ForeignDatabaseError))
             raise
         self._broken = opened.broken
+        self._read_only = opened.read_only  # hits only: stores are dropped (one warning)
         if opened.notice is not None:
             tail = "; this handle serves misses (compiles still work)" if opened.broken else ""
             self._warn_recovery(f"cuforge program cache {self._path}: {opened.notice}{tail}")
@@ -296,8 +301,8 @@ class SQLiteProgramCache(EntriesById, EntryCache):
         data = coerce_value(value, "SQLiteProgramCache.__setitem__")
         check_meta(meta)
         self._check_open()
-        if self._broken:
-            self._write_failed(self._broken)
+        if self._broken or self._read_only:
+            self._write_failed(self._broken or "the file system or file is read-only")
             return
         now = time.time_ns()
         row = (rid, kd, row_check(seed, data, meta), len(data) + len(meta), now, now, meta, data)
@@ -353,7 +358,8 @@ class SQLiteProgramCache(EntriesById, EntryCache):
     def _write_failed(self, why: BaseException | str) -> None:
         self._stats.write_failures += 1
         busy = isinstance(why, BaseException) and is_busy(why)
-        events.note_dropped(events.LOCKED if busy else events.FAILED, f"{self._path}: {why}")
+        reason = events.READ_ONLY if self._read_only else events.FAILED
+        events.note_dropped(events.LOCKED if busy else reason, f"{self._path}: {why}")
         if isinstance(why, BaseException) and is_corruption(why):
             self._damaged(why)
         if not self._warned:
@@ -429,6 +435,8 @@ class SQLiteProgramCache(EntriesById, EntryCache):
         ``wait=False`` (the hit path) gives up after a short busy wait; what was not
         written is kept for the next attempt.
         """
+        if self._read_only:
+            return True  # nothing can be written: uses and counters stay per handle
         if not self._flush_mutex.acquire(blocking=wait):
             return False
         pending: dict[int, int] = {}

@@ -60,6 +60,7 @@ class Connections:
         self._path = path
         self._timeout = timeout
         self._pragmas = pragmas
+        self._target, self._uri = path, False
         self._local = threading.local()
         self._by_thread: dict[int, Any] = {}
         self._mutex = threading.Lock()
@@ -72,7 +73,8 @@ class Connections:
         except AttributeError:
             pass
         conn = self._sqlite.connect(
-            self._path,
+            self._target,
+            uri=self._uri,
             timeout=self._timeout,
             isolation_level=None,
             check_same_thread=False,
@@ -119,6 +121,14 @@ class Connections:
     def full_wait(self, conn: Any) -> contextlib.AbstractContextManager[None]:
         """Wait up to the cache's ``timeout`` inside the block (maintenance operations)."""
         return self.busy_timeout(conn, int(self._timeout * 1000))
+
+    def read_only(self, how: str) -> None:
+        """Open connections from now on as ``file:<path>?<how>`` (``mode=ro`` or
+        ``immutable=1``); closes the ones open."""
+        from urllib.parse import quote
+
+        self.close_all()
+        self._target, self._uri = f"file:{quote(self._path)}?{how}", True
 
     def close_all(self) -> None:
         with self._mutex:

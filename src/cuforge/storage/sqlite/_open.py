@@ -26,6 +26,7 @@ from ._schema import (
     ForeignDatabaseError,
     ensure_schema,
     file_problem,
+    inspect,
     is_busy,
     is_corruption,
     move_aside,
@@ -37,10 +38,12 @@ __all__ = ["Opened", "mark_damaged", "open_database"]
 
 class Opened(NamedTuple):
     """The outcome of opening: why the handle must serve misses (None: it need not),
-    and a notice to warn about (a repair, or why none was possible)."""
+    a notice to warn about (a repair, or why none was possible), and whether the file
+    could only be opened for reading (a read-only file system or file: hits only)."""
 
     broken: str | None
     notice: str | None
+    read_only: bool = False
 
 
 def mark_damaged(path: str) -> None:
@@ -90,10 +93,8 @@ def _recognisably_ours(path: str, locks: LockFile) -> bool:
             head = f.read(100)
     except OSError:
         return False
-    if head[:16] == b"SQLite format 3\x00" and len(head) >= 72:
-        if int.from_bytes(head[68:72], "big") == APPLICATION_ID:
-            return True
-    return locks.used_before()
+    ours = head[:16] == b"SQLite format 3\x00" and head[68:72] == APPLICATION_ID.to_bytes(4, "big")
+    return ours or locks.used_before()
 
 
 def open_database(
@@ -120,7 +121,30 @@ def open_database(
         if is_busy(exc):
             why = f"another connection held it locked for over {timeout:g} s"
             return Opened(why, why)
+        if _cannot_write(path) and _open_read_only(sqlite, conns, path):
+            return Opened(None, None, read_only=True)
         raise OSError(f"cannot open the SQLite program cache {path}: {exc}") from exc
+
+
+def _cannot_write(path: str) -> bool:
+    """The file or its directory is not writable (a read-only mount: EROFS for root too)."""
+    return not os.access(path, os.W_OK) or not os.access(os.path.dirname(path) or ".", os.W_OK)
+
+
+def _open_read_only(sqlite: Any, conns: Connections, path: str) -> bool:
+    """Serve an existing, current cache file for reading. ``mode=ro`` first (it sees a
+    WAL others write, but needs a writable directory for the WAL index), then
+    ``immutable=1`` (a read-only mount: nobody can change the file under us)."""
+    for how in ("mode=ro", "immutable=1"):
+        conns.read_only(how)
+        try:
+            if file_problem(path) is None and inspect(conns.get())[0] == "ours":
+                probe(conns.get())
+                return True
+        except sqlite.DatabaseError:
+            pass
+        conns.close_all()
+    return False
 
 
 def _recover(

@@ -37,6 +37,7 @@ __all__ = [
     "ForeignDatabaseError",
     "ensure_schema",
     "file_problem",
+    "inspect",
     "is_busy",
     "is_corruption",
     "move_aside",
@@ -48,8 +49,6 @@ __all__ = [
 #: "CUFG": marks a database as a cuforge program cache.
 APPLICATION_ID = 0x43554647
 SCHEMA_VERSION = 2  # 2: signature_failures and read_failures counters
-#: The CacheStats counters, as columns of cuforge_state (changing them is a schema change).
-#: One column per CacheStats counter (a new counter is a new schema version).
 # The counters the table persists, in field order: fixed by the schema (a counter
 # added to CacheStats later is kept per handle only; adding a column is a new schema).
 STAT_COLUMNS = tuple(CacheStats().as_dict())[:10]
@@ -172,7 +171,7 @@ def file_problem(path: str) -> str | None:
     return None
 
 
-def _inspect(conn: Any) -> tuple[str, str]:
+def inspect(conn: Any) -> tuple[str, str]:
     """``(kind, detail)``: kind is "empty", "ours", "stale" or "foreign".
 
     Read in one transaction: read one statement at a time, a peer's creation could
@@ -217,7 +216,7 @@ def ensure_schema(conn: Any, path: str) -> str:
     not ours. Creation and rebuild run under the write lock, so concurrent openers
     do it once.
     """
-    kind, detail = _inspect(conn)
+    kind, detail = inspect(conn)
     if kind == "foreign":
         raise _foreign(path, detail)
     if kind == "empty":  # both only take effect before the first table
@@ -229,7 +228,7 @@ def ensure_schema(conn: Any, path: str) -> str:
         return "ok"
     conn.execute("BEGIN IMMEDIATE")
     try:
-        kind, detail = _inspect(conn)  # again, under the lock: a peer may have done it
+        kind, detail = inspect(conn)  # again, under the lock: a peer may have done it
         if kind == "foreign":
             raise _foreign(path, detail)
         if kind == "stale":
