@@ -9,6 +9,7 @@ import pty
 import shutil
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -181,6 +182,34 @@ def test_verify_finds_corruption_fix_removes_it_then_healthy(tmp_path, cache):
         truncated["id"],
     }
     assert not _payload(cache, flipped["id"]).exists()
+    again = cli(tmp_path, "cache", "verify", "--cache", str(cache))
+    assert again.returncode == 0 and "checked 2 entries: all verify" in again.stdout
+
+
+def test_verify_sees_and_fixes_every_foreign_object(tmp_path, cache):
+    """A FIFO or a directory in place of an entry file, and a file in place of a shard,
+    were invisible ("checked 0 entries: all verify") and made their keys unstorable."""
+    entries = _ls(tmp_path, cache)
+    fifo_at, dir_at = entries[0]["id"], entries[1]["id"]
+    fifo = Path(str(_payload(cache, fifo_at)) + ".cfsum")
+    fifo.unlink()
+    os.mkfifo(fifo)
+    folder = _payload(cache, dir_at)
+    folder.unlink()
+    folder.mkdir()
+    (folder / "inside").write_bytes(b"x")
+    used = {e["id"][:2] for e in entries}
+    free = next(f"{i:02x}" for i in range(256) if f"{i:02x}" not in used)
+    (cache / "entries" / free).write_bytes(b"a file where a shard belongs")
+
+    found = cli(tmp_path, "cache", "verify", "--cache", str(cache))  # never opens the FIFO
+    assert found.returncode == 1, found.stdout + found.stderr
+    assert "3 foreign objects" in found.stdout
+    assert "a FIFO where" in found.stdout and "a directory where" in found.stdout
+    assert f"entries/{free}: a file where" in found.stdout
+    fixed = cli(tmp_path, "cache", "verify", "--cache", str(cache), "--fix", "--json")
+    assert fixed.returncode == 1 and json.loads(fixed.stdout)["removed"] == 3
+    assert not fifo.exists() and not folder.exists() and not (cache / "entries" / free).exists()
     again = cli(tmp_path, "cache", "verify", "--cache", str(cache))
     assert again.returncode == 0 and "checked 2 entries: all verify" in again.stdout
 

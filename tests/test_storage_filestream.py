@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import subprocess
@@ -438,3 +439,97 @@ def test_a_held_evict_lock_defers_eviction_without_stalling_writes(tmp_path: Pat
         assert len([w for w in caught if issubclass(w.category, CacheWriteWarning)]) == 1
         c["last"] = b"z" * 3000
         assert c.stats().evictions > 0 and c.size_bytes <= cap
+
+
+def _within(seconds: float, fn, unblock=None):
+    """``fn()`` run in a daemon thread; its result, or AssertionError if it is still
+    running after ``seconds`` (then ``unblock()`` frees it)."""
+    import threading
+
+    out: list[object] = []
+    t = threading.Thread(target=lambda: out.append(fn()), daemon=True)
+    t.start()
+    t.join(seconds)
+    if t.is_alive():
+        if unblock is not None:
+            unblock()
+        t.join(5)
+        raise AssertionError(f"still blocked after {seconds} s")
+    return out[0]
+
+
+def _plant(path: Path, what: str) -> None:
+    if path.exists():
+        path.unlink()
+    if what == "fifo":
+        os.mkfifo(path)
+    else:
+        path.mkdir()
+        (path / "inside").write_bytes(b"x")
+
+
+def _unblock_fifo(path: Path):
+    def go() -> None:
+        with contextlib.suppress(OSError):
+            os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+
+    return go
+
+
+@pytest.mark.parametrize("what", ["fifo", "directory"])
+@pytest.mark.parametrize("where", ["payload", "sidecar"])
+def test_a_foreign_object_in_place_of_an_entry_file(tmp_path: Path, where, what) -> None:
+    """A FIFO made get() hang for good (it was opened for reading); a directory made the
+    key unstorable for good (set ok, get None). Now: a miss at once, the object is
+    removed, and the key is stored and served again."""
+    with FileStreamProgramCache(tmp_path / "c") as c:
+        c["k"] = b"v1"
+        names = c._names_for("k")
+        planted = Path(names.payload if where == "payload" else names.sidecar)
+        _plant(planted, what)
+        assert _within(5, lambda: c.get("k"), _unblock_fifo(planted)) is None
+        c["k"] = b"v2"
+        assert c.get("k") == b"v2"
+        assert planted.is_file()
+
+
+def test_a_file_in_place_of_a_shard_directory(tmp_path: Path) -> None:
+    with FileStreamProgramCache(tmp_path / "c") as c:
+        names = c._names_for("k")
+        shard = tmp_path / "c" / "entries" / names.shard
+        shard.write_bytes(b"not a directory")
+        assert c.get("k") is None
+        c["k"] = b"v"  # was a write failure for good: ENOTDIR
+        assert c.get("k") == b"v" and c.stats().write_failures == 0
+
+
+def test_a_shard_replaced_by_a_symlink_after_open_is_never_followed(tmp_path: Path) -> None:
+    """The no-link rule held only at open: a shard re-pointed outside the root later
+    served the outside bytes (and a delete followed it)."""
+    import shutil
+
+    outside = tmp_path / "outside"
+    with FileStreamProgramCache(tmp_path / "c") as c:
+        c["k"] = b"mine"
+        names = c._names_for("k")
+        shard = Path(names.payload).parent
+        shutil.copytree(shard, outside)  # a verified-looking pair, elsewhere
+        planted = tmp_path / "planted"
+        with FileStreamProgramCache(planted) as other:
+            other["k"] = b"theirs"
+        shutil.rmtree(outside)
+        shutil.copytree(Path(other._names_for("k").payload).parent, outside)
+        shutil.rmtree(shard)
+        shard.symlink_to(outside, target_is_directory=True)
+        c._memo.clear()
+        assert c.get("k") is None  # not b"theirs"
+        with pytest.raises(KeyError):
+            del c["k"]
+        assert sorted(p.name for p in outside.iterdir()) == sorted(
+            [Path(names.payload).name, Path(names.sidecar).name]
+        )  # nothing outside was deleted
+        c["k"] = b"again"
+        assert c.get("k") == b"again"
+        assert sorted(p.name for p in outside.iterdir()) == sorted(
+            [Path(names.payload).name, Path(names.sidecar).name]
+        )

@@ -78,21 +78,34 @@ def _verify(args: argparse.Namespace) -> int:
                 bad.append((row, problem))
                 if args.fix and cache.remove_entry(row.id):
                     removed += 1
+        # Objects that are no entry at all (a FIFO, a directory, a file for a shard)
+        # never list as entries; a directory cache names them itself.
+        find = getattr(cache, "foreign_objects", None)
+        foreign: list[tuple[str, str]] = find() if find is not None else []
+        if args.fix and foreign:
+            remove = cache.remove_foreign_object  # type: ignore[attr-defined]
+            removed += sum(bool(remove(path)) for path, _ in foreign)
     if args.json:
         report = {
             "checked": checked,
             "bad": [{"id": r.id, "kind": r.kind, "problem": p} for r, p in bad],
+            "foreign": [{"path": f"entries/{p}", "what": w} for p, w in foreign],
             "removed": removed,
         }
         print(json.dumps(report, indent=2))
     else:
         for row, problem in bad:
             print(f"{_label(row)}: {_term.paint(problem, 'red')}")
+        for path, what in foreign:
+            note = f"{what} where a cache file belongs"
+            print(f"entries/{path}: {_term.paint(note, 'red')}")
         summary = f"checked {checked} entries: {len(bad)} bad"
+        if foreign:
+            summary += f", {len(foreign)} foreign objects"
         if args.fix:
             summary += f", {removed} removed"
-        print(summary if bad else f"checked {checked} entries: all verify")
-    return 1 if bad else 0
+        print(summary if bad or foreign else f"checked {checked} entries: all verify")
+    return 1 if bad or foreign else 0
 
 
 def _prune(args: argparse.Namespace) -> int:

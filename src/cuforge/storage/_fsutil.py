@@ -121,21 +121,25 @@ def make_dir(path: str, dir_mode: int | None) -> None:
         os.chmod(path, dir_mode)
 
 
-def unlink_if_unchanged(path: str, expected: Fingerprint) -> bool:
-    """Delete ``path`` only if it is still the file ``expected`` describes.
+def unlink_if_unchanged(path: str, expected: Fingerprint, dir_fd: int | None = None) -> bool:
+    """Delete ``path`` (relative to ``dir_fd`` when given, never following a link
+    there) only if it is still the file ``expected`` describes.
 
     Protects a file that a concurrent writer put in place after the caller looked
     (it has another inode). There is a window of one stat between the check and
     the unlink; a replace landing exactly there is lost, which costs a recompile.
     """
     try:
-        st = os.lstat(path)
+        st = os.stat(path, dir_fd=dir_fd, follow_symlinks=False)
     except OSError:
         return False
     if not stat_mod.S_ISREG(st.st_mode) or fingerprint(st) != expected:
         return False
     try:
-        unlink_retry(path)
+        if dir_fd is None:
+            unlink_retry(path)
+        else:
+            os.unlink(path, dir_fd=dir_fd)
     except FileNotFoundError:
         return False
     return True

@@ -30,7 +30,7 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager
 
 from .. import events
-from .._fsutil import check_mode, fingerprint, make_dir, unlink_if_unchanged
+from .._fsutil import DIR_FD, check_mode, make_dir, unlink_if_unchanged
 from .._integrity import SIDECAR_SUFFIX, key_seed, sidecar_for
 from .._livehandles import LiveHandles
 from .._safedir import DirRules, check_cache_dirs, open_root
@@ -46,6 +46,7 @@ from ..base import (
 from ..entry import CacheEntry, EntryInfo, is_entry_id, key_digest
 from ..memory import check_max_size
 from ..stats import CacheStats
+from ._anchor import EntriesAnchor, remove_foreign
 from ._atomicwrite import PairWriter, sweep_temps
 from ._hitmemo import HitMemo
 from ._locking import LOCK_WAIT_S, BoundedWait, FileKeyLock
@@ -170,6 +171,7 @@ class FileStreamProgramCache(EntryCache):
         self._evict_wait = BoundedWait()
         self._lock_warned = False
         self._writer = PairWriter(self._tmp, self._entries, self._dir_mode, self._file_mode)
+        self._anchor = EntriesAnchor(self._entries)
         self._sweep_temps(time.time_ns())
         try:
             self._ledger: SizeLedger | None = SizeLedger(
@@ -215,7 +217,7 @@ class FileStreamProgramCache(EntryCache):
         h = kd.hex()
         shard = os.path.join(self._entries, h[:2])
         payload = os.path.join(shard, h[2:])
-        return PairNames(payload, payload + SIDECAR_SUFFIX, h[:2], kd, key_seed(kd))
+        return PairNames(payload, payload + SIDECAR_SUFFIX, h[:2], kd, key_seed(kd), h[2:])
 
     def _names_of_id(self, entry_id: str) -> PairNames:
         if not isinstance(entry_id, str) or not is_entry_id(entry_id):
@@ -240,10 +242,10 @@ class FileStreamProgramCache(EntryCache):
                 if self._ops >= FLUSH_EVERY:
                     self._flush_stats()
                 return entry
-        result = read_pair(names, memo, self._read_failed)
+        result = read_pair(names, memo, self._read_failed, self._anchor)
         if isinstance(result, Mismatch):
             # A writer replacing the pair under us also mismatches: look once more.
-            result = read_pair(names, memo, self._read_failed)
+            result = read_pair(names, memo, self._read_failed, self._anchor)
             if isinstance(result, Mismatch):
                 self._drop_corrupt(names, result)
                 result = None
@@ -259,12 +261,7 @@ class FileStreamProgramCache(EntryCache):
 
     def _drop_corrupt(self, names: PairNames, bad: Mismatch) -> None:
         self._memo.forget(names.payload)
-        payload_fp, sidecar_fp = bad.payload_fp, bad.sidecar_fp
-        freed = 0
-        if unlink_if_unchanged(names.payload, payload_fp):
-            freed += payload_fp.size
-        if unlink_if_unchanged(names.sidecar, sidecar_fp):
-            freed += sidecar_fp.size
+        freed = self._unlink_pair(names, bad.payload_fp, bad.sidecar_fp)
         self._stats.integrity_failures += 1
         if freed:
             self._ledger_add(-freed)
@@ -277,6 +274,28 @@ class FileStreamProgramCache(EntryCache):
             names.key_digest.hex()[:12],
             bad.problem,
         )
+
+    def _unlink_pair(self, names: PairNames, payload_fp: Any, sidecar_fp: Any) -> int:
+        """Remove the pair's files if they are still the ones fingerprinted (a foreign
+        object -- FIFO, directory, link -- in their place goes too), relative to the
+        shard's no-follow descriptor; the bytes freed."""
+        dfd = None
+        try:
+            if DIR_FD:
+                dfd = self._anchor.shard(names.shard)
+            files = (names.name, names.name + SIDECAR_SUFFIX) if dfd is not None else names[:2]
+            freed = 0
+            for name, fp in zip(files, (payload_fp, sidecar_fp), strict=True):
+                if unlink_if_unchanged(name, fp, dfd):
+                    freed += fp.size
+                elif fp.ino >= 0:
+                    remove_foreign(name, dfd, fp.ino)
+            return freed
+        except OSError:
+            return 0
+        finally:
+            if dfd is not None:
+                os.close(dfd)
 
     def _read_failed(self, exc: OSError) -> None:
         events.fail_open(
@@ -351,20 +370,27 @@ class FileStreamProgramCache(EntryCache):
         self._check_open()
         names = self._names_for(key)
         self._memo.forget(names.payload)
-        freed = 0
-        try:
-            st = os.stat(names.payload)
-            if not unlink_if_unchanged(names.payload, fingerprint(st)):
-                raise KeyError(key)
-            freed += st.st_size
-        except FileNotFoundError:
-            raise KeyError(key) from None
-        with contextlib.suppress(OSError):
-            sst = os.stat(names.sidecar)
-            if unlink_if_unchanged(names.sidecar, fingerprint(sst)):
-                freed += sst.st_size
+        freed, removed = self._remove_by_names(names)
+        if not removed:
+            raise KeyError(key)
         with contextlib.suppress(OSError):
             self._ledger_add(-freed)
+
+    def _remove_by_names(self, names: PairNames) -> tuple[int, bool]:
+        """Remove both files as they stand (stat-guarded, relative to the shard's
+        no-follow descriptor); ``(bytes freed, whether the payload went)``."""
+        from ._entries import remove_pair
+
+        if not DIR_FD:
+            return remove_pair(names.payload, names.sidecar)
+        try:
+            dfd = self._anchor.shard(names.shard)
+        except OSError:
+            return 0, False
+        try:
+            return remove_pair(names.name, names.name + SIDECAR_SUFFIX, dfd)
+        finally:
+            os.close(dfd)
 
     # -- size accounting and eviction ----------------------------------------------
     def _ledger_add(self, delta: int) -> int:
@@ -448,7 +474,7 @@ class FileStreamProgramCache(EntryCache):
 
     def check_entry(self, entry_id: str) -> str | None:
         self._check_open()
-        result = read_pair(self._names_of_id(entry_id), None, self._read_failed)
+        result = read_pair(self._names_of_id(entry_id), None, self._read_failed, self._anchor)
         if result is None:
             raise KeyError(entry_id)
         return result.problem if type(result) is Mismatch else None
@@ -459,7 +485,7 @@ class FileStreamProgramCache(EntryCache):
             names = self._names_of_id(entry_id)
         except KeyError:
             return None
-        result = read_pair(names, None, self._read_failed)
+        result = read_pair(names, None, self._read_failed, self._anchor)
         return result if type(result) is CacheEntry else None
 
     def remove_entry(self, entry_id: str) -> bool:
@@ -469,13 +495,43 @@ class FileStreamProgramCache(EntryCache):
         except KeyError:
             return False
         self._memo.forget(names.payload)
-        from ._entries import remove_pair
-
-        freed, removed = remove_pair(names.payload, names.sidecar)
+        freed, removed = self._remove_by_names(names)
         if freed:
             with contextlib.suppress(OSError):
                 self._ledger_add(-freed)
         return removed
+
+    def foreign_objects(self) -> list[tuple[str, str]]:
+        """``(path, what)`` of every object under ``entries/`` that is not the cache's: a
+        FIFO, socket, device, link or directory where an entry file belongs, anything
+        but a directory where a shard belongs (``cuforge cache verify`` lists them).
+        Paths are relative to ``entries/``; nothing is opened."""
+        self._check_open()
+        from ._scan import find_foreign
+
+        return find_foreign(self._entries)
+
+    def remove_foreign_object(self, path: str) -> bool:
+        """Remove one object :meth:`foreign_objects` named (a directory with what it
+        holds; links are removed, never followed). Whether it went; a regular entry
+        file is never removed here."""
+        self._check_open()
+        shard, _, name = path.partition("/")
+        if not shard or "/" in name or shard in (".", "..") or name in (".", ".."):
+            return False
+        try:
+            if not DIR_FD:
+                where = os.path.join(self._entries, shard, name) if name else None
+                return where is not None and remove_foreign(where, None)
+            if not name:
+                return remove_foreign(shard, self._anchor.entries_fd(), files_too=True)
+            dfd = self._anchor.shard(shard)
+        except OSError:
+            return False
+        try:
+            return remove_foreign(name, dfd)
+        finally:
+            os.close(dfd)
 
     # -- single-flight, statistics, lifetime ------------------------------------------
     def lock(
@@ -550,6 +606,7 @@ class FileStreamProgramCache(EntryCache):
         self._stats_store.close(self._stats)
         if self._ledger is not None:
             self._ledger.close()
+        self._anchor.close()
 
     def __repr__(self) -> str:
         return f"FileStreamProgramCache({self._root!r}, max_size_bytes={self._max})"

@@ -20,6 +20,7 @@ from .._fsutil import (
     unlink_if_unchanged,
 )
 from .._winretry import replace_retry
+from ._anchor import remove_foreign
 
 __all__ = ["PairWriter", "sweep_temps"]
 
@@ -75,10 +76,11 @@ class PairWriter:
             old = 0
             for dst in (name, sidecar):
                 with contextlib.suppress(OSError):
-                    old += os.stat(dst, dir_fd=sfd, follow_symlinks=False).st_size
-            os.replace(tmp_side, sidecar, src_dir_fd=tfd, dst_dir_fd=sfd)
+                    st = os.stat(dst, dir_fd=sfd, follow_symlinks=False)
+                    old += st.st_size if stat_mod.S_ISREG(st.st_mode) else 0
+            _publish(tmp_side, sidecar, tfd, sfd)
             tmp_side = None
-            os.replace(tmp_payload, name, src_dir_fd=tfd, dst_dir_fd=sfd)
+            _publish(tmp_payload, name, tfd, sfd)
             tmp_payload = None
             return old
         finally:
@@ -103,6 +105,9 @@ class PairWriter:
             return open_dir(shard, efd)
         except FileNotFoundError:
             pass
+        except OSError:  # a file, FIFO or link where the shard belongs: not ours to use
+            if not remove_foreign(shard, efd, files_too=True):
+                raise
         with contextlib.suppress(FileExistsError):  # shards are created lazily
             os.mkdir(shard, PRIVATE_DIR if self._dir_mode is None else self._dir_mode & 0o777,
                      dir_fd=efd)  # fmt: skip
@@ -186,6 +191,17 @@ class PairWriter:
                 raise
             make_dir(shard, self._dir_mode)
             replace_retry(tmp, dst)
+
+
+def _publish(tmp: str, name: str, tfd: int, sfd: int) -> None:
+    """Rename ``tmp`` over ``name``; a directory standing there (a foreign object that
+    would make the key unstorable for good) is removed first, then the rename retried."""
+    try:
+        os.replace(tmp, name, src_dir_fd=tfd, dst_dir_fd=sfd)
+    except (IsADirectoryError, FileExistsError, OSError) as exc:
+        if isinstance(exc, FileNotFoundError) or not remove_foreign(name, sfd):
+            raise
+        os.replace(tmp, name, src_dir_fd=tfd, dst_dir_fd=sfd)
 
 
 def sweep_temps(tmp_dir: str, now_ns: int, stale_age_ns: int) -> int:

@@ -62,15 +62,16 @@ def read_meta(sidecar: str) -> bytes | None:
     return side[SIDECAR_SIZE:total] if total else None
 
 
-def remove_pair(payload: str, sidecar: str) -> tuple[int, bool]:
-    """Remove both files as they stand now (each stat-guarded); ``(bytes freed,
-    whether the payload went)``. OS errors leave a file in place."""
+def remove_pair(payload: str, sidecar: str, dir_fd: int | None = None) -> tuple[int, bool]:
+    """Remove both files as they stand now (each stat-guarded; relative to ``dir_fd``
+    when given, following no link); ``(bytes freed, whether the payload went)``. OS
+    errors leave a file in place."""
     freed = 0
     removed = False
     for path in (payload, sidecar):
         with contextlib.suppress(OSError):
-            st = os.stat(path)
-            if unlink_if_unchanged(path, fingerprint(st)):
+            st = os.stat(path, dir_fd=dir_fd, follow_symlinks=False)
+            if unlink_if_unchanged(path, fingerprint(st), dir_fd):
                 freed += st.st_size
                 removed = removed or path == payload
     return freed, removed

@@ -4,7 +4,11 @@ Guarantee: an entry is returned only when the sidecar read equals the one that
 would be written for the payload and metadata read under the key asked for
 (``_integrity``), so a torn, truncated, damaged or misplaced pair is never served.
 The sidecar is read first and says how many payload bytes to read (no ``fstat`` on
-a hit). The files open ``O_NOFOLLOW``; Windows sharing violations are retried.
+a hit). The files open ``O_NOFOLLOW | O_NONBLOCK`` relative to the shard's
+descriptor (``_anchor``: no link is followed anywhere below the root, per access),
+so a FIFO planted in place of a file never blocks, and a FIFO or directory there
+reads as a Mismatch whose files the caller removes. Windows sharing violations are
+retried (Windows opens by path).
 
 Failure modes: a missing file is a miss (None: a writer between its two renames,
 or a deleter); any other OS error is a miss reported to the caller's ``failed``; a
@@ -18,18 +22,29 @@ import os
 from collections import namedtuple
 from collections.abc import Callable
 
-from .._fsutil import O_NOFOLLOW, Fingerprint, fingerprint
-from .._integrity import SIDECAR_READ, SIDECAR_SIZE, mismatch_problem, parse_sidecar, sidecar_for
+from .._fsutil import DIR_FD, O_NOFOLLOW, Fingerprint, fingerprint
+from .._integrity import (
+    SIDECAR_READ,
+    SIDECAR_SIZE,
+    SIDECAR_SUFFIX,
+    mismatch_problem,
+    parse_sidecar,
+    sidecar_for,
+)
 from .._winretry import _is_windows_sharing_violation, open_retry
 from ..entry import CacheEntry
+from ._anchor import EntriesAnchor
 from ._hitmemo import HitMemo
 
 __all__ = ["Mismatch", "PairNames", "read_pair"]
 
-_O_READ = os.O_RDONLY | O_NOFOLLOW | getattr(os, "O_BINARY", 0)
+_O_READ = os.O_RDONLY | O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
+_NOT_READABLE = Fingerprint(-1, 0, 0)
 
 
-class PairNames(namedtuple("PairNames", ["payload", "sidecar", "shard", "key_digest", "seed"])):
+class PairNames(
+    namedtuple("PairNames", ["payload", "sidecar", "shard", "key_digest", "seed", "name"])
+):
     """One entry's file paths and the key binding its sidecar must carry."""
 
     __slots__ = ()
@@ -38,6 +53,7 @@ class PairNames(namedtuple("PairNames", ["payload", "sidecar", "shard", "key_dig
     shard: str  # the shard directory's name (2 hex digits)
     key_digest: bytes
     seed: int  # the CRC seed of key_digest (_integrity.key_seed)
+    name: str  # the payload's file name in its shard (the sidecar's is name + suffix)
 
 
 class Mismatch(namedtuple("Mismatch", ["payload_fp", "sidecar_fp", "problem"])):
@@ -50,24 +66,52 @@ class Mismatch(namedtuple("Mismatch", ["payload_fp", "sidecar_fp", "problem"])):
 
 
 def read_pair(
-    names: PairNames, memo: HitMemo | None, failed: Callable[[OSError], None]
+    names: PairNames,
+    memo: HitMemo | None,
+    failed: Callable[[OSError], None],
+    anchor: EntriesAnchor | None = None,
 ) -> CacheEntry | Mismatch | None:
     """The entry if the pair verifies (remembered in ``memo`` unless None, its access
     time bumped when due); None if absent or unreadable (``failed`` is told why);
-    else a Mismatch: the fingerprints of the two files read, for a guarded removal."""
-    try:
-        sfd = os.open(names.sidecar, _O_READ)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        if not _is_windows_sharing_violation(exc):
+    else a Mismatch: the fingerprints of the two files read, for a guarded removal.
+    With ``anchor`` (where ``DIR_FD``), files are opened relative to the shard."""
+    if anchor is not None and DIR_FD:
+        try:
+            dfd = anchor.shard(names.shard)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:  # a link or a file where the shard belongs
             failed(exc)
             return None
         try:
-            sfd = open_retry(names.sidecar, _O_READ)
+            return _read(names, memo, failed, names.name, names.name + SIDECAR_SUFFIX, dfd)
+        finally:
+            os.close(dfd)
+    return _read(names, memo, failed, names.payload, names.sidecar, None)
+
+
+def _read(
+    names: PairNames,
+    memo: HitMemo | None,
+    failed: Callable[[OSError], None],
+    payload: str,
+    sidecar: str,
+    dfd: int | None,
+) -> CacheEntry | Mismatch | None:
+    try:
+        sfd = os.open(sidecar, _O_READ, dir_fd=dfd)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if dfd is not None or not _is_windows_sharing_violation(exc):
+            failed(exc)
+            return None
+        try:
+            sfd = open_retry(sidecar, _O_READ)
         except OSError as exc2:
             failed(exc2)
             return None
+    fd = -1
     try:
         side = os.read(sfd, SIDECAR_READ)
         size, total = parse_sidecar(side)
@@ -77,39 +121,41 @@ def read_pair(
                 break
             side += chunk
         try:
-            fd = os.open(names.payload, _O_READ)
+            fd = os.open(payload, _O_READ, dir_fd=dfd)
         except FileNotFoundError:
             return None  # a writer between its two renames, or a deleter
         except OSError as exc:
-            if not _is_windows_sharing_violation(exc):
+            if dfd is not None or not _is_windows_sharing_violation(exc):
                 failed(exc)
                 return None
-            fd = open_retry(names.payload, _O_READ)
-        try:
-            # The sidecar says how much to read: no fstat on the hit path.
-            data = os.read(fd, size + 1)
-            while len(data) < size:
-                chunk = os.read(fd, size + 1 - len(data))
-                if not chunk:
-                    break
-                data += chunk
-            meta = side[SIDECAR_SIZE:total]
-            if side == sidecar_for(names.key_digest, names.seed, data, meta):
-                entry = CacheEntry(data, meta)
-                if memo is not None:
-                    st = memo.bump_atime(fd, names.payload)
-                    if st is not None:
-                        memo.remember(names.payload, fingerprint(st), entry)
-                return entry
-            return Mismatch(
-                fingerprint(os.fstat(fd)),
-                fingerprint(os.fstat(sfd)),
-                mismatch_problem(side, data, names.key_digest),
-            )
-        finally:
-            os.close(fd)
+            fd = open_retry(payload, _O_READ)
+        # The sidecar says how much to read: no fstat on the hit path.
+        data = os.read(fd, size + 1)
+        while len(data) < size:
+            chunk = os.read(fd, size + 1 - len(data))
+            if not chunk:
+                break
+            data += chunk
+        meta = side[SIDECAR_SIZE:total]
+        if side == sidecar_for(names.key_digest, names.seed, data, meta):
+            entry = CacheEntry(data, meta)
+            if memo is not None:
+                st = memo.bump_atime(fd, names.payload)
+                if st is not None:
+                    memo.remember(names.payload, fingerprint(st), entry)
+            return entry
+        return Mismatch(
+            fingerprint(os.fstat(fd)),
+            fingerprint(os.fstat(sfd)),
+            mismatch_problem(side, data, names.key_digest),
+        )
+    except (IsADirectoryError, BlockingIOError):  # a directory, a FIFO with a writer
+        payload_fp = _NOT_READABLE if fd < 0 else fingerprint(os.fstat(fd))
+        return Mismatch(payload_fp, fingerprint(os.fstat(sfd)), "not a regular file")
     except OSError as exc:
         failed(exc)
         return None
     finally:
+        if fd >= 0:
+            os.close(fd)
         os.close(sfd)

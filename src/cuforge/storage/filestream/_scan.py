@@ -17,7 +17,7 @@ from collections import namedtuple
 from .._fsutil import DIR_FD, Fingerprint, fingerprint, list_dir, open_dir, unlink_if_unchanged
 from .._integrity import SIDECAR_SUFFIX
 
-__all__ = ["ORPHAN_SIDECAR_AGE_NS", "Scanned", "remove_scanned", "scan_entries"]
+__all__ = ["ORPHAN_SIDECAR_AGE_NS", "Scanned", "find_foreign", "remove_scanned", "scan_entries"]
 
 # A sidecar without its payload is normal for the instant between a writer's two
 # renames; only older orphans are garbage.
@@ -56,6 +56,36 @@ def _entry_files(entries_dir: str) -> list[tuple[str, os.stat_result]]:
                 if stat_mod.S_ISREG(fst.st_mode):
                     files.append((os.path.join(base, name), fst))
         return files
+    finally:
+        if efd >= 0:
+            os.close(efd)
+
+
+def find_foreign(entries_dir: str) -> list[tuple[str, str]]:
+    """``(path relative to entries_dir, what it is)`` of every object that is not the
+    cache's: anything but a directory where a shard belongs, anything but a regular
+    file inside a shard (a FIFO, socket, device, link or directory). Never opens them."""
+    from ._anchor import describe
+
+    efd = -1
+    try:
+        if DIR_FD:
+            efd = open_dir(entries_dir)
+    except OSError:
+        return []
+    try:
+        found = []
+        for shard, st in list_dir(entries_dir):
+            if not stat_mod.S_ISDIR(st.st_mode):
+                found.append((shard, describe(st)))
+                continue
+            inside = (
+                list_dir(shard, efd) if efd >= 0 else list_dir(os.path.join(entries_dir, shard))
+            )
+            for name, fst in inside:
+                if not stat_mod.S_ISREG(fst.st_mode):
+                    found.append((f"{shard}/{name}", describe(fst)))
+        return found
     finally:
         if efd >= 0:
             os.close(efd)
