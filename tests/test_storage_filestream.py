@@ -533,3 +533,40 @@ def test_a_shard_replaced_by_a_symlink_after_open_is_never_followed(tmp_path: Pa
         assert sorted(p.name for p in outside.iterdir()) == sorted(
             [Path(names.payload).name, Path(names.sidecar).name]
         )
+
+
+def test_temps_of_killed_writers_are_reclaimed_at_once_and_evict_nothing(tmp_path: Path) -> None:
+    """Killed writers' temps counted as live for an hour: under a 20 MB cap they pushed
+    live entries out (and reopening kept them). Now the next open removes them."""
+    from _deadwriters import kill_writers_mid_write
+
+    root, mb = tmp_path / "c", 1 << 20
+    cap = 20 * mb
+    with FileStreamProgramCache(root, max_size_bytes=cap) as c:
+        for i in range(3):
+            c[f"live{i}"] = bytes([i]) * 4 * mb
+    kill_writers_mid_write(root, cap, 6, 4 * mb)  # up to 12 MB of dead writers' temps
+    # (each writer's open already reclaims those of the writers killed before it)
+    assert len([p for p in (root / "tmp").iterdir() if p.name.endswith(".tmp")]) >= 1
+    with FileStreamProgramCache(root, max_size_bytes=cap) as c:
+        assert [p.name for p in (root / "tmp").iterdir() if p.name.endswith(".tmp")] == []
+        c["live3"] = b"\x03" * 4 * mb  # 16 MB of entries: under the cap, nothing evicted
+        assert [c.get(f"live{i}") for i in range(4)] == [bytes([i]) * 4 * mb for i in range(4)]
+        assert c.stats().evictions == 0 and c.size_bytes == c._scan_total()
+    assert sorted(p.name for p in (root / "tmp").iterdir()) == []  # nothing of ours left
+
+
+def test_a_live_writers_temps_and_alive_file_are_never_swept(tmp_path: Path) -> None:
+    from cuforge.storage.filestream._atomicwrite import sweep_temps
+
+    root = tmp_path / "c"
+    with FileStreamProgramCache(root) as c:
+        c["k"] = b"v"  # this handle's writer now holds its .alive file
+        tmp = root / "tmp"
+        alive = [p for p in tmp.iterdir() if p.name.endswith(".alive")]
+        assert len(alive) == 1
+        temp = tmp / (alive[0].name[: -len(".alive")] + ".99.tmp")
+        temp.write_bytes(b"in flight")
+        assert sweep_temps(str(tmp), time.time_ns(), 3600 * 10**9) == len(b"in flight")
+        assert temp.exists() and alive[0].exists()
+        temp.unlink()

@@ -103,8 +103,11 @@ def test_non_sharing_permission_error_is_not_retried(tmp_path: Path, monkeypatch
 
 
 def test_read_retried_on_sharing_violation(tmp_path: Path, monkeypatch) -> None:
+    from cuforge.storage.filestream import _pairread
+
     with FileStreamProgramCache(tmp_path) as c:
         c["k"] = b"v"
+        monkeypatch.setattr(_pairread, "DIR_FD", False)  # Windows reads by path
         op, calls = _flaky(os.open, 2, 32)
         monkeypatch.setattr(os, "open", op)
         assert c.get("k") == b"v"

@@ -113,7 +113,8 @@ def test_a_full_file_system_fails_stores_not_compiles(tmp_path: Path, scale: str
         stats = cache.stats()
         assert stats.write_failures >= n
         assert len(messages) == 1 and "No space left" in messages[0], messages
-        assert list((mount / "cache" / "tmp").iterdir()) == []  # no half-written temps
+        left = [p.name for p in (mount / "cache" / "tmp").iterdir()]
+        assert [n for n in left if not n.endswith(".alive")] == []  # no half-written temps
         filler.unlink()  # the fault ends
         took = progs.first_hit(cache, n)
         assert cache.size_bytes == sum(
@@ -394,6 +395,106 @@ def test_a_lock_held_for_good_by_another_process(tmp_path: Path, lock: str, scal
         f"250 ms); {during.lock_timeouts} deferrals counted with 1 warning; after release "
         f"the next store ({recovered * 1000:.0f} ms) brought ledger == disk <= cap",
         scale=scale, lost=0, slowest_compile_ms=round(progs.slowest * 1000),
+    )  # fmt: skip
+
+
+@SCALES
+def test_temps_of_writers_killed_mid_write_under_a_small_cap(tmp_path: Path, scale: str) -> None:
+    """Writers SIGKILLed with a 2 MB half-written temp each, under a 40 MB cap: their
+    temps counted as live for an hour and pushed live entries out."""
+    from _deadwriters import kill_writers_mid_write
+
+    kills = pick(scale, 6, 30)
+    mb = 1 << 20
+    cap = 40 * mb
+    root = tmp_path / "cache"
+    with FileStreamProgramCache(root, max_size_bytes=cap) as cache:
+        for i in range(6):
+            cache[f"live{i}"] = bytes([i]) * 4 * mb  # 24 MB of live entries
+    kill_writers_mid_write(root, cap, kills, 4 * mb)
+    t = time.monotonic()
+    with FileStreamProgramCache(root, max_size_bytes=cap) as cache:
+        opened = time.monotonic() - t
+        left = [p for p in (root / "tmp").iterdir() if p.name.endswith(".tmp")]
+        for i in range(6, 9):
+            cache[f"live{i}"] = bytes([i]) * 4 * mb  # 36 MB: still under the cap
+        kept = sum(cache.get(f"live{i}") == bytes([i]) * 4 * mb for i in range(9))
+        stats = cache.stats()
+        assert cache.size_bytes == cache._scan_total()
+    assert left == [] and kept == 9 and stats.evictions == 0, (left, kept, stats)
+    record(
+        "faults", "filestream", "writers SIGKILLed mid-write (2 MB temp each) under a "
+        "40 MB cap", kills,
+        f"every dead writer's temp reclaimed by the next open ({opened * 1000:.0f} ms); "
+        "3 new 4 MB writes evicted nothing: 9 of 9 live entries (36 MB) served; "
+        "ledger == disk",
+        scale=scale, lost=0, open_ms=round(opened * 1000),
+    )  # fmt: skip
+
+
+_FOREIGN = [
+    "FIFO for a payload",
+    "FIFO for a sidecar",
+    "directory for a payload",
+    "directory for a sidecar",
+    "file for a shard",
+    "link for a shard (after open)",
+]
+
+
+@SCALES
+@pytest.mark.parametrize("what", _FOREIGN)
+def test_foreign_objects_and_late_links_in_the_entries(tmp_path: Path, what: str, scale) -> None:
+    """A FIFO where an entry file belongs made get() hang for good; a directory or a
+    file for a shard made a key unstorable; a shard re-pointed outside after open was
+    followed. Each: a miss at once (never the outside bytes), then stored and served."""
+    n = pick(scale, 4, 100)
+    root = tmp_path / "cache"
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    slowest = 0.0
+    with FileStreamProgramCache(root) as cache:
+        keys = [f"k{i}" for i in range(n)]
+        for k in keys:
+            cache[k] = b"mine " + k.encode()
+        for k in keys:
+            names = cache._names_for(k)
+            payload, sidecar = Path(names.payload), Path(names.sidecar)
+            target = sidecar if "sidecar" in what else payload
+            if what.startswith("FIFO"):
+                target.unlink()
+                os.mkfifo(target)
+            elif what.startswith("directory"):
+                target.unlink()
+                target.mkdir()
+            else:
+                shard = payload.parent
+                shutil.rmtree(shard, ignore_errors=True)
+                if what.startswith("file"):
+                    shard.write_bytes(b"x")
+                else:  # the same names outside, holding someone else's valid pair
+                    other = FileStreamProgramCache(tmp_path / "other")
+                    other[k] = b"theirs"
+                    other.close()
+                    away = outside / names.shard
+                    if not away.exists():
+                        shutil.copytree(Path(other._names_for(k).payload).parent, away)
+                    shard.symlink_to(away, target_is_directory=True)
+            cache._memo.clear()
+            t = time.monotonic()
+            assert cache.get(k) is None
+            slowest = max(slowest, time.monotonic() - t)
+        for k in keys:
+            cache[k] = b"again " + k.encode()
+        served = sum(cache.get(k) == b"again " + k.encode() for k in keys)
+        assert cache.foreign_objects() == []
+    assert served == n
+    assert not any(b"again" in p.read_bytes() for p in outside.rglob("*") if p.is_file())
+    record(
+        "faults", "filestream", f"foreign object: a {what}", n,
+        f"every get a miss within {slowest * 1000:.1f} ms (never blocked, never the "
+        f"outside bytes); {n} of {n} keys stored and served again; verify sees none left",
+        scale=scale, lost=0, slowest_get_ms=round(slowest * 1000, 1),
     )  # fmt: skip
 
 

@@ -607,6 +607,7 @@ class FileStreamProgramCache(EntryCache):
         if self._ledger is not None:
             self._ledger.close()
         self._anchor.close()
+        self._writer.close()
 
     def __repr__(self) -> str:
         return f"FileStreamProgramCache({self._root!r}, max_size_bytes={self._max})"

@@ -1,5 +1,15 @@
 """Atomic publication of a (payload, sidecar) pair through a staging directory,
-and the sweep of temp files crashed writers left there."""
+and the sweep of temp files crashed writers left there.
+
+Liveness of a writer: before its first temp file, a writer (one per handle and
+process) creates ``tmp/<tag>.alive`` and holds an exclusive lock on it while it
+lives (created under another name, locked, then renamed, so nobody ever sees it
+unlocked); its temps are ``tmp/<tag>.<n>.tmp``. The OS drops the lock when the
+writer dies, however it dies, so ``sweep_temps`` knows a dead writer's temps at
+once -- no pid (reused, or another container's) and no age guess -- and removes
+them with its ``.alive`` file. Temps of a live writer are never touched. Other
+files (older layouts, stats baselines) still go after ``stale_age_ns``.
+"""
 
 from __future__ import annotations
 
@@ -21,6 +31,7 @@ from .._fsutil import (
 )
 from .._winretry import replace_retry
 from ._anchor import remove_foreign
+from ._locking import try_lock_fd
 
 __all__ = ["PairWriter", "sweep_temps"]
 
@@ -51,8 +62,58 @@ class PairWriter:
         self.renew()
 
     def renew(self) -> None:
-        self._tag = f"{os.getpid()}-{os.urandom(4).hex()}-"
+        """A new writer identity (at init, and in a forked child: the inherited
+        ``.alive`` descriptor shares the parent's lock and is the parent's)."""
+        inherited = getattr(self, "_alive_fd", -1)
+        if inherited >= 0:  # the parent's: closing our copy leaves its lock held
+            with contextlib.suppress(OSError):
+                os.close(inherited)
+        owner = f"{os.getpid()}-{os.urandom(4).hex()}"
+        self._owner = owner
+        self._tag = f"{owner}." if DIR_FD else f"{owner}-"
         self._seq = itertools.count()
+        self._alive_fd = -1
+        self._alive_ino = -1
+
+    def _ensure_alive(self, tfd: int) -> None:
+        """Hold ``<owner>.alive`` locked in ``tmp/`` before any temp is made there (it is
+        made again when ``tmp/`` was wiped: a sweeper must never see our temps ownerless)."""
+        name = self._owner + ".alive"
+        if self._alive_fd >= 0:
+            with contextlib.suppress(OSError):
+                if os.stat(name, dir_fd=tfd, follow_symlinks=False).st_ino == self._alive_ino:
+                    return
+            with contextlib.suppress(OSError):
+                os.close(self._alive_fd)
+            self._alive_fd = -1
+        mode = PRIVATE_FILE if self._file_mode is None else self._file_mode
+        fd = os.open(name + ".new", _O_NEW, mode, dir_fd=tfd)
+        try:
+            if not try_lock_fd(fd):
+                raise OSError(f"cannot lock {name}.new")
+            os.replace(name + ".new", name, src_dir_fd=tfd, dst_dir_fd=tfd)
+        except BaseException:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(name + ".new", dir_fd=tfd)
+            raise
+        self._alive_fd, self._alive_ino = fd, os.fstat(fd).st_ino
+
+    def __del__(self) -> None:  # a handle dropped without close()
+        with contextlib.suppress(Exception):
+            self.close()
+
+    def close(self) -> None:
+        """Remove ``<owner>.alive`` (if it is still ours) and let go of its lock."""
+        if self._alive_fd < 0:
+            return
+        with contextlib.suppress(OSError):
+            name = os.path.join(self._tmp, self._owner + ".alive")
+            if os.lstat(name).st_ino == self._alive_ino:
+                os.unlink(name)
+        with contextlib.suppress(OSError):
+            os.close(self._alive_fd)
+        self._alive_fd = -1
 
     def write_pair(
         self, shard: str, name: str, sidecar: str, data: bytes, side: bytes, durable: bool
@@ -69,6 +130,7 @@ class PairWriter:
         tmp_side: str | None = None
         efd = sfd = -1
         try:
+            self._ensure_alive(tfd)
             tmp_payload = self._write_temp(tfd, data, durable)
             tmp_side = self._write_temp(tfd, side, False)
             efd = self._anchor(self._entries)
@@ -205,11 +267,69 @@ def _publish(tmp: str, name: str, tfd: int, sfd: int) -> None:
 
 
 def sweep_temps(tmp_dir: str, now_ns: int, stale_age_ns: int) -> int:
-    """Delete temp files older than ``stale_age_ns``; return the live ones' bytes.
+    """Delete the temp files of dead writers (at once) and other files older than
+    ``stale_age_ns``; return the bytes of live writers' temps (they occupy the disk
+    too). A writer is dead when its ``.alive`` file is gone or can be locked."""
+    if not DIR_FD:
+        return _sweep_by_age(tmp_dir, now_ns, stale_age_ns)
+    try:
+        tfd = open_dir(tmp_dir)
+    except OSError:
+        return 0
+    owners: dict[str, bool] = {}  # owner -> alive
+    held: list[int] = []  # .alive files of dead writers, locked until they are gone
+    live = 0
+    try:
+        for name, st in list_dir(".", tfd):
+            if not stat_mod.S_ISREG(st.st_mode):
+                continue
+            parts = name.split(".")
+            if len(parts) == 3 and parts[2] == "tmp":
+                if _alive(parts[0], tfd, owners, held):
+                    live += st.st_size
+                else:
+                    unlink_if_unchanged(name, fingerprint(st), tfd)
+            elif len(parts) == 2 and parts[1] == "alive":
+                _alive(parts[0], tfd, owners, held)
+            elif st.st_mtime_ns < now_ns - stale_age_ns:
+                unlink_if_unchanged(name, fingerprint(st), tfd)  # older layouts, leftovers
+            else:
+                live += st.st_size
+        for owner, alive in owners.items():
+            if not alive:
+                with contextlib.suppress(OSError):
+                    os.unlink(owner + ".alive", dir_fd=tfd)  # under its lock: still dead
+    finally:
+        for fd in held:
+            os.close(fd)
+        os.close(tfd)
+    return live
 
-    Temp files of crashed writers are the only thing that leaks; live ones are
-    counted because they occupy the disk too.
-    """
+
+def _alive(owner: str, tfd: int, owners: dict[str, bool], held: list[int]) -> bool:
+    """Whether ``owner``'s writer lives: its ``.alive`` file exists and is locked. A
+    dead one's is kept locked (``held``) so no one mistakes it for live meanwhile."""
+    known = owners.get(owner)
+    if known is not None:
+        return known
+    try:
+        fd = os.open(owner + ".alive", os.O_RDWR | O_NOFOLLOW, dir_fd=tfd)
+    except FileNotFoundError:
+        owners[owner] = False
+        return False
+    except OSError:
+        owners[owner] = True  # cannot tell (read-only cache): never delete
+        return True
+    if try_lock_fd(fd):
+        held.append(fd)
+        owners[owner] = False
+        return False
+    os.close(fd)
+    owners[owner] = True
+    return True
+
+
+def _sweep_by_age(tmp_dir: str, now_ns: int, stale_age_ns: int) -> int:
     live = 0
     for name, st in list_dir(tmp_dir):
         if not stat_mod.S_ISREG(st.st_mode):
