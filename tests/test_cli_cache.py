@@ -214,6 +214,46 @@ def test_verify_sees_and_fixes_every_foreign_object(tmp_path, cache):
     assert again.returncode == 0 and "checked 2 entries: all verify" in again.stdout
 
 
+@pytest.mark.parametrize(
+    "action",
+    [["stats"], ["zero-stats"], ["ls"], ["show", "ab"], ["verify"], ["verify", "--fix"],
+     ["prune", "--older-than", "1d"], ["clear", "--yes"]],
+)  # fmt: skip
+@pytest.mark.parametrize("kind", ["dir", "sqlite"])
+def test_inspection_and_maintenance_never_create_a_cache(tmp_path, action, kind):
+    """A mistyped path: `stats` exited 0 and created the whole tree, `clear --yes` said
+    "cleared", and clear on a sqlite:// path created a database."""
+    where = tmp_path / "typo" / ("cache" if kind == "dir" else "cache.db")
+    url = str(where) if kind == "dir" else f"sqlite://{where}"
+    result = cli(tmp_path, "cache", *action, "--cache", url)
+    line = one_line_error(result, "cuforge cache " + action[0])
+    assert f"there is no cache at {where}" in line
+    assert not (tmp_path / "typo").exists()
+
+
+def test_prune_and_clear_on_a_read_only_cache_say_what_they_could_not_do(tmp_path, cache):
+    """Through a read-only mount, prune claimed "removed 4 entries" (exit 0) while
+    every entry was still there; clear must not claim it either."""
+    view = tmp_path / "ro"
+    view.mkdir()
+    bound = subprocess.run(["mount", "--bind", str(cache), str(view)], capture_output=True)
+    if bound.returncode != 0:
+        pytest.skip(f"cannot bind-mount here: {bound.stderr.decode().strip()}")
+    try:
+        subprocess.run(["mount", "-o", "remount,ro,bind", str(view)], check=True)
+        pruned = cli(tmp_path, "cache", "prune", "--max-size", "1", "--cache", str(view))
+        cleared = cli(tmp_path, "cache", "clear", "--yes", "--cache", str(view))
+        listed = len(_ls(tmp_path, view))
+    finally:
+        subprocess.run(["umount", "-l", str(view)], check=False)
+    assert pruned.returncode == 1, pruned.stdout + pruned.stderr
+    assert "removed 0 entries" in pruned.stdout and "4 entries" in pruned.stdout
+    assert "could not remove 4 of 4 entries" in pruned.stderr
+    assert cleared.returncode == 1 and "cleared" not in cleared.stdout
+    assert "Read-only" in cleared.stderr or "could not remove 4 of 4" in cleared.stderr
+    assert listed == 4
+
+
 # -- prune -------------------------------------------------------------------------------
 def _age(cache, entry_id, stored_days, used_days):
     now = time.time()
@@ -353,7 +393,7 @@ def test_every_cache_action_rejects_bad_caches_with_one_line(tmp_path):
             continue
         prog = f"cuforge cache {action}"
         for where, message in (
-            ("/proc/nope", "cannot use /proc/nope"),
+            ("/proc/nope", "there is no cache at /proc/nope"),  # and none is created
             (str(tmp_path / "plain-file"), "is not a directory"),
             ("redis+nothing://h", "unknown scheme"),
             ("file:///tmp/x?max_size=12 eggs", "not a size"),
@@ -562,6 +602,7 @@ def test_stats_openmetrics_on_redis_and_a_tier_hides_passwords_and_escapes(tmp_p
     ((labels, stores),) = samples["cuforge_cache_stores_total"]
     assert labels["backend"] == "RedisProgramCache" and stores == 1  # the fleet's counters
     odd = tmp_path / 'a "quoted" \\ dir'  # label values need escaping
+    odd.mkdir()  # stats opens caches that exist; it creates none
     tier = f"file://{odd},{url}"
     samples, _, result = _scrape(tmp_path, tier)
     ((labels, _),) = samples["cuforge_cache_hits_total"]

@@ -33,6 +33,7 @@ __all__ = [
     "add_cache_option",
     "choose",
     "open_choice",
+    "require_existing",
     "url_of",
 ]
 
@@ -104,6 +105,30 @@ def url_of(choice: Choice, max_size: int | None = None) -> str:
     return url
 
 
+def require_existing(choice: Choice) -> None:
+    """Inspection and maintenance never create a cache: UsageError naming the first
+    directory or database file of ``choice`` that does not exist (a mistyped path
+    created the whole tree before, and ``clear`` "cleared" it)."""
+    from cuforge.storage.urls import parse_cache_url
+
+    try:
+        specs = parse_cache_url(url_of(choice))
+    except ValueError:
+        return  # open_choice names what is wrong with it
+    for spec in specs:
+        try:
+            spec.size("max_size")  # a bad value is named first, as opening would
+        except ValueError:
+            return
+        if spec.scheme in ("file", "sqlite") and not os.path.lexists(spec.location):
+            where = _where(choice)
+            raise UsageError(f"{where}: there is no cache at {spec.location} (nothing was created)")
+
+
+def _where(choice: Choice) -> str:
+    return f"{choice.origin} {choice.shown()!r}" if choice.origin != "--cache" else "--cache"
+
+
 def open_choice(choice: Choice, max_size: int | None = None) -> ProgramCacheResource:
     """Open ``choice`` (which must not be off). ``max_size`` caps a file cache.
 
@@ -112,7 +137,7 @@ def open_choice(choice: Choice, max_size: int | None = None) -> ProgramCacheReso
     from cuforge.storage.urls import open_cache
 
     url = url_of(choice, max_size)
-    where = f"{choice.origin} {choice.shown()!r}" if choice.origin != "--cache" else "--cache"
+    where = _where(choice)
     try:
         return open_cache(url)
     except ValueError as exc:

@@ -103,7 +103,8 @@ def _positive(text: str) -> int:
 
 class opened:  # lower case: used like open()
     """``with opened(args) as cache``: the chosen cache, closed after (UsageError when
-    caching is off or the cache cannot be opened)."""
+    caching is off, the cache does not exist -- nothing is created -- or it cannot be
+    opened)."""
 
     def __init__(self, args: argparse.Namespace) -> None:
         self.choice = _select.choose(args)
@@ -112,6 +113,7 @@ class opened:  # lower case: used like open()
         self.cache: ProgramCacheResource | None = None
 
     def __enter__(self) -> ProgramCacheResource:
+        _select.require_existing(self.choice)  # these commands never create a cache
         self.cache = _select.open_choice(self.choice)
         return self.cache
 

@@ -9,9 +9,12 @@
   compiler build whose description contains BUILD (as ``cache ls`` shows it, e.g.
   ``13.4`` or ``feebac3b``); then, with ``--max-size``, least recently used entries
   until the rest fits. Header manifests age like entries, and a manifest whose
-  entries are all gone goes with them.
+  entries are all gone goes with them. Exit 1 when an entry could not be removed
+  (a read-only cache): the summary counts only what went.
 - ``clear [--yes]``: remove every entry; asks on a terminal, refuses without
-  ``--yes`` when there is none to ask (exit 2).
+  ``--yes`` when there is none to ask (exit 2); exit 1 when entries remain.
+
+None of these creates a cache: a path that does not exist is a usage error (exit 2).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from cuforge.cli.cache import opened
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from cuforge.cli._args import Subparsers
+    from cuforge.storage.base import ProgramCacheResource
 
 __all__ = ["register"]
 
@@ -139,19 +143,47 @@ def _prune(args: argparse.Namespace) -> int:
             if ids is not None and not any(i in present for i in ids):
                 doomed[row.id] = (row, "header manifest of removed entries only")
         freed = 0
+        gone: set[str] = set()
+        stuck: list[_entries.Row] = []
         for row, reason in doomed.values():
             if args.dry_run or cache.remove_entry(row.id):
                 freed += row.info.size
+                gone.add(row.id)
                 if args.dry_run or not _term.is_tty(sys.stdout):
                     print(f"{_label(row)}: {reason}")
-    left = len(listed) - len(doomed)
+            elif _still_there(cache, row.id):
+                stuck.append(row)  # not removed: a read-only cache, no permission
+    left = len(listed) - len(gone)
     verb = "would remove" if args.dry_run else "removed"
-    rest = sum(r.info.size for r in listed if r.id not in doomed)
+    rest = sum(r.info.size for r in listed if r.id not in gone)
     print(
-        f"{verb} {len(doomed)} entries ({format_size(freed)}); "
+        f"{verb} {len(gone)} entries ({format_size(freed)}); "
         f"{left} entries ({format_size(rest)}) remain"
     )
+    if stuck:
+        print(
+            f"cuforge cache prune: could not remove {len(stuck)} of {len(doomed)} entries "
+            f"(is {chosen_shown(args)} read-only or another user's?)",
+            file=sys.stderr,
+        )
+        return 1
     return 0
+
+
+def _still_there(cache: ProgramCacheResource, entry_id: str) -> bool:
+    """Whether entry ``entry_id`` still exists (a removal that said no may have lost a
+    race with another remover: then it is gone all the same)."""
+    try:
+        cache.check_entry(entry_id)
+    except KeyError:
+        return False
+    except NotImplementedError:
+        return True
+    return True
+
+
+def chosen_shown(args: argparse.Namespace) -> str:
+    return _select.choose(args).shown()
 
 
 def _rule(row: _entries.Row, args: argparse.Namespace, now: int) -> str:
@@ -187,6 +219,18 @@ def _clear(args: argparse.Namespace) -> int:
             if sys.stdin.readline().strip().lower() not in ("y", "yes"):
                 print("not cleared", file=sys.stderr)
                 return 1
+        try:
+            before = [r.id for r in _entries.rows(cache)]
+        except UsageError:  # a backend that cannot list: its clear() is taken at its word
+            before = []
         cache.clear()
+        stuck = [i for i in before if _still_there(cache, i)]
+    if stuck:
+        print(
+            f"cuforge cache clear: could not remove {len(stuck)} of {len(before)} entries "
+            f"of {where} (read-only, or another user's?)",
+            file=sys.stderr,
+        )
+        return 1
     print(f"cleared {where}")
     return 0
