@@ -176,6 +176,20 @@ def test_a_file_taken_as_the_value_of_cache_is_named(tmp_path):
     assert "--cache" not in plain.split("(see")[0]
 
 
+def test_compiler_warnings_are_printed_on_every_hit(tmp_path):
+    """A hit printed nothing where the miss printed the compiler's warning."""
+    src = tmp_path / "warns.cu"
+    src.write_text('#warning "hello from the kernel"\n'
+                   'extern "C" __global__ void w(int* a) { a[0] = 1; }\n')  # fmt: skip
+    args = ("compile", str(src), "--arch", "sm_90", "-o", str(tmp_path / "w.cubin"),
+            "--cache", str(tmp_path / "cache"))  # fmt: skip
+    for attempt in range(3):  # a miss, then hits (the fast path must not hide it either)
+        result = run(tmp_path, *args)
+        assert result.returncode == 0, result.stderr
+        assert "hello from the kernel" in result.stderr, (attempt, result.stderr)
+        assert ("miss" if attempt == 0 else "hit") in result.stdout
+
+
 def test_missing_arch_without_device_asks_for_arch(tmp_path):
     from cuforge.compile._versions import current_device_arch
 

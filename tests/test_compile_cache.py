@@ -141,6 +141,43 @@ def test_miss_compiles_and_stores_then_hit_skips_the_compiler(cache, compiles, r
     assert second is not first
 
 
+WARNS = '#warning "hello from the kernel"\nextern "C" __global__ void w(int* a) { a[0] = 1; }\n'
+
+
+@pytest.mark.parametrize("tracked", [False, True])
+def test_compiler_warnings_are_replayed_on_every_hit(cache, compiles, tmp_path, tracked):
+    """The compile log went to ``logs`` on the miss and was '' on every hit, same handle
+    or new: it is stored with the entry and written again on a hit (like ccache's
+    stderr). Also through header tracking (a source that includes a user header)."""
+    import io
+
+    src = WARNS
+    opts = options()
+    if tracked:
+        (tmp_path / "inc").mkdir(exist_ok=True)
+        (tmp_path / "inc" / "v.h").write_text("#define V 2\n")
+        src = '#include "v.h"\n' + WARNS
+        opts = options(include_path=[str(tmp_path / "inc")])
+    miss = io.StringIO()
+    Program(src, "c++", opts).compile("cubin", cache=cache, logs=miss)
+    assert "hello from the kernel" in miss.getvalue()
+    compiles.forbid()
+    for _ in range(2):
+        hit = io.StringIO()
+        Program(src, "c++", opts).compile("cubin", cache=cache, logs=hit)
+        assert hit.getvalue() == miss.getvalue()
+    if isinstance(cache, FileStreamProgramCache):  # a new handle, too
+        with FileStreamProgramCache(cache.path) as again:
+            hit = io.StringIO()
+            Program(src, "c++", opts).compile("cubin", cache=again, logs=hit)
+            assert hit.getvalue() == miss.getvalue()
+    quiet = io.StringIO()  # a warning-free source replays nothing
+    compiles.forbidden = False
+    Program(SRC, "c++", options()).compile("cubin", cache=cache, logs=quiet)
+    Program(SRC, "c++", options()).compile("cubin", cache=cache, logs=quiet)
+    assert quiet.getvalue() == ""
+
+
 def test_different_targets_and_sources_are_different_entries(cache, compiles):
     program = Program(SRC, "c++", options())
     cubin = program.compile("cubin", cache=cache)

@@ -148,7 +148,10 @@ def run(args: argparse.Namespace) -> int:
                  "cache": status}
             )  # fmt: skip
         failed = any(job.result["status"] == "failed" for job in jobs)
-        if not failed and cache is not None and getattr(args, "request_digest", None):
+        # A compile that printed warnings is answered by the full path, which replays
+        # them from the entry: the fast path prints no compiler log.
+        warned = any(job.result.get("warnings") for job in jobs)
+        if not (failed or warned) and cache is not None and getattr(args, "request_digest", None):
             made = [(j.source, j.program, args.target, j.output, j.result["code"]) for j in jobs]
             mode = "json" if args.json else "text"
             _direct.remember(args.request_digest, cache, mode, made, url)

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from cuforge._log import debug_enabled, get_logger
 from cuforge.compile import _identity_store, _versions
 from cuforge.compile._callers import outside_level
-from cuforge.compile._records import stored_mapping
+from cuforge.compile._records import stored_log, stored_mapping
 from cuforge.compile.object_code import ObjectCode
 from cuforge.storage import events
 from cuforge.storage.base import ProgramCacheResource
@@ -124,13 +124,19 @@ def lookup_entry(cache: Any, key: bytes) -> CacheEntry | None:
 
 
 def lookup(
-    cache: Any, key: bytes, target: str, name: str, names: tuple[str | bytes, ...]
+    cache: Any,
+    key: bytes,
+    target: str,
+    name: str,
+    names: tuple[str | bytes, ...],
+    logs: Any = None,
 ) -> ObjectCode | None:
     """The lookup step: a fresh ObjectCode for the entry under ``key``, or None.
 
     A hit with name expressions needs the record's mapping to cover exactly
     ``names``; a PTX hit warns as a fresh PTX compile does when the driver is older
-    than the compiler that wrote it.
+    than the compiler that wrote it. With ``logs``, a hit writes the compile log the
+    entry kept (the miss's warnings), as the compile did.
     """
     entry = lookup_entry(cache, key)
     if entry is None:
@@ -153,6 +159,10 @@ def lookup(
     obj = ObjectCode._trusted(data, target, name, mapping)
     if target == "ptx":
         _versions.warn_if_ptx_unloadable(data, stacklevel=outside_level())
+    if logs is not None:
+        log = stored_log(entry.meta)
+        if log:
+            logs.write(log)
     return obj
 
 

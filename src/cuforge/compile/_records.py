@@ -21,7 +21,14 @@ if TYPE_CHECKING:
     from cuforge.compile.object_code import ObjectCode
     from cuforge.compile.program import Program
 
-__all__ = ["decode_mapping", "manifest_record", "program_record", "stored_mapping"]
+__all__ = [
+    "LOG_MAX_CHARS",
+    "decode_mapping",
+    "manifest_record",
+    "program_record",
+    "stored_log",
+    "stored_mapping",
+]
 
 
 def _encode_mapping(mapping: dict[str | bytes, str]) -> list[list[str]]:
@@ -58,22 +65,38 @@ def stored_mapping(meta: bytes, names: tuple[str | bytes, ...]) -> dict[str | by
     return decoded
 
 
+#: The most of a compile log an entry keeps (a record is at most 1 MiB).
+LOG_MAX_CHARS = 64 * 1024
+
+
+def stored_log(meta: bytes) -> str:
+    """The compile log a record keeps ("" when none, or not a record we wrote)."""
+    record = decode_record(meta, "program")
+    log = None if record is None else record.get("log")
+    return log if isinstance(log, str) else ""
+
+
 def program_record(
     program: Program,
     target: str,
     obj: ObjectCode,
     names: tuple[str | bytes, ...],
     headers: list[tuple[str, str]] | None = None,
+    log: str = "",
 ) -> bytes:
     """The metadata stored with a compiled entry (see the module docstring).
 
-    ``headers``: the (name, digest) pairs a closed-world compile was given.
+    ``headers``: the (name, digest) pairs a closed-world compile was given; ``log``:
+    the compiler's warnings (kept when not empty, up to ``LOG_MAX_CHARS``), written
+    to ``logs`` again on every hit.
     """
     options = program._options
     backend = _BACKENDS[program._code_type]
+    extra = {"log": log[:LOG_MAX_CHARS]} if log else {}
     return encode_record(
         "program",
         {
+            **extra,
             "headers": [list(h) for h in headers or ()],
             "include_path": list(options.include_path or ()) if program._code_type == "c++" else [],
             "code_type": program._code_type,

@@ -158,15 +158,16 @@ def recall(
     cache: Any,
     roots: _includes.Roots,
     mkey: bytes,
+    logs: Any = None,
 ) -> ObjectCode | None:
     """The validate + lookup steps: a hit through a manifest variant that holds
-    here; counts one hit or miss."""
+    here (its compile log written to ``logs``); counts one hit or miss."""
     name = program._options.name or ""
     watcher = _watch.watcher()
     if watcher is not None:
         known = _validated.get(mkey)
         if known is not None and known[0] == roots and known[2] == watcher.epoch():
-            obj = lookup(cache, known[1], target, name, names)
+            obj = lookup(cache, known[1], target, name, names, logs)
             if obj is not None:
                 return obj
             uncount(cache, None)
@@ -184,7 +185,7 @@ def recall(
             if problems:
                 reason = reason or str(problems[0])
                 continue
-            obj = lookup(cache, variant.key, target, name, names)
+            obj = lookup(cache, variant.key, target, name, names, logs)
             if obj is not None:
                 if watched:
                     _remember_valid(mkey, roots, variant.key, epoch)

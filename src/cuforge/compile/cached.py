@@ -12,7 +12,9 @@ caller such as the CLI can say "not stored: read-only" instead of guessing.
 
 Guarantees:
 - A hit returns a fresh ObjectCode equal to what the miss produced -- same bytes,
-  code type, name and ``symbol_mapping`` -- without creating a compiler program.
+  code type, name and ``symbol_mapping`` -- without creating a compiler program,
+  and writes the miss's compile log (its warnings, kept in the entry's record) to
+  ``logs`` as the compile did.
 - Concurrent misses of one key compile once: the filler holds the key's lock
   (``cache.lock``) while it compiles and stores; the others wait, look again and
   read its result. A holder that dies or outlasts the lock timeout costs the
@@ -116,14 +118,14 @@ def pipeline(
         return single_flight(
             cache,
             key,
-            lambda: lookup(cache, key, target, name, names),
+            lambda: lookup(cache, key, target, name, names, logs),
             lambda: _compile_and_store(program, target, names, logs, cache, key),
         )
     mkey = _tracking.manifest_key(program, target, names)
     return single_flight(
         cache,
         mkey,
-        lambda: _tracking.recall(program, target, names, cache, roots, mkey),
+        lambda: _tracking.recall(program, target, names, cache, roots, mkey, logs),
         lambda: _fill_tracked(program, target, names, logs, cache, roots, mkey),
     )
 
@@ -145,8 +147,9 @@ def _compile_and_store(
     header_digests: list[tuple[str, str]] | None = None,
 ) -> Compiled:
     """The compile and store steps (``headers``: a closed world's in-memory files)."""
-    obj = program._compile_uncached(target, names, logs, headers=headers)
-    record = program_record(program, target, obj, names, header_digests)
+    log: list[str] = []
+    obj = program._compile_uncached(target, names, logs, headers=headers, captured=log)
+    record = program_record(program, target, obj, names, header_digests, "".join(log))
     return Compiled(obj, False, store(cache, key, obj.code, record))
 
 
@@ -164,7 +167,7 @@ def _fill_tracked(
     closed world and store; then store the manifest with this variant in front."""
     deps = _tracking.resolve(program, roots)
     key = _tracking.entry_key(program, target, names, deps)
-    obj = lookup(cache, key, target, program._options.name or "", names)
+    obj = lookup(cache, key, target, program._options.name or "", names, logs)
     if obj is None:
         uncount(cache, None)
         done = _compile_and_store(

@@ -159,12 +159,14 @@ class Program:
         logs: Any,
         *,
         headers: dict[str, bytes] | None = None,
+        captured: list[str] | None = None,
     ) -> ObjectCode:
         """Run the backend for ``target`` (already canonical) and wrap the result.
 
         ``headers`` (C++ only) makes a closed-world compile: NVRTC gets those files
         in memory and neither the user's include directories nor the source
-        directory (see ``cache_key.closed_flags``).
+        directory (see ``cache_key.closed_flags``). ``captured`` receives a
+        non-empty compile log (the cache stores it with the entry, to replay on hits).
         """
         if self._closed:
             raise RuntimeError("Program is closed")
@@ -198,8 +200,11 @@ class Program:
             code, log = _driver_linker.link_ptx(self._code, flags, name)
         if debug:
             _compilelog.compiled(self.backend, name, target, started, len(code), flags)
-        if logs is not None and log.strip():
-            logs.write(log)
+        if log.strip():
+            if logs is not None:
+                logs.write(log)
+            if captured is not None:
+                captured.append(log)
         obj = ObjectCode(code, target, name=name, symbol_mapping=mapping)
         if target == "ptx":
             from cuforge.compile._callers import outside_level
