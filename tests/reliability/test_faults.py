@@ -25,6 +25,7 @@ from _cache_workers import ARCH
 from _figures import SCALES, pick, record
 from cuforge.compile import Program, ProgramOptions
 from cuforge.storage import CacheWriteWarning, FileStreamProgramCache
+from cuforge.storage._integrity import SIDECAR_SUFFIX
 
 
 class Compiles:
@@ -469,17 +470,20 @@ def test_foreign_objects_and_late_links_in_the_entries(tmp_path: Path, what: str
                 target.mkdir()
             else:
                 shard = payload.parent
-                shutil.rmtree(shard, ignore_errors=True)
+                if not shard.is_symlink():
+                    shutil.rmtree(shard, ignore_errors=True)
                 if what.startswith("file"):
                     shard.write_bytes(b"x")
                 else:  # the same names outside, holding someone else's valid pair
-                    other = FileStreamProgramCache(tmp_path / "other")
-                    other[k] = b"theirs"
-                    other.close()
+                    with FileStreamProgramCache(tmp_path / "other") as other:
+                        other[k] = b"theirs"
+                        theirs = Path(other._names_for(k).payload)
                     away = outside / names.shard
-                    if not away.exists():
-                        shutil.copytree(Path(other._names_for(k).payload).parent, away)
-                    shard.symlink_to(away, target_is_directory=True)
+                    away.mkdir(exist_ok=True)
+                    for f in (theirs, Path(str(theirs) + SIDECAR_SUFFIX)):
+                        shutil.copy(f, away / f.name)
+                    if not shard.is_symlink():
+                        shard.symlink_to(away, target_is_directory=True)
             cache._memo.clear()
             t = time.monotonic()
             assert cache.get(k) is None
