@@ -50,9 +50,9 @@ __all__ = ["Compiled", "compile_cached", "compile_through_cache", "pipeline", "t
 
 
 class Compiled:
-    """What :func:`compile_through_cache` did: ``obj`` (the ObjectCode), ``hit`` (served
-    from the cache) and ``store`` (the store step's outcome; None for a hit, or when
-    a concurrent filler's entry was reused)."""
+    """What :func:`compile_through_cache` did: ``obj`` (the ObjectCode), ``hit`` (no
+    fill ran: served from the cache, possibly by a concurrent filler) and ``store``
+    (the store step's outcome; None for a hit)."""
 
     __slots__ = ("hit", "obj", "store")
 
@@ -65,6 +65,17 @@ class Compiled:
         return f"Compiled(hit={self.hit}, store={self.store!r})"
 
 
+class _Report:
+    """Where a fill writes what it did (``compile_through_cache`` asks; a plain
+    compile passes none, so its hit path carries nothing extra)."""
+
+    __slots__ = ("filled", "store")
+
+    def __init__(self) -> None:
+        self.filled = False
+        self.store: StoreOutcome | None = None
+
+
 def compile_cached(
     program: Program,
     target: str,
@@ -72,9 +83,9 @@ def compile_cached(
     logs: Any,
     cache: Any,
 ) -> ObjectCode:
-    """``program`` compiled to ``target`` through ``cache`` (``Program.compile``'s path)."""
-    done = pipeline(program, target, names, logs, cache)
-    return done.obj if isinstance(done, Compiled) else done
+    """``program`` compiled to ``target`` through ``cache`` (what ``Program.compile``
+    runs; see the module doc)."""
+    return pipeline(program, target, names, logs, cache)
 
 
 def compile_through_cache(
@@ -90,8 +101,9 @@ def compile_through_cache(
     for a closed program, and ValueError (``UntrackableInclude``) when the headers
     the compile may read cannot all be known.
     """
-    done = pipeline(program, target, names, logs, cache)
-    return done if isinstance(done, Compiled) else Compiled(done, True)
+    report = _Report()
+    obj = pipeline(program, target, names, logs, cache, report)
+    return Compiled(obj, not report.filled, report.store)
 
 
 def pipeline(
@@ -100,10 +112,11 @@ def pipeline(
     names: tuple[str | bytes, ...],
     logs: Any,
     cache: Any,
-) -> ObjectCode | Compiled:
-    """The steps; a hit is the bare ObjectCode (the hot path allocates nothing more),
-    a fill the :class:`Compiled` that carries the store's outcome. ``Program.compile``
-    calls it directly (one frame less than ``compile_cached`` on every hit)."""
+    report: _Report | None = None,
+) -> ObjectCode:
+    """The steps, in order; a fill tells ``report`` (when given) what it did.
+    ``Program.compile`` calls it directly: its hit path is the key, one lookup and
+    the ObjectCode, nothing more."""
     if not (callable(getattr(cache, "get", None)) and hasattr(cache, "__setitem__")):
         raise TypeError(
             "cache must be a cuforge.utils.ProgramCacheResource (get/__setitem__), got "
@@ -119,14 +132,14 @@ def pipeline(
             cache,
             key,
             lambda: lookup(cache, key, target, name, names, logs),
-            lambda: _compile_and_store(program, target, names, logs, cache, key),
+            lambda: _compile_and_store(program, target, names, logs, cache, key, report),
         )
     mkey = _tracking.manifest_key(program, target, names)
     return single_flight(
         cache,
         mkey,
         lambda: _tracking.recall(program, target, names, cache, roots, mkey, logs),
-        lambda: _fill_tracked(program, target, names, logs, cache, roots, mkey),
+        lambda: _fill_tracked(program, target, names, logs, cache, roots, mkey, report),
     )
 
 
@@ -143,14 +156,18 @@ def _compile_and_store(
     logs: Any,
     cache: Any,
     key: bytes,
+    report: _Report | None,
     headers: dict[str, bytes] | None = None,
     header_digests: list[tuple[str, str]] | None = None,
-) -> Compiled:
+) -> ObjectCode:
     """The compile and store steps (``headers``: a closed world's in-memory files)."""
     log: list[str] = []
     obj = program._compile_uncached(target, names, logs, headers=headers, captured=log)
     record = program_record(program, target, obj, names, header_digests, "".join(log))
-    return Compiled(obj, False, store(cache, key, obj.code, record))
+    outcome = store(cache, key, obj.code, record)
+    if report is not None:
+        report.filled, report.store = True, outcome
+    return obj
 
 
 def _fill_tracked(
@@ -161,7 +178,8 @@ def _fill_tracked(
     cache: Any,
     roots: Any,
     mkey: bytes,
-) -> Compiled:
+    report: _Report | None,
+) -> ObjectCode:
     """A tracked miss, under the manifest key's lock: resolve the headers, key the
     entry by them, reuse it if another checkout compiled it, else compile in the
     closed world and store; then store the manifest with this variant in front."""
@@ -170,13 +188,15 @@ def _fill_tracked(
     obj = lookup(cache, key, target, program._options.name or "", names, logs)
     if obj is None:
         uncount(cache, None)
-        done = _compile_and_store(
-            program, target, names, logs, cache, key, deps.headers, deps.header_digests()
+        obj = _compile_and_store(
+            program, target, names, logs, cache, key, report, deps.headers, deps.header_digests()
         )
     else:
         uncount(cache, CacheEntry(obj.code, b""))
-        done = Compiled(obj, False)
     manifest = _tracking.store_variant(program, target, cache, mkey, key, deps, roots)
-    if done.store is None or (done.store.stored and not manifest.stored):
-        done.store = manifest
-    return done
+    if report is not None:
+        entry = report.store
+        report.filled = True
+        if entry is None or (entry.stored and not manifest.stored):
+            report.store = manifest  # what a later compile of this program depends on
+    return obj

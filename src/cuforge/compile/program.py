@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from cuforge.compile import _compilelog, _inputs, _versions
-from cuforge.compile.cached import Compiled, pipeline
+from cuforge.compile.cached import pipeline
 from cuforge.compile.object_code import ObjectCode
 from cuforge.compile.options import ProgramOptions
 from cuforge.compile.targets import SUPPORTED_TARGETS, normalize_code_type, normalize_target
@@ -148,8 +148,7 @@ class Program:
         if cache is True:  # the default cache: $CUFORGE_CACHE, opened once per process
             cache = default_cache()
         if cache is not None and cache is not False:
-            done = pipeline(self, target, names, logs, cache)
-            return done.obj if isinstance(done, Compiled) else done
+            return pipeline(self, target, names, logs, cache)
         return self._compile_uncached(target, names, logs)
 
     def _compile_uncached(
