@@ -26,7 +26,6 @@ import os
 import threading
 import time
 import warnings
-from collections.abc import Iterator
 from contextlib import AbstractContextManager
 
 from .. import events
@@ -43,11 +42,12 @@ from ..base import (
     EntryCache,
     check_meta,
 )
-from ..entry import CacheEntry, EntryInfo, is_entry_id, key_digest
+from ..entry import CacheEntry, is_entry_id, key_digest
 from ..memory import check_max_size
 from ..stats import CacheStats
 from ._anchor import EntriesAnchor, remove_foreign
 from ._atomicwrite import PairWriter, sweep_temps
+from ._byid import EntriesById
 from ._hitmemo import HitMemo
 from ._locking import LOCK_WAIT_S, BoundedWait, FileKeyLock
 from ._pairread import Mismatch, PairNames, read_pair
@@ -72,7 +72,7 @@ def default_cache_dir() -> str:
     return str(user_cache_path("cuforge", appauthor=False) / "program-cache")
 
 
-class FileStreamProgramCache(EntryCache):
+class FileStreamProgramCache(EntriesById, EntryCache):
     """Program cache in a directory shared by any number of processes.
 
     Guarantees:
@@ -463,75 +463,6 @@ class FileStreamProgramCache(EntryCache):
         self._check_open()
         found, _ = self._scan(time.time_ns())
         return sum(1 for e in found if e.payload is not None and e.sidecar is not None)
-
-    # -- listing and maintenance (by entry id) -------------------------------------
-    def iter_entries(self) -> Iterator[EntryInfo]:
-        """Entries with both files present; ``meta`` read from each sidecar."""
-        self._check_open()
-        from ._entries import list_entries
-
-        yield from list_entries(self._entries)
-
-    def check_entry(self, entry_id: str) -> str | None:
-        self._check_open()
-        result = read_pair(self._names_of_id(entry_id), None, self._read_failed, self._anchor)
-        if result is None:
-            raise KeyError(entry_id)
-        return result.problem if type(result) is Mismatch else None
-
-    def read_entry(self, entry_id: str) -> CacheEntry | None:
-        self._check_open()
-        try:
-            names = self._names_of_id(entry_id)
-        except KeyError:
-            return None
-        result = read_pair(names, None, self._read_failed, self._anchor)
-        return result if type(result) is CacheEntry else None
-
-    def remove_entry(self, entry_id: str) -> bool:
-        self._check_open()
-        try:
-            names = self._names_of_id(entry_id)
-        except KeyError:
-            return False
-        self._memo.forget(names.payload)
-        freed, removed = self._remove_by_names(names)
-        if freed:
-            with contextlib.suppress(OSError):
-                self._ledger_add(-freed)
-        return removed
-
-    def foreign_objects(self) -> list[tuple[str, str]]:
-        """``(path, what)`` of every object under ``entries/`` that is not the cache's: a
-        FIFO, socket, device, link or directory where an entry file belongs, anything
-        but a directory where a shard belongs (``cuforge cache verify`` lists them).
-        Paths are relative to ``entries/``; nothing is opened."""
-        self._check_open()
-        from ._scan import find_foreign
-
-        return find_foreign(self._entries)
-
-    def remove_foreign_object(self, path: str) -> bool:
-        """Remove one object :meth:`foreign_objects` named (a directory with what it
-        holds; links are removed, never followed). Whether it went; a regular entry
-        file is never removed here."""
-        self._check_open()
-        shard, _, name = path.partition("/")
-        if not shard or "/" in name or shard in (".", "..") or name in (".", ".."):
-            return False
-        try:
-            if not DIR_FD:
-                where = os.path.join(self._entries, shard, name) if name else None
-                return where is not None and remove_foreign(where, None)
-            if not name:
-                return remove_foreign(shard, self._anchor.entries_fd(), files_too=True)
-            dfd = self._anchor.shard(shard)
-        except OSError:
-            return False
-        try:
-            return remove_foreign(name, dfd)
-        finally:
-            os.close(dfd)
 
     # -- single-flight, statistics, lifetime ------------------------------------------
     def lock(
