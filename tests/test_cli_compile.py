@@ -370,3 +370,33 @@ def test_a_hung_redis_never_fails_a_command_that_compiled(tmp_path, redis_server
     assert result.returncode == 0, result.stderr
     assert "cache miss" in result.stdout and "error" not in result.stderr
     assert (tmp_path / "k.cubin").read_bytes()[:4] == ELF
+
+
+def test_a_virtual_arch_for_a_cubin_is_a_usage_error(tmp_path):
+    """``--arch compute_90`` with the default cubin target printed "compile failed" and
+    exited 1; nothing was compiled: it is a usage error naming the two ways out."""
+    out = tmp_path / "x.cubin"
+    result = run(tmp_path, "compile", str(SAXPY), "--arch", "compute_90", "-o", str(out))
+    line = one_line_error(result, "cuforge compile")
+    assert "compute_90" in line and "--arch sm_90" in line and "--target ptx" in line
+    assert not out.exists() and not (tmp_path / "xdg").exists()  # nothing compiled or stored
+    ptx = run(tmp_path, "compile", str(SAXPY), "--arch", "compute_90", "--target", "ptx",
+              "-o", str(tmp_path / "x.ptx"), "--no-cache")  # fmt: skip
+    assert ptx.returncode == 0, ptx.stderr
+    assert b".target sm_90" in (tmp_path / "x.ptx").read_bytes()
+
+
+def test_an_output_that_cannot_be_written_is_refused_before_compiling(tmp_path):
+    """``-o nodir/x.cubin`` compiled and stored, then failed to write; now nothing runs."""
+    cache = tmp_path / "c"
+    result = run(tmp_path, "compile", str(SAXPY), "--arch", "sm_90", "--cache", str(cache),
+                 "-o", str(tmp_path / "nodir" / "x.cubin"))  # fmt: skip
+    line = one_line_error(result, "cuforge compile")
+    assert f"the directory {tmp_path / 'nodir'} does not exist" in line
+    assert not (cache / "entries").exists() or not any((cache / "entries").rglob("*.*"))
+    as_dir = run(tmp_path, "compile", str(SAXPY), "--arch", "sm_90", "-o", str(tmp_path))
+    assert "is a directory" in one_line_error(as_dir, "cuforge compile")
+    (tmp_path / "plain").write_text("x")
+    outdir = run(tmp_path, "compile", str(SAXPY), "--arch", "sm_90",
+                 "--outdir", str(tmp_path / "plain"))  # fmt: skip
+    assert "exists and is not a directory" in one_line_error(outdir, "cuforge compile")

@@ -77,6 +77,27 @@ def _output_for(args: argparse.Namespace, path: str, arch: str | None, several_a
     return os.path.join(folder, name)
 
 
+def _check_output(output: str) -> None:
+    """UsageError, before anything compiles, when ``-o OUTPUT`` cannot be written: its
+    folder is missing or not a directory, or the path is a directory."""
+    folder = os.path.dirname(output) or "."
+    if not os.path.isdir(folder):
+        raise UsageError(f"-o {output}: the directory {folder} does not exist")
+    if os.path.isdir(output):
+        raise UsageError(f"-o {output}: is a directory; name a file (or use --outdir)")
+
+
+def _check_arch_target(arch: str, target: str) -> None:
+    """UsageError for a virtual architecture (``compute_XY``) asked for a cubin: only a
+    real one (``sm_XY``) has machine code; PTX is what a virtual one makes."""
+    if target == "cubin" and arch.startswith("compute_"):
+        real = "sm_" + arch[len("compute_") :]
+        raise UsageError(
+            f"--arch {arch} is a virtual architecture and has no cubin: "
+            f"use --arch {real}, or --target ptx"
+        )
+
+
 def plan(args: argparse.Namespace) -> list[Job]:
     """Read every source, build every Program (validating all options before any
     compile starts) and name every output. Raises UsageError."""
@@ -84,10 +105,14 @@ def plan(args: argparse.Namespace) -> list[Job]:
     if args.output and len(args.files) * len(archs) > 1:
         raise UsageError("-o names one output; use --outdir DIR for several files or archs")
     if args.outdir:
+        if os.path.exists(args.outdir) and not os.path.isdir(args.outdir):
+            raise UsageError(f"--outdir {args.outdir}: exists and is not a directory")
         try:
             os.makedirs(args.outdir, exist_ok=True)
         except OSError as exc:
             raise UsageError(f"--outdir {args.outdir}: {exc.strerror or exc}") from None
+    if args.output:
+        _check_output(args.output)
     jobs: list[Job] = []
     seen: dict[str, str] = {}
     for path in args.files:
@@ -97,6 +122,7 @@ def plan(args: argparse.Namespace) -> list[Job]:
                 source, arch, args.defines, args.includes, args.std, args.pre_include
             )
             program = _programs.make_program(source, fields)
+            _check_arch_target(program.options.arch, args.target)
             spec = _pool.Spec(
                 source=path, arch=program.options.arch, target=args.target, std=args.std,
                 defines=args.defines, includes=args.includes, pre_include=args.pre_include,
