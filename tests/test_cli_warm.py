@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from _cli import EXAMPLES, one_line_error, run
+from _cli import EXAMPLES, isolated_env, one_line_error, run
 
 MANIFEST = EXAMPLES / "warm.toml"
 
@@ -135,3 +135,15 @@ def test_doctor_reports_compilers_headers_cache_and_state(tmp_path):
     assert report["cache"].endswith("program-cache") and report["writable"] is True
     assert report["exists"] is False  # doctor looks; it creates no cache
     assert not (tmp_path / "xdg" / "cuforge" / "program-cache").exists()
+    assert report["problems"] == []
+
+
+def test_doctor_that_finds_a_problem_exits_1_and_lists_it(tmp_path):
+    """``CUFORGE_CACHE=foo://x cuforge doctor`` said "cannot be opened" and exited 0."""
+    env = isolated_env(tmp_path, CUFORGE_CACHE="foo://x")
+    result = run(tmp_path, "doctor", env=env)
+    assert result.returncode == 1, (result.stdout, result.stderr)
+    problems = [ln for ln in result.stdout.splitlines() if ln.startswith("problem")]
+    assert len(problems) == 1 and "foo://x" in problems[0] and "unknown scheme" in problems[0]
+    report = json.loads(run(tmp_path, "doctor", "--json", env=env).stdout)
+    assert len(report["problems"]) == 1 and "cannot be opened" in report["problems"][0]

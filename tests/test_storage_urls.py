@@ -171,3 +171,19 @@ def test_parsing_a_url_imports_no_backend() -> None:
     assert "cuforge.storage.urls" in loaded
     backends = {"filestream", "sqlite", "redis"}
     assert not [m for m in loaded if m.split(".")[2] in backends], loaded
+
+
+@pytest.mark.parametrize("scheme", ["file", "sqlite"])
+def test_a_path_url_with_a_host_is_refused_naming_the_three_slash_form(
+    scheme: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``sqlite://cache/k.db`` (host "cache") created ./cache/k.db under the working
+    directory; a host other than localhost is refused with the form that was meant."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError) as info:
+        open_cache(f"{scheme}://cache/k.db", secret=None)
+    message = str(info.value)
+    assert "no host ('cache')" in message and f"{scheme}://{tmp_path}/cache/k.db" in message
+    assert list(tmp_path.iterdir()) == []  # nothing created
+    (level,) = parse_cache_url(f"{scheme}://localhost{tmp_path}/k.db?ro")
+    assert level.location == f"{tmp_path}/k.db" and level.read_only

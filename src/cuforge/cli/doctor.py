@@ -7,7 +7,10 @@ use, its backend and whether it can be written; the state directory (identity
 records, hit records). Each probe that fails says why in its line: doctor reports,
 it never stops at the first problem.
 
-Exit status: 0 (also when something is missing: the lines say what); 2 usage errors.
+Exit status: 0 when nothing is wrong (no GPU is not a problem: compiling and
+caching work without one); 1 when a problem was found -- the cache cannot be chosen
+or opened, NVRTC is not available, the CUDA headers cannot be found -- each listed
+under ``problems`` (so CI can run it); 2 usage errors.
 """
 
 from __future__ import annotations
@@ -169,11 +172,27 @@ def _doctor(args: argparse.Namespace) -> int:
     report.update(_cache(args))
     state = toolchain.state_dir()
     report["state_dir"] = state or f"off (${toolchain.STATE_ENV_VAR})"
+    report["problems"] = _problems(report)
     if args.json:
         print(json.dumps(report, indent=2))
-        return 0
-    _print(report)
-    return 0
+    else:
+        _print(report)
+    return 1 if report["problems"] else 0
+
+
+def _problems(report: dict[str, Any]) -> list[str]:
+    """One line per thing that stops cuforge compiling or caching here."""
+    found = []
+    nvrtc = report["compilers"][0]
+    if "status" in nvrtc:
+        found.append(f"NVRTC is {nvrtc['status']}")
+    if isinstance(report["cuda_headers"], str):
+        found.append(f"CUDA headers: {report['cuda_headers']}")
+    if str(report["cache"]).startswith("invalid"):
+        found.append(f"cache {report['cache']}")
+    if str(report.get("backend", "")).startswith("cannot be opened"):
+        found.append(f"cache {report['cache']} {report['backend']}")
+    return found
 
 
 def _print(report: dict[str, Any]) -> None:
@@ -209,3 +228,5 @@ def _print(report: dict[str, Any]) -> None:
         ok = report["writable"]
         line("writable", _term.paint("yes", "green") if ok else _term.paint("no", "red"))
     line("state dir", report["state_dir"])
+    for problem in report["problems"]:
+        line("problem", _term.paint(problem, "red"))

@@ -31,6 +31,7 @@ Code outside cuforge calls :func:`register_scheme` with the opener itself.
 from __future__ import annotations
 
 import importlib
+import os
 from collections.abc import Callable, Sequence
 from functools import partial
 
@@ -222,6 +223,25 @@ def _opener(name: str, spec_text: str) -> Callable[[CacheSpec], ProgramCacheReso
     return found.opener
 
 
+#: Schemes whose location is a local path: ``scheme:///absolute/path``.
+_PATH_SCHEMES = ("file", "sqlite")
+
+
+def _without_host(scheme: str, location: str, text: str) -> str:
+    """The path of ``scheme://HOST/path``: only ``localhost`` (RFC 8089) is a host a
+    local path may name; any other (``sqlite://cache/k.db``, two slashes) is refused,
+    naming the URL that was probably meant, instead of opening a path relative to the
+    working directory."""
+    host, slash, path = location.partition("/")
+    if host.lower() == "localhost":
+        return slash + path
+    meant = os.path.abspath(os.path.expanduser(location))
+    raise ValueError(
+        f"cache URL {text!r}: {scheme}:// URLs name no host ({host!r}); "
+        f"an absolute path takes three slashes: {scheme + '://' + meant!r}"
+    )
+
+
 def _parse_level(text: str) -> CacheSpec:
     if not text.strip():
         raise ValueError("cache URL: empty level (two commas, or a trailing comma?)")
@@ -232,6 +252,8 @@ def _parse_level(text: str) -> CacheSpec:
         scheme, _, rest = text.partition("://")
         scheme = scheme.lower()
         location, _, query = rest.partition("?")
+        if scheme in _PATH_SCHEMES and location and not location.startswith("/"):
+            location = _without_host(scheme, location, text)
     accepted = _accepted(scheme, text)
     params: dict[str, str] = {}
     for item in filter(None, query.split("&")):
