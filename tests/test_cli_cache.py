@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import pty
+import re
 import shutil
 import subprocess
 import time
@@ -113,8 +114,17 @@ def test_show_prints_metadata_and_extracts_the_raw_binary(tmp_path, cache, fille
     result = cli(tmp_path, "cache", "show", saxpy90["id"][:10], "--cache", str(cache),
                  "--extract", str(out))  # fmt: skip
     assert result.returncode == 0, result.stderr
-    assert "verifies        yes" in result.stdout and "--gpu-architecture=sm_90" in result.stdout
+    # with --extract the details go to stderr: stdout is the payload's alone
+    assert "verifies        yes" in result.stderr and "--gpu-architecture=sm_90" in result.stderr
+    assert result.stdout == ""
     assert out.read_bytes() == (filled / "out" / "saxpy.sm_90.cubin").read_bytes()
+    piped = subprocess.run([str(SCRIPT), "cache", "show", saxpy90["id"][:10], "--cache",
+                            str(cache), "--extract", "-"], capture_output=True,
+                           env=isolated_env(tmp_path), timeout=60)  # fmt: skip
+    assert piped.returncode == 0 and piped.stdout == out.read_bytes(), piped.stderr
+    text = cli(tmp_path, "cache", "show", saxpy90["id"][:10], "--cache", str(cache)).stdout
+    (created,) = [ln for ln in text.splitlines() if ln.startswith("created")]
+    assert re.fullmatch(r"created +\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \(.* ago\)", created), created
     (manifest,) = [e for e in _ls(tmp_path, cache) if e["kind"] == "manifest"]
     shown = json.loads(cli(tmp_path, "cache", "show", manifest["id"][:8], "--cache", str(cache),
                            "--json").stdout)  # fmt: skip
@@ -151,7 +161,7 @@ def test_show_extract_of_a_damaged_entry_fails(tmp_path, cache):
     result = cli(tmp_path, "cache", "show", entry["id"], "--cache", str(cache), "--extract",
                  str(tmp_path / "x"))  # fmt: skip
     assert result.returncode == 1
-    assert "verifies        NO" in result.stdout and "damaged or gone" in result.stderr
+    assert "verifies        NO" in result.stderr and "damaged or gone" in result.stderr
     assert not (tmp_path / "x").exists()
 
 
@@ -423,7 +433,7 @@ def _every_command(tmp_path, url, damage):
     extracted = tmp_path / "x.cubin"
     shown = cli(tmp_path, "cache", "show", sm90["id"][:10], "--cache", url, "--extract",
                 str(extracted))  # fmt: skip
-    assert shown.returncode == 0 and "verifies        yes" in shown.stdout
+    assert shown.returncode == 0 and "verifies        yes" in shown.stderr
     assert extracted.read_bytes() == (tmp_path / "out" / "saxpy.sm_90.cubin").read_bytes()
 
     hit = cli(tmp_path, "cache", "explain", str(SAXPY), "--arch", "sm_90", "--cache", url)
@@ -614,3 +624,41 @@ def test_stats_json_and_format_must_agree(tmp_path, cache):
     result = cli(tmp_path, "cache", "stats", "--cache", str(cache), "--json", "--format", "text")
     assert result.returncode == 2 and "--json and --format text" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_cache_dir_prints_the_cache_in_use_and_the_default_when_asked(tmp_path):
+    """``cuforge cache dir`` printed the default directory even when the environment
+    chose another cache."""
+    default = str(tmp_path / "xdg" / "cuforge" / "program-cache")
+    assert run(tmp_path, "cache", "dir").stdout == default + "\n"
+    for name, value, shown in (
+        ("CUFORGE_CACHE_DIR", "rel/d1", str(tmp_path / "rel" / "d1")),
+        ("CUFORGE_CACHE", f"file://{tmp_path}/d2", f"file://{tmp_path}/d2"),
+        ("CUFORGE_CACHE", "redis://:secret@127.0.0.1:1/0", "redis://:***@127.0.0.1:1/0"),
+    ):
+        env = isolated_env(tmp_path, **{name: value})
+        result = run(tmp_path, "cache", "dir", env=env, cwd=tmp_path)
+        assert (result.returncode, result.stdout) == (0, shown + "\n"), result.stderr
+        again = run(tmp_path, "cache", "dir", "--default", env=env, cwd=tmp_path)
+        assert again.stdout == default + "\n"
+    given = run(tmp_path, "cache", "dir", "--cache", "sqlite:///x/k.db")
+    assert given.stdout == "sqlite:///x/k.db\n"
+    off = run(tmp_path, "cache", "dir", env=isolated_env(tmp_path, CUFORGE_CACHE="off"))
+    assert "caching is off" in one_line_error(off, "cuforge cache dir")
+
+
+def test_ls_filters_by_name_arch_and_kind(tmp_path, cache):
+    def picked(*filters):
+        return sorted((e["kind"], e["name"], e["arch"]) for e in _ls(tmp_path, cache, *filters))
+
+    assert picked("--name", "saxpy.cu") == [("program", "saxpy.cu", "sm_80"),
+                                            ("program", "saxpy.cu", "sm_90")]  # fmt: skip
+    assert picked("--name", "h*") == [("manifest", "h.cu", "sm_90"), ("program", "h.cu", "sm_90")]
+    assert picked("--arch", "sm_80") == [("program", "saxpy.cu", "sm_80")]
+    assert picked("--kind", "manifest") == [("manifest", "h.cu", "sm_90")]
+    assert picked("--kind", "program", "--arch", "sm_90", "--name", "h.cu") == [
+        ("program", "h.cu", "sm_90")
+    ]
+    assert picked("--name", "nothing*") == []
+    bad = cli(tmp_path, "cache", "ls", "--cache", str(cache), "--kind", "cubin")
+    assert "invalid choice" in one_line_error(bad, "cuforge cache ls")

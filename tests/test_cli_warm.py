@@ -79,6 +79,8 @@ def test_fail_on_miss_fails_a_cold_cache_and_workers_count_in_stats(tmp_path):
         warm = run(tmp_path, "warm", str(small), "--cache", str(tmp_path / "c"), "--fail-on-miss",
                    *extra)  # fmt: skip
         assert warm.returncode == 0 and "4 already cached" in warm.stdout, warm.stderr
+    one = run(tmp_path, "warm", str(small), "--cache", str(tmp_path / "c"), "--jobs", "1")
+    assert one.stdout.rstrip().endswith("(1 job)"), one.stdout  # it said "(1 jobs)"
 
 
 def test_a_failing_kernel_shows_the_first_lines_of_its_log(tmp_path):

@@ -32,6 +32,10 @@ def test_import_cuforge_is_lazy():
     import cuforge
 
     assert "Device" in dir(cuforge)
+    # dir() lists the public names, not the implementation's (a new user saw these)
+    names = dir(cuforge)
+    assert not {"TYPE_CHECKING", "annotations", "_lazy", "_log", "_EXPORTS"} & set(names)
+    assert set(cuforge.__all__) <= set(names) and "__version__" in names
     assert cuforge.Device.__name__ == "Device"
     assert cuforge.LaunchConfig is importlib.import_module("cuforge.runtime.launch").LaunchConfig
     assert issubclass(cuforge.CUDAError, RuntimeError)

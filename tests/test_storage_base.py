@@ -334,3 +334,12 @@ def test_stats_records_of_older_and_newer_layouts_still_count(tmp_path: Path) ->
     with FileStreamProgramCache(tmp_path) as c:  # compaction folds both into `merged`
         assert c.total_stats().hits == 11
     assert len((tmp_path / "stats" / "merged").read_bytes()) == RECORD_SIZE
+
+
+def test_in_memory_cache_repr_says_what_it_holds() -> None:
+    """It printed the default ``<... object at 0x...>``."""
+    from cuforge.storage import InMemoryProgramCache
+
+    cache = InMemoryProgramCache(max_size_bytes=1 << 20)
+    cache[b"k"] = b"12345"
+    assert repr(cache) == "InMemoryProgramCache(max_size_bytes=1048576, entries=1, size_bytes=5)"

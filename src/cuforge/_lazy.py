@@ -3,8 +3,9 @@ and imports that module on first use, so ``import cuforge`` loads nothing heavy.
 
 :func:`exports` returns the package's ``__getattr__`` and ``__dir__``. An unknown name
 raises AttributeError naming the package; a resolved name is stored in the package's
-namespace, so each name is looked up once. A failing import propagates unchanged
-(e.g. ``RedisProgramCache`` without redis-py says what to install).
+namespace, so each name is looked up once. ``dir()`` shows the public names and dunders
+only (not ``annotations``, ``TYPE_CHECKING`` or private helpers). A failing import
+propagates unchanged (e.g. ``RedisProgramCache`` without redis-py says what to install).
 """
 
 from __future__ import annotations
@@ -36,6 +37,10 @@ def exports(
         return value
 
     def __dir__() -> list[str]:
-        return sorted({*namespace, *names})
+        # the public names and the module's dunders; not the implementation's own
+        # (``annotations`` from the __future__ import, ``TYPE_CHECKING``, ``_lazy``...)
+        public = set(namespace.get("__all__") or ())
+        shown = {n for n in namespace if n.startswith("__") or n in public}
+        return sorted(shown | set(names))
 
     return __getattr__, __dir__

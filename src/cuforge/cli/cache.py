@@ -6,11 +6,15 @@
   and newest entry; ``openmetrics`` is the Prometheus text format (``_openmetrics``).
 - ``zero-stats``: restart those counters from zero (for every process; on Redis, for
   the whole fleet using the prefix).
-- ``ls [--sort size|age|last-used|name] [--limit N] [--reverse] [--json]``: one line per
-  entry: short id, kind, target, arch, size, age, last use, source name, compiler.
+- ``ls [--sort size|age|last-used|name] [--limit N] [--reverse] [--name GLOB]
+  [--arch ARCH] [--kind program|manifest|raw] [--json]``: one line per entry (those
+  every filter given matches): short id, kind, target, arch, size, age, last use,
+  source name, compiler.
 - ``show ID-PREFIX [--extract OUT] [--json]``: everything recorded about one entry and
-  whether it verifies; ``--extract`` writes its raw payload (a cubin for cuobjdump).
-- ``dir``: the default cache directory.
+  whether it verifies; ``--extract`` writes its raw payload (a cubin for cuobjdump)
+  (``-``: to stdout); the details then go to stderr, so stdout holds the payload only.
+- ``dir [--default]``: the cache in use (a directory's path, else its URL without a
+  password); ``--default``: the default directory, whatever is chosen.
 
 Maintenance (``verify``, ``prune``, ``clear``) lives in ``cache_maint``, ``explain``
 in ``explain``. Every action takes ``--cache URL|DIR`` (see ``_select``).
@@ -71,19 +75,28 @@ def register(subparsers: Subparsers) -> Subparsers:
     p.add_argument("--sort", choices=sorted(_SORTS), default="last-used", help="order")
     p.add_argument("--reverse", action="store_true", help="reverse the order")
     p.add_argument("--limit", type=_positive, metavar="N", help="show the first N")
+    p.add_argument("--name", metavar="GLOB", help="only sources named so (saxpy.cu, 'sax*')")
+    p.add_argument("--arch", metavar="ARCH", help="only entries for ARCH (sm_90)")
+    p.add_argument(
+        "--kind", choices=("program", "manifest", "raw"), help="only entries of this kind"
+    )
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(handler=_ls)
     _select.add_cache_option(p, can_disable=False)
 
     p = actions.add_parser("show", help="one entry's metadata; --extract its payload")
     p.add_argument("prefix", metavar="ID-PREFIX", help="the entry id or its first digits")
-    p.add_argument("--extract", metavar="OUT", help="write the raw payload to OUT")
+    p.add_argument("--extract", metavar="OUT", help="write the raw payload to OUT (-: stdout)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(handler=_show)
     _select.add_cache_option(p, can_disable=False)
 
-    p = actions.add_parser("dir", help="print the default cache directory")
+    p = actions.add_parser("dir", help="print the cache in use (--default: the default)")
+    p.add_argument(
+        "--default", action="store_true", help="print the default directory, whatever is chosen"
+    )
     p.set_defaults(handler=_dir)
+    _select.add_cache_option(p, can_disable=False)
     return actions
 
 
@@ -209,11 +222,24 @@ def _zero_stats(args: argparse.Namespace) -> int:
     return 0
 
 
+def _selected(row: _entries.Row, args: argparse.Namespace) -> bool:
+    """Whether ``row`` passes ``ls``'s filters: every one given must match."""
+    from fnmatch import fnmatchcase
+
+    if args.kind and row.kind != args.kind:
+        return False
+    if args.arch and str(row.record.get("arch") or "") != args.arch:
+        return False
+    name = str(row.record.get("name") or "")
+    base = name.rsplit("/", 1)[-1]
+    return not args.name or fnmatchcase(name, args.name) or fnmatchcase(base, args.name)
+
+
 def _ls(args: argparse.Namespace) -> int:
     from cuforge.storage.units import format_size
 
     with opened(args) as cache:
-        listed = _entries.rows(cache)
+        listed = [r for r in _entries.rows(cache) if _selected(r, args)]
     key, descending = _SORTS[args.sort]
     listed.sort(key=key, reverse=descending != args.reverse)
     if args.limit:
@@ -269,17 +295,25 @@ def _show(args: argparse.Namespace) -> int:
     details.update({k: v for k, v in row.record.items() if k not in ("v", "kind")})
     if row.kind == "manifest" and entry is not None:
         details["variants"] = _variants(entry.data)
+    # With --extract, stdout is the payload's alone (``--extract -``): details to stderr.
+    shown_to = sys.stderr if args.extract else sys.stdout
     if args.json:
-        print(json.dumps(details, indent=2))
+        print(json.dumps(details, indent=2), file=shown_to)
     else:
-        _print_details(details)
+        if isinstance(details.get("created"), int):  # seconds since the epoch
+            details["created"] = _when(details["created"] * 1_000_000_000)
+        _print_details(details, shown_to)
     if args.extract:
         if entry is None:
             print(f"cuforge cache show: entry {row.id[:16]} is damaged or gone", file=sys.stderr)
             return 1
         try:
-            with open(args.extract, "wb") as f:
-                f.write(entry.data)
+            if args.extract == "-":
+                sys.stdout.buffer.write(entry.data)
+                sys.stdout.buffer.flush()
+            else:
+                with open(args.extract, "wb") as f:
+                    f.write(entry.data)
         except OSError as exc:
             raise UsageError(f"cannot write {args.extract}: {exc.strerror or exc}") from None
         print(f"wrote {len(entry.data)} bytes to {args.extract}", file=sys.stderr)
@@ -304,26 +338,35 @@ def _variants(data: bytes) -> list[dict[str, Any]]:
     return out
 
 
-def _print_details(details: dict[str, Any]) -> None:
+def _print_details(details: dict[str, Any], to: Any) -> None:
     for key, value in details.items():
         label = key.replace("_", " ")
         if isinstance(value, list):
-            print(f"{label}:" if value else f"{label:<16}-")
+            print(f"{label}:" if value else f"{label:<16}-", file=to)
             for item in value:
                 if isinstance(item, dict):
                     item = ", ".join(f"{k}={v}" for k, v in item.items())
                 elif isinstance(item, list):
                     item = " ".join(str(x) for x in item)
-                print(f"  {item}")
+                print(f"  {item}", file=to)
         else:
             shown = value
             if key == "verifies":
-                shown = _term.paint("yes", "green") if value else _term.paint("NO", "red")
-            print(f"{label:<16}{shown}")
+                ok = _term.paint("yes", "green", to) if value else _term.paint("NO", "red", to)
+                shown = ok
+            print(f"{label:<16}{shown}", file=to)
 
 
 def _dir(args: argparse.Namespace) -> int:
-    from cuforge.storage.filestream import default_cache_dir
+    """The cache the other commands would use: a directory as an absolute path, any
+    other cache as its URL (without a password); ``--default``: the default directory."""
+    if args.default:
+        from cuforge.storage.filestream import default_cache_dir
 
-    print(default_cache_dir())
+        print(default_cache_dir())
+        return 0
+    choice = _select.choose(args)
+    if choice.url is None:
+        raise UsageError(f"caching is off ({choice.origin}): there is no cache in use")
+    print(_select.Choice(_select.url_of(choice), choice.origin).shown())
     return 0

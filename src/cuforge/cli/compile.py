@@ -87,10 +87,10 @@ def _check_output(output: str) -> None:
         raise UsageError(f"-o {output}: is a directory; name a file (or use --outdir)")
 
 
-def _check_arch_target(arch: str, target: str) -> None:
+def _check_arch_target(arch: str | None, target: str) -> None:
     """UsageError for a virtual architecture (``compute_XY``) asked for a cubin: only a
     real one (``sm_XY``) has machine code; PTX is what a virtual one makes."""
-    if target == "cubin" and arch.startswith("compute_"):
+    if target == "cubin" and arch and arch.startswith("compute_"):
         real = "sm_" + arch[len("compute_") :]
         raise UsageError(
             f"--arch {arch} is a virtual architecture and has no cubin: "

@@ -125,9 +125,10 @@ def _summary(
                 print(f"\nfailed: {r['source']} {r['arch']} {r['variant']}".rstrip())
                 for ln in lines:
                     print(f"  {ln}")
+        plural = "" if jobs == 1 else "s"
         print(
             f"{len(results)} compiles: {counts['compiled']} compiled, {counts['cached']} "
-            f"already cached, {counts['failed']} failed in {wall:.2f} s ({jobs} jobs)"
+            f"already cached, {counts['failed']} failed in {wall:.2f} s ({jobs} job{plural})"
         )
     if counts["failed"]:
         return 1

@@ -49,8 +49,19 @@ def explain(
     cache: Any,
     name_expressions: Iterable[str | bytes] = (),
 ) -> Explanation:
-    """Whether ``program.compile(target_type, name_expressions, cache=cache)`` would hit.
+    """Whether ``program.compile(target_type, name_expressions, cache=cache)`` would hit,
+    and if not, why.
 
+    Nothing is compiled, stored or counted (the cache's hit/miss statistics are left
+    as they were). On a hit the :class:`Explanation` names the entry that would be
+    served. On a miss its ``reasons`` name what changed: for a program that reads
+    headers, each header edited, deleted or newly shadowed since the manifest's
+    variants were recorded; otherwise the inputs that differ from the nearest entry
+    of the same source name (``nearest``) -- source, an option, the compiler build,
+    target, arch, name expressions -- or that no entry of that name exists.
+
+    ``cache``: any ``ProgramCacheResource`` (``open_cache(url)`` for a URL). A cache
+    that cannot be read counts as a miss; it never raises for that.
     Raises what ``Program.compile`` raises for bad arguments (TypeError/ValueError).
     """
     if not isinstance(program, Program):

@@ -60,6 +60,12 @@ class InMemoryProgramCache(ProgramCacheResource):
     def max_size_bytes(self) -> int | None:
         return self._max
 
+    def __repr__(self) -> str:
+        return (
+            f"InMemoryProgramCache(max_size_bytes={self._max}, entries={len(self._entries)}, "
+            f"size_bytes={self._total})"
+        )
+
     @property
     def size_bytes(self) -> int:
         """Sum of the stored payload and metadata sizes."""

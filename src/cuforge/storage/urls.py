@@ -309,6 +309,24 @@ def open_level(spec: CacheSpec, secret: bytes | str | None = None) -> ProgramCac
 def open_cache(url: str, *, secret: bytes | str | None = FROM_ENV) -> ProgramCacheResource:
     """Open the cache ``url`` names: one backend, or a tiered cache for several levels.
 
+    ``url`` is one level or several joined by ``,`` (fastest first); each level is
+    ``SCHEME://LOCATION[?NAME[=VALUE]&...]`` or a plain directory path:
+
+    - ``memory://`` -- InMemoryProgramCache; ``max_size``.
+    - ``file:///abs/dir`` or a path -- FileStreamProgramCache; ``max_size``, ``mode``
+      (octal, e.g. 2770), ``durable``, ``trust=shared``.
+    - ``sqlite:///abs/path.db`` -- SQLiteProgramCache; ``max_size``, ``durable``,
+      ``timeout``, ``trust=shared``. (``file``/``sqlite`` take no host but localhost.)
+    - ``redis://[[user]:password@]host[:port][/db]``, ``rediss://`` (TLS),
+      ``redis+cluster://``, ``rediss+cluster://`` -- RedisProgramCache; ``prefix``,
+      ``ttl``, ``timeout``, ``connect_timeout``, ``lock_lease``, ``retry_after``,
+      ``cluster``; over TLS also ``ssl_ca_certs``, ``ssl_certfile``, ``ssl_keyfile``,
+      ``ssl_cert_reqs``.
+
+    Every level takes ``ro`` (read-only). Sizes read ``64M``/``2G``, durations
+    ``500ms``/``90s``/``7d``; values are percent-decoded. Example:
+    ``open_cache("memory://?max_size=256M,file:///var/cache/cuforge?max_size=20G")``.
+
     ``secret`` signs and verifies every entry of every shared level (see
     ``storage.signing``); by default it is ``$CUFORGE_CACHE_SECRET`` when that is
     set; ``secret=None`` opens unsigned whatever the environment says.
