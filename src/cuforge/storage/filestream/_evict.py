@@ -8,7 +8,7 @@ at or below the target, then resets the shared size ledger to what the scan saw
 (less what it freed).
 
 Failure modes: when ``evict.lock`` cannot be opened, or another process holds it
-past the bounded wait (``_locking.BoundedWait``: 0.25 s, then single tries for a
+past the bounded wait (``_locking.BoundedWait``: 0.25 s, then 10 ms waits for a
 while), eviction is deferred (the next write over the cap tries again; the caller
 counts it) while ``clear()`` goes on without it; files that vanish or change
 meanwhile are skipped, never an error. Imported on first eviction, ``clear()`` or

@@ -21,7 +21,7 @@ __all__ = ["LOCK_WAIT_S", "BoundedWait", "FileKeyLock", "lock_fd", "try_lock_fd"
 #: The longest a cache operation waits for a lock another process holds (the size
 #: ledger, ``evict.lock``) before it degrades instead: see :class:`BoundedWait`.
 LOCK_WAIT_S = 0.25
-#: After one wait timed out, later attempts only try once for this long.
+#: After one wait timed out, later attempts wait only 10 ms for this long.
 LOCK_BACKOFF_S = 2.0
 
 if sys.platform == "win32":  # pragma: no cover - exercised on Windows only
@@ -77,12 +77,17 @@ def _poll(fd: int, timeout: float | None) -> bool:
 
 class BoundedWait:
     """Take a file lock that another process may hold for good (stopped, hung on
-    NFS, a debugger): wait at most ``bound`` seconds; after a wait timed out, try
-    once without waiting for the next ``backoff`` seconds, so a holder that never
-    lets go costs a compile one bound, not one per operation. The first success
-    ends the back-off (the holder went away: normal waits again). Never raises for
-    a busy lock; the caller degrades (defers, skips) when it answers False.
+    NFS, a debugger): wait at most ``bound`` seconds; after a wait timed out, wait
+    only ``QUIET_WAIT_S`` for the next ``backoff`` seconds, so a holder that never
+    lets go costs a compile one bound, then milliseconds, not a bound per operation.
+    The first success ends the back-off (the holder went away). Polls at most every
+    ``POLL_MAX_S``: the locks it guards are held for microseconds by live peers, so
+    contention resolves in the first polls and never reads as a stuck holder. Never
+    raises for a busy lock; the caller degrades (defers, skips) when it answers False.
     """
+
+    QUIET_WAIT_S = 0.01
+    POLL_MAX_S = 0.002
 
     __slots__ = ("_backoff", "_bound", "_quiet_until")
 
@@ -93,15 +98,21 @@ class BoundedWait:
 
     def acquire(self, fd: int) -> bool:
         """Lock ``fd`` exclusively within the bound; False when another holds it."""
-        if self._quiet_until and time.monotonic() < self._quiet_until:
+        if try_lock_fd(fd):  # the common case: one call, no clock read
+            self._quiet_until = 0.0
+            return True
+        now = time.monotonic()
+        quiet = bool(self._quiet_until) and now < self._quiet_until
+        deadline = now + (self.QUIET_WAIT_S if quiet else self._bound)
+        delay = 0.0002
+        while time.monotonic() < deadline:
+            time.sleep(delay)
             if try_lock_fd(fd):
                 self._quiet_until = 0.0
                 return True
-            return False
-        if lock_fd(fd, self._bound):
-            self._quiet_until = 0.0
-            return True
-        self._quiet_until = time.monotonic() + self._backoff
+            delay = min(delay * 2, self.POLL_MAX_S)
+        if not quiet:
+            self._quiet_until = time.monotonic() + self._backoff
         return False
 
 

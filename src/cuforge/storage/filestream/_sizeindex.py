@@ -19,7 +19,7 @@ interpreter exit) takes the handle off the count, so opening after clean exits
 never scans.
 
 Held locks: every wait for the ledger's lock is bounded (``BoundedWait``: 0.25 s,
-then single tries for a while). A handle that cannot take it keeps its deltas
+then 10 ms waits for a while). A handle that cannot take it keeps its deltas
 pending and applies them with the next update that can; opening while another
 process holds the lock for good returns at once, unregistered, and registers on
 the first update that gets the lock. ``on_busy`` is told each time, so the cache

@@ -4,8 +4,8 @@ A store waits for SQLite's write lock at most ``wait_ms`` (0.25 s by default). W
 another process holds it longer -- a long eviction under a cap, or a process that
 holds ``BEGIN EXCLUSIVE`` for good (stopped, in a debugger) -- the row is kept here
 instead of being dropped, and written with the next store that gets the lock, or at
-``close()``. For ``backoff_s`` after a wait timed out, stores try once without
-waiting, so a holder that never lets go costs a compile one bound, not one per miss.
+``close()``. For ``backoff_s`` after a wait timed out, stores wait at most 10 ms,
+so a holder that never lets go costs a compile one bound, not one per miss.
 
 Bounded: at most ``max_bytes`` of payload and metadata are kept; a row past that is
 dropped (the caller counts a write failure). The handle serves its own deferred rows
@@ -38,9 +38,9 @@ class DeferredStores:
         self.bytes = 0
 
     def wait_now_ms(self) -> int:
-        """How long this store may wait for the write lock: 0 while backing off."""
+        """How long this store may wait for the write lock: 10 ms while backing off."""
         if self._quiet_until and time.monotonic() < self._quiet_until:
-            return 0
+            return min(10, self.wait_ms)
         return self.wait_ms
 
     def timed_out(self) -> None:
