@@ -165,6 +165,32 @@ def test_held_write_lock_makes_stores_fail_softly(tmp_path, reference_cubin) -> 
         assert c.stats().stores == 1 and c.get(src_key()) == reference_cubin
 
 
+def test_catching_up_on_kept_stores_keeps_the_wal_in_its_allowance(tmp_path) -> None:
+    """Stores kept in memory while another process held the write lock are written in
+    WAL-sized transactions when it lets go, not in one: 48 kept 4 KiB rows written at
+    once grew the WAL to ~210 KB, past its 125 KB allowance under a 2 MB cap."""
+    db, ready = tmp_path / "cache.db", tmp_path / "ready"
+    cap = 2_000_000
+    SQLiteProgramCache(db, max_size_bytes=cap).close()
+    with SQLiteProgramCache(db, max_size_bytes=cap, timeout=0.3) as c:
+        allowance = c._space.budget.wal
+        holder = start("hold_write", {"db": str(db), "ready": str(ready)})
+        try:
+            wait_ready(holder, ready)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", CacheWriteWarning)
+                for i in range(48):
+                    c[f"kept-{i}".encode()] = bytes([i]) * 4096
+            assert c.stats().stores == 0 and len(c._deferred.rows) == 48
+        finally:
+            stop(holder)
+        c[b"after"] = b"a" * 4096  # the lock is free: this store writes the kept rows too
+        assert c.stats().stores == 49 and not c._deferred.rows
+        wal = os.path.getsize(f"{db}-wal")
+        assert wal <= allowance, (wal, allowance)
+        assert all(c.get(f"kept-{i}".encode()) == bytes([i]) * 4096 for i in range(48))
+
+
 def test_zero_stats_while_another_process_holds_the_write_lock(tmp_path) -> None:
     from _cli import one_line_error, run
 

@@ -37,7 +37,7 @@ from ..entry import CacheEntry, key_digest
 from ..memory import check_max_size
 from ..stats import CacheStats
 from ._conn import Connections, immediate, load_sqlite3, pragmas
-from ._deferred import DeferredStores, Row
+from ._deferred import DeferredStores, Row, batches
 from ._entries import EntriesById
 from ._evict import checkpoint, delete_all, vacuum
 from ._lock import LockFile, reset_after_fork
@@ -313,21 +313,44 @@ class SQLiteProgramCache(EntriesById, EntryCache):
             self._housekeep(wait=False)
 
     def _write_rows(self, rows: list[Row], wait_ms: int, new: Row | None) -> None:
-        """Write ``rows`` (the deferred ones and ``new``) in one transaction, waiting at
-        most ``wait_ms`` for the write lock; busy past it defers ``new`` (see _deferred)."""
+        """Write ``rows`` (``new`` first, then the deferred ones), waiting at most
+        ``wait_ms`` for the write lock; busy past it defers ``new`` (see _deferred).
+
+        Each transaction holds at most a quarter of the WAL's allowance (``_deferred.batches``):
+        deferred rows written in one go would grow the WAL past the cap (4 writers under
+        a 2 MB cap, each catching up on ~50 deferred 4 KiB rows, left a 457 KB WAL).
+        A busy lock between batches keeps the rows not yet written deferred."""
         conn = self._conn()
-        try:
-            self._conns.set_busy(conn, wait_ms)  # maintenance waits longer (full_wait)
-            self._space.begin(conn, evict=self._make_room)  # sizes checked under the lock
+        self._conns.set_busy(conn, wait_ms)  # maintenance waits longer (full_wait)
+        left = list(rows)
+        budget = self._space.budget
+        for batch in batches(rows, budget.rows, budget.wal // 4):
             try:
-                conn.executemany(SQL.put, rows)
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
-        except self._error as exc:
-            if is_busy(exc) and new is not None and self._deferred.keep(new):
+                self._space.begin(conn, evict=self._make_room)  # sizes checked under the lock
+                try:
+                    conn.executemany(SQL.put, batch)
+                    conn.execute("COMMIT")
+                except BaseException:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    raise
+            except self._error as exc:
+                self._write_stopped(exc, left, new)
+                return
+            del left[: len(batch)]
+            for row in batch:  # written: an older deferred row of its id goes too
+                self._deferred.forget(row[0])
+            self._stats.stores += len(batch)
+            self._stats.bytes_written += sum(len(r[7]) for r in batch)
+        self._deferred.written()
+
+    def _write_stopped(self, exc: BaseException, left: list[Row], new: Row | None) -> None:
+        """A write of ``left`` (``new`` among them unless written) failed with ``exc``."""
+        # A store that waited its bound (``new``; not a flush at exit or close) keeps
+        # what is left for later; anything else drops it, counted.
+        if new is not None and is_busy(exc):
+            pending_new = any(r is new for r in left)
+            if not pending_new or self._deferred.keep(new):
                 self._deferred.timed_out()
                 self._stats.lock_timeouts += 1
                 events.note_dropped(
@@ -343,13 +366,9 @@ class SQLiteProgramCache(EntriesById, EntryCache):
                     self._deferred.wait_ms,
                 )
                 return
-            self._deferred.clear()
-            for _ in rows:
-                self._write_failed(exc)
-            return
-        self._deferred.written()
-        self._stats.stores += len(rows)
-        self._stats.bytes_written += sum(len(r[7]) for r in rows)
+        self._deferred.clear()
+        for _ in left:
+            self._write_failed(exc)
 
     def _write_deferred(self, wait_ms: int) -> None:
         if self._deferred.rows and not self._broken:

@@ -16,9 +16,10 @@ parent's to write) and by ``clear``/deletion of their key.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["DeferredStores"]
+__all__ = ["DeferredStores", "Row", "batches"]
 
 #: A row as ``SQL.put`` takes it: (rid, digest, crc, size, stored_ns, used_ns, meta, data).
 Row = tuple[Any, ...]
@@ -58,8 +59,9 @@ class DeferredStores:
         return True
 
     def with_new(self, row: Row) -> list[Row]:
-        """Every deferred row (but an older one of ``row``'s id), then ``row``."""
-        return [r for rid, r in self.rows.items() if rid != row[0]] + [row]
+        """``row``, then every deferred row (but an older one of ``row``'s id): the
+        store at hand is written first."""
+        return [row] + [r for rid, r in self.rows.items() if rid != row[0]]
 
     def written(self) -> None:
         """They were written: forget them, end the back-off."""
@@ -79,3 +81,19 @@ class DeferredStores:
     def clear(self) -> None:
         self.rows.clear()
         self.bytes = 0
+
+
+def batches(rows: list[Row], max_rows: int, max_bytes: int) -> Iterator[list[Row]]:
+    """``rows`` in runs of at most ``max_rows`` rows and ``max_bytes`` of payload and
+    metadata (one row at least): one transaction each, so catching up on deferred rows
+    never writes more to the WAL at once than a store or an eviction batch may."""
+    batch: list[Row] = []
+    size = 0
+    for row in rows:
+        if batch and (len(batch) >= max_rows or size + row[3] > max_bytes):
+            yield batch
+            batch, size = [], 0
+        batch.append(row)
+        size += row[3]
+    if batch:
+        yield batch
