@@ -570,3 +570,18 @@ def test_a_live_writers_temps_and_alive_file_are_never_swept(tmp_path: Path) -> 
         assert sweep_temps(str(tmp), time.time_ns(), 3600 * 10**9) == len(b"in flight")
         assert temp.exists() and alive[0].exists()
         temp.unlink()
+
+
+def test_a_fifo_among_the_stats_records_never_blocks_the_totals(tmp_path: Path) -> None:
+    """A FIFO named like a counter record (or the merged record) was opened for
+    reading by total_stats(), which `cuforge cache stats` calls: it hung for good."""
+    root = tmp_path / "c"
+    with FileStreamProgramCache(root) as c:
+        c["k"] = b"v"
+        assert c.get("k") == b"v"
+    os.mkfifo(root / "stats" / "someone.cnt")
+    if not (root / "stats" / "merged").exists():
+        os.mkfifo(root / "stats" / "merged")
+    with FileStreamProgramCache(root) as c:
+        totals = _within(5, c.total_stats, _unblock_fifo(root / "stats" / "someone.cnt"))
+    assert totals.stores == 1 and totals.hits == 1

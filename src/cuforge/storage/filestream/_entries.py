@@ -26,7 +26,7 @@ from ._scan import scan_entries
 
 __all__ = ["list_entries", "read_meta", "remove_pair"]
 
-_O_READ = os.O_RDONLY | O_NOFOLLOW | getattr(os, "O_BINARY", 0)
+_O_READ = os.O_RDONLY | O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
 
 
 def list_entries(entries_dir: str) -> Iterator[EntryInfo]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat as stat_mod
 
 from .._fsutil import O_NOFOLLOW, PRIVATE_FILE, make_dir, write_at0
 from ..stats import MAX_RECORD_SIZE, CacheStats
@@ -29,6 +30,7 @@ _SUFFIX = ".cnt"
 _MERGED = "merged"
 _MERGE_LOCK = "merge.lock"
 _BINARY = getattr(os, "O_BINARY", 0)
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 
 
 def _mode(file_mode: int | None) -> int:
@@ -48,8 +50,12 @@ def _hostname() -> str:
 
 
 def _read_record(path: str) -> CacheStats | None:
+    """The record in ``path``; None when absent, unreadable or not a regular file (a
+    FIFO planted there is never waited on: opened non-blocking, then judged)."""
     try:
-        with open(os.open(path, os.O_RDONLY | O_NOFOLLOW | _BINARY), "rb") as f:
+        with open(os.open(path, os.O_RDONLY | O_NOFOLLOW | _NONBLOCK | _BINARY), "rb") as f:
+            if not stat_mod.S_ISREG(os.fstat(f.fileno()).st_mode):
+                return None
             return CacheStats.from_record(f.read(MAX_RECORD_SIZE + 1))
     except OSError:
         return None
@@ -203,10 +209,13 @@ def _compact_locked(stats_dir: str, file_mode: int | None) -> None:
             continue
         path = os.path.join(stats_dir, name)
         try:
-            fd = os.open(path, os.O_RDWR | O_NOFOLLOW)
+            fd = os.open(path, os.O_RDWR | O_NOFOLLOW | _NONBLOCK)
         except OSError:
             continue
         try:
+            if not stat_mod.S_ISREG(os.fstat(fd).st_mode):
+                os.unlink(path)  # a FIFO or device planted here: no record of ours
+                continue
             if not try_lock_fd(fd):
                 continue  # its owner is alive
             rec = CacheStats.from_record(os.read(fd, MAX_RECORD_SIZE + 1))
