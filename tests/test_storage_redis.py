@@ -21,7 +21,7 @@ import pytest
 from _cache_workers import ARCH, SRC
 from _redis import RedisServer
 from cuforge.compile import Program, ProgramOptions, _nvrtc
-from cuforge.storage import CacheWriteWarning, entry_id
+from cuforge.storage import CacheReadWarning, CacheWriteWarning, entry_id
 from cuforge.storage._breaker import CircuitBreaker
 from cuforge.storage.redis import RedisProgramCache
 from cuforge.storage.stats import CacheStats
@@ -188,7 +188,8 @@ def _caught(fn):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         result = fn()
-    return result, [w for w in caught if issubclass(w.category, CacheWriteWarning)]
+    cache_warnings = (CacheReadWarning, CacheWriteWarning)
+    return result, [w for w in caught if issubclass(w.category, cache_warnings)]
 
 
 @posix_only
@@ -212,6 +213,8 @@ def test_a_killed_server_turns_into_misses_and_counted_failures(redis_server, co
     assert obj.code == Program(SRC, "c++", ProgramOptions(arch=ARCH)).compile("cubin").code
     assert compiles[0] == 2  # compiled through the dead cache, then once more for reference
     assert len(caught) == 1 and "Compiles are not affected" in str(caught[0].message)
+    # the first failure was a lookup: a read warning, at this file's line (c.get above)
+    assert caught[0].category is CacheReadWarning and caught[0].filename == __file__
     assert elapsed < 5  # one connection failure, then skipped (the compile is most of it)
     s = c.stats()
     assert s.read_failures >= 3 and s.write_failures == 2 and s.hits == 1
@@ -229,6 +232,7 @@ def test_a_hung_server_costs_one_timeout_then_backs_off(redis_server):
         (got, caught) = _caught(lambda: c.get(b"k"))
         first = time.monotonic() - t0
         assert got is None and len(caught) == 1 and "TimeoutError" in str(caught[0].message)
+        assert caught[0].category is CacheReadWarning and caught[0].filename == __file__
         assert 0.15 < first < 1.5
         t0 = time.monotonic()
         for i in range(50):
@@ -573,7 +577,7 @@ def test_rediss_talks_tls_and_verifies_the_server(tmp_path):
         # Without the CA the server's certificate does not verify: a miss, never a hit.
         with open_cache(f"rediss://127.0.0.1:{port}/0?timeout=1s") as c:
             got, caught = _caught(lambda: c.get(b"k"))
-            assert got is None and len(caught) == 1
+            assert got is None and len(caught) == 1 and caught[0].category is CacheReadWarning
     finally:
         server.stop()
 
@@ -620,3 +624,25 @@ def test_constructor_errors_name_the_argument(redis_server):
     with RedisProgramCache(redis_server.client()) as c:  # a ready client
         c[b"k"] = b"v"
         assert c[b"k"] == b"v" and not c.cluster
+
+
+def test_a_failed_lookup_through_the_python_api_is_a_read_warning_at_the_callers_line():
+    """A Redis lookup failure was a CacheWriteWarning pointing into cuforge's own code;
+    it is a CacheReadWarning naming the line that called compile (stacklevel)."""
+    import inspect
+
+    from _redis import free_port
+
+    url = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens: connections are refused
+    with RedisProgramCache(url, connect_timeout=0.2, retry_after=60) as cache:
+        program = Program(SRC, "c++", ProgramOptions(arch=ARCH))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            line = inspect.currentframe().f_lineno + 1
+            obj = program.compile("cubin", cache=cache)
+        assert obj.code[:4] == b"\x7fELF"  # the compile is never failed by the cache
+        (warning,) = [w for w in caught if issubclass(w.category, RuntimeWarning)]
+        assert warning.category is CacheReadWarning, warning
+        assert (warning.filename, warning.lineno) == (__file__, line)
+        stats = cache.stats()
+        assert stats.read_failures >= 1 and stats.write_failures >= 1  # store skipped, no warning

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from _redis import RedisServer
-from cuforge.storage import CacheWriteWarning
+from cuforge.storage import CacheReadWarning
 from cuforge.storage.entry import CacheEntry
 from cuforge.storage.redis import RedisProgramCache
 from cuforge.storage.redis._resp import ReplyError, RespClient
@@ -77,7 +77,7 @@ def test_auth_with_a_password_and_with_an_acl_user(tmp_path: Path) -> None:
                 with RedisProgramCache(wrong) as c:
                     assert c.get(b"k") is None  # refused: a miss, never an error
                     assert c.stats().read_failures == 1
-            (warning,) = [w for w in caught if w.category is CacheWriteWarning]
+            (warning,) = [w for w in caught if w.category is CacheReadWarning]  # a lookup
             assert "WRONGPASS" in str(warning.message) or "NOAUTH" in str(warning.message)
     finally:
         server.stop()
@@ -110,7 +110,7 @@ def test_a_killed_server_is_a_counted_miss_and_backs_off(redis_server) -> None:
             assert c.get(b"k") is None
             assert c.get(b"k") is None  # skipped: the breaker is open
         assert c.stats().read_failures == 2
-        assert len([w for w in caught if w.category is CacheWriteWarning]) == 1
+        assert len([w for w in caught if w.category is CacheReadWarning]) == 1
 
 
 @pytest.mark.skipif(os.name == "nt", reason="SIGSTOP")
@@ -123,7 +123,7 @@ def test_a_reply_a_timeout_left_unread_never_answers_the_next_command(redis_serv
         redis_server.pause()
         try:
             with warnings.catch_warnings():
-                warnings.simplefilter("ignore", CacheWriteWarning)
+                warnings.simplefilter("ignore", CacheReadWarning)
                 start = time.monotonic()
                 assert c.get(b"a") is None  # times out; a's reply comes later
                 assert time.monotonic() - start < 5  # bounded by the command timeout

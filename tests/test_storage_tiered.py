@@ -12,6 +12,7 @@ import pytest
 from _cache_workers import ARCH, SRC
 from cuforge.compile import Program, ProgramOptions, _nvrtc
 from cuforge.storage import (
+    CacheReadWarning,
     CacheWriteWarning,
     FileStreamProgramCache,
     InMemoryProgramCache,
@@ -95,7 +96,9 @@ def test_a_failing_level_never_hides_the_others(tmp_path: Path) -> None:
         tier[b"k2"] = b"v2"
         assert fs.get(b"k2") == b"v2"
         assert tier.get(b"k2") == b"v2"  # the memory level was written too
-    assert len([w for w in caught if w.category is CacheWriteWarning]) == 1
+    # once per handle; the first failure was a lookup: a read warning at this line
+    (warned,) = [w for w in caught if w.category in (CacheReadWarning, CacheWriteWarning)]
+    assert warned.category is CacheReadWarning and warned.filename == __file__
     s = tier.stats()
     assert s.read_failures == 1 and s.write_failures >= 2
     tier.close()

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from cuforge.compile.toolchain import toolkit_headers as toolkit_headers
     from cuforge.storage import CachePathError as CachePathError
     from cuforge.storage import UnsafeCacheError as UnsafeCacheError
+    from cuforge.storage.base import CacheReadWarning as CacheReadWarning
     from cuforge.storage.base import CacheWriteWarning as CacheWriteWarning
     from cuforge.storage.base import ProgramCacheResource as ProgramCacheResource
     from cuforge.storage.config import default_cache as default_cache
@@ -45,6 +46,7 @@ _EXPORTS = {
     "CachePathError": "cuforge.storage",
     "CacheRecoveryWarning": "cuforge.storage.sqlite",
     "CacheStats": "cuforge.storage.stats",
+    "CacheReadWarning": "cuforge.storage.base",
     "CacheWriteWarning": "cuforge.storage.base",
     "Explanation": "cuforge.compile.explain",
     "FileStreamProgramCache": "cuforge.storage.filestream",

@@ -1,7 +1,7 @@
 """The cache-facing steps of the compile pipeline: lookup, store, single-flight.
 
 Guarantees (the cache never breaks a compile):
-- ``lookup`` turns a backend that raises into a miss (one ``CacheWriteWarning`` per
+- ``lookup`` turns a backend that raises into a miss (one ``CacheReadWarning`` per
   cache handle, a fail-open event), and an entry whose record lacks the requested
   name mapping into a miss.
 - ``store`` never raises for the backend: a failing write is a warning once per
@@ -92,17 +92,20 @@ class StoreOutcome:
         return f"StoreOutcome({self.reason!r}{', ' + repr(self.detail) if self.detail else ''})"
 
 
-def warn_once(cache: Any, message: str) -> None:
-    """A ``CacheWriteWarning`` at the caller's line, once per cache handle."""
-    from cuforge.storage import CacheWriteWarning
+def warn_once(cache: Any, message: str, read: bool = False) -> None:
+    """A ``CacheWriteWarning`` (``read``: a ``CacheReadWarning``) at the caller's line,
+    once per cache handle and kind."""
+    from cuforge.storage.base import CacheReadWarning, CacheWriteWarning
 
+    attr = _WARNED_ATTR + ("_read" if read else "")
     try:
-        if getattr(cache, _WARNED_ATTR, False):
+        if getattr(cache, attr, False):
             return
-        setattr(cache, _WARNED_ATTR, True)
+        setattr(cache, attr, True)
     except AttributeError:
         pass
-    warnings.warn(message, CacheWriteWarning, stacklevel=outside_level())
+    category = CacheReadWarning if read else CacheWriteWarning
+    warnings.warn(message, category, stacklevel=outside_level())
 
 
 def lookup_entry(cache: Any, key: bytes) -> CacheEntry | None:
@@ -115,7 +118,7 @@ def lookup_entry(cache: Any, key: bytes) -> CacheEntry | None:
         entry: CacheEntry | None = getter(key)
         return entry
     except Exception as exc:
-        warn_once(cache, f"cache lookup failed ({type(exc).__name__}: {exc}); compiling")
+        warn_once(cache, f"cache lookup failed ({type(exc).__name__}: {exc}); compiling", True)
         events.fail_open(
             cache, events.UNAVAILABLE, "cache lookup failed (%s: %s); compiling",
             type(exc).__name__, exc,

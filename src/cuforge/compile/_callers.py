@@ -1,22 +1,8 @@
-"""Warnings that point at the user's line, however deep inside cuforge they start."""
+"""Warnings that point at the user's line: ``cuforge._stack.outside_level``, named
+here for the compile layer's callers."""
 
 from __future__ import annotations
 
-import sys
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from types import FrameType
+from cuforge._stack import outside_level
 
 __all__ = ["outside_level"]
-
-
-def outside_level() -> int:
-    """The ``warnings.warn`` stacklevel, for a warning issued in the calling
-    function, that names the first frame outside the ``cuforge`` package."""
-    frame: FrameType | None = sys._getframe(1)
-    level = 1
-    while frame is not None and frame.f_globals.get("__name__", "").startswith("cuforge."):
-        frame = frame.f_back
-        level += 1
-    return level

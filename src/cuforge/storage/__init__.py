@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from cuforge.storage._winretry import (
         _is_windows_sharing_violation as _is_windows_sharing_violation,
     )
+    from cuforge.storage.base import CacheReadWarning as CacheReadWarning
     from cuforge.storage.base import CacheWriteWarning as CacheWriteWarning
     from cuforge.storage.base import ProgramCacheResource as ProgramCacheResource
     from cuforge.storage.config import default_cache as default_cache
@@ -42,6 +43,7 @@ _EXPORTS = {
     "CachePathError": "cuforge.storage._safedir",
     "CacheRecoveryWarning": "cuforge.storage.sqlite",
     "CacheStats": "cuforge.storage.stats",
+    "CacheReadWarning": "cuforge.storage.base",
     "CacheWriteWarning": "cuforge.storage.base",
     "EntryInfo": "cuforge.storage.entry",
     "FileStreamProgramCache": "cuforge.storage.filestream",

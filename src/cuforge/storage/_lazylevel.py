@@ -33,6 +33,8 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from typing import Any
 
+from cuforge._stack import outside_level
+
 from ._livehandles import LiveHandles
 from ._values import coerce_key, coerce_value
 from .base import (
@@ -150,7 +152,7 @@ class LazyLevel(EntryCache):
             f"cuforge cache level {self._name}: could not {what}; the other levels keep "
             "the entry. Counted in stats().write_failures.",
             CacheWriteWarning,
-            stacklevel=3,
+            stacklevel=outside_level(),
         )
 
     # -- reads ----------------------------------------------------------------------------

@@ -39,6 +39,11 @@ class CacheWriteWarning(RuntimeWarning):
     """A cache could not store an entry; the program still compiled and works."""
 
 
+class CacheReadWarning(RuntimeWarning):
+    """A cache could not be read (a server down, a level that raised); the lookup was
+    a miss, so the program was compiled and works."""
+
+
 def meta_key(key: bytes) -> bytes:
     """Where a backend without native metadata keeps ``key``'s metadata: a derived key."""
     return blake2b(key, digest_size=32, person=b"cuforge-meta").digest()

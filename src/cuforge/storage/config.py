@@ -22,6 +22,8 @@ import os
 import threading
 import warnings
 
+from cuforge._stack import outside_level
+
 from ._env import ENV_CACHE, ENV_SECRET, secret_from_env
 from .base import CacheWriteWarning, ProgramCacheResource
 
@@ -79,7 +81,7 @@ def default_cache() -> ProgramCacheResource | None:
                 f"cuforge: the default program cache cannot be opened ({exc}); compiling "
                 f"without a cache (set ${ENV_CACHE} to choose another, or {_OFF!r})",
                 CacheWriteWarning,
-                stacklevel=3,
+                stacklevel=outside_level(),
             )
             cache = None
         _current = (env, cache)

@@ -33,12 +33,15 @@ from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
+from cuforge._stack import outside_level
+
 from . import events
 from ._lazylevel import LazyLevel, opened
 from ._values import coerce_key, coerce_value
 from .base import (
     DEFAULT_LOCK_TIMEOUT,
     CacheKey,
+    CacheReadWarning,
     CacheValue,
     CacheWriteWarning,
     EntryCache,
@@ -129,8 +132,8 @@ class TieredProgramCache(EntryCache):
             f"cuforge tiered cache: level {i} ({self._kind(i)}) failed to "
             f"{what} ({type(exc).__name__}: {exc}); it is skipped for that call and the other "
             "levels serve. Later failures are counted in stats() without a warning.",
-            CacheWriteWarning,
-            stacklevel=4,
+            CacheReadWarning if counter == "read_failures" else CacheWriteWarning,
+            stacklevel=outside_level(),
         )
 
     # -- reads ------------------------------------------------------------------------------

@@ -28,6 +28,8 @@ import time
 import warnings
 from contextlib import AbstractContextManager
 
+from cuforge._stack import outside_level
+
 from .. import events
 from .._fsutil import DIR_FD, check_mode, make_dir, unlink_if_unchanged
 from .._integrity import SIDECAR_SUFFIX, key_seed, sidecar_for
@@ -363,7 +365,7 @@ class FileStreamProgramCache(EntriesById, EntryCache):
                 "failures of this cache handle are counted in stats().write_failures "
                 "without a warning.",
                 CacheWriteWarning,
-                stacklevel=3,
+                stacklevel=outside_level(),
             )
 
     def __delitem__(self, key: CacheKey) -> None:
@@ -438,7 +440,7 @@ class FileStreamProgramCache(EntriesById, EntryCache):
                 "deferred until it lets go. Counted in stats().lock_timeouts without "
                 "another warning.",
                 CacheWriteWarning,
-                stacklevel=4,
+                stacklevel=outside_level(),
             )
 
     def _evict(self) -> None:

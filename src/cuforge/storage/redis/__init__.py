@@ -24,12 +24,15 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
+from cuforge._stack import outside_level
+
 from .. import events
 from .._breaker import CircuitBreaker
 from .._values import coerce_key, coerce_value
 from ..base import (
     DEFAULT_LOCK_TIMEOUT,
     CacheKey,
+    CacheReadWarning,
     CacheValue,
     CacheWriteWarning,
     EntryCache,
@@ -129,11 +132,11 @@ class RedisProgramCache(EntryListing, EntryCache):
       ``ttl`` (seconds) expires entries not read for that long: a hit renews it.
     - **Fails open and fast.** Commands time out after ``timeout`` s (connect:
       ``connect_timeout``). A lookup that fails is a miss (``read_failures``), a
-      store that fails is dropped (``write_failures``); the first failure warns
-      once (:class:`CacheWriteWarning`). After a connection failure or timeout the
-      server is skipped for ``retry_after`` s (doubling to ``max_retry_after``)
-      instead of paying the timeout per compile. Maintenance calls (``len``,
-      ``clear``, listing, ``total_stats``) raise ``ConnectionError`` instead.
+      store that fails is dropped (``write_failures``); the first failure warns once
+      (a lookup: :class:`CacheReadWarning`, a store: :class:`CacheWriteWarning`). After a
+      connection failure or timeout the server is skipped for ``retry_after`` s (doubling
+      to ``max_retry_after``) instead of paying the timeout per compile. Maintenance
+      calls (``len``, ``clear``, listing, ``total_stats``) raise ``ConnectionError``.
     - **Single-flight across hosts**: ``lock(key)`` is an expiring lock key (see
       ``_lock``) with a ``lock_lease`` renewed while held; a dead holder frees
       it within one lease.
@@ -292,8 +295,8 @@ class RedisProgramCache(EntryListing, EntryCache):
             f"cuforge Redis cache {self._where}: {what} failed ({type(exc).__name__}: {exc}); "
             f"{after}. Compiles are not affected. Later failures of this handle are counted "
             "in stats() (read_failures, write_failures) without a warning.",
-            CacheWriteWarning,
-            stacklevel=4,
+            CacheReadWarning if what == "lookup" else CacheWriteWarning,
+            stacklevel=outside_level(),
         )
 
     @contextlib.contextmanager

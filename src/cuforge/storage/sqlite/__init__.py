@@ -20,6 +20,8 @@ from time import monotonic_ns
 from typing import Any
 from zlib import crc32
 
+from cuforge._stack import outside_level
+
 from .. import events
 from .._integrity import key_seed
 from .._livehandles import LiveHandles
@@ -188,10 +190,10 @@ class SQLiteProgramCache(EntriesById, EntryCache):
         self._finalizer.atexit = False  # the exit flush needs them; the OS frees them after
         _LIVE.add(self)
 
-    def _warn_recovery(self, message: str, stacklevel: int = 3) -> None:
+    def _warn_recovery(self, message: str) -> None:
         if not self._recovery_warned:
             self._recovery_warned = True
-            warnings.warn(message, CacheRecoveryWarning, stacklevel=stacklevel)
+            warnings.warn(message, CacheRecoveryWarning, stacklevel=outside_level())
 
     def _damaged(self, exc: BaseException) -> None:
         mark_damaged(self._path)
@@ -199,7 +201,6 @@ class SQLiteProgramCache(EntriesById, EntryCache):
             f"cuforge program cache {self._path}: SQLite reports damage ({exc}); reads "
             "are misses, and the file is checked (and moved aside if damaged) when it is "
             "next opened while no other process uses it",
-            stacklevel=6,
         )
 
     def _conn(self) -> Any:
@@ -388,7 +389,7 @@ class SQLiteProgramCache(EntriesById, EntryCache):
                 "the result is still returned, only not cached. Later write failures of "
                 "this cache handle are counted in stats().write_failures without a warning.",
                 CacheWriteWarning,
-                stacklevel=4,
+                stacklevel=outside_level(),
             )
 
     def __delitem__(self, key: CacheKey) -> None:
