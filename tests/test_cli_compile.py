@@ -400,3 +400,33 @@ def test_an_output_that_cannot_be_written_is_refused_before_compiling(tmp_path):
     outdir = run(tmp_path, "compile", str(SAXPY), "--arch", "sm_90",
                  "--outdir", str(tmp_path / "plain"))  # fmt: skip
     assert "exists and is not a directory" in one_line_error(outdir, "cuforge compile")
+
+
+def test_a_miss_says_whether_it_was_stored_and_why_not(tmp_path):
+    """``cache miss (compiled and stored)`` was printed when nothing was stored (Redis
+    unreachable, a read-only cache); the line and --json say what happened."""
+    from _redis import free_port
+
+    def compile_with(cache, *extra):
+        result = run(tmp_path, "compile", str(SAXPY), "--arch", "sm_90",
+                     "-o", str(tmp_path / "x.cubin"), "--cache", cache, *extra)  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        return result
+
+    dead = f"redis://127.0.0.1:{free_port()}/0?connect_timeout=200ms"
+    for cache, extra, why in (
+        (dead, (), "unreachable"),
+        (f"file://{tmp_path}/ro?ro", (), "read-only"),
+        (str(tmp_path / "capped"), ("--max-size", "1K"), "over the cap"),
+    ):
+        line = compile_with(cache, *extra).stdout.strip()
+        assert line.endswith(f"cache miss (compiled; not stored: {why})"), line
+        (report,) = json.loads(compile_with(cache, *extra, "--json").stdout)
+        assert (report["cache"], report["stored"], report["not_stored"]) == ("miss", False, why)
+    stored = compile_with(str(tmp_path / "ok")).stdout.strip()
+    assert stored.endswith("cache miss (compiled and stored)")
+    stats = json.loads(run(tmp_path, "cache", "stats", "--cache", str(tmp_path / "ok"),
+                           "--json").stdout)  # fmt: skip
+    assert stats["entries"] == 1
+    (hit,) = json.loads(compile_with(str(tmp_path / "ok"), "--json").stdout)
+    assert hit["cache"] == "hit" and "stored" not in hit

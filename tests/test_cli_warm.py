@@ -149,3 +149,14 @@ def test_doctor_that_finds_a_problem_exits_1_and_lists_it(tmp_path):
     assert len(problems) == 1 and "foo://x" in problems[0] and "unknown scheme" in problems[0]
     report = json.loads(run(tmp_path, "doctor", "--json", env=env).stdout)
     assert len(report["problems"]) == 1 and "cannot be opened" in report["problems"][0]
+
+
+def test_warm_into_a_cache_that_stores_nothing_says_so(tmp_path):
+    (tmp_path / "k.cu").write_text('extern "C" __global__ void k(int* p) { *p = 1; }\n')
+    manifest = tmp_path / "m.toml"
+    manifest.write_text('[defaults]\narch = "sm_90"\n[[kernel]]\nsource = "k.cu"\n')
+    result = run(tmp_path, "warm", str(manifest), "--cache", f"file://{tmp_path}/c?ro")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == "1 compiled but not stored: read-only"
+    stored = run(tmp_path, "warm", str(manifest), "--cache", str(tmp_path / "d"))
+    assert "not stored" not in stored.stdout

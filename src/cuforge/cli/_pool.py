@@ -10,7 +10,10 @@ Linux (nothing CUDA is loaded in the parent before they start), spawned elsewher
 
 A compile is described by a :class:`Spec` (plain data) and answered by a result
 dict: ``status`` (``compiled``, ``cached``, ``failed``), ``seconds``, ``log`` (the
-compiler log of a failure), ``code`` (the binary, when asked for) and ``bytes``.
+compiler log of a failure), ``code`` (the binary, when asked for), ``bytes``, and
+for a compile through a cache ``stored`` (bool) with ``not_stored`` (why not:
+``read-only``, ``unreachable``, ``over the cap``, ``locked``, ``failed``,
+``compiler changed``).
 """
 
 from __future__ import annotations
@@ -78,8 +81,12 @@ def compile_spec(spec: Spec, cache: Any, want_code: bool = False) -> dict[str, A
         )  # fmt: skip
         program = _programs.make_program(source, fields)
         result["arch"] = program.options.arch
-        obj, compiled = _programs.compile_through(program, spec.target, logs, cache)
+        obj, compiled, outcome = _programs.compile_through(program, spec.target, logs, cache)
         result.update(status="compiled" if compiled else "cached", bytes=len(obj.code))
+        if outcome is not None:
+            result["stored"] = outcome.stored
+            if not outcome.stored:
+                result["not_stored"] = outcome.reason
         if want_code:
             result["code"] = obj.code
     except CompileError as exc:

@@ -146,9 +146,10 @@ def make_program(source: SourceFile, fields: dict[str, Any]) -> Program:
         raise UsageError(str(exc)) from None
 
 
-def compile_through(program: Program, target: str, logs: Any, cache: Any) -> tuple[Any, bool]:
-    """``program.compile(target, logs=logs, cache=cache)`` and whether a compiler ran
-    (False: the cache served it).
+def compile_through(program: Program, target: str, logs: Any, cache: Any) -> tuple[Any, bool, Any]:
+    """``program.compile(target, logs=logs, cache=cache)``, whether a compiler ran
+    (False: the cache served it) and what the store step did (a ``StoreOutcome``:
+    stored, or not stored and why; None when nothing was stored or no cache).
 
     Observed on this Program alone (its uncached compile is wrapped for the call), so
     it stays right with many compiles sharing one cache handle across threads.
@@ -162,8 +163,15 @@ def compile_through(program: Program, target: str, logs: Any, cache: Any) -> tup
 
     # Shadowed on this instance for the one call (deleted below): deliberate.
     program._compile_uncached = counted  # type: ignore[method-assign]
+    outcome = None
     try:
-        obj = program.compile(target, logs=logs, cache=cache)
+        if cache is None:
+            obj = program.compile(target, logs=logs)
+        else:
+            from cuforge.compile.cached import compile_through_cache
+
+            done = compile_through_cache(program, target, (), logs, cache)
+            obj, outcome = done.obj, done.store
     finally:
         del program._compile_uncached
-    return obj, bool(ran)
+    return obj, bool(ran), outcome if ran else None

@@ -6,8 +6,11 @@ Text: one line per output::
     k.cu -> k.cubin (cubin, sm_90, 3720 bytes) in 0.9 ms, cache hit
 
 ``--json``: one array with an object per output: ``source``, ``arch``, ``target``,
-``output``, ``bytes``, ``ms``, ``cache`` (``hit``, ``miss`` or ``off``), and
-``error`` (the compiler log) for a failed compile.
+``output``, ``bytes``, ``ms``, ``cache`` (``hit``, ``miss`` or ``off``); on a miss
+``stored`` (bool) and, when not stored, ``not_stored`` (why: ``read-only``,
+``unreachable``, ``over the cap``, ``locked``, ``failed``, ``compiler changed``);
+``error`` (the compiler log) for a failed compile. A miss that was not stored reads
+``cache miss (compiled; not stored: read-only)``.
 """
 
 from __future__ import annotations
@@ -32,8 +35,11 @@ def render(results: list[dict[str, Any]], as_json: bool) -> str:
         if "error" in r:
             lines.append(f"{r['source']} ({r['target']}, {r['arch']}): compile failed")
             continue
+        words = CACHE_WORDS[r["cache"]]
+        if r.get("not_stored"):
+            words = f", cache miss (compiled; not stored: {r['not_stored']})"
         lines.append(
             f"{r['source']} -> {r['output']} ({r['target']}, {r['arch']}, {r['bytes']} bytes) "
-            f"in {r['ms']:.1f} ms{CACHE_WORDS[r['cache']]}"
+            f"in {r['ms']:.1f} ms{words}"
         )
     return "\n".join(lines)

@@ -173,13 +173,19 @@ def run(args: argparse.Namespace) -> int:
                  "output": job.output, "bytes": r["bytes"], "ms": round(r["seconds"] * 1000, 3),
                  "cache": status}
             )  # fmt: skip
+            if status == "miss":
+                results[-1]["stored"] = r.get("stored", False)
+                if not results[-1]["stored"]:
+                    results[-1]["not_stored"] = r.get("not_stored", "failed")
         failed = any(job.result["status"] == "failed" for job in jobs)
         # A compile that printed warnings is answered by the full path, which replays
         # them from the entry: the fast path prints no compiler log.
         warned = any(job.result.get("warnings") for job in jobs)
-        if not (failed or warned) and cache is not None and getattr(args, "request_digest", None):
+        unstored = any(r.get("not_stored") for r in results)  # nothing to serve next time
+        digest = getattr(args, "request_digest", None)
+        if not (failed or warned or unstored) and cache is not None and digest:
             made = [(j.source, j.program, args.target, j.output, j.result["code"]) for j in jobs]
             mode = "json" if args.json else "text"
-            _direct.remember(args.request_digest, cache, mode, made, url)
+            _direct.remember(digest, cache, mode, made, url)
     print(render(results, args.json))
     return 1 if failed else 0

@@ -97,10 +97,15 @@ def compile_through_cache(
 ) -> Compiled:
     """``program`` compiled to ``target`` through ``cache``, with what the pipeline did.
 
-    Raises TypeError when ``cache`` is not a mapping-like program cache, RuntimeError
-    for a closed program, and ValueError (``UntrackableInclude``) when the headers
-    the compile may read cannot all be known.
+    ``target`` is canonical (``cubin``, ``ptx``, ``ltoir``). Raises TypeError when
+    ``cache`` is not a mapping-like program cache, RuntimeError for a closed program,
+    and ValueError for a target the options contradict (a cubin for ``compute_XY``)
+    or (``UntrackableInclude``) when the headers the compile may read cannot all be
+    known.
     """
+    from cuforge.compile._inputs import check_target
+
+    check_target(program._options, target)  # as Program.compile: before a hit could hide it
     report = _Report()
     obj = pipeline(program, target, names, logs, cache, report)
     return Compiled(obj, not report.filled, report.store)
