@@ -585,3 +585,18 @@ def test_a_fifo_among_the_stats_records_never_blocks_the_totals(tmp_path: Path) 
     with FileStreamProgramCache(root) as c:
         totals = _within(5, c.total_stats, _unblock_fifo(root / "stats" / "someone.cnt"))
     assert totals.stores == 1 and totals.hits == 1
+
+
+@pytest.mark.parametrize("name", ["size.ledger", "size.ledger.users"])
+def test_a_fifo_in_place_of_the_ledger_is_replaced_and_the_cap_holds(tmp_path: Path, name) -> None:
+    """A FIFO at size.ledger made the ledger unusable (pread: ESPIPE): the handle ran
+    with no size accounting at all, so the cap was never enforced."""
+    root = tmp_path / "c"
+    FileStreamProgramCache(root).close()
+    (root / name).unlink()
+    os.mkfifo(root / name)
+    with FileStreamProgramCache(root, max_size_bytes=10_000) as c:
+        for i in range(30):
+            c[f"k{i}"] = b"x" * 1000
+        assert c.stats().evictions > 0 and c._scan_total() <= 10_000
+    assert (root / name).is_file()

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat as stat_mod
 import struct
 import threading
 from collections.abc import Callable
@@ -43,6 +44,7 @@ __all__ = ["SizeLedger"]
 _MAGIC = b"CFLEDG02"  # 01 (16 bytes, no handle count) reads as unreadable: rescanned once
 _RECORD = struct.Struct("<8sQQ")
 _FLAGS = os.O_RDWR | os.O_CREAT | O_NOFOLLOW | getattr(os, "O_BINARY", 0)
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 
 try:
     import fcntl
@@ -102,7 +104,18 @@ class SizeLedger:
             self._busy()
 
     def _open_file(self, path: str) -> int:
-        fd = os.open(path, _FLAGS, PRIVATE_FILE if self._file_mode is None else self._file_mode)
+        """Open (creating) ``path``; a FIFO or device planted there (the ledger could
+        not be read: no size accounting, no cap) is replaced by a new file."""
+        mode = PRIVATE_FILE if self._file_mode is None else self._file_mode
+        fd = os.open(path, _FLAGS | _NONBLOCK, mode)
+        if not stat_mod.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+            fd = os.open(path, _FLAGS | _NONBLOCK, mode)  # ours, or a peer's new file
+            if not stat_mod.S_ISREG(os.fstat(fd).st_mode):
+                os.close(fd)
+                raise OSError(f"{path} is not a regular file")
         if self._file_mode is not None:
             with contextlib.suppress(OSError, AttributeError):
                 os.fchmod(fd, self._file_mode)
