@@ -135,6 +135,11 @@ class opened:  # lower case: used like open()
             self.cache.close()
 
 
+def _count(n: int, noun: str) -> str:
+    """``1 hit``, ``2 hits``."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def _when(ns: int) -> str:
     import datetime
 
@@ -192,7 +197,7 @@ def _stats(args: argparse.Namespace) -> int:
         ("cache", f"{report['path']} ({report['backend']})"),
         ("entries", entries),
         ("size", size + (f" of {format_size(cap)} cap" if cap else " (no cap set)")),
-        ("hit rate", f"{rate} ({counters['hits']} hits / {lookups} lookups)"),
+        ("hit rate", f"{rate} ({_count(counters['hits'], 'hit')} / {_count(lookups, 'lookup')})"),
     ]
     for name, value in counters.items():
         if name in ("hits",):
