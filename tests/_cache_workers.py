@@ -203,6 +203,38 @@ def cmd_redis_traffic(args: dict) -> dict:
     return {"stats": cache.stats().as_dict()}
 
 
+def cmd_url_hold(args: dict) -> dict:
+    """Take the single-flight lock of SRC's cubin key in ``open_cache(args["url"])``
+    and hold it forever (until killed)."""
+    from cuforge.compile import ProgramOptions
+    from cuforge.utils import make_program_cache_key, open_cache
+
+    key = make_program_cache_key(
+        code=SRC, code_type="c++", options=ProgramOptions(arch=ARCH), target_type="cubin"
+    )
+    cache = open_cache(args["url"])
+    with cache.lock(key, timeout=10) as held:
+        with open(args["ready"], "w") as f:
+            f.write("held" if held else "not held")
+        while True:
+            time.sleep(60)
+
+
+def cmd_url_store_forever(args: dict) -> dict:
+    """Store 64 KiB entries under fresh keys in ``open_cache(args["url"])`` until killed;
+    ``ready`` is written after the first store."""
+    from cuforge.utils import open_cache
+
+    cache = open_cache(args["url"])
+    i = 0
+    while True:
+        cache[b"w-%d-%d" % (os.getpid(), i)] = os.urandom(64 << 10)
+        if i == 0:
+            with open(args["ready"], "w") as f:
+                f.write("stored")
+        i += 1
+
+
 _KEEP: list = []
 
 
@@ -214,6 +246,8 @@ COMMANDS = {
     "compile_url": cmd_compile_url,
     "redis_hold": cmd_redis_hold,
     "redis_traffic": cmd_redis_traffic,
+    "url_hold": cmd_url_hold,
+    "url_store_forever": cmd_url_store_forever,
 }
 
 if __name__ == "__main__":

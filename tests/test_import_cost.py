@@ -16,7 +16,7 @@ HEAVY = {"typing", "dataclasses", "hashlib", "json", "logging", "socket", "secre
          "platformdirs", "argparse", "inspect", "ctypes", "cuda", "cuda.bindings",
          "cuda.pathfinder"}  # fmt: skip
 # What a backend or an integration needs, never ``import cuforge`` or a cache hit.
-HEAVY |= {"sqlite3", "redis", "torch", "triton", "cupy", "boto3", "botocore"}
+HEAVY |= {"sqlite3", "redis", "torch", "triton", "cupy", "boto3", "botocore", "obstore"}
 
 
 def _modules_after(statement: str) -> set[str]:

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from cuforge.storage.filestream import default_cache_dir as default_cache_dir
     from cuforge.storage.memory import InMemoryProgramCache as InMemoryProgramCache
     from cuforge.storage.redis import RedisProgramCache as RedisProgramCache
+    from cuforge.storage.s3 import S3ProgramCache as S3ProgramCache
     from cuforge.storage.signing import SignedProgramCache as SignedProgramCache
     from cuforge.storage.sqlite import CacheRecoveryWarning as CacheRecoveryWarning
     from cuforge.storage.sqlite import SQLiteProgramCache as SQLiteProgramCache
@@ -53,6 +54,7 @@ _EXPORTS = {
     "InMemoryProgramCache": "cuforge.storage.memory",
     "ProgramCacheResource": "cuforge.storage.base",
     "RedisProgramCache": "cuforge.storage.redis",  # needs redis-py: cuforge[redis]
+    "S3ProgramCache": "cuforge.storage.s3",  # needs obstore: cuforge[s3]
     "SQLiteProgramCache": "cuforge.storage.sqlite",
     "SignedProgramCache": "cuforge.storage.signing",
     "TieredProgramCache": "cuforge.storage.tiered",

@@ -187,6 +187,11 @@ SCHEMES: dict[str, tuple[str, frozenset[str]]] = {
     "rediss": ("cuforge.storage.redis._url:open_redis", _REDIS_PARAMS),
     "redis+cluster": ("cuforge.storage.redis._url:open_redis", _REDIS_PARAMS),
     "rediss+cluster": ("cuforge.storage.redis._url:open_redis", _REDIS_PARAMS),
+    "s3": (
+        "cuforge.storage.s3._url:open_s3",
+        frozenset({"endpoint", "region", "path_style", "timeout", "connect_timeout"})
+        | frozenset({"lock_lease", "retry_after"}),
+    ),
 }
 
 # Openers resolved or registered: scheme -> _Scheme.
