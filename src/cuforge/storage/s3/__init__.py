@@ -165,6 +165,16 @@ class S3ProgramCache(EntryCache):
         if endpoint is not None:
             if not endpoint.startswith(("http://", "https://")):
                 raise ValueError(f"endpoint must start with http:// or https://, got {endpoint!r}")
+            from urllib.parse import urlsplit
+
+            try:
+                if not urlsplit(endpoint).hostname:
+                    raise ValueError
+                _ = urlsplit(endpoint).port  # the client panics on a bad one at each request
+            except ValueError:
+                raise ValueError(
+                    f"endpoint {endpoint!r} is not a URL with a host and port"
+                ) from None
             options["allow_http"] = endpoint.startswith("http://")
         kwargs: dict[str, Any] = {
             k: v
