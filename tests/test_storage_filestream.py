@@ -600,3 +600,30 @@ def test_a_fifo_in_place_of_the_ledger_is_replaced_and_the_cap_holds(tmp_path: P
             c[f"k{i}"] = b"x" * 1000
         assert c.stats().evictions > 0 and c._scan_total() <= 10_000
     assert (root / name).is_file()
+
+
+def test_a_cap_set_in_python_is_kept_by_the_cache_for_openers_that_pass_none(tmp_path):
+    """``FileStreamProgramCache(max_size_bytes=2 << 30)`` (the README) and then
+    ``cuforge cache stats`` said "(no cap set)": the cap is now the cache's."""
+
+    from _cli import isolated_env, run
+
+    with FileStreamProgramCache(tmp_path / "c", max_size_bytes=2 << 30) as first:
+        assert first.max_size_bytes == 2 << 30
+    with FileStreamProgramCache(tmp_path / "c") as later:  # passes none: uses the cache's
+        assert later.max_size_bytes == 2 << 30
+    stats = run(tmp_path, "cache", "stats", "--cache", str(tmp_path / "c"))
+    assert "of 2.0 GiB cap" in stats.stdout, stats.stdout
+    # a later explicit cap replaces it, for this handle and the next (another process)
+    with FileStreamProgramCache(tmp_path / "c", max_size_bytes=1000) as smaller:
+        assert smaller.max_size_bytes == 1000
+        smaller[b"big"] = b"x" * 2000  # over the cap: not kept
+    code = "from cuforge.storage import FileStreamProgramCache as F; import sys\n"
+    code += "c = F(sys.argv[1]); c[b'k'] = b'y' * 2000; print(c.max_size_bytes, c.get(b'k'))"
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "c")], capture_output=True,
+                         text=True, env=isolated_env(tmp_path), check=True)  # fmt: skip
+    assert out.stdout.split() == ["1000", "None"]  # enforced by an opener that passed none
+    # a cap file that is not ours (or damaged) reads as no cap, never as a failure
+    (tmp_path / "c" / "cap").write_text("lots\n")
+    with FileStreamProgramCache(tmp_path / "c") as damaged:
+        assert damaged.max_size_bytes is None

@@ -24,7 +24,7 @@ import pytest
 from _cache_workers import ARCH
 from _figures import SCALES, pick, record
 from cuforge.compile import Program, ProgramOptions
-from cuforge.storage import CacheWriteWarning, FileStreamProgramCache
+from cuforge.storage import CacheReadWarning, CacheWriteWarning, FileStreamProgramCache
 from cuforge.storage._integrity import SIDECAR_SUFFIX
 
 
@@ -67,7 +67,8 @@ def cache_warnings() -> Iterator[list[str]]:
         warnings.simplefilter("always")
         messages: list[str] = []
         yield messages
-    messages += [str(w.message) for w in caught if issubclass(w.category, CacheWriteWarning)]
+    cache_categories = (CacheReadWarning, CacheWriteWarning)  # a lookup's, a store's
+    messages += [str(w.message) for w in caught if issubclass(w.category, cache_categories)]
 
 
 @contextlib.contextmanager

@@ -50,6 +50,7 @@ from ..stats import CacheStats
 from ._anchor import EntriesAnchor, remove_foreign
 from ._atomicwrite import PairWriter, sweep_temps
 from ._byid import EntriesById
+from ._cap import keep_cap, recorded_cap
 from ._hitmemo import HitMemo
 from ._locking import LOCK_WAIT_S, BoundedWait, FileKeyLock
 from ._pairread import Mismatch, PairNames, read_pair
@@ -99,11 +100,12 @@ class FileStreamProgramCache(EntriesById, EntryCache):
       Bad arguments (key or value types, a missing path-backed ObjectCode file)
       still raise.
     - **Size cap across processes.** ``max_size_bytes`` (> 0 or None) bounds the
-      sum of entry file sizes (payloads, sidecars, in-flight temp files) for all
-      handles that pass it. A shared ledger makes a write O(1); when the total
-      passes the cap, one process scans and evicts least-recently-read entries
-      down to 90% of the cap. The cap is soft: it can be passed briefly by
-      writes that land during a scan.
+      sum of entry file sizes (payloads, sidecars, in-flight temp files). It is
+      recorded in the cache (``<root>/cap``, see ``_cap``): a later opener that
+      passes None uses it; one that passes a cap replaces it. A shared ledger makes
+      a write O(1); when the total passes the cap, one process scans and evicts
+      least-recently-read entries down to 90% of the cap. The cap is soft: it can
+      be passed briefly by writes that land during a scan.
     - **LRU by reads.** A hit bumps the entry's access time explicitly
       (independent of mount options) when it is more than one second old, so
       recency is exact to about a second.
@@ -183,6 +185,10 @@ class FileStreamProgramCache(EntriesById, EntryCache):
         except OSError:
             self._ledger = None  # cannot write here; writes will fail and warn
         self._stats_store = StatsStore(self._stats_dir, self._tmp, self._dir_mode, self._file_mode)
+        if self._max is None:  # the cap is the cache's: kept for openers that pass none
+            self._max = recorded_cap(root)
+        else:
+            keep_cap(root, self._max, self._file_mode)
         self._ops = 0
         self._file_locks = FileKeyLock(self._locks_dir, self._dir_mode, self._file_mode)
         _LIVE.add(self)
