@@ -21,6 +21,8 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from typing import Any
 
+from cuforge._stack import outside_level
+
 from .. import events
 from .._breaker import CircuitBreaker
 from .._livehandles import LiveHandles
@@ -28,6 +30,7 @@ from .._values import coerce_key, coerce_value
 from ..base import (
     DEFAULT_LOCK_TIMEOUT,
     CacheKey,
+    CacheReadWarning,
     CacheValue,
     CacheWriteWarning,
     EntryCache,
@@ -96,7 +99,8 @@ class S3ProgramCache(EntryCache):
     - **Fails open and fast.** Requests time out after ``timeout`` s (connect:
       ``connect_timeout``), with no retries. A lookup that fails is a miss
       (``read_failures``), a store that fails is dropped (``write_failures``); the
-      first failure warns once (:class:`CacheWriteWarning`) naming the cause -- a
+      first failure warns once (a lookup: :class:`CacheReadWarning`, a store:
+      :class:`CacheWriteWarning`) naming the cause -- a
       missing bucket, refused credentials, an unreachable server. After a failure
       to reach the server it is skipped for ``retry_after`` s (doubling up to
       ``max_retry_after``), so a hung server stalls a compile by about one
@@ -231,8 +235,8 @@ class S3ProgramCache(EntryCache):
             f"cuforge S3 cache {self._where}: {what} failed ({problem}); {after}. "
             "Compiles are not affected. Later failures of this handle are counted in "
             "stats() (read_failures, write_failures) without a warning.",
-            CacheWriteWarning,
-            stacklevel=4,
+            CacheReadWarning if what == "lookup" else CacheWriteWarning,
+            stacklevel=outside_level(),
         )
 
     @contextlib.contextmanager
