@@ -387,3 +387,32 @@ def test_fleet_stats_sum_over_processes_and_fold(s3_url):
         assert c.total_stats().misses == 71  # folded once, never counted twice
         c.zero_stats()
         assert c.total_stats().misses == 0
+
+
+@pytest.mark.parametrize("kind", ["s3", "file,s3"])
+def test_a_repeated_cli_compile_is_answered_by_its_hit_record(s3_url, tmp_path, kind):
+    """``cuforge compile`` through S3, or a tier whose disk level holds the entry, is
+    answered by the hit record the first run left: no compile layer; the disk of a
+    tier answers without the S3 level (or its client) being loaded at all."""
+    from _cli import isolated_env, run
+
+    (tmp_path / "k.cu").write_text('extern "C" __global__ void k(float* a) { a[0] *= 3; }\n')
+    env = isolated_env(tmp_path)
+    url = s3_url if kind == "s3" else f"file://{tmp_path / 'c'},{s3_url}"
+    args = ("compile", "k.cu", "--arch", "sm_90", "-o", "k.cubin", "--cache", url)
+    first = run(tmp_path, *args, cwd=tmp_path, env=env)
+    assert "cache miss" in first.stdout, first.stderr
+    if not (tmp_path / "state" / "identity").is_dir():
+        pytest.skip("compiler files changed less than 2 s ago: identity not recorded yet")
+    (tmp_path / "k.cubin").unlink()
+    fast = run(tmp_path, *args, cwd=tmp_path, env={**env, "PYTHONPROFILEIMPORTTIME": "1"})
+    assert fast.returncode == 0 and fast.stdout.rstrip().endswith("cache hit"), fast.stderr
+    assert (tmp_path / "k.cubin").read_bytes()[:4] == b"\x7fELF"
+    modules = {
+        line.rsplit("|", 1)[-1].strip()
+        for line in fast.stderr.splitlines()
+        if line.startswith("import time:")
+    }
+    assert "cuforge.cli._direct" in modules
+    assert "cuforge.compile.program" not in modules
+    assert ("obstore" in modules) == (kind == "s3")

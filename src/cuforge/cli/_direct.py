@@ -33,7 +33,9 @@ an unsigned cache of one of these kinds:
   would open it writable);
 - a Redis server named by a URL without credentials (the record holds the URL; a
   password is never written to disk): the hit path's small client serves it, and
-  redis-py is never imported. They live in
+  redis-py is never imported;
+- an ``s3://`` bucket (its URL never holds credentials: they come from the
+  environment, read again by each run). They live in
 ``<state>/cli-hits/`` (``compile.toolchain.state_dir()``; off with
 ``CUFORGE_STATE_DIR=off``), private to the user, and are pruned to the newest half
 when a shard passes 64 files.
@@ -260,6 +262,7 @@ def remember(
     from cuforge.storage.entry import entry_id
     from cuforge.storage.filestream import FileStreamProgramCache
     from cuforge.storage.redis import RedisProgramCache
+    from cuforge.storage.s3 import S3ProgramCache
     from cuforge.storage.tiered import TieredProgramCache
     from cuforge.storage.urls import parse_cache_url
 
@@ -279,7 +282,10 @@ def remember(
         url = parse_cache_url(url)[index].text if url else None
     if type(cache) is FileStreamProgramCache:
         where = b"file:" + os.fsencode(cache.path)
-    elif type(cache) is RedisProgramCache and url and "@" not in url:
+    elif url and (
+        (type(cache) is RedisProgramCache and "@" not in url)
+        or type(cache) is S3ProgramCache  # an s3:// URL never holds credentials
+    ):
         where = b"url:" + url.encode()
     else:
         return
