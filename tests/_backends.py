@@ -44,6 +44,13 @@ def _tiered(tmp: Path, request: pytest.FixtureRequest) -> Any:
     return tier
 
 
+def _s3(tmp: Path, request: pytest.FixtureRequest) -> Any:
+    """A fresh prefix on the session's SeaweedFS server (tests/_s3.py)."""
+    from cuforge.storage import open_cache
+
+    return open_cache(request.getfixturevalue("s3_url"), secret=None)
+
+
 FACTORIES: dict[str, Factory] = {
     "memory": lambda tmp, request: InMemoryProgramCache(),
     "filestream": lambda tmp, request: FileStreamProgramCache(tmp / "fs"),
@@ -53,6 +60,7 @@ FACTORIES: dict[str, Factory] = {
         FileStreamProgramCache(tmp / "signed-fs"), SECRET
     ),
     "sqlite": lambda tmp, request: SQLiteProgramCache(tmp / "cache.db"),
+    "s3": _s3,
 }
 
 #: Backends whose entries survive closing the handle (reopen tests use these).

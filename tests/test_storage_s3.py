@@ -78,7 +78,7 @@ def compiles(monkeypatch):
 
 
 # -- entries -----------------------------------------------------------------------------
-def test_an_entry_is_one_framed_write_once_object(s3_url, s3_server):
+def test_an_entry_is_one_framed_object_stored_by_conditional_put(s3_url, s3_server):
     raw = s3_server.raw()
     with open_cache(s3_url, secret=None) as c:
         assert isinstance(c, S3ProgramCache)
@@ -87,10 +87,14 @@ def test_an_entry_is_one_framed_write_once_object(s3_url, s3_server):
         body = bytes(obstore.get(raw, object_path(c, b"k")).bytes())
         assert body[:4] == b"CFS3" and body.endswith(b"metapayload")
         assert frame.unpack(bytes.fromhex(entry_id(b"k")), body) == (b"payload", b"meta")
-        c.set_entry(b"k", b"other", b"")  # write-once: the first store stays
+        etag = obstore.head(raw, object_path(c, b"k"))["e_tag"]
+        c.set_entry(b"k", b"payload", b"meta")  # equal: nothing is uploaded again
+        assert obstore.head(raw, object_path(c, b"k"))["e_tag"] == etag
         assert c.get_entry(b"k") == (b"payload", b"meta")
+        c.set_entry(b"k", b"other", b"")  # other contents replace it (If-Match)
+        assert c.get_entry(b"k") == (b"other", b"")
         s = c.stats()
-        assert (s.hits, s.misses, s.stores, s.write_failures) == (1, 1, 1, 0)
+        assert (s.hits, s.misses, s.stores, s.write_failures) == (2, 1, 2, 0)
         assert len(c) == 1
 
 

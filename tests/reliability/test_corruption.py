@@ -160,6 +160,37 @@ REDIS_INJECTIONS: dict[str, Injection] = {
     "value deleted": lambda r, k, o, g: r.delete(k, ""),
 }
 
+
+class S3Raw:
+    """The one object of an S3 entry, by key (``part`` is ignored)."""
+
+    def __init__(self, cache: Any) -> None:
+        self.cache = cache
+
+    def _path(self, key: bytes) -> str:
+        return f"{self.cache.prefix}e/{entry_id(key)}"
+
+    def read(self, key: bytes, part: str) -> bytes:
+        import obstore
+
+        return bytes(obstore.get(self.cache._store, self._path(key)).bytes())
+
+    def write(self, key: bytes, part: str, data: bytes) -> None:
+        import obstore
+
+        obstore.put(self.cache._store, self._path(key), data)
+
+    def delete(self, key: bytes, part: str) -> None:
+        import obstore
+
+        obstore.delete(self.cache._store, self._path(key))
+
+
+# The S3 object has the Redis value's layout (magic CFS3, its own digest person).
+S3_INJECTIONS: dict[str, Injection] = {
+    how.replace("value", "object"): inject for how, inject in REDIS_INJECTIONS.items()
+}
+
 SQLITE_INJECTIONS: dict[str, Injection] = {
     "payload truncated": lambda r, k, o, g: r.write(k, "payload", r.read(k, "payload")[:-7]),
     "payload emptied": lambda r, k, o, g: r.write(k, "payload", b""),
@@ -185,6 +216,7 @@ SQLITE_INJECTIONS: dict[str, Injection] = {
 }
 
 DELETIONS = {"payload deleted", "sidecar deleted", "value deleted", "row deleted"}
+DELETIONS |= {"object deleted"}
 
 
 def _swap(raw: Any, key: bytes, other: bytes, parts: tuple[str, ...]) -> None:
@@ -201,6 +233,7 @@ BACKENDS = {
     "filestream": (FileStreamRaw, FS_INJECTIONS),
     "redis": (RedisRaw, REDIS_INJECTIONS),
     "sqlite": (SQLiteRaw, SQLITE_INJECTIONS),
+    "s3": (S3Raw, S3_INJECTIONS),
 }
 
 
@@ -278,6 +311,8 @@ def test_every_damaged_entry_is_detected_counted_and_never_served(
         cache = FACTORIES[backend](sub, request)
         if backend == "redis":
             cache._conn().flushdb()
+        if backend == "s3":
+            cache.clear()  # one prefix per test: the previous injection's entries go
         try:
             keys = populate(cache, n, rng)
             raw = raw_type(cache)
@@ -288,7 +323,8 @@ def test_every_damaged_entry_is_detected_counted_and_never_served(
             if hasattr(raw, "close"):
                 raw.close()
             damaged, absent = verify(cache, keys)
-            checked, reported = cli_verify(sub, cli_url(backend, cache))
+            url = request.getfixturevalue("s3_url") if backend == "s3" else cli_url(backend, cache)
+            checked, reported = cli_verify(sub, url)
             if how in DELETIONS:
                 assert (checked, reported) == (0, set()), how  # nothing left to list
             else:

@@ -4,7 +4,7 @@
 boto3 -- short-lived processes pay it on every start). Objects under the handle's
 ``prefix``, for an entry whose id (``entry.entry_id``) is ``<id>``::
 
-    <prefix>e/<id>              the entry: one object (layout in _frame), write-once
+    <prefix>e/<id>              the entry: one object (layout in _frame)
     <prefix>locks/<id>          single-flight lease while someone compiles it (_lease)
     <prefix>stats/<ns>-<rand>   counters, one small object per flush (_stats)
 
@@ -93,8 +93,9 @@ class S3ProgramCache(EntryCache):
     - **Never a corrupt hit.** An entry is one object: header, blake2b digest over
       key + metadata + payload, metadata, payload. An object that does not verify is
       a miss, counted in ``integrity_failures``, and deleted (if writable).
-    - **Write-once**: a store is a conditional PUT (``If-None-Match: *``); when the
-      object exists (a peer stored it first) the store is a no-op.
+    - **Conditional writes**: a store is a conditional PUT (``If-None-Match: *``);
+      when an equal entry exists (a peer stored it first) the store is a no-op, and
+      other contents are replaced only with ``If-Match`` on the ETag read (``_put``).
     - **One request per lookup** (a GET).
     - **Fails open and fast.** Requests time out after ``timeout`` s (connect:
       ``connect_timeout``), with no retries. A lookup that fails is a miss
@@ -320,11 +321,10 @@ class S3ProgramCache(EntryCache):
             return
         body = frame.pack(kd, data, meta, time.time_ns())
         try:
-            self._obs.put(self._store, self._path(kd), body, mode="create")
-        except self._obs.exceptions.AlreadyExistsError:
-            self._breaker.success()  # a peer stored it first: entries are write-once
-            self._tick()
-            return
+            if not self._put(kd, body, data, meta):
+                self._breaker.success()  # a peer stored the same entry first
+                self._tick()
+                return
         except Exception as exc:  # a store never breaks the caller
             stats.write_failures += 1
             problem, answered = _problem(exc)
@@ -337,6 +337,39 @@ class S3ProgramCache(EntryCache):
         stats.stores += 1
         stats.bytes_written += len(data)
         self._tick()
+
+    def _put(self, kd: bytes, body: bytes, data: bytes, meta: bytes) -> bool:
+        """Write ``body`` as ``kd``'s object; False when an equal entry is already there.
+
+        A conditional create (``If-None-Match: *``): a program entry is the same bytes
+        whoever compiles it, so of racing writers one uploads and the rest learn it
+        from a 412. An entry that exists with other contents (a header manifest that
+        gained a variant, a damaged object, a caller's new value) is replaced with
+        ``If-Match`` on the ETag just read; a writer that lost that race leaves the
+        winner's entry (both are complete, verified entries of this key).
+        """
+        obs, path = self._obs, self._path(kd)
+        exc = obs.exceptions
+        try:
+            obs.put(self._store, path, body, mode="create")
+            return True
+        except exc.AlreadyExistsError:
+            pass
+        try:
+            found = obs.get(self._store, path)
+        except FileNotFoundError:
+            found = None  # removed meanwhile: create it again
+        if found is None:
+            mode: Any = "create"
+        else:
+            if frame.unpack(kd, bytes(found.bytes())) == (data, meta):
+                return False
+            mode = {"e_tag": found.meta["e_tag"]}
+        try:
+            obs.put(self._store, path, body, mode=mode)
+        except (exc.PreconditionError, exc.AlreadyExistsError):
+            return False  # another writer replaced it first
+        return True
 
     def __delitem__(self, key: CacheKey) -> None:
         self._check_writable()
