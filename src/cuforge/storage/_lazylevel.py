@@ -29,7 +29,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -161,6 +161,12 @@ class LazyLevel(EntryCache):
         if level is None or self._pending:
             level = self.open()
         return level.get_entry(key)
+
+    def get_entries(self, keys: Iterable[CacheKey]) -> list[CacheEntry | None]:
+        level = self._level
+        if level is None or self._pending:
+            level = self.open()
+        return level.get_entries(keys)
 
     # -- writes ---------------------------------------------------------------------------
     def set_entry(self, key: CacheKey, value: CacheValue, meta: bytes = b"") -> None:

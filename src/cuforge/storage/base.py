@@ -175,6 +175,17 @@ class ProgramCacheResource(abc.ABC):
             return None
         return CacheEntry(data, self.get(meta_key(coerce_key(key))) or b"")
 
+    def get_entries(self, keys: Iterable[CacheKey]) -> list[CacheEntry | None]:
+        """``get_entry`` of each key, in order (None for each miss), with the same
+        verification and counters; a caller that needs several entries at once (a
+        Triton kernel's files) asks once. Backends that can answer together do:
+        Redis in one round trip, SQLite in one query, a tier level by level (each
+        level asked only for what the faster ones missed). This default asks one key
+        at a time. Raises TypeError for a key of another type, before any lookup.
+        """
+        ks = [coerce_key(key) for key in keys]
+        return [self.get_entry(k) for k in ks]
+
     def set_entry(self, key: CacheKey, value: CacheValue, meta: bytes = b"") -> None:
         """Store ``value`` with ``meta`` under ``key`` (same failure rules as ``cache[key] =``).
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -140,6 +140,17 @@ class SignedProgramCache(EntryCache):
             return result
         self._rejected(entry)
         return None
+
+    def get_entries(self, keys: Iterable[CacheKey]) -> list[CacheEntry | None]:
+        """The inner cache's batched read, each entry verified as ``get_entry`` does."""
+        ks = [coerce_key(key) for key in keys]
+        out: list[CacheEntry | None] = []
+        for k, entry in zip(ks, self._inner.get_entries(ks), strict=True):
+            result = None if entry is None else self._verify(key_digest(k), entry)
+            if entry is not None and type(result) is not CacheEntry:
+                self._rejected(entry)
+            out.append(result if type(result) is CacheEntry else None)
+        return out
 
     def set_entry(self, key: CacheKey, value: CacheValue, meta: bytes = b"") -> None:
         k = coerce_key(key)

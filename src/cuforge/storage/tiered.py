@@ -163,6 +163,42 @@ class TieredProgramCache(EntryCache):
                 self._put(j, k, found.data, found.meta, "store a backfill")
         return found
 
+    def get_entries(self, keys: Iterable[CacheKey]) -> list[CacheEntry | None]:
+        """Level by level, fastest first, each level asked in one batch for the keys
+        the faster levels missed; an entry found is back-filled into the writable
+        levels that missed it, as ``get_entry`` does."""
+        ks = [coerce_key(key) for key in keys]
+        out: list[CacheEntry | None] = [None] * len(ks)
+        todo = list(range(len(ks)))
+        missed_by: list[int] = []  # the levels every key still in todo has missed
+        for i, level in enumerate(self._levels):
+            if not todo:
+                break
+            try:
+                found = level.get_entries([ks[n] for n in todo])
+            except Exception as exc:  # one level never hides the others
+                self._level_failed(i, exc, "look up entries", "read_failures")
+                found = [None] * len(todo)
+            rest = []
+            for n, entry in zip(todo, found, strict=True):
+                if entry is None:
+                    rest.append(n)
+                    continue
+                out[n] = entry
+                for j in missed_by:
+                    if self._writable[j]:
+                        self._put(j, ks[n], entry.data, entry.meta, "store a backfill")
+            todo = rest
+            missed_by.append(i)
+        stats = self._stats
+        for entry in out:
+            if entry is None:
+                stats.misses += 1
+            else:
+                stats.hits += 1
+                stats.bytes_read += len(entry.data)
+        return out
+
     # -- writes -----------------------------------------------------------------------------
     def _put(self, i: int, key: bytes, data: bytes, meta: bytes, what: str) -> None:
         try:

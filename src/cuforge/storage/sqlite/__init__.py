@@ -15,6 +15,7 @@ import threading
 import time
 import warnings
 import weakref
+from collections.abc import Iterable
 from contextlib import AbstractContextManager
 from time import monotonic_ns
 from typing import Any
@@ -38,6 +39,7 @@ from ..base import (
 from ..entry import CacheEntry, key_digest
 from ..memory import check_max_size
 from ..stats import CacheStats
+from ._batch import get_entries
 from ._conn import Connections, immediate, load_sqlite3, pragmas
 from ._deferred import DeferredStores, Row, batches
 from ._entries import EntriesById
@@ -282,6 +284,10 @@ class SQLiteProgramCache(EntriesById, EntryCache):
         if self._ops >= _FLUSH_EVERY:
             self._housekeep(wait=False)
         return None
+
+    def get_entries(self, keys: Iterable[CacheKey]) -> list[CacheEntry | None]:
+        """The rows of every key in one query (see ``_batch.get_entries``)."""
+        return get_entries(self, list(keys))
 
     def _drop_damaged(self, rid: int, crc: int) -> None:
         """Count a row that does not verify and remove it -- unless a writer has
