@@ -430,3 +430,71 @@ def test_a_miss_says_whether_it_was_stored_and_why_not(tmp_path):
     assert stats["entries"] == 1
     (hit,) = json.loads(compile_with(str(tmp_path / "ok"), "--json").stdout)
     assert hit["cache"] == "hit" and "stored" not in hit
+
+
+def _fatbin_parts(data: bytes) -> list[tuple[str, int]]:
+    """(kind, arch number) of each part of a fatbin, from its container headers."""
+    import struct
+
+    magic, _, header, size = struct.unpack_from("<IHHQ", data, 0)
+    assert magic == 0xBA55ED50 and header + size == len(data)
+    parts, pos = [], header
+    while pos < len(data):
+        kind, _, part_header, part_size = struct.unpack_from("<HHIQ", data, pos)
+        parts.append(({1: "ptx", 2: "cubin"}[kind], struct.unpack_from("<I", data, pos + 28)[0]))
+        pos += part_header + part_size
+    return parts
+
+
+def test_one_fatbin_for_several_archs_is_built_through_the_cache_per_arch(tmp_path):
+    from cuforge import ObjectCode
+
+    out, cache = tmp_path / "k.fatbin", str(tmp_path / "c")
+    first = run(tmp_path, "compile", str(SAXPY), "--arch", "sm_80,sm_90", "-o", str(out),
+                "--cache", cache, "--json")  # fmt: skip
+    assert first.returncode == 0, first.stderr
+    report = json.loads(first.stdout)
+    assert [(r["arch"], r["target"], r["cache"]) for r in report] == [
+        ("sm_80", "cubin", "miss"), ("sm_90", "cubin", "miss"), ("sm_80,sm_90", "fatbin", "off")
+    ]  # fmt: skip
+    assert sorted(_fatbin_parts(out.read_bytes())) == [("cubin", 80), ("cubin", 90)]
+    # adding archs compiles only those; a compute_XY arch goes in as PTX
+    again = run(tmp_path, "compile", str(SAXPY), "--arch", "sm_80,sm_90", "--arch",
+                "sm_100,compute_100", "-o", str(out), "--cache", cache, "--json")  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    caches = {(r["arch"], r["target"]): r["cache"] for r in json.loads(again.stdout)}
+    assert caches == {("sm_80", "cubin"): "hit", ("sm_90", "cubin"): "hit",
+                      ("sm_100", "cubin"): "miss", ("compute_100", "ptx"): "miss",
+                      ("sm_80,sm_90,sm_100,compute_100", "fatbin"): "off"}  # fmt: skip
+    assert sorted(_fatbin_parts(out.read_bytes())) == [
+        ("cubin", 80), ("cubin", 90), ("cubin", 100), ("ptx", 100)
+    ]  # fmt: skip
+    loaded = ObjectCode.from_fatbin(str(out))
+    assert loaded.code_type == "fatbin" and loaded.code == out.read_bytes()
+    for args, message in (
+        (("--arch", "sm_90"), "one FILE"),  # two files
+        ((), "needs the archs"),
+        (("--arch", "sm_90", "--target", "ptx"), "leave --target out"),
+    ):
+        files = (str(SAXPY), str(SAXPY)) if message == "one FILE" else (str(SAXPY),)
+        bad = run(tmp_path, "compile", *files, *args, "-o", str(tmp_path / "x.fatbin"))
+        assert message in one_line_error(bad, "cuforge compile")
+
+
+def test_pack_fatbin_refuses_what_a_fatbin_cannot_hold():
+    from cuforge import Program, ProgramOptions
+    from cuforge.compile import pack_fatbin
+
+    cubin = Program(SAXPY.read_text(), "c++", ProgramOptions(arch="sm_90")).compile("cubin")
+    with pytest.raises(ValueError, match="at least one"):
+        pack_fatbin([])
+    with pytest.raises(ValueError, match="two cubin parts for arch sm_90"):
+        pack_fatbin([(cubin, "sm_90"), (cubin, "sm_90")])
+    with pytest.raises(ValueError, match="not sm_XY or compute_XY"):
+        pack_fatbin([(cubin, "ninety")])
+    lto = Program(
+        SAXPY.read_text(), "c++", ProgramOptions(arch="sm_90", link_time_optimization=True)
+    )
+    with pytest.raises(ValueError, match="cubin and PTX ObjectCode, got ltoir"):
+        pack_fatbin([(lto.compile("ltoir"), "sm_90")])
+    assert pack_fatbin([(cubin, "sm_90")], "saxpy").code_type == "fatbin"

@@ -204,7 +204,12 @@ def __getattr__(name: str) -> Any:
 
 # -- the compiler libraries ------------------------------------------------------------
 
-_LIBRARIES = {"nvrtc": "NVRTC", "nvJitLink": "nvJitLink", "nvvm": "libNVVM"}
+_LIBRARIES = {
+    "nvrtc": "NVRTC",
+    "nvJitLink": "nvJitLink",
+    "nvvm": "libNVVM",
+    "nvfatbin": "nvFatbin",
+}
 _VERSION_CALL = {"nvrtc": "nvrtcVersion", "nvJitLink": "nvJitLinkVersion"}
 _ready: set[str] = set()
 
@@ -221,7 +226,8 @@ def _install_hint(major: int | None) -> str:
 
 
 def require(library: str) -> None:
-    """Check, once per process, that ``library`` ("nvrtc", "nvJitLink", "nvvm") is
+    """Check, once per process, that ``library`` ("nvrtc", "nvJitLink", "nvvm",
+    "nvfatbin") is
     there for this cuda-bindings: its Python module imports, cuda.pathfinder loads
     the library, and (NVRTC, nvJitLink) its major is the bindings' major.
 

@@ -23,6 +23,7 @@ import argparse
 import contextlib
 import os
 import sys
+import time
 
 from cuforge.cli import _direct, _pool, _programs, _select
 from cuforge.cli._args import UsageError, size_arg
@@ -98,11 +99,58 @@ def _check_arch_target(arch: str | None, target: str) -> None:
         )
 
 
+def _write(output: str, data: bytes) -> None:
+    try:
+        with open(output, "wb") as f:
+            f.write(data)
+    except OSError as exc:
+        raise UsageError(f"cannot write {output}: {exc.strerror or exc}") from None
+
+
+def _pack(jobs: list[Job], output: str) -> dict[str, Any]:
+    """Pack the jobs' cubins (and PTX) into the fatbin ``output``; its report line."""
+    from cuforge.compile.errors import ToolkitNotFoundError
+    from cuforge.compile.fatbin import pack_fatbin
+    from cuforge.compile.object_code import ObjectCode
+
+    start = time.perf_counter()
+    name = jobs[0].source.name
+    parts = [(ObjectCode(j.result["code"], j.spec.target, name=name), j.arch or "") for j in jobs]
+    try:
+        packed = pack_fatbin(parts, name)
+    except ToolkitNotFoundError as exc:
+        raise UsageError(str(exc)) from None
+    _write(output, packed.code)
+    return {"source": jobs[0].source.path, "arch": ",".join(j.arch or "" for j in jobs),
+            "target": "fatbin", "output": output, "bytes": len(packed.code),
+            "ms": round((time.perf_counter() - start) * 1000, 3), "cache": "off"}  # fmt: skip
+
+
+def is_fatbin(args: argparse.Namespace) -> bool:
+    """Whether the command builds one fatbin (``-o NAME.fatbin``)."""
+    return bool(args.output) and str(args.output).lower().endswith(".fatbin")
+
+
+def _check_fatbin(args: argparse.Namespace, archs: list[str | None]) -> None:
+    if len(args.files) != 1:
+        raise UsageError("-o NAME.fatbin packs one source; give one FILE")
+    if archs == [None]:
+        raise UsageError("-o NAME.fatbin needs the archs to pack: --arch sm_80,sm_90,...")
+    if args.target != "cubin":
+        raise UsageError(
+            "-o NAME.fatbin packs cubins (and PTX for compute_XY archs): leave --target out"
+        )
+
+
 def plan(args: argparse.Namespace) -> list[Job]:
     """Read every source, build every Program (validating all options before any
     compile starts) and name every output. Raises UsageError."""
-    archs: list[str | None] = list(dict.fromkeys(args.arch)) if args.arch else [None]
-    if args.output and len(args.files) * len(archs) > 1:
+    given = [a.strip() for value in args.arch or () for a in value.split(",") if a.strip()]
+    archs: list[str | None] = list(dict.fromkeys(given)) if given else [None]
+    fatbin = is_fatbin(args)
+    if fatbin:
+        _check_fatbin(args, archs)
+    elif args.output and len(args.files) * len(archs) > 1:
         raise UsageError("-o names one output; use --outdir DIR for several files or archs")
     if args.outdir:
         if os.path.exists(args.outdir) and not os.path.isdir(args.outdir):
@@ -122,14 +170,17 @@ def plan(args: argparse.Namespace) -> list[Job]:
                 source, arch, args.defines, args.includes, args.std, args.pre_include
             )
             program = _programs.make_program(source, fields)
-            _check_arch_target(program.options.arch, args.target)
+            target = args.target
+            if fatbin:  # a virtual arch goes in as PTX, a real one as its cubin
+                target = "ptx" if (arch or "").startswith("compute_") else "cubin"
+            _check_arch_target(program.options.arch, target)
             spec = _pool.Spec(
-                source=path, arch=program.options.arch, target=args.target, std=args.std,
+                source=path, arch=program.options.arch, target=target, std=args.std,
                 defines=args.defines, includes=args.includes, pre_include=args.pre_include,
             )  # fmt: skip
             job = Job(source, spec, _output_for(args, path, arch, len(archs) > 1))
             job.program = program
-            other = seen.setdefault(os.path.abspath(job.output), path)
+            other = seen.setdefault(os.path.abspath(job.output) + (arch or ""), path)
             if other is not path:
                 raise UsageError(f"{other} and {path} would both be written to {job.output}")
             jobs.append(job)
@@ -150,6 +201,7 @@ def run(args: argparse.Namespace) -> int:
         if result.get("warnings"):
             sys.stderr.write(f"{jobs[i].source.path} ({jobs[i].arch}): {result['warnings']}\n")
 
+    fatbin = is_fatbin(args)
     with cache if cache is not None else contextlib.nullcontext():
         _pool.run_specs([j.spec for j in jobs], os.cpu_count() or 1, cache, url, done, True)
         results = []
@@ -158,18 +210,15 @@ def run(args: argparse.Namespace) -> int:
             if r["status"] == "failed":
                 sys.stderr.write(f"{job.source.path} ({job.arch}): {r['log']}\n")
                 results.append(
-                    {"source": job.source.path, "arch": job.arch, "target": args.target,
+                    {"source": job.source.path, "arch": job.arch, "target": job.spec.target,
                      "error": r["log"]}
                 )  # fmt: skip
                 continue
-            try:
-                with open(job.output, "wb") as f:
-                    f.write(r["code"])
-            except OSError as exc:
-                raise UsageError(f"cannot write {job.output}: {exc.strerror or exc}") from None
+            if not fatbin:  # a fatbin's parts are packed below, not written one by one
+                _write(job.output, r["code"])
             status = "off" if cache is None else ("miss" if r["status"] == "compiled" else "hit")
             results.append(
-                {"source": job.source.path, "arch": job.arch, "target": args.target,
+                {"source": job.source.path, "arch": job.arch, "target": job.spec.target,
                  "output": job.output, "bytes": r["bytes"], "ms": round(r["seconds"] * 1000, 3),
                  "cache": status}
             )  # fmt: skip
@@ -183,7 +232,9 @@ def run(args: argparse.Namespace) -> int:
         warned = any(job.result.get("warnings") for job in jobs)
         unstored = any(r.get("not_stored") for r in results)  # nothing to serve next time
         digest = getattr(args, "request_digest", None)
-        if not (failed or warned or unstored) and cache is not None and digest:
+        if fatbin and not failed:
+            results.append(_pack(jobs, args.output))
+        if not (failed or warned or unstored or fatbin) and cache is not None and digest:
             made = [(j.source, j.program, args.target, j.output, j.result["code"]) for j in jobs]
             mode = "json" if args.json else "text"
             _direct.remember(digest, cache, mode, made, url)

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     # checks that this block and _EXPORTS agree).
     from cuforge.compile.errors import CompileError as CompileError
     from cuforge.compile.errors import ToolkitNotFoundError as ToolkitNotFoundError
+    from cuforge.compile.fatbin import pack_fatbin as pack_fatbin
     from cuforge.compile.linker import Linker as Linker
     from cuforge.compile.linker import LinkerOptions as LinkerOptions
     from cuforge.compile.object_code import ObjectCode as ObjectCode
@@ -32,6 +33,7 @@ _EXPORTS = {
     "Program": "cuforge.compile.program",
     "ProgramOptions": "cuforge.compile.options",
     "ToolkitNotFoundError": "cuforge.compile.errors",
+    "pack_fatbin": "cuforge.compile.fatbin",
 }
 
 __all__ = sorted(_EXPORTS)
