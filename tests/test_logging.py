@@ -10,7 +10,6 @@ is one WARNING per cache handle, then DEBUG. Graph records need the GPU machine.
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 import subprocess
 import sys
@@ -22,7 +21,6 @@ import pytest
 
 from cuforge import Linker, LinkerOptions, Program, ProgramOptions
 from cuforge.storage import CacheWriteWarning, FileStreamProgramCache, ProgramCacheResource
-from cuforge.storage._integrity import SIDECAR_SUFFIX
 from cuforge.storage.entry import entry_id
 
 ARCH = "sm_90"
@@ -164,19 +162,24 @@ def test_each_cause_warns_once_per_handle(caplog, tmp_path):
     with FileStreamProgramCache(tmp_path) as cache:
         for n in range(8, 12):
             _compile(n, cache, name=f"k{n}.cu")
-        # Two damaged entries, then two unreadable ones (a directory where a sidecar was).
+        # Two damaged entries, then two unreadable ones: a file where their shard
+        # directory belongs. (A directory where a sidecar was is a foreign object now,
+        # an integrity miss: test_storage_filestream.py.)
+        shards = {Path(cache._names_for(_key_of(n)).payload).parent for n in (10, 11)}
+        assert len(shards) == 2 and not shards & {
+            Path(cache._names_for(_key_of(n)).payload).parent for n in (8, 9)
+        }
         for n in (8, 9):
             payload = cache._names_for(_key_of(n)).payload
             data = bytearray(Path(payload).read_bytes())
             data[len(data) // 2] ^= 0x40
             Path(payload).write_bytes(bytes(data))
-        for n in (10, 11):
-            sidecar = cache._names_for(_key_of(n)).payload + SIDECAR_SUFFIX
-            os.remove(sidecar)
-            os.mkdir(sidecar)
+        for shard in shards:
+            shutil.rmtree(shard)
+            shard.write_bytes(b"a file where a shard directory belongs")
         caplog.set_level(logging.DEBUG, logger="cuforge")
         with warnings.catch_warnings():
-            # The directory in the sidecar's place also stops the recompiled entry's store.
+            # The file in the shard's place may also stop the recompiled entry's store.
             warnings.simplefilter("ignore", CacheWriteWarning)
             for n in range(8, 12):
                 assert _compile(n, cache, name=f"k{n}.cu")[:4] == b"\x7fELF"  # never a failure
@@ -188,9 +191,7 @@ def test_each_cause_warns_once_per_handle(caplog, tmp_path):
     assert (logging.DEBUG, "read") in causes
     warned = [r.getMessage() for r in _records(caplog) if r.levelno == logging.WARNING]
     assert any("failed its integrity check" in m and entry_id(_key_of(8))[:12] in m for m in warned)
-    assert any("could not read an entry" in m and "Is a directory" in m for m in warned)
-    for n in (10, 11):  # leave the directory as pytest can remove it
-        shutil.rmtree(cache._names_for(_key_of(n)).payload + SIDECAR_SUFFIX, ignore_errors=True)
+    assert any("could not read an entry" in m and "Not a directory" in m for m in warned)
 
 
 def _key_of(n: int) -> bytes:

@@ -141,7 +141,9 @@ def test_cuforge_cache_in_fresh_processes_and_the_cli(redis_server, tmp_path) ->
     assert report["path"] == env["CUFORGE_CACHE"] and report["stores"] == 1
     assert report["entries"] == 1
 
-    # $CUFORGE_CACHE_DIR (the CLI's older setting) still wins for the CLI.
+    # $CUFORGE_CACHE_DIR (the CLI's older setting) still wins for the CLI. It must name
+    # an existing cache: cache commands never create one.
+    FileStreamProgramCache(tmp_path / "dir").close()
     out = _run("-m", "cuforge", "cache", "stats", "--json",
                env={**env, "CUFORGE_CACHE_DIR": str(tmp_path / "dir")})  # fmt: skip
     assert json.loads(out.stdout)["path"] == str(tmp_path / "dir")
