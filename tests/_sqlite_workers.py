@@ -64,6 +64,23 @@ def cmd_hold_write(args: dict) -> dict:
         time.sleep(60)
 
 
+def cmd_hold_new_file(args: dict) -> dict:
+    """Make ``args["db"]`` an SQLite file in rollback mode with no tables (what a cache
+    opener sees while a peer creates it), hold its write lock ``args["seconds"]``,
+    then let go and exit -- a peer caught between creating the file and switching it
+    to WAL."""
+    import sqlite3
+
+    conn = sqlite3.connect(args["db"], isolation_level=None)
+    conn.execute("CREATE TABLE scratch (x)")
+    conn.execute("DROP TABLE scratch")
+    conn.execute("BEGIN IMMEDIATE")
+    _ready(args["ready"], "held")
+    time.sleep(args["seconds"])
+    conn.execute("COMMIT")
+    return {}
+
+
 def cmd_hold_key(args: dict) -> dict:
     """Take the single-flight lock of ``args["key"]`` and hold it until killed."""
     from cuforge.utils import SQLiteProgramCache
@@ -179,6 +196,7 @@ COMMANDS = {
     "compile": cmd_compile,
     "hold_write": cmd_hold_write,
     "hold_key": cmd_hold_key,
+    "hold_new_file": cmd_hold_new_file,
     "wait_key": cmd_wait_key,
     "contend": cmd_contend,
     "stress": cmd_stress,

@@ -308,6 +308,32 @@ def test_statistics_sum_over_processes(tmp_path: Path) -> None:
     assert total.bytes_read == 100 and total.bytes_written == 20
 
 
+def test_an_opener_waits_for_a_peer_holding_a_new_file_before_its_wal_switch(
+    tmp_path: Path,
+) -> None:
+    """Two processes opening a new cache together: the switch to WAL got SQLITE_BUSY at
+    once (SQLite skips its busy handler there) while the peer held the write lock, and
+    the handle served misses for good -- a worker's store and counters were lost under
+    load (test_statistics_sum_over_processes). The opener must wait for the peer."""
+    db, ready = tmp_path / "cache.db", tmp_path / "ready"
+    holder = start("hold_new_file", {"db": str(db), "ready": str(ready), "seconds": 1.0})
+    try:
+        wait_ready(holder, ready)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with SQLiteProgramCache(db) as c:
+                c["k"] = b"v" * 10
+                assert c.get("k") == b"v" * 10
+                assert c.get("absent") is None
+        assert [str(w.message) for w in caught] == []
+    finally:
+        finish(holder)
+    with SQLiteProgramCache(db) as c:
+        total = c.total_stats()
+        assert (total.hits, total.misses, total.stores) == (1, 1, 1)
+        assert c.get("k") == b"v" * 10
+
+
 def test_counts_of_a_killed_process_are_kept_up_to_its_last_write(tmp_path: Path) -> None:
     db = tmp_path / "cache.db"
     code = (

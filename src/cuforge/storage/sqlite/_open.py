@@ -60,9 +60,10 @@ def _identity(path: str) -> tuple[int, int] | None:
     return st.st_dev, st.st_ino
 
 
-def _diagnose(sqlite: Any, conns: Connections, path: str) -> str | None:
+def _diagnose(sqlite: Any, conns: Connections, path: str, timeout: float) -> str | None:
     """None when the file is ours and current (made so if new or stale); else what is
-    wrong with it. Raises ForeignDatabaseError, and OperationalError (busy, I/O)."""
+    wrong with it. Raises ForeignDatabaseError, and OperationalError (busy past
+    ``timeout`` seconds, I/O)."""
     problem = file_problem(path)
     if problem is not None:
         return problem
@@ -75,7 +76,7 @@ def _diagnose(sqlite: Any, conns: Connections, path: str) -> str | None:
                 return f"damaged ({result[0][0]})"
             with contextlib.suppress(OSError):
                 os.unlink(marker)
-        ensure_schema(conn, path)
+        ensure_schema(conn, path, timeout)
         probe(conn)
     except sqlite.DatabaseError as exc:
         if is_corruption(exc):
@@ -106,7 +107,7 @@ def open_database(
     """
     locks.use(timeout)
     try:
-        problem = _diagnose(sqlite, conns, path)
+        problem = _diagnose(sqlite, conns, path, timeout)
         if problem is None:
             return Opened(None, None)
         if not _recognisably_ours(path, locks):
@@ -165,14 +166,14 @@ def _recover(
         # transient state seen mid-write): judge it again rather than wait it out.
         if _identity(path) != seen or (on_disk and file_problem(path) is None):
             locks.use(timeout)
-            again = _diagnose(sqlite, conns, path)
+            again = _diagnose(sqlite, conns, path, timeout)
             if again is None:
                 return Opened(None, None)
             problem, seen = again, _identity(path)
             on_disk = file_problem(path) is not None
             conns.close_all()
     try:
-        again = _diagnose(sqlite, conns, path)  # a peer may have repaired it meanwhile
+        again = _diagnose(sqlite, conns, path, timeout)  # a peer may have repaired it meanwhile
         if again is None:
             return Opened(None, None)
         conns.close_all()
@@ -182,7 +183,7 @@ def _recover(
             why = f"it is damaged ({again}) and could not be moved aside ({exc})"
             return Opened(why, why)
         notice = f"it was damaged ({again}); moved it to {dest} and started an empty cache"
-        still = _diagnose(sqlite, conns, path)
+        still = _diagnose(sqlite, conns, path, timeout)
         if still is not None:
             conns.close_all()
             return Opened(f"a new database could not be made ({still})", notice)

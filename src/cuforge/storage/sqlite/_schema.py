@@ -209,12 +209,12 @@ def probe(conn: Any) -> None:
     conn.execute("SELECT max(rid) FROM cuforge_entries").fetchall()
 
 
-def ensure_schema(conn: Any, path: str) -> str:
+def ensure_schema(conn: Any, path: str, wait_s: float) -> str:
     """Make the database ours and current; what was done: "ok", "created", "rebuilt".
 
     Raises ForeignDatabaseError (before writing anything) for a database that is
     not ours. Creation and rebuild run under the write lock, so concurrent openers
-    do it once.
+    do it once. Waits at most ``wait_s`` for peers' locks (then raises busy).
     """
     kind, detail = inspect(conn)
     if kind == "foreign":
@@ -222,8 +222,7 @@ def ensure_schema(conn: Any, path: str) -> str:
     if kind == "empty":  # both only take effect before the first table
         conn.execute("PRAGMA page_size = 4096")
         conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
-    if conn.execute("PRAGMA journal_mode").fetchall()[0][0] != "wal":
-        conn.execute("PRAGMA journal_mode = WAL").fetchall()
+    _switch_to_wal(conn, wait_s)
     if kind == "ours":
         return "ok"
     conn.execute("BEGIN IMMEDIATE")
@@ -254,6 +253,31 @@ def ensure_schema(conn: Any, path: str) -> str:
         conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
         conn.execute("VACUUM")
     return "rebuilt" if kind == "stale" else "created"
+
+
+def _switch_to_wal(conn: Any, wait_s: float) -> None:
+    """Put the database in WAL mode, waiting at most ``wait_s`` for peers.
+
+    Closes a race of processes opening a new file together: the switch reads the file,
+    then needs its write lock; while a peer holds that lock (its own switch, or its
+    schema transaction) SQLite answers SQLITE_BUSY at once, without its busy handler
+    (a reader waiting for a writer could deadlock). One of two openers then found the
+    cache "locked" in milliseconds and served misses for its whole life, storing and
+    counting nothing. Busy is retried here until the peer's switch is seen or
+    ``wait_s`` passes; other errors raise.
+    """
+    deadline = time.monotonic() + wait_s
+    delay = 0.001
+    while True:
+        try:
+            if conn.execute("PRAGMA journal_mode").fetchall()[0][0] != "wal":
+                conn.execute("PRAGMA journal_mode = WAL").fetchall()
+            return
+        except Exception as exc:  # sqlite3.OperationalError; only busy is retried
+            if not is_busy(exc) or time.monotonic() >= deadline:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, 0.05)
 
 
 def _foreign(path: str, detail: str) -> ForeignDatabaseError:
