@@ -5,6 +5,12 @@ Each submodule adapts one system and imports it only when used, so neither
 
 - :mod:`cuforge.integrations.triton` -- Triton's cache manager and remote cache
   backend (``TRITON_CACHE_MANAGER`` / ``TRITON_REMOTE_CACHE_BACKEND``).
+- :mod:`cuforge.integrations.inductor` -- PyTorch Inductor's remote FX-graph,
+  AOT-autograd and autotune caches, and its cache-artifact bundles.
+- :mod:`cuforge.integrations.cupy` -- CuPy's kernel cache.
+
+What they share (choosing the cache, entries with a metadata record for payloads
+cuforge treats as opaque bytes) is in ``_cache``.
 """
 
 from __future__ import annotations

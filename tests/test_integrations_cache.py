@@ -1,0 +1,127 @@
+"""What every integration shares (cache selection, foreign entries), and that
+importing cuforge's integrations never imports the systems they adapt."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+from cuforge.integrations._cache import ForeignEntries, select_cache
+from cuforge.storage.base import CacheReadWarning, ProgramCacheResource
+from cuforge.storage.memory import InMemoryProgramCache
+from cuforge.storage.record import decode_record
+from cuforge.storage.signing import SignedProgramCache
+from cuforge.storage.urls import open_cache
+
+SECRET = b"0123456789abcdef0123456789abcdef"
+
+
+def test_importing_the_integrations_imports_no_framework() -> None:
+    code = (
+        "import sys, cuforge, cuforge.integrations, cuforge.integrations.inductor, "
+        "cuforge.integrations.cupy\n"
+        "print(sorted(m for m in ('torch', 'triton', 'cupy', 'redis') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == "[]"
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is not None, reason="torch is installed")
+def test_inductor_without_torch_is_one_line(tmp_path: Path) -> None:
+    from cuforge.integrations import inductor
+
+    with pytest.raises(RuntimeError, match=r"^cuforge.integrations.inductor needs torch") as e:
+        inductor.install(str(tmp_path / "c"))
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("cupy") is not None, reason="cupy is installed")
+def test_cupy_without_cupy_is_one_line(tmp_path: Path) -> None:
+    from cuforge.integrations import cupy
+
+    with pytest.raises(RuntimeError, match=r"^cuforge.integrations.cupy needs cupy") as e:
+        cupy.install(str(tmp_path / "c"))
+    assert "\n" not in str(e.value)
+    assert not (tmp_path / "c").exists()
+
+
+def test_select_cache_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    given = InMemoryProgramCache()
+    assert select_cache(given, "CUFORGE_X_CACHE") is given
+    monkeypatch.setenv("CUFORGE_X_CACHE", "off")
+    assert select_cache(None, "CUFORGE_X_CACHE") is None
+    monkeypatch.setenv("CUFORGE_X_CACHE", str(tmp_path / "x"))
+    monkeypatch.setenv("CUFORGE_CACHE", str(tmp_path / "general"))
+    chosen = select_cache(None, "CUFORGE_X_CACHE")
+    assert isinstance(chosen, ProgramCacheResource)
+    chosen.set_entry(b"k", b"v")
+    assert (tmp_path / "x").is_dir() and not (tmp_path / "general").exists()
+    monkeypatch.delenv("CUFORGE_X_CACHE")
+    from cuforge.storage.config import default_cache
+
+    assert select_cache(None, "CUFORGE_X_CACHE") is default_cache()
+
+
+def test_select_cache_bad_values_name_their_source(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ValueError, match=r"^cache: "):
+        select_cache("nosuch://x", "CUFORGE_X_CACHE")
+    with pytest.raises(TypeError, match=r"^cache: expected a ProgramCacheResource"):
+        select_cache(42, "CUFORGE_X_CACHE")  # type: ignore[arg-type]
+    monkeypatch.setenv("CUFORGE_X_CACHE", "nosuch://x")
+    with pytest.raises(ValueError, match=r"^\$CUFORGE_X_CACHE: "):
+        select_cache(None, "CUFORGE_X_CACHE")
+
+
+def test_foreign_entries_carry_a_record_and_stay_apart(tmp_path: Path) -> None:
+    cache = open_cache(str(tmp_path / "c"), secret=None)
+    inductor = ForeignEntries(cache, "inductor")
+    cupy = ForeignEntries(cache, "cupy")
+    assert inductor.store("k1", b"payload", {"cache": "fx_graph"})
+    assert inductor.load("k1") == b"payload"
+    assert cupy.load("k1") is None  # another system's name space
+    assert inductor.load("k2") is None
+    (info,) = list(cache.iter_entries())
+    record = decode_record(info.meta)
+    assert record is not None
+    assert (record["kind"], record["key"], record["cache"]) == ("inductor", "k1", "fx_graph")
+    # An entry at the key whose record is not this kind's (or not for this name) is a miss.
+    cache.set_entry(inductor.key("k3"), b"raw bytes")
+    assert inductor.load("k3") is None
+
+
+def test_foreign_entries_signed_rejects_unsigned_and_foreign_signed(tmp_path: Path) -> None:
+    inner = open_cache(str(tmp_path / "c"), secret=None)
+    ForeignEntries(inner, "cupy").store("n", b"planted", {})
+    signed = ForeignEntries(SignedProgramCache(inner, SECRET), "cupy")
+    assert signed.load("n") is None
+    ForeignEntries(SignedProgramCache(inner, SECRET[::-1]), "cupy").store("n", b"other", {})
+    assert signed.load("n") is None
+    assert signed.cache.stats().signature_failures == 2
+    signed.store("n", b"ours", {})
+    assert signed.load("n") == b"ours"
+
+
+class _Broken(InMemoryProgramCache):
+    def get_entry(self, key):  # type: ignore[no-untyped-def]
+        raise OSError("disk on fire")
+
+    def set_entry(self, key, value, meta=b""):  # type: ignore[no-untyped-def]
+        raise OSError("disk on fire")
+
+
+def test_a_cache_fault_is_a_miss_or_a_dropped_store_with_a_warning() -> None:
+    entries = ForeignEntries(_Broken(), "cupy")
+    with pytest.warns(CacheReadWarning, match="lookup failed.*disk on fire"):
+        assert entries.load("n") is None
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert entries.store("n", b"x", {}) is False
+    assert [w.category.__name__ for w in caught] == ["CacheWriteWarning"]
+    assert caught[0].filename == __file__
