@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-all test-cu12 test-dist dist lint bench docs plots clean redis-server
+.PHONY: demo test test-all test-cu12 test-dist test-integrations dist lint bench docs plots clean redis-server
 
 $(STAMP): pyproject.toml setup.py $(wildcard src/cuforge/_native/*.c)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -50,6 +50,21 @@ $(CU12_STAMP): pyproject.toml setup.py $(wildcard src/cuforge/_native/*.c)
 
 test-cu12: $(CU12_STAMP) $(STAMP) redis-server
 	CUFORGE_OTHER_PYTHON=$(abspath $(PY)) $(CU12_VENV)/bin/python -m pytest -q -m "not dist"
+
+# The integrations (cuforge.integrations) against the real systems, in a venv of their
+# own: torch (a CPU build is enough: Inductor's FX-graph cache compiles C++ with the
+# host compiler) and triton. Each test starts fresh processes, so it stays out of make test.
+INT_VENV := .venv-int
+INT_STAMP := $(INT_VENV)/.installed
+INT_TESTS := tests/test_integrations_cache.py tests/test_integrations_inductor.py
+$(INT_STAMP): pyproject.toml setup.py $(wildcard src/cuforge/_native/*.c)
+	test -x $(INT_VENV)/bin/python || $(PYTHON) -m venv $(INT_VENV)
+	$(INT_VENV)/bin/python -m pip install -q --upgrade pip
+	$(INT_VENV)/bin/python -m pip install -q -e '.[cu13,test]' torch==2.13.0 triton==3.9.0
+	touch $(INT_STAMP)
+
+test-integrations: $(INT_STAMP) redis-server
+	$(INT_VENV)/bin/python -m pytest -q -m "not dist" $(INT_TESTS)
 
 # An sdist and a manylinux wheel (the C helpers compiled in, pthread calls bound to
 # glibc 2.2.5 symbols: see src/cuforge/_native/glibc_compat.h) in dist/.
@@ -111,5 +126,5 @@ docs: plots
 	@echo "docs/_build/html/index.html"
 
 clean:
-	rm -rf $(VENV) $(CU12_VENV) $(BENCH_VENV) build dist src/*.egg-info .pytest_cache \
+	rm -rf $(VENV) $(CU12_VENV) $(BENCH_VENV) $(INT_VENV) build dist src/*.egg-info .pytest_cache \
 		docs/_build docs/_generated
