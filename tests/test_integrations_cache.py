@@ -69,6 +69,19 @@ def test_select_cache_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     assert select_cache(None, "CUFORGE_X_CACHE") is default_cache()
 
 
+def test_a_url_opens_once_per_process_and_secret(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = str(tmp_path / "c")
+    monkeypatch.delenv("CUFORGE_CACHE_SECRET", raising=False)
+    first = select_cache(url, "CUFORGE_X_CACHE")
+    monkeypatch.setenv("CUFORGE_X_CACHE", url)
+    assert select_cache(None, "CUFORGE_X_CACHE") is first  # one handle: one set of stats
+    monkeypatch.setenv("CUFORGE_CACHE_SECRET", SECRET.decode())
+    signed = select_cache(url, "CUFORGE_X_CACHE")
+    assert signed is not first and isinstance(signed, SignedProgramCache)
+
+
 def test_select_cache_bad_values_name_their_source(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ValueError, match=r"^cache: "):
         select_cache("nosuch://x", "CUFORGE_X_CACHE")
@@ -125,3 +138,23 @@ def test_a_cache_fault_is_a_miss_or_a_dropped_store_with_a_warning() -> None:
         assert entries.store("n", b"x", {}) is False
     assert [w.category.__name__ for w in caught] == ["CacheWriteWarning"]
     assert caught[0].filename == __file__
+
+
+def test_cli_lists_an_integrations_entries_by_kind(tmp_path: Path) -> None:
+    import json
+
+    cache = open_cache(str(tmp_path / "c"), secret=None)
+    ForeignEntries(cache, "inductor").store("pt2:fx-graph-v1::abc:c1", b"{}", {"cache": "fx"})
+    ForeignEntries(cache, "cupy").store("0123abcd.cubin", b"\x7fELF", {})
+    cache.close()
+
+    def ls(kind: str) -> list[tuple[str, str]]:
+        out = subprocess.run(
+            [sys.executable, "-m", "cuforge", "cache", "ls", "--cache", str(tmp_path / "c"),
+             "--kind", kind, "--json"],
+            capture_output=True, text=True, check=True,
+        ).stdout  # fmt: skip
+        return [(e["kind"], e["name"]) for e in json.loads(out)]
+
+    assert ls("inductor") == [("inductor", "pt2:fx-graph-v1::abc:c1")]
+    assert ls("cupy") == [("cupy", "0123abcd.cubin")]

@@ -7,9 +7,10 @@
 - ``zero-stats``: restart those counters from zero (for every process; on Redis, for
   the whole fleet using the prefix).
 - ``ls [--sort size|age|last-used|name] [--limit N] [--reverse] [--name GLOB]
-  [--arch ARCH] [--kind program|manifest|raw] [--json]``: one line per entry (those
-  every filter given matches): short id, kind, target, arch, size, age, last use,
-  source name, compiler.
+  [--arch ARCH] [--kind program|manifest|triton|inductor|cupy|raw] [--json]``: one
+  line per entry (those every filter given matches): short id, kind, target, arch,
+  size, age, last use, source name (an integration's entries: the system's key),
+  compiler.
 - ``show ID-PREFIX [--extract OUT] [--json]``: everything recorded about one entry and
   whether it verifies; ``--extract`` writes its raw payload (a cubin for cuobjdump)
   (``-``: to stdout); the details then go to stderr, so stdout holds the payload only.
@@ -78,7 +79,9 @@ def register(subparsers: Subparsers) -> Subparsers:
     p.add_argument("--name", metavar="GLOB", help="only sources named so (saxpy.cu, 'sax*')")
     p.add_argument("--arch", metavar="ARCH", help="only entries for ARCH (sm_90)")
     p.add_argument(
-        "--kind", choices=("program", "manifest", "raw"), help="only entries of this kind"
+        "--kind",
+        choices=("program", "manifest", "triton", "inductor", "cupy", "raw"),
+        help="only entries of this kind",
     )
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(handler=_ls)

@@ -13,6 +13,7 @@ raises is dropped with a :class:`CacheWriteWarning`.
 from __future__ import annotations
 
 import os
+import threading
 import warnings
 
 from cuforge._stack import outside_level
@@ -23,6 +24,24 @@ __all__ = ["ForeignEntries", "select_cache"]
 
 _OFF = "off"
 
+_mutex = threading.Lock()
+#: Handles opened from URLs, by (URL, secret variable's value): one per process.
+_opened: dict[tuple[str, str | None], ProgramCacheResource] = {}
+
+
+def _open_url(url: str) -> ProgramCacheResource:
+    """The process's handle on ``url`` (opened at first use with ``$CUFORGE_CACHE_SECRET``),
+    so an adapter's calls share one handle and its statistics."""
+    from cuforge.storage.config import ENV_SECRET
+    from cuforge.storage.urls import open_cache
+
+    ident = (url, os.environ.get(ENV_SECRET))
+    with _mutex:
+        cache = _opened.get(ident)
+        if cache is None:
+            cache = _opened[ident] = open_cache(url)
+        return cache
+
 
 def select_cache(
     cache: ProgramCacheResource | str | None, env_var: str
@@ -32,16 +51,14 @@ def select_cache(
     (``$CUFORGE_CACHE``). None means caching is off.
 
     URLs open with ``$CUFORGE_CACHE_SECRET`` when it is set (every shared level then
-    signs and verifies). Raises ValueError naming the argument or variable for a bad
-    URL, TypeError for a ``cache`` of another type.
+    signs and verifies), once per process and secret. Raises ValueError naming the
+    argument or variable for a bad URL, TypeError for a ``cache`` of another type.
     """
-    from cuforge.storage.urls import open_cache
-
     if isinstance(cache, ProgramCacheResource):
         return cache
     if isinstance(cache, str):
         try:
-            return open_cache(cache)
+            return _open_url(cache)
         except ValueError as exc:
             raise ValueError(f"cache: {exc}") from None
     if cache is not None:
@@ -54,7 +71,7 @@ def select_cache(
         return None
     if url:
         try:
-            return open_cache(url)
+            return _open_url(url)
         except ValueError as exc:
             raise ValueError(f"${env_var}: {exc}") from None
     from cuforge.storage.config import default_cache
