@@ -36,15 +36,15 @@ from ..base import (
     EntryCache,
     check_meta,
 )
-from ..entry import CacheEntry, EntryInfo, is_entry_id, key_digest
+from ..entry import CacheEntry, key_digest
 from ..stats import CacheStats
 from . import _frame as frame
 from ._lease import poll_lease
+from ._listing import EntryListing
 from ._stats import FleetCounters, read_all, write
 
 __all__ = ["S3ProgramCache"]
 
-_LISTING_HEAD = 4096
 _LIVE = LiveHandles()
 
 
@@ -80,7 +80,7 @@ def _problem(exc: BaseException) -> tuple[str, bool]:
     return f"{name}: {first[:300]}", False
 
 
-class S3ProgramCache(EntryCache):
+class S3ProgramCache(EntryListing, EntryCache):
     """Program cache in an S3-compatible bucket, safe to share between any number of hosts.
 
     ``bucket``, ``prefix`` (folder inside it, ``cuforge/`` by default), ``endpoint``
@@ -375,111 +375,6 @@ class S3ProgramCache(EntryCache):
         self._check_writable()
         if not self.remove_entry(key_digest(coerce_key(key)).hex()):
             raise KeyError(key)
-
-    # -- listing and maintenance --------------------------------------------------------
-    def _objects(self) -> Iterator[dict[str, Any]]:
-        for page in self._obs.list(self._store, prefix=self._prefix + "e/"):
-            yield from page
-
-    def _id_of(self, path: str) -> str | None:
-        eid = path.rpartition("/")[2]
-        return eid if path == f"{self._prefix}e/{eid}" and is_entry_id(eid) else None
-
-    def __len__(self) -> int:
-        """Entries under this prefix (a listing of the bucket)."""
-        self._check_open()
-        with self._maintenance("count entries"):
-            return sum(1 for o in self._objects() if self._id_of(o["path"]))
-
-    def clear(self) -> None:
-        """Remove every entry under this prefix; counters stay."""
-        self._check_writable()
-        with self._maintenance("clear"):
-            paths = [o["path"] for o in self._objects()]
-            for start in range(0, len(paths), 1000):
-                self._obs.delete(self._store, paths[start : start + 1000])
-
-    def iter_entries(self) -> Iterator[EntryInfo]:
-        """Entries with size, store time and metadata (one ranged GET each). Object
-        stores keep no read times: the last use is the store time."""
-        self._check_open()
-        with self._maintenance("list entries"):
-            for obj in self._objects():
-                eid = self._id_of(obj["path"])
-                if eid is None:
-                    continue
-                stored = int(obj["last_modified"].timestamp() * 1e9)
-                meta = None
-                try:
-                    head = bytes(
-                        self._obs.get_range(
-                            self._store,
-                            obj["path"],
-                            start=0,
-                            end=min(_LISTING_HEAD, obj["size"]) or 1,
-                        )
-                    )
-                except FileNotFoundError:
-                    continue
-                except self._obs.exceptions.BaseError:
-                    head = b""
-                peeked = frame.peek(head)
-                if peeked is not None:
-                    stored, end = peeked[0], frame.PREFIX_SIZE + peeked[1]
-                    if end > len(head) and end <= obj["size"]:
-                        head = bytes(
-                            self._obs.get_range(self._store, obj["path"], start=0, end=end)
-                        )
-                    meta = head[frame.PREFIX_SIZE : end] if len(head) >= end else None
-                yield EntryInfo(eid, int(obj["size"]), stored, stored, meta)
-
-    def _body_of_id(self, entry_id: str) -> tuple[bytes, bytes | None]:
-        if not isinstance(entry_id, str) or not is_entry_id(entry_id):
-            return b"", None
-        kd = bytes.fromhex(entry_id)
-        with self._maintenance("read an entry"):
-            try:
-                return kd, bytes(self._obs.get(self._store, self._path(kd)).bytes())
-            except FileNotFoundError as exc:
-                if "NoSuchBucket" in str(exc):
-                    raise
-                return kd, None
-
-    def check_entry(self, entry_id: str) -> str | None:
-        self._check_open()
-        kd, body = self._body_of_id(entry_id)
-        if body is None:
-            raise KeyError(entry_id)
-        result = frame.unpack(kd, body)
-        return None if isinstance(result, CacheEntry) else result
-
-    def read_entry(self, entry_id: str) -> CacheEntry | None:
-        self._check_open()
-        kd, body = self._body_of_id(entry_id)
-        result = None if body is None else frame.unpack(kd, body)
-        return result if type(result) is CacheEntry else None
-
-    def remove_entry(self, entry_id: str) -> bool:
-        self._check_writable()
-        if not isinstance(entry_id, str) or not is_entry_id(entry_id):
-            return False
-        path = self._path(bytes.fromhex(entry_id))
-        with self._maintenance("remove an entry"):
-            try:
-                self._obs.head(self._store, path)
-            except FileNotFoundError as exc:
-                if "NoSuchBucket" in str(exc):
-                    raise
-                return False
-            self._obs.delete(self._store, path)
-            return True
-
-    @property
-    def size_bytes(self) -> int:
-        """Sum of the entry objects' sizes (a listing of the bucket)."""
-        self._check_open()
-        with self._maintenance("list entries"):
-            return sum(int(o["size"]) for o in self._objects() if self._id_of(o["path"]))
 
     # -- single-flight --------------------------------------------------------------------
     def lock(
