@@ -14,7 +14,6 @@ import sys
 import time
 import warnings
 
-import obstore
 import pytest
 
 from _cache_workers import ARCH, SRC
@@ -27,6 +26,8 @@ from cuforge.storage.s3 import _frame as frame
 from cuforge.utils import make_program_cache_key, open_cache
 
 WORKERS = os.path.join(os.path.dirname(__file__), "_cache_workers.py")
+obstore = pytest.importorskip("obstore")  # the [s3] extra (absent on the GPU machine)
+
 posix_only = pytest.mark.skipif(os.name == "nt", reason="POSIX signals")
 
 
