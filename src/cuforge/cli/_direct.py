@@ -61,7 +61,7 @@ if TYPE_CHECKING:
 __all__ = ["remember", "request_digest", "serve"]
 
 _FORMAT = b"cuforge-direct-2"
-_ENV_NAMES = ("HOME", "XDG_CACHE_HOME")
+_ENV_NAMES = ("HOME", "XDG_CACHE_HOME", "XDG_CONFIG_HOME")
 _SHARD_MAX = 64
 _CODE_DIRS = ("compile", "cli")
 
@@ -85,6 +85,12 @@ def request_digest(argv: Sequence[str]) -> str:
     for key in sorted(os.environ):
         if key.startswith("CUFORGE_") or key in _ENV_NAMES:
             parts.append(f"{key}={os.environ[key]}".encode("utf-8", "surrogateescape"))
+    # The settings files (cache, cap, arch, secret): a record made under others never
+    # answers (their paths and stat identity, see _config.fingerprint).
+    from cuforge.cli import _config
+
+    parts.append(b"config")
+    parts.append(_config.fingerprint())
     # The code that turns these arguments into cache keys: an edited (development)
     # install must not be answered by records its old code wrote.
     parts.append(b"code")

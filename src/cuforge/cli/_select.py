@@ -7,7 +7,8 @@ The choice, first match wins:
    cache; any URL ``cuforge.storage.urls`` accepts). ``--cache`` alone: the default.
 3. ``$CUFORGE_CACHE_DIR``: a directory (the older spelling, kept working).
 4. ``$CUFORGE_CACHE``: a cache URL or directory; ``off`` means none.
-5. The user cache directory (``cuforge.storage.default_cache_dir()``).
+5. ``cache`` in the project's settings file, then the user's (``_config``).
+6. The user cache directory (``cuforge.storage.default_cache_dir()``).
 
 Opening failures are :class:`UsageError` naming where the choice came from: a URL
 that does not parse, a path that is a regular file, a directory that cannot be
@@ -40,7 +41,10 @@ __all__ = [
 ENV_DIR = "CUFORGE_CACHE_DIR"
 ENV_CACHE = "CUFORGE_CACHE"
 _OFF = "off"
-_DEFAULT_HELP = f"${ENV_DIR}, else ${ENV_CACHE}, else the user cache directory"
+_DEFAULT_HELP = (
+    f"${ENV_DIR}, else ${ENV_CACHE}, else the project's or user's settings file, else the "
+    "user cache directory"
+)
 
 
 class Choice:
@@ -87,6 +91,12 @@ def choose(args: argparse.Namespace) -> Choice:
     value = os.environ.get(ENV_CACHE, "").strip()
     if value:
         return Choice(None if value.lower() == _OFF else value, f"${ENV_CACHE}")
+    from cuforge.cli import _config
+
+    configured = _config.setting("cache")
+    if configured is not None:
+        off = configured.value.lower() == _OFF
+        return Choice(None if off else configured.value, configured.origin)
     from cuforge.storage.filestream import default_cache_dir
 
     return Choice(default_cache_dir(), "the default cache directory")

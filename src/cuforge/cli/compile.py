@@ -25,7 +25,7 @@ import os
 import sys
 import time
 
-from cuforge.cli import _direct, _pool, _programs, _select
+from cuforge.cli import _config, _direct, _pool, _programs, _select
 from cuforge.cli._args import UsageError, size_arg
 from cuforge.cli._report import render
 
@@ -146,6 +146,8 @@ def plan(args: argparse.Namespace) -> list[Job]:
     """Read every source, build every Program (validating all options before any
     compile starts) and name every output. Raises UsageError."""
     given = [a.strip() for value in args.arch or () for a in value.split(",") if a.strip()]
+    if not given:  # the project's or user's settings file, else this GPU's
+        given = _config.default_archs()
     archs: list[str | None] = list(dict.fromkeys(given)) if given else [None]
     fatbin = is_fatbin(args)
     if fatbin:
@@ -192,6 +194,8 @@ def run(args: argparse.Namespace) -> int:
     choice = _select.choose(args)
     if choice.url is None and args.max_size is not None:
         raise UsageError("--max-size applies to a cache; it was given with no cache")
+    if args.max_size is None and choice.url is not None:
+        args.max_size = _config.default_max_size()
     jobs = plan(args)
     cache = _select.open_choice(choice, args.max_size) if choice.url is not None else None
     url = _select.url_of(choice, args.max_size) if cache is not None else None

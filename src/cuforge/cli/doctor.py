@@ -172,12 +172,37 @@ def _doctor(args: argparse.Namespace) -> int:
     report.update(_cache(args))
     state = toolchain.state_dir()
     report["state_dir"] = state or f"off (${toolchain.STATE_ENV_VAR})"
+    report["settings"] = _settings(report)
     report["problems"] = _problems(report)
     if args.json:
         print(json.dumps(report, indent=2))
     else:
         _print(report)
     return 1 if report["problems"] else 0
+
+
+def _settings(report: dict[str, Any]) -> dict[str, dict[str, str]]:
+    """Each setting's value and the level that set it (flag > env > project > user)."""
+    from cuforge.cli import _config
+    from cuforge.cli._args import UsageError
+
+    try:
+        files = _config.settings()
+    except UsageError as exc:
+        return {"error": {"value": str(exc), "from": "settings file"}}
+    shown = {"cache": {"value": str(report["cache"]), "from": str(report.get("origin", "-"))}}
+    for key in ("max_size", "secret_file", "arch"):
+        found = files.get(key)
+        if found is not None:
+            shown[key] = {"value": found.value, "from": found.origin}
+    if os.environ.get(_config.ENV_SECRET) and not _config.applied:
+        shown["secret_file"] = {"value": "(a secret)", "from": f"${_config.ENV_SECRET}"}
+    for key in ("max_size", "secret_file", "arch"):
+        shown.setdefault(key, {"value": "-", "from": "not set"})
+    user = _config.user_file()
+    used = sorted({f.path for f in files.values()})
+    shown["files"] = {"value": ", ".join(used) or f"none (user file: {user})", "from": "-"}
+    return shown
 
 
 def _problems(report: dict[str, Any]) -> list[str]:
@@ -192,6 +217,8 @@ def _problems(report: dict[str, Any]) -> list[str]:
         found.append(f"cache {report['cache']}")
     if str(report.get("backend", "")).startswith("cannot be opened"):
         found.append(f"cache {report['cache']} {report['backend']}")
+    if "error" in report["settings"]:
+        found.append(report["settings"]["error"]["value"])
     return found
 
 
@@ -228,5 +255,10 @@ def _print(report: dict[str, Any]) -> None:
         ok = report["writable"]
         line("writable", _term.paint("yes", "green") if ok else _term.paint("no", "red"))
     line("state dir", report["state_dir"])
+    for key, item in report["settings"].items():
+        if key == "files":
+            line("settings files", item["value"])
+        elif key not in ("cache", "error"):
+            line(key.replace("_", " "), f"{item['value']}  (from {item['from']})")
     for problem in report["problems"]:
         line("problem", _term.paint(problem, "red"))

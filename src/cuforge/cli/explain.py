@@ -40,11 +40,13 @@ def register(actions: Subparsers) -> None:
 
 
 def _explain(args: argparse.Namespace) -> int:
+    from cuforge.cli import _config
     from cuforge.compile.explain import explain
 
     source = _programs.read_source(args.file)
+    arch = args.arch or ",".join(_config.default_archs()[:1]) or None
     fields = _programs.option_fields(
-        source, args.arch, args.defines, args.includes, args.std, args.pre_include
+        source, arch, args.defines, args.includes, args.std, args.pre_include
     )
     program = _programs.make_program(source, fields)
     with opened(args) as cache:
