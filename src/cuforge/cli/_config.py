@@ -29,11 +29,11 @@ from __future__ import annotations
 import os
 import sys
 
-from cuforge.cli._args import UsageError
-
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
+
+    from cuforge.cli._args import UsageError
 
 __all__ = ["KEYS", "Setting", "fingerprint", "setting", "settings"]
 
@@ -46,6 +46,13 @@ KEYS = {
 }
 _PROJECT_NAMES = ("cuforge.toml", "pyproject.toml")
 ENV_SECRET = "CUFORGE_CACHE_SECRET"  # storage's name for the signing secret
+
+
+def _usage(message: str) -> UsageError:
+    # imported here: _args imports argparse, which the fast hit path never loads
+    from cuforge.cli._args import UsageError
+
+    return UsageError(message)
 
 
 class Setting:
@@ -137,9 +144,9 @@ def _read(path: str, origin: str) -> dict[str, Setting]:
         with open(path, "rb") as f:
             data: dict[str, Any] = tomllib.load(f)
     except OSError as exc:
-        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+        raise _usage(f"cannot read {path}: {exc.strerror or exc}") from None
     except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"{path} is not valid TOML: {exc}") from None
+        raise _usage(f"{path} is not valid TOML: {exc}") from None
     if os.path.basename(path) == "pyproject.toml":
         data = data.get("tool", {}).get("cuforge", {})
         where = f"{path} [tool.cuforge]"
@@ -149,13 +156,13 @@ def _read(path: str, origin: str) -> dict[str, Setting]:
     out: dict[str, Setting] = {}
     for key, value in data.items():
         if key not in KEYS:
-            raise UsageError(f"{where}: unknown key {key!r} (known: {', '.join(KEYS)})")
+            raise _usage(f"{where}: unknown key {key!r} (known: {', '.join(KEYS)})")
         if key == "max_size" and isinstance(value, int) and not isinstance(value, bool):
             value = str(value)
         if key == "arch" and isinstance(value, list) and all(isinstance(v, str) for v in value):
             value = ",".join(value)
         if not isinstance(value, str) or not value.strip():
-            raise UsageError(f"{where}: {key} must be {KEYS[key]}, got {value!r}")
+            raise _usage(f"{where}: {key} must be {KEYS[key]}, got {value!r}")
         value = value.strip()
         if key == "secret_file" or (key == "cache" and _is_relative_dir(value)):
             value = os.path.join(folder, os.path.expanduser(value))
@@ -176,7 +183,7 @@ def read_secret(found: Setting) -> str:
             return f.read().strip()
     except (OSError, UnicodeDecodeError) as exc:
         why = getattr(exc, "strerror", None) or exc
-        raise UsageError(f"secret_file {found.value} ({found.origin}): {why}") from None
+        raise _usage(f"secret_file {found.value} ({found.origin}): {why}") from None
 
 
 def default_archs() -> list[str]:
@@ -195,7 +202,7 @@ def default_max_size() -> int | None:
     try:
         return parse_size(found.value)
     except ValueError as exc:
-        raise UsageError(f"max_size in {found.origin}: {exc}") from None
+        raise _usage(f"max_size in {found.origin}: {exc}") from None
 
 
 def apply_secret() -> str | None:
