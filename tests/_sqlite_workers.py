@@ -167,6 +167,48 @@ def cmd_count(args: dict) -> dict:
     return {"stats": own, "written": written, "warnings": [str(w.message) for w in caught]}
 
 
+_OPEN_AT_EXIT: list = []
+
+
+def cmd_exit_open(args: dict) -> dict:
+    """Store, make 5 hits and a miss; let a peer process (``hold_write_for``) hold the
+    write lock ``args["seconds"]``; store once more (kept in memory) and exit with the
+    handle still open: the exit flush must write both rows and every counter once
+    the peer lets go."""
+    import subprocess
+
+    from cuforge.utils import SQLiteProgramCache
+
+    warnings.simplefilter("ignore")  # the kept store warns; this test reads the file
+    cache = SQLiteProgramCache(args["db"])
+    _OPEN_AT_EXIT.append(cache)  # alive until the interpreter exits
+    cache[b"first"] = b"1" * 10
+    for _ in range(5):
+        cache.get(b"first")
+    cache.get(b"absent")
+    ready = args["db"] + ".held"
+    subprocess.Popen(
+        [sys.executable, __file__, "hold_write_for", json.dumps({**args, "ready": ready})],
+        stdout=subprocess.DEVNULL,
+    )
+    while not os.path.exists(ready):
+        time.sleep(0.005)
+    cache[b"kept"] = b"2" * 10  # the lock is held: kept in memory, written at exit
+    return {"kept": len(cache._deferred.rows)}
+
+
+def cmd_hold_write_for(args: dict) -> dict:
+    """Hold the database's write lock ``args["seconds"]``, then let go and exit."""
+    import sqlite3
+
+    conn = sqlite3.connect(args["db"], isolation_level=None)
+    conn.execute("BEGIN IMMEDIATE")
+    _ready(args["ready"], "held")
+    time.sleep(args["seconds"])
+    conn.execute("COMMIT")
+    return {}
+
+
 def cmd_efbig(args: dict) -> dict:
     """Store past RLIMIT_FSIZE: a counted write failure, never an exception."""
     import resource
@@ -197,6 +239,8 @@ COMMANDS = {
     "hold_write": cmd_hold_write,
     "hold_key": cmd_hold_key,
     "hold_new_file": cmd_hold_new_file,
+    "hold_write_for": cmd_hold_write_for,
+    "exit_open": cmd_exit_open,
     "wait_key": cmd_wait_key,
     "contend": cmd_contend,
     "stress": cmd_stress,

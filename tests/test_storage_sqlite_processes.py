@@ -334,6 +334,22 @@ def test_an_opener_waits_for_a_peer_holding_a_new_file_before_its_wal_switch(
         assert c.get("k") == b"v" * 10
 
 
+def test_a_handle_open_at_exit_writes_kept_stores_and_counters_past_a_brief_holder(
+    tmp_path: Path,
+) -> None:
+    """A peer held the write lock 0.6 s while a process exited with its handle open:
+    the exit flush waited 0.25 s for the kept store and 50 ms for the counters, and
+    both were lost (nothing of the process reached the file). It waits as close() does."""
+    db = tmp_path / "cache.db"
+    SQLiteProgramCache(db).close()
+    got = finish(start("exit_open", {"db": str(db), "seconds": 0.6}))
+    assert got == {"kept": 1}  # the second store really was kept in memory
+    with SQLiteProgramCache(db) as c:
+        total = c.total_stats()
+        assert (total.hits, total.misses, total.stores, total.write_failures) == (5, 1, 2, 0)
+        assert c.get(b"first") == b"1" * 10 and c.get(b"kept") == b"2" * 10
+
+
 def test_counts_of_a_killed_process_are_kept_up_to_its_last_write(tmp_path: Path) -> None:
     db = tmp_path / "cache.db"
     code = (

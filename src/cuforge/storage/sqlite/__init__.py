@@ -45,7 +45,7 @@ from ._deferred import DeferredStores, Row, batches
 from ._entries import EntriesById
 from ._evict import checkpoint, delete_all, vacuum
 from ._lock import LockFile, reset_after_fork
-from ._open import mark_damaged, open_database
+from ._open import default_db_path, mark_damaged, open_database
 from ._schema import (
     SQL,
     STAT_COLUMNS,
@@ -65,13 +65,6 @@ _SECOND = 1_000_000_000  # ... or nanoseconds
 _U32 = 0xFFFFFFFF
 _GET = SQL.get  # the hit path avoids an attribute lookup
 _PENDING_MAX = 4096
-
-
-def default_db_path() -> str:
-    """``<user cache dir>/cuforge/program-cache.db``, next to the FileStream default."""
-    from platformdirs import user_cache_path
-
-    return str(user_cache_path("cuforge", appauthor=False) / "program-cache.db")
 
 
 class CacheRecoveryWarning(RuntimeWarning):
@@ -564,8 +557,11 @@ class SQLiteProgramCache(EntriesById, EntryCache):
             raise ValueError("operation on a closed SQLiteProgramCache")
 
     def _flush_at_exit(self) -> None:
-        self._write_deferred(self._deferred.wait_ms)
-        self._housekeep(wait=False)
+        """Write kept stores and counters as close() does, waiting ``timeout`` (with the
+        store's 0.25 s and 50 ms, a peer holding the write lock a little longer lost them)."""
+        with self._conns.full_wait(self._conn()):
+            self._write_deferred(int(self._timeout * 1000))
+            self._housekeep(wait=True)
 
     def _after_fork_in_child(self) -> None:
         self._conns.forget_after_fork()
@@ -584,8 +580,7 @@ class SQLiteProgramCache(EntriesById, EntryCache):
         self._closed = True
         _LIVE.discard(self)
         with contextlib.suppress(Exception), self._conns.full_wait(self._conn()):
-            self._write_deferred(int(self._timeout * 1000))  # as long as a write may wait
-            self._housekeep(wait=True)
+            self._flush_at_exit()  # kept stores and counters, waiting as long as a write may
             db, wal = self._sizes()
             if not self._broken and self._space.budget.needs_work(db, wal):
                 # Leave the cache within its cap, waiting as long as a write would.

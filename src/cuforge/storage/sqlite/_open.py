@@ -33,7 +33,7 @@ from ._schema import (
     probe,
 )
 
-__all__ = ["Opened", "mark_damaged", "open_database"]
+__all__ = ["Opened", "default_db_path", "mark_damaged", "open_database"]
 
 
 class Opened(NamedTuple):
@@ -44,6 +44,13 @@ class Opened(NamedTuple):
     broken: str | None
     notice: str | None
     read_only: bool = False
+
+
+def default_db_path() -> str:
+    """``<user cache dir>/cuforge/program-cache.db``, next to the FileStream default."""
+    from platformdirs import user_cache_path
+
+    return str(user_cache_path("cuforge", appauthor=False) / "program-cache.db")
 
 
 def mark_damaged(path: str) -> None:
