@@ -1,0 +1,319 @@
+"""Triton's kernel cache on a cuforge cache.
+
+Enable with one environment variable, nothing else to change::
+
+    TRITON_CACHE_MANAGER=cuforge.integrations.triton:CuforgeCacheManager
+
+or, for setups already on Triton's remote cache,
+``TRITON_REMOTE_CACHE_BACKEND=cuforge.integrations.triton:CuforgeRemoteCacheBackend``.
+
+The cache: ``$CUFORGE_TRITON_CACHE`` (a cache URL, or ``off``), else cuforge's
+default (``$CUFORGE_CACHE``); ``$CUFORGE_CACHE_SECRET`` signs as everywhere. Every
+file Triton stores (IRs, cubin, metadata JSON, the group file, the launcher ``.so``,
+autotune results) is one cuforge entry whose metadata record says ``kind=triton``,
+Triton's key and the file name, so ``cuforge cache ls/stats/verify/prune`` list and
+manage them. What Triton needs as a path is written under ``TRITON_CACHE_DIR`` from
+bytes the cache just verified: a local copy that differs (tampered, truncated) is
+replaced, never used. A damaged, unsigned or foreign-signed entry is a miss, so
+Triton compiles again. A group miss takes the cache's per-key lock until the group
+is stored (or, when the compile fails, until the manager is collected), so N
+processes missing one kernel compile it once. A cache fault never fails a compile:
+a lookup that raises is a miss and a store that raises is dropped (both warn).
+Triton's dump and override modes are Triton's own: they go to its file manager.
+
+Importing this module imports triton; ``RuntimeError`` (one line) when the installed
+triton's extension points differ from the ones this module implements.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+import threading
+import warnings
+import weakref
+from typing import Any
+
+from cuforge._stack import outside_level
+from cuforge.storage.base import CacheReadWarning, CacheWriteWarning, ProgramCacheResource
+from cuforge.storage.record import decode_record, encode_record
+
+try:
+    import triton
+    from triton.runtime.cache import CacheManager, FileCacheManager, RemoteCacheBackend
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        f"cuforge.integrations.triton needs triton installed ({exc}); pip install triton"
+    ) from None
+
+__all__ = ["CuforgeCacheManager", "CuforgeRemoteCacheBackend", "counters", "triton_cache"]
+
+KIND = "triton"
+ENV_CACHE = "CUFORGE_TRITON_CACHE"
+_GROUP = "__grp__"
+#: What this module implements; another set means another extension point.
+_MANAGER_API = frozenset({"get_file", "put", "get_group", "put_group"})
+_REMOTE_API = frozenset({"get", "put"})
+
+#: This process's group lookups: ``hits``, ``misses`` (a compile follows),
+#: ``stored`` (groups stored), ``replaced`` (local copies that differed from the
+#: verified bytes and were rewritten).
+counters: dict[str, int] = {"hits": 0, "misses": 0, "stored": 0, "replaced": 0}
+
+
+def _check_version() -> None:
+    """One clear line when triton's cache extension points are not the known ones."""
+    manager = {n for n in getattr(CacheManager, "__abstractmethods__", ()) if not n.startswith("_")}
+    remote = {n for n in _REMOTE_API if callable(getattr(RemoteCacheBackend, n, None))}
+    if manager != _MANAGER_API or remote != _REMOTE_API:
+        raise RuntimeError(
+            f"cuforge.integrations.triton: triton {triton.__version__} has another cache "
+            f"extension point (CacheManager methods {sorted(manager)}, expected "
+            f"{sorted(_MANAGER_API)}); tested with triton 3.6 and 3.9"
+        )
+
+
+_check_version()
+
+_selected: tuple[tuple[str | None, ...], ProgramCacheResource | None] | None = None
+_select_mutex = threading.Lock()
+
+
+def triton_cache() -> ProgramCacheResource | None:
+    """The cache Triton's files go to: ``$CUFORGE_TRITON_CACHE`` (a URL, or ``off``),
+    else cuforge's default cache. Opened once per process and reopened when those
+    variables (or ``$CUFORGE_CACHE_SECRET``) change. None means off: Triton's own
+    file cache serves. Raises ValueError naming ``$CUFORGE_TRITON_CACHE`` for a bad URL.
+    """
+    global _selected
+    env = tuple(os.environ.get(n) for n in (ENV_CACHE, "CUFORGE_CACHE", "CUFORGE_CACHE_SECRET"))
+    current = _selected
+    if current is not None and current[0] == env:
+        return current[1]
+    with _select_mutex:
+        if _selected is not None and _selected[0] == env:
+            return _selected[1]
+        url = (env[0] or "").strip()
+        cache: ProgramCacheResource | None
+        if url.lower() == "off":
+            cache = None
+        elif url:
+            from cuforge.storage.urls import open_cache
+
+            try:
+                cache = open_cache(url)
+            except ValueError as exc:
+                raise ValueError(f"${ENV_CACHE}: {exc}") from None
+        else:
+            from cuforge.storage.config import default_cache
+
+            cache = default_cache()
+        _selected = (env, cache)
+        return cache
+
+
+def _entry_key(key: str, filename: str) -> bytes:
+    return b"cuforge-triton\0" + key.encode() + b"\0" + filename.encode("utf-8")
+
+
+def _as_bytes(data: Any) -> bytes:
+    return data if isinstance(data, bytes) else str(data).encode("utf-8")
+
+
+class _Files:
+    """Triton's files of one key in a cuforge cache: verified reads, recorded stores."""
+
+    __slots__ = ("cache", "key")
+
+    def __init__(self, cache: ProgramCacheResource, key: str) -> None:
+        self.cache = cache
+        self.key = key
+
+    def load_many(self, filenames: list[str]) -> list[bytes | None]:
+        """The verified bytes of each file (None: absent, damaged, foreign, or a fault)."""
+        try:
+            entries = self.cache.get_entries([_entry_key(self.key, f) for f in filenames])
+        except Exception as exc:  # a cache fault is a miss, never Triton's failure
+            _warn(CacheReadWarning, f"lookup failed ({type(exc).__name__}: {exc})")
+            return [None] * len(filenames)
+        out: list[bytes | None] = []
+        for name, entry in zip(filenames, entries, strict=True):
+            record = None if entry is None else decode_record(entry.meta, KIND)
+            ok = record is not None and (record.get("key"), record.get("file")) == (self.key, name)
+            out.append(entry.data if ok and entry is not None else None)
+        return out
+
+    def store(self, filename: str, data: bytes) -> None:
+        meta = encode_record(
+            KIND,
+            {"key": self.key, "file": filename, "name": filename, "triton": triton.__version__},
+        )
+        try:
+            self.cache.set_entry(_entry_key(self.key, filename), data, meta)
+        except Exception as exc:  # a cache fault never fails the compile
+            _warn(CacheWriteWarning, f"store failed ({type(exc).__name__}: {exc})")
+
+
+def _warn(category: type[Warning], what: str) -> None:
+    warnings.warn(
+        f"cuforge triton cache: {what}; Triton compiles as without a cache",
+        category,
+        stacklevel=outside_level(),
+    )
+
+
+def _materialize(directory: str, filename: str, data: bytes) -> str:
+    """``directory/filename`` holding exactly ``data``: an equal file is kept, any other
+    is replaced atomically (a reader never sees a partial file)."""
+    path = os.path.join(directory, filename)
+    try:
+        with open(path, "rb") as f:
+            if f.read(len(data) + 1) == data:
+                return path
+        counters["replaced"] += 1
+    except OSError:
+        pass
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{filename[:80]}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+class CuforgeCacheManager(CacheManager):  # type: ignore[misc]
+    """A Triton ``CacheManager`` on a cuforge cache (see the module docstring).
+
+    ``key`` is Triton's (base32) cache key; ``override``/``dump`` select Triton's own
+    modes, served by its file manager unchanged.
+    """
+
+    def __init__(self, key: str, override: bool = False, dump: bool = False) -> None:
+        self.key = key
+        self._local = FileCacheManager(key, override=override, dump=dump)
+        cache = None if (override or dump) else triton_cache()
+        self._files = None if cache is None else _Files(cache, key)
+        self._held: contextlib.ExitStack | None = None
+        self._release: weakref.finalize | None = None  # type: ignore[type-arg]
+
+    @property
+    def cache_dir(self) -> str:
+        """Where the files Triton reads by path are written."""
+        return str(self._local.cache_dir)
+
+    # -- single files -------------------------------------------------------------------
+    def get_file(self, filename: str) -> str | None:
+        files = self._files
+        if files is None:
+            return self._local.get_file(filename)  # type: ignore[no-any-return]
+        (data,) = files.load_many([filename])
+        return None if data is None else _materialize(self.cache_dir, filename, data)
+
+    def put(self, data: Any, filename: str, binary: bool = True) -> str:
+        files = self._files
+        if files is None:
+            return self._local.put(data, filename, binary=binary)  # type: ignore[no-any-return]
+        raw = _as_bytes(data)
+        files.store(filename, raw)
+        return _materialize(self.cache_dir, filename, raw)
+
+    # -- groups (one compiled kernel) ---------------------------------------------------
+    def get_group(self, filename: str) -> dict[str, str] | None:
+        files = self._files
+        if files is None:
+            return self._local.get_group(filename)  # type: ignore[no-any-return]
+        found = self._load_group(files, filename)
+        if found is None and self._held is None:
+            # Single-flight: wait for a peer compiling this kernel, then look again.
+            stack = contextlib.ExitStack()
+            try:
+                stack.enter_context(files.cache.lock(_entry_key(self.key, _GROUP + filename)))
+            except Exception as exc:  # a lock fault costs a duplicate compile, no more
+                _warn(CacheReadWarning, f"lock failed ({type(exc).__name__}: {exc})")
+            self._held = stack
+            self._release = weakref.finalize(self, stack.close)
+            found = self._load_group(files, filename)
+            if found is not None:
+                self._unlock()
+        counters["hits" if found is not None else "misses"] += 1
+        return found
+
+    def _load_group(self, files: _Files, filename: str) -> dict[str, str] | None:
+        (raw,) = files.load_many([_GROUP + filename])
+        children = _group_children(raw)
+        if children is None:
+            return None
+        datas = files.load_many(children)
+        if any(d is None for d in datas):
+            return None
+        return {
+            c: _materialize(self.cache_dir, c, d)
+            for c, d in zip(children, datas, strict=True)
+            if d is not None
+        }
+
+    def put_group(self, filename: str, group: dict[str, str]) -> str:
+        files = self._files
+        if files is None:
+            return self._local.put_group(filename, group)  # type: ignore[no-any-return]
+        try:
+            raw = json.dumps({"child_paths": sorted(group)}).encode()
+            files.store(_GROUP + filename, raw)
+            counters["stored"] += 1
+            return _materialize(self.cache_dir, _GROUP + filename, raw)
+        finally:
+            self._unlock()
+
+    def _unlock(self) -> None:
+        release, self._release, self._held = self._release, None, None
+        if release is not None:
+            release()
+
+
+def _group_children(raw: bytes | None) -> list[str] | None:
+    """The file names a stored group lists, or None when it is not one."""
+    if raw is None:
+        return None
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        return None
+    children = body.get("child_paths") if isinstance(body, dict) else None
+    if not isinstance(children, list) or not all(
+        isinstance(c, str) and c and os.sep not in c and c not in (".", "..") for c in children
+    ):
+        return None
+    return children
+
+
+class CuforgeRemoteCacheBackend(RemoteCacheBackend):  # type: ignore[misc]
+    """A Triton ``RemoteCacheBackend`` on a cuforge cache: ``get`` answers only entries
+    that verify (integrity, and the signature when the cache signs), in one batched
+    read; ``put`` stores with the same records as :class:`CuforgeCacheManager`, so
+    both share entries. Raises RuntimeError when caching is off (``$CUFORGE_TRITON_CACHE=off``
+    or ``$CUFORGE_CACHE=off``): Triton's remote manager has no fallback of its own.
+    """
+
+    def __init__(self, key: str) -> None:
+        cache = triton_cache()
+        if cache is None:
+            raise RuntimeError(
+                "CuforgeRemoteCacheBackend: caching is off ($CUFORGE_TRITON_CACHE or "
+                "$CUFORGE_CACHE is 'off'); unset TRITON_REMOTE_CACHE_BACKEND to run without"
+            )
+        self._files = _Files(cache, key)
+
+    def get(self, filenames: list[str]) -> dict[str, bytes]:
+        names = list(filenames)
+        return {
+            n: d for n, d in zip(names, self._files.load_many(names), strict=True) if d is not None
+        }
+
+    def put(self, filename: str, data: bytes) -> None:
+        self._files.store(filename, _as_bytes(data))

@@ -1,0 +1,90 @@
+"""One process using Triton (run by the Triton integration tests and benchmark).
+
+``python _triton_child.py MODE [BARRIER]`` prints one JSON line:
+
+- ``kernel``: compiles a vector-add kernel for ``GPUTarget("cuda", 90, 32)`` (no GPU
+  needed: Triton's bundled ptxas makes the cubin); ``hits`` is what Triton's
+  compilation listener saw (True: served from the cache).
+- ``so``: builds a small C extension through ``triton.runtime.build`` (the path
+  Triton's launcher ``.so`` takes through the cache) and calls it.
+- ``run``: launches the kernel on the GPU and checks it against torch.
+
+With BARRIER, it waits (after importing triton) until that file exists, so many
+processes reach the cache at once. The environment selects the cache manager.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def add_kernel(x, y, out, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out + offs, tl.load(x + offs, mask=mask) * 2 + tl.load(y + offs, mask=mask), mask=mask)
+
+
+SO_SOURCE = """
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+static PyObject *answer(PyObject *self, PyObject *args) { return PyLong_FromLong(4242); }
+static PyMethodDef methods[] = {{"answer", answer, METH_NOARGS, NULL}, {NULL, NULL, 0, NULL}};
+static struct PyModuleDef mod = {PyModuleDef_HEAD_INIT, "cuforge_probe", NULL, -1, methods};
+PyMODINIT_FUNC PyInit_cuforge_probe(void) { return PyModule_Create(&mod); }
+"""
+
+
+def compile_kernel() -> object:
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    signature = {"x": "*fp32", "y": "*fp32", "out": "*fp32", "n": "i32", "BLOCK": "constexpr"}
+    src = ASTSource(fn=add_kernel, signature=signature, constexprs={"BLOCK": 1024})
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32))
+
+
+def main() -> None:
+    mode = sys.argv[1]
+    if len(sys.argv) > 2:
+        while not os.path.exists(sys.argv[2]):
+            time.sleep(0.01)
+    hits: list[bool] = []
+    triton.knobs.compilation.listener = lambda **kw: hits.append(bool(kw["cache_hit"]))
+    report: dict[str, object] = {}
+    t0 = time.perf_counter()
+    if mode == "kernel":
+        kernel = compile_kernel()
+        report["cubin"] = len(kernel.asm["cubin"])  # type: ignore[attr-defined]
+    elif mode == "so":
+        from triton.runtime.build import compile_module_from_src
+
+        report["answer"] = compile_module_from_src(SO_SOURCE, "cuforge_probe").answer()
+    elif mode == "run":
+        import torch
+
+        x = torch.rand(5000, device="cuda")
+        y = torch.rand(5000, device="cuda")
+        out = torch.empty_like(x)
+        add_kernel[(5,)](x, y, out, 5000, BLOCK=1024)
+        torch.cuda.synchronize()
+        report["max_error"] = float((out - (x * 2 + y)).abs().max())
+    report["seconds"] = time.perf_counter() - t0
+    report["hits"] = hits
+    if "cuforge.integrations.triton" in sys.modules:
+        from cuforge.integrations import triton as integration
+
+        cache = integration.triton_cache()
+        report["counters"] = integration.counters
+        report["stats"] = None if cache is None else cache.stats().as_dict()
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()
