@@ -31,7 +31,6 @@ import contextlib
 import json
 import os
 import tempfile
-import threading
 import warnings
 import weakref
 from typing import Any
@@ -39,6 +38,8 @@ from typing import Any
 from cuforge._stack import outside_level
 from cuforge.storage.base import CacheReadWarning, CacheWriteWarning, ProgramCacheResource
 from cuforge.storage.record import decode_record, encode_record
+
+from ._cache import select_cache
 
 try:
     import triton
@@ -77,41 +78,14 @@ def _check_version() -> None:
 
 _check_version()
 
-_selected: tuple[tuple[str | None, ...], ProgramCacheResource | None] | None = None
-_select_mutex = threading.Lock()
-
 
 def triton_cache() -> ProgramCacheResource | None:
     """The cache Triton's files go to: ``$CUFORGE_TRITON_CACHE`` (a URL, or ``off``),
-    else cuforge's default cache. Opened once per process and reopened when those
-    variables (or ``$CUFORGE_CACHE_SECRET``) change. None means off: Triton's own
-    file cache serves. Raises ValueError naming ``$CUFORGE_TRITON_CACHE`` for a bad URL.
+    else cuforge's default cache; one handle per process and secret. None means off:
+    Triton's own file cache serves. Raises ValueError naming
+    ``$CUFORGE_TRITON_CACHE`` for a bad URL.
     """
-    global _selected
-    env = tuple(os.environ.get(n) for n in (ENV_CACHE, "CUFORGE_CACHE", "CUFORGE_CACHE_SECRET"))
-    current = _selected
-    if current is not None and current[0] == env:
-        return current[1]
-    with _select_mutex:
-        if _selected is not None and _selected[0] == env:
-            return _selected[1]
-        url = (env[0] or "").strip()
-        cache: ProgramCacheResource | None
-        if url.lower() == "off":
-            cache = None
-        elif url:
-            from cuforge.storage.urls import open_cache
-
-            try:
-                cache = open_cache(url)
-            except ValueError as exc:
-                raise ValueError(f"${ENV_CACHE}: {exc}") from None
-        else:
-            from cuforge.storage.config import default_cache
-
-            cache = default_cache()
-        _selected = (env, cache)
-        return cache
+    return select_cache(None, ENV_CACHE)
 
 
 def _entry_key(key: str, filename: str) -> bytes:
