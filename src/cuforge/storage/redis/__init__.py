@@ -43,7 +43,8 @@ from ..stats import CacheStats
 from . import _frame as frame
 from ._listing import SCAN_COUNT, EntryListing, is_entry_id
 from ._lock import RELEASE, RENEW, LockLease, poll_lock
-from ._read import fetch_many
+from ._read import get_entries as batch_get_entries
+from ._read import settle
 from ._resp import ReplyError, RespClient
 from ._stats import FleetCounters, read_fleet, track, untrack
 
@@ -347,46 +348,9 @@ class RedisProgramCache(EntryListing, EntryCache):
             self._failed(exc, "lookup")
             return None
         self._breaker.success()
-        return self._settle(kd, name, value)
+        return settle(self, kd, name, value)
 
-    def _settle(self, kd: bytes, name: bytes, value: Any) -> CacheEntry | None:
-        """The verified entry in ``value`` (counted), or None (a damaged one dropped)."""
-        stats = self._stats
-        result = None if value is None else frame.unpack(kd, value)
-        if type(result) is CacheEntry:
-            stats.hits += 1
-            stats.bytes_read += len(result.data)
-        else:
-            stats.misses += 1
-            if result is not None:
-                stats.integrity_failures += 1
-                self._drop(name, value)
-            result = None
-        self._tick()
-        return result
-
-    def get_entries(self, keys: Iterable[CacheKey]) -> list[CacheEntry | None]:
-        """Every key in one round trip (see ``fetch_many``); a cluster asks key by key."""
-        ks = [coerce_key(key) for key in keys]
-        self._check_open()
-        if self._cluster or len(ks) < 2:
-            return [self.get_entry(k) for k in ks]
-        stats = self._stats
-        kds = [key_digest(k) for k in ks]
-        names = [self._entry_name(kd) for kd in kds]
-        values: list[Any] | None = None
-        if self._breaker.allow():
-            try:
-                values = fetch_many(self, names)
-            except Exception as exc:  # every server problem is a miss
-                self._failed(exc, "lookup")
-            else:
-                self._breaker.success()
-        if values is None:
-            stats.misses += len(ks)
-            stats.read_failures += len(ks)
-            return [None] * len(ks)
-        return [self._settle(kd, n, v) for kd, n, v in zip(kds, names, values, strict=True)]
+    get_entries = batch_get_entries  # every key in one round trip (see _read)
 
     def _lookup(self, name: bytes) -> Any:
         """One GET (GETEX renewing the TTL): the small client when it serves this URL."""

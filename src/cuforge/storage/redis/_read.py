@@ -2,11 +2,61 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
+from .._values import coerce_key
+from ..base import CacheKey
+from ..entry import CacheEntry, key_digest
+from . import _frame as frame
 from ._resp import ReplyError
 
-__all__ = ["fetch_many"]
+__all__ = ["fetch_many", "get_entries", "settle"]
+
+
+def settle(cache: Any, kd: bytes, name: bytes, value: Any) -> CacheEntry | None:
+    """The verified entry in the stored ``value`` of ``name`` (a hit counted), or None:
+    absent, or damaged (counted, and dropped unless replaced meanwhile)."""
+    stats = cache._stats
+    result = None if value is None else frame.unpack(kd, value)
+    if type(result) is CacheEntry:
+        stats.hits += 1
+        stats.bytes_read += len(result.data)
+    else:
+        stats.misses += 1
+        if result is not None:
+            stats.integrity_failures += 1
+            cache._drop(name, value)
+        result = None
+    cache._tick()
+    return result
+
+
+def get_entries(cache: Any, keys: Iterable[CacheKey]) -> list[CacheEntry | None]:
+    """``RedisProgramCache.get_entries``: every key in one round trip (``fetch_many``),
+    each value checked as ``get_entry`` checks it; a server fault makes every key a
+    counted miss (one warning per handle), never an error. A cluster asks key by key:
+    the keys lie in different hash slots."""
+    ks = [coerce_key(key) for key in keys]
+    cache._check_open()
+    if cache._cluster or len(ks) < 2:
+        return [cache.get_entry(k) for k in ks]
+    stats = cache._stats
+    kds = [key_digest(k) for k in ks]
+    names = [cache._entry_name(kd) for kd in kds]
+    values: list[Any] | None = None
+    if cache._breaker.allow():
+        try:
+            values = fetch_many(cache, names)
+        except Exception as exc:  # every server problem is a miss
+            cache._failed(exc, "lookup")
+        else:
+            cache._breaker.success()
+    if values is None:
+        stats.misses += len(ks)
+        stats.read_failures += len(ks)
+        return [None] * len(ks)
+    return [settle(cache, kd, n, v) for kd, n, v in zip(kds, names, values, strict=True)]
 
 
 def fetch_many(cache: Any, names: list[bytes]) -> list[Any]:

@@ -15,7 +15,6 @@ import threading
 import time
 import warnings
 import weakref
-from collections.abc import Iterable
 from contextlib import AbstractContextManager
 from time import monotonic_ns
 from typing import Any
@@ -39,7 +38,7 @@ from ..base import (
 from ..entry import CacheEntry, key_digest
 from ..memory import check_max_size
 from ..stats import CacheStats
-from ._batch import get_entries
+from ._batch import BatchRead
 from ._conn import Connections, immediate, load_sqlite3, pragmas
 from ._deferred import DeferredStores, Row, batches
 from ._entries import EntriesById
@@ -72,7 +71,7 @@ class CacheRecoveryWarning(RuntimeWarning):
     when it could not, serves misses (compiles still work)."""
 
 
-class SQLiteProgramCache(EntriesById, EntryCache):
+class SQLiteProgramCache(BatchRead, EntriesById, EntryCache):
     """Program cache in one SQLite file, safe across threads and processes.
 
     Guarantees (docs/cache.md has the full account):
@@ -277,10 +276,6 @@ class SQLiteProgramCache(EntriesById, EntryCache):
         if self._ops >= _FLUSH_EVERY:
             self._housekeep(wait=False)
         return None
-
-    def get_entries(self, keys: Iterable[CacheKey]) -> list[CacheEntry | None]:
-        """The rows of every key in one query (see ``_batch.get_entries``)."""
-        return get_entries(self, list(keys))
 
     def _drop_damaged(self, rid: int, crc: int) -> None:
         """Count a row that does not verify and remove it -- unless a writer has

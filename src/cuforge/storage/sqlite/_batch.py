@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from typing import Any
 from zlib import crc32
 
+from ..base import CacheKey
 from ..entry import CacheEntry
 
-__all__ = ["get_entries"]
+__all__ = ["BatchRead", "get_entries"]
 
 _U32 = 0xFFFFFFFF
 _CHUNK = 500  # bound parameters per query (SQLite's limit is 999 on old builds)
 
 
-def get_entries(cache: Any, keys: list[Any]) -> list[CacheEntry | None]:
+def get_entries(cache: Any, keys: Iterable[CacheKey]) -> list[CacheEntry | None]:
     """``cache.get_entry`` of each key, the rows read by one SELECT (one read
     transaction, so one consistent snapshot) per 500 keys. A row that verifies is a
     hit counted here exactly as ``get_entry`` counts it; every other key (absent,
@@ -22,6 +24,7 @@ def get_entries(cache: Any, keys: list[Any]) -> list[CacheEntry | None]:
     handed to ``get_entry``, which counts the miss, drops a damaged row and answers a
     store this handle still holds back.
     """
+    keys = list(keys)
     idents = [cache._ident(key) for key in keys]
     if cache._closed:
         raise ValueError("operation on a closed SQLiteProgramCache")
@@ -63,3 +66,11 @@ def get_entries(cache: Any, keys: list[Any]) -> list[CacheEntry | None]:
                 continue
         out.append(cache.get_entry(key))
     return out
+
+
+class BatchRead:
+    """Mixes ``get_entries`` (one query for every key) into the SQLite cache."""
+
+    def get_entries(self, keys: Iterable[CacheKey]) -> list[CacheEntry | None]:
+        """The entries of ``keys`` in order, read by one query (see :func:`get_entries`)."""
+        return get_entries(self, keys)
