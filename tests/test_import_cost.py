@@ -61,3 +61,14 @@ def test_first_use_of_a_cache_class_loads_storage_only():
     found = _modules_after("import cuforge.utils\ncuforge.utils.FileStreamProgramCache")
     assert "cuforge.storage.filestream" in found
     assert not {m for m in found if m.startswith("cuforge.compile")}
+
+
+def test_the_readme_import_line_loads_no_driver_bindings():
+    """``from cuforge import Device, LaunchConfig, Program, ProgramOptions, launch``
+    imported cuda.bindings.driver (~50 ms): a script that only compiles paid for it.
+    The runtime now loads the driver bindings on first use."""
+    found = _modules_after(
+        "from cuforge import Device, LaunchConfig, Program, ProgramOptions, launch\n"
+        "LaunchConfig(grid=1, block=32)"  # no driver call: validation only
+    )
+    assert "cuforge.runtime.launch" in found and "cuda.bindings.driver" not in found

@@ -357,3 +357,34 @@ def test_dlpack_capsule_unconsumed_releases_its_claim():
     assert not watch.alive and len(mr.freed) == 1
     with pytest.raises(BufferError):
         mr.allocate(8).__dlpack__(copy=True)
+
+
+def test_driver_values_written_out_in_the_runtime_match_the_bindings():
+    """The runtime names a few driver enum values as numbers (so importing it loads no
+    driver bindings); each must equal what cuda.bindings says."""
+    from cuda.bindings import driver
+
+    device, errors, event, launch, module, stream = (
+        importlib.import_module(f"cuforge.runtime.{name}")
+        for name in ("device", "errors", "event", "launch", "module", "stream")
+    )
+
+    result = driver.CUresult
+    written = {
+        (errors, "_SUCCESS"): result.CUDA_SUCCESS,
+        (launch, "_SUCCESS"): result.CUDA_SUCCESS,
+        (launch, "_INVALID_CONTEXT"): result.CUDA_ERROR_INVALID_CONTEXT,
+        (event, "_NOT_READY"): result.CUDA_ERROR_NOT_READY,
+        (event, "_DISABLE_TIMING"): driver.CUevent_flags.CU_EVENT_DISABLE_TIMING,
+        (event, "_BLOCKING_SYNC"): driver.CUevent_flags.CU_EVENT_BLOCKING_SYNC,
+        (device, "_ALREADY_ENABLED"): result.CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED,
+        (module, "_INVALID_VALUE"): result.CUDA_ERROR_INVALID_VALUE,
+        (stream, "_LEGACY"): int(driver.CU_STREAM_LEGACY),
+        (stream, "_PER_THREAD"): int(driver.CU_STREAM_PER_THREAD),
+        (stream, "_NON_BLOCKING"): driver.CUstream_flags.CU_STREAM_NON_BLOCKING,
+        (stream, "_DEFAULT_FLAGS"): driver.CUstream_flags.CU_STREAM_DEFAULT,
+    }
+    for (mod, name), value in written.items():
+        assert getattr(mod, name) == int(value), (mod.__name__, name)
+        # and compares equal both ways to what the driver returns (an int enum)
+        assert value == getattr(mod, name) and (value != getattr(mod, name)) is False

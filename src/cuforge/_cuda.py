@@ -181,6 +181,24 @@ def _driver_namespace() -> types.ModuleType:
         return _driver
 
 
+class _LazyBindingsDriver:
+    """``cuda.bindings.driver``, imported on the first attribute read (~50 ms of
+    imports a script that only compiles never pays). Each name read is then kept on
+    this object, so later reads cost what a module attribute costs. Runtime modules
+    bind it as ``driver`` (type checkers see the real module)."""
+
+    def __getattr__(self, name: str) -> Any:
+        from cuda.bindings import driver as real
+
+        value = getattr(real, name)
+        self.__dict__[name] = value
+        return value
+
+
+#: ``cuda.bindings.driver`` on first use (see ``_LazyBindingsDriver``).
+bindings_driver: Any = _LazyBindingsDriver()
+
+
 def _edge_data_optional(v1: Any, v2: Any, index: int) -> Any:
     """``v2`` with CUDA 13's meaning of None edge data: ``v1`` without the argument."""
 

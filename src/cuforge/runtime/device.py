@@ -18,7 +18,10 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from cuda.bindings import driver
+if TYPE_CHECKING:
+    from cuda.bindings import driver
+else:  # imported on first use: a script that only compiles never loads the driver
+    from cuforge._cuda import bindings_driver as driver
 
 from cuforge.runtime.errors import CUDAError, check
 from cuforge.runtime.init import ensure_initialized
@@ -95,7 +98,9 @@ class ContextScope:
             check(driver.cuCtxPopCurrent(), "cuCtxPopCurrent")
 
 
-_ALREADY_ENABLED = driver.CUresult.CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED
+# CUresult.CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED, written out (no driver import at
+# import time; tests/test_runtime_nodriver.py checks it). CUresult compares as an int.
+_ALREADY_ENABLED = 704
 
 
 def _as_device(obj: Device | int) -> Device:

@@ -10,9 +10,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from cuda.bindings import driver
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from cuda.bindings import driver
+else:  # imported on first use: a script that only compiles never loads the driver
+    from cuforge._cuda import bindings_driver as driver
 
-_SUCCESS = driver.CUresult.CUDA_SUCCESS
+_SUCCESS = 0  # CUresult.CUDA_SUCCESS (CUresult compares as an int)
 
 
 class CUDAError(RuntimeError):

@@ -14,15 +14,21 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from cuda.bindings import driver
-
 from cuforge.runtime import capture_guard
 from cuforge.runtime.device import Device
 from cuforge.runtime.errors import check, error_for
 
-_DISABLE_TIMING = int(driver.CUevent_flags.CU_EVENT_DISABLE_TIMING)
-_BLOCKING_SYNC = int(driver.CUevent_flags.CU_EVENT_BLOCKING_SYNC)
-_NOT_READY = driver.CUresult.CUDA_ERROR_NOT_READY
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from cuda.bindings import driver
+else:  # imported on first use: a script that only compiles never loads the driver
+    from cuforge._cuda import bindings_driver as driver
+
+# Driver API values, written out so that importing this module loads no driver
+# bindings; tests/test_runtime_nodriver.py checks them against cuda.bindings.
+_DISABLE_TIMING = 2  # CUevent_flags.CU_EVENT_DISABLE_TIMING
+_BLOCKING_SYNC = 1  # CUevent_flags.CU_EVENT_BLOCKING_SYNC
+_NOT_READY = 600  # CUresult.CUDA_ERROR_NOT_READY (CUresult compares as an int)
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import threading
 
-from cuda.bindings import driver
-
 from cuforge.runtime.errors import CUDAError, check, no_driver_error
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from cuda.bindings import driver
+else:  # imported on first use: a script that only compiles never loads the driver
+    from cuforge._cuda import bindings_driver as driver
 
 _lock = threading.Lock()
 _done = False

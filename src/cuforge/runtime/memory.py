@@ -22,7 +22,10 @@ import sys
 import weakref
 from typing import TYPE_CHECKING, Any
 
-from cuda.bindings import driver
+if TYPE_CHECKING:
+    from cuda.bindings import driver
+else:  # imported on first use: a script that only compiles never loads the driver
+    from cuforge._cuda import bindings_driver as driver
 
 from cuforge.runtime import capture_guard
 from cuforge.runtime.device import Device
@@ -242,7 +245,7 @@ class DeviceMemoryResource(MemoryResource):
             if i == own:
                 continue
             flags = check(driver.cuMemPoolGetAccess(self._pool, _location(i)), "cuMemPoolGetAccess")
-            if flags != _NO_ACCESS:
+            if flags != driver.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_NONE:
                 out.append(i)
         return tuple(out)
 
@@ -263,8 +266,9 @@ class DeviceMemoryResource(MemoryResource):
             want.add(i)
         have = set(self.peer_accessible_by)
         descs = []
-        changes = [(i, _READ_WRITE) for i in sorted(want - have)]
-        changes += [(i, _NO_ACCESS) for i in sorted(have - want)]
+        access = driver.CUmemAccess_flags
+        changes = [(i, access.CU_MEM_ACCESS_FLAGS_PROT_READWRITE) for i in sorted(want - have)]
+        changes += [(i, access.CU_MEM_ACCESS_FLAGS_PROT_NONE) for i in sorted(have - want)]
         for i, flags in changes:
             desc = driver.CUmemAccessDesc()
             desc.location = _location(i)
@@ -494,10 +498,6 @@ class Buffer:
         from cuforge.runtime.interop import to_dlpack
 
         return to_dlpack(self, **kwargs)
-
-
-_READ_WRITE = driver.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_READWRITE
-_NO_ACCESS = driver.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_NONE
 
 
 def _location(device_id: int) -> driver.CUmemLocation:

@@ -19,7 +19,10 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from cuda.bindings import driver
+if TYPE_CHECKING:
+    from cuda.bindings import driver
+else:  # imported on first use: a script that only compiles never loads the driver
+    from cuforge._cuda import bindings_driver as driver
 
 from cuforge.runtime import capture_guard
 from cuforge.runtime.device import Device
@@ -48,10 +51,12 @@ def _resolve_sync() -> int:
     return _sync_entry
 
 
-_LEGACY = int(driver.CU_STREAM_LEGACY)
-_PER_THREAD = int(driver.CU_STREAM_PER_THREAD)
-_NON_BLOCKING = int(driver.CUstream_flags.CU_STREAM_NON_BLOCKING)
-_DEFAULT_FLAGS = int(driver.CUstream_flags.CU_STREAM_DEFAULT)
+# Driver API values, written out so that importing this module loads no driver
+# bindings; tests/test_runtime_nodriver.py checks them against cuda.bindings.
+_LEGACY = 1  # CU_STREAM_LEGACY
+_PER_THREAD = 2  # CU_STREAM_PER_THREAD
+_NON_BLOCKING = 1  # CUstream_flags.CU_STREAM_NON_BLOCKING
+_DEFAULT_FLAGS = 0  # CUstream_flags.CU_STREAM_DEFAULT
 
 
 @dataclass(frozen=True)
