@@ -40,6 +40,12 @@ out = {}
 if mode == "load":
     out["loaded"] = inductor.load_artifacts("t1")
     out["loaded_other"] = inductor.load_artifacts("other-tag")
+if mode == "grad":
+    xg = x.clone().requires_grad_()
+    torch.compile(f)(xg, y).sum().backward()
+    xe = x.clone().requires_grad_()
+    f(xe, y).sum().backward()
+    out["same_grad_as_eager"] = bool(torch.allclose(xg.grad, xe.grad))
 got = torch.compile(f)(x, y)
 out["same_as_eager"] = bool(torch.allclose(got, f(x, y)))
 if mode == "save":
@@ -47,6 +53,7 @@ if mode == "save":
 st = cache.stats()
 out["stats"] = {k: getattr(st, k) for k in ("hits", "misses", "stores", "signature_failures")}
 out["inductor"] = {k: v for k, v in counters["inductor"].items() if k.startswith("fxgraph")}
+out["aot_autograd"] = dict(counters["aot_autograd"])
 print("RESULT " + json.dumps(out))
 """
 
@@ -66,6 +73,8 @@ def _run(
     )
     if remote:
         env["TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE"] = "1"
+    if mode == "grad":
+        env["TORCHINDUCTOR_AUTOGRAD_REMOTE_CACHE"] = "1"
     if secret is not None:
         env["CUFORGE_CACHE_SECRET"] = secret
     script = tmp / "child.py"
@@ -173,6 +182,24 @@ def test_fx_graph_cache_hits_through_redis_and_a_planted_pickle_is_never_loaded(
         timeout=240,
     )
     assert marker.exists()
+
+
+def test_aot_autograd_cache_hits_through_cuforge_with_eager_gradients(tmp_path: Path) -> None:
+    url = str(tmp_path / "cf")
+    first = _run(tmp_path, url, secret=SECRET, mode="grad")
+    assert first["same_grad_as_eager"] and first["same_as_eager"]
+    assert first["aot_autograd"].get("autograd_cache_miss", 0) >= 1
+    second = _run(tmp_path, url, secret=SECRET, mode="grad")
+    assert second["same_grad_as_eager"] and second["same_as_eager"]
+    assert second["aot_autograd"].get("autograd_cache_hit", 0) >= 1
+    assert second["aot_autograd"].get("autograd_cache_miss", 0) == 0
+
+    from cuforge.storage.record import decode_record
+    from cuforge.storage.urls import open_cache
+
+    with open_cache(url, secret=SECRET) as cache:
+        caches = {r["cache"] for i in cache.iter_entries() if (r := decode_record(i.meta))}
+    assert {"aot_autograd", "fx_graph"} <= caches
 
 
 def test_artifacts_round_trip_in_a_fresh_process(tmp_path: Path) -> None:
