@@ -148,13 +148,19 @@ def test_cli_lists_an_integrations_entries_by_kind(tmp_path: Path) -> None:
     ForeignEntries(cache, "cupy").store("0123abcd.cubin", b"\x7fELF", {})
     cache.close()
 
-    def ls(kind: str) -> list[tuple[str, str]]:
+    def cli(*args: str) -> object:
         out = subprocess.run(
-            [sys.executable, "-m", "cuforge", "cache", "ls", "--cache", str(tmp_path / "c"),
-             "--kind", kind, "--json"],
+            [sys.executable, "-m", "cuforge", "cache", *args, "--cache", str(tmp_path / "c"),
+             "--json"],
             capture_output=True, text=True, check=True,
         ).stdout  # fmt: skip
-        return [(e["kind"], e["name"]) for e in json.loads(out)]
+        return json.loads(out)
+
+    def ls(kind: str) -> list[tuple[str, str]]:
+        return [(e["kind"], e["name"]) for e in cli("ls", "--kind", kind)]  # type: ignore[attr-defined]
 
     assert ls("inductor") == [("inductor", "pt2:fx-graph-v1::abc:c1")]
     assert ls("cupy") == [("cupy", "0123abcd.cubin")]
+    assert cli("stats")["kinds"] == {"inductor": 1, "cupy": 1}  # type: ignore[index]
+    verified = cli("verify")
+    assert (verified["checked"], verified["bad"]) == (2, [])  # type: ignore[index]

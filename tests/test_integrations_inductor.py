@@ -51,7 +51,8 @@ out["same_as_eager"] = bool(torch.allclose(got, f(x, y)))
 if mode == "save":
     out["saved"] = inductor.save_artifacts("t1")
 st = cache.stats()
-out["stats"] = {k: getattr(st, k) for k in ("hits", "misses", "stores", "signature_failures")}
+counted = ("hits", "misses", "stores", "signature_failures", "read_failures")
+out["stats"] = {k: getattr(st, k) for k in counted}
 out["inductor"] = {k: v for k, v in counters["inductor"].items() if k.startswith("fxgraph")}
 out["aot_autograd"] = dict(counters["aot_autograd"])
 print("RESULT " + json.dumps(out))
@@ -200,6 +201,15 @@ def test_aot_autograd_cache_hits_through_cuforge_with_eager_gradients(tmp_path: 
     with open_cache(url, secret=SECRET) as cache:
         caches = {r["cache"] for i in cache.iter_entries() if (r := decode_record(i.meta))}
     assert {"aot_autograd", "fx_graph"} <= caches
+
+
+def test_an_unreachable_redis_never_fails_the_compile(tmp_path: Path) -> None:
+    from _redis import free_port
+
+    down = _run(tmp_path, f"redis://127.0.0.1:{free_port()}/0?timeout=200ms", secret=SECRET)
+    assert down["same_as_eager"]
+    assert down["inductor"].get("fxgraph_cache_miss", 0) >= 1
+    assert down["stats"]["read_failures"] >= 1 and down["stats"]["hits"] == 0
 
 
 def test_artifacts_round_trip_in_a_fresh_process(tmp_path: Path) -> None:
