@@ -20,7 +20,12 @@ from pathlib import Path
 import pytest
 
 from cuforge import Linker, LinkerOptions, Program, ProgramOptions
-from cuforge.storage import CacheWriteWarning, FileStreamProgramCache, ProgramCacheResource
+from cuforge.storage import (
+    CacheReadWarning,
+    CacheWriteWarning,
+    FileStreamProgramCache,
+    ProgramCacheResource,
+)
 from cuforge.storage.entry import entry_id
 
 ARCH = "sm_90"
@@ -230,10 +235,13 @@ class _DownBackend(ProgramCacheResource):
 def test_a_backend_that_is_down_warns_once_per_cause(caplog):
     caplog.set_level(logging.DEBUG, logger="cuforge")
     down = _DownBackend()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", CacheWriteWarning)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         for n in (12, 13):
             assert _compile(n, down)[:4] == b"\x7fELF"
+    # once per handle and kind: the failed lookup is a read warning, the store a write one
+    kinds = [w.category for w in caught if issubclass(w.category, RuntimeWarning)]
+    assert kinds == [CacheReadWarning, CacheWriteWarning], caught
     causes = _causes(caplog)
     # Each cause: a WARNING the first time, DEBUG every time after.
     for cause in ("unavailable", "write"):
