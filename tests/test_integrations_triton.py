@@ -47,6 +47,14 @@ def child(
     )
 
 
+def wait_ready(barrier: Path, n: int) -> None:
+    """Until ``n`` children have imported triton and wait at ``barrier``."""
+    deadline = time.monotonic() + 240
+    while len(list(barrier.parent.glob(barrier.name + ".ready.*"))) < n:
+        assert time.monotonic() < deadline, "children did not start"
+        time.sleep(0.05)
+
+
 def result(proc: subprocess.Popen[str]) -> dict[str, Any]:
     out, err = proc.communicate(timeout=240)
     assert proc.returncode == 0, err[-3000:]
@@ -112,7 +120,7 @@ def test_eight_cold_processes_compile_once_where_stock_triton_compiles_each(
             else child("kernel", tmp_path / f"{name}-shared", None, barrier=barrier)
             for i in range(8)
         ]
-        time.sleep(4)  # every process has imported triton and waits at the barrier
+        wait_ready(barrier, len(procs))
         barrier.touch()
         return [result(p) for p in procs]
 
@@ -239,3 +247,26 @@ def test_a_bad_cache_url_is_one_clear_error(tmp_path: Path) -> None:
     _out, err = proc.communicate(timeout=240)
     assert proc.returncode != 0
     assert "$CUFORGE_TRITON_CACHE" in err
+
+
+@pytest.mark.gpu
+def test_a_kernel_runs_correctly_from_a_cache_another_process_filled(tmp_path: Path) -> None:
+    url = f"file://{tmp_path / 'fs'}"
+    first = run("run", tmp_path / "t1", url)
+    second = run("run", tmp_path / "t2", url)  # a fresh TRITON_CACHE_DIR
+    assert first["max_error"] <= 1e-6 and second["max_error"] <= 1e-6
+    assert first["counters"]["stored"] >= 1
+    assert second["counters"]["misses"] == 0 and second["counters"]["hits"] >= 1
+    assert second["counters"]["stored"] == 0  # nothing compiled: the kernel came from cuforge
+
+
+@pytest.mark.parametrize("name", ["add_kernel.cubin", "__grp__k.json", 'odd "name"\u00e9.so'])
+def test_the_record_is_the_one_encode_record_makes(name: str) -> None:
+    import triton
+
+    from cuforge.integrations.triton import _record
+    from cuforge.storage.record import decode_record, encode_record
+
+    fields = {"key": "KEY123", "file": name, "name": name, "triton": triton.__version__}
+    assert _record("KEY123", name) == encode_record("triton", fields)
+    assert decode_record(_record("KEY123", name), "triton") == {"v": 1, "kind": "triton", **fields}

@@ -33,11 +33,11 @@ import os
 import tempfile
 import warnings
 import weakref
+from json.encoder import encode_basestring_ascii as _json_str
 from typing import Any
 
 from cuforge._stack import outside_level
 from cuforge.storage.base import CacheReadWarning, CacheWriteWarning, ProgramCacheResource
-from cuforge.storage.record import decode_record, encode_record
 
 from ._cache import select_cache
 
@@ -52,6 +52,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 __all__ = ["CuforgeCacheManager", "CuforgeRemoteCacheBackend", "counters", "triton_cache"]
 
 KIND = "triton"
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)  # a planted symlink is replaced, never followed
 ENV_CACHE = "CUFORGE_TRITON_CACHE"
 _GROUP = "__grp__"
 #: What this module implements; another set means another extension point.
@@ -77,6 +78,7 @@ def _check_version() -> None:
 
 
 _check_version()
+_VERSION = _json_str(triton.__version__).encode()
 
 
 def triton_cache() -> ProgramCacheResource | None:
@@ -90,6 +92,18 @@ def triton_cache() -> ProgramCacheResource | None:
 
 def _entry_key(key: str, filename: str) -> bytes:
     return b"cuforge-triton\0" + key.encode() + b"\0" + filename.encode("utf-8")
+
+
+def _record(key: str, filename: str) -> bytes:
+    """The metadata record of Triton's ``filename`` under ``key``: exactly what
+    ``encode_record("triton", {...})`` makes (compact, sorted, ASCII JSON), built
+    without the JSON encoder because every hit compares it with each file's record."""
+    return b'{"file":%s,"key":%s,"kind":"triton","name":%s,"triton":%s,"v":1}' % (
+        _json_str(filename).encode(),
+        _json_str(key).encode(),
+        _json_str(filename).encode(),
+        _VERSION,
+    )
 
 
 def _as_bytes(data: Any) -> bytes:
@@ -114,16 +128,12 @@ class _Files:
             return [None] * len(filenames)
         out: list[bytes | None] = []
         for name, entry in zip(filenames, entries, strict=True):
-            record = None if entry is None else decode_record(entry.meta, KIND)
-            ok = record is not None and (record.get("key"), record.get("file")) == (self.key, name)
+            ok = entry is not None and entry.meta == _record(self.key, name)
             out.append(entry.data if ok and entry is not None else None)
         return out
 
     def store(self, filename: str, data: bytes) -> None:
-        meta = encode_record(
-            KIND,
-            {"key": self.key, "file": filename, "name": filename, "triton": triton.__version__},
-        )
+        meta = _record(self.key, filename)
         try:
             self.cache.set_entry(_entry_key(self.key, filename), data, meta)
         except Exception as exc:  # a cache fault never fails the compile
@@ -143,9 +153,13 @@ def _materialize(directory: str, filename: str, data: bytes) -> str:
     is replaced atomically (a reader never sees a partial file)."""
     path = os.path.join(directory, filename)
     try:
-        with open(path, "rb") as f:
-            if f.read(len(data) + 1) == data:
-                return path
+        fd = os.open(path, os.O_RDONLY | _NOFOLLOW)
+        try:
+            same = os.read(fd, len(data) + 1) == data
+        finally:
+            os.close(fd)
+        if same:
+            return path
         counters["replaced"] += 1
     except OSError:
         pass
