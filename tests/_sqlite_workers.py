@@ -191,7 +191,10 @@ def cmd_exit_open(args: dict) -> dict:
         [sys.executable, __file__, "hold_write_for", json.dumps({**args, "ready": ready})],
         stdout=subprocess.DEVNULL,
     )
+    deadline = time.monotonic() + 60
     while not os.path.exists(ready):
+        if time.monotonic() > deadline:
+            raise TimeoutError("the lock holder never got ready")
         time.sleep(0.005)
     cache[b"kept"] = b"2" * 10  # the lock is held: kept in memory, written at exit
     return {"kept": len(cache._deferred.rows)}
