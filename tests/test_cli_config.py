@@ -119,3 +119,20 @@ def test_the_fast_path_never_answers_with_a_record_made_under_other_settings(tmp
     (project / "cuforge.toml").write_text('arch = "sm_80"\n')  # same size: content differs
     third = run(tmp_path, *args, cwd=here, env=env)
     assert [(r["arch"], r["cache"]) for r in json.loads(third.stdout)] == [("sm_80", "miss")]
+
+
+def test_a_configured_cap_never_breaks_a_cache_that_takes_none(tmp_path, redis_server):
+    """max_size in a settings file applies to directory/SQLite caches; a Redis URL
+    from the environment (no max_size parameter) is opened as it is."""
+    _, project, env = _layout(tmp_path)  # the user's file sets max_size = "1M"
+    here = project / "src"
+    env = {**env, "CUFORGE_CACHE": redis_server.url}
+    built = run(tmp_path, "compile", "saxpy.cu", "--arch", "sm_90", "-o", "k.cubin", cwd=here,
+                env=env)  # fmt: skip
+    assert built.returncode == 0 and "compiled and stored" in built.stdout, built.stderr
+    capped = {**env, "CUFORGE_CACHE": f"file://{tmp_path}/d?max_size=2M"}  # the URL's wins
+    again = run(tmp_path, "compile", "saxpy.cu", "--arch", "sm_90", "-o", "k.cubin", cwd=here,
+                env=capped)  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    stats = json.loads(run(tmp_path, "cache", "stats", "--json", cwd=here, env=capped).stdout)
+    assert stats["max_size_bytes"] == 2 << 20

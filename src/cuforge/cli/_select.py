@@ -33,6 +33,7 @@ __all__ = [
     "Choice",
     "add_cache_option",
     "choose",
+    "configured_cap",
     "open_choice",
     "require_existing",
     "url_of",
@@ -113,6 +114,26 @@ def url_of(choice: Choice, max_size: int | None = None) -> str:
         last = url.rsplit(",", 1)[-1]
         url += ("&" if "?" in last else "?") + f"max_size={max_size}"
     return url
+
+
+def configured_cap(choice: Choice) -> int | None:
+    """A settings file's ``max_size`` for ``choice``, when its last level takes a cap
+    (file, sqlite, memory) and its URL names none; else None (Redis has no cap)."""
+    if choice.url is None:
+        return None
+    from cuforge.cli import _config
+    from cuforge.storage.urls import parse_cache_url
+
+    cap = _config.default_max_size()
+    if cap is None:
+        return None
+    try:
+        last = parse_cache_url(url_of(choice))[-1]
+    except ValueError:
+        return None  # open_choice names what is wrong with the URL
+    if last.scheme in ("file", "sqlite", "memory") and "max_size" not in last.params:
+        return cap
+    return None
 
 
 def require_existing(choice: Choice) -> None:

@@ -194,8 +194,8 @@ def run(args: argparse.Namespace) -> int:
     choice = _select.choose(args)
     if choice.url is None and args.max_size is not None:
         raise UsageError("--max-size applies to a cache; it was given with no cache")
-    if args.max_size is None and choice.url is not None:
-        args.max_size = _config.default_max_size()
+    if args.max_size is None:  # a settings file's, where the cache takes a cap
+        args.max_size = _select.configured_cap(choice)
     jobs = plan(args)
     cache = _select.open_choice(choice, args.max_size) if choice.url is not None else None
     url = _select.url_of(choice, args.max_size) if cache is not None else None

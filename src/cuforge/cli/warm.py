@@ -69,8 +69,9 @@ def _warm(args: argparse.Namespace) -> int:
     chosen = _select.choose(args)
     if chosen.url is None:
         raise UsageError(f"caching is off ({chosen.origin}): warm has nothing to fill")
-    cache = _select.open_choice(chosen)  # opened here too: bad URLs fail before any work
-    url = _select.url_of(chosen)  # what worker processes open (absolute before the chdir)
+    cap = _select.configured_cap(chosen)  # a settings file's max_size, as compile applies
+    cache = _select.open_choice(chosen, cap)  # opened here too: bad URLs fail before any work
+    url = _select.url_of(chosen, cap)  # what worker processes open (absolute before the chdir)
     os.chdir(folder)  # compile as `cuforge compile` run from the manifest's directory would
     progress = _term.Progress(len(specs), "warming", sys.stderr if args.json else None)
     results: list[dict[str, Any]] = []
