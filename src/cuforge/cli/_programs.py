@@ -51,7 +51,7 @@ def add_compile_options(parser: argparse.ArgumentParser, several_archs: bool = T
         action="append" if several_archs else "store",
         metavar="ARCH",
         help="target architecture, e.g. sm_90"
-        + (" (repeat for several)" if several_archs else "")
+        + (" (repeat, or separate with commas, for several)" if several_archs else "")
         + " (default: this GPU's)",
     )
     parser.add_argument(
