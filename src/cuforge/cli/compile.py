@@ -1,7 +1,9 @@
 """``cuforge compile FILE... [--arch A ...]``: compile sources through the cache.
 
-Every FILE is compiled for every ``--arch``, in parallel worker processes when
-there are several (see ``_pool``). Outputs: ``-o OUT`` for a single output;
+Every FILE is compiled for every ``--arch`` (repeated or comma-separated), in
+parallel worker processes when there are several (see ``_pool``). ``-o NAME.fatbin``
+packs one FILE's archs into one fatbin (a cubin per ``sm_XY``, PTX per
+``compute_XY``; each compiled and cached on its own). Outputs: ``-o OUT`` for a single output;
 ``--outdir DIR`` for any number (``DIR/<stem>.<target>``, or
 ``DIR/<stem>.<arch>.<target>`` with several archs); otherwise beside each source,
 named the same way. One line per output says where
