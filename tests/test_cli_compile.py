@@ -432,6 +432,18 @@ def test_a_miss_says_whether_it_was_stored_and_why_not(tmp_path):
     assert hit["cache"] == "hit" and "stored" not in hit
 
 
+def _need_nvfatbin() -> None:
+    """Skip, saying why, where these bindings have no nvFatbin (an older cuda-bindings
+    12.x); the cu13 extra installs it."""
+    from cuforge import _cuda
+    from cuforge.compile.errors import ToolkitNotFoundError
+
+    try:
+        _cuda.require("nvfatbin")
+    except ToolkitNotFoundError as exc:
+        pytest.skip(str(exc))
+
+
 def _fatbin_parts(data: bytes) -> list[tuple[str, int]]:
     """(kind, arch number) of each part of a fatbin, from its container headers."""
     import struct
@@ -448,6 +460,8 @@ def _fatbin_parts(data: bytes) -> list[tuple[str, int]]:
 
 def test_one_fatbin_for_several_archs_is_built_through_the_cache_per_arch(tmp_path):
     from cuforge import ObjectCode
+
+    _need_nvfatbin()
 
     out, cache = tmp_path / "k.fatbin", str(tmp_path / "c")
     first = run(tmp_path, "compile", str(SAXPY), "--arch", "sm_80,sm_90", "-o", str(out),
@@ -497,4 +511,5 @@ def test_pack_fatbin_refuses_what_a_fatbin_cannot_hold():
     )
     with pytest.raises(ValueError, match="cubin and PTX ObjectCode, got ltoir"):
         pack_fatbin([(lto.compile("ltoir"), "sm_90")])
+    _need_nvfatbin()
     assert pack_fatbin([(cubin, "sm_90")], "saxpy").code_type == "fatbin"
