@@ -68,7 +68,11 @@ print("RESULT " + json.dumps({
 
 def _run(tmp: Path, script: str, cache_url: str, n: int, env_extra: dict[str, str]) -> dict:
     local = tmp / f"local-{n}"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHINDUCTOR_", "CUFORGE_"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("TORCHINDUCTOR_", "CUFORGE_CACHE", "CUFORGE_INDUCTOR", "CUFORGE_CUPY"))
+    }
     env.update(
         CUFORGE_CACHE=cache_url,
         CUFORGE_CACHE_SECRET=SECRET,
