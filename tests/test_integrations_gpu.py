@@ -17,12 +17,14 @@ pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 SECRET = "gpu-integration-tests-secret-0123456789"
 
 INDUCTOR_CHILD = r"""
-import json
+import json, sys
 import torch
 from torch._dynamo.utils import counters
 from cuforge.integrations import inductor
 
+mode = sys.argv[1] if len(sys.argv) > 1 else "plain"
 cache = inductor.install()
+loaded = inductor.load_artifacts("gpu-t") if mode == "load" else None
 
 def f(x, y):
     return torch.relu(x @ y) * torch.sigmoid(x).sum(dim=1, keepdim=True)
@@ -31,8 +33,11 @@ torch.manual_seed(0)
 x = torch.randn(64, 64, device="cuda")
 y = torch.randn(64, 64, device="cuda")
 got = torch.compile(f)(x, y)
+saved = inductor.save_artifacts("gpu-t") if mode == "save" else None
 st = cache.stats()
 print("RESULT " + json.dumps({
+    "saved": saved,
+    "loaded": loaded,
     "same_as_eager": bool(torch.allclose(got, f(x, y), rtol=1e-3, atol=1e-3)),
     "hit": counters["inductor"]["fxgraph_cache_hit"],
     "miss": counters["inductor"]["fxgraph_cache_miss"],
@@ -66,7 +71,9 @@ print("RESULT " + json.dumps({
 """
 
 
-def _run(tmp: Path, script: str, cache_url: str, n: int, env_extra: dict[str, str]) -> dict:
+def _run(
+    tmp: Path, script: str, cache_url: str, n: int, env_extra: dict[str, str], *args: str
+) -> dict:
     local = tmp / f"local-{n}"
     env = {
         k: v
@@ -84,7 +91,7 @@ def _run(tmp: Path, script: str, cache_url: str, n: int, env_extra: dict[str, st
     path = tmp / "child.py"
     path.write_text(script)
     proc = subprocess.run(
-        [sys.executable, str(path)], env=env, capture_output=True, text=True, timeout=400
+        [sys.executable, str(path), *args], env=env, capture_output=True, text=True, timeout=400
     )
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
     assert proc.returncode == 0 and lines, proc.stdout[-2000:] + proc.stderr[-4000:]
@@ -101,6 +108,16 @@ def test_torch_compile_on_cuda_hits_inductor_cache_through_cuforge(tmp_path: Pat
     assert second["same_as_eager"]
     assert second["hit"] >= 1 and second["miss"] == 0
     assert second["stats"]["hits"] >= 1
+
+
+def test_artifacts_saved_on_this_gpu_load_into_a_fresh_process(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    url = str(tmp_path / "cf")
+    saved = _run(tmp_path, INDUCTOR_CHILD, url, 1, {}, "save")
+    assert saved["saved"] is True and saved["same_as_eager"]
+    loaded = _run(tmp_path, INDUCTOR_CHILD, url, 2, {}, "load")
+    assert loaded["loaded"] is True and loaded["same_as_eager"]
+    assert loaded["hit"] >= 1 and loaded["miss"] == 0  # the artifacts filled the local cache
 
 
 def test_cupy_rawkernel_hits_through_cuforge_in_a_second_process(tmp_path: Path) -> None:
