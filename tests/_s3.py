@@ -4,9 +4,9 @@
 Every port is picked free per run and kept <= 55535 (each HTTP port also serves
 gRPC at +10000); only 127.0.0.1 is bound; telemetry, the admin UI and WebDAV are
 off. The server's environment carries a test access key, which turns on
-authentication (a wrong key is refused). Its temporary files (``seaweedfs-*.sock``)
-go into the server's own directory, removed with it. SIGKILL is how it stops
-(SIGTERM takes ~12 s; its data directory is throwaway).
+authentication (a wrong key is refused). Its logs go into the server's own
+directory, and ``stop()`` removes the ``seaweedfs-*.sock`` files of its ports.
+SIGKILL is how it stops (SIGTERM takes ~12 s; its data directory is throwaway).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -146,7 +147,14 @@ class SeaweedServer:
         self.proc.send_signal(signal.SIGCONT)
 
     def stop(self) -> None:
-        """SIGKILL (SIGTERM takes ~12 s) and remove the data and temporary files."""
+        """SIGKILL (SIGTERM takes ~12 s) and remove the data and temporary files,
+        and the ``seaweedfs-<service>[-grpc]-<port>.sock`` files weed leaves in /tmp
+        (whatever TMPDIR says) for this server's ports."""
         self.kill()
         shutil.rmtree(self.workdir / "data", ignore_errors=True)
         shutil.rmtree(self.workdir / "tmp", ignore_errors=True)
+        ports = {p for port in self.ports.values() for p in (port, port + 10000)}
+        for folder in {"/tmp", tempfile.gettempdir()}:
+            for sock in Path(folder).glob("seaweedfs-*.sock"):
+                if sock.stem.rpartition("-")[2] in {str(p) for p in ports}:
+                    sock.unlink(missing_ok=True)

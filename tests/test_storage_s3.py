@@ -295,6 +295,43 @@ def test_wrong_credentials_are_one_clear_line(s3_url, s3_server, monkeypatch):
     assert "access denied" in done.stderr and len(done.stderr.strip().splitlines()) == 1
 
 
+@posix_only
+@pytest.mark.timeout(60)  # without the fix the child (and so this test) waits for good
+def test_a_forked_child_fails_open_at_once_instead_of_hanging(s3_url):
+    """obstore's I/O threads do not survive fork(): a request from a forked child (on
+    the parent's handle or a new one) would wait for good. It is a counted miss."""
+    with open_cache(s3_url, secret=None) as c:
+        c[b"k"] = b"v"
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: report, never return into pytest
+            code = 1
+            try:
+                signal.alarm(20)
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
+                    t0 = time.monotonic()
+                    inherited = c.get(b"k")
+                    c[b"k2"] = b"v2"
+                    with open_cache(s3_url, secret=None) as fresh:
+                        again = fresh.get(b"k")
+                    took = time.monotonic() - t0
+                ok = (inherited, again) == (None, None) and took < 1.0
+                ok = ok and c.stats().read_failures == 1 and c.stats().write_failures == 1
+                ok = ok and any("forked" in str(w.message) for w in caught)
+                os.write(write, b"ok" if ok else repr((inherited, again, took)).encode())
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(write)
+        _, status = os.waitpid(pid, 0)
+        assert status == 0
+        assert os.read(read, 200) == b"ok"
+        os.close(read)
+        assert c.get(b"k") == b"v"  # the parent is unaffected
+        assert c.get(b"k2") is None
+
+
 # -- URLs ----------------------------------------------------------------------------------
 def test_urls_refuse_credentials_without_echoing_them(s3_url):
     with pytest.raises(ValueError, match="credentials do not belong in the URL") as info:

@@ -46,6 +46,10 @@ from ._stats import FleetCounters, read_all, write
 __all__ = ["S3ProgramCache"]
 
 _LIVE = LiveHandles()
+# The process that started obstore's I/O runtime: its threads do not survive fork(),
+# so in a forked child every request would wait for good (new clients too).
+_RUNTIME_PID: list[int] = []
+_FORKED = "the S3 client does not work in a process forked after it was used"
 
 
 def _obstore() -> Any:
@@ -155,6 +159,12 @@ class S3ProgramCache(EntryListing, EntryCache):
         )
         self._warned = False
         self._closed = False
+        import os
+
+        if not _RUNTIME_PID:
+            _RUNTIME_PID.append(os.getpid())
+        # Forked from a process that used S3: fail open at once, never hang.
+        self._forked = _RUNTIME_PID[0] != os.getpid()
         _LIVE.add(self)
 
     def _make_store(self, endpoint: str | None, region: str | None, path_style: bool | None) -> Any:
@@ -243,6 +253,8 @@ class S3ProgramCache(EntryListing, EntryCache):
     @contextlib.contextmanager
     def _maintenance(self, what: str) -> Iterator[None]:
         """Turns a failed request of a maintenance call into one ConnectionError."""
+        if self._forked:
+            raise ConnectionError(f"S3 cache {self._where}: could not {what} ({_FORKED})")
         try:
             yield
         except (self._obs.exceptions.BaseError, OSError) as exc:
@@ -257,7 +269,7 @@ class S3ProgramCache(EntryListing, EntryCache):
         self._check_open()
         kd = key_digest(coerce_key(key))
         stats = self._stats
-        if not self._breaker.allow():
+        if not self._allow():
             stats.misses += 1
             stats.read_failures += 1
             return None
@@ -312,7 +324,7 @@ class S3ProgramCache(EntryListing, EntryCache):
         data = coerce_value(value, "S3ProgramCache.__setitem__")
         check_meta(meta)
         stats = self._stats
-        if self._read_only or not self._breaker.allow():
+        if self._read_only or not self._allow():
             stats.write_failures += 1
             if self._read_only:
                 events.note_dropped(events.READ_ONLY, f"S3 cache {self._where} is read-only")
@@ -398,7 +410,7 @@ class S3ProgramCache(EntryListing, EntryCache):
                 yield local
                 return
             lease = None
-            if self._breaker.allow():
+            if self._allow():
                 try:
                     lease, _ = poll_lease(
                         self._obs, self._store, f"{self._prefix}locks/{kd.hex()}",
@@ -476,10 +488,28 @@ class S3ProgramCache(EntryListing, EntryCache):
             raise PermissionError(f"S3 cache {self._where} was opened read-only")
 
     def _flush_at_exit(self) -> None:
-        if not self._closed and self._breaker.allow():
+        if not self._closed and not self._forked and self._breaker.allow():
             self._flush_stats()
 
+    def _allow(self) -> bool:
+        """Whether a request may go out now: not in a forked child (see _RUNTIME_PID;
+        the first refusal warns, each is counted by the caller), and the breaker
+        closed or probing."""
+        if self._forked:
+            if not self._warned:
+                self._warned = True
+                warnings.warn(
+                    f"cuforge S3 cache {self._where}: {_FORKED}; lookups are misses and "
+                    "stores are skipped in this process (start it with the 'spawn' or "
+                    "'forkserver' method to use the cache). Compiles are not affected.",
+                    CacheReadWarning,
+                    stacklevel=outside_level(),
+                )
+            return False
+        return self._breaker.allow()
+
     def _after_fork_in_child(self) -> None:
+        self._forked = True
         self._stats = CacheStats()
         self._fleet.reset()
 
@@ -487,7 +517,7 @@ class S3ProgramCache(EntryListing, EntryCache):
         """Write the counters. Idempotent."""
         if self._closed:
             return
-        if self._breaker.allow():
+        if not self._forked and self._breaker.allow():
             self._flush_stats()
         self._closed = True
         _LIVE.discard(self)
