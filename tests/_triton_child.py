@@ -5,6 +5,8 @@
 - ``kernel``: compiles a vector-add kernel for ``GPUTarget("cuda", 90, 32)`` (no GPU
   needed: Triton's bundled ptxas makes the cubin); ``hits`` is what Triton's
   compilation listener saw (True: served from the cache).
+- ``broken``: a compile that fails, then the process stays alive until ``$DONE``
+  exists (a lock it took must be free by then).
 - ``so``: builds a small C extension through ``triton.runtime.build`` (the path
   Triton's launcher ``.so`` takes through the cache) and calls it.
 - ``hits``: compiles once, then times ``$HITS`` more compiles of the same kernel
@@ -32,6 +34,11 @@ def add_kernel(x, y, out, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     tl.store(out + offs, tl.load(x + offs, mask=mask) * 2 + tl.load(y + offs, mask=mask), mask=mask)
+
+
+@triton.jit
+def broken_kernel(x, BLOCK: tl.constexpr):
+    tl.store(x + tl.arange(0, BLOCK), tl.no_such_function(BLOCK))
 
 
 SO_SOURCE = """
@@ -78,6 +85,22 @@ def main() -> None:
             compile_kernel()
             times.append(time.perf_counter() - t)
         report["hit_median_s"] = statistics.median(times)
+    elif mode == "broken":  # a compile that fails; then stay alive until DONE exists
+        from triton.backends.compiler import GPUTarget
+        from triton.compiler import ASTSource
+
+        src = ASTSource(
+            fn=broken_kernel,
+            signature={"x": "*fp32", "BLOCK": "constexpr"},
+            constexprs={"BLOCK": 64},
+        )
+        try:
+            triton.compile(src, target=GPUTarget("cuda", 90, 32))
+        except Exception as exc:
+            report["error"] = type(exc).__name__
+        print(json.dumps({"failed": True}), flush=True)
+        while not os.path.exists(os.environ["DONE"]):
+            time.sleep(0.05)
     elif mode == "so":
         from triton.runtime.build import compile_module_from_src
 

@@ -176,6 +176,27 @@ def test_a_flipped_byte_in_a_stored_launcher_so_is_a_miss_and_a_rebuild(tmp_path
     assert rebuilt["stats"]["stores"] == 1  # built again and stored
 
 
+def test_a_failed_compile_releases_the_kernels_lock_while_the_process_lives_on(
+    tmp_path: Path,
+) -> None:
+    url = f"file://{tmp_path / 'fs'}"
+    done = tmp_path / "done"
+    first = child("broken", tmp_path / "t1", url, DONE=str(done))
+    assert first.stdout is not None
+    assert json.loads(first.stdout.readline()) == {"failed": True}  # alive, compile failed
+    t0 = time.monotonic()
+    done2 = tmp_path / "done2"
+    done2.touch()
+    second = result(child("broken", tmp_path / "t2", url, DONE=str(done2)))
+    waited = time.monotonic() - t0
+    done.touch()
+    assert result(first)["error"] == second["error"] == "CompilationError"
+    # The lock's timeout is 120 s: a lock left held by the failed compile would stall
+    # the second process that long before it compiled anyway.
+    assert waited < 60, f"the second process waited {waited:.0f} s for the kernel's lock"
+    assert second["counters"]["misses"] == 1
+
+
 def test_a_tampered_local_copy_is_replaced_from_verified_bytes(tmp_path: Path) -> None:
     url = f"file://{tmp_path / 'fs'}"
     run("kernel", tmp_path / "t", url)
