@@ -230,7 +230,8 @@ def test_redis_killed_mid_run_compiles_still_succeed(redis_server, tmp_path: Pat
 
 
 def test_remote_cache_backend_serves_a_second_process(tmp_path: Path) -> None:
-    url = f"file://{tmp_path / 'fs'}"
+    db = tmp_path / "c.db"
+    url = f"sqlite://{db}"
     env = {
         "TRITON_CACHE_MANAGER": "triton.runtime.cache:RemoteCacheManager",
         "TRITON_REMOTE_CACHE_BACKEND": "cuforge.integrations.triton:CuforgeRemoteCacheBackend",
@@ -239,6 +240,12 @@ def test_remote_cache_backend_serves_a_second_process(tmp_path: Path) -> None:
     first = run("kernel", tmp_path / "t1", None, **env)
     second = run("kernel", tmp_path / "t2", None, **env)
     assert first["hits"] == [False] and second["hits"] == [True]
+    # A damaged cubin makes the whole group a miss (triton 3.6 would take a group
+    # without its cubin for a hit): the kernel is compiled again and works.
+    _flip_stored(db, "add_kernel.cubin")
+    third = run("kernel", tmp_path / "t3", None, **env)
+    assert third["hits"] == [False] and third["cubin"] == first["cubin"]
+    assert third["stats"]["integrity_failures"] == 1
 
 
 def test_dump_mode_keeps_tritons_behaviour(tmp_path: Path) -> None:
@@ -291,3 +298,25 @@ def test_the_record_is_the_one_encode_record_makes(name: str) -> None:
     fields = {"key": "KEY123", "file": name, "name": name, "triton": triton.__version__}
     assert _record("KEY123", name) == encode_record("triton", fields)
     assert decode_record(_record("KEY123", name), "triton") == {"v": 1, "kind": "triton", **fields}
+
+
+def test_the_remote_backend_answers_a_group_whole_or_not_at_all(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cuforge.integrations.triton import CuforgeRemoteCacheBackend
+
+    db = tmp_path / "c.db"
+    monkeypatch.setenv("CUFORGE_TRITON_CACHE", f"sqlite://{db}")
+    monkeypatch.delenv("CUFORGE_CACHE_SECRET", raising=False)
+    backend = CuforgeRemoteCacheBackend("KEYA")
+    backend.put("k.cubin", b"\x7fELF" + b"c" * 200)
+    backend.put("k.json", b'{"name": "k"}')
+    assert backend.get(["k.cubin", "k.json"]) == {
+        "k.cubin": b"\x7fELF" + b"c" * 200,
+        "k.json": b'{"name": "k"}',
+    }
+    assert CuforgeRemoteCacheBackend("KEYB").get(["k.json"]) == {}  # another key's files
+    _flip_stored(db, "k.cubin")
+    # triton 3.6 takes a partial group for a hit: one bad file makes it all a miss.
+    assert backend.get(["k.cubin", "k.json"]) == {}
+    assert backend.get(["k.json"]) == {"k.json": b'{"name": "k"}'}

@@ -298,10 +298,15 @@ class CuforgeRemoteCacheBackend(RemoteCacheBackend):  # type: ignore[misc]
         self._files = _Files(cache, key)
 
     def get(self, filenames: list[str]) -> dict[str, bytes]:
+        """Every file of ``filenames`` that verifies -- or none when one does not:
+        Triton asks for several files only for a kernel's group, and triton 3.6 takes a
+        partial group for a hit (a kernel without its cubin), so a damaged child must
+        make the whole group a miss."""
         names = list(filenames)
-        return {
-            n: d for n, d in zip(names, self._files.load_many(names), strict=True) if d is not None
-        }
+        datas = self._files.load_many(names)
+        if any(d is None for d in datas):
+            return {}
+        return {n: d for n, d in zip(names, datas, strict=True) if d is not None}
 
     def put(self, filename: str, data: bytes) -> None:
         self._files.store(filename, _as_bytes(data))
