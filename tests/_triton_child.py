@@ -12,6 +12,9 @@
 - ``hits``: compiles once, then times ``$HITS`` more compiles of the same kernel
   (each a cache hit: Triton's key, the cache lookup, loading the kernel's metadata).
 - ``run``: launches the kernel on the GPU and checks it against torch.
+- ``pause``: compiles the kernel, writes ``$PAUSE.reached`` and waits until ``$PAUSE``
+  exists (the test changes the world meanwhile, e.g. kills Redis), then compiles the
+  same kernel and one with another block size; ``cubins`` lists the three sizes.
 
 With BARRIER, it writes ``BARRIER.ready.PID`` once triton is imported and waits
 until BARRIER exists, so many processes reach the cache at once. The environment
@@ -51,12 +54,12 @@ PyMODINIT_FUNC PyInit_cuforge_probe(void) { return PyModule_Create(&mod); }
 """
 
 
-def compile_kernel() -> object:
+def compile_kernel(block: int = 1024) -> object:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     signature = {"x": "*fp32", "y": "*fp32", "out": "*fp32", "n": "i32", "BLOCK": "constexpr"}
-    src = ASTSource(fn=add_kernel, signature=signature, constexprs={"BLOCK": 1024})
+    src = ASTSource(fn=add_kernel, signature=signature, constexprs={"BLOCK": block})
     return triton.compile(src, target=GPUTarget("cuda", 90, 32))
 
 
@@ -75,6 +78,15 @@ def main() -> None:
     if mode == "kernel":
         kernel = compile_kernel()
         report["cubin"] = len(kernel.asm["cubin"])  # type: ignore[attr-defined]
+    elif mode == "pause":
+        pause = os.environ["PAUSE"]
+        cubins = [len(compile_kernel().asm["cubin"])]  # type: ignore[attr-defined]
+        open(pause + ".reached", "w").close()
+        while not os.path.exists(pause):
+            time.sleep(0.01)
+        for block in (1024, 512):
+            cubins.append(len(compile_kernel(block).asm["cubin"]))  # type: ignore[attr-defined]
+        report["cubins"] = cubins
     elif mode == "hits":  # the hit path, timed after the first compile (hashing done)
         import statistics
 

@@ -229,6 +229,27 @@ def test_redis_killed_mid_run_compiles_still_succeed(redis_server, tmp_path: Pat
     assert second["stats"]["read_failures"] >= 1
 
 
+def test_redis_killed_inside_a_running_process_its_next_compiles_succeed(
+    redis_server, tmp_path: Path
+) -> None:
+    url = f"{redis_server.url}?prefix=tm:"
+    run("kernel", tmp_path / "warm", url)  # the 1024-block kernel is in Redis
+    pause = tmp_path / "pause"
+    proc = child("pause", tmp_path / "t", url, PAUSE=str(pause))
+    deadline = time.monotonic() + 240
+    while not Path(f"{pause}.reached").exists():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-3000:]
+        time.sleep(0.05)
+    redis_server.kill()  # the process has served a hit from Redis and keeps running
+    pause.touch()
+    out = result(proc)
+    # a hit, then (Redis gone) the same kernel and a new one compiled, not failed
+    assert out["hits"] == [True, False, False]
+    assert out["cubins"][0] == out["cubins"][1] > 0 and out["cubins"][2] > 0
+    assert out["counters"]["hits"] == 1 and out["counters"]["misses"] == 2
+    assert out["stats"]["read_failures"] >= 1
+
+
 def test_remote_cache_backend_serves_a_second_process(tmp_path: Path) -> None:
     db = tmp_path / "c.db"
     url = f"sqlite://{db}"
