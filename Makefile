@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-all test-cu12 test-dist test-integrations dist lint bench docs plots clean redis-server
+.PHONY: demo test test-all test-cu12 test-dist test-integrations dist lint bench bench-check docs plots clean redis-server
 
 $(STAMP): pyproject.toml setup.py $(wildcard src/cuforge/_native/*.c)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -108,6 +108,12 @@ $(BENCH_STAMP): pyproject.toml setup.py $(wildcard src/cuforge/_native/*.c)
 # BENCH_ARGS: e.g. --json benchmarks/results/run-cpu-DATE.json --note "..." (make plots)
 bench: $(BENCH_STAMP) redis-server
 	$(BENCH_VENV)/bin/python benchmarks/run.py $(BENCH_ARGS)
+
+# The benchmark guard (<= 2 minutes): the CPU hot paths as ratios to their peers measured
+# in one run, checked against benchmarks/thresholds.toml (a failing figure is measured
+# again before it fails the run). The GPU figures: scripts/gpu-test --bench.
+bench-check: $(BENCH_STAMP)
+	$(BENCH_VENV)/bin/python benchmarks/bench_check.py $(BENCH_CHECK_ARGS)
 
 # The docs site in docs/_build/html: Sphinx with MyST (docs/*.md, README.md, CHANGELOG.md)
 # and autodoc (docs/api/, importing the real objects). Strict: -n -W make a broken link,
