@@ -341,3 +341,30 @@ def test_the_remote_backend_answers_a_group_whole_or_not_at_all(
     # triton 3.6 takes a partial group for a hit: one bad file makes it all a miss.
     assert backend.get(["k.cubin", "k.json"]) == {}
     assert backend.get(["k.json"]) == {"k.json": b'{"name": "k"}'}
+
+
+def test_a_group_read_before_is_one_round_trip_and_its_stored_list_decides(
+    redis_server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cuforge.integrations.triton import CuforgeCacheManager
+
+    monkeypatch.setenv("CUFORGE_TRITON_CACHE", f"{redis_server.url}?prefix=g:")
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "t"))
+    monkeypatch.delenv("CUFORGE_CACHE_SECRET", raising=False)
+    writer = CuforgeCacheManager("GROUPKEY")
+    paths = {n: writer.put(b"data of " + n.encode(), n) for n in ("k.cubin", "k.json")}
+    writer.put_group("k.json", paths)
+    admin = redis_server.client()
+    first = CuforgeCacheManager("GROUPKEY").get_group("k.json")
+    assert first is not None and sorted(first) == ["k.cubin", "k.json"]
+    admin.config_resetstat()
+    again = CuforgeCacheManager("GROUPKEY").get_group("k.json")
+    stats = admin.info("commandstats")
+    assert again == first
+    assert stats["cmdstat_mget"]["calls"] == 1 and "cmdstat_get" not in stats
+    # The group is stored again with another file: the stored list decides, not the memo.
+    writer.put(b"ptx", "k.ptx")
+    writer.put_group("k.json", {**paths, "k.ptx": ""})
+    changed = CuforgeCacheManager("GROUPKEY").get_group("k.json")
+    assert changed is not None and sorted(changed) == ["k.cubin", "k.json", "k.ptx"]
+    assert Path(changed["k.ptx"]).read_bytes() == b"ptx"

@@ -59,6 +59,9 @@ _GROUP = "__grp__"
 _MANAGER_API = frozenset({"get_file", "put", "get_group", "put_group"})
 _REMOTE_API = frozenset({"get", "put"})
 
+#: The file names of groups this process has read, by (Triton key, group file).
+_children_seen: dict[tuple[str, str], list[str]] = {}
+
 #: This process's group lookups: ``hits``, ``misses`` (a compile follows),
 #: ``stored`` (groups stored), ``replaced`` (local copies that differed from the
 #: verified bytes and were rewritten).
@@ -233,13 +236,25 @@ class CuforgeCacheManager(CacheManager):  # type: ignore[misc]
         return found
 
     def _load_group(self, files: _Files, filename: str) -> dict[str, str] | None:
-        (raw,) = files.load_many([_GROUP + filename])
-        children = _group_children(raw)
-        if children is None:
+        """The kernel's files, verified and written locally, or None (a miss). A group
+        this process has read before is fetched with its files in one batched read;
+        its stored list is still what decides (the memo only says what to fetch)."""
+        grp = _GROUP + filename
+        seen = _children_seen.get((self.key, filename))
+        if seen is not None:
+            raw, *datas = files.load_many([grp, *seen])
+            children = _group_children(raw)
+            if children is not None and children != seen:
+                datas = files.load_many(children)
+        else:
+            (raw,) = files.load_many([grp])
+            children = _group_children(raw)
+            datas = [] if children is None else files.load_many(children)
+        if children is None or any(d is None for d in datas):
             return None
-        datas = files.load_many(children)
-        if any(d is None for d in datas):
-            return None
+        if len(_children_seen) >= 4096:
+            _children_seen.clear()
+        _children_seen[(self.key, filename)] = children
         return {
             c: _materialize(self.cache_dir, c, d)
             for c, d in zip(children, datas, strict=True)
