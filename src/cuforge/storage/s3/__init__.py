@@ -40,12 +40,14 @@ from ..entry import CacheEntry, key_digest
 from ..stats import CacheStats
 from . import _frame as frame
 from ._lease import poll_lease
-from ._listing import EntryListing
+from ._listing import DELETE_BATCH, EntryListing
 from ._stats import FleetCounters, read_all, write
 
 __all__ = ["S3ProgramCache"]
 
 _LIVE = LiveHandles()
+#: Seconds a maintenance request (a listing page, a bulk delete) may take.
+MAINTENANCE_TIMEOUT = 60.0
 # The process that started obstore's I/O runtime: its threads do not survive fork(),
 # so in a forked child every request would wait for good (new clients too).
 _RUNTIME_PID: list[int] = []
@@ -174,7 +176,6 @@ class S3ProgramCache(EntryListing, EntryCache):
 
         settings = profile_settings()
         options: dict[str, Any] = {
-            "timeout": f"{max(1, int(self._timeout * 1000))}ms",
             "connect_timeout": f"{max(1, int(self._connect_timeout * 1000))}ms",
         }
         if endpoint is not None:
@@ -202,16 +203,34 @@ class S3ProgramCache(EntryListing, EntryCache):
             kwargs["endpoint"] = endpoint
         if path_style is not None:
             kwargs["virtual_hosted_style_request"] = not path_style
+        self._store_args = (region, options, kwargs)
+        return self._store_with(self._timeout)
+
+    def _store_with(self, timeout: float) -> Any:
+        """A client whose requests time out after ``timeout`` s, with no retries."""
+        region, options, kwargs = self._store_args
         no_wait = datetime.timedelta(0)
         retry = {
             "max_retries": 0,
             "backoff": {"init_backoff": no_wait, "max_backoff": no_wait, "base": 2.0},
-            "retry_timeout": datetime.timedelta(seconds=self._timeout),
+            "retry_timeout": datetime.timedelta(seconds=timeout),
         }
+        options = {**options, "timeout": f"{max(1, int(timeout * 1000))}ms"}
         store = self._obs.store.S3Store
         return store(
             self._bucket, region=region, client_options=options, retry_config=retry, **kwargs
         )
+
+    @property
+    def _mstore(self) -> Any:
+        """The client of maintenance calls (listing, clear, prune, statistics): these
+        never run in a compile, and a bulk request to a busy server can take longer
+        than a lookup's ``timeout``, so they wait up to MAINTENANCE_TIMEOUT."""
+        found = self.__dict__.get("_maintenance_store")
+        if found is None:
+            found = self._store_with(max(MAINTENANCE_TIMEOUT, self._timeout))
+            self.__dict__["_maintenance_store"] = found
+        return found
 
     # -- properties -----------------------------------------------------------------
     @property
@@ -449,7 +468,7 @@ class S3ProgramCache(EntryListing, EntryCache):
         self._check_open()
         with self._maintenance("read statistics"):
             self._flush_stats(raise_errors=True)
-            total, paths = read_all(self._obs, self._store, self._fleet.folder)
+            total, paths = read_all(self._obs, self._mstore, self._fleet.folder)
             if len(paths) > 64 and not self._read_only:
                 self._fold(total, paths)
             return total
@@ -460,9 +479,9 @@ class S3ProgramCache(EntryListing, EntryCache):
         if lease is None:
             return  # another process is folding
         try:
-            write(self._obs, self._store, self._fleet.folder, total)
-            for start in range(0, len(paths), 1000):
-                self._obs.delete(self._store, paths[start : start + 1000])
+            write(self._obs, self._mstore, self._fleet.folder, total)
+            for start in range(0, len(paths), DELETE_BATCH):
+                self._obs.delete(self._mstore, paths[start : start + DELETE_BATCH])
         finally:
             lease.release()
 
@@ -474,9 +493,9 @@ class S3ProgramCache(EntryListing, EntryCache):
         self._check_writable()
         with self._maintenance("reset statistics"):
             self._flush_stats(raise_errors=True)
-            _, paths = read_all(self._obs, self._store, self._fleet.folder)
-            for start in range(0, len(paths), 1000):
-                self._obs.delete(self._store, paths[start : start + 1000])
+            _, paths = read_all(self._obs, self._mstore, self._fleet.folder)
+            for start in range(0, len(paths), DELETE_BATCH):
+                self._obs.delete(self._mstore, paths[start : start + DELETE_BATCH])
 
     def _check_open(self) -> None:
         if self._closed:
