@@ -9,6 +9,8 @@
   exists (a lock it took must be free by then).
 - ``so``: builds a small C extension through ``triton.runtime.build`` (the path
   Triton's launcher ``.so`` takes through the cache) and calls it.
+- ``retry``: compiles a kernel whose static assertion fails, and again inside the
+  ``except`` block (the first compile's traceback still alive); ``errors`` names both.
 - ``hits``: compiles once, then times ``$HITS`` more compiles of the same kernel
   (each a cache hit: Triton's key, the cache lookup, loading the kernel's metadata).
 - ``run``: launches the kernel on the GPU and checks it against torch.
@@ -54,6 +56,21 @@ PyMODINIT_FUNC PyInit_cuforge_probe(void) { return PyModule_Create(&mod); }
 """
 
 
+@triton.jit
+def failing_kernel(x, BLOCK: tl.constexpr):
+    tl.static_assert(BLOCK < 8)
+    tl.store(x + tl.arange(0, BLOCK), 1.0)
+
+
+def compile_failing() -> object:
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    signature = {"x": "*fp32", "BLOCK": "constexpr"}
+    src = ASTSource(fn=failing_kernel, signature=signature, constexprs={"BLOCK": 16})
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32))
+
+
 def compile_kernel(block: int = 1024) -> object:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -87,6 +104,17 @@ def main() -> None:
         for block in (1024, 512):
             cubins.append(len(compile_kernel(block).asm["cubin"]))  # type: ignore[attr-defined]
         report["cubins"] = cubins
+    elif mode == "retry":
+        errors = []
+        try:
+            compile_failing()
+        except Exception as first:
+            errors.append(type(first).__name__)
+            try:
+                compile_failing()
+            except Exception as second:
+                errors.append(type(second).__name__)
+        report["errors"] = errors
     elif mode == "hits":  # the hit path, timed after the first compile (hashing done)
         import statistics
 

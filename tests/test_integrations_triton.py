@@ -156,7 +156,13 @@ def test_a_flipped_byte_in_a_stored_cubin_is_a_miss_and_a_recompile(tmp_path: Pa
     second = run("kernel", tmp_path / "t2", url)
     assert second["hits"] == [False]
     assert second["stats"]["integrity_failures"] == 1
-    assert second["counters"] == {"hits": 0, "misses": 1, "stored": 1, "replaced": 0}
+    assert second["counters"] == {
+        "hits": 0,
+        "misses": 1,
+        "stored": 1,
+        "replaced": 0,
+        "unlocked": 0,
+    }
     third = run("kernel", tmp_path / "t3", url)  # the recompiled kernel was stored again
     assert third["hits"] == [True] and third["stats"]["integrity_failures"] == 0
 
@@ -248,6 +254,16 @@ def test_redis_killed_inside_a_running_process_its_next_compiles_succeed(
     assert out["cubins"][0] == out["cubins"][1] > 0 and out["cubins"][2] > 0
     assert out["counters"]["hits"] == 1 and out["counters"]["misses"] == 2
     assert out["stats"]["read_failures"] >= 1
+
+
+def test_a_retried_failing_compile_takes_the_lock_without_waiting_for_itself(
+    tmp_path: Path,
+) -> None:
+    # The failed compile's manager lives on in the traceback; its lock used to make the
+    # retry wait out the lock timeout (120 s) and then compile unlocked.
+    out = run("retry", tmp_path / "t", f"file://{tmp_path / 'fs'}")
+    assert out["errors"] == ["CompileTimeAssertionFailure"] * 2
+    assert out["counters"]["misses"] == 2 and out["counters"]["unlocked"] == 0
 
 
 def test_remote_cache_backend_serves_a_second_process(tmp_path: Path) -> None:

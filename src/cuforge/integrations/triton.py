@@ -31,6 +31,7 @@ import contextlib
 import json
 import os
 import tempfile
+import threading
 import warnings
 import weakref
 from json.encoder import encode_basestring_ascii as _json_str
@@ -64,8 +65,14 @@ _children_seen: dict[tuple[str, str], list[str]] = {}
 
 #: This process's group lookups: ``hits``, ``misses`` (a compile follows),
 #: ``stored`` (groups stored), ``replaced`` (local copies that differed from the
-#: verified bytes and were rewritten).
-counters: dict[str, int] = {"hits": 0, "misses": 0, "stored": 0, "replaced": 0}
+#: verified bytes and were rewritten), ``unlocked`` (misses that gave up waiting
+#: for the kernel's lock, or could not take it, and compiled without it).
+counters: dict[str, int] = {"hits": 0, "misses": 0, "stored": 0, "replaced": 0, "unlocked": 0}
+
+#: (cache, lock key) -> (thread, lock) of a manager holding that kernel's single-flight
+#: lock in this process; see ``CuforgeCacheManager._take_lock``.
+_holders: dict[tuple[int, bytes], tuple[int, contextlib.ExitStack]] = {}
+_holders_guard = threading.Lock()
 
 
 def _check_version() -> None:
@@ -222,18 +229,42 @@ class CuforgeCacheManager(CacheManager):  # type: ignore[misc]
         found = self._load_group(files, filename)
         if found is None and self._held is None:
             # Single-flight: wait for a peer compiling this kernel, then look again.
-            stack = contextlib.ExitStack()
-            try:
-                stack.enter_context(files.cache.lock(_entry_key(self.key, _GROUP + filename)))
-            except Exception as exc:  # a lock fault costs a duplicate compile, no more
-                _warn(CacheReadWarning, f"lock failed ({type(exc).__name__}: {exc})")
-            self._held = stack
-            self._release = weakref.finalize(self, stack.close)
+            self._take_lock(files, filename)
             found = self._load_group(files, filename)
             if found is not None:
                 self._unlock()
         counters["hits" if found is not None else "misses"] += 1
         return found
+
+    def _take_lock(self, files: _Files, filename: str) -> None:
+        """Hold the kernel's lock until ``put_group`` (or until this manager is collected).
+
+        Closes the race of a retried compile: Triton's compile that fails leaves its
+        manager (and lock) alive as long as the exception's traceback, so a retry of
+        the same kernel in an ``except`` block waited for its own process's lock until
+        the timeout (120 s). A manager of this thread still holding the lock belongs to
+        a compile that has ended (Triton does not nest compiles of one kernel), so its
+        lock is released first; another thread's holder is waited for like a peer's.
+        """
+        lock_key = _entry_key(self.key, _GROUP + filename)
+        slot = (id(files.cache), lock_key)
+        me = threading.get_ident()
+        with _holders_guard:
+            prev = _holders.get(slot)
+        if prev is not None and prev[0] == me:
+            _let_go(prev[1], slot)
+        stack = contextlib.ExitStack()
+        held = False
+        try:
+            held = bool(stack.enter_context(files.cache.lock(lock_key)))
+        except Exception as exc:  # a lock fault costs a duplicate compile, no more
+            _warn(CacheReadWarning, f"lock failed ({type(exc).__name__}: {exc})")
+        if not held:
+            counters["unlocked"] += 1
+        with _holders_guard:
+            _holders[slot] = (me, stack)
+        self._held = stack
+        self._release = weakref.finalize(self, _let_go, stack, slot)
 
     def _load_group(self, files: _Files, filename: str) -> dict[str, str] | None:
         """The kernel's files, verified and written locally, or None (a miss). A group
@@ -277,6 +308,15 @@ class CuforgeCacheManager(CacheManager):  # type: ignore[misc]
         release, self._release, self._held = self._release, None, None
         if release is not None:
             release()
+
+
+def _let_go(stack: contextlib.ExitStack, slot: tuple[int, bytes]) -> None:
+    """Let go of a kernel's lock and forget its holder (unless another took its place)."""
+    with _holders_guard:
+        holder = _holders.get(slot)
+        if holder is not None and holder[1] is stack:
+            del _holders[slot]
+    stack.close()
 
 
 def _group_children(raw: bytes | None) -> list[str] | None:
