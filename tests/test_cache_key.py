@@ -538,3 +538,35 @@ def test_options_must_be_program_options():
         key(options={"arch": ARCH})
     with pytest.raises(TypeError, match="ProgramOptions"):
         key(options=None)
+
+
+def test_a_repeated_key_skips_only_the_checks_its_options_and_pair_already_passed():
+    opts = ProgramOptions(arch=ARCH)
+
+    def key(**kw):
+        args = {"code": SRC, "code_type": "c++", "options": opts, "target_type": "cubin"}
+        return make_program_cache_key(**{**args, **kw})
+
+    first = key()
+    assert key() == first
+    assert key(code_type=" C++ ", target_type="CUBIN") == first
+    assert key(code_type="C++", target_type="cubin") == first  # spelled as before
+    # What differs per call is checked on every call, in Program.compile's order.
+    with pytest.raises(ValueError, match="code must not be empty"):
+        key(code="  ")
+    with pytest.raises(TypeError, match=r"name_expressions\[0\]"):
+        key(name_expressions=[1])
+    with pytest.raises(TypeError, match="extra_digest must be bytes"):
+        key(extra_digest="abc")
+    with pytest.raises(ValueError, match="unsupported target_type"):
+        key(target_type="fatbin")
+    # A pair these options have not passed yet is checked in full.
+    virtual = ProgramOptions(arch="compute_90")
+    make_program_cache_key(code=SRC, code_type="c++", options=virtual, target_type="ptx")
+    with pytest.raises(ValueError, match="needs a real architecture"):
+        make_program_cache_key(code=SRC, code_type="c++", options=virtual, target_type="cubin")
+    with pytest.raises(ValueError, match="name_expressions apply to code_type 'c\\+\\+' only"):
+        make_program_cache_key(
+            code=".version 8.0", code_type="ptx", options=opts, target_type="cubin",
+            name_expressions=["k"],
+        )  # fmt: skip

@@ -249,6 +249,30 @@ def _prefix(
     return state.copy()
 
 
+def _checked_pairs(options: ProgramOptions) -> dict[tuple[str, str], tuple[str, str]]:
+    """The memo on ``options`` of (code_type, target_type) as given -> canonical pair,
+    for pairs that passed every check depending only on them and these options."""
+    memo: dict[tuple[str, str], tuple[str, str]]
+    memo = options.__dict__.setdefault("_cuforge_checked_pairs", {})
+    return memo
+
+
+def _checked_pair(
+    options: object, code_type: object, target_type: object
+) -> tuple[str, str] | None:
+    """The canonical (code_type, target) when ``options`` already passed the
+    option checks for exactly this pair (options are frozen, and the linker backend
+    the PTX checks depend on is fixed per process), else None: run the checks."""
+    if type(code_type) is not str or type(target_type) is not str:
+        return None
+    if not isinstance(options, ProgramOptions):
+        return None
+    memo: dict[tuple[str, str], tuple[str, str]] = options.__dict__.get(
+        "_cuforge_checked_pairs", {}
+    )
+    return memo.get((code_type, target_type))
+
+
 def make_program_cache_key(
     *,
     code: str | bytes,
@@ -278,16 +302,23 @@ def make_program_cache_key(
     from ``fingerprint_headers``) to fingerprint them yourself instead.
     """
     # The checks Program(code, code_type, options).compile(target_type, names) makes, in
-    # its order (one module, compile/_inputs.py, so they cannot drift).
-    code_type = normalize_code_type(code_type)
-    code_bytes = _inputs.code_bytes(code, code_type)
-    if not isinstance(options, ProgramOptions):
-        raise TypeError(f"options must be a ProgramOptions, got {type(options).__name__}")
-    backend = _BACKENDS[code_type]
-    backend.option_fingerprint(options)  # options this backend cannot honour: ValueError
-    target = normalize_target(code_type, target_type)
-    name_expressions = _inputs.name_tuple(code_type, name_expressions)
-    _inputs.check_target(options, target)
+    # its order (one module, compile/_inputs.py, so they cannot drift). Those that
+    # depend on the options and the type pair alone ran once for these (frozen) options.
+    known = _checked_pair(options, code_type, target_type)
+    if known is None:
+        code_type = normalize_code_type(code_type)
+        code_bytes = _inputs.code_bytes(code, code_type)
+        if not isinstance(options, ProgramOptions):
+            raise TypeError(f"options must be a ProgramOptions, got {type(options).__name__}")
+        _BACKENDS[code_type].option_fingerprint(options)  # options it cannot honour: ValueError
+        target = normalize_target(code_type, target_type)
+        name_expressions = _inputs.name_tuple(code_type, name_expressions)
+        _inputs.check_target(options, target)
+        _checked_pairs(options)[(code_type, target_type)] = (code_type, target)
+    else:
+        code_type, target = known
+        code_bytes = _inputs.code_bytes(code, code_type)
+        name_expressions = _inputs.name_tuple(code_type, name_expressions)
     if extra_digest is not None and not isinstance(extra_digest, bytes):
         raise TypeError(
             f"extra_digest must be bytes (a digest of the external content), got "
