@@ -46,6 +46,8 @@ def name_tuple(code_type: str, name_expressions: Iterable[Any]) -> tuple[str | b
     unhashable and could not key ``ObjectCode.symbol_mapping``), ValueError for
     names given to a PTX or NVVM program.
     """
+    if type(name_expressions) is tuple and not name_expressions:  # the default: no checks
+        return ()
     if isinstance(name_expressions, (str, bytes)):
         raise TypeError(
             "name_expressions must be a list of names, not a single "
