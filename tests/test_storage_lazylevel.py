@@ -1,4 +1,4 @@
-"""Lazy tier levels (storage/_lazylevel.py): a level behind the first persistent one is
+"""Lazy tier levels (storage/tiered/_lazylevel.py): a level behind the first persistent one is
 opened when a lookup reaches it, never by a front-level hit; deferred stores are written
 when it opens, at close and at a normal exit -- checked in real processes on a real
 redis-server."""
@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from cuforge.storage import CacheWriteWarning, FileStreamProgramCache, TieredProgramCache
-from cuforge.storage._lazylevel import LazyLevel
 from cuforge.storage.entry import CacheEntry
 from cuforge.storage.redis import RedisProgramCache
+from cuforge.storage.tiered._lazylevel import LazyLevel
 from cuforge.utils import open_cache
 
 

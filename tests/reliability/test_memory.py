@@ -114,7 +114,7 @@ def test_every_in_process_memo_has_a_bound(tmp_path: Path) -> None:
 def _drive_every_memo(tmp_path: Path) -> None:
     from cuforge.compile import _includes, _manifest, _tracking, _watch
     from cuforge.storage import FileStreamProgramCache
-    from cuforge.storage._keylock import KeyLocks
+    from cuforge.storage.base import KeyLocks
     from cuforge.storage.entry import CacheEntry
     from cuforge.storage.filestream._hitmemo import HitMemo
 

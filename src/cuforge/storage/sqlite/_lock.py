@@ -29,7 +29,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
-from .._keylock import KeyLocks
+from ..base import KeyLocks
 
 __all__ = ["LockFile", "reset_after_fork"]
 

@@ -35,9 +35,9 @@ from typing import Any
 
 from cuforge._stack import outside_level
 
-from ._livehandles import LiveHandles
-from ._values import coerce_key, coerce_value
-from .base import (
+from .._livehandles import LiveHandles
+from .._values import coerce_key, coerce_value
+from ..base import (
     DEFAULT_LOCK_TIMEOUT,
     CacheKey,
     CacheValue,
@@ -46,8 +46,8 @@ from .base import (
     ProgramCacheResource,
     check_meta,
 )
-from .entry import CacheEntry, EntryInfo
-from .stats import CacheStats
+from ..entry import CacheEntry, EntryInfo
+from ..stats import CacheStats
 
 __all__ = ["LazyLevel", "opened"]
 

@@ -15,7 +15,7 @@
 - **Single-flight** uses the lock of the widest writable level (the last one):
   where the result will be shared is where concurrent fillers must meet.
 - **Lazy levels.** ``open_cache`` opens the levels up to the first persistent one
-  and wraps those behind it in a :class:`~cuforge.storage._lazylevel.LazyLevel`:
+  and wraps those behind it in a :class:`~cuforge.storage.tiered._lazylevel.LazyLevel`:
   imported and connected the first time a lookup (or lock) reaches it, so a hit in
   a front level never touches the levels behind it; stores to a level not yet open
   are deferred and written when it opens, at ``close()`` or at exit.
@@ -35,10 +35,9 @@ from typing import Any
 
 from cuforge._stack import outside_level
 
-from . import events
-from ._lazylevel import LazyLevel, opened
-from ._values import coerce_key, coerce_value
-from .base import (
+from .. import events
+from .._values import coerce_key, coerce_value
+from ..base import (
     DEFAULT_LOCK_TIMEOUT,
     CacheKey,
     CacheReadWarning,
@@ -48,8 +47,9 @@ from .base import (
     ProgramCacheResource,
     check_meta,
 )
-from .entry import CacheEntry, EntryInfo
-from .stats import CacheStats
+from ..entry import CacheEntry, EntryInfo
+from ..stats import CacheStats
+from ._lazylevel import LazyLevel, opened
 
 __all__ = ["TieredProgramCache", "opened"]  # opened: which level a lazy one opened (the CLI asks)
 
@@ -103,7 +103,7 @@ class TieredProgramCache(EntryCache):
     def first_persistent(self) -> tuple[int, ProgramCacheResource] | None:
         """The first level that is not in-memory and its index, if it is open (a URL's
         first persistent level always is); never opens a lazy level."""
-        from .memory import InMemoryProgramCache
+        from ..memory import InMemoryProgramCache
 
         for i, level in enumerate(self._levels):
             if not isinstance(level, InMemoryProgramCache):
