@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 
 import pytest
 
@@ -42,6 +43,21 @@ def test_second_process_hits_and_counts_in_stats(tmp_path):
     assert (tmp_path / "a.cubin").read_bytes() == (tmp_path / "b.cubin").read_bytes()
     stats = json.loads(run(tmp_path, "cache", "stats", "--cache", str(cache), "--json").stdout)
     assert (stats["hits"], stats["misses"], stats["stores"], stats["entries"]) == (1, 1, 1, 1)
+
+
+def test_a_cli_hit_imports_no_archive_or_tree_copying_modules(tmp_path):
+    # shutil (with fnmatch, re, bz2, lzma) cost ~5 ms of a ~20 ms hit process; only
+    # a repair of a non-regular object in the cache folder needs it (rmtree).
+    args = ("compile", str(SAXPY), "--arch", "sm_90", "--cache", str(tmp_path / "c"), "-o")
+    for _ in range(2):  # fill, then a hit that records what a repeated command trusts
+        assert run(tmp_path, *args, str(tmp_path / "a.cubin")).returncode == 0
+        time.sleep(2.1)  # the state records are trusted by stat once 2 s old
+    env = isolated_env(tmp_path, PYTHONPROFILEIMPORTTIME="1")
+    done = run(tmp_path, *args, str(tmp_path / "a.cubin"), env=env)  # the repeated command
+    assert done.returncode == 0 and done.stdout.rstrip().endswith("cache hit"), done.stderr
+    imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines()}
+    assert "cuforge.storage.filestream" in imported, done.stderr  # the report is there
+    assert not {"shutil", "fnmatch", "bz2", "lzma"} & imported
 
 
 def test_caching_is_on_by_default_env_chooses_where(tmp_path):

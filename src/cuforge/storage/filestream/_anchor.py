@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import stat as stat_mod
 import threading
 
@@ -112,6 +111,8 @@ def remove_foreign(
     try:
         if stat_mod.S_ISDIR(st.st_mode):
             if dir_fd is None or not DIR_FD:
+                import shutil  # on use: with re and fnmatch, ~5 ms of every CLI start
+
                 shutil.rmtree(name)
             else:
                 _rmtree_at(name, dir_fd)
