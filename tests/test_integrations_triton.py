@@ -134,6 +134,24 @@ def test_eight_cold_processes_compile_once_where_stock_triton_compiles_each(
     assert stock_compiles > 1  # the comparison is real: stock Triton duplicates the work
 
 
+@pytest.mark.parametrize("backend", ["sqlite", "redis"])
+def test_eight_cold_processes_compile_once_through_a_shared_backend(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    if backend == "sqlite":
+        url = f"sqlite://{tmp_path / 'c.db'}"
+    else:
+        url = f"{request.getfixturevalue('redis_server').url}?prefix=cold:"
+    barrier = tmp_path / "go"
+    procs = [child("kernel", tmp_path / f"t{i}", url, barrier=barrier) for i in range(8)]
+    wait_ready(barrier, len(procs))
+    barrier.touch()
+    out = [result(p) for p in procs]
+    assert sum(r["hits"] == [False] for r in out) == 1  # the others waited, then hit
+    assert sum(r["counters"]["stored"] for r in out) == 1
+    assert sum(r["counters"]["unlocked"] for r in out) == 0
+
+
 def _flip_stored(db: Path, file_name: str) -> None:
     """Flip one byte of the stored payload of Triton's ``file_name`` in the SQLite cache."""
     con = sqlite3.connect(db)

@@ -229,15 +229,18 @@ class CuforgeCacheManager(CacheManager):  # type: ignore[misc]
         found = self._load_group(files, filename)
         if found is None and self._held is None:
             # Single-flight: wait for a peer compiling this kernel, then look again.
-            self._take_lock(files, filename)
+            held = self._take_lock(files, filename)
             found = self._load_group(files, filename)
+            if found is None and not held:
+                counters["unlocked"] += 1  # compiles without the lock: maybe twice
             if found is not None:
                 self._unlock()
         counters["hits" if found is not None else "misses"] += 1
         return found
 
-    def _take_lock(self, files: _Files, filename: str) -> None:
-        """Hold the kernel's lock until ``put_group`` (or until this manager is collected).
+    def _take_lock(self, files: _Files, filename: str) -> bool:
+        """Hold the kernel's lock until ``put_group`` (or until this manager is collected);
+        False when it is not held (timed out, a fault, or the holder stored the kernel).
 
         Closes the race of a retried compile: Triton's compile that fails leaves its
         manager (and lock) alive as long as the exception's traceback, so a retry of
@@ -259,12 +262,11 @@ class CuforgeCacheManager(CacheManager):  # type: ignore[misc]
             held = bool(stack.enter_context(files.cache.lock(lock_key)))
         except Exception as exc:  # a lock fault costs a duplicate compile, no more
             _warn(CacheReadWarning, f"lock failed ({type(exc).__name__}: {exc})")
-        if not held:
-            counters["unlocked"] += 1
         with _holders_guard:
             _holders[slot] = (me, stack)
         self._held = stack
         self._release = weakref.finalize(self, _let_go, stack, slot)
+        return held
 
     def _load_group(self, files: _Files, filename: str) -> dict[str, str] | None:
         """The kernel's files, verified and written locally, or None (a miss). A group
