@@ -18,7 +18,8 @@
   exists (the test changes the world meanwhile, e.g. kills Redis), then compiles the
   same kernel and one with another block size; ``cubins`` lists the three sizes.
 
-With BARRIER, it writes ``BARRIER.ready.PID`` once triton is imported and waits
+With BARRIER, it writes ``BARRIER.ready.PID`` once triton is imported and has
+hashed itself, and waits
 until BARRIER exists, so many processes reach the cache at once. The environment
 selects the cache manager.
 """
@@ -83,6 +84,9 @@ def compile_kernel(block: int = 1024) -> object:
 def main() -> None:
     mode = sys.argv[1]
     if len(sys.argv) > 2:
+        # Hash libtriton (~0.4 s, cached per process) before the barrier, so the
+        # processes reach the cache together instead of in the order they hashed.
+        getattr(triton.runtime.cache, "triton_key", lambda: None)()
         open(f"{sys.argv[2]}.ready.{os.getpid()}", "w").close()
         while not os.path.exists(sys.argv[2]):
             time.sleep(0.01)
