@@ -332,6 +332,21 @@ def test_a_bad_cache_url_is_one_clear_error(tmp_path: Path) -> None:
     assert "$CUFORGE_TRITON_CACHE" in err
 
 
+def test_a_triton_with_another_extension_point_is_refused_in_one_line() -> None:
+    # The installed triton, its CacheManager given one more abstract method before the
+    # import: what a triton whose cache interface grew would look like to this module.
+    code = (
+        "import triton.runtime.cache as c\n"
+        "c.CacheManager.__abstractmethods__ = c.CacheManager.__abstractmethods__ | {'put_many'}\n"
+        "import cuforge.integrations.triton\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode != 0
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith("RuntimeError: cuforge.integrations.triton: triton ")
+    assert "put_many" in last and "tested with triton 3.6 and 3.9" in last
+
+
 @pytest.mark.gpu
 def test_a_kernel_runs_correctly_from_a_cache_another_process_filled(tmp_path: Path) -> None:
     url = f"file://{tmp_path / 'fs'}"
