@@ -114,10 +114,10 @@ def test_the_committed_results_draw_every_plot(tmp_path):
         assert svg.lstrip().startswith("<?xml") and "<svg" in svg
         caption = (out / f"{name}.md").read_text()
         assert "Source: `benchmarks/results/" in caption and "command `" in caption
-    # The newest recorded GPU run's numbers (scripts/gpu-test --bench, 2026-11-25)
+    # The newest recorded GPU run's numbers (scripts/gpu-test --bench, 2026-11-25, second)
     # appear as text in the drawings.
-    assert "0.56x" in (out / "graph-phases.svg").read_text()  # 1,000-node build ratio
-    assert "5.27 µs" in (out / "launch.svg").read_text()  # cuforge, empty kernel
+    assert "0.54x" in (out / "graph-phases.svg").read_text()  # 1,000-node build ratio
+    assert "3.90 µs" in (out / "launch.svg").read_text()  # cuforge, empty kernel
     # Same results, same files: nothing in the SVG depends on when it was drawn.
     again = tmp_path / "again"
     assert _plot(os.path.join(BENCH, "results"), str(again)).returncode == 0
