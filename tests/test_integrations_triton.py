@@ -152,6 +152,19 @@ def test_eight_cold_processes_compile_once_through_a_shared_backend(
     assert sum(r["counters"]["unlocked"] for r in out) == 0
 
 
+def test_eight_cold_processes_build_a_native_module_once(tmp_path: Path) -> None:
+    # Triton's launcher and driver .so files go through get_file/put like this one.
+    url = f"sqlite://{tmp_path / 'c.db'}"
+    barrier = tmp_path / "go"
+    procs = [child("so", tmp_path / f"t{i}", url, barrier=barrier) for i in range(8)]
+    wait_ready(barrier, len(procs))
+    barrier.touch()
+    out = [result(p) for p in procs]
+    assert [r["answer"] for r in out] == [4242] * 8
+    assert sum(r["stats"]["stores"] for r in out) == 1  # built once, the others hit
+    assert sum(r["counters"]["unlocked"] for r in out) == 0
+
+
 def _flip_stored(db: Path, file_name: str) -> None:
     """Flip one byte of the stored payload of Triton's ``file_name`` in the SQLite cache."""
     con = sqlite3.connect(db)

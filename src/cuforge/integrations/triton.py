@@ -17,7 +17,8 @@ bytes the cache just verified: a local copy that differs (tampered, truncated) i
 replaced, never used. A damaged, unsigned or foreign-signed entry is a miss, so
 Triton compiles again. A group miss takes the cache's per-key lock until the group
 is stored (or, when the compile fails, until the manager is collected), so N
-processes missing one kernel compile it once. A cache fault never fails a compile:
+processes missing one kernel compile it once; a native module (``.so``) Triton is
+about to build is locked the same way until it is stored. A cache fault never fails a compile:
 a lookup that raises is a miss and a store that raises is dropped (both warn).
 Triton's dump and override modes are Triton's own: they go to its file manager.
 
@@ -30,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import sysconfig
 import tempfile
 import threading
 import warnings
@@ -55,6 +57,8 @@ __all__ = ["CuforgeCacheManager", "CuforgeRemoteCacheBackend", "counters", "trit
 KIND = "triton"
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)  # a planted symlink is replaced, never followed
 ENV_CACHE = "CUFORGE_TRITON_CACHE"
+#: The suffix of the native modules Triton builds (launchers, driver utilities).
+_EXT_SUFFIX = str(sysconfig.get_config_var("EXT_SUFFIX") or ".so")
 _GROUP = "__grp__"
 #: What this module implements; another set means another extension point.
 _MANAGER_API = frozenset({"get_file", "put", "get_group", "put_group"})
@@ -198,6 +202,7 @@ class CuforgeCacheManager(CacheManager):  # type: ignore[misc]
         cache = None if (override or dump) else triton_cache()
         self._files = None if cache is None else _Files(cache, key)
         self._held: contextlib.ExitStack | None = None
+        self._held_name: str | None = None  # the entry whose lock is held
         self._release: weakref.finalize | None = None  # type: ignore[type-arg]
 
     @property
@@ -211,6 +216,15 @@ class CuforgeCacheManager(CacheManager):  # type: ignore[misc]
         if files is None:
             return self._local.get_file(filename)  # type: ignore[no-any-return]
         (data,) = files.load_many([filename])
+        if data is None and filename.endswith(_EXT_SUFFIX) and self._held is None:
+            # A native module Triton is about to build: single-flight, as for a kernel
+            # (held until put() stores it, or until this manager is collected).
+            held = self._take_lock(files, filename)
+            (data,) = files.load_many([filename])
+            if data is not None:
+                self._unlock()
+            elif not held:
+                counters["unlocked"] += 1
         return None if data is None else _materialize(self.cache_dir, filename, data)
 
     def put(self, data: Any, filename: str, binary: bool = True) -> str:
@@ -218,8 +232,12 @@ class CuforgeCacheManager(CacheManager):  # type: ignore[misc]
         if files is None:
             return self._local.put(data, filename, binary=binary)  # type: ignore[no-any-return]
         raw = _as_bytes(data)
-        files.store(filename, raw)
-        return _materialize(self.cache_dir, filename, raw)
+        try:
+            files.store(filename, raw)
+            return _materialize(self.cache_dir, filename, raw)
+        finally:
+            if self._held_name == filename:
+                self._unlock()
 
     # -- groups (one compiled kernel) ---------------------------------------------------
     def get_group(self, filename: str) -> dict[str, str] | None:
@@ -229,7 +247,7 @@ class CuforgeCacheManager(CacheManager):  # type: ignore[misc]
         found = self._load_group(files, filename)
         if found is None and self._held is None:
             # Single-flight: wait for a peer compiling this kernel, then look again.
-            held = self._take_lock(files, filename)
+            held = self._take_lock(files, _GROUP + filename)
             found = self._load_group(files, filename)
             if found is None and not held:
                 counters["unlocked"] += 1  # compiles without the lock: maybe twice
@@ -238,9 +256,10 @@ class CuforgeCacheManager(CacheManager):  # type: ignore[misc]
         counters["hits" if found is not None else "misses"] += 1
         return found
 
-    def _take_lock(self, files: _Files, filename: str) -> bool:
-        """Hold the kernel's lock until ``put_group`` (or until this manager is collected);
-        False when it is not held (timed out, a fault, or the holder stored the kernel).
+    def _take_lock(self, files: _Files, entry: str) -> bool:
+        """Hold the lock of ``entry`` (a kernel's group file, or a native module) until
+        it is stored (or until this manager is collected); False when it is not held
+        (timed out, a fault, or the holder stored it).
 
         Closes the race of a retried compile: Triton's compile that fails leaves its
         manager (and lock) alive as long as the exception's traceback, so a retry of
@@ -249,7 +268,7 @@ class CuforgeCacheManager(CacheManager):  # type: ignore[misc]
         a compile that has ended (Triton does not nest compiles of one kernel), so its
         lock is released first; another thread's holder is waited for like a peer's.
         """
-        lock_key = _entry_key(self.key, _GROUP + filename)
+        lock_key = _entry_key(self.key, entry)
         slot = (id(files.cache), lock_key)
         me = threading.get_ident()
         with _holders_guard:
@@ -264,7 +283,7 @@ class CuforgeCacheManager(CacheManager):  # type: ignore[misc]
             _warn(CacheReadWarning, f"lock failed ({type(exc).__name__}: {exc})")
         with _holders_guard:
             _holders[slot] = (me, stack)
-        self._held = stack
+        self._held, self._held_name = stack, entry
         self._release = weakref.finalize(self, _let_go, stack, slot)
         return held
 
@@ -307,7 +326,7 @@ class CuforgeCacheManager(CacheManager):  # type: ignore[misc]
             self._unlock()
 
     def _unlock(self) -> None:
-        release, self._release, self._held = self._release, None, None
+        release, self._release, self._held, self._held_name = self._release, None, None, None
         if release is not None:
             release()
 
