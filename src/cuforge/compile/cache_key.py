@@ -225,7 +225,10 @@ def _prefix(
     compiler, extra_digest given?, closed world?) -- options are frozen, so the
     result stays true.
     """
-    cache = options.__dict__.setdefault("_cuforge_key_prefix", {})
+    fields = options.__dict__
+    cache = fields.get("_cuforge_key_prefix")
+    if cache is None:  # setdefault would build a dict on every call
+        cache = fields["_cuforge_key_prefix"] = {}
     ident = backend.identity()
     slot = (code_type, target, ident, has_extra, closed)
     state: hashlib.blake2b | None = cache.get(slot)

@@ -61,7 +61,8 @@ class HitMemo:
         except OSError:
             self.forget(path)
             return None
-        if fingerprint(st) != memo[0]:
+        fp = memo[0]  # compared field by field: no Fingerprint built per hit
+        if st.st_ino != fp.ino or st.st_size != fp.size or st.st_mtime_ns != fp.mtime_ns:
             self.forget(path)
             return None
         return memo[1]
