@@ -4,7 +4,8 @@ Run on a GPU machine: ``python benchmarks/profile_graph.py [--nodes 1,10] [--rep
 
 1. *Driver floor*: the driver calls each phase needs, made through cuda.bindings
    (median microseconds per call), so a phase's time can be split into driver work
-   and cuforge's own Python work.
+   and cuforge's own Python work; then the same graph with and without the one user
+   object that keeps its owners alive (the driver's cost of the lifetime guarantee).
 2. *Steps*: cuforge's phases cut into their steps, each timed on its own (medians).
 3. *cProfile*: the top functions by own time for each phase of cuforge, over many
    repetitions (profiling inflates Python time; read it for proportions).
@@ -182,6 +183,72 @@ def driver_floor(kernel: Any, buf: Any, stream: Any, reps: int) -> None:
     print("== driver floor through cuda.bindings (median us per call)")
     for name, us in rows:
         print(f"  {name:<52}{us:8.2f}")
+
+
+def user_object_cost(kernel: Any, buf: Any, stream: Any, nodes: list[int], reps: int) -> None:
+    """The driver's price of the one user object a lifetime-safe graph holds.
+
+    The same chain of ``n`` kernel nodes is built through cuda.bindings with and
+    without cuforge's owner bundle attached (``_owners.attach``), then instantiated,
+    launched twice (the second launch+sync is timed) and its exec destroyed while
+    warm. The difference between the two rows is driver work cuforge cannot skip
+    without giving up the guarantee that owners outlive in-flight launches.
+    """
+    from cuda.bindings import driver
+
+    from cuforge.graph import _owners
+    from cuforge.runtime.args import pack_args
+
+    p = driver.CUDA_KERNEL_NODE_PARAMS()
+    p.gridDimX = p.gridDimY = p.gridDimZ = 1
+    p.blockDimX = p.blockDimY = p.blockDimZ = 1
+    packed = pack_args((buf, 1))  # kept alive: the nodes copy params from its buffer
+    p.kernelParams = packed.params
+    p.func = kernel.function()
+    h = stream.handle
+
+    def timed(fn: Callable[[], Any]) -> tuple[Any, int]:
+        t0 = time.perf_counter_ns()
+        out = fn()
+        return out, time.perf_counter_ns() - t0
+
+    print("== a user object's driver cost (median us; cuda.bindings calls)")
+    print(
+        "  "
+        + " ".join(
+            f"{c:>12}"
+            for c in ("nodes", "user object", "instantiate", "launch+sync", "exec destroy")
+        )
+    )
+    for n in nodes:
+        for with_uo in (False, True):
+            inst: list[int] = []
+            run: list[int] = []
+            dest: list[int] = []
+            for _ in range(reps):
+                g = driver.cuGraphCreate(0)[1]
+                prev: list[Any] = []
+                for _ in range(n):
+                    prev = [driver.cuGraphAddKernelNode(g, prev, len(prev), p)[1]]
+                if with_uo:
+                    _owners.attach(int(g), (buf,))
+                x, t = timed(lambda g=g: driver.cuGraphInstantiate(g, 0)[1])
+                inst.append(t)
+                driver.cuGraphLaunch(x, h)
+                driver.cuStreamSynchronize(h)
+                _, t = timed(
+                    lambda x=x: (driver.cuGraphLaunch(x, h), driver.cuStreamSynchronize(h))
+                )
+                run.append(t)
+                _, t = timed(lambda x=x: driver.cuGraphExecDestroy(x))
+                dest.append(t)
+                driver.cuGraphDestroy(g)
+            _owners.wait_until(lambda: _owners.live_bundles() == 0, 2.0)
+            cells = (statistics.median(v) / 1e3 for v in (inst, run, dest))
+            print(
+                f"  {n:>12} {'yes' if with_uo else 'no':>12} "
+                + " ".join(f"{c:12.2f}" for c in cells)
+            )
 
 
 def steps(kernel: Any, buf: Any, stream: Any, n: int, reps: int) -> None:
@@ -410,6 +477,7 @@ def main() -> None:
     buf = dev.allocate(4, stream)
     stream.sync()
     driver_floor(kernel, buf, stream, a.reps)
+    user_object_cost(kernel, buf, stream, [int(x) for x in a.nodes.split(",")], a.reps)
     for n in (int(x) for x in a.nodes.split(",")):
         cold_steps(n, a.reps)
         dev.set_current()
