@@ -171,6 +171,32 @@ def test_if_guarded_include_toggled_by_define(cache, compiles, tmp_path):
     assert compiles.count == 4
 
 
+# Spellings of an include that do not read "#include": NVRTC accepts each of them
+# (the trigraph ones below C++17 only).
+_SPELLINGS = {
+    "line splice": ('#inc\\\nlude "params.h"', {}),
+    "line splice, CRLF": ('#inc\\\r\nlude "params.h"', {}),
+    "digraph": ('%:include "params.h"', {}),
+    "comment after the hash": ('#/* pick */include "params.h"', {}),
+    "comment spanning lines": ('# /* a\n b */ include /* c */ "params.h"', {}),
+    "trigraph splice": ('#inc??/\nlude "params.h"', {"std": "c++14"}),
+    "trigraph hash": ('??=include "params.h"', {"std": "c++14"}),
+}
+
+
+@pytest.mark.parametrize("spelling", sorted(_SPELLINGS))
+def test_include_spelled_without_hash_include(cache, compiles, tmp_path, spelling):
+    directive, fields = _SPELLINGS[spelling]
+    write(tmp_path / "inc" / "params.h", "#define VALUE 70\n")
+    src = directive + "\n" + KERNEL
+    inc = [str(tmp_path / "inc")]
+    assert compile_value(cache, src, include_path=inc, **fields) == 70
+    write(tmp_path / "inc" / "params.h", "#define VALUE 71\n")
+    assert compile_value(cache, src, include_path=inc, **fields) == 71
+    assert compile_value(cache, src, include_path=inc, **fields) == 71  # a hit
+    assert compiles.count == 2
+
+
 def test_include_through_a_macro(cache, compiles, tmp_path):
     write(tmp_path / "inc" / "cfg_a.h", "#define VALUE 60\n")
     write(tmp_path / "inc" / "cfg_b.h", "#define VALUE 61\n")
@@ -335,15 +361,27 @@ def test_scan_finds_every_form():
     assert ("has_include", "f.h", True, None) in spellings
     assert ("has_include_next", "g.h", False, None) in spellings
     assert ("include", "h.h", False, None) in spellings
+    # Digraph and trigraph hashes, comments around the name, a trigraph splice.
+    found = scan(
+        b'%:include "i.h"\n??=include <j.h>\n#/* x\n */include/**/"k.h"\n'
+        b'#inc??/\nlude "l.h"\n#if __has_include /* y */ ("m.h")\n#endif\n'
+    )
+    spellings = {(d.kind, d.spelling, d.angle, d.macro) for d in found}
+    for name, angle in (("i.h", False), ("j.h", True), ("k.h", False), ("l.h", False)):
+        assert ("include", name, angle, None) in spellings
+    assert ("has_include", "m.h", False, None) in spellings
 
 
 # -- make_program_cache_key and fingerprint_headers ---------------------------------------
 
 
-def test_make_program_cache_key_tracks_headers_without_extra_digest(tmp_path, monkeypatch):
+@pytest.mark.parametrize("directive", ['#include "params.h"', '#inc\\\nlude "params.h"'])
+def test_make_program_cache_key_tracks_headers_without_extra_digest(
+    tmp_path, monkeypatch, directive
+):
     monkeypatch.chdir(tmp_path)
     write(tmp_path / "params.h", "#define VALUE 1\n")
-    src = '#include "params.h"\n' + KERNEL
+    src = directive + "\n" + KERNEL
     opts = ProgramOptions(arch=ARCH)
 
     def key():

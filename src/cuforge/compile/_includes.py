@@ -54,6 +54,7 @@ __all__ = [
     "UntrackableInclude",
     "analyse",
     "file_digest",
+    "may_name_files",
     "may_read_user_files",
     "resolve",
     "scan",
@@ -62,11 +63,17 @@ __all__ = [
 #: Search-root positions as they appear in manifests ("0", "1", ... are include_path).
 SOURCE, CWD, ABSOLUTE = "S", "C", "A"
 
-_OPERAND = re.compile(rb'[ \t]*(?:"([^"\n]*)"|<([^>\n]*)>|([A-Za-z_]\w*)?)')
-_DIRECTIVE = re.compile(rb"#[ \t]*(include_next|include|import)\b")
-_HAS_INCLUDE = re.compile(rb"__has_include(_next)?[ \t]*\(")
+# A directive starts with "#" or its digraph "%:" (or, below C++17, the trigraph "??="),
+# and blanks or block comments may stand between it and the directive's name.
+_HASH = rb"(?:#|%:|\?\?=)"
+_GAP = rb"(?:[ \t]|/\*(?:[^*]|\*(?!/))*\*/)*"
+_OPERAND = re.compile(_GAP + rb'(?:"([^"\n]*)"|<([^>\n]*)>|([A-Za-z_]\w*)?)')
+_DIRECTIVE = re.compile(_HASH + _GAP + rb"(include_next|include|import)\b")
+_HAS_INCLUDE = re.compile(rb"__has_include(_next)?" + _GAP + rb"\(")
 _LINE_START = re.compile(rb"(?:^|\n)[ \t]*(?:/\*.*?\*/[ \t]*)*$", re.DOTALL)
-_DEFINE = re.compile(rb"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)(\(?)(.*)$", re.MULTILINE)
+_DEFINE = re.compile(
+    rb"^[ \t]*" + _HASH + _GAP + rb"define[ \t]+([A-Za-z_]\w*)(\(?)(.*)$", re.MULTILINE
+)
 _MAX_MACRO_DEPTH = 32
 
 
@@ -90,15 +97,42 @@ def _line_of(text: bytes, pos: int) -> int:
     return text.count(b"\n", 0, pos) + 1
 
 
+def may_name_files(text: bytes) -> bool:
+    """False only when ``text`` cannot read any file: every construct that can spells
+    ``include`` or ``import``, and only a line splice can split those words (digraphs
+    and comments cannot). The cheap test before :func:`scan` on the hit path."""
+    if b"\\" in text or b"?" in text:
+        text = _joined(_joined(text, False), True)
+    return b"include" in text or b"import" in text
+
+
+def _joined(text: bytes, trigraphs: bool) -> bytes:
+    """``text`` with its line splices removed: backslash-newline, or with
+    ``trigraphs`` its spelling ``??/``-newline too (which NVRTC honours below C++17)."""
+    for splice in (b"??/\r\n", b"??/\n") if trigraphs else (b"\\\r\n", b"\\\n"):
+        if splice in text:
+            text = text.replace(splice, b"")
+    return text
+
+
 def scan(text: bytes) -> list[Directive]:
     """Every include-like construct in ``text`` (a superset: ``#if`` is ignored).
 
-    Line continuations are joined first. Literal operands are taken wherever they
-    appear; a computed operand is ``certain`` only for a directive that starts its
-    line (a ``#include X`` inside a string literal must not refuse the compile).
+    Line splices are removed first; where ``??/`` appears, the text is scanned both
+    with and without trigraph splices (the language standard decides which holds),
+    and the union returned. Literal operands are taken wherever they appear; a
+    computed operand is ``certain`` only for a directive that starts its line (a
+    ``#include X`` inside a string literal must not refuse the compile).
     """
-    if b"\\\n" in text or b"\\\r\n" in text:
-        text = text.replace(b"\\\r\n", b"").replace(b"\\\n", b"")
+    text = _joined(text, False)
+    found = _scan_joined(text)
+    if b"??/" in text:
+        seen = {d[:4] for d in found}
+        found += [d for d in _scan_joined(_joined(text, True)) if d[:4] not in seen]
+    return found
+
+
+def _scan_joined(text: bytes) -> list[Directive]:
     found: list[Directive] = []
     for pattern in (_DIRECTIVE, _HAS_INCLUDE):
         for m in pattern.finditer(text):

@@ -103,7 +103,7 @@ def roots_if_tracked(program: Program) -> _includes.Roots | None:
     (then the plain key covers every input)."""
     code = program._code
     options = program._options
-    if b"include" not in code and b"import" not in code and not options.pre_include:
+    if not options.pre_include and not _includes.may_name_files(code):
         return None
     roots = _roots(options)
     if options.pre_include or _includes.may_read_user_files(

@@ -330,7 +330,7 @@ def make_program_cache_key(
     if (
         code_type == "c++"
         and extra_digest is None
-        and (b"include" in code_bytes or b"import" in code_bytes or _is_set(options.pre_include))
+        and (_is_set(options.pre_include) or _includes.may_name_files(code_bytes))
     ):
         roots = source_roots(options)
         if _includes.may_read_user_files(
