@@ -226,6 +226,28 @@ def test_atime_lru_promotes_recently_read(tmp_path: Path) -> None:
     c.close()
 
 
+def test_an_entry_stored_just_after_reads_is_not_the_first_evicted(tmp_path: Path) -> None:
+    # A hit stamps its entry's atime with the clock; a new file takes the kernel's
+    # coarser time, up to a tick behind it. Stored right after hits, into a full cache,
+    # the new entry looked least recently used and its own write evicted it.
+    entry = 1000 + SIDECAR_SIZE
+    for attempt in range(20):
+        root = tmp_path / str(attempt)
+        with FileStreamProgramCache(root, max_size_bytes=4 * entry) as c:
+            for k in "abcd":
+                c[k] = k.encode() * 1000
+        with FileStreamProgramCache(root, max_size_bytes=4 * entry) as c:  # bumps each
+            before = time.time_ns()
+            assert all(c.get(k) for k in "abcd")  # read just now, a first
+            c["e"] = b"e" * 1000  # over the cap: evicts down to 90%
+            new = payload_path(c, "e")
+            assert new.exists(), f"attempt {attempt}: the entry just stored was evicted first"
+            assert new.stat().st_atime_ns >= before
+            assert c.get("e") == b"e" * 1000
+            assert c.get("a") is None and c.get("b") is None  # the least recently read
+            assert c.stats().evictions == 2
+
+
 def test_atime_bump_keeps_mtime(tmp_path: Path) -> None:
     with FileStreamProgramCache(tmp_path) as c:
         c["k"] = b"v"

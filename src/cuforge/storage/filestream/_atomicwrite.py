@@ -17,6 +17,7 @@ import contextlib
 import itertools
 import os
 import stat as stat_mod
+import time
 
 from .._fsutil import (
     DIR_FD,
@@ -35,6 +36,7 @@ from ._locking import try_lock_fd
 
 __all__ = ["PairWriter", "sweep_temps"]
 
+_UTIME_BY_FD = os.utime in os.supports_fd
 _O_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | O_NOFOLLOW | getattr(os, "O_BINARY", 0)
 
 
@@ -199,6 +201,8 @@ class PairWriter:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]
+        if _UTIME_BY_FD:
+            _stamp(fd)
         if durable:
             os.fsync(fd)
 
@@ -243,6 +247,8 @@ class PairWriter:
                 os.unlink(name)
             raise
         os.close(fd)
+        if not _UTIME_BY_FD:
+            _stamp(name)
         return name
 
     def _publish_by_path(self, tmp: str, dst: str, shard: str) -> None:
@@ -253,6 +259,16 @@ class PairWriter:
                 raise
             make_dir(shard, self._dir_mode)
             replace_retry(tmp, dst)
+
+
+def _stamp(file: int | str) -> None:
+    """Set a new file's atime and mtime from the clock that hits stamp atime with.
+
+    Closes a race with eviction: a new file takes the kernel's coarser time, up to a
+    tick behind that clock, so an entry stored just after hits looked least recently
+    used, and the eviction its own write started removed it first."""
+    now = time.time_ns()
+    os.utime(file, ns=(now, now))
 
 
 def _publish(tmp: str, name: str, tfd: int, sfd: int) -> None:
