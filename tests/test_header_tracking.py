@@ -212,6 +212,12 @@ def test_include_through_a_macro(cache, compiles, tmp_path):
     write(tmp_path / "inc" / "cfg_b.h", "#define VALUE 63\n")
     assert compile_value(cache, src2, include_path=inc) == 63
     assert compiles.count == 5
+    # The macro's definition continued on a second line.
+    src3 = '#define CONFIG \\\n  "cfg_b.h"\n#include CONFIG\n' + KERNEL
+    assert compile_value(cache, src3, include_path=inc) == 63
+    write(tmp_path / "inc" / "cfg_b.h", "#define VALUE 64\n")
+    assert compile_value(cache, src3, include_path=inc) == 64
+    assert compiles.count == 7
 
 
 def test_an_edited_header_is_scanned_again(cache, compiles, tmp_path):

@@ -169,9 +169,10 @@ class Analysis(NamedTuple):
 
 
 def analyse(text: bytes) -> Analysis:
-    """:func:`scan` ``text`` and collect its ``#define`` lines."""
+    """:func:`scan` ``text`` and collect its ``#define`` lines (splices joined first)."""
     defines = [
-        (m.group(1).decode(), None if m.group(2) else m.group(3)) for m in _DEFINE.finditer(text)
+        (m.group(1).decode(), None if m.group(2) else m.group(3))
+        for m in _DEFINE.finditer(_joined(text, False))
     ]
     return Analysis(scan(text), defines)
 
