@@ -248,6 +248,21 @@ def test_an_entry_stored_just_after_reads_is_not_the_first_evicted(tmp_path: Pat
             assert c.stats().evictions == 2
 
 
+def test_a_file_system_refusing_explicit_times_still_stores(tmp_path: Path, monkeypatch) -> None:
+    # Some network and FUSE mounts refuse utime with explicit times; the write's stamp
+    # is best effort and must not turn every store into a write failure.
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "utime", refuse)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CacheWriteWarning)
+        with FileStreamProgramCache(tmp_path) as c:
+            c["k"] = b"v"
+            assert c.get("k") == b"v"
+            assert c.stats().write_failures == 0
+
+
 def test_atime_bump_keeps_mtime(tmp_path: Path) -> None:
     with FileStreamProgramCache(tmp_path) as c:
         c["k"] = b"v"

@@ -266,9 +266,11 @@ def _stamp(file: int | str) -> None:
 
     Closes a race with eviction: a new file takes the kernel's coarser time, up to a
     tick behind that clock, so an entry stored just after hits looked least recently
-    used, and the eviction its own write started removed it first."""
+    used, and the eviction its own write started removed it first. Best effort: a file
+    system that refuses explicit times keeps the kernel's (the entry is still stored)."""
     now = time.time_ns()
-    os.utime(file, ns=(now, now))
+    with contextlib.suppress(OSError):
+        os.utime(file, ns=(now, now))
 
 
 def _publish(tmp: str, name: str, tfd: int, sfd: int) -> None:
