@@ -170,9 +170,9 @@ class Analysis(NamedTuple):
 
 def analyse(text: bytes) -> Analysis:
     """:func:`scan` ``text`` and collect its ``#define`` lines (splices joined first)."""
+    text = _joined(text, False)  # scan() finds nothing left to join
     defines = [
-        (m.group(1).decode(), None if m.group(2) else m.group(3))
-        for m in _DEFINE.finditer(_joined(text, False))
+        (m.group(1).decode(), None if m.group(2) else m.group(3)) for m in _DEFINE.finditer(text)
     ]
     return Analysis(scan(text), defines)
 

@@ -13,6 +13,7 @@ __all__ = [
     "O_NOFOLLOW",
     "PRIVATE_DIR",
     "PRIVATE_FILE",
+    "UTIME_BY_FD",
     "Fingerprint",
     "check_mode",
     "fingerprint",
@@ -35,6 +36,10 @@ DIR_FD = bool(
     and {os.open, os.mkdir, os.rename, os.stat, os.unlink} <= os.supports_dir_fd  # + replace
     and os.scandir in os.supports_fd
 )
+
+#: Whether file times can be set through a descriptor (the file read or written, not
+#: whatever the path names by then).
+UTIME_BY_FD = os.utime in os.supports_fd
 
 
 class Fingerprint(namedtuple("Fingerprint", ["ino", "size", "mtime_ns"])):

@@ -24,6 +24,7 @@ from .._fsutil import (
     O_NOFOLLOW,
     PRIVATE_DIR,
     PRIVATE_FILE,
+    UTIME_BY_FD,
     fingerprint,
     list_dir,
     make_dir,
@@ -36,7 +37,6 @@ from ._locking import try_lock_fd
 
 __all__ = ["PairWriter", "sweep_temps"]
 
-_UTIME_BY_FD = os.utime in os.supports_fd
 _O_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | O_NOFOLLOW | getattr(os, "O_BINARY", 0)
 
 
@@ -201,7 +201,7 @@ class PairWriter:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]
-        if _UTIME_BY_FD:
+        if UTIME_BY_FD:
             _stamp(fd)
         if durable:
             os.fsync(fd)
@@ -247,7 +247,7 @@ class PairWriter:
                 os.unlink(name)
             raise
         os.close(fd)
-        if not _UTIME_BY_FD:
+        if not UTIME_BY_FD:
             _stamp(name)
         return name
 

@@ -18,12 +18,11 @@ import contextlib
 import os
 import time
 
-from .._fsutil import Fingerprint, fingerprint
+from .._fsutil import UTIME_BY_FD, Fingerprint, fingerprint
 from ..entry import CacheEntry
 
 __all__ = ["HitMemo"]
 
-_UTIME_BY_FD = os.utime in os.supports_fd
 _OVERHEAD = 256  # dict slot, key string, tuples: what a tiny entry costs beyond its bytes
 
 
@@ -101,7 +100,7 @@ class HitMemo:
         # the file we read is the one stamped even if a writer replaced the path.
         try:
             st = os.fstat(fd)
-            if _UTIME_BY_FD:
+            if UTIME_BY_FD:
                 os.utime(fd, ns=(time.time_ns(), st.st_mtime_ns))
             elif fingerprint(os.stat(path)) == fingerprint(st):
                 os.utime(path, ns=(time.time_ns(), st.st_mtime_ns))
@@ -112,7 +111,7 @@ class HitMemo:
             # Not the file's owner (group-shared cache): only "now" is allowed, which
             # moves mtime too, so the memo would never match: remember nothing.
             with contextlib.suppress(OSError):
-                os.utime(fd if _UTIME_BY_FD else path)
+                os.utime(fd if UTIME_BY_FD else path)
         except OSError:
             pass
         return None
