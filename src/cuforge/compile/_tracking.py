@@ -177,10 +177,12 @@ def recall(
     else:
         reason = ""
         for variant in variants:
+            # Epoch, then watches, then the check (the order _watch's docstring proves):
+            # a change racing the watches moves the epoch past the one remembered.
+            epoch = watcher.epoch() if watcher is not None else 0
             watched = watcher is not None and watcher.watch(
                 list(variant.watch_files), list(variant.watch_dirs)
             )
-            epoch = watcher.epoch() if watcher is not None else 0
             problems = _manifest.check(variant)
             if problems:
                 reason = reason or str(problems[0])

@@ -5,29 +5,53 @@ otherwise stat every header of every manifest on every hit. After a manifest
 variant has been validated, the files it depends on are watched; while no
 relevant event arrives, the variant still holds and a hit costs one ``poll``.
 
-Why this is safe: the kernel queues an inotify event synchronously, inside the
-system call that changes the file, so every change that completes after a watch
-is added is seen by the next poll. The order is: add watches, drain the queue
-(``epoch``), then validate by stat/digest; a change racing the validation either
-shows in the validation or leaves an event that bumps the epoch. Watched are each
-file itself (by inode, so a write through another hard link or mount counts),
-its directory and every ancestor directory (renames, deletions and re-pointed
-symlinks anywhere on the path), and the directories that prove a candidate
-absent (any entry created there). Events on names that cannot matter (a new
-file beside an ancestor) are ignored; an overflowed queue invalidates everything.
+What is watched is what the kernel's path lookup passes through *now*: each path
+is resolved component by component, following symbolic links as the kernel does
+(at most ``_MAX_HOPS`` per walk), and every directory passed is watched for the
+one entry looked up in it -- the literal path's ancestors, the directories holding
+each symbolic link on the way (where re-pointing happens) and those its target
+leads through. The walk ends at the file (watched by inode, so a write through
+another hard link or mount counts) or at a directory that proves candidates
+absent (any entry created there matters). A rename, deletion or re-pointed link
+anywhere on the way names the entry in a watched directory; events on names that
+cannot matter (a new file beside an ancestor) are ignored.
 
-Used only where it can be trusted: Linux, a local file system (ext4, xfs, btrfs,
-tmpfs, overlay, zfs, f2fs -- not NFS, SMB, FUSE or 9p, whose remote changes raise
-no event), watches available. Anything else, or ``CUFORGE_WATCH=0``, leaves the
-stat validation in charge. A forked child drops the parent's watcher (the two
-would share and steal one event queue) and starts its own.
+No watch is trusted to still name what is at its path: the kernel drops a watch
+when its inode goes (IN_IGNORED, which retires it here too), and a watch whose
+directory was renamed away stays on the old inode. So every validation walks and
+re-adds every watch (``inotify_add_watch`` returns the existing descriptor for an
+inode already watched), and the descriptors always name the inodes now on the way.
+
+Why this is race-free -- the caller's order, each step closing one race:
+
+1. ``epoch()`` first: it drains the queue. Everything the validation relies on
+   is seen after this point, so any later relevant event moves the epoch past the
+   value the caller remembers.
+2. ``watch()``: each directory is watched *before* its entry is read, and each
+   file after its directory. A change that races the walk (a link re-pointed just
+   after it was read) lands on a watch already in place: its event moves the epoch
+   past step 1's value, so the walk's view, however stale, is never remembered.
+   (Draining after the walk would swallow that event and remember a validation
+   that the watches do not cover.)
+3. validate by stat/digest: the kernel queues an event inside the system call that
+   makes the change, so a change before the watches existed shows in the
+   validation, and one after it leaves an event.
+
+An overflowed queue invalidates everything. Used only where it can be trusted:
+Linux, a local file system (ext4, xfs, btrfs, tmpfs, overlay, zfs, f2fs -- not
+NFS, SMB, FUSE or 9p, whose remote changes raise no event), watches available.
+Anything else, or ``CUFORGE_WATCH=0``, leaves the stat validation in charge. A
+forked child drops the parent's watcher (the two would share and steal one event
+queue) and starts its own.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import select
+import stat
 import struct
 import sys
 import threading
@@ -36,7 +60,7 @@ __all__ = ["MAX_WATCHES", "Watcher", "watcher"]
 
 _IN_MODIFY, _IN_ATTRIB, _IN_CLOSE_WRITE = 0x2, 0x4, 0x8
 _IN_MOVED_FROM, _IN_MOVED_TO, _IN_CREATE, _IN_DELETE = 0x40, 0x80, 0x100, 0x200
-_IN_DELETE_SELF, _IN_MOVE_SELF, _IN_Q_OVERFLOW = 0x400, 0x800, 0x4000
+_IN_DELETE_SELF, _IN_MOVE_SELF, _IN_Q_OVERFLOW, _IN_IGNORED = 0x400, 0x800, 0x4000, 0x8000
 _ENTRY_EVENTS = _IN_MOVED_FROM | _IN_MOVED_TO | _IN_CREATE | _IN_DELETE
 _SELF_EVENTS = _IN_DELETE_SELF | _IN_MOVE_SELF | _IN_ATTRIB
 # One mask for every watch: the kernel keeps one watch per inode, and a second
@@ -56,9 +80,21 @@ _LOCAL_FS = {
     0xF2F52010,  # f2fs
 }
 _ALL = None  # "every name in this directory matters"
-#: Paths one process watches at most (the kernel's per-user limit is often 8192 too);
-#: past it, variants are validated by stat as where no watcher exists.
+_MAX_HOPS = 40  # symbolic links one walk follows, as Linux's MAXSYMLINKS
+#: Watches (inodes) one process holds at most (the kernel's per-user limit is often
+#: 8192 too); past it, variants are validated by stat as where no watcher exists.
 MAX_WATCHES = 8192
+
+
+class _Walk:
+    """What one ``watch()`` call already did: its walks may share it, because every
+    change after the call began moves the epoch the caller read before it."""
+
+    __slots__ = ("added", "dirs")
+
+    def __init__(self) -> None:
+        self.added: dict[str, int] = {}  # physical path -> wd added in this call
+        self.dirs: dict[str, tuple[str, int | None]] = {}  # literal dir -> (physical, dev)
 
 
 class Watcher:
@@ -78,8 +114,10 @@ class Watcher:
         self._poll.register(fd, select.POLLIN)
         self._lock = threading.Lock()
         self._epoch = 0
-        self._wds: dict[str, int] = {}  # path -> watch descriptor
-        self._names: dict[int, set[str] | None] = {}  # wd -> names that matter (None: all)
+        # Live watch descriptor -> names of its entries that matter (None: all). Only
+        # bookkeeping for events and the bound: never consulted to skip an add.
+        self._wds: dict[int, set[str] | None] = {}
+        self._dropped: set[int] = set()  # removed at the bound; their events never matter
         self._fs_ok: dict[int, bool] = {}  # st_dev -> local file system?
         self._statfs_buf = ctypes.create_string_buffer(256)
 
@@ -106,59 +144,110 @@ class Watcher:
                 pos += _EVENT.size + length
                 if self._relevant(wd, mask, name):
                     self._epoch += 1
+                if mask & _IN_IGNORED:  # the kernel dropped the watch: its inode is gone
+                    self._wds.pop(wd, None)
+                    self._dropped.discard(wd)
 
     def _relevant(self, wd: int, mask: int, name: bytes) -> bool:
-        if mask & _IN_Q_OVERFLOW or wd not in self._names or not name:
+        if mask & _IN_Q_OVERFLOW:
             return True
-        names = self._names[wd]
+        if wd in self._dropped:
+            return False
+        if wd not in self._wds or not name:
+            return True
+        names = self._wds[wd]
         return names is None or os.fsdecode(name) in names
 
     def watch(self, files: list[str], witness_dirs: list[str]) -> bool:
         """Watch ``files`` (content and replacement) and ``witness_dirs`` (any new
-        entry), with every ancestor directory. False when any of them cannot be
-        watched reliably, or this process already watches ``MAX_WATCHES`` paths
-        (then the caller keeps validating by stat)."""
+        entry), with every directory their lookup passes through now. The caller
+        reads ``epoch()`` before and validates after (see the module docstring).
+        False when any of them cannot be watched reliably, or this process already
+        holds ``MAX_WATCHES`` watches (then the caller keeps validating by stat)."""
         with self._lock:
-            if len(self._wds) + len(files) + len(witness_dirs) > MAX_WATCHES:
-                return False  # bounded: a process compiling ever new trees stats instead
+            walk = _Walk()
             try:
+                first = files[0] if files else witness_dirs[0] if witness_dirs else None
+                if first is not None:  # off a local file system: decline at one stat
+                    self._check_local(first, os.stat(first).st_dev)
                 for path in files:
-                    self._add(path, set())
-                    self._add_ancestors(path)
+                    self._add(*self._resolve(path, walk), set(), walk)
                 for path in witness_dirs:
-                    self._add(path, _ALL)
-                    self._add_ancestors(path)
-            except OSError:
+                    self._add(*self._resolve(path, walk), _ALL, walk)
+            except (OSError, ValueError):
                 return False
             return True
 
-    def _add_ancestors(self, path: str) -> None:
-        child = path
-        parent = os.path.dirname(child)
-        while parent and parent != child:
-            self._add(parent, {os.path.basename(child)})
-            child, parent = parent, os.path.dirname(parent)
+    def _resolve(self, path: str, walk: _Walk) -> tuple[str, int | None]:
+        """The physical path (no symbolic link on it) ``path`` names now, and its
+        st_dev (None: not known yet), watching the directories on the way."""
+        if not path.startswith("/"):
+            path = os.path.join(os.getcwd(), path)
+        head, tail = os.path.split(path)
+        start = walk.dirs.get(head)
+        if start is None:
+            start = walk.dirs[head] = self._walk(("/", None), head, walk)
+        return self._walk(start, tail, walk)
 
-    def _add(self, path: str, names: set[str] | None) -> None:
-        """Watch ``path``; events naming an entry of it matter only for ``names``
-        (None: all). A file's own events carry no name and always matter."""
-        wd = self._wds.get(path)
+    def _walk(self, start: tuple[str, int | None], rel: str, walk: _Walk) -> tuple[str, int | None]:
+        """Look ``rel`` up from the physical directory ``start`` as the kernel does.
+
+        Each directory is watched for the entry about to be read in it *before* it
+        is read: re-pointing, renaming or deleting that entry afterwards raises an
+        event (this closes the race with a change during the walk)."""
+        cur, dev = ("/", None) if rel.startswith("/") else start
+        todo = rel.split("/")[::-1]
+        hops = 0
+        while todo:
+            name = todo.pop()
+            if name in ("", "."):
+                continue
+            if name == "..":  # cur is physical, so its parent is its dirname
+                cur, dev = os.path.dirname(cur), None
+                continue
+            self._add(cur, dev, {name}, walk)
+            entry = os.path.join(cur, name)
+            st = os.lstat(entry)
+            if stat.S_ISLNK(st.st_mode):
+                hops += 1
+                if hops > _MAX_HOPS:
+                    raise OSError(errno.ELOOP, f"too many symbolic links in {entry}")
+                target = os.readlink(entry)
+                if target.startswith("/"):
+                    cur, dev = "/", None
+                todo.extend(target.split("/")[::-1])
+            else:
+                cur, dev = entry, st.st_dev
+        return cur, dev
+
+    def _add(self, path: str, dev: int | None, names: set[str] | None, walk: _Walk) -> None:
+        """Watch the inode now at ``path`` (once per call); events naming an entry of
+        it matter only for ``names`` (None: all). A file's own events carry no name
+        and always matter. Always asks the kernel, which answers with the existing
+        descriptor when that inode is already watched: a path that names another
+        inode than before gets a watch of its own."""
+        wd = walk.added.get(path)
         if wd is None:
-            self._check_local(path)
+            self._check_local(path, os.stat(path).st_dev if dev is None else dev)
             wd = self._libc.inotify_add_watch(self._fd, os.fsencode(path), _MASK)
             if wd < 0:
                 import ctypes
 
                 raise OSError(ctypes.get_errno(), f"cannot watch {path}")
-            self._wds[path] = wd
-        current = self._names.get(wd, set())
+            if wd not in self._wds:
+                if len(self._wds) >= MAX_WATCHES:  # bounded: ever new trees stat instead
+                    self._dropped.add(wd)
+                    self._libc.inotify_rm_watch(self._fd, wd)
+                    raise OSError(errno.ENOSPC, f"{MAX_WATCHES} watches held")
+                self._wds[wd] = set()
+            walk.added[path] = wd
+        current = self._wds[wd]
         if names is None or current is None:
-            self._names[wd] = None
+            self._wds[wd] = None
         else:
-            self._names[wd] = current | names
+            current |= names
 
-    def _check_local(self, path: str) -> None:
-        dev = os.stat(path).st_dev
+    def _check_local(self, path: str, dev: int) -> None:
         ok = self._fs_ok.get(dev)
         if ok is None:
             rc = self._libc.statfs(os.fsencode(path), self._statfs_buf)
