@@ -11,9 +11,14 @@ it went, its size, the time and whether the cache served it (``--json``: one JSO
 array). Caching is on by default (see ``_select`` for which cache); ``--no-cache``
 compiles without one.
 
+Before anything compiles, ``plan`` refuses a target the source's code type does not
+compile to (``_programs.check_target``: the compile layer's own rule, so the cached
+and the uncached path refuse alike and nothing is stored under it): a usage error.
+
 Exit status: 0 all compiled; 1 a compiler rejected a source (its log goes to stderr,
 other outputs are still written); 2 usage errors (bad option values, unreadable
-input, an output that cannot be written, a cache that cannot be opened).
+input, an unsupported target, an output that cannot be written, a cache that cannot
+be opened).
 
 A repeated command is normally answered by ``_direct`` before this module is even
 imported; this is the full path, which also leaves the record ``_direct`` uses.
@@ -145,8 +150,8 @@ def _check_fatbin(args: argparse.Namespace, archs: list[str | None]) -> None:
 
 
 def plan(args: argparse.Namespace) -> list[Job]:
-    """Read every source, build every Program (validating all options before any
-    compile starts) and name every output. Raises UsageError."""
+    """Read every source, build every Program (validating all options and targets
+    before any compile starts) and name every output. Raises UsageError."""
     given = [a.strip() for value in args.arch or () for a in value.split(",") if a.strip()]
     if not given:  # the project's or user's settings file, else this GPU's
         given = _config.default_archs()
@@ -178,6 +183,8 @@ def plan(args: argparse.Namespace) -> list[Job]:
             if fatbin:  # a virtual arch goes in as PTX, a real one as its cubin
                 target = "ptx" if (arch or "").startswith("compute_") else "cubin"
             _check_arch_target(program.options.arch, target)
+            part = args.output if fatbin else ""
+            _programs.check_target(path, program.code_type, program.options, target, part)
             spec = _pool.Spec(
                 source=path, arch=program.options.arch, target=target, std=args.std,
                 defines=args.defines, includes=args.includes, pre_include=args.pre_include,
