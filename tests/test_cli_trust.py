@@ -4,6 +4,8 @@ Through the installed console script (or ``_fake_device.py``, the same CLI with
 device 0 reporting a chosen arch) in subprocesses, real NVRTC/libNVVM compiles and
 real directory caches:
 
+- an arch taken from device 0 is never answered by the fast hit path (which does
+  not ask the driver), so a changed device 0 gets its own binary;
 - a target a source's code type does not compile to (NVVM IR to cubin, PTX to PTX)
   is a one-line usage error on every path, and no cache entry is stored under it
   (the compile layer refuses it too).
@@ -11,20 +13,89 @@ real directory caches:
 
 from __future__ import annotations
 
+import json
 import pathlib
+import struct
+import subprocess
+import sys
+import time
 
 import pytest
 
-from _cli import SAXPY, one_line_error, run
+from _cli import ROOT, SAXPY, isolated_env, one_line_error, run
 from test_compile_nvvm import STORE
 
+FAKE_DEVICE = ROOT / "tests" / "_fake_device.py"
 KERNEL = 'extern "C" __global__ void twice(float* a) { a[threadIdx.x] *= 2; }\n'
+
+
+def _elf_arch(data: bytes) -> str:
+    """The sm_XY a cubin was built for (bits 8-15 of its ELF e_flags)."""
+    assert data[:4] == b"\x7fELF", data[:16]
+    return f"sm_{(struct.unpack_from('<I', data, 0x30)[0] >> 8) & 0xFF}"
+
+
+def _records(home: pathlib.Path) -> list[pathlib.Path]:
+    """The fast hit path's records in the isolated state directory."""
+    folder = home / "state" / "cli-hits"
+    return sorted(p for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else []
 
 
 def _stored(cache: pathlib.Path) -> list[pathlib.Path]:
     """The files a directory cache holds under ``entries/``."""
     entries = cache / "entries"
     return [p for p in entries.rglob("*") if p.is_file()] if entries.is_dir() else []
+
+
+def _on_device(home: pathlib.Path, arch: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``cuforge ARGS`` with device 0 an ``arch`` GPU (tests/_fake_device.py)."""
+    return subprocess.run(
+        [sys.executable, str(FAKE_DEVICE), *args],
+        capture_output=True,
+        text=True,
+        cwd=home,
+        env=isolated_env(home, TEST_DEVICE0_ARCH=arch),
+        timeout=240,
+    )
+
+
+# -- issue 32 item 2: an arch from device 0 ------------------------------------------------
+def test_an_arch_taken_from_device_0_is_never_answered_by_the_fast_path(tmp_path):
+    """Three compiles on an sm_90 device 0, then one with device 0 an sm_80: the fast
+    path answered "cache hit" with the sm_90 cubin (its record names nothing of the
+    device). Now such a command leaves no record, and the sm_80 run gets an sm_80
+    cubin, exactly as the full path (``-v``) gave."""
+    (tmp_path / "k.cu").write_text(KERNEL)
+    named = ("compile", "k.cu", "--arch", "sm_90", "-o", "named.cubin")
+    for wait in (0, 2.1):  # sys.path[0] (tests/) changed < 2 s ago: identity not kept yet
+        time.sleep(wait)
+        assert _on_device(tmp_path, "sm_90", *named).returncode == 0
+        if _records(tmp_path):
+            break
+    else:
+        pytest.skip("compiler files changed less than 2 s ago: identity not recorded yet")
+    before = _records(tmp_path)
+    args = ("compile", "k.cu", "-o", "k.cubin", "--json")
+    for _ in range(3):
+        done = _on_device(tmp_path, "sm_90", *args)
+        assert done.returncode == 0, done.stderr
+        assert _elf_arch((tmp_path / "k.cubin").read_bytes()) == "sm_90"
+    other = _on_device(tmp_path, "sm_80", *args)
+    assert other.returncode == 0, other.stderr
+    (report,) = json.loads(other.stdout)
+    assert (report["arch"], report["cache"]) == ("sm_80", "miss"), report
+    assert _elf_arch((tmp_path / "k.cubin").read_bytes()) == "sm_80"
+    assert _records(tmp_path) == before  # no record for a request that names no arch
+    # A named arch still takes the fast path: --arch, and a settings file's arch
+    # (its stat identity is in the request digest, _config.fingerprint).
+    again = _on_device(tmp_path, "sm_80", *named)
+    assert again.returncode == 0 and again.stdout.rstrip().endswith("cache hit"), again.stderr
+    assert _elf_arch((tmp_path / "named.cubin").read_bytes()) == "sm_90"
+    (tmp_path / "cuforge.toml").write_text('arch = "sm_90"\n')
+    configured = ("compile", "k.cu", "-o", "conf.cubin")
+    assert _on_device(tmp_path, "sm_80", *configured).returncode == 0
+    assert len(_records(tmp_path)) == len(before) + 1
+    assert _elf_arch((tmp_path / "conf.cubin").read_bytes()) == "sm_90"
 
 
 # -- issue 32 item 3: targets a code type does not compile to ------------------------------

@@ -22,8 +22,10 @@ module did not exist. So this path can make a hit faster, never different.
 Records are written only for what the key fully describes from these inputs: CUDA
 C++ that reads no user header (no tracked includes: those are validated by the
 manifests of the full path) compiled to cubin or LTO-IR (a PTX hit may warn about
-the driver), every output's entry read back equal to what was written, through
-an unsigned cache of one of these kinds:
+the driver) for an arch the command names -- ``--arch``, or the ``arch`` of a
+settings file, which the digest covers (``_config.fingerprint``) -- with every
+output's entry read back equal to what was written, through an unsigned cache of
+one of these kinds:
 
 - a plain directory cache (the record names its directory);
 - a tier whose first persistent level is one of these (``file:///…,redis://…``,
@@ -39,6 +41,11 @@ an unsigned cache of one of these kinds:
 ``<state>/cli-hits/`` (``compile.toolchain.state_dir()``; off with
 ``CUFORGE_STATE_DIR=off``), private to the user, and are pruned to the newest half
 when a shard passes 64 files.
+
+An arch taken from device 0 is in none of the inputs above (``CUDA_VISIBLE_DEVICES``,
+or another node sharing ``$HOME``, changes it), and this path never asks the driver
+(``cuInit`` costs 100s of ms): the full path leaves no record for such a command, so
+it always takes the full path. Give ``--arch`` to get the fast hit path.
 """
 
 from __future__ import annotations

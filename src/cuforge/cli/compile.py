@@ -21,7 +21,10 @@ input, an unsupported target, an output that cannot be written, a cache that can
 be opened).
 
 A repeated command is normally answered by ``_direct`` before this module is even
-imported; this is the full path, which also leaves the record ``_direct`` uses.
+imported; this is the full path, which also leaves the record ``_direct`` uses --
+only when the command names its arch (``--arch`` or a settings file's ``arch``): an
+arch taken from device 0 is not in the request ``_direct`` is keyed by, so give
+``--arch`` to get the fast hit path.
 """
 
 from __future__ import annotations
@@ -149,13 +152,19 @@ def _check_fatbin(args: argparse.Namespace, archs: list[str | None]) -> None:
         )
 
 
-def plan(args: argparse.Namespace) -> list[Job]:
-    """Read every source, build every Program (validating all options and targets
-    before any compile starts) and name every output. Raises UsageError."""
+def requested_archs(args: argparse.Namespace) -> list[str | None]:
+    """The archs the command names: ``--arch``, else the settings files' ``arch``;
+    ``[None]`` when neither does (then each Program takes device 0's)."""
     given = [a.strip() for value in args.arch or () for a in value.split(",") if a.strip()]
     if not given:  # the project's or user's settings file, else this GPU's
         given = _config.default_archs()
-    archs: list[str | None] = list(dict.fromkeys(given)) if given else [None]
+    return list(dict.fromkeys(given)) if given else [None]
+
+
+def plan(args: argparse.Namespace) -> list[Job]:
+    """Read every source, build every Program (validating all options and targets
+    before any compile starts) and name every output. Raises UsageError."""
+    archs = requested_archs(args)
     fatbin = is_fatbin(args)
     if fatbin:
         _check_fatbin(args, archs)
@@ -247,7 +256,12 @@ def run(args: argparse.Namespace) -> int:
         digest = getattr(args, "request_digest", None)
         if fatbin and not failed:
             results.append(_pack(jobs, args.output))
-        if not (failed or warned or unstored or fatbin) and cache is not None and digest:
+        # An arch taken from device 0 is not part of the request digest, and the fast
+        # path never asks the driver (cuInit costs 100s of ms): a record would answer
+        # the same command on another GPU with this one's binary. Only a named arch
+        # (--arch, or a settings file's, which the digest covers) leaves a record.
+        named = requested_archs(args) != [None]
+        if not (failed or warned or unstored or fatbin) and named and cache is not None and digest:
             made = [(j.source, j.program, args.target, j.output, j.result["code"]) for j in jobs]
             mode = "json" if args.json else "text"
             _direct.remember(digest, cache, mode, made, url)
