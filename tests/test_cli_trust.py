@@ -8,12 +8,14 @@ real directory caches:
   not ask the driver), so a changed device 0 gets its own binary;
 - a target a source's code type does not compile to (NVVM IR to cubin, PTX to PTX)
   is a one-line usage error on every path, and no cache entry is stored under it
-  (the compile layer refuses it too).
+  (the compile layer refuses it too);
+- no output is ever written over an input, by the full or the fast path.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import struct
 import subprocess
@@ -192,3 +194,83 @@ def test_the_compile_layer_never_stores_an_output_under_a_target_it_did_not_make
     assert len(cache) == 0 and cache.stats().stores == 0
     ptx = compile_through_cache(program, "PTX", (), None, cache)  # canonical spelling kept
     assert ptx.obj.code_type == "ptx" and b".entry store42" in ptx.obj.code and len(cache) == 1
+
+
+# -- issue 32 item 8: an output onto an input -----------------------------------------------
+def _sources(tmp_path: pathlib.Path) -> pathlib.Path:
+    (tmp_path / "k.cu").write_text(KERNEL)
+    (tmp_path / "pre.h").write_text("#define PRE 1\n")
+    (tmp_path / "sub").mkdir()
+    return tmp_path / "k.cu"
+
+
+@pytest.mark.parametrize(
+    ("case", "words"),
+    [
+        ("same path", "-o k.cu is the input k.cu (the same file)"),
+        ("other spelling", "-o ./sub/../k.cu is the input k.cu"),
+        ("symbolic link", "-o link.cubin is the input k.cu"),
+        ("hard link", "-o hard.cubin is the input k.cu"),
+        ("an -include file", "-o pre.h is the input pre.h"),
+        ("fatbin link", "-o k.fatbin is the input k.cu"),
+        ("beside the source", "the output k.cubin of k.cubin would overwrite the input k.cubin"),
+        ("outdir", "--outdir sub: the output sub/k.cubin of k.cu would overwrite the input"),
+    ],
+)
+def test_no_output_is_written_over_an_input(tmp_path, case, words):
+    """``cuforge compile saxpy.cu -o saxpy.cu`` replaced the source with a cubin."""
+    src = _sources(tmp_path)
+    base = ("compile", "k.cu", "--arch", "sm_90", "--cache", str(tmp_path / "c"))
+    args: tuple[str, ...] = (*base, "-o", "k.cu")
+    if case == "other spelling":
+        args = (*base, "-o", "./sub/../k.cu")
+    elif case == "symbolic link":
+        (tmp_path / "link.cubin").symlink_to("k.cu")
+        args = (*base, "-o", "link.cubin")
+    elif case == "hard link":
+        os.link(src, tmp_path / "hard.cubin")
+        args = (*base, "-o", "hard.cubin")
+    elif case == "an -include file":
+        args = (*base, "-include", "pre.h", "-o", "pre.h")
+    elif case == "fatbin link":
+        (tmp_path / "k.fatbin").symlink_to("k.cu")
+        args = ("compile", "k.cu", "--arch", "sm_80,sm_90", *base[4:], "-o", "k.fatbin")
+    elif case == "beside the source":  # a C++ source named like its own default output
+        src = tmp_path / "k.cubin"
+        src.write_text(KERNEL)
+        args = ("compile", "k.cubin", *base[2:])
+    elif case == "outdir":
+        (tmp_path / "sub" / "k.cubin").write_text("#define PRE 2\n")
+        args = (*base, "-include", "sub/k.cubin", "--outdir", "sub")
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    result = run(tmp_path, *args, cwd=tmp_path)
+    assert words in one_line_error(result, "cuforge compile")
+    after = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    assert after == before  # every input untouched, nothing written, nothing stored
+    assert src.read_text() == KERNEL
+
+
+@pytest.mark.parametrize("link", ["symbolic", "hard"])
+def test_the_fast_path_never_writes_over_an_input(tmp_path, link):
+    """The fast path replays the recorded output path: made a link to the source after
+    the record was written, it wrote the cubin through it into the source."""
+    src = _sources(tmp_path)
+    args = ("compile", "k.cu", "--arch", "sm_90", "-o", "k.cubin", "--cache", str(tmp_path / "c"))
+    for _ in range(2):  # a miss, then a hit (the record is left by the full path)
+        assert run(tmp_path, *args, cwd=tmp_path).returncode == 0
+    if not _records(tmp_path):
+        pytest.skip("compiler files changed less than 2 s ago: identity not recorded yet")
+    (tmp_path / "k.cubin").unlink()
+    if link == "symbolic":
+        (tmp_path / "k.cubin").symlink_to("k.cu")
+    else:
+        os.link(src, tmp_path / "k.cubin")
+    result = run(tmp_path, *args, cwd=tmp_path)
+    assert "-o k.cubin is the input k.cu (the same file)" in one_line_error(
+        result, "cuforge compile"
+    )
+    assert src.read_text() == KERNEL
+    (tmp_path / "k.cubin").unlink()  # and with the link gone, the fast path serves again
+    served = run(tmp_path, *args, cwd=tmp_path)
+    assert served.returncode == 0 and served.stdout.rstrip().endswith("cache hit")
+    assert _elf_arch((tmp_path / "k.cubin").read_bytes()) == "sm_90"
