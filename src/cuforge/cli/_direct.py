@@ -22,8 +22,10 @@ module did not exist. So this path can make a hit faster, never different.
 Records are written only for what the key fully describes from these inputs: CUDA
 C++ that reads no user header (no tracked includes: those are validated by the
 manifests of the full path) compiled to cubin or LTO-IR (a PTX hit may warn about
-the driver), every output's entry read back equal to what was written, through
-an unsigned cache of one of these kinds:
+the driver) for an arch the command names -- ``--arch``, or the ``arch`` of a
+settings file, which the digest covers (``_config.fingerprint``) -- with every
+output's entry read back equal to what was written, through an unsigned cache of
+one of these kinds:
 
 - a plain directory cache (the record names its directory);
 - a tier whose first persistent level is one of these (``file:///…,redis://…``,
@@ -39,11 +41,21 @@ an unsigned cache of one of these kinds:
 ``<state>/cli-hits/`` (``compile.toolchain.state_dir()``; off with
 ``CUFORGE_STATE_DIR=off``), private to the user, and are pruned to the newest half
 when a shard passes 64 files.
+
+An arch taken from device 0 is in none of the inputs above (``CUDA_VISIBLE_DEVICES``,
+or another node sharing ``$HOME``, changes it), and this path never asks the driver
+(``cuInit`` costs 100s of ms): the full path leaves no record for such a command, so
+it always takes the full path. Give ``--arch`` to get the fast hit path.
+
+Outputs are written by :func:`write_output`, which checks the opened file: an output
+that has become one of the record's sources (a link to it put there since) is never
+written; the full path then refuses the command.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 import sys
 import time
 
@@ -52,13 +64,13 @@ from cuforge.compile import toolchain
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Container, Sequence
     from typing import Any
 
     from cuforge.storage.base import ProgramCacheResource
     from cuforge.storage.entry import CacheEntry
 
-__all__ = ["remember", "request_digest", "serve"]
+__all__ = ["remember", "request_digest", "serve", "write_output"]
 
 _FORMAT = b"cuforge-direct-2"
 _ENV_NAMES = ("HOME", "XDG_CACHE_HOME", "XDG_CONFIG_HOME")
@@ -142,10 +154,35 @@ def serve(argv: Sequence[str], digest: str) -> int | None:
     return None if request is None else _serve_entries(*request)
 
 
+def write_output(path: str, data: bytes, inputs: Container[tuple[int, int]]) -> bool:
+    """Write ``data`` to the file ``path`` (created, or its old content replaced),
+    unless it is the same file as one of ``inputs`` ((st_dev, st_ino), through
+    links): then nothing is written and False. Raises OSError.
+
+    The identity is read from the opened descriptor before anything is truncated,
+    so a link to a source put at ``path`` after an earlier check is still refused
+    (no check-then-open race). A device such as ``/dev/null`` is written as is.
+    """
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
+    try:
+        st = os.fstat(fd)
+        if (st.st_dev, st.st_ino) in inputs:
+            return False
+        if stat.S_ISREG(st.st_mode):
+            os.ftruncate(fd, 0)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
+    return True
+
+
 def _check(
     fields: list[bytes],
-) -> tuple[str, str, list[tuple[str, str, bytes, str, str]]] | None:
-    """(cache root, output mode, outputs) of a record that holds here and now, else None."""
+) -> tuple[str, str, list[tuple[str, str, bytes, str, str]], set[tuple[int, int]]] | None:
+    """(cache root, output mode, outputs, the sources' identities) of a record that
+    holds here and now, else None."""
     if fields[0] != _FORMAT:
         return None
     where, mode = os.fsdecode(fields[1]), fields[2].decode()
@@ -158,6 +195,7 @@ def _check(
             return None
     pos += 1
     outputs = []
+    sources: set[tuple[int, int]] = set()
     for _ in range(int(fields[pos])):
         source, source_digest, output, key, target, arch = (
             os.fsdecode(fields[pos + 1]),
@@ -172,6 +210,8 @@ def _check(
             with open(source, "rb") as f:
                 if _source_digest(f.read()) != source_digest:
                     return None
+                st = os.fstat(f.fileno())
+                sources.add((st.st_dev, st.st_ino))
         except OSError:
             return None
         outputs.append((source, output, key, target, arch))
@@ -179,7 +219,7 @@ def _check(
         return None
     if where.startswith("file:") and not os.path.isdir(os.path.join(where[5:], "entries")):
         return None
-    return where, mode, outputs
+    return where, mode, outputs, sources
 
 
 def _open(where: str) -> ProgramCacheResource | None:
@@ -196,7 +236,10 @@ def _open(where: str) -> ProgramCacheResource | None:
 
 
 def _serve_entries(
-    where: str, mode: str, outputs: list[tuple[str, str, bytes, str, str]]
+    where: str,
+    mode: str,
+    outputs: list[tuple[str, str, bytes, str, str]],
+    sources: set[tuple[int, int]],
 ) -> int | None:
     results = []
     try:
@@ -217,9 +260,10 @@ def _serve_entries(
             results.append((source, output, target, arch, entry.data, start))
         for _, output, _, _, data, _ in results:
             try:
-                with open(output, "wb") as f:
-                    f.write(data)
+                written = write_output(output, data, sources)
             except OSError:
+                written = False
+            if not written:  # the full path writes it, or says why not
                 _take_back(cache, found, missed=False)
                 return None
     finally:

@@ -30,6 +30,7 @@ __all__ = [
     "CODE_TYPES",
     "SourceFile",
     "add_compile_options",
+    "check_target",
     "compile_through",
     "make_program",
     "option_fields",
@@ -41,6 +42,7 @@ _QUOTED_INCLUDE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*"', re.MULTILINE)
 
 #: File suffix -> code_type; anything else is CUDA C++.
 CODE_TYPES = {".ptx": "ptx", ".ll": "nvvm", ".bc": "nvvm", ".nvvm": "nvvm"}
+_KINDS = {"c++": "CUDA C++", "ptx": "PTX", "nvvm": "NVVM IR"}
 TARGETS = ("cubin", "ptx", "ltoir")
 
 
@@ -52,14 +54,19 @@ def add_compile_options(parser: argparse.ArgumentParser, several_archs: bool = T
         metavar="ARCH",
         help="target architecture, e.g. sm_90"
         + (" (repeat, or separate with commas, for several)" if several_archs else "")
-        + " (default: this GPU's)",
+        + (
+            " (default: this GPU's; only a named arch lets a repeated command take the fast"
+            " hit path)"
+            if several_archs
+            else " (default: this GPU's)"
+        ),
     )
     parser.add_argument(
         "--target",
         default="cubin",
         type=str.lower,
         choices=TARGETS,
-        help="output kind (default: cubin)",
+        help="output kind (default: cubin; .ptx input: cubin only; NVVM IR: ptx or ltoir)",
     )
     parser.add_argument(
         "-D", dest="defines", action="append", default=[], metavar="NAME[=V]", help="define a macro"
@@ -144,6 +151,39 @@ def make_program(source: SourceFile, fields: dict[str, Any]) -> Program:
                 "no CUDA device here to take the architecture from; pass --arch sm_XY"
             ) from None
         raise UsageError(str(exc)) from None
+
+
+def check_target(
+    path: str, code_type: str, options: Any, target: str, part: str = "", where: str = ""
+) -> None:
+    """UsageError when ``path`` (of ``code_type``) cannot be compiled to ``target`` under
+    ``options``: the compile layer's own rule (``targets.compile_target``, which the
+    cached and the uncached compile both run), worded for the command line.
+    ``part``: the ``-o NAME.fatbin`` this target is a part of; ``where``: the warm
+    manifest's kernel and variant (its ``target`` key is then the setting to change).
+
+    Run by every command before anything is compiled, looked up or stored: a refused
+    target is a usage error (exit 2), never a compile failure or a cache entry.
+    """
+    from cuforge.compile.targets import SUPPORTED_TARGETS, compile_target
+
+    try:
+        compile_target(code_type, options, target)
+    except ValueError as exc:
+        prefix = f"{where}: " if where else ""
+        valid = SUPPORTED_TARGETS[code_type]
+        if target in valid:  # what the options contradict: the compile layer's words
+            raise UsageError(f"{prefix}{path}: {exc}") from None
+        kind = f"{path} is {_KINDS[code_type]}, which compiles to {' or '.join(valid)} only"
+        if part:
+            raise UsageError(f"-o {part} packs a {target} for {options.arch}; {kind}") from None
+        if where:
+            fix = "set target = " + " or ".join(f'"{t}"' for t in valid)
+        elif valid == ("cubin",):
+            fix = "leave --target out"
+        else:
+            fix = "pass " + " or ".join(f"--target {t}" for t in valid)
+        raise UsageError(f"{prefix}{kind}, not {target}: {fix}") from None
 
 
 def compile_through(program: Program, target: str, logs: Any, cache: Any) -> tuple[Any, bool, Any]:

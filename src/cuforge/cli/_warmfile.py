@@ -26,7 +26,9 @@ kernel's own settings, when none are listed), exactly as ``cuforge compile SOURC
 ...`` run from the manifest's directory would compile it, so those commands hit
 what ``cuforge warm`` stored. Lists (``defines``, ``includes``, ``pre_include``)
 in a variant are appended; ``arch``, ``target`` and ``std`` replace. Unknown keys,
-wrong types and missing sources are UsageErrors naming the kernel and key.
+wrong types, missing sources, an arch the compiler refuses and a target a source's
+code type does not compile to (NVVM IR to cubin, PTX to PTX) are UsageErrors naming
+the kernel and key, before anything compiles or is stored.
 """
 
 from __future__ import annotations
@@ -98,6 +100,21 @@ def _merge(base: dict[str, Any], layer: dict[str, Any], where: str) -> dict[str,
     return out
 
 
+def _check_target(source: str, arch: str, target: str, where: str) -> None:
+    """UsageError, before anything compiles, for an arch the compiler refuses or a
+    target ``source`` (by its suffix, as ``cuforge compile`` reads it) does not
+    compile to: the rule ``cuforge compile`` applies (``_programs.check_target``)."""
+    from cuforge.cli._programs import CODE_TYPES, check_target
+    from cuforge.compile.options import ProgramOptions
+
+    try:
+        options = ProgramOptions(arch=arch)
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"{where}: {exc}") from None
+    code_type = CODE_TYPES.get(os.path.splitext(source)[1].lower(), "c++")
+    check_target(source, code_type, options, target, where=where)
+
+
 def load(path: str) -> tuple[str, list[Spec]]:
     """(the manifest's directory, the compiles it asks for, duplicates dropped)."""
     data = _toml(path)
@@ -133,6 +150,7 @@ def load(path: str) -> tuple[str, list[Spec]]:
                 if not os.path.isfile(os.path.join(folder, source)):
                     raise UsageError(f"{where}: source {source} not found in {folder}")
                 for arch in settings["arch"]:
+                    _check_target(source, arch, settings["target"], vwhere)
                     spec = Spec(
                         source=source,
                         arch=arch,

@@ -11,12 +11,23 @@ it went, its size, the time and whether the cache served it (``--json``: one JSO
 array). Caching is on by default (see ``_select`` for which cache); ``--no-cache``
 compiles without one.
 
+Before anything compiles, ``plan`` refuses (usage errors): a target the source's
+code type does not compile to (``_programs.check_target``: the compile layer's own
+rule, so the cached and the uncached path refuse alike and nothing is stored under
+it), and an output that is the same file as an input (a FILE or ``-include FILE``:
+same path, symbolic or hard link, an ``--outdir`` or default name landing on one);
+each output is checked again on its opened descriptor when written.
+
 Exit status: 0 all compiled; 1 a compiler rejected a source (its log goes to stderr,
 other outputs are still written); 2 usage errors (bad option values, unreadable
-input, an output that cannot be written, a cache that cannot be opened).
+input, an unsupported target, an output that cannot be written or is an input, a
+cache that cannot be opened).
 
 A repeated command is normally answered by ``_direct`` before this module is even
-imported; this is the full path, which also leaves the record ``_direct`` uses.
+imported; this is the full path, which also leaves the record ``_direct`` uses --
+only when the command names its arch (``--arch`` or a settings file's ``arch``): an
+arch taken from device 0 is not in the request ``_direct`` is keyed by, so give
+``--arch`` to get the fast hit path.
 """
 
 from __future__ import annotations
@@ -50,7 +61,9 @@ def register(subparsers: Subparsers) -> None:
     p.add_argument("files", nargs="+", metavar="FILE", help="source files (.cu, .ptx, .ll, .bc)")
     _programs.add_compile_options(p)
     out = p.add_mutually_exclusive_group()
-    out.add_argument("-o", dest="output", metavar="OUT", help="output path (one output only)")
+    out.add_argument(
+        "-o", dest="output", metavar="OUT", help="output path (one output only; never an input)"
+    )
     out.add_argument("--outdir", metavar="DIR", help="directory for the outputs (created)")
     _select.add_cache_option(p, can_disable=True)
     p.add_argument("--max-size", type=size_arg, metavar="SIZE", help="cap a directory cache (2G)")
@@ -101,15 +114,61 @@ def _check_arch_target(arch: str | None, target: str) -> None:
         )
 
 
-def _write(output: str, data: bytes) -> None:
+def _identity(path: str) -> tuple[int, int] | None:
+    """(st_dev, st_ino) of the file ``path`` names, through links; None if none."""
     try:
-        with open(output, "wb") as f:
-            f.write(data)
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _input_files(args: argparse.Namespace) -> dict[tuple[int, int], str]:
+    """Identity -> path of every file the command reads by name (each FILE, each
+    ``-include FILE``)."""
+    found: dict[tuple[int, int], str] = {}
+    for path in [*args.files, *args.pre_include]:
+        ident = _identity(path)
+        if ident is not None:
+            found.setdefault(ident, path)
+    return found
+
+
+def _check_not_an_input(
+    args: argparse.Namespace, jobs: list[Job], inputs: dict[tuple[int, int], str]
+) -> None:
+    """UsageError, before anything compiles, when an output is the same file as an
+    input: the same path, a symbolic or a hard link to it (``-o saxpy.cu`` replaced
+    the source with a cubin), or an ``--outdir``/default name that lands on one."""
+    for job in jobs:
+        ident = _identity(job.output)
+        path = None if ident is None else inputs.get(ident)
+        if path is None:
+            continue
+        if args.output:
+            raise UsageError(
+                f"-o {job.output} is the input {path} (the same file): name another output"
+            )
+        where = f"--outdir {args.outdir}: " if args.outdir else ""
+        fix = "" if args.outdir else ": name it with -o OUT or --outdir DIR"
+        raise UsageError(
+            f"{where}the output {job.output} of {job.source.path} would overwrite "
+            f"the input {path}{fix}"
+        )
+
+
+def _write(output: str, data: bytes, inputs: dict[tuple[int, int], str]) -> None:
+    """Write ``output``, never over an input (checked on the opened file: a link
+    swapped in after the plan's check is refused too)."""
+    try:
+        written = _direct.write_output(output, data, inputs)
     except OSError as exc:
         raise UsageError(f"cannot write {output}: {exc.strerror or exc}") from None
+    if not written:
+        raise UsageError(f"cannot write {output}: it is now one of the inputs (the same file)")
 
 
-def _pack(jobs: list[Job], output: str) -> dict[str, Any]:
+def _pack(jobs: list[Job], output: str, inputs: dict[tuple[int, int], str]) -> dict[str, Any]:
     """Pack the jobs' cubins (and PTX) into the fatbin ``output``; its report line."""
     from cuforge.compile.errors import ToolkitNotFoundError
     from cuforge.compile.fatbin import pack_fatbin
@@ -122,7 +181,7 @@ def _pack(jobs: list[Job], output: str) -> dict[str, Any]:
         packed = pack_fatbin(parts, name)
     except ToolkitNotFoundError as exc:
         raise UsageError(str(exc)) from None
-    _write(output, packed.code)
+    _write(output, packed.code, inputs)
     return {"source": jobs[0].source.path, "arch": ",".join(j.arch or "" for j in jobs),
             "target": "fatbin", "output": output, "bytes": len(packed.code),
             "ms": round((time.perf_counter() - start) * 1000, 3), "cache": "off"}  # fmt: skip
@@ -144,13 +203,20 @@ def _check_fatbin(args: argparse.Namespace, archs: list[str | None]) -> None:
         )
 
 
-def plan(args: argparse.Namespace) -> list[Job]:
-    """Read every source, build every Program (validating all options before any
-    compile starts) and name every output. Raises UsageError."""
+def requested_archs(args: argparse.Namespace) -> list[str | None]:
+    """The archs the command names: ``--arch``, else the settings files' ``arch``;
+    ``[None]`` when neither does (then each Program takes device 0's)."""
     given = [a.strip() for value in args.arch or () for a in value.split(",") if a.strip()]
     if not given:  # the project's or user's settings file, else this GPU's
         given = _config.default_archs()
-    archs: list[str | None] = list(dict.fromkeys(given)) if given else [None]
+    return list(dict.fromkeys(given)) if given else [None]
+
+
+def plan(args: argparse.Namespace) -> list[Job]:
+    """Read every source, build every Program (validating all options and targets
+    before any compile starts) and name every output, none of them an input.
+    Raises UsageError."""
+    archs = requested_archs(args)
     fatbin = is_fatbin(args)
     if fatbin:
         _check_fatbin(args, archs)
@@ -178,6 +244,8 @@ def plan(args: argparse.Namespace) -> list[Job]:
             if fatbin:  # a virtual arch goes in as PTX, a real one as its cubin
                 target = "ptx" if (arch or "").startswith("compute_") else "cubin"
             _check_arch_target(program.options.arch, target)
+            part = args.output if fatbin else ""
+            _programs.check_target(path, program.code_type, program.options, target, part)
             spec = _pool.Spec(
                 source=path, arch=program.options.arch, target=target, std=args.std,
                 defines=args.defines, includes=args.includes, pre_include=args.pre_include,
@@ -188,6 +256,7 @@ def plan(args: argparse.Namespace) -> list[Job]:
             if other is not path:
                 raise UsageError(f"{other} and {path} would both be written to {job.output}")
             jobs.append(job)
+    _check_not_an_input(args, jobs, _input_files(args))
     return jobs
 
 
@@ -199,6 +268,7 @@ def run(args: argparse.Namespace) -> int:
     if args.max_size is None:  # a settings file's, where the cache takes a cap
         args.max_size = _select.configured_cap(choice)
     jobs = plan(args)
+    inputs = _input_files(args)
     cache = _select.open_choice(choice, args.max_size) if choice.url is not None else None
     url = _select.url_of(choice, args.max_size) if cache is not None else None
 
@@ -221,7 +291,7 @@ def run(args: argparse.Namespace) -> int:
                 )  # fmt: skip
                 continue
             if not fatbin:  # a fatbin's parts are packed below, not written one by one
-                _write(job.output, r["code"])
+                _write(job.output, r["code"], inputs)
             status = "off" if cache is None else ("miss" if r["status"] == "compiled" else "hit")
             results.append(
                 {"source": job.source.path, "arch": job.arch, "target": job.spec.target,
@@ -239,8 +309,13 @@ def run(args: argparse.Namespace) -> int:
         unstored = any(r.get("not_stored") for r in results)  # nothing to serve next time
         digest = getattr(args, "request_digest", None)
         if fatbin and not failed:
-            results.append(_pack(jobs, args.output))
-        if not (failed or warned or unstored or fatbin) and cache is not None and digest:
+            results.append(_pack(jobs, args.output, inputs))
+        # An arch taken from device 0 is not part of the request digest, and the fast
+        # path never asks the driver (cuInit costs 100s of ms): a record would answer
+        # the same command on another GPU with this one's binary. Only a named arch
+        # (--arch, or a settings file's, which the digest covers) leaves a record.
+        named = requested_archs(args) != [None]
+        if not (failed or warned or unstored or fatbin) and named and cache is not None and digest:
             made = [(j.source, j.program, args.target, j.output, j.result["code"]) for j in jobs]
             mode = "json" if args.json else "text"
             _direct.remember(digest, cache, mode, made, url)

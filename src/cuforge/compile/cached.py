@@ -24,6 +24,9 @@ Guarantees:
   compiled ObjectCode is returned either way.
 - A PTX hit warns exactly as a fresh PTX compile does when the driver is older
   than the compiler that wrote it.
+- An entry is stored only under the target its backend made: the compile step
+  refuses (ValueError) a code type and target no backend pairs, such as NVVM IR to
+  cubin (``targets.compile_target``), so nothing reaches the store step for it.
 
 Logging: the ``cuforge.cache`` logger records every hit, miss (with why) and store
 at DEBUG (short entry id and source name); nothing above DEBUG on the hit path.
@@ -99,13 +102,16 @@ def compile_through_cache(
 
     ``target`` is canonical (``cubin``, ``ptx``, ``ltoir``). Raises TypeError when
     ``cache`` is not a mapping-like program cache, RuntimeError for a closed program,
-    and ValueError for a target the options contradict (a cubin for ``compute_XY``)
-    or (``UntrackableInclude``) when the headers the compile may read cannot all be
-    known.
+    and ValueError for a target this code type does not compile to (NVVM IR to cubin),
+    one the options contradict (a cubin for ``compute_XY``) or
+    (``UntrackableInclude``) when the headers the compile may read cannot all be
+    known. Nothing is looked up or stored for a refused target.
     """
-    from cuforge.compile._inputs import check_target
+    from cuforge.compile.targets import compile_target
 
-    check_target(program._options, target)  # as Program.compile: before a hit could hide it
+    # Program.compile's rule, before a hit could hide it or a fill store its output
+    # under a target the backend did not make.
+    target = compile_target(program._code_type, program._options, target)
     report = _Report()
     obj = pipeline(program, target, names, logs, cache, report)
     return Compiled(obj, not report.filled, report.store)

@@ -24,7 +24,12 @@ from cuforge.compile import _compilelog, _inputs, _versions
 from cuforge.compile.cached import pipeline
 from cuforge.compile.object_code import ObjectCode
 from cuforge.compile.options import ProgramOptions
-from cuforge.compile.targets import SUPPORTED_TARGETS, normalize_code_type, normalize_target
+from cuforge.compile.targets import (
+    SUPPORTED_TARGETS,
+    compile_target,
+    normalize_code_type,
+    normalize_target,
+)
 from cuforge.storage.config import default_cache
 
 if TYPE_CHECKING:
@@ -101,7 +106,10 @@ class Program:
     def _flags(self, target: str, closed: bool = False) -> list[bytes]:
         """The base flags plus the one a target implies (LTO output)."""
         flags = self._base_flags(closed)
-        _inputs.check_target(self._options, target)
+        # The whole rule, pair included: this is the one step every compile (cached or
+        # not) reaches before a backend runs, so none can label one kind of output as
+        # another (NVVM IR's PTX as a cubin), and no cache can be handed it to store.
+        compile_target(self._code_type, self._options, target)
         if target == "ltoir" and not self._options.link_time_optimization:
             flags.append(b"--dlink-time-opt" if self._code_type == "c++" else b"-gen-lto")
         return flags

@@ -4,9 +4,23 @@ Guarantee: ``normalize_code_type`` and ``normalize_target`` are the single sourc
 truth for the supported matrix; ``Program.compile`` and the cache key both use them,
 so a pair one accepts the other accepts too. Matching is case-insensitive and the
 returned spelling is the canonical lower-case one.
+
+:func:`compile_target` is the whole target rule -- the supported pair, then what the
+options contradict (``_inputs.check_target``). Every way into a compile runs it:
+``Program.compile`` (as its two steps), ``compile_through_cache`` (the command
+line's cached path) before its lookup, the compile step itself before any backend
+runs, and the command line before it plans anything. So no path compiles, or stores
+in a cache, an output under a target its backend does not make (NVVM IR "to cubin"
+was libNVVM's PTX, stored as a cubin).
 """
 
 from __future__ import annotations
+
+from cuforge.compile._inputs import check_target
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 #: code_type -> targets it can be compiled to, in the order error messages list them.
 SUPPORTED_TARGETS: dict[str, tuple[str, ...]] = {
@@ -54,4 +68,26 @@ def normalize_target(code_type: str, target_type: str) -> str:
     return canonical
 
 
-__all__ = ["SUPPORTED_TARGETS", "normalize_code_type", "normalize_target"]
+def compile_target(code_type: str, options: Any, target_type: str) -> str:
+    """The canonical target for compiling ``code_type`` (canonical) to ``target_type``
+    under ``options``: :func:`normalize_target` (the supported pairs), then
+    ``_inputs.check_target`` (what the options contradict).
+
+    Raises TypeError when ``target_type`` is not a str, ValueError for an unsupported
+    pair (the message lists the valid targets) or a contradiction.
+    """
+    target = (
+        target_type
+        if target_type in SUPPORTED_TARGETS[code_type]
+        else normalize_target(code_type, target_type)
+    )
+    check_target(options, target)
+    return target
+
+
+__all__ = [
+    "SUPPORTED_TARGETS",
+    "compile_target",
+    "normalize_code_type",
+    "normalize_target",
+]
