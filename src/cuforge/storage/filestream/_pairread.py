@@ -39,6 +39,7 @@ from ._hitmemo import HitMemo
 __all__ = ["Mismatch", "PairNames", "read_pair"]
 
 _O_READ = os.O_RDONLY | O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
+_O_NOATIME = getattr(os, "O_NOATIME", 0)
 _NOT_READABLE = Fingerprint(-1, 0, 0)
 
 
@@ -121,7 +122,10 @@ def _read(
                 break
             side += chunk
         try:
-            fd = os.open(payload, _O_READ, dir_fd=dfd)
+            if memo is not None:
+                fd = os.open(payload, _O_READ, dir_fd=dfd)
+            else:
+                fd = _open_quietly(payload, dfd)
         except FileNotFoundError:
             return None  # a writer between its two renames, or a deleter
         except OSError as exc:
@@ -159,3 +163,18 @@ def _read(
         if fd >= 0:
             os.close(fd)
         os.close(sfd)
+
+
+def _open_quietly(payload: str, dfd: int | None) -> int:
+    """Open a payload for a maintenance read (``verify``, ``prune``'s manifest reads;
+    ``memo`` None) without the kernel updating its access time, which is the
+    entry's last use: under ``relatime`` a read of a file whose atime is a day old
+    moved it to now, so a daily ``cache verify`` kept every entry "used". Only a hit
+    is a use. ``O_NOATIME`` is for the file's owner (or CAP_FOWNER): for others, and
+    where the flag does not exist, the read is a plain one."""
+    if _O_NOATIME:
+        try:
+            return os.open(payload, _O_READ | _O_NOATIME, dir_fd=dfd)
+        except PermissionError:
+            pass
+    return os.open(payload, _O_READ, dir_fd=dfd)

@@ -10,6 +10,11 @@ id (see ``entry.entry_id``) is ``<id>``::
 The ``{<id>}`` hash tag puts an entry and its lock in one Redis Cluster slot, so
 every operation stays on one shard. The cache never breaks a compile: see
 :class:`RedisProgramCache` for what happens when the server is down or slow.
+
+The prefix may be shared with other programs' keys: whatever the cache deletes goes
+through :func:`~cuforge.storage.ownership.delete_owned` with a proof that it is one
+of the names above (``_listing`` for entries; the counters and a lock only by their
+exact names).
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import urlsplit
 
 from cuforge._stack import outside_level
 
@@ -39,13 +44,15 @@ from ..base import (
     check_meta,
 )
 from ..entry import CacheEntry, key_digest
+from ..ownership import delete_owned
 from ..stats import CacheStats
 from . import _frame as frame
-from ._listing import SCAN_COUNT, EntryListing, is_entry_id
+from ._listing import EntryListing
 from ._lock import RELEASE, RENEW, LockLease, poll_lock
+from ._quiet import QuietReads
 from ._read import get_entries as batch_get_entries
 from ._read import settle
-from ._resp import ReplyError, RespClient
+from ._resp import ReplyError, RespClient, client_for_url
 from ._stats import FleetCounters, read_fleet, track, untrack
 
 if TYPE_CHECKING:
@@ -57,7 +64,6 @@ _redis: Any = None  # redis-py, imported on first need (see _resp for why)
 __all__ = ["RedisProgramCache"]
 
 _URL_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")
-_TLS_OPTIONS = frozenset({"ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_cert_reqs"})
 
 
 def _need_redis() -> None:
@@ -78,34 +84,6 @@ def _redis_py() -> Any:
 
         _redis = redis
     return _redis
-
-
-def _fast_client(
-    url: str, options: Mapping[str, Any], timeout: float, connect: float
-) -> RespClient | None:
-    """The hit path's small client for a plain ``redis://``/``rediss://`` URL whose
-    options it understands, else None (redis-py serves everything)."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("redis", "rediss") or parts.query or parts.fragment:
-        return None
-    if not set(options) <= _TLS_OPTIONS:
-        return None
-    path = parts.path.strip("/") or "0"
-    if not path.isdigit():
-        return None
-    user = unquote(parts.username) if parts.username else None
-    password = unquote(parts.password) if parts.password is not None else None
-    tls = {k: str(v) for k, v in options.items()} if parts.scheme == "rediss" else None
-    if tls is None and options:
-        return None
-    return RespClient(
-        parts.hostname or "localhost", parts.port or 6379, db=int(path), username=user,
-        password=password, tls=tls, timeout=timeout, connect_timeout=connect,
-    )  # fmt: skip
-
-
-def _glob_escape(text: str) -> str:
-    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
 
 
 def _positive(name: str, value: float) -> float:
@@ -185,6 +163,7 @@ class RedisProgramCache(EntryListing, EntryCache):
         self._fleet = FleetCounters(
             self._pre + b"stats", stats_every, _positive("stats_interval", stats_interval)
         )
+        self._quiet = QuietReads()  # maintenance reads never count as a use
         self._warned = False
         self._closed = False
         self._mutex = threading.Lock()
@@ -206,7 +185,7 @@ class RedisProgramCache(EntryListing, EntryCache):
             self._fast = (
                 None
                 if self._cluster
-                else _fast_client(
+                else client_for_url(
                     url_or_client, self._options, self._timeout, self._connect_timeout
                 )
             )
@@ -319,17 +298,6 @@ class RedisProgramCache(EntryListing, EntryCache):
     def _entry_name(self, kd: bytes) -> bytes:
         return b"%s{%s}" % (self._pre, kd.hex().encode())
 
-    def _id_of(self, name: bytes) -> str | None:
-        inner = name[len(self._pre) :]
-        if len(inner) != 66 or inner[:1] != b"{" or inner[-1:] != b"}":
-            return None
-        eid = inner[1:-1].decode("ascii", "replace")
-        return eid if is_entry_id(eid) else None
-
-    def _names(self) -> Iterator[bytes]:
-        match = _glob_escape(self._prefix) + "{*}"
-        yield from self._conn().scan_iter(match=match, count=SCAN_COUNT)
-
     # -- reads ------------------------------------------------------------------------
     def get_entry(self, key: CacheKey) -> CacheEntry | None:
         self._check_open()
@@ -376,18 +344,26 @@ class RedisProgramCache(EntryListing, EntryCache):
             return client.get(name)
 
     def _drop(self, name: bytes, value: bytes) -> None:
-        """Delete a damaged value unless someone replaced it meanwhile."""
+        """Delete a damaged value unless someone replaced it meanwhile. ``name`` is the
+        entry name of the key just looked up (its store would replace the value
+        anyway), so the name is the proof; the compare-and-delete runs on the server."""
         if self._read_only:
             return
-        with contextlib.suppress(Exception):
-            self._conn().eval(
-                "if redis.call('getrange', KEYS[1], 0, ARGV[2]) == ARGV[1] then "
-                "return redis.call('del', KEYS[1]) end return 0",
-                1,
-                name,
-                value[: frame.PREFIX_SIZE],
-                frame.PREFIX_SIZE - 1,
+
+        def remove(names: list[bytes]) -> int:
+            return int(
+                self._conn().eval(
+                    "if redis.call('getrange', KEYS[1], 0, ARGV[2]) == ARGV[1] then "
+                    "return redis.call('del', KEYS[1]) end return 0",
+                    1,
+                    names[0],
+                    value[: frame.PREFIX_SIZE],
+                    frame.PREFIX_SIZE - 1,
+                )
             )
+
+        with contextlib.suppress(Exception):
+            delete_owned([name], lambda n: self._id_of(n) is not None, remove, self._where)
 
     # -- writes -----------------------------------------------------------------------
     def __setitem__(self, key: CacheKey, value: CacheValue) -> None:
@@ -459,10 +435,11 @@ class RedisProgramCache(EntryListing, EntryCache):
         self._tick()
 
     def __delitem__(self, key: CacheKey) -> None:
+        """Delete ``key``'s entry (as ``remove_entry``); KeyError if there is none."""
         self._check_writable()
         name = self._entry_name(key_digest(coerce_key(key)))
         with self._maintenance("delete"):
-            removed = self._conn().delete(name)
+            removed = self._remove_owned([name])
         if not removed:
             raise KeyError(key)
 
@@ -506,7 +483,13 @@ class RedisProgramCache(EntryListing, EntryCache):
             finally:
                 lease.stop()
                 with contextlib.suppress(Exception):  # else it expires after one lease
-                    self._script(0)(keys=[lock_name], args=[token])
+                    # Only this lock's own name, and (on the server) only with our token.
+                    delete_owned(
+                        [lock_name],
+                        lambda n: n == self._entry_name(kd) + b":lock",
+                        lambda ns: int(self._script(0)(keys=ns, args=[token])),
+                        self._where,
+                    )
 
     # -- statistics and lifetime ----------------------------------------------------------
     def _tick(self) -> None:
@@ -551,7 +534,12 @@ class RedisProgramCache(EntryListing, EntryCache):
         self._check_writable()
         with self._maintenance("reset statistics"):
             self._flush_stats(raise_errors=True)
-            self._conn().delete(self._fleet.name)
+            delete_owned(  # the fleet hash, by its exact name only
+                [self._fleet.name],
+                lambda n: n == self._pre + b"stats",
+                lambda ns: int(self._conn().delete(*ns)),
+                self._where,
+            )
 
     def _check_open(self) -> None:
         if self._closed:

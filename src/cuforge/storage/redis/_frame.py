@@ -24,6 +24,7 @@ Nothing here is ever executed or unpickled.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import struct
 import time
@@ -31,6 +32,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..entry import CacheEntry, EntryInfo
+from ._quiet import QuietReads
 
 __all__ = ["PREFIX_SIZE", "describe", "pack", "peek", "unpack"]
 
@@ -96,25 +98,33 @@ def peek(head: bytes) -> tuple[int, int] | None:
     return stored_ns, meta_len
 
 
-def describe(
-    client: Any, names: list[bytes], id_of: Callable[[bytes], str | None]
-) -> Iterator[EntryInfo]:
-    """Listing records for ``names`` (entry keys), read with one pipelined round trip
-    (plus one GETRANGE per entry whose metadata outgrows the first read).
+def _getrange(pipe: Any, name: bytes, end: int) -> None:
+    pipe.getrange(name, 0, end - 1)
 
-    A name that vanished since the SCAN is left out; a value of any length that is
-    still there is listed, even an empty one, so ``check_entry`` can name
-    it damaged and ``remove_entry`` can remove it.
+
+def describe(
+    client: Any, names: list[bytes], id_of: Callable[[bytes], str | None], quiet: QuietReads
+) -> Iterator[EntryInfo]:
+    """Listing records for ``names`` (entry keys of the one server ``client`` talks
+    to), read with one pipelined round trip (plus one GETRANGE per entry whose
+    metadata outgrows the first read), without touching the keys (``_quiet``).
+
+    A name that vanished since the SCAN is left out, and so is a key of another type
+    (``clear`` leaves it too); a string value of any length that is still there is
+    listed, even an empty one, so ``check_entry`` can name it damaged and
+    ``remove_entry`` can remove it.
     """
     if not names:
         return
-    pipe = client.pipeline(transaction=False)
-    for name in names:
-        pipe.object("idletime", name)  # before the read below refreshes it
-        pipe.getrange(name, 0, _LISTING_HEAD - 1)
-        pipe.strlen(name)
-        pipe.exists(name)  # STRLEN and GETRANGE answer 0 / b"" for a vanished key too
-    replies = pipe.execute(raise_on_error=False)
+
+    def fill(pipe: Any) -> None:
+        for name in names:
+            pipe.object("idletime", name)  # never touches a key
+            pipe.getrange(name, 0, _LISTING_HEAD - 1)
+            pipe.strlen(name)
+            pipe.exists(name)  # STRLEN and GETRANGE answer 0 / b"" for a vanished key too
+
+    replies = quiet.run(client, fill)
     now = time.time_ns()
     for i, name in enumerate(names):
         idle, head, size, exists = replies[4 * i : 4 * i + 4]
@@ -127,7 +137,7 @@ def describe(
         if peeked is not None:
             stored, end = peeked[0], PREFIX_SIZE + peeked[1]
             if end > len(head):
-                head = client.getrange(name, 0, end - 1)
-            meta = head[PREFIX_SIZE:end] if len(head) >= end else None
+                (head,) = quiet.run(client, functools.partial(_getrange, name=name, end=end))
+            meta = head[PREFIX_SIZE:end] if isinstance(head, bytes) and len(head) >= end else None
         used = now - int(idle) * 1_000_000_000 if isinstance(idle, int) else stored
         yield EntryInfo(eid, int(size), stored, max(used, stored), meta)

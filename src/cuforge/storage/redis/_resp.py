@@ -28,13 +28,14 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
+from urllib.parse import unquote, urlsplit
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from typing import BinaryIO
 
-__all__ = ["ReplyError", "RespClient"]
+__all__ = ["ReplyError", "RespClient", "client_for_url"]
 
 _CRLF = b"\r\n"
 # Never believe a reply that claims more than this (the server's proto-max-bulk-len).
@@ -219,3 +220,30 @@ def _read(reader: BinaryIO) -> object:
         count = int(body)
         return None if count < 0 else [_read(reader) for _ in range(count)]
     raise ConnectionError(f"Redis sent an unknown reply type {kind!r}")
+
+
+_TLS_OPTIONS = frozenset({"ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_cert_reqs"})
+
+
+def client_for_url(
+    url: str, options: Mapping[str, object], timeout: float, connect: float
+) -> RespClient | None:
+    """The hit path's small client for a plain ``redis://``/``rediss://`` URL whose
+    options it understands, else None (redis-py serves everything)."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("redis", "rediss") or parts.query or parts.fragment:
+        return None
+    if not set(options) <= _TLS_OPTIONS:
+        return None
+    path = parts.path.strip("/") or "0"
+    if not path.isdigit():
+        return None
+    user = unquote(parts.username) if parts.username else None
+    password = unquote(parts.password) if parts.password is not None else None
+    tls = {k: str(v) for k, v in options.items()} if parts.scheme == "rediss" else None
+    if tls is None and options:
+        return None
+    return RespClient(
+        parts.hostname or "localhost", parts.port or 6379, db=int(path), username=user,
+        password=password, tls=tls, timeout=timeout, connect_timeout=connect,
+    )  # fmt: skip

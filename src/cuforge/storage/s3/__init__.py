@@ -8,7 +8,11 @@ boto3 -- short-lived processes pay it on every start). Objects under the handle'
     <prefix>locks/<id>          single-flight lease while someone compiles it (_lease)
     <prefix>stats/<ns>-<rand>   counters, one small object per flush (_stats)
 
-The cache never breaks a compile: see :class:`S3ProgramCache`.
+The cache never breaks a compile: see :class:`S3ProgramCache`. The prefix is a
+folder of a bucket that may hold anything else: whatever the cache deletes goes
+through :func:`~cuforge.storage.ownership.delete_owned` with a proof that it is one
+of the objects above, by its exact name (``_listing`` for entries, ``_stats`` for
+counters, ``_lease`` for a lease).
 """
 
 from __future__ import annotations
@@ -37,11 +41,12 @@ from ..base import (
     check_meta,
 )
 from ..entry import CacheEntry, key_digest
+from ..ownership import delete_owned
 from ..stats import CacheStats
 from . import _frame as frame
 from ._lease import poll_lease
-from ._listing import DELETE_BATCH, EntryListing
-from ._stats import FleetCounters, read_all, write
+from ._listing import EntryListing
+from ._stats import FOLD_OVER, FleetCounters, read_all, write
 
 __all__ = ["S3ProgramCache"]
 
@@ -324,12 +329,19 @@ class S3ProgramCache(EntryListing, EntryCache):
         return None
 
     def _drop(self, path: str, etag: str | None) -> None:
-        """Delete a damaged object unless it was replaced since it was read."""
+        """Delete a damaged object (at the entry path of the key just looked up: the
+        ownership proof) unless it was replaced since it was read."""
         if self._read_only:
             return
+
+        def remove(paths: list[str]) -> int:
+            if etag is not None and self._obs.head(self._store, paths[0]).get("e_tag") != etag:
+                return 0
+            self._obs.delete(self._store, paths[0])
+            return 1
+
         with contextlib.suppress(Exception):
-            if etag is None or self._obs.head(self._store, path).get("e_tag") == etag:
-                self._obs.delete(self._store, path)
+            delete_owned([path], lambda p: self._id_of(p) is not None, remove, self._where)
 
     # -- writes -------------------------------------------------------------------------
     def __setitem__(self, key: CacheKey, value: CacheValue) -> None:
@@ -451,11 +463,15 @@ class S3ProgramCache(EntryListing, EntryCache):
         if self._fleet.due():
             self._flush_stats()
 
-    def _flush_stats(self, raise_errors: bool = False) -> None:
+    def _flush_stats(self, raise_errors: bool = False, fold: bool = False) -> None:
+        """Write this handle's new counts; ``fold`` (at close and exit): now and then,
+        when that wrote an object, fold the folder (``_stats``)."""
         if self._read_only:
             return
         try:
-            self._fleet.flush(self._obs, self._store, self._stats)
+            wrote = self._fleet.flush(self._obs, self._store, self._stats)
+            if wrote and fold and self._fleet.fold_due():
+                self._fold()
         except Exception:
             if raise_errors:
                 raise
@@ -463,25 +479,31 @@ class S3ProgramCache(EntryListing, EntryCache):
     def total_stats(self) -> CacheStats:
         """Counters summed over every host and process that used this prefix (live
         handles contribute what they flushed: every ``stats_every`` operations,
-        every ``stats_interval`` s, at close and at exit). Folds the counter objects
-        into one when there are many (under the stats lease, so never twice)."""
+        every ``stats_interval`` s, at close and at exit). Only reads: this handle's
+        own unsent counts are written first, and nothing else is created."""
         self._check_open()
         with self._maintenance("read statistics"):
             self._flush_stats(raise_errors=True)
-            total, paths = read_all(self._obs, self._mstore, self._fleet.folder)
-            if len(paths) > 64 and not self._read_only:
-                self._fold(total, paths)
+            total, _ = read_all(self._obs, self._mstore, self._fleet.folder)
             return total
 
-    def _fold(self, total: CacheStats, paths: list[str]) -> None:
+    def _fold(self) -> None:
+        """Sum the counter objects into one when there are more than FOLD_OVER, under
+        the stats lease; the sum is read under it, so two folders never both fold
+        (and so count twice) the same objects."""
+        folder = self._fleet.folder
+        listed = self._obs.list(self._mstore, prefix=folder)
+        if sum(len(page) for page in listed) <= FOLD_OVER:
+            return
         lock = f"{self._prefix}locks/stats"
         lease, _ = poll_lease(self._obs, self._store, lock, lock, self._lease_s, 0.0)
         if lease is None:
             return  # another process is folding
         try:
-            write(self._obs, self._mstore, self._fleet.folder, total)
-            for start in range(0, len(paths), DELETE_BATCH):
-                self._obs.delete(self._mstore, paths[start : start + DELETE_BATCH])
+            total, paths = read_all(self._obs, self._mstore, folder)
+            if len(paths) > FOLD_OVER:
+                write(self._obs, self._mstore, folder, total)
+                delete_owned(paths, self._fleet.owns, self._delete, self._where)
         finally:
             lease.release()
 
@@ -494,8 +516,7 @@ class S3ProgramCache(EntryListing, EntryCache):
         with self._maintenance("reset statistics"):
             self._flush_stats(raise_errors=True)
             _, paths = read_all(self._obs, self._mstore, self._fleet.folder)
-            for start in range(0, len(paths), DELETE_BATCH):
-                self._obs.delete(self._mstore, paths[start : start + DELETE_BATCH])
+            delete_owned(paths, self._fleet.owns, self._delete, self._where)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -508,7 +529,7 @@ class S3ProgramCache(EntryListing, EntryCache):
 
     def _flush_at_exit(self) -> None:
         if not self._closed and not self._forked and self._breaker.allow():
-            self._flush_stats()
+            self._flush_stats(fold=True)
 
     def _allow(self) -> bool:
         """Whether a request may go out now: not in a forked child (see _RUNTIME_PID;
@@ -537,7 +558,7 @@ class S3ProgramCache(EntryListing, EntryCache):
         if self._closed:
             return
         if not self._forked and self._breaker.allow():
-            self._flush_stats()
+            self._flush_stats(fold=True)
         self._closed = True
         _LIVE.discard(self)
 

@@ -20,10 +20,13 @@ lease (NTP does). Waiters poll -- take the lease or see the entry stored -- from
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import threading
 import time
 from typing import Any
+
+from ..ownership import delete_owned
 
 __all__ = ["Lease", "poll_lease"]
 
@@ -125,8 +128,12 @@ class Lease:
         the lease then expires by itself)."""
         self._stop.set()
         self._thread.join()
-        try:
-            if self._obs.head(self._store, self._path)["e_tag"] == self._etag:
-                self._obs.delete(self._store, self._path)
-        except Exception:
-            pass
+
+        def remove(paths: list[str]) -> int:
+            if self._obs.head(self._store, paths[0])["e_tag"] != self._etag:
+                return 0  # taken over: the new holder's
+            self._obs.delete(self._store, paths[0])
+            return 1
+
+        with contextlib.suppress(Exception):  # only this lease's own object
+            delete_owned([self._path], lambda p: p == self._path, remove, self._path)

@@ -3,6 +3,14 @@
 Each is a listing of ``<prefix>e/`` (never a hit path), so it lives apart from
 :class:`cuforge.storage.s3.S3ProgramCache`, which mixes it in; a failed request
 becomes one ConnectionError naming the cause (``_maintenance``).
+
+Ownership: the prefix is a folder of a bucket that may hold anything else
+(``datasets/`` with ``datasets/e/exp1/results.parquet``). ``clear`` and
+``remove_entry`` go through :func:`~cuforge.storage.ownership.delete_owned`: an
+object is removed only when its path is exactly an entry path of this prefix,
+``<prefix>e/<64 lowercase hex digits>`` -- what the listing lists, ``len`` counts and
+``stats`` shows. An object at such a path is the cache's even when it does not
+verify (``verify`` names it damaged, ``--fix`` removes it).
 """
 
 from __future__ import annotations
@@ -12,6 +20,7 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from ..entry import CacheEntry, EntryInfo, is_entry_id
+from ..ownership import delete_owned
 from . import _frame as frame
 
 __all__ = ["DELETE_BATCH", "EntryListing"]
@@ -32,6 +41,7 @@ class EntryListing:
     _obs: Any
     _mstore: Any  # the handle's maintenance client (a property there)
     _prefix: str
+    _where: str
 
     # Supplied by S3ProgramCache.
     def _maintenance(self, what: str) -> AbstractContextManager[None]:
@@ -51,6 +61,8 @@ class EntryListing:
             yield from page
 
     def _id_of(self, path: str) -> str | None:
+        """The entry id ``path`` is the entry path of, or None: the ownership proof of
+        an entry object (exactly ``<prefix>e/<64 lowercase hex digits>``)."""
         eid = path.rpartition("/")[2]
         return eid if path == f"{self._prefix}e/{eid}" and is_entry_id(eid) else None
 
@@ -61,12 +73,18 @@ class EntryListing:
             return sum(1 for o in self._objects() if self._id_of(o["path"]))
 
     def clear(self) -> None:
-        """Remove every entry under this prefix; counters stay."""
+        """Remove every entry under this prefix; counters, leases and every object
+        that is not at an entry path stay."""
         self._check_writable()
         with self._maintenance("clear"):
             paths = [o["path"] for o in self._objects()]
-            for start in range(0, len(paths), DELETE_BATCH):
-                self._obs.delete(self._mstore, paths[start : start + DELETE_BATCH])
+            delete_owned(paths, lambda p: self._id_of(p) is not None, self._delete, self._where)
+
+    def _delete(self, paths: list[str]) -> int:
+        """Delete ``paths`` (proven by the caller) in bulk requests of DELETE_BATCH."""
+        for start in range(0, len(paths), DELETE_BATCH):
+            self._obs.delete(self._mstore, paths[start : start + DELETE_BATCH])
+        return len(paths)
 
     def iter_entries(self) -> Iterator[EntryInfo]:
         """Entries with size, store time and metadata (one ranged GET each). Object
@@ -140,8 +158,8 @@ class EntryListing:
                 if "NoSuchBucket" in str(exc):
                     raise
                 return False
-            self._obs.delete(self._mstore, path)
-            return True
+            proof = self._id_of
+            return delete_owned([path], lambda p: proof(p) is not None, self._delete).removed == 1
 
     @property
     def size_bytes(self) -> int:
