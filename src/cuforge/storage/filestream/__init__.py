@@ -32,7 +32,7 @@ from cuforge._stack import outside_level
 
 from .. import events
 from .._fsutil import DIR_FD, check_mode, make_dir, unlink_if_unchanged
-from .._integrity import SIDECAR_SUFFIX, key_seed, sidecar_for
+from .._integrity import SIDECAR_SIZE, SIDECAR_SUFFIX, key_seed, sidecar_for
 from .._livehandles import LiveHandles
 from .._safedir import DirRules, check_cache_dirs, open_root
 from .._values import coerce_key, coerce_value
@@ -105,7 +105,8 @@ class FileStreamProgramCache(EntriesById, EntryCache):
       passes None uses it; one that passes a cap replaces it. A shared ledger makes
       a write O(1); when the total passes the cap, one process scans and evicts
       least-recently-read entries down to 90% of the cap. The cap is soft: it can
-      be passed briefly by writes that land during a scan.
+      be passed briefly by writes that land during a scan. A value whose pair is
+      larger than the cap is refused (``write_failures``, nothing evicted for it).
     - **LRU by reads.** A hit bumps the entry's access time explicitly
       (independent of mount options) when it is more than one second old, so
       recency is exact to about a second.
@@ -325,6 +326,10 @@ class FileStreamProgramCache(EntriesById, EntryCache):
         names = self._names_for(key)
         data = coerce_value(value, "FileStreamProgramCache.__setitem__")
         check_meta(meta)
+        size = len(data) + SIDECAR_SIZE + len(meta)  # the pair's bytes on disk
+        if self._max is not None and size > self._max:
+            self._too_large(size, self._max)
+            return
         self._memo.forget(names.payload)
         try:
             delta = self._write_pair(names, data, meta)
@@ -373,6 +378,22 @@ class FileStreamProgramCache(EntriesById, EntryCache):
                 CacheWriteWarning,
                 stacklevel=outside_level(),
             )
+
+    def _too_large(self, size: int, cap: int) -> None:
+        """Refuse a pair larger than the cap (storing it would evict every other entry
+        and then itself): dropped, counted in ``write_failures``, nothing evicted."""
+        self._stats.write_failures += 1
+        events.note_dropped(events.TOO_LARGE, f"{size} bytes, cap {cap}")
+        events.fail_open(
+            self,
+            events.TOO_LARGE,
+            "cuforge program cache %s: an entry of %d bytes is larger than the cache's "
+            "size cap (%d bytes); not stored, nothing evicted for it; counted in "
+            "stats().write_failures",
+            self._root,
+            size,
+            cap,
+        )
 
     def __delitem__(self, key: CacheKey) -> None:
         self._check_open()
