@@ -1,12 +1,16 @@
-"""Limits: a length field damaged under an address-space limit, values larger than
-the cap.
+"""Limits: a length field damaged under an address-space limit, access times in the
+future, values larger than the cap.
 
 - A sidecar's payload length with one high bit flipped made ``get()`` allocate what
   it claimed (up to 4 GiB): a ``MemoryError`` out of ``get()`` under ``ulimit -v``, as
   on many HPC nodes. Reads are bounded by the file's size now: an integrity miss.
+- Entries whose access time lies in the future (a host whose clock was ahead, a
+  copied cache) outranked every other entry, and each new store was evicted by the
+  eviction its own write started (20 of 20).
 - A value larger than the cap evicted every other entry, then itself.
 
-Real files, a real subprocess under ``RLIMIT_AS``.
+Real files, a real subprocess under ``RLIMIT_AS``; no sleeps: eviction order follows
+the access times the test sets.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +96,61 @@ def test_a_flipped_length_bit_under_an_address_space_limit_is_an_integrity_miss(
     )  # fmt: skip
 
 
+_DAY_NS = 86_400 * 10**9
+
+
+def _stamp_atime(path: Path, atime_ns: int) -> None:
+    os.utime(path, ns=(atime_ns, path.stat().st_mtime_ns))
+
+
+@SCALES
+def test_access_times_in_the_future_rank_as_now_and_a_new_store_stays(
+    tmp_path: Path, scale: str
+) -> None:
+    """a, b, c read "a day from now" (a host whose clock was ahead), d a day ago; a
+    store over the cap evicts two: d, then one of the future-stamped ones (ranked as
+    now) -- never the new store, which went first before, in every run."""
+    runs = pick(scale, 20, 200)
+    entry = 1000 + SIDECAR_SIZE
+    kept = 0
+    for run in range(runs):
+        with FileStreamProgramCache(tmp_path / str(run), max_size_bytes=4 * entry) as c:
+            paths = {k: Path(c._names_for(k).payload) for k in "abcde"}
+            for k in "abcd":
+                c[k] = k.encode() * 1000
+            now = time.time_ns()
+            for k in "abc":
+                _stamp_atime(paths[k], now + _DAY_NS)
+            _stamp_atime(paths["d"], now - _DAY_NS)
+            c["e"] = b"e" * 1000  # over the cap: evicts down to 90%, two entries
+            after = time.time_ns()
+            gone = {k for k in "abcde" if not paths[k].exists()}
+            assert "e" not in gone, f"run {run}: the new store was evicted by its own write"
+            assert "d" in gone and len(gone) == 2 and c.stats().evictions == 2, gone
+            kept += 1
+            for k in set("abc") - gone:  # ranked as now, and they age from now on
+                assert paths[k].stat().st_atime_ns <= after
+                assert c.get(k) == k.encode() * 1000
+            assert c.get("e") == b"e" * 1000
+    # A hit restamps a future time too: it never waits for the file's time to pass.
+    with FileStreamProgramCache(tmp_path / "hit") as c:
+        c["k"] = b"v"
+        path = Path(c._names_for("k").payload)
+        _stamp_atime(path, time.time_ns() + _DAY_NS)
+    with FileStreamProgramCache(tmp_path / "hit") as fresh:
+        assert fresh.get("k") == b"v"
+        assert path.stat().st_atime_ns <= time.time_ns()
+    record(
+        "limits", "filestream",
+        "access times a day in the future (a clock ahead, a copied cache), then a store "
+        "over the cap", runs,
+        f"the new store kept in {kept} of {runs} runs; evicted: the entry read a day ago, "
+        "then a future-stamped one (ranked as now); the survivors' times set to now; a "
+        "hit restamps a future time",
+        scale=scale, lost=0,
+    )  # fmt: skip
+
+
 def _open(backend: str, root: Path, cap: int) -> Any:
     if backend == "memory":
         return InMemoryProgramCache(max_size_bytes=cap)
@@ -107,9 +167,11 @@ def test_a_value_larger_than_the_cap_is_refused_and_evicts_nothing(
     tmp_path: Path, backend: str, scale: str
 ) -> None:
     """Values larger than the cap are refused (``write_failures``, the drop reason
-    ``too-large``) and evict nothing."""
+    ``too-large``) and evict nothing; a value whose stored size is the cap exactly is
+    stored and kept (FileStream used to evict it after every other entry)."""
     n = pick(scale, 10, 100)
     cap = 64 << 10
+    overhead = 0 if backend == "memory" else SIDECAR_SIZE  # a FileStream pair's sidecar
     small = {f"s{i}": os.urandom(4096) for i in range(8)}
     cache = _open(backend, tmp_path / "cache", cap)
     try:
@@ -136,6 +198,9 @@ def test_a_value_larger_than_the_cap_is_refused_and_evicts_nothing(
             files = [p for p in (tmp_path / "cache" / "entries").rglob("*") if p.is_file()]
             assert sum(p.stat().st_size for p in files) == len(small) * (4096 + SIDECAR_SIZE)
             assert not list((tmp_path / "cache" / "tmp").glob("*.tmp"))
+        edge = os.urandom(cap - overhead)  # exactly the cap: stored, and kept
+        cache["edge"] = edge
+        assert cache.get("edge") == edge
     finally:
         close = getattr(cache, "close", None)
         if close is not None:
@@ -144,6 +209,6 @@ def test_a_value_larger_than_the_cap_is_refused_and_evicts_nothing(
         "limits", backend, "values larger than the cap (64 KiB) stored next to 8 entries",
         n,
         f"{n} of {n} refused (write_failures, reason too-large), 0 evictions, 8 of 8 "
-        "entries served",
+        "entries served; a value of exactly the cap stored and kept",
         scale=scale, lost=0,
     )  # fmt: skip

@@ -108,8 +108,10 @@ class FileStreamProgramCache(EntriesById, EntryCache):
       be passed briefly by writes that land during a scan. A value whose pair is
       larger than the cap is refused (``write_failures``, nothing evicted for it).
     - **LRU by reads.** A hit bumps the entry's access time explicitly
-      (independent of mount options) when it is more than one second old, so
-      recency is exact to about a second.
+      (independent of mount options) at most once a second per entry and process
+      (whatever the time on the file), so recency is exact to about a second. An
+      access time in the future (a clock that was ahead, a copied cache) counts as
+      now; a store is never evicted by the eviction it starts.
     - **Private by default.** Without ``mode=`` directories are created ``0o700`` and
       files ``0o600``. Opening refuses (:class:`~cuforge.storage.UnsafeCacheError`)
       a root or any directory below it that users other than its owner (and the
@@ -344,7 +346,7 @@ class FileStreamProgramCache(EntriesById, EntryCache):
         try:
             total = self._ledger_add(delta)
             if self._max is not None and total > self._max:
-                self._evict()
+                self._evict(names.payload)
         except OSError as exc:
             self._write_failed(exc)
 
@@ -470,13 +472,15 @@ class FileStreamProgramCache(EntriesById, EntryCache):
                 stacklevel=outside_level(),
             )
 
-    def _evict(self) -> None:
+    def _evict(self, keep: str) -> None:
+        """Evict down to the low-water mark; never ``keep``, the entry just written."""
         assert self._max is not None and self._ledger is not None
         from ._evict import evict_lru
 
         self._stats.evictions += evict_lru(
-            self._ledger, self._max, self.EVICT_LOW_WATER, self._exclusive_scan(), self._scan
-        )
+            self._ledger, self._max, self.EVICT_LOW_WATER, self._exclusive_scan(), self._scan,
+            keep,
+        )  # fmt: skip
 
     def clear(self) -> None:
         """Remove every entry; concurrent writers' new entries may survive. Never raises
