@@ -418,6 +418,25 @@ def test_an_output_that_cannot_be_written_is_refused_before_compiling(tmp_path):
     assert "exists and is not a directory" in one_line_error(outdir, "cuforge compile")
 
 
+def test_a_result_larger_than_the_cap_is_not_stored_and_evicts_nothing(tmp_path):
+    """A cubin larger than --max-size evicted every other entry, then itself; it is
+    refused now, and the line says why."""
+    from cuforge.storage import FileStreamProgramCache
+
+    cache = tmp_path / "c"
+    with FileStreamProgramCache(cache, max_size_bytes=1024) as c:
+        c[b"small"] = b"s" * 100
+    result = run(tmp_path, "compile", str(SAXPY), "--arch", "sm_90", "-o",
+                 str(tmp_path / "x.cubin"), "--cache", str(cache), "--max-size", "1K")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    line = result.stdout.strip()
+    assert line.endswith("cache miss (compiled; not stored: larger than the cache's size cap)")
+    with FileStreamProgramCache(cache) as c:
+        assert c.get(b"small") == b"s" * 100 and len(c) == 1
+        totals = c.total_stats()
+        assert (totals.evictions, totals.write_failures) == (0, 1), totals
+
+
 def test_a_miss_says_whether_it_was_stored_and_why_not(tmp_path):
     """``cache miss (compiled and stored)`` was printed when nothing was stored (Redis
     unreachable, a read-only cache); the line and --json say what happened."""
@@ -430,15 +449,16 @@ def test_a_miss_says_whether_it_was_stored_and_why_not(tmp_path):
         return result
 
     dead = f"redis://127.0.0.1:{free_port()}/0?connect_timeout=200ms"
-    for cache, extra, why in (
-        (dead, (), "unreachable"),
-        (f"file://{tmp_path}/ro?ro", (), "read-only"),
-        (str(tmp_path / "capped"), ("--max-size", "1K"), "over the cap"),
-    ):
+    for cache, extra, why, code in (
+        (dead, (), "unreachable", "unreachable"),
+        (f"file://{tmp_path}/ro?ro", (), "read-only", "read-only"),
+        (str(tmp_path / "capped"), ("--max-size", "1K"), "larger than the cache's size cap",
+         "too-large"),
+    ):  # fmt: skip
         line = compile_with(cache, *extra).stdout.strip()
         assert line.endswith(f"cache miss (compiled; not stored: {why})"), line
         (report,) = json.loads(compile_with(cache, *extra, "--json").stdout)
-        assert (report["cache"], report["stored"], report["not_stored"]) == ("miss", False, why)
+        assert (report["cache"], report["stored"], report["not_stored"]) == ("miss", False, code)
     stored = compile_with(str(tmp_path / "ok")).stdout.strip()
     assert stored.endswith("cache miss (compiled and stored)")
     stats = json.loads(run(tmp_path, "cache", "stats", "--cache", str(tmp_path / "ok"),

@@ -7,6 +7,7 @@ entry is not in the cache afterwards, and "stored" only when a fresh handle hits
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 import warnings
@@ -20,7 +21,7 @@ from _redis import free_port
 from cuforge.compile import Program, ProgramOptions
 from cuforge.compile import _cacheio as io
 from cuforge.compile.cached import Compiled, compile_through_cache
-from cuforge.storage import FileStreamProgramCache, InMemoryProgramCache, SQLiteProgramCache
+from cuforge.storage import FileStreamProgramCache, InMemoryProgramCache, SQLiteProgramCache, events
 from cuforge.storage.urls import open_cache
 
 
@@ -60,12 +61,39 @@ def test_an_unreachable_redis_says_unreachable() -> None:
         assert second.store is not None and second.store.reason == io.UNREACHABLE, second
 
 
-def test_an_entry_over_the_cap_says_over_the_cap() -> None:
-    cache = InMemoryProgramCache(max_size_bytes=64)  # far smaller than any cubin
+@pytest.mark.parametrize("backend", ["memory", "filestream"])
+def test_an_entry_larger_than_the_cap_is_refused_and_says_so(tmp_path: Path, backend) -> None:
+    """FileStream stored such an entry, evicted every other one and then it (memory
+    the same); now it is refused before anything is evicted, and the outcome says so."""
+    cap = 1024  # far smaller than any cubin
+    if backend == "memory":
+        cache: Any = InMemoryProgramCache(max_size_bytes=cap)
+    else:
+        cache = FileStreamProgramCache(tmp_path / "c", max_size_bytes=cap)
+    cache[b"small"] = b"s" * 100
     done = _run(cache)
-    assert done.store is not None and done.store.reason == io.OVER_CAP, done
-    assert not done.store.stored and "cap 64" in done.store.detail
+    assert done.store is not None and done.store.reason == io.TOO_LARGE, done
+    assert not done.store.stored and f"cap {cap}" in done.store.detail
+    assert events.dropped_words(done.store.reason) == "larger than the cache's size cap"
+    assert cache.get(b"small") == b"s" * 100  # nothing evicted for it
+    stats = cache.stats()
+    assert (stats.evictions, stats.write_failures, stats.stores) == (0, 1, 1), stats
     assert not _run(cache).hit
+    if backend == "filestream":
+        cache.close()
+
+
+def test_program_compile_logs_that_a_too_large_result_was_not_stored(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with FileStreamProgramCache(tmp_path / "c", max_size_bytes=1024) as cache:
+        cache[b"small"] = b"s"
+        program = Program(SRC, "c++", ProgramOptions(arch=ARCH))
+        with caplog.at_level(logging.WARNING, logger="cuforge.cache"):
+            obj = program.compile("cubin", cache=cache)
+        assert obj.code == _run(InMemoryProgramCache()).obj.code
+        assert "larger than the cache's size cap" in caplog.text
+        assert cache.get(b"small") == b"s" and cache.stats().write_failures == 1
 
 
 _LOCK_HOLDER = r"""
@@ -135,7 +163,7 @@ def test_a_tracked_compile_reports_the_entry_store(tmp_path: Path) -> None:
         assert edited.store is not None and edited.store.reason == io.READ_ONLY, edited
 
 
-@pytest.mark.parametrize("reason", [io.STORED, io.READ_ONLY, io.OVER_CAP])
+@pytest.mark.parametrize("reason", [io.STORED, io.READ_ONLY, io.TOO_LARGE])
 def test_the_outcome_reads_as_one_line(reason: str) -> None:
     outcome = io.StoreOutcome(reason, "why")
     assert outcome.stored == (reason == io.STORED)

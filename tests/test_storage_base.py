@@ -225,8 +225,11 @@ def test_inmemory_lru_by_bytes() -> None:
     c["d"] = b"d" * 100  # evicts b, the least recently used
     assert c.get("b") is None and c.get("a") and c.get("c") and c.get("d")
     assert c.size_bytes == 300 and c.stats().evictions == 1
-    c["big"] = b"x" * 1000  # larger than the cap: not kept, nothing else either
-    assert c.get("big") is None and c.size_bytes == 0
+    c["big"] = b"x" * 1000  # larger than the cap: refused, nothing evicted for it
+    assert c.get("big") is None and c.get("a") and c.get("c") and c.get("d")
+    assert c.size_bytes == 300 and c.stats().evictions == 1
+    assert (c.stats().stores, c.stats().write_failures) == (4, 1)
+    c.clear()
     c["e"] = b"e" * 50
     c["e"] = b"e" * 150  # overwrite re-accounts
     assert c.size_bytes == 150

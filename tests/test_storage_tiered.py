@@ -252,3 +252,25 @@ def test_zero_stats_resets_every_level_it_can_and_names_one_that_cannot(tmp_path
             tier.zero_stats()
         assert mem.stats() == CacheStats() and fs.total_stats() == CacheStats()
         assert tier.stats() == CacheStats()
+
+
+def test_a_value_larger_than_a_levels_cap_is_kept_by_the_levels_that_can(tmp_path: Path) -> None:
+    """The memory level refuses a value larger than its cap (it used to evict every
+    entry it held, then the value); the file level keeps it, so the tier stored it and
+    notes the level's drop. A value larger than every cap is no store of the tier."""
+    from cuforge.storage import events
+
+    mem = InMemoryProgramCache(max_size_bytes=1000)
+    with FileStreamProgramCache(tmp_path / "c", max_size_bytes=10_000) as fs:
+        tier = TieredProgramCache(mem, fs)
+        tier[b"small"] = b"s" * 100
+        events.take_dropped()
+        tier[b"mid"] = b"m" * 5000
+        assert events.take_dropped() == (events.TOO_LARGE, "5000 bytes, cap 1000")
+        assert mem.get(b"small") == b"s" * 100 and mem.stats().evictions == 0
+        assert fs.get(b"mid") == b"m" * 5000 and tier.stats().stores == 2
+        tier[b"huge"] = b"h" * 20_000
+        assert events.take_dropped() is not None
+        stats = tier.stats()
+        assert (stats.stores, stats.write_failures, stats.evictions) == (2, 3, 0), stats
+        assert tier.get(b"huge") is None and tier.get(b"small") == b"s" * 100

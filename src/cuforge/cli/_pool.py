@@ -12,7 +12,7 @@ A compile is described by a :class:`Spec` (plain data) and answered by a result
 dict: ``status`` (``compiled``, ``cached``, ``failed``), ``seconds``, ``log`` (the
 compiler log of a failure), ``code`` (the binary, when asked for), ``bytes``, and
 for a compile through a cache ``stored`` (bool) with ``not_stored`` (why not:
-``read-only``, ``unreachable``, ``over the cap``, ``locked``, ``failed``,
+``read-only``, ``unreachable``, ``too-large``, ``locked``, ``failed``,
 ``compiler changed``).
 """
 

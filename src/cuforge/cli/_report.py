@@ -8,9 +8,10 @@ Text: one line per output::
 ``--json``: one array with an object per output: ``source``, ``arch``, ``target``,
 ``output``, ``bytes``, ``ms``, ``cache`` (``hit``, ``miss`` or ``off``); on a miss
 ``stored`` (bool) and, when not stored, ``not_stored`` (why: ``read-only``,
-``unreachable``, ``over the cap``, ``locked``, ``failed``, ``compiler changed``);
+``unreachable``, ``too-large``, ``locked``, ``failed``, ``compiler changed``);
 ``error`` (the compiler log) for a failed compile. A miss that was not stored reads
-``cache miss (compiled; not stored: read-only)``.
+``cache miss (compiled; not stored: read-only)`` -- ``too-large`` reads "larger than
+the cache's size cap" (``storage.events.dropped_words``).
 """
 
 from __future__ import annotations
@@ -37,7 +38,9 @@ def render(results: list[dict[str, Any]], as_json: bool) -> str:
             continue
         words = CACHE_WORDS[r["cache"]]
         if r.get("not_stored"):
-            words = f", cache miss (compiled; not stored: {r['not_stored']})"
+            from cuforge.storage.events import dropped_words
+
+            words = f", cache miss (compiled; not stored: {dropped_words(r['not_stored'])})"
         lines.append(
             f"{r['source']} -> {r['output']} ({r['target']}, {r['arch']}, {r['bytes']} bytes) "
             f"in {r['ms']:.1f} ms{words}"

@@ -131,7 +131,9 @@ def _summary(
             f"{len(results)} compiles: {counts['compiled']} compiled, {counts['cached']} "
             f"already cached, {counts['failed']} failed in {wall:.2f} s ({jobs} job{plural})"
         )
-        why = sorted({r["not_stored"] for r in results if r.get("not_stored")})
+        from cuforge.storage.events import dropped_words
+
+        why = sorted({dropped_words(r["not_stored"]) for r in results if r.get("not_stored")})
         if why:  # a warm that warmed nothing must not read as if it had
             unstored = sum(bool(r.get("not_stored")) for r in results)
             print(f"{unstored} compiled but not stored: {', '.join(why)}")

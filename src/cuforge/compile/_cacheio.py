@@ -44,6 +44,7 @@ __all__ = [
     "OVER_CAP",
     "READ_ONLY",
     "STORED",
+    "TOO_LARGE",
     "UNREACHABLE",
     "StoreOutcome",
     "count_miss",
@@ -64,8 +65,11 @@ STORED = "stored"
 READ_ONLY = events.READ_ONLY
 #: The backend's server could not be reached (or is being backed off from).
 UNREACHABLE = events.UNREACHABLE
-#: The entry is larger than the cache's size cap: stored and evicted at once.
-OVER_CAP = "over the cap"
+#: The entry is larger than the cache's size cap: refused (the built-in backends), or
+#: stored and evicted at once (a backend that keeps no such rule). Reads "larger than
+#: the cache's size cap" (``events.dropped_words``).
+TOO_LARGE = events.TOO_LARGE
+OVER_CAP = TOO_LARGE  # its name before the backends refused such values
 #: Another process held the backend's write lock past its timeout.
 LOCKED = events.LOCKED
 #: The backend failed to write (full disk, permissions, an error it raised).
@@ -244,7 +248,7 @@ def _judge(cache: Any, before: tuple[int, int] | None, size: int) -> StoreOutcom
         return StoreOutcome(READ_ONLY if _read_only(cache) else FAILED)
     cap = getattr(cache, "max_size_bytes", None)
     if isinstance(cap, int) and not isinstance(cap, bool) and size > cap:
-        return StoreOutcome(OVER_CAP, f"{size} bytes, cap {cap}")
+        return StoreOutcome(TOO_LARGE, f"{size} bytes, cap {cap}")
     # Stored; a level of a tiered cache may still have dropped it (the detail says).
     return StoreOutcome(STORED, "" if dropped is None else f"{dropped[0]}: {dropped[1]}")
 

@@ -42,6 +42,11 @@ READ_ONLY = "read-only"
 UNREACHABLE = "unreachable"
 LOCKED = "locked"
 FAILED = "failed"
+#: The value is larger than the cache's size cap: refused, and nothing evicted for it.
+TOO_LARGE = "too-large"
+
+# How a reason reads for a person ("not stored: ..."), where it is not its own words.
+_WORDS = {TOO_LARGE: "larger than the cache's size cap"}
 
 _ATTR = "_cuforge_fail_open_seen"
 _lock = threading.Lock()
@@ -82,10 +87,18 @@ _dropped = threading.local()
 
 def note_dropped(reason: str, detail: str = "") -> None:
     """Record, for this thread, that the store being made was dropped and why
-    (``READ_ONLY``, ``UNREACHABLE``, ``LOCKED`` or ``FAILED``). Backends call it where
-    they count a write failure; the compile pipeline reads it with ``take_dropped``
-    to report the store's outcome. Per thread, so concurrent stores never mix."""
+    (``READ_ONLY``, ``UNREACHABLE``, ``LOCKED``, ``FAILED`` or ``TOO_LARGE``).
+    Backends call it where they count a write failure; the compile pipeline reads it
+    with ``take_dropped`` to report the store's outcome. Per thread, so concurrent
+    stores never mix."""
     _dropped.last = (reason, detail)
+
+
+def dropped_words(reason: str) -> str:
+    """``reason`` (a ``note_dropped`` reason or a pipeline outcome) as a person reads it
+    after "not stored: " -- ``TOO_LARGE`` reads "larger than the cache's size cap";
+    the other reasons are their own words."""
+    return _WORDS.get(reason, reason)
 
 
 def take_dropped() -> tuple[str, str] | None:
@@ -103,9 +116,11 @@ __all__ = [
     "LOGGER",
     "READ",
     "READ_ONLY",
+    "TOO_LARGE",
     "UNAVAILABLE",
     "UNREACHABLE",
     "WRITE",
+    "dropped_words",
     "fail_open",
     "note_dropped",
     "take_dropped",

@@ -7,6 +7,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterator
 
+from . import events
 from ._values import coerce_key, coerce_value
 from .base import CacheKey, CacheValue, ProgramCacheResource, check_meta
 from .entry import CacheEntry, EntryInfo, entry_id
@@ -44,7 +45,8 @@ class InMemoryProgramCache(ProgramCacheResource):
     ``max_size_bytes`` (> 0, or None for unbounded) caps the sum of stored
     payload and metadata sizes; storing past it evicts least-recently-used
     entries (a read or a write makes an entry most recent). A value larger than
-    the cap is not kept (counted as a store and an eviction). Entries are
+    the cap is refused: nothing is evicted for it, an entry already under its key
+    stays, and it counts in ``write_failures`` (``events.TOO_LARGE``). Entries are
     immutable ``bytes`` objects, so they cannot be corrupted in place; nothing is
     persisted and ``lock()`` serialises the threads of this process.
     """
@@ -105,6 +107,9 @@ class InMemoryProgramCache(ProgramCacheResource):
         k = coerce_key(key)
         data = coerce_value(value, "InMemoryProgramCache.__setitem__")
         slot = _Slot(data, check_meta(meta))
+        if self._max is not None and slot.size > self._max:
+            self._refuse(slot.size)
+            return
         with self._mutex:
             old = self._entries.pop(k, None)
             if old is not None:
@@ -118,6 +123,21 @@ class InMemoryProgramCache(ProgramCacheResource):
                     _, evicted = self._entries.popitem(last=False)
                     self._total -= evicted.size
                     self._stats.evictions += 1
+
+    def _refuse(self, size: int) -> None:
+        """A value larger than the cap: dropped before anything is evicted for it."""
+        with self._mutex:
+            self._stats.write_failures += 1
+        events.note_dropped(events.TOO_LARGE, f"{size} bytes, cap {self._max}")
+        events.fail_open(
+            self,
+            events.TOO_LARGE,
+            "cuforge in-memory program cache: a value of %d bytes is larger than the "
+            "cache's size cap (%d bytes); not stored, nothing evicted for it; counted in "
+            "stats().write_failures",
+            size,
+            self._max,
+        )
 
     def __delitem__(self, key: CacheKey) -> None:
         k = coerce_key(key)

@@ -34,8 +34,9 @@ class CacheStats:
     ``integrity_failures`` counts entries found corrupt (truncated, empty, bit-flipped,
     or bound to another key) and removed; each is also a miss. ``write_failures``
     counts stores dropped because the backend could not write (full disk, read-only
-    directory, an unreachable server, ...); such a store is never counted in
-    ``stores``. ``signature_failures`` counts entries rejected by a signed cache
+    directory, an unreachable server, ...) or would not (a value larger than the
+    cache's size cap, refused before anything is evicted for it); such a store is
+    never counted in ``stores``. ``signature_failures`` counts entries rejected by a signed cache
     (unsigned, forged, or signed with another secret); each is also a miss.
     ``read_failures`` counts lookups that could not consult the backend (a server
     that is down, slow, or being backed off from); each is also a miss.

@@ -32,7 +32,7 @@ from cuforge._stack import outside_level
 
 from .. import events
 from .._fsutil import DIR_FD, check_mode, make_dir, unlink_if_unchanged
-from .._integrity import SIDECAR_SUFFIX, key_seed, sidecar_for
+from .._integrity import SIDECAR_SIZE, SIDECAR_SUFFIX, key_seed, sidecar_for
 from .._livehandles import LiveHandles
 from .._safedir import DirRules, check_cache_dirs, open_root
 from .._values import coerce_key, coerce_value
@@ -105,10 +105,13 @@ class FileStreamProgramCache(EntriesById, EntryCache):
       passes None uses it; one that passes a cap replaces it. A shared ledger makes
       a write O(1); when the total passes the cap, one process scans and evicts
       least-recently-read entries down to 90% of the cap. The cap is soft: it can
-      be passed briefly by writes that land during a scan.
+      be passed briefly by writes that land during a scan. A value whose pair is
+      larger than the cap is refused (``write_failures``, nothing evicted for it).
     - **LRU by reads.** A hit bumps the entry's access time explicitly
-      (independent of mount options) when it is more than one second old, so
-      recency is exact to about a second.
+      (independent of mount options) at most once a second per entry and process
+      (whatever the time on the file), so recency is exact to about a second. An
+      access time in the future (a clock that was ahead, a copied cache) counts as
+      now; a store is never evicted by the eviction it starts.
     - **Private by default.** Without ``mode=`` directories are created ``0o700`` and
       files ``0o600``. Opening refuses (:class:`~cuforge.storage.UnsafeCacheError`)
       a root or any directory below it that users other than its owner (and the
@@ -325,6 +328,10 @@ class FileStreamProgramCache(EntriesById, EntryCache):
         names = self._names_for(key)
         data = coerce_value(value, "FileStreamProgramCache.__setitem__")
         check_meta(meta)
+        size = len(data) + SIDECAR_SIZE + len(meta)  # the pair's bytes on disk
+        if self._max is not None and size > self._max:
+            self._too_large(size, self._max)
+            return
         self._memo.forget(names.payload)
         try:
             delta = self._write_pair(names, data, meta)
@@ -339,7 +346,7 @@ class FileStreamProgramCache(EntriesById, EntryCache):
         try:
             total = self._ledger_add(delta)
             if self._max is not None and total > self._max:
-                self._evict()
+                self._evict(names.payload)
         except OSError as exc:
             self._write_failed(exc)
 
@@ -373,6 +380,22 @@ class FileStreamProgramCache(EntriesById, EntryCache):
                 CacheWriteWarning,
                 stacklevel=outside_level(),
             )
+
+    def _too_large(self, size: int, cap: int) -> None:
+        """Refuse a pair larger than the cap (storing it would evict every other entry
+        and then itself): dropped, counted in ``write_failures``, nothing evicted."""
+        self._stats.write_failures += 1
+        events.note_dropped(events.TOO_LARGE, f"{size} bytes, cap {cap}")
+        events.fail_open(
+            self,
+            events.TOO_LARGE,
+            "cuforge program cache %s: an entry of %d bytes is larger than the cache's "
+            "size cap (%d bytes); not stored, nothing evicted for it; counted in "
+            "stats().write_failures",
+            self._root,
+            size,
+            cap,
+        )
 
     def __delitem__(self, key: CacheKey) -> None:
         self._check_open()
@@ -449,13 +472,15 @@ class FileStreamProgramCache(EntriesById, EntryCache):
                 stacklevel=outside_level(),
             )
 
-    def _evict(self) -> None:
+    def _evict(self, keep: str) -> None:
+        """Evict down to the low-water mark; never ``keep``, the entry just written."""
         assert self._max is not None and self._ledger is not None
         from ._evict import evict_lru
 
         self._stats.evictions += evict_lru(
-            self._ledger, self._max, self.EVICT_LOW_WATER, self._exclusive_scan(), self._scan
-        )
+            self._ledger, self._max, self.EVICT_LOW_WATER, self._exclusive_scan(), self._scan,
+            keep,
+        )  # fmt: skip
 
     def clear(self) -> None:
         """Remove every entry; concurrent writers' new entries may survive. Never raises

@@ -5,7 +5,10 @@ by its mutex, processes by an exclusive lock on ``evict.lock`` -- and every dele
 is stat-guarded (``remove_scanned``), so an entry a writer replaced after the scan
 survives. Eviction removes least-recently-read entries until the scanned total is
 at or below the target, then resets the shared size ledger to what the scan saw
-(less what it freed).
+(less what it freed). The entry whose write started an eviction is never its
+victim, and an access time in the future (a host whose clock was ahead, a copied
+cache) ranks as the scan's now: before, such entries outranked every other entry
+and each new store was evicted by its own write instead.
 
 Failure modes: when ``evict.lock`` cannot be opened, or another process holds it
 past the bounded wait (``_locking.BoundedWait``: 0.25 s, then 10 ms waits for a
@@ -19,11 +22,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat as stat_mod
 import threading
 import time
 from collections.abc import Callable, Iterator
 
-from .._fsutil import O_NOFOLLOW, PRIVATE_FILE
+from .._fsutil import O_NOFOLLOW, PRIVATE_FILE, fingerprint
 from ._atomicwrite import sweep_temps
 from ._locking import BoundedWait, unlock_fd
 from ._scan import Scanned, remove_scanned, scan_entries
@@ -80,10 +84,18 @@ def evict_lru(
     low_water: float,
     exclusive: contextlib.AbstractContextManager[bool],
     scan: Callable[[int], tuple[list[Scanned], int]],
+    keep: str | None = None,
 ) -> int:
     """Evict least-recently-read entries down to ``low_water * cap``; the entries
     evicted. Does nothing unless ``exclusive`` is held and the ledger is still over
-    ``cap`` (another process may have evicted while this one waited)."""
+    ``cap`` (another process may have evicted while this one waited).
+
+    ``keep`` (the payload path of the entry just written) is never evicted: stamped
+    a moment before the scan, it ranks older than entries whose access time lies in
+    the future, and one nearly as large as the cap would go after all the others.
+    A future access time ranks as ``now`` and is set to ``now`` (``_age_from_now``),
+    so such an entry ages from this scan on instead of outranking every entry used
+    here until the clock catches up."""
     with exclusive as held:
         if not held:
             return 0
@@ -93,17 +105,40 @@ def evict_lru(
         now = time.time_ns()
         found, total = scan(now)
         target = int(cap * low_water)
-        found.sort(key=lambda e: e.atime_ns)
+        for entry in found:
+            if entry.atime_ns > now:
+                _age_from_now(entry, now)
+        found.sort(key=lambda e: min(e.atime_ns, now))  # as set just now
         evicted = 0
         for entry in found:
             if total <= target:
                 break
+            if entry.payload == keep:
+                continue
             freed = remove_scanned(entry, now, force=False)
             if freed:
                 total -= freed
                 evicted += entry.payload is not None
         ledger.reconcile(base, total)
         return evicted
+
+
+def _age_from_now(entry: Scanned, now_ns: int) -> None:
+    """Set a future access time to ``now_ns``, keeping mtime, on the very file the
+    scan saw (same inode, size and mtime; a link is not followed). A file of another
+    user of a group-shared cache takes "now" for both times, as a hit does (explicit
+    times need the file's owner). Best effort: a file that refuses keeps its time."""
+    path = entry.payload
+    if path is None:
+        return
+    with contextlib.suppress(OSError, NotImplementedError):
+        st = os.stat(path, follow_symlinks=False)
+        if not stat_mod.S_ISREG(st.st_mode) or fingerprint(st) != entry.payload_fp:
+            return
+        try:
+            os.utime(path, ns=(now_ns, st.st_mtime_ns), follow_symlinks=False)
+        except PermissionError:
+            os.utime(path, follow_symlinks=False)
 
 
 def clear_all(

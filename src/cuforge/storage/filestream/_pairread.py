@@ -3,8 +3,13 @@
 Guarantee: an entry is returned only when the sidecar read equals the one that
 would be written for the payload and metadata read under the key asked for
 (``_integrity``), so a torn, truncated, damaged or misplaced pair is never served.
-The sidecar is read first and says how many payload bytes to read (no ``fstat`` on
-a hit). The files open ``O_NOFOLLOW | O_NONBLOCK`` relative to the shard's
+The sidecar is read first and says how many payload bytes to read; a read
+allocates what it asks for, so no length read off the disk is trusted beyond 1 MiB
+(``_UNCHECKED``; metadata is capped there by ``parse_sidecar``): a larger payload
+claim is bounded by the file's ``fstat`` size first. A flipped bit in a length
+field is thus an integrity miss (a Mismatch), never a ``MemoryError`` under an
+address-space limit (``ulimit -v``), and a hit of a payload under 1 MiB makes no
+``fstat``. The files open ``O_NOFOLLOW | O_NONBLOCK`` relative to the shard's
 descriptor (``_anchor``: no link is followed anywhere below the root, per access),
 so a FIFO planted in place of a file never blocks, and a FIFO or directory there
 reads as a Mismatch whose files the caller removes. Windows sharing violations are
@@ -19,6 +24,7 @@ pair that does not verify is a :class:`Mismatch` naming both files' fingerprints
 from __future__ import annotations
 
 import os
+import stat as stat_mod
 from collections import namedtuple
 from collections.abc import Callable
 
@@ -41,6 +47,9 @@ __all__ = ["Mismatch", "PairNames", "read_pair"]
 _O_READ = os.O_RDONLY | O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
 _O_NOATIME = getattr(os, "O_NOATIME", 0)
 _NOT_READABLE = Fingerprint(-1, 0, 0)
+# A read of up to this many bytes is made as the sidecar says; a larger one is first
+# bounded by the file's size (one fstat, small beside reading that much).
+_UNCHECKED = 1 << 20
 
 
 class PairNames(
@@ -116,7 +125,7 @@ def _read(
     try:
         side = os.read(sfd, SIDECAR_READ)
         size, total = parse_sidecar(side)
-        while len(side) <= total:  # metadata beyond the first read (rare)
+        while len(side) <= total:  # metadata beyond the first read (rare; < 1 MiB)
             chunk = os.read(sfd, total + 1 - len(side))
             if not chunk:
                 break
@@ -133,10 +142,16 @@ def _read(
                 failed(exc)
                 return None
             fd = open_retry(payload, _O_READ)
-        # The sidecar says how much to read: no fstat on the hit path.
-        data = os.read(fd, size + 1)
-        while len(data) < size:
-            chunk = os.read(fd, size + 1 - len(data))
+        # The sidecar says how much to read (+1 to see a longer file); a claim too
+        # large to take on trust is bounded by the file's size first.
+        if size < _UNCHECKED:
+            want, enough = size + 1, size
+        else:
+            want = _bounded(fd, size + 1)
+            enough = want if want <= size else size
+        data = os.read(fd, want)
+        while len(data) < enough:
+            chunk = os.read(fd, want - len(data))
             if not chunk:
                 break
             data += chunk
@@ -178,3 +193,10 @@ def _open_quietly(payload: str, dfd: int | None) -> int:
         except PermissionError:
             pass
     return os.open(payload, _O_READ, dir_fd=dfd)
+
+
+def _bounded(fd: int, n: int) -> int:
+    """``n``, or the size of the file ``fd`` if that is smaller: a length read off the
+    disk may be damaged, and a read allocates what it asks for before it reads."""
+    st = os.fstat(fd)
+    return min(n, st.st_size) if stat_mod.S_ISREG(st.st_mode) else min(n, _UNCHECKED)

@@ -5,9 +5,10 @@
 - **Read through, backfill.** A lookup asks each level in order and stops at the
   first hit; the faster writable levels that missed get a copy (so the next hit is
   served by the fastest level).
-- **Write through.** A store goes to every writable level. A read-only level (the
-  shared cache a CI job fills and workers only read) is never written: not by
-  stores, backfills, deletions or ``clear``.
+- **Write through.** A store goes to every writable level; it counts as the tier's
+  store when one level took it (a value larger than every level's cap is none). A
+  read-only level (the shared cache a CI job fills and workers only read) is never
+  written: not by stores, backfills, deletions or ``clear``.
 - **Isolated failures.** A level that raises is skipped for that call (a miss
   there, a ``read_failures``/``write_failures`` count and one warning): a dead Redis
   never hides the local disk. Backends that fail open by themselves (Redis,
@@ -200,14 +201,20 @@ class TieredProgramCache(EntryCache):
         return out
 
     # -- writes -----------------------------------------------------------------------------
-    def _put(self, i: int, key: bytes, data: bytes, meta: bytes, what: str) -> None:
+    def _put(self, i: int, key: bytes, data: bytes, meta: bytes, what: str) -> bool:
+        """Write to level ``i``; whether it raised nothing (it may still have dropped
+        the entry: see ``events.note_dropped``)."""
         try:
             self._levels[i].set_entry(key, data, meta)
         except Exception as exc:  # isolated per level
             self._level_failed(i, exc, what, "write_failures")
+            return False
+        return True
 
     def set_entry(self, key: CacheKey, value: CacheValue, meta: bytes = b"") -> None:
-        """Store in every writable level (each level's failure is its own)."""
+        """Store in every writable level (each level's failure is its own). Counted as
+        a store when one level took it; when every level dropped it (a value larger
+        than each level's cap, say), not, and the last drop a level noted stands."""
         k = coerce_key(key)
         data = coerce_value(value, "TieredProgramCache.__setitem__")
         check_meta(meta)
@@ -215,9 +222,19 @@ class TieredProgramCache(EntryCache):
             self._stats.write_failures += 1
             events.note_dropped(events.READ_ONLY, "every level is read-only")
             return
+        taken = False
+        dropped = None
         for i in range(len(self._levels)):
             if self._writable[i]:
-                self._put(i, k, data, meta, "store an entry")
+                events.take_dropped()
+                wrote = self._put(i, k, data, meta, "store an entry")
+                noted = events.take_dropped()
+                taken = taken or (wrote and noted is None)
+                dropped = noted or dropped
+        if dropped is not None:  # for the pipeline: why a level (or every one) dropped it
+            events.note_dropped(*dropped)
+        if not taken:
+            return
         self._stats.stores += 1
         self._stats.bytes_written += len(data)
 
