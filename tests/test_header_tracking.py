@@ -12,15 +12,25 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from _backends import FACTORIES
 from _cache_workers import ARCH
-from cuforge.compile import CompileError, Program, ProgramOptions, _nvrtc
+from cuforge.compile import (
+    CompileError,
+    Program,
+    ProgramOptions,
+    _manifest,
+    _nvrtc,
+    _tracking,
+    _watch,
+)
 from cuforge.compile._includes import UntrackableInclude, scan
 from cuforge.storage import FileStreamProgramCache, InMemoryProgramCache
+from cuforge.storage.record import decode_record, encode_record
 from cuforge.utils import explain, fingerprint_headers, make_program_cache_key
 
 KERNEL = 'extern "C" __global__ void k(int* a) { *a = VALUE; }\n'
@@ -486,3 +496,239 @@ def test_manifests_work_on_every_backend(backend, request, tmp_path, compiles):
                        "ptx", cache).hit  # fmt: skip
     finally:
         cache.close()
+
+
+# -- absent candidates behind symbolic links ---------------------------------------------
+# include_path is [first, second] and the header is found in second/; the earlier
+# candidate in first/ does not exist because the lookup of its path fails somewhere --
+# often behind a symbolic link that leads nowhere yet. Then the tree changes so that
+# NVRTC would read the candidate in first/: the cache must not serve the old entry.
+# Each scenario runs twice: hits validated by stat (the watcher off, as with
+# CUFORGE_WATCH=0, and the racy window shortened so that the test's directories count
+# as old and the witness shortcut is in charge), and hits served by the watcher (its
+# no-stat hit shown in charge first). Every cached compile is compared with an
+# uncached one, which NVRTC resolves through -I itself.
+SETTLE_NS = 200_000_000  # the racy window in these tests (ctime cannot be set back)
+_REAL_CHECK = _manifest.check
+
+
+class _Shadowing:
+    """A FileStream cache compiling ``#include "<spelling>"`` with include_path
+    [first, second]; ``second/<spelling>`` holds VALUE 1."""
+
+    def __init__(self, tmp_path: Path, mode: str, checks: list[int], spelling: str) -> None:
+        self.first, self.second = tmp_path / "first", tmp_path / "second"
+        self.first.mkdir()
+        write(self.second / spelling, "#define VALUE 1\n")
+        self.src = f'#include "{spelling}"\n' + KERNEL
+        self.opts = ProgramOptions(arch=ARCH, include_path=[str(self.first), str(self.second)])
+        self.cache = FileStreamProgramCache(tmp_path / "cache")
+        self.mode = mode
+        self.checks = checks
+
+    def value(self) -> int:
+        """The cached compile's VALUE, asserted equal to an uncached compile's."""
+        cached = Program(self.src, "c++", self.opts).compile("ptx", cache=self.cache)
+        uncached = Program(self.src, "c++", self.opts).compile("ptx")
+        assert value(cached) == value(uncached)
+        return value(cached)
+
+    def proven(self) -> bool:
+        """Whether every absent candidate of the newest variant is proven absent now
+        by its witness and links (the stat shortcut, no stat of the candidate)."""
+        program = Program(self.src, "c++", self.opts)
+        roots = _tracking.roots_if_tracked(program)
+        assert roots is not None
+        mkey = _tracking.manifest_key(program, "ptx", ())
+        newest = _tracking.lookup_manifest(self.cache, mkey, roots)[0]
+        unproven: list[str] = []
+        return (
+            all(g.trusted_dir is not None for g in newest.groups)
+            and not _REAL_CHECK(newest, unproven=unproven)
+            and not unproven
+        )
+
+    def settle(self, expected: int, proven: bool = True) -> None:
+        """Let the tree age past the racy window, then compile until the shortcut
+        under test answers: the absence proof (unless not ``proven``: the lookup
+        fails elsewhere now) and, with the watcher, its hit without validation."""
+        time.sleep(SETTLE_NS / 1e9 * 1.5)
+        for _ in range(2):
+            assert self.value() == expected
+        assert self.proven() or not proven
+        validated = len(self.checks)
+        assert self.value() == expected
+        if self.mode == "watched":
+            assert len(self.checks) == validated
+
+    def close(self) -> None:
+        self.cache.close()
+
+
+@pytest.fixture(params=["stat", "watched"])
+def shadowing(request, monkeypatch, tmp_path):
+    """A factory of :class:`_Shadowing` sessions, hits validated by stat or watched."""
+    (tmp_path / "cwd").mkdir()  # the source's directory, searched first: left alone
+    monkeypatch.chdir(tmp_path / "cwd")
+    monkeypatch.setattr(_manifest, "RACY_NS", SETTLE_NS)
+    if request.param == "stat":  # what CUFORGE_WATCH=0 gives a process
+        monkeypatch.setattr(_watch, "_instance", None)
+        monkeypatch.setattr(_watch, "_failed", True)
+    elif _watch.watcher() is None:
+        pytest.skip("no inotify here")
+    checks: list[int] = []
+    real = _manifest.check
+
+    def counting(*args, **kwargs):
+        checks.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(_manifest, "check", counting)
+    sessions: list[_Shadowing] = []
+
+    def make(spelling: str = "sub/params.h") -> _Shadowing:
+        sessions.append(_Shadowing(tmp_path, request.param, checks, spelling))
+        return sessions[-1]
+
+    yield make
+    for s in sessions:
+        s.close()
+
+
+def _relink(link: Path, target: str) -> None:
+    """Re-point ``link`` at once, as ``ln -sfn`` does."""
+    tmp = link.with_name(link.name + ".new")
+    tmp.symlink_to(target)
+    os.replace(tmp, link)
+
+
+@pytest.mark.parametrize("target", ["absolute", "relative"])
+def test_dangling_link_whose_target_is_created_later(shadowing, tmp_path, target):
+    """The finder's reproduction: first/sub -> else/x, which does not exist."""
+    s = shadowing()
+    (tmp_path / "else").mkdir()
+    (s.first / "sub").symlink_to(tmp_path / "else" / "x" if target == "absolute" else "../else/x")
+    s.settle(1)
+    write(tmp_path / "else" / "x" / "params.h", "#define VALUE 2\n")
+    assert s.value() == 2
+    write(tmp_path / "else" / "x" / "params.h", "#define VALUE 3\n")  # now a dependency
+    assert s.value() == 3
+
+
+def test_link_target_directory_appears_before_the_header(shadowing, tmp_path):
+    """The lookup's failure point moves down (else -> else/x) while the variant holds."""
+    s = shadowing()
+    (tmp_path / "else").mkdir()
+    (s.first / "sub").symlink_to(tmp_path / "else" / "x")
+    s.settle(1)
+    (tmp_path / "else" / "x").mkdir()
+    s.settle(1, proven=False)  # the lookup fails in else/x now
+    write(tmp_path / "else" / "x" / "params.h", "#define VALUE 2\n")
+    assert s.value() == 2
+
+
+def test_dangling_link_deeper_down_behind_another_link(shadowing, tmp_path):
+    """first/a/lib -> ../../vendor/lib (a directory), vendor/lib/sub -> /.../else/x."""
+    s = shadowing("a/lib/sub/params.h")
+    (tmp_path / "vendor" / "lib").mkdir(parents=True)
+    (tmp_path / "else").mkdir()
+    (s.first / "a").mkdir()
+    (s.first / "a" / "lib").symlink_to("../../vendor/lib")
+    (tmp_path / "vendor" / "lib" / "sub").symlink_to(tmp_path / "else" / "x")
+    s.settle(1)
+    write(tmp_path / "else" / "x" / "params.h", "#define VALUE 2\n")
+    assert s.value() == 2
+
+
+def _chain(s: _Shadowing, tmp_path: Path) -> None:
+    """first/sub -> hop1 -> ../hops/hop2 -> /.../else/x, which does not exist."""
+    (tmp_path / "hops").mkdir()
+    (tmp_path / "else").mkdir()
+    (s.first / "sub").symlink_to("hop1")
+    (s.first / "hop1").symlink_to("../hops/hop2")
+    (tmp_path / "hops" / "hop2").symlink_to(tmp_path / "else" / "x")
+
+
+def test_chain_of_links_whose_end_is_created_later(shadowing, tmp_path):
+    s = shadowing()
+    _chain(s, tmp_path)
+    s.settle(1)
+    write(tmp_path / "else" / "x" / "params.h", "#define VALUE 2\n")
+    assert s.value() == 2
+
+
+def test_link_in_the_middle_of_a_chain_repointed(shadowing, tmp_path):
+    """Nothing changes in the directory where the lookup failed (else): only the
+    re-pointed link, in a directory of its own, says the lookup goes elsewhere now."""
+    s = shadowing()
+    _chain(s, tmp_path)
+    write(tmp_path / "other" / "y" / "params.h", "#define VALUE 3\n")
+    s.settle(1)
+    _relink(tmp_path / "hops" / "hop2", str(tmp_path / "other" / "y"))
+    assert s.value() == 3
+    _relink(tmp_path / "hops" / "hop2", str(tmp_path / "else" / "x"))  # and back
+    assert s.value() == 1
+
+
+def test_dangling_link_in_place_of_the_header(shadowing, tmp_path):
+    """first/params.h -> ../else/params.h, which does not exist yet."""
+    s = shadowing("params.h")
+    (tmp_path / "else").mkdir()
+    (s.first / "params.h").symlink_to("../else/params.h")
+    s.settle(1)
+    write(tmp_path / "else" / "params.h", "#define VALUE 2\n")
+    assert s.value() == 2
+
+
+def test_missing_directory_created_then_the_header(shadowing, tmp_path):
+    """No link: first/sub is created (the variant still holds), then first/sub/params.h."""
+    s = shadowing()
+    s.settle(1)
+    (s.first / "sub").mkdir()
+    s.settle(1, proven=False)
+    write(s.first / "sub" / "params.h", "#define VALUE 2\n")
+    assert s.value() == 2
+
+
+def test_missing_include_directory_created_with_the_header(shadowing, tmp_path):
+    """include_path names a directory that does not exist yet (a build's output)."""
+    s = shadowing("params.h")
+    s.first.rmdir()
+    s.settle(1, proven=False)  # no directory to prove it by
+    write(s.first / "params.h", "#define VALUE 2\n")
+    assert s.value() == 2
+
+
+def test_dotdot_through_a_directory_later_replaced_by_a_link(shadowing, tmp_path):
+    """The candidate's path climbs out of first/a/d with "..": the kernel climbs out
+    of whatever a/d is then, so the proof must not shorten the path to first/."""
+    s = shadowing("a/d/../../params.h")
+    (s.first / "a" / "d").mkdir(parents=True)
+    (tmp_path / "elsewhere" / "y" / "z").mkdir(parents=True)
+    write(tmp_path / "elsewhere" / "params.h", "#define VALUE 2\n")
+    s.settle(1)
+    (s.first / "a" / "d").rmdir()
+    (s.first / "a" / "d").symlink_to(tmp_path / "elsewhere" / "y" / "z")
+    assert s.value() == 2
+
+
+def test_rows_an_older_cuforge_wrote_keep_no_witness(shadowing, tmp_path):
+    """A variant written before the proof followed links names first/ as the witness
+    of first/sub/params.h (rows of three, no links): it must not be trusted."""
+    s = shadowing()
+    (tmp_path / "else").mkdir()
+    (s.first / "sub").symlink_to(tmp_path / "else" / "x")
+    s.settle(1)
+    mkey = _tracking.manifest_key(Program(s.src, "c++", s.opts), "ptx", ())
+    entry = s.cache.get_entry(mkey)
+    record = decode_record(entry.data, "manifest")
+    st = s.first.stat()
+    for v in record["variants"]:  # as cuforge wrote them before: first/ the witness
+        v["dirs"] = [["0", "", st.st_ino, st.st_mtime_ns, st.st_ctime_ns]]
+        v["absent"] = [[pos, rel, 0 if pos == "0" else -1] for pos, rel, *_ in v["absent"]]
+        v.pop("links", None)
+    fields = {k: record[k] for k in record if k not in ("v", "kind")}
+    s.cache.set_entry(mkey, encode_record("manifest", fields), entry.meta)
+    assert s.value() == 1
+    write(tmp_path / "else" / "x" / "params.h", "#define VALUE 2\n")
+    assert s.value() == 2

@@ -8,23 +8,39 @@ and what that compile read::
 
     {"key": "<hex entry key>", "t": <ns, before the files were looked at>,
      "files":  [[pos, rel, digest, size, mtime_ns, ino, ctime_ns], ...],
-     "absent": [[pos, rel, witness], ...],
-     "dirs":   [[pos, rel, ino, mtime_ns, ctime_ns], ...]}
+     "absent": [[pos, rel, witness, [link, ...]], ...],
+     "dirs":   [[pos, rel, ino, mtime_ns, ctime_ns], ...],
+     "links":  [[pos, rel, target], ...]}
 
 ``pos`` is a search position (``S`` source directory, ``C`` working directory,
 ``0``, ``1``... include_path entries, ``A`` absolute) and ``rel`` a name relative
-to it, so two checkouts at different roots share manifests and entries.
+to it, joined to the position's directory as written (never normalised: ``..``
+is the kernel's), so two checkouts at different roots share manifests and entries.
 
 A variant holds when every file has its recorded content and every absent
 candidate is still absent. Content is compared by digest. Shortcuts, each taken
 only for what was already older than ``RACY_NS`` when recorded (an edit within a
 file system's timestamp granularity could otherwise leave the stat unchanged):
 a file whose stat (size, mtime, inode, ctime) is unchanged has its recorded
-content; an absent candidate whose *witness* -- the deepest directory of its path
-that existed, stated before the absence was confirmed -- is unchanged is still
-absent (creating, renaming or deleting an entry changes a directory's mtime and
-ctime). A per-process memo keeps digests of files read here, and
-:mod:`._watch` lets a validated variant stand without any stat until an event.
+content; an absent candidate whose *absence proof* holds is still absent.
+
+The proof is the candidate's lookup as the kernel walks it, component by
+component: the *witness* is the directory where it fails (the entry looked up
+missing, or a non-directory where a directory is needed, or at the end something
+other than a file), named by the literal path the lookup reached it by, and the
+*links* are the symbolic links the walk had to follow to get there (each one
+dangling, leading to a non-directory, or the candidate's last component), with
+their targets. A link that leads to a directory needs no row: the witness's path
+runs through it, so its stat would reach another inode were it re-pointed. The
+proof holds while every link still reads its target and the witness's (inode,
+mtime, ctime) is unchanged: the lookup then passes the same way to the same
+directory, whose entries did not change (creating, renaming or deleting an entry
+changes a directory's mtime and ctime). The witness is stated after the walk and
+before the links and the absence are confirmed again. Rows of three (from a
+cuforge that did not follow links) keep no witness: those candidates are stated.
+A per-process memo keeps digests of files read here, and :mod:`._watch` lets a
+validated variant stand without any stat until an event: it watches each trusted
+proof's witness and links, and the lookups of the other candidates as they go now.
 """
 
 from __future__ import annotations
@@ -41,6 +57,7 @@ from cuforge.storage.record import decode_record, encode_record
 
 __all__ = [
     "MAX_VARIANTS",
+    "Group",
     "Prepared",
     "Problem",
     "add_variant",
@@ -54,6 +71,7 @@ RACY_NS = 2_000_000_000  # covers every common file system's timestamp granulari
 _MEMO_MAX = 4096
 
 _StatKey = tuple[int, int, int, int]
+_MAX_HOPS = 40  # symbolic links one lookup follows, as Linux's MAXSYMLINKS
 
 
 class Problem(NamedTuple):
@@ -72,15 +90,27 @@ class Problem(NamedTuple):
         return f"header {self.path} {self.what}"
 
 
+class Group(NamedTuple):
+    """Absent candidates sharing one proof: the witness directory's path and trusted
+    (inode, mtime, ctime), None when there is none to trust (then each candidate is
+    stated), and the (path, target) of each link the lookup follows."""
+
+    witness: str | None
+    trusted_dir: tuple[int, int, int] | None
+    links: tuple[tuple[str, str], ...]
+    candidates: tuple[str, ...]
+
+
 class Prepared(NamedTuple):
     """A variant resolved against this process's search roots, ready to check."""
 
     key: bytes
     files: tuple[tuple[str, _StatKey | None, str], ...]  # path, trusted stat, digest
-    groups: tuple[tuple[str | None, tuple[int, int, int] | None, tuple[str, ...]], ...]
+    groups: tuple[Group, ...]
     problems: tuple[Problem, ...]  # found while preparing (a position that is gone)
     watch_files: tuple[str, ...]
-    watch_dirs: tuple[str, ...]
+    watch_dirs: tuple[str, ...]  # the witnesses of the proofs to trust
+    watch_absent: tuple[str, ...]  # their links, and the candidates of no such proof
 
 
 # -- per-process memos ---------------------------------------------------------------------
@@ -149,18 +179,23 @@ def _ints(row: list[Any], start: int) -> bool:
 
 def _valid_variant(v: Any) -> bool:
     try:
+        links = v.get("links", [])
         return (
             isinstance(v["key"], str)
             and isinstance(v["t"], int)
             and all(len(r) == 7 and _ints(r, 3) and all(isinstance(x, str) for x in r[:3])
                     for r in v["files"])
-            and all(len(r) == 3 and isinstance(r[0], str) and isinstance(r[1], str)
-                    and isinstance(r[2], int) and -1 <= r[2] < len(v["dirs"])
+            and all(len(r) in (3, 4) and isinstance(r[0], str) and isinstance(r[1], str)
+                    and _ints(r[:3], 2) and -1 <= r[2] < len(v["dirs"])
+                    and (len(r) == 3 or (isinstance(r[3], list) and _ints(r[3], 0)
+                                         and all(0 <= i < len(links) for i in r[3])))
                     for r in v["absent"])
             and all(len(r) == 5 and isinstance(r[0], str) and isinstance(r[1], str)
                     and _ints(r, 2) for r in v["dirs"])
+            and isinstance(links, list)
+            and all(len(r) == 3 and all(isinstance(x, str) for x in r) for r in links)
         )  # fmt: skip
-    except (KeyError, TypeError):
+    except (KeyError, TypeError, AttributeError):
         return False
 
 
@@ -209,33 +244,50 @@ def _prepare_one(v: dict[str, Any], roots: Roots) -> Prepared:
         path = roots.path(pos, rel)
         trusted_dir = (ino, mtime_ns, ctime_ns) if _old(mtime_ns, ctime_ns, t) else None
         dirs.append((path, trusted_dir))
-    grouped: dict[int, list[str]] = {}
-    for pos, rel, w in v["absent"]:
-        path = roots.path(pos, rel)
+    links = [(roots.path(pos, rel), target) for pos, rel, target in v.get("links", [])]
+    grouped: dict[tuple[int, tuple[int, ...]], list[str]] = {}
+    for row in v["absent"]:
+        path = roots.path(row[0], row[1])
         if path is not None:  # a position that no longer exists holds no file
-            grouped.setdefault(w, []).append(path)
+            proof = (row[2], tuple(row[3])) if len(row) == 4 else (-1, ())
+            grouped.setdefault(proof, []).append(path)
     groups = []
-    for w, candidates in sorted(grouped.items()):
+    for (w, chain), candidates in sorted(grouped.items()):
         witness, trusted_dir = dirs[w] if w >= 0 else (None, None)
-        groups.append((witness, trusted_dir, tuple(candidates)))
-    watch_dirs = [g[0] for g in groups if g[0] is not None]
-    if any(g[0] is None for g in groups):
-        watch_dirs = []  # a candidate without a witness can only be checked by stat
+        if witness is None:
+            trusted_dir = None
+        followed = []
+        for i in chain:
+            link, target = links[i]
+            if link is None:  # its position is gone: the proof cannot be checked
+                witness = trusted_dir = None
+                break
+            followed.append((link, target))
+        groups.append(Group(witness, trusted_dir, tuple(followed), tuple(candidates)))
+    proven = [g for g in groups if g.trusted_dir is not None]
     return Prepared(
         bytes.fromhex(v["key"]),
         tuple(files),
         tuple(groups),
         tuple(problems),
         tuple(f[0] for f in files),
-        tuple(watch_dirs),
+        tuple(dict.fromkeys(g.witness for g in proven if g.witness is not None)),
+        (
+            *dict.fromkeys(link for g in proven for link, _ in g.links),
+            *(c for g in groups if g.trusted_dir is None for c in g.candidates),
+        ),
     )
 
 
 # -- checking ----------------------------------------------------------------------------
-def check(p: Prepared, all_problems: bool = False) -> list[Problem]:
+def check(
+    p: Prepared, all_problems: bool = False, unproven: list[str] | None = None
+) -> list[Problem]:
     """What stops the prepared variant from holding here and now (empty: it holds).
 
-    Stops at the first problem unless ``all_problems``.
+    Stops at the first problem unless ``all_problems``. The candidates of a trusted
+    proof that no longer holds (they were stated instead) go to ``unproven``: the
+    watches of its witness and links do not cover their lookups now.
     """
     problems = list(p.problems)
     if problems and not all_problems:
@@ -252,14 +304,18 @@ def check(p: Prepared, all_problems: bool = False) -> list[Problem]:
                 problems.append(Problem("edited", path))
         if problems and not all_problems:
             return problems
-    for witness, trusted_dir, candidates in p.groups:
+    for witness, trusted_dir, links, candidates in p.groups:
         if witness is not None and trusted_dir is not None:
             try:
                 st = os.stat(witness)
-                if (st.st_ino, st.st_mtime_ns, st.st_ctime_ns) == trusted_dir:
+                if (st.st_ino, st.st_mtime_ns, st.st_ctime_ns) == trusted_dir and (
+                    not links or all(os.readlink(link) == to for link, to in links)
+                ):
                     continue
             except (OSError, ValueError):
                 pass
+            if unproven is not None:
+                unproven.extend(candidates)
         for path in candidates:
             try:
                 exists = stat_mod.S_ISREG(os.stat(path).st_mode)
@@ -282,63 +338,133 @@ def _shadowed(path: str, p: Prepared) -> str:
 
 
 # -- recording ---------------------------------------------------------------------------
-def _witness(path: str) -> str | None:
-    """The deepest existing directory on ``path``'s way (None: not even the root)."""
-    parent = os.path.dirname(path)
-    while parent:
-        if os.path.isdir(parent):
-            return parent
-        up = os.path.dirname(parent)
-        if up == parent:
+class _Proof(NamedTuple):
+    """Where a candidate's lookup fails: the witness directory (a name under position
+    ``pos``) and the links followed on the way, as (pos, rel, target)."""
+
+    pos: str
+    rel: str
+    links: tuple[tuple[str, str, str], ...]
+
+
+def _join(rel: str, name: str) -> str:
+    """``rel`` and ``name`` as the kernel would read them, nothing normalised."""
+    return rel + name if not rel or rel.endswith("/") else rel + "/" + name
+
+
+def _is_file(path: str) -> bool:
+    try:
+        return stat_mod.S_ISREG(os.stat(path).st_mode)
+    except (OSError, ValueError):
+        return False
+
+
+def _is_dir(path: str) -> bool:
+    try:
+        return stat_mod.S_ISDIR(os.stat(path).st_mode)
+    except (OSError, ValueError):
+        return False
+
+
+def _proof(roots: Roots, pos: str, rel: str) -> _Proof | None:
+    """Walk the lookup of ``rel`` under ``pos`` as the kernel does: a name at a time,
+    following symbolic links (relative targets from the link's directory). None
+    when it cannot be proven absent by a directory (it is a file now, a link loop,
+    a position that is gone, an error other than a missing entry)."""
+    wpos, wrel = (ABSOLUTE, "/") if pos == ABSOLUTE else (pos, "")
+    todo = rel.split("/")[::-1]
+    links: list[tuple[str, str, str]] = []
+    while todo:
+        name = todo.pop()
+        if name in ("", "."):
+            continue
+        erel = _join(wrel, name)
+        path = roots.path(wpos, erel)
+        if path is None:
             return None
-        parent = up
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            return _Proof(wpos, wrel, tuple(links))  # the lookup fails in wrel
+        except (OSError, ValueError):
+            return None
+        last = all(n in ("", ".") for n in todo)
+        if stat_mod.S_ISLNK(st.st_mode):
+            if not last and _is_dir(path):  # the witness's own path runs through it
+                wrel = erel
+                continue
+            if len(links) >= _MAX_HOPS:
+                return None
+            try:
+                target = os.readlink(path)
+            except (OSError, ValueError):
+                return None
+            links.append((wpos, erel, target))
+            if target.startswith("/"):
+                wpos, wrel = ABSOLUTE, "/"
+            todo.extend(target.split("/")[::-1])
+        elif stat_mod.S_ISDIR(st.st_mode) and not last:
+            wrel = erel
+        elif last and stat_mod.S_ISREG(st.st_mode):
+            return None  # it exists: nothing to prove
+        else:  # a non-directory on the way, or no file at the end: fixed while wrel is
+            return _Proof(wpos, wrel, tuple(links))
     return None
 
 
-def _relative(roots: Roots, pos: str, path: str) -> str | None:
-    """``path`` as a name under position ``pos`` (None when it is not under it)."""
-    if pos == ABSOLUTE:
-        return path
-    base = roots.path(pos, "")
-    if base is None:
-        return None
-    rel = os.path.relpath(path, base)
-    return None if rel.startswith(os.pardir) else rel
+def _reads(roots: Roots, link: tuple[str, str, str]) -> bool:
+    """Whether ``link`` still reads its recorded target."""
+    path = roots.path(link[0], link[1])
+    try:
+        return path is not None and os.readlink(path) == link[2]
+    except (OSError, ValueError):
+        return False
 
 
 def add_variant(
     record: dict[str, Any] | None, name: str, entry_key: bytes, deps: DepSet, roots: Roots
 ) -> bytes:
-    """``record`` with a variant for ``deps`` in front (older ones kept, up to the cap)."""
+    """``record`` with a variant for ``deps`` in front (older ones kept, up to the cap).
+
+    Each absent candidate's proof is walked now; the witness is stated after the walk
+    and before the links and the absence are confirmed again, so a change racing the
+    recording either shows in the stat (a recent mtime is not trusted) or leaves
+    the candidate without a witness."""
     dirs: list[list[Any]] = []
     dir_index: dict[tuple[str, str], int] = {}
-    witness_of: dict[str, tuple[str, os.stat_result] | None] = {}  # parent -> witness
-    rel_of: dict[tuple[str, str], str | None] = {}
-    absent = []
+    stated: dict[tuple[str, str], os.stat_result | None] = {}  # witness -> its stat
+    links: list[list[str]] = []
+    link_index: dict[tuple[str, str, str], int] = {}
+    absent: list[list[Any]] = []
     for pos, rel in sorted(deps.absent):
-        w = -1
+        w, chain = -1, []
         path = roots.path(pos, rel)
-        if path is not None:
-            parent = os.path.dirname(path)
-            if parent not in witness_of:
-                witness = _witness(path)
-                try:  # stated before the absence is confirmed again, below
-                    witness_of[parent] = None if witness is None else (witness, os.stat(witness))
-                except OSError:
-                    witness_of[parent] = None
-            found = witness_of[parent]
-            wrel = None
-            if found is not None:
-                wrel = rel_of.get((pos, found[0]), "")
-                if wrel == "":
-                    wrel = rel_of[(pos, found[0])] = _relative(roots, pos, found[0])
-            if found is not None and wrel is not None and not os.path.lexists(path):
-                w = dir_index.get((pos, found[0]), -1)
+        proof = None if path is None else _proof(roots, pos, rel)
+        if path is not None and proof is not None:
+            where = (proof.pos, proof.rel)
+            if where not in stated:
+                witness = roots.path(*where)
+                try:
+                    st = None if witness is None else os.stat(witness)
+                except (OSError, ValueError):
+                    st = None
+                stated[where] = st if st is not None and stat_mod.S_ISDIR(st.st_mode) else None
+            st = stated[where]
+            if (
+                st is not None
+                and all(_reads(roots, link) for link in proof.links)
+                and not _is_file(path)
+            ):
+                w = dir_index.get(where, -1)
                 if w < 0:
-                    st = found[1]
-                    w = dir_index[(pos, found[0])] = len(dirs)
-                    dirs.append([pos, wrel, st.st_ino, st.st_mtime_ns, st.st_ctime_ns])
-        absent.append([pos, rel, w])
+                    w = dir_index[where] = len(dirs)
+                    dirs.append([*where, st.st_ino, st.st_mtime_ns, st.st_ctime_ns])
+                for link in proof.links:
+                    if link not in link_index:
+                        link_index[link] = len(links)
+                        links.append(list(link))
+                    chain.append(link_index[link])
+        absent.append([pos, rel, w, chain])
     hexkey = entry_key.hex()
     fresh = {
         "key": hexkey,
@@ -346,6 +472,7 @@ def add_variant(
         "files": [[f.pos, f.rel, f.digest, *f.stat] for _, f in sorted(deps.files.items())],
         "absent": absent,
         "dirs": dirs,
+        "links": links,
     }
     kept = [v for v in (record or {}).get("variants", []) if v["key"] != hexkey]
     return encode_record("manifest", {"name": name, "variants": [fresh, *kept][:MAX_VARIANTS]})

@@ -181,14 +181,20 @@ def recall(
             # a change racing the watches moves the epoch past the one remembered.
             epoch = watcher.epoch() if watcher is not None else 0
             watched = watcher is not None and watcher.watch(
-                list(variant.watch_files), list(variant.watch_dirs)
+                list(variant.watch_files), list(variant.watch_dirs), variant.watch_absent
             )
-            problems = _manifest.check(variant)
+            unproven: list[str] = []
+            problems = _manifest.check(variant, unproven=unproven if watched else None)
             if problems:
                 reason = reason or str(problems[0])
                 continue
             obj = lookup(cache, variant.key, target, name, names, logs)
             if obj is not None:
+                if watched and unproven:
+                    # A proof no longer holds (its lookups go further now, say): watch
+                    # them as they go now, then check again after every watch.
+                    assert watcher is not None
+                    watched = watcher.watch([], [], unproven) and not _manifest.check(variant)
                 if watched:
                     _remember_valid(mkey, roots, variant.key, epoch)
                 return obj

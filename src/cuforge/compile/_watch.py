@@ -11,10 +11,13 @@ is resolved component by component, following symbolic links as the kernel does
 one entry looked up in it -- the literal path's ancestors, the directories holding
 each symbolic link on the way (where re-pointing happens) and those its target
 leads through. The walk ends at the file (watched by inode, so a write through
-another hard link or mount counts) or at a directory that proves candidates
-absent (any entry created there matters). A rename, deletion or re-pointed link
-anywhere on the way names the entry in a watched directory; events on names that
-cannot matter (a new file beside an ancestor) are ignored.
+another hard link or mount counts), or at a directory that proves candidates
+absent (any entry created there matters). A path that must stay absent (a link an
+absence proof followed, a candidate whose proof does not hold) is walked as far as
+its lookup goes now, to the directory where it fails -- an entry missing, a file
+where a directory is needed -- watched for that entry. A rename, deletion or
+re-pointed link anywhere on the way names the entry in a watched directory; events
+on names that cannot matter (a new file beside an ancestor) are ignored.
 
 No watch is trusted to still name what is at its path: the kernel drops a watch
 when its inode goes (IN_IGNORED, which retires it here too), and a watch whose
@@ -55,6 +58,7 @@ import stat
 import struct
 import sys
 import threading
+from collections.abc import Sequence
 
 __all__ = ["MAX_WATCHES", "Watcher", "watcher"]
 
@@ -94,7 +98,8 @@ class _Walk:
 
     def __init__(self) -> None:
         self.added: dict[str, int] = {}  # physical path -> wd added in this call
-        self.dirs: dict[str, tuple[str, int | None]] = {}  # literal dir -> (physical, dev)
+        # literal dir -> (physical, dev); None: its lookup fails (an absent path's walk)
+        self.dirs: dict[str, tuple[str, int | None] | None] = {}
 
 
 class Watcher:
@@ -158,22 +163,27 @@ class Watcher:
         names = self._wds[wd]
         return names is None or os.fsdecode(name) in names
 
-    def watch(self, files: list[str], witness_dirs: list[str]) -> bool:
+    def watch(self, files: list[str], witness_dirs: list[str], absent: Sequence[str] = ()) -> bool:
         """Watch ``files`` (content and replacement) and ``witness_dirs`` (any new
-        entry), with every directory their lookup passes through now. The caller
-        reads ``epoch()`` before and validates after (see the module docstring).
-        False when any of them cannot be watched reliably, or this process already
-        holds ``MAX_WATCHES`` watches (then the caller keeps validating by stat)."""
+        entry; one that does not resolve now is left out, its proof cannot hold), with
+        every directory their lookup passes through now, and the lookups of the
+        ``absent`` paths as far as they go now. The caller reads ``epoch()`` before
+        and validates after (see the module docstring). False when any of them
+        cannot be watched reliably, or this process already holds ``MAX_WATCHES``
+        watches (then the caller keeps validating by stat)."""
         with self._lock:
             walk = _Walk()
             try:
-                first = files[0] if files else witness_dirs[0] if witness_dirs else None
-                if first is not None:  # off a local file system: decline at one stat
-                    self._check_local(first, os.stat(first).st_dev)
+                if files:  # off a local file system: decline at one stat
+                    self._check_local(files[0], os.stat(files[0]).st_dev)
                 for path in files:
                     self._add(*self._resolve(path, walk), set(), walk)
                 for path in witness_dirs:
-                    self._add(*self._resolve(path, walk), _ALL, walk)
+                    found = self._follow(path, walk, True)
+                    if found is not None:
+                        self._add(*found, _ALL, walk)
+                for path in absent:
+                    self._follow(path, walk, True)
             except (OSError, ValueError):
                 return False
             return True
@@ -181,20 +191,37 @@ class Watcher:
     def _resolve(self, path: str, walk: _Walk) -> tuple[str, int | None]:
         """The physical path (no symbolic link on it) ``path`` names now, and its
         st_dev (None: not known yet), watching the directories on the way."""
+        found = self._follow(path, walk, False)
+        assert found is not None  # a walk that is not ``absent`` raises where it fails
+        return found
+
+    def _follow(self, path: str, walk: _Walk, absent: bool) -> tuple[str, int | None] | None:
+        """:meth:`_resolve`; for an ``absent`` path, None where its lookup fails."""
         if not path.startswith("/"):
             path = os.path.join(os.getcwd(), path)
         head, tail = os.path.split(path)
-        start = walk.dirs.get(head)
+        if head in walk.dirs:
+            start = walk.dirs[head]
+        else:
+            start = walk.dirs[head] = self._walk(("/", None), head, walk, absent)
         if start is None:
-            start = walk.dirs[head] = self._walk(("/", None), head, walk)
-        return self._walk(start, tail, walk)
+            if not absent:
+                raise FileNotFoundError(errno.ENOENT, f"{head} does not resolve")
+            return None
+        return self._walk(start, tail, walk, absent)
 
-    def _walk(self, start: tuple[str, int | None], rel: str, walk: _Walk) -> tuple[str, int | None]:
+    def _walk(
+        self, start: tuple[str, int | None], rel: str, walk: _Walk, absent: bool
+    ) -> tuple[str, int | None] | None:
         """Look ``rel`` up from the physical directory ``start`` as the kernel does.
 
         Each directory is watched for the entry about to be read in it *before* it
         is read: re-pointing, renaming or deleting that entry afterwards raises an
-        event (this closes the race with a change during the walk)."""
+        event (this closes the race with a change during the walk). Where the lookup
+        fails -- an entry missing, or one that is not a directory with more of the
+        path to go -- an ``absent`` walk stops and returns None: the directory is
+        already watched for that entry, and only a change to it can let the lookup
+        go on. Any other walk raises there."""
         cur, dev = ("/", None) if rel.startswith("/") else start
         todo = rel.split("/")[::-1]
         hops = 0
@@ -207,7 +234,12 @@ class Watcher:
                 continue
             self._add(cur, dev, {name}, walk)
             entry = os.path.join(cur, name)
-            st = os.lstat(entry)
+            try:
+                st = os.lstat(entry)
+            except (FileNotFoundError, NotADirectoryError):
+                if absent:
+                    return None
+                raise
             if stat.S_ISLNK(st.st_mode):
                 hops += 1
                 if hops > _MAX_HOPS:
@@ -216,6 +248,8 @@ class Watcher:
                 if target.startswith("/"):
                     cur, dev = "/", None
                 todo.extend(target.split("/")[::-1])
+            elif absent and todo and not stat.S_ISDIR(st.st_mode):
+                return None  # ENOTDIR: the lookup fails at this entry
             else:
                 cur, dev = entry, st.st_dev
         return cur, dev
