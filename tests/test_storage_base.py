@@ -330,7 +330,7 @@ def test_stats_records_of_older_and_newer_layouts_still_count(tmp_path: Path) ->
         assert CacheStats.from_record(bad) is None
     assert len(CacheStats().to_record()) == RECORD_SIZE
     with FileStreamProgramCache(tmp_path) as c:
-        (tmp_path / "stats" / "old-host-1-abcd.cnt").write_bytes(old)
+        (tmp_path / "stats" / "old-host-1-abcd0123.cnt").write_bytes(old)  # as handles name them
         (tmp_path / "stats" / "merged").write_bytes(newer)
         total = c.total_stats()
     assert (total.hits, total.misses, total.signature_failures) == (11, 2, 4)

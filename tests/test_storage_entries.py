@@ -116,12 +116,13 @@ def test_filestream_reads_sidecars_written_before_metadata(tmp_path: Path) -> No
     from cuforge.storage import FileStreamProgramCache
     from cuforge.storage.entry import key_digest
 
+    FileStreamProgramCache(tmp_path).close()  # a cuforge cache (tagged), then the files
     kd = key_digest(b"old")
     payload = b"old payload"
     old = struct.pack("<4sB3xQI4x", b"CFS1", 1, len(payload), zlib.crc32(payload, zlib.crc32(kd)))
     eid = kd.hex()
     shard = tmp_path / "entries" / eid[:2]
-    shard.mkdir(parents=True)
+    shard.mkdir(parents=True, exist_ok=True)
     (shard / (eid[2:] + ".cfsum")).write_bytes(old + kd)
     (shard / eid[2:]).write_bytes(payload)
     with FileStreamProgramCache(tmp_path) as c:

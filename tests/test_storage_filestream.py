@@ -194,7 +194,9 @@ def test_tmp_dir_recreated_after_deletion(tmp_path: Path) -> None:
 def test_stale_temp_files_swept_on_open_and_eviction(tmp_path: Path) -> None:
     FileStreamProgramCache(tmp_path).close()
     tmp = tmp_path / "tmp"
-    old, fresh = tmp / "crashed.tmp", tmp / "inflight.tmp"
+    # Temps as writers name them (an older layout's <pid>-<tag>-<n>.tmp): a name no
+    # writer makes is a user's and is never swept (test_storage_ownership_fs).
+    old, fresh = tmp / "4242-0badcafe-0.tmp", tmp / "4242-0badcafe-1.tmp"
     old.write_bytes(b"x" * 10)
     fresh.write_bytes(b"y" * 10)
     two_hours_ago = time.time() - 7200
@@ -604,7 +606,8 @@ def test_a_live_writers_temps_and_alive_file_are_never_swept(tmp_path: Path) -> 
         assert len(alive) == 1
         temp = tmp / (alive[0].name[: -len(".alive")] + ".99.tmp")
         temp.write_bytes(b"in flight")
-        assert sweep_temps(str(tmp), time.time_ns(), 3600 * 10**9) == len(b"in flight")
+        swept = sweep_temps(str(tmp), time.time_ns(), 3600 * 10**9, owned=True)
+        assert swept == len(b"in flight")
         assert temp.exists() and alive[0].exists()
         temp.unlink()
 
@@ -616,11 +619,13 @@ def test_a_fifo_among_the_stats_records_never_blocks_the_totals(tmp_path: Path) 
     with FileStreamProgramCache(root) as c:
         c["k"] = b"v"
         assert c.get("k") == b"v"
-    os.mkfifo(root / "stats" / "someone.cnt")
+    os.mkfifo(root / "stats" / "someone-4242-0badcafe.cnt")
     if not (root / "stats" / "merged").exists():
         os.mkfifo(root / "stats" / "merged")
     with FileStreamProgramCache(root) as c:
-        totals = _within(5, c.total_stats, _unblock_fifo(root / "stats" / "someone.cnt"))
+        totals = _within(
+            5, c.total_stats, _unblock_fifo(root / "stats" / "someone-4242-0badcafe.cnt")
+        )
     assert totals.stores == 1 and totals.hits == 1
 
 

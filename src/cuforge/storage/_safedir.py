@@ -16,7 +16,9 @@ a cache is opened:
 
 ``trust_shared=True`` lifts the first rule (the caller trusts everyone who can
 write there, or its entries are signed -- ``open_cache`` passes it when a secret is
-set); the second always holds. Directories are checked at open; afterwards only
+set); the second always holds, and so does ownership (``filestream._owned``): an
+existing directory is used only if it is a cuforge cache (``CACHEDIR.TAG``, see
+``storage.ownership``) or empty. Directories are checked at open; afterwards only
 their owner (or a trusted group member) can change them, and the code that writes,
 scans and deletes opens directories with ``O_NOFOLLOW`` besides (``_fsutil.open_dir``).
 
@@ -40,6 +42,7 @@ __all__ = [
     "UnsafeCacheError",
     "check_cache_dirs",
     "check_db_files",
+    "check_root",
     "open_root",
     "prepare_db_file",
 ]
@@ -137,13 +140,15 @@ def _oserror(path: str, exc: OSError, doing: str) -> CachePathError:
     )  # fmt: skip
 
 
-def open_root(path: str, dir_mode: int | None) -> os.stat_result:
-    """Create the root (and parents, with ``dir_mode``) if needed; return its stat.
+def open_root(path: str, dir_mode: int | None, create: bool = True) -> os.stat_result:
+    """Create the root (and parents, with ``dir_mode``) if needed and ``create``;
+    return its stat.
 
     The root may be a symbolic link to a directory. Raises CachePathError.
     """
     try:
-        make_dir(path, dir_mode)
+        if create:
+            make_dir(path, dir_mode)
     except FileExistsError:
         pass  # a file in the way: reported below
     except OSError as exc:
@@ -185,6 +190,15 @@ def _check_below(path: str, rules: DirRules, cache_gid: int) -> bool:
     return True
 
 
+def check_root(root: str, root_st: os.stat_result, rules: DirRules) -> None:
+    """The module's rules for the root alone (before anything is written into it).
+
+    Raises UnsafeCacheError."""
+    problem = _problem(root_st, rules, None)
+    if problem is not None:
+        raise UnsafeCacheError(root, problem, errno.EPERM)
+
+
 def check_cache_dirs(
     root: str, root_st: os.stat_result, subdirs: tuple[str, ...], entries: str, rules: DirRules
 ) -> None:
@@ -192,9 +206,7 @@ def check_cache_dirs(
 
     Raises UnsafeCacheError (or CachePathError) naming the first directory refused.
     """
-    problem = _problem(root_st, rules, None)
-    if problem is not None:
-        raise UnsafeCacheError(root, problem, errno.EPERM)
+    check_root(root, root_st, rules)
     for sub in subdirs:
         _check_below(sub, rules, root_st.st_gid)
     # Shards: up to 256 directories, checked from one listing (lstat relative to the

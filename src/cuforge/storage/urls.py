@@ -110,6 +110,10 @@ class CacheSpec:
         """This level with ``signed`` set."""
         return CacheSpec(self.scheme, self.location, self.params, self.read_only, self.text, True)
 
+    def as_read_only(self) -> CacheSpec:
+        """This level with ``read_only`` set (as if it carried ``?ro``)."""
+        return CacheSpec(self.scheme, self.location, self.params, True, self.text, self.signed)
+
     def error(self, message: str) -> ValueError:
         """A ValueError that names this level of the URL."""
         return ValueError(f"cache URL {self.text!r}: {message}")
@@ -311,7 +315,9 @@ def open_level(spec: CacheSpec, secret: bytes | str | None = None) -> ProgramCac
     return cache
 
 
-def open_cache(url: str, *, secret: bytes | str | None = FROM_ENV) -> ProgramCacheResource:
+def open_cache(
+    url: str, *, secret: bytes | str | None = FROM_ENV, read_only: bool = False
+) -> ProgramCacheResource:
     """Open the cache ``url`` names: one backend, or a tiered cache for several levels.
 
     ``url`` is one level or several joined by ``,`` (fastest first); each level is
@@ -336,6 +342,10 @@ def open_cache(url: str, *, secret: bytes | str | None = FROM_ENV) -> ProgramCac
     ``storage.signing``); by default it is ``$CUFORGE_CACHE_SECRET`` when that is
     set; ``secret=None`` opens unsigned whatever the environment says.
 
+    ``read_only=True`` opens to look: every level as if it carried ``ro`` (a file
+    level then creates, sweeps and deletes nothing), and one level is returned as
+    its backend's own handle (the ``cuforge cache`` commands that only inspect).
+
     Raises ValueError for a bad URL (naming the bad part) or a too-short secret;
     errors opening a level (a path that is a file, a database that is not ours)
     propagate from the backend.
@@ -343,6 +353,10 @@ def open_cache(url: str, *, secret: bytes | str | None = FROM_ENV) -> ProgramCac
     specs = parse_cache_url(url)
     if secret is FROM_ENV:
         secret = secret_from_env()
+    if read_only:
+        specs = [spec.as_read_only() for spec in specs]
+        if len(specs) == 1:
+            return open_level(specs[0], secret)
     if len(specs) > 1 or specs[0].read_only:
         return open_tiered(specs, secret=secret)
     return open_level(specs[0], secret)

@@ -10,8 +10,10 @@ On-disk layout under the cache root::
     evict.lock                        serialises eviction scans across processes (see _evict)
     locks/<64 hex>.lock               single-flight locks, one per key being filled
     stats/                            persisted counters (see _statsfile)
+    CACHEDIR.TAG                      marks the directory as a cuforge cache (see _owned)
 
-Who may write these directories, and links below the root: see ``_safedir``.
+Who may write these directories, and links below the root: see ``_safedir``; which
+directories are the cache's and which of their files it may delete: ``_owned``.
 Reading and verifying a pair: ``_pairread``; listing and removing entries by id:
 ``_entries``.
 
@@ -31,10 +33,10 @@ from contextlib import AbstractContextManager
 from cuforge._stack import outside_level
 
 from .. import events
-from .._fsutil import DIR_FD, check_mode, make_dir, unlink_if_unchanged
+from .._fsutil import check_mode
 from .._integrity import SIDECAR_SIZE, SIDECAR_SUFFIX, key_seed, sidecar_for
 from .._livehandles import LiveHandles
-from .._safedir import DirRules, check_cache_dirs, open_root
+from .._safedir import DirRules
 from .._values import coerce_key, coerce_value
 from ..base import (
     DEFAULT_LOCK_TIMEOUT,
@@ -47,12 +49,13 @@ from ..base import (
 from ..entry import CacheEntry, is_entry_id, key_digest
 from ..memory import check_max_size
 from ..stats import CacheStats
-from ._anchor import EntriesAnchor, remove_foreign
+from ._anchor import EntriesAnchor
 from ._atomicwrite import PairWriter, sweep_temps
 from ._byid import EntriesById
 from ._cap import keep_cap, recorded_cap
-from ._hitmemo import HitMemo
+from ._hitmemo import HitMemo, LookingMemo
 from ._locking import LOCK_WAIT_S, BoundedWait, FileKeyLock
+from ._owned import open_owned_root
 from ._pairread import Mismatch, PairNames, read_pair
 from ._sizeindex import SizeLedger
 from ._statsfile import FLUSH_EVERY, StatsStore, read_totals, zero_totals
@@ -123,6 +126,15 @@ class FileStreamProgramCache(EntriesById, EntryCache):
     - **Group sharing.** ``mode=0o2770`` (for example) creates directories with
       that mode and setgid and files group read/write (``0o660``), whatever the
       umask, so all members of the directory's group can use the cache.
+    - **Only its own directory.** The root carries cuforge's ``CACHEDIR.TAG``: a
+      missing or empty directory is tagged at open, and so is an older cuforge's
+      cache; any other directory is refused (``CachePathError``), whatever
+      ``trust_shared`` says. Every deletion goes through ``ownership.delete_owned``
+      and takes only names of the layout: a user's ``entries/notes.txt`` stays.
+    - **Read-only handles** (``read_only=True``, ``?ro``) create, write and delete
+      nothing (no directories, tag, sweep, ledger, counters or atime stamps); a
+      missing directory is an empty cache; stores are dropped (``write_failures``);
+      ``clear``/``del``/``remove_entry``/``zero_stats`` raise ``PermissionError``.
     - **Path errors** (a path that is a file, cannot be created, is refused) raise
       :class:`~cuforge.storage.CachePathError` (an ``OSError``): one line naming
       the path, the problem and the fix.
@@ -144,9 +156,11 @@ class FileStreamProgramCache(EntriesById, EntryCache):
         *,
         durable: bool = False,
         trust_shared: bool = False,
+        read_only: bool = False,
     ) -> None:
         super().__init__()
         self._durable = bool(durable)
+        self._read_only = ro = bool(read_only)
         self._max = check_max_size(max_size_bytes)
         self._dir_mode, self._file_mode = check_mode(mode)
         if mode is not None and mode & 0o002 and not trust_shared:
@@ -156,44 +170,44 @@ class FileStreamProgramCache(EntriesById, EntryCache):
                 "trust_shared=True"
             )
         given = os.path.abspath(default_cache_dir() if path is None else os.fspath(path))
-        root_st = open_root(given, self._dir_mode)
-        # Resolved once: a root that is a symbolic link cannot be re-pointed under us.
-        root = os.path.realpath(given)
-        self._root = root
+        rules = DirRules.for_process(mode is not None and bool(mode & 0o070), trust_shared)
+        # The root's proof is kept for every deletion (see _owned); a root that is a
+        # symbolic link is resolved once: it cannot be re-pointed under us.
+        root, owned = open_owned_root(given, self._dir_mode, self._file_mode, rules, ro)
+        self._root, self._owned = root, owned
         self._entries = os.path.join(root, "entries")
         self._tmp = os.path.join(root, "tmp")
         self._stats_dir = os.path.join(root, "stats")
         self._locks_dir = os.path.join(root, "locks")
-        subdirs = (self._entries, self._tmp, self._stats_dir, self._locks_dir)
-        for sub in subdirs:
-            with contextlib.suppress(OSError):  # read-only caches still serve hits
-                make_dir(sub, self._dir_mode)
-        rules = DirRules.for_process(mode is not None and bool(mode & 0o070), trust_shared)
-        check_cache_dirs(given, root_st, subdirs, self._entries, rules)
         self._closed = False
         self._warned = False
         self._names: dict[Any, PairNames] = {}
-        self._memo = HitMemo(self.ATIME_BUMP_INTERVAL_NS)
+        self._memo = (LookingMemo if ro else HitMemo)(self.ATIME_BUMP_INTERVAL_NS)
         self._evict_mutex = threading.Lock()
         self._evict_wait = BoundedWait()
         self._lock_warned = False
-        self._writer = PairWriter(self._tmp, self._entries, self._dir_mode, self._file_mode)
+        self._writer = PairWriter(
+            self._tmp, self._entries, self._dir_mode, self._file_mode, owned=owned
+        )
         self._anchor = EntriesAnchor(self._entries)
-        self._sweep_temps(time.time_ns())
-        try:
-            self._ledger: SizeLedger | None = SizeLedger(
-                os.path.join(root, "size.ledger"), self._file_mode, self._scan_total,
-                self._lock_busy,
-            )  # fmt: skip
-        except OSError:
-            self._ledger = None  # cannot write here; writes will fail and warn
-        self._stats_store = StatsStore(self._stats_dir, self._tmp, self._dir_mode, self._file_mode)
+        self._ledger: SizeLedger | None = None
+        if not ro:
+            self._sweep_temps(time.time_ns())
+            with contextlib.suppress(OSError):  # cannot write here; writes will fail and warn
+                self._ledger = SizeLedger(
+                    os.path.join(root, "size.ledger"), self._file_mode, self._scan_total,
+                    self._lock_busy, owned=owned,
+                )  # fmt: skip
+        modes = (self._dir_mode, self._file_mode)
+        self._stats_store = StatsStore(
+            self._stats_dir, self._tmp, *modes, owned=owned, read_only=ro
+        )
         if self._max is None:  # the cap is the cache's: kept for openers that pass none
             self._max = recorded_cap(root)
-        else:
+        elif not ro:
             keep_cap(root, self._max, self._file_mode)
         self._ops = 0
-        self._file_locks = FileKeyLock(self._locks_dir, self._dir_mode, self._file_mode)
+        self._file_locks = FileKeyLock(self._locks_dir, *modes, owned=owned)
         _LIVE.add(self)
 
     # -- properties ----------------------------------------------------------------
@@ -207,8 +221,16 @@ class FileStreamProgramCache(EntriesById, EntryCache):
         return self._max
 
     @property
+    def read_only(self) -> bool:
+        """Whether this handle only looks (``read_only=True``; see the class)."""
+        return self._read_only
+
+    @property
     def size_bytes(self) -> int:
-        """The shared ledger's running total of cache bytes (an estimate)."""
+        """The shared ledger's running total of cache bytes (an estimate); a read-only
+        handle, which keeps no ledger, scans."""
+        if self._read_only:
+            return self._scan_total()
         return 0 if self._ledger is None else self._ledger.total()
 
     # -- names ---------------------------------------------------------------------
@@ -272,41 +294,26 @@ class FileStreamProgramCache(EntriesById, EntryCache):
 
     def _drop_corrupt(self, names: PairNames, bad: Mismatch) -> None:
         self._memo.forget(names.payload)
-        freed = self._unlink_pair(names, bad.payload_fp, bad.sidecar_fp)
+        ro = self._read_only
+        if ro:
+            freed = 0
+        else:
+            from ._entries import unlink_pair
+
+            freed = unlink_pair(self._anchor, names, bad.payload_fp, bad.sidecar_fp, self._owned)
         self._stats.integrity_failures += 1
         if freed:
             self._ledger_add(-freed)
         events.fail_open(
             self,
             events.INTEGRITY,
-            "cuforge program cache %s: entry %s failed its integrity check (%s); removed, "
+            "cuforge program cache %s: entry %s failed its integrity check (%s); %s, "
             "counted in stats().integrity_failures, and compiled again",
             self._root,
             names.key_digest.hex()[:12],
             bad.problem,
+            "left in place (a read-only handle)" if ro else "removed",
         )
-
-    def _unlink_pair(self, names: PairNames, payload_fp: Any, sidecar_fp: Any) -> int:
-        """Remove the pair's files if they are still the ones fingerprinted (a foreign
-        object -- FIFO, directory, link -- in their place goes too), relative to the
-        shard's no-follow descriptor; the bytes freed."""
-        dfd = None
-        try:
-            if DIR_FD:
-                dfd = self._anchor.shard(names.shard)
-            files = (names.name, names.name + SIDECAR_SUFFIX) if dfd is not None else names[:2]
-            freed = 0
-            for name, fp in zip(files, (payload_fp, sidecar_fp), strict=True):
-                if unlink_if_unchanged(name, fp, dfd):
-                    freed += fp.size
-                elif fp.ino >= 0:
-                    remove_foreign(name, dfd, fp.ino)
-            return freed
-        except OSError:
-            return 0
-        finally:
-            if dfd is not None:
-                os.close(dfd)
 
     def _read_failed(self, exc: OSError) -> None:
         events.fail_open(
@@ -328,6 +335,10 @@ class FileStreamProgramCache(EntriesById, EntryCache):
         names = self._names_for(key)
         data = coerce_value(value, "FileStreamProgramCache.__setitem__")
         check_meta(meta)
+        if self._read_only:
+            self._stats.write_failures += 1
+            events.note_dropped(events.READ_ONLY, f"{self._root} was opened read-only")
+            return
         size = len(data) + SIDECAR_SIZE + len(meta)  # the pair's bytes on disk
         if self._max is not None and size > self._max:
             self._too_large(size, self._max)
@@ -398,7 +409,7 @@ class FileStreamProgramCache(EntriesById, EntryCache):
         )
 
     def __delitem__(self, key: CacheKey) -> None:
-        self._check_open()
+        self._check_writable()
         names = self._names_for(key)
         self._memo.forget(names.payload)
         freed, removed = self._remove_by_names(names)
@@ -408,20 +419,9 @@ class FileStreamProgramCache(EntriesById, EntryCache):
             self._ledger_add(-freed)
 
     def _remove_by_names(self, names: PairNames) -> tuple[int, bool]:
-        """Remove both files as they stand (stat-guarded, relative to the shard's
-        no-follow descriptor); ``(bytes freed, whether the payload went)``."""
-        from ._entries import remove_pair
+        from ._entries import remove_names
 
-        if not DIR_FD:
-            return remove_pair(names.payload, names.sidecar)
-        try:
-            dfd = self._anchor.shard(names.shard)
-        except OSError:
-            return 0, False
-        try:
-            return remove_pair(names.name, names.name + SIDECAR_SUFFIX, dfd)
-        finally:
-            os.close(dfd)
+        return remove_names(self._anchor, names, self._owned)
 
     # -- size accounting and eviction ----------------------------------------------
     def _ledger_add(self, delta: int) -> int:
@@ -430,13 +430,14 @@ class FileStreamProgramCache(EntriesById, EntryCache):
     def _scan(self, now_ns: int) -> tuple[list[Scanned], int]:
         from ._evict import scan_all
 
-        return scan_all(self._entries, self._tmp, now_ns, int(self.STALE_TEMP_AGE_S * 1e9))
+        owned = None if self._read_only else self._owned  # read-only: look, sweep nothing
+        return scan_all(self._entries, self._tmp, now_ns, int(self.STALE_TEMP_AGE_S * 1e9), owned)
 
     def _scan_total(self) -> int:
         return self._scan(time.time_ns())[1]
 
     def _sweep_temps(self, now_ns: int) -> int:
-        return sweep_temps(self._tmp, now_ns, int(self.STALE_TEMP_AGE_S * 1e9))
+        return sweep_temps(self._tmp, now_ns, int(self.STALE_TEMP_AGE_S * 1e9), owned=self._owned)
 
     def _exclusive_scan(self) -> AbstractContextManager[bool]:
         """Serialise scans that delete: threads by a mutex, processes by evict.lock."""
@@ -480,16 +481,18 @@ class FileStreamProgramCache(EntriesById, EntryCache):
         self._stats.evictions += evict_lru(
             self._ledger, self._max, self.EVICT_LOW_WATER, self._exclusive_scan(), self._scan,
             keep,
+            owned=self._owned,
         )  # fmt: skip
 
     def clear(self) -> None:
         """Remove every entry; concurrent writers' new entries may survive. Never raises
-        for files that vanish or change meanwhile."""
-        self._check_open()
+        for files that vanish or change meanwhile; a user's file among them stays (only
+        names of the layout go). PermissionError on a read-only handle."""
+        self._check_writable()
         self._memo.clear()
         from ._evict import clear_all
 
-        clear_all(self._ledger, self._exclusive_scan(), self._scan)
+        clear_all(self._ledger, self._exclusive_scan(), self._scan, self._owned)
 
     def __len__(self) -> int:
         """Entries with both files present (a directory scan; does not verify them)."""
@@ -506,18 +509,22 @@ class FileStreamProgramCache(EntriesById, EntryCache):
         The OS releases the lock when its holder dies, so a crashed or killed
         compile frees waiters at once; a live holder that outlasts ``timeout``
         makes waiters give up (False) and compile themselves. If the lock file
-        cannot be created (read-only cache), yields False at once.
+        cannot be created (read-only cache), yields False at once. A read-only handle
+        holds an in-process lock only (it creates no lock file).
         """
         self._check_open()
+        if self._read_only:
+            return super().lock(key, timeout)
         return self._file_locks.hold(self._names_for(key).key_digest.hex(), timeout)
 
     def total_stats(self) -> CacheStats:
         """Counters summed over every process and handle that used this directory.
 
         Other live handles contribute what they last flushed (every few hundred
-        operations and at close).
+        operations and at close); a read-only handle's own counts are not included.
         """
-        self._flush_stats()
+        if not self._read_only:
+            self._flush_stats()
         return read_totals(self._stats_dir)
 
     def zero_stats(self) -> None:
@@ -526,9 +533,10 @@ class FileStreamProgramCache(EntriesById, EntryCache):
         Live handles keep their own counters: the totals they have persisted so far
         are recorded as a baseline that later totals subtract (see ``_statsfile``), so
         what any process counts after this call is counted once. Raises OSError when
-        the baseline cannot be written (a read-only cache).
+        the baseline cannot be written (a read-only cache; PermissionError for a
+        read-only handle).
         """
-        self._check_open()
+        self._check_writable()
         self._flush_stats()
         zero_totals(self._stats_dir, self._tmp, self._file_mode)
 
@@ -539,6 +547,11 @@ class FileStreamProgramCache(EntriesById, EntryCache):
     def _check_open(self) -> None:
         if self._closed:
             raise ValueError("operation on a closed FileStreamProgramCache")
+
+    def _check_writable(self) -> None:
+        self._check_open()
+        if self._read_only:
+            raise PermissionError(f"cuforge program cache {self._root} was opened read-only")
 
     def _after_fork_in_child(self) -> None:
         # The child shares the parent's descriptors and so its file locks; it
@@ -574,7 +587,8 @@ class FileStreamProgramCache(EntriesById, EntryCache):
         self._writer.close()
 
     def __repr__(self) -> str:
-        return f"FileStreamProgramCache({self._root!r}, max_size_bytes={self._max})"
+        ro = ", read_only=True" if self._read_only else ""
+        return f"FileStreamProgramCache({self._root!r}, max_size_bytes={self._max}{ro})"
 
 
 _LIVE = LiveHandles()

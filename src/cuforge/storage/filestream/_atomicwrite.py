@@ -8,7 +8,9 @@ unlocked); its temps are ``tmp/<tag>.<n>.tmp``. The OS drops the lock when the
 writer dies, however it dies, so ``sweep_temps`` knows a dead writer's temps at
 once -- no pid (reused, or another container's) and no age guess -- and removes
 them with its ``.alive`` file. Temps of a live writer are never touched. Other
-files (older layouts, stats baselines) still go after ``stale_age_ns``.
+files writers make (older layouts, stats baselines) still go after ``stale_age_ns``;
+a name no writer makes is not the cache's and stays, uncounted (``_owned``). Every
+removal goes through ``ownership.delete_owned`` with the root's kept proof.
 """
 
 from __future__ import annotations
@@ -25,15 +27,26 @@ from .._fsutil import (
     PRIVATE_DIR,
     PRIVATE_FILE,
     UTIME_BY_FD,
+    Fingerprint,
     fingerprint,
     list_dir,
-    make_dir,
     open_dir,
     unlink_if_unchanged,
 )
 from .._winretry import replace_retry
-from ._anchor import remove_foreign
+from ..ownership import delete_owned
 from ._locking import try_lock_fd
+from ._owned import (
+    AGED,
+    DEAD_OR_ALIVE,
+    WRITER_ALIVE,
+    is_entry_file,
+    is_shard,
+    remake_dir,
+    remove_foreign_owned,
+    temp_kind,
+    writer_of,
+)
 
 __all__ = ["PairWriter", "sweep_temps"]
 
@@ -51,16 +64,26 @@ class PairWriter:
     Where the platform allows (``DIR_FD``), ``tmp/``, ``entries/`` and the shard are
     opened without following links and every file operation is relative to those
     descriptors: a directory replaced by a symbolic link fails the write (ELOOP)
-    instead of sending it elsewhere. A directory that was deleted is recreated.
+    instead of sending it elsewhere. A directory that was deleted is recreated (a
+    recreated root is tagged). A foreign object where the shard or an entry file
+    belongs is removed only when ``owned`` (the root's proof, see ``_owned``).
     """
 
     def __init__(
-        self, tmp_dir: str, entries_dir: str, dir_mode: int | None, file_mode: int | None
+        self,
+        tmp_dir: str,
+        entries_dir: str,
+        dir_mode: int | None,
+        file_mode: int | None,
+        *,
+        owned: bool,
     ) -> None:
         self._tmp = tmp_dir
         self._entries = entries_dir
+        self._root = os.path.dirname(tmp_dir)
         self._dir_mode = dir_mode
         self._file_mode = file_mode
+        self._owned = owned
         self.renew()
 
     def renew(self) -> None:
@@ -142,9 +165,9 @@ class PairWriter:
                 with contextlib.suppress(OSError):
                     st = os.stat(dst, dir_fd=sfd, follow_symlinks=False)
                     old += st.st_size if stat_mod.S_ISREG(st.st_mode) else 0
-            _publish(tmp_side, sidecar, tfd, sfd)
+            _publish(tmp_side, sidecar, tfd, sfd, self._owned)
             tmp_side = None
-            _publish(tmp_payload, name, tfd, sfd)
+            _publish(tmp_payload, name, tfd, sfd, self._owned)
             tmp_payload = None
             return old
         finally:
@@ -161,7 +184,7 @@ class PairWriter:
         try:
             return open_dir(path)
         except FileNotFoundError:
-            make_dir(path, self._dir_mode)
+            remake_dir(path, self._root, self._dir_mode, self._file_mode)
             return open_dir(path)
 
     def _shard(self, efd: int, shard: str) -> int:
@@ -170,7 +193,9 @@ class PairWriter:
         except FileNotFoundError:
             pass
         except OSError:  # a file, FIFO or link where the shard belongs: not ours to use
-            if not remove_foreign(shard, efd, files_too=True):
+            if not remove_foreign_owned(
+                self._owned, shard, efd, is_shard, self._entries, files_too=True
+            ):
                 raise
         with contextlib.suppress(FileExistsError):  # shards are created lazily
             os.mkdir(shard, PRIVATE_DIR if self._dir_mode is None else self._dir_mode & 0o777,
@@ -237,7 +262,7 @@ class PairWriter:
         try:
             fd = os.open(name, _O_NEW, mode)
         except FileNotFoundError:  # tmp/ was deleted under us: recreate it
-            make_dir(self._tmp, self._dir_mode)
+            remake_dir(self._tmp, self._root, self._dir_mode, self._file_mode)
             fd = os.open(name, _O_NEW, mode)
         try:
             self._fill(fd, data, durable)
@@ -257,7 +282,7 @@ class PairWriter:
         except FileNotFoundError:
             if not os.path.exists(tmp):
                 raise
-            make_dir(shard, self._dir_mode)
+            remake_dir(shard, self._root, self._dir_mode, self._file_mode)
             replace_retry(tmp, dst)
 
 
@@ -273,55 +298,74 @@ def _stamp(file: int | str) -> None:
         os.utime(file, ns=(now, now))
 
 
-def _publish(tmp: str, name: str, tfd: int, sfd: int) -> None:
+def _publish(tmp: str, name: str, tfd: int, sfd: int, owned: bool) -> None:
     """Rename ``tmp`` over ``name``; a directory standing there (a foreign object that
     would make the key unstorable for good) is removed first, then the rename retried."""
     try:
         os.replace(tmp, name, src_dir_fd=tfd, dst_dir_fd=sfd)
     except (IsADirectoryError, FileExistsError, OSError) as exc:
-        if isinstance(exc, FileNotFoundError) or not remove_foreign(name, sfd):
+        if isinstance(exc, FileNotFoundError) or not remove_foreign_owned(
+            owned, name, sfd, is_entry_file, "entries/"
+        ):
             raise
         os.replace(tmp, name, src_dir_fd=tfd, dst_dir_fd=sfd)
 
 
-def sweep_temps(tmp_dir: str, now_ns: int, stale_age_ns: int) -> int:
-    """Delete the temp files of dead writers (at once) and other files older than
-    ``stale_age_ns``; return the bytes of live writers' temps (they occupy the disk
-    too). A writer is dead when its ``.alive`` file is gone or can be locked."""
+def sweep_temps(tmp_dir: str, now_ns: int, stale_age_ns: int, *, owned: bool) -> int:
+    """Delete the temp files of dead writers (at once) and other files writers make
+    once older than ``stale_age_ns``; return the bytes of live writers' temps (they
+    occupy the disk too). A writer is dead when its ``.alive`` file is gone or can be
+    locked. Deletes nothing unless ``owned`` (the root's proof, ``_owned``); a name no
+    writer makes is left alone and not counted."""
     if not DIR_FD:
-        return _sweep_by_age(tmp_dir, now_ns, stale_age_ns)
+        return _sweep_by_age(tmp_dir, now_ns, stale_age_ns, owned)
     try:
         tfd = open_dir(tmp_dir)
     except OSError:
         return 0
-    owners: dict[str, bool] = {}  # owner -> alive
+    owners: dict[str, bool] = {}  # writer -> alive
     held: list[int] = []  # .alive files of dead writers, locked until they are gone
+    doomed: list[tuple[str, Fingerprint]] = []
     live = 0
     try:
         for name, st in list_dir(".", tfd):
             if not stat_mod.S_ISREG(st.st_mode):
                 continue
-            parts = name.split(".")
-            if len(parts) == 3 and parts[2] == "tmp":
-                if _alive(parts[0], tfd, owners, held):
+            kind = temp_kind(name)
+            if kind == DEAD_OR_ALIVE:
+                if _alive(writer_of(name), tfd, owners, held):
                     live += st.st_size
                 else:
-                    unlink_if_unchanged(name, fingerprint(st), tfd)
-            elif len(parts) == 2 and parts[1] == "alive":
-                _alive(parts[0], tfd, owners, held)
-            elif st.st_mtime_ns < now_ns - stale_age_ns:
-                unlink_if_unchanged(name, fingerprint(st), tfd)  # older layouts, leftovers
-            else:
+                    doomed.append((name, fingerprint(st)))
+            elif kind == WRITER_ALIVE:
+                _alive(writer_of(name), tfd, owners, held)
+            elif kind == AGED and st.st_mtime_ns < now_ns - stale_age_ns:
+                doomed.append((name, fingerprint(st)))  # older layouts, leftovers
+            elif kind:
                 live += st.st_size
-        for owner, alive in owners.items():
+        for writer, alive in owners.items():
             if not alive:
-                with contextlib.suppress(OSError):
-                    os.unlink(owner + ".alive", dir_fd=tfd)  # under its lock: still dead
+                with contextlib.suppress(OSError):  # under its lock: still dead
+                    st = os.stat(writer + ".alive", dir_fd=tfd, follow_symlinks=False)
+                    doomed.append((writer + ".alive", fingerprint(st)))
+        _remove(doomed, tfd, owned, tmp_dir)
     finally:
         for fd in held:
             os.close(fd)
         os.close(tfd)
     return live
+
+
+def _remove(
+    doomed: list[tuple[str, Fingerprint]], dir_fd: int | None, owned: bool, where: str
+) -> int:
+    """Stat-guarded removal of ``doomed`` through the ownership gate."""
+    return delete_owned(
+        doomed,
+        lambda c: owned and temp_kind(os.path.basename(c[0])) != 0,
+        lambda own: sum(unlink_if_unchanged(n, fp, dir_fd) for n, fp in own),
+        where,
+    ).removed
 
 
 def _alive(owner: str, tfd: int, owners: dict[str, bool], held: list[int]) -> bool:
@@ -347,13 +391,15 @@ def _alive(owner: str, tfd: int, owners: dict[str, bool], held: list[int]) -> bo
     return True
 
 
-def _sweep_by_age(tmp_dir: str, now_ns: int, stale_age_ns: int) -> int:
+def _sweep_by_age(tmp_dir: str, now_ns: int, stale_age_ns: int, owned: bool) -> int:
     live = 0
+    doomed: list[tuple[str, Fingerprint]] = []
     for name, st in list_dir(tmp_dir):
-        if not stat_mod.S_ISREG(st.st_mode):
+        if not stat_mod.S_ISREG(st.st_mode) or not temp_kind(name):
             continue
         if st.st_mtime_ns < now_ns - stale_age_ns:
-            unlink_if_unchanged(os.path.join(tmp_dir, name), fingerprint(st))
+            doomed.append((os.path.join(tmp_dir, name), fingerprint(st)))
         else:
             live += st.st_size
+    _remove(doomed, None, owned, tmp_dir)
     return live

@@ -16,7 +16,8 @@ from collections.abc import Iterator
 
 from .._fsutil import DIR_FD
 from ..entry import CacheEntry, EntryInfo
-from ._anchor import EntriesAnchor, remove_foreign
+from ._anchor import EntriesAnchor
+from ._owned import entry_file_at, is_entry_file, is_shard, remove_foreign_owned
 from ._pairread import Mismatch, PairNames, read_pair
 
 TYPE_CHECKING = False  # typing is not imported at run time: it costs a cold hit ~5 ms
@@ -33,8 +34,12 @@ class EntriesById:
     _entries: str
     _anchor: EntriesAnchor
     _memo: HitMemo
+    _owned: bool
 
     def _check_open(self) -> None:
+        raise NotImplementedError
+
+    def _check_writable(self) -> None:
         raise NotImplementedError
 
     def _names_of_id(self, entry_id: str) -> PairNames:
@@ -73,7 +78,7 @@ class EntriesById:
         return result if type(result) is CacheEntry else None
 
     def remove_entry(self, entry_id: str) -> bool:
-        self._check_open()
+        self._check_writable()
         try:
             names = self._names_of_id(entry_id)
         except KeyError:
@@ -98,21 +103,27 @@ class EntriesById:
     def remove_foreign_object(self, path: str) -> bool:
         """Remove one object :meth:`foreign_objects` named (a directory with what it
         holds; links are removed, never followed). Whether it went; a regular entry
-        file is never removed here."""
-        self._check_open()
+        file is never removed here, nor anything at a name that is not the layout's
+        (a shard's, an entry file's) or in a root not proven the cache's."""
+        self._check_writable()
         shard, _, name = path.partition("/")
-        if not shard or "/" in name or shard in (".", "..") or name in (".", ".."):
+        if not is_shard(shard) or (name and not is_entry_file(name)):
             return False
+        owned, where = self._owned, self._entries
         try:
             if not DIR_FD:
-                where = os.path.join(self._entries, shard, name) if name else None
-                return where is not None and remove_foreign(where, None)
+                full = os.path.join(where, shard, name) if name else None
+                return full is not None and remove_foreign_owned(
+                    owned, full, None, entry_file_at, where
+                )
             if not name:
-                return remove_foreign(shard, self._anchor.entries_fd(), files_too=True)
+                return remove_foreign_owned(
+                    owned, shard, self._anchor.entries_fd(), is_shard, where, files_too=True
+                )
             dfd = self._anchor.shard(shard)
         except OSError:
             return False
         try:
-            return remove_foreign(name, dfd)
+            return remove_foreign_owned(owned, name, dfd, is_entry_file, where)
         finally:
             os.close(dfd)

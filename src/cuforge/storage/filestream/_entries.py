@@ -19,12 +19,15 @@ import contextlib
 import os
 from collections.abc import Iterator
 
-from .._fsutil import O_NOFOLLOW, fingerprint, unlink_if_unchanged
-from .._integrity import SIDECAR_READ, SIDECAR_SIZE, parse_sidecar
+from .._fsutil import DIR_FD, O_NOFOLLOW, Fingerprint, fingerprint
+from .._integrity import SIDECAR_READ, SIDECAR_SIZE, SIDECAR_SUFFIX, parse_sidecar
 from ..entry import EntryInfo, is_entry_id
+from ._anchor import EntriesAnchor
+from ._owned import entry_file_at, remove_foreign_owned, unlink_owned
+from ._pairread import PairNames
 from ._scan import scan_entries
 
-__all__ = ["list_entries", "read_meta", "remove_pair"]
+__all__ = ["list_entries", "read_meta", "remove_names", "remove_pair", "unlink_pair"]
 
 _O_READ = os.O_RDONLY | O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
 
@@ -62,16 +65,64 @@ def read_meta(sidecar: str) -> bytes | None:
     return side[SIDECAR_SIZE:total] if total else None
 
 
-def remove_pair(payload: str, sidecar: str, dir_fd: int | None = None) -> tuple[int, bool]:
-    """Remove both files as they stand now (each stat-guarded; relative to ``dir_fd``
-    when given, following no link); ``(bytes freed, whether the payload went)``. OS
-    errors leave a file in place."""
+def remove_pair(
+    payload: str, sidecar: str, owned: bool, dir_fd: int | None = None
+) -> tuple[int, bool]:
+    """Remove both files as they stand now (each stat-guarded, through the ownership
+    gate: ``owned`` is the root's proof; relative to ``dir_fd`` when given, following
+    no link); ``(bytes freed, whether the payload went)``. OS errors leave a file in
+    place."""
     freed = 0
     removed = False
     for path in (payload, sidecar):
         with contextlib.suppress(OSError):
             st = os.stat(path, dir_fd=dir_fd, follow_symlinks=False)
-            if unlink_if_unchanged(path, fingerprint(st), dir_fd):
+            if unlink_owned(owned, path, fingerprint(st), dir_fd, entry_file_at, path):
                 freed += st.st_size
                 removed = removed or path == payload
     return freed, removed
+
+
+def remove_names(anchor: EntriesAnchor, names: PairNames, owned: bool) -> tuple[int, bool]:
+    """:func:`remove_pair` of an entry's two files, relative to its shard's no-follow
+    descriptor where the platform allows."""
+    if not DIR_FD:
+        return remove_pair(names.payload, names.sidecar, owned)
+    try:
+        dfd = anchor.shard(names.shard)
+    except OSError:
+        return 0, False
+    try:
+        return remove_pair(names.name, names.name + SIDECAR_SUFFIX, owned, dfd)
+    finally:
+        os.close(dfd)
+
+
+def unlink_pair(
+    anchor: EntriesAnchor,
+    names: PairNames,
+    payload_fp: Fingerprint,
+    sidecar_fp: Fingerprint,
+    owned: bool,
+) -> int:
+    """Remove a damaged pair's files if they are still the ones fingerprinted (a
+    foreign object -- FIFO, directory, link -- in their place goes too), relative to
+    the shard's no-follow descriptor, through the ownership gate; the bytes freed."""
+    dfd = None
+    where = os.path.dirname(os.path.dirname(names.payload))
+    try:
+        if DIR_FD:
+            dfd = anchor.shard(names.shard)
+        files = (names.name, names.name + SIDECAR_SUFFIX) if dfd is not None else names[:2]
+        freed = 0
+        for name, fp in zip(files, (payload_fp, sidecar_fp), strict=True):
+            if unlink_owned(owned, name, fp, dfd, entry_file_at, where):
+                freed += fp.size
+            elif fp.ino >= 0:
+                remove_foreign_owned(owned, name, dfd, entry_file_at, where, fp.ino)
+        return freed
+    except OSError:
+        return 0
+    finally:
+        if dfd is not None:
+            os.close(dfd)

@@ -2,13 +2,14 @@
 
 Guarantee: one deleting scan at a time per cache directory -- threads of a handle
 by its mutex, processes by an exclusive lock on ``evict.lock`` -- and every deletion
-is stat-guarded (``remove_scanned``), so an entry a writer replaced after the scan
-survives. Eviction removes least-recently-read entries until the scanned total is
-at or below the target, then resets the shared size ledger to what the scan saw
-(less what it freed). The entry whose write started an eviction is never its
-victim, and an access time in the future (a host whose clock was ahead, a copied
-cache) ranks as the scan's now: before, such entries outranked every other entry
-and each new store was evicted by its own write instead.
+is stat-guarded and goes through the ownership gate (``remove_scanned``), so an
+entry a writer replaced after the scan survives and nothing but the cache's own
+entries in a root proven the cache's ever goes. Eviction removes least-recently-read
+entries until the scanned total is at or below the target, then resets the shared
+size ledger to what the scan saw (less what it freed). The entry whose write started
+an eviction is never its victim, and an access time in the future (a host whose
+clock was ahead, a copied cache) ranks as the scan's now: before, such entries
+outranked every other entry and each new store was evicted by its own write instead.
 
 Failure modes: when ``evict.lock`` cannot be opened, or another process holds it
 past the bounded wait (``_locking.BoundedWait``: 0.25 s, then 10 ms waits for a
@@ -37,11 +38,14 @@ __all__ = ["clear_all", "evict_lru", "exclusive_scan", "scan_all"]
 
 
 def scan_all(
-    entries_dir: str, tmp_dir: str, now_ns: int, stale_age_ns: int
+    entries_dir: str, tmp_dir: str, now_ns: int, stale_age_ns: int, owned: bool | None
 ) -> tuple[list[Scanned], int]:
-    """Every entry and the bytes of entries plus live temp files; stale temps go."""
+    """Every entry and the bytes of entries plus live temp files; stale temps go when
+    ``owned`` (None: a read-only handle, which only looks: temps are not counted)."""
     found, total = scan_entries(entries_dir)
-    return found, total + sweep_temps(tmp_dir, now_ns, stale_age_ns)
+    if owned is None:
+        return found, total
+    return found, total + sweep_temps(tmp_dir, now_ns, stale_age_ns, owned=owned)
 
 
 @contextlib.contextmanager
@@ -85,6 +89,8 @@ def evict_lru(
     exclusive: contextlib.AbstractContextManager[bool],
     scan: Callable[[int], tuple[list[Scanned], int]],
     keep: str | None = None,
+    *,
+    owned: bool,
 ) -> int:
     """Evict least-recently-read entries down to ``low_water * cap``; the entries
     evicted. Does nothing unless ``exclusive`` is held and the ledger is still over
@@ -115,7 +121,7 @@ def evict_lru(
                 break
             if entry.payload == keep:
                 continue
-            freed = remove_scanned(entry, now, force=False)
+            freed = remove_scanned(entry, now, force=False, owned=owned)
             if freed:
                 total -= freed
                 evicted += entry.payload is not None
@@ -145,6 +151,7 @@ def clear_all(
     ledger: SizeLedger | None,
     exclusive: contextlib.AbstractContextManager[bool],
     scan: Callable[[int], tuple[list[Scanned], int]],
+    owned: bool,
 ) -> None:
     """Remove every scanned entry (young orphan sidecars too) and reset the ledger."""
     with exclusive:
@@ -152,7 +159,7 @@ def clear_all(
         now = time.time_ns()
         found, total = scan(now)
         for entry in found:
-            total -= remove_scanned(entry, now, force=True)
+            total -= remove_scanned(entry, now, force=True, owned=owned)
         if ledger is not None:
             with contextlib.suppress(OSError):
                 ledger.reconcile(base, total)

@@ -21,7 +21,7 @@ import time
 from .._fsutil import UTIME_BY_FD, Fingerprint, fingerprint
 from ..entry import CacheEntry
 
-__all__ = ["HitMemo"]
+__all__ = ["HitMemo", "LookingMemo"]
 
 _OVERHEAD = 256  # dict slot, key string, tuples: what a tiny entry costs beyond its bytes
 
@@ -115,3 +115,22 @@ class HitMemo:
         except OSError:
             pass
         return None
+
+
+class LookingMemo(HitMemo):
+    """A read-only handle's memo: the same repeat hits, no access-time stamp (looking
+    at a cache -- ``cuforge cache explain``, a ``?ro`` level -- writes nothing to it;
+    the entry is still reverified once per interval)."""
+
+    def bump_atime(self, fd: int, path: str) -> os.stat_result | None:
+        now = time.monotonic_ns()
+        last = self._bumped.get(path)
+        if last is not None and now - last < self.interval_ns:
+            return None
+        if len(self._bumped) >= self.MAX_ENTRIES:
+            self._bumped.clear()
+        self._bumped[path] = now
+        try:
+            return os.fstat(fd)
+        except OSError:
+            return None

@@ -14,7 +14,8 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 
-from .._fsutil import O_NOFOLLOW, PRIVATE_FILE, make_dir
+from .._fsutil import O_NOFOLLOW, PRIVATE_FILE, fingerprint
+from ._owned import is_lock_file, remake_dir, unlink_owned
 
 __all__ = ["LOCK_WAIT_S", "BoundedWait", "FileKeyLock", "lock_fd", "try_lock_fd", "unlock_fd"]
 
@@ -121,13 +122,18 @@ class FileKeyLock:
 
     The holder deletes its lock file before releasing (POSIX), so lock files do
     not pile up; a waiter that wins a lock on a file that was deleted meanwhile
-    notices (the path no longer names its inode) and tries again.
+    notices (the path no longer names its inode) and tries again. The deletion goes
+    through the ownership gate (``owned``: the root's proof; the name must be
+    ``<64 hex>.lock``); when it is refused the file stays, which costs nothing.
     """
 
-    def __init__(self, directory: str, dir_mode: int | None, file_mode: int | None) -> None:
+    def __init__(
+        self, directory: str, dir_mode: int | None, file_mode: int | None, *, owned: bool
+    ) -> None:
         self._dir = directory
         self._dir_mode = dir_mode
         self._file_mode = file_mode
+        self._owned = owned
 
     @contextmanager
     def hold(self, name: str, timeout: float | None) -> Iterator[bool]:
@@ -138,8 +144,9 @@ class FileKeyLock:
         finally:
             if fd is not None:
                 if os.name != "nt":
-                    with suppress(OSError):
-                        os.unlink(path)
+                    with suppress(OSError):  # the file we hold, if it still stands there
+                        held = fingerprint(os.fstat(fd))
+                        unlink_owned(self._owned, path, held, None, _lock_name, self._dir)
                 try:
                     unlock_fd(fd)
                 finally:
@@ -156,7 +163,8 @@ class FileKeyLock:
                 )  # fmt: skip
             except FileNotFoundError:
                 try:
-                    make_dir(self._dir, self._dir_mode)
+                    remake_dir(self._dir, os.path.dirname(self._dir), self._dir_mode,
+                               self._file_mode)  # fmt: skip
                     continue
                 except OSError:
                     return None
@@ -183,3 +191,7 @@ def _names_inode(path: str, fd: int) -> bool:
         return os.path.samestat(os.stat(path), os.fstat(fd))
     except OSError:
         return False
+
+
+def _lock_name(path: str) -> bool:
+    return is_lock_file(os.path.basename(path))

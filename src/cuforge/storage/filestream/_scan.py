@@ -4,8 +4,11 @@ stale temp files at open is ``_atomicwrite.sweep_temps``).
 
 Directories are opened without following links (where the platform allows): a
 shard, ``entries/`` or ``tmp/`` replaced by a symbolic link is not listed, so
-nothing outside the cache is ever considered for deletion. Deletions are
-stat-guarded (``unlink_if_unchanged``): only the very file a scan saw goes.
+nothing outside the cache is ever considered for deletion. Only names of the
+layout are scanned (``entries/<2 hex>/<62 hex>[.cfsum]``, see ``_owned``): a user's
+file under ``entries/`` is never listed, counted or deleted. Deletions go through
+``ownership.delete_owned`` with the root's kept proof and are stat-guarded
+(``unlink_if_unchanged``): only the very file a scan saw goes.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from collections import namedtuple
 
 from .._fsutil import DIR_FD, Fingerprint, fingerprint, list_dir, open_dir, unlink_if_unchanged
 from .._integrity import SIDECAR_SUFFIX
+from ..ownership import delete_owned
+from ._owned import is_entry_file, is_entry_path, is_shard
 
 __all__ = ["ORPHAN_SIDECAR_AGE_NS", "Scanned", "find_foreign", "remove_scanned", "scan_entries"]
 
@@ -39,7 +44,8 @@ class Scanned(
 
 
 def _entry_files(entries_dir: str) -> list[tuple[str, os.stat_result]]:
-    """``(path, lstat)`` of every regular file in every shard of ``entries_dir``."""
+    """``(path, lstat)`` of every regular file named as an entry file in every shard
+    of ``entries_dir`` (other names are not the cache's)."""
     efd = -1
     try:
         if DIR_FD:
@@ -49,11 +55,11 @@ def _entry_files(entries_dir: str) -> list[tuple[str, os.stat_result]]:
     try:
         files = []
         for shard, st in list_dir(entries_dir):
-            if not stat_mod.S_ISDIR(st.st_mode):
+            if not stat_mod.S_ISDIR(st.st_mode) or not is_shard(shard):
                 continue
             base = os.path.join(entries_dir, shard)
             for name, fst in list_dir(shard, efd) if efd >= 0 else list_dir(base):
-                if stat_mod.S_ISREG(fst.st_mode):
+                if stat_mod.S_ISREG(fst.st_mode) and is_entry_file(name):
                     files.append((os.path.join(base, name), fst))
         return files
     finally:
@@ -62,9 +68,11 @@ def _entry_files(entries_dir: str) -> list[tuple[str, os.stat_result]]:
 
 
 def find_foreign(entries_dir: str) -> list[tuple[str, str]]:
-    """``(path relative to entries_dir, what it is)`` of every object that is not the
-    cache's: anything but a directory where a shard belongs, anything but a regular
-    file inside a shard (a FIFO, socket, device, link or directory). Never opens them."""
+    """``(path relative to entries_dir, what it is)`` of every object standing where a
+    file of the cache belongs that is not one: anything but a directory at a shard's
+    name, anything but a regular file at an entry file's name inside a shard (a FIFO,
+    socket, device, link or directory). Other names are a user's: not listed. Never
+    opens them."""
     from ._anchor import describe
 
     efd = -1
@@ -76,6 +84,8 @@ def find_foreign(entries_dir: str) -> list[tuple[str, str]]:
     try:
         found = []
         for shard, st in list_dir(entries_dir):
+            if not is_shard(shard):
+                continue
             if not stat_mod.S_ISDIR(st.st_mode):
                 found.append((shard, describe(st)))
                 continue
@@ -83,7 +93,7 @@ def find_foreign(entries_dir: str) -> list[tuple[str, str]]:
                 list_dir(shard, efd) if efd >= 0 else list_dir(os.path.join(entries_dir, shard))
             )
             for name, fst in inside:
-                if not stat_mod.S_ISREG(fst.st_mode):
+                if not stat_mod.S_ISREG(fst.st_mode) and is_entry_file(name):
                     found.append((f"{shard}/{name}", describe(fst)))
         return found
     finally:
@@ -121,12 +131,29 @@ def scan_entries(entries_dir: str) -> tuple[list[Scanned], int]:
     return found, total
 
 
-def remove_scanned(entry: Scanned, now_ns: int, force: bool) -> int:
-    """Remove one scanned entry, stat-guarded; return the bytes freed.
+def remove_scanned(entry: Scanned, now_ns: int, force: bool, owned: bool) -> int:
+    """Remove one scanned entry, stat-guarded, through the ownership gate (``owned``:
+    the root's proof; both paths must be entry files'); return the bytes freed.
 
     A payload a writer replaced since the scan is kept (and its sidecar with it).
     Young orphan sidecars are kept unless ``force`` (``clear()``).
     """
+    freed = [0]
+
+    def proves(e: Scanned) -> bool:
+        return owned and all(p is None or is_entry_path(p) for p in (e.payload, e.sidecar))
+
+    def remove(own: list[Scanned]) -> int:
+        for e in own:
+            freed[0] += _remove_pair(e, now_ns, force)
+        return len(own)
+
+    where = os.path.dirname(entry.payload or entry.sidecar or "")
+    delete_owned((entry,), proves, remove, where)
+    return freed[0]
+
+
+def _remove_pair(entry: Scanned, now_ns: int, force: bool) -> int:
     freed = 0
     if entry.payload is not None:
         assert entry.payload_fp is not None

@@ -38,6 +38,7 @@ from collections.abc import Callable
 
 from .._fsutil import O_NOFOLLOW, PRIVATE_FILE, read_at0, write_at0
 from ._locking import BoundedWait, unlock_fd
+from ._owned import LEDGER_NAMES, unlink_special
 
 __all__ = ["SizeLedger"]
 
@@ -76,7 +77,8 @@ class SizeLedger:
     ledger file is new or unreadable, or when a handle died without closing.
     ``recovered`` tells whether this handle's registration did that. ``on_busy`` is
     called (holding no lock) each time another process held the ledger's lock past
-    the bound.
+    the bound. ``owned`` (the cache root's proof, ``_owned``) lets a FIFO or device
+    planted at the ledger's name be replaced; without it the ledger is unusable then.
     """
 
     def __init__(
@@ -85,8 +87,11 @@ class SizeLedger:
         file_mode: int | None,
         seed: Callable[[], int],
         on_busy: Callable[[], None] | None = None,
+        *,
+        owned: bool = False,
     ) -> None:
         self._path = path
+        self._owned = owned
         self._file_mode = file_mode
         self._seed = seed
         self._on_busy = on_busy
@@ -108,10 +113,10 @@ class SizeLedger:
         not be read: no size accounting, no cap) is replaced by a new file."""
         mode = PRIVATE_FILE if self._file_mode is None else self._file_mode
         fd = os.open(path, _FLAGS | _NONBLOCK, mode)
-        if not stat_mod.S_ISREG(os.fstat(fd).st_mode):
+        st = os.fstat(fd)
+        if not stat_mod.S_ISREG(st.st_mode):
             os.close(fd)
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
+            unlink_special(self._owned, path, LEDGER_NAMES.__contains__, path, st.st_ino)
             fd = os.open(path, _FLAGS | _NONBLOCK, mode)  # ours, or a peer's new file
             if not stat_mod.S_ISREG(os.fstat(fd).st_mode):
                 os.close(fd)

@@ -10,7 +10,9 @@ died: the OS drops the lock with the process) into ``merged`` under
 which totals subtract: counters restart from zero for every process, live ones
 included, without touching the records their owners keep rewriting. Persistence is
 best effort: if the directory cannot be written, counters stay in memory and nothing
-fails.
+fails. A read-only handle writes nothing (its counters stay in memory). Folding
+deletes only records named as handles name them (``<host>-<pid>-<8 hex>.cnt``) in a
+root proven the cache's (``_owned``): a user's ``stats/x.cnt`` stays.
 """
 
 from __future__ import annotations
@@ -19,9 +21,10 @@ import contextlib
 import os
 import stat as stat_mod
 
-from .._fsutil import O_NOFOLLOW, PRIVATE_FILE, make_dir, write_at0
+from .._fsutil import O_NOFOLLOW, PRIVATE_FILE, fingerprint, write_at0
 from ..stats import MAX_RECORD_SIZE, CacheStats
 from ._locking import LOCK_WAIT_S, lock_fd, try_lock_fd, unlock_fd
+from ._owned import is_stats_record, remake_dir, unlink_owned, unlink_special
 
 __all__ = ["FLUSH_EVERY", "StatsStore", "read_totals", "zero_totals"]
 
@@ -107,7 +110,7 @@ def _sum_records(stats_dir: str) -> CacheStats:
     except OSError:
         return total
     for name in names:
-        if name == _MERGED or name.endswith(_SUFFIX):
+        if name == _MERGED or is_stats_record(name):
             rec = _read_record(os.path.join(stats_dir, name))
             if rec is not None:
                 total = total + rec
@@ -115,10 +118,18 @@ def _sum_records(stats_dir: str) -> CacheStats:
 
 
 class StatsStore:
-    """This handle's record file (created lazily at the first flush)."""
+    """This handle's record file (created lazily at the first flush). ``owned``: the
+    root's proof (folding deletes records only then); ``read_only``: write nothing."""
 
     def __init__(
-        self, stats_dir: str, tmp_dir: str, dir_mode: int | None, file_mode: int | None
+        self,
+        stats_dir: str,
+        tmp_dir: str,
+        dir_mode: int | None,
+        file_mode: int | None,
+        *,
+        owned: bool,
+        read_only: bool = False,
     ) -> None:
         self._dir = stats_dir
         self._tmp = tmp_dir
@@ -127,7 +138,9 @@ class StatsStore:
         self._create_mode = PRIVATE_FILE if file_mode is None else file_mode
         self._fd = -1
         self._path = ""
-        self._broken = False
+        self._owned = owned
+        self._read_only = read_only
+        self._broken = read_only
 
     def _create(self) -> None:
         # Locked before it gets its final name, so compact() never sees it unlocked.
@@ -139,7 +152,7 @@ class StatsStore:
                 with contextlib.suppress(OSError, AttributeError):
                     os.fchmod(fd, self._file_mode)
             try_lock_fd(fd)
-            make_dir(self._dir, self._dir_mode)
+            remake_dir(self._dir, os.path.dirname(self._dir), self._dir_mode, self._file_mode)
             path = os.path.join(self._dir, name)
             os.replace(tmp, path)
         except BaseException:
@@ -164,21 +177,24 @@ class StatsStore:
         if self._fd >= 0:
             with contextlib.suppress(OSError):
                 os.close(self._fd)
-        self._fd, self._path, self._broken = -1, "", False
+        self._fd, self._path, self._broken = -1, "", self._read_only
 
     def close(self, stats: CacheStats) -> None:
         """Flush, release the record, and fold released records into ``merged``."""
+        if self._read_only:
+            return
         self.flush(stats)
         if self._fd >= 0:
             with contextlib.suppress(OSError):
                 unlock_fd(self._fd)
             os.close(self._fd)
             self._fd = -1
-        compact(self._dir, self._file_mode)
+        compact(self._dir, self._file_mode, self._owned)
 
 
-def compact(stats_dir: str, file_mode: int | None) -> None:
-    """Fold records nobody holds into ``merged`` (best effort, never raises)."""
+def compact(stats_dir: str, file_mode: int | None, owned: bool) -> None:
+    """Fold records nobody holds into ``merged`` (best effort, never raises); records
+    are deleted only when ``owned`` (see the module docstring)."""
     try:
         lock = os.open(
             os.path.join(stats_dir, _MERGE_LOCK),
@@ -191,7 +207,7 @@ def compact(stats_dir: str, file_mode: int | None) -> None:
         if not lock_fd(lock, timeout=LOCK_WAIT_S):
             return
         try:
-            _compact_locked(stats_dir, file_mode)
+            _compact_locked(stats_dir, file_mode, owned)
         finally:
             unlock_fd(lock)
     except OSError:
@@ -200,26 +216,31 @@ def compact(stats_dir: str, file_mode: int | None) -> None:
         os.close(lock)
 
 
-def _compact_locked(stats_dir: str, file_mode: int | None) -> None:
+def _compact_locked(stats_dir: str, file_mode: int | None, owned: bool) -> None:
     merged_path = os.path.join(stats_dir, _MERGED)
     merged = _read_record(merged_path) or CacheStats()
     folded = False
+    if not owned:
+        return  # folding deletes records: only in a root proven the cache's
     for name in os.listdir(stats_dir):
-        if not name.endswith(_SUFFIX):
-            continue
+        if not is_stats_record(name):
+            continue  # not a handle's record (a user's x.cnt): left alone
         path = os.path.join(stats_dir, name)
         try:
             fd = os.open(path, os.O_RDWR | O_NOFOLLOW | _NONBLOCK)
         except OSError:
             continue
         try:
-            if not stat_mod.S_ISREG(os.fstat(fd).st_mode):
-                os.unlink(path)  # a FIFO or device planted here: no record of ours
+            st = os.fstat(fd)
+            if not stat_mod.S_ISREG(st.st_mode):
+                # a FIFO or device planted here: no record of ours
+                unlink_special(owned, path, is_stats_record, stats_dir, st.st_ino)
                 continue
             if not try_lock_fd(fd):
                 continue  # its owner is alive
             rec = CacheStats.from_record(os.read(fd, MAX_RECORD_SIZE + 1))
-            os.unlink(path)
+            if not unlink_owned(owned, path, fingerprint(st), None, _record, stats_dir):
+                continue  # replaced since it was opened: not the record read
             if rec is not None:
                 merged = merged + rec
                 folded = True
@@ -238,3 +259,7 @@ def _compact_locked(stats_dir: str, file_mode: int | None) -> None:
             os.ftruncate(fd, len(record))  # a longer record from another version
         finally:
             os.close(fd)
+
+
+def _record(path: str) -> bool:
+    return is_stats_record(os.path.basename(path))

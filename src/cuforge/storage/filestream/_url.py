@@ -1,5 +1,6 @@
-"""``file:///path/to/dir?max_size=..&mode=2770&durable&trust=shared`` (or a plain path):
-the URL scheme of :class:`cuforge.storage.filestream.FileStreamProgramCache`.
+"""``file:///path/to/dir?max_size=..&mode=2770&durable&trust=shared&ro`` (or a plain
+path): the URL scheme of :class:`cuforge.storage.filestream.FileStreamProgramCache`
+(``ro``: a read-only handle, which creates and deletes nothing).
 
 Named in ``storage.urls``' scheme table and imported only when such a URL is opened.
 """
@@ -27,4 +28,5 @@ def open_file(spec: CacheSpec) -> FileStreamProgramCache:
         mode=mode_value,
         durable=spec.flag("durable"),
         trust_shared=spec.trust_shared(),
+        read_only=spec.read_only,
     )
