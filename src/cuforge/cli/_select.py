@@ -12,7 +12,9 @@ The choice, first match wins:
 
 Opening failures are :class:`UsageError` naming where the choice came from: a URL
 that does not parse, a path that is a regular file, a directory that cannot be
-created (``/proc/nope``), a backend that is not installed.
+created (``/proc/nope``), a directory that is not a cuforge cache (nor empty), a
+backend that is not installed. Commands that only look open read-only
+(``open_choice(..., read_only=True)``): they create, sweep and delete nothing.
 """
 
 from __future__ import annotations
@@ -160,17 +162,23 @@ def _where(choice: Choice) -> str:
     return f"{choice.origin} {choice.shown()!r}" if choice.origin != "--cache" else "--cache"
 
 
-def open_choice(choice: Choice, max_size: int | None = None) -> ProgramCacheResource:
-    """Open ``choice`` (which must not be off). ``max_size`` caps a file cache.
+def open_choice(
+    choice: Choice, max_size: int | None = None, *, read_only: bool = False
+) -> ProgramCacheResource:
+    """Open ``choice`` (which must not be off). ``max_size`` caps a file cache;
+    ``read_only`` opens it to look (``open_cache(read_only=True)``).
 
     Raises UsageError naming the origin and what is wrong.
     """
+    from cuforge.storage import CachePathError
     from cuforge.storage.urls import open_cache
 
     url = url_of(choice, max_size)
     where = _where(choice)
     try:
-        return open_cache(url)
+        return open_cache(url, read_only=read_only)
+    except CachePathError as exc:  # one line naming the path, the problem and the fix
+        raise UsageError(f"{where}: {exc}") from None
     except ValueError as exc:
         raise UsageError(f"{where}: {exc}") from None
     except ImportError as exc:

@@ -120,17 +120,20 @@ def _positive(text: str) -> int:
 class opened:  # lower case: used like open()
     """``with opened(args) as cache``: the chosen cache, closed after (UsageError when
     caching is off, the cache does not exist -- nothing is created -- or it cannot be
-    opened)."""
+    opened). ``read_only``: the command only looks, and the cache is opened so that
+    it creates, sweeps and deletes nothing (a directory that is not a cuforge cache
+    is a UsageError)."""
 
-    def __init__(self, args: argparse.Namespace) -> None:
+    def __init__(self, args: argparse.Namespace, read_only: bool = False) -> None:
         self.choice = _select.choose(args)
         if self.choice.url is None:
             raise UsageError(f"caching is off ({self.choice.origin}): there is no cache to use")
+        self.read_only = read_only
         self.cache: ProgramCacheResource | None = None
 
     def __enter__(self) -> ProgramCacheResource:
         _select.require_existing(self.choice)  # these commands never create a cache
-        self.cache = _select.open_choice(self.choice)
+        self.cache = _select.open_choice(self.choice, read_only=self.read_only)
         return self.cache
 
     def __exit__(self, *exc: object) -> None:
@@ -155,7 +158,7 @@ def _when(ns: int) -> str:
 def _stats(args: argparse.Namespace) -> int:
     from cuforge.storage.units import format_size
 
-    chosen = opened(args)
+    chosen = opened(args, read_only=True)
     with chosen as cache:
         counters = (getattr(cache, "total_stats", None) or cache.stats)().as_dict()
         try:
@@ -246,7 +249,7 @@ def _selected(row: _entries.Row, args: argparse.Namespace) -> bool:
 def _ls(args: argparse.Namespace) -> int:
     from cuforge.storage.units import format_size
 
-    with opened(args) as cache:
+    with opened(args, read_only=True) as cache:
         listed = [r for r in _entries.rows(cache) if _selected(r, args)]
     key, descending = _SORTS[args.sort]
     listed.sort(key=key, reverse=descending != args.reverse)
@@ -281,7 +284,7 @@ def _ls(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    with opened(args) as cache:
+    with opened(args, read_only=True) as cache:
         row = _entries.find(cache, args.prefix)
         try:
             problem = cache.check_entry(row.id)

@@ -14,7 +14,9 @@
 - ``clear [--yes]``: remove every entry; asks on a terminal, refuses without
   ``--yes`` when there is none to ask (exit 2); exit 1 when entries remain.
 
-None of these creates a cache: a path that does not exist is a usage error (exit 2).
+None of these creates a cache: a path that does not exist is a usage error (exit 2),
+and so is a directory that is not a cuforge cache (``verify`` without ``--fix`` opens
+read-only; the others delete only the cache's own files, see ``storage.ownership``).
 """
 
 from __future__ import annotations
@@ -67,7 +69,7 @@ def _label(row: _entries.Row) -> str:
 def _verify(args: argparse.Namespace) -> int:
     bad: list[tuple[_entries.Row, str]] = []
     removed = checked = 0
-    with opened(args) as cache:
+    with opened(args, read_only=not args.fix) as cache:
         for row in _entries.rows(cache):
             try:
                 problem = cache.check_entry(row.id)

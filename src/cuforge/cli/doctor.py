@@ -5,11 +5,13 @@ libNVVM) with its version, build id and the library file; the CUDA header sets C
 programs get; the driver and its devices, if any; the cache the command line would
 use, its backend and whether it can be written; the state directory (identity
 records, hit records). Each probe that fails says why in its line: doctor reports,
-it never stops at the first problem.
+it never stops at the first problem. It creates, sweeps and deletes nothing: a
+directory is looked at, any other cache opened read-only.
 
 Exit status: 0 when nothing is wrong (no GPU is not a problem: compiling and
 caching work without one); 1 when a problem was found -- the cache cannot be chosen
-or opened, NVRTC is not available, the CUDA headers cannot be found -- each listed
+or opened (or is a directory that is not a cuforge cache), NVRTC is not available,
+the CUDA headers cannot be found -- each listed
 under ``problems`` (so CI can run it); 2 usage errors.
 """
 
@@ -106,7 +108,7 @@ def _cache(args: argparse.Namespace) -> dict[str, Any]:
         return {"cache": "off", "origin": choice.origin}
     info: dict[str, Any] = {"cache": choice.shown(), "origin": choice.origin}
     directory = _plain_directory(choice.url)
-    if directory is not None:  # looked at, not opened: doctor creates nothing
+    if directory is not None:  # looked at, then opened read-only: doctor creates nothing
         info["backend"] = "FileStreamProgramCache"
         probe = directory
         while not os.path.exists(probe) and os.path.dirname(probe) != probe:
@@ -115,17 +117,19 @@ def _cache(args: argparse.Namespace) -> dict[str, Any]:
         info["exists"] = exists
         target = os.path.join(directory, "entries") if exists else probe
         info["writable"] = os.path.isdir(target) and os.access(target, os.W_OK | os.X_OK)
-        return info
-    try:
-        cache = _select.open_choice(choice)
+        if not exists:
+            return info
+    try:  # read-only: a directory that is not a cuforge cache (or unsafe) is refused
+        cache = _select.open_choice(choice, read_only=True)
     except UsageError as exc:
         info["backend"] = f"cannot be opened ({exc})"
         return info
     with cache:
-        info["backend"] = type(cache).__name__
-        path = getattr(cache, "path", None)
-        if path is not None:
-            info["writable"] = os.access(os.path.join(path, "entries"), os.W_OK)
+        if directory is None:
+            info["backend"] = type(cache).__name__
+            path = getattr(cache, "path", None)
+            if path is not None:
+                info["writable"] = os.access(os.path.join(path, "entries"), os.W_OK)
     return info
 
 

@@ -49,7 +49,7 @@ def _explain(args: argparse.Namespace) -> int:
         source, arch, args.defines, args.includes, args.std, args.pre_include
     )
     program = _programs.make_program(source, fields)
-    with opened(args) as cache:
+    with opened(args, read_only=True) as cache:
         try:
             answer = explain(program, args.target, cache)
         except (TypeError, ValueError) as exc:
