@@ -105,3 +105,32 @@ def test_delete_owned_calls_nothing_when_nothing_is_proven():
 
     result = ownership.delete_owned(["a", "b"], lambda n: False, remove)
     assert (result.removed, result.refused) == (0, 2)
+
+
+def test_threads_tagging_one_root_at_once_all_succeed(tmp_path):
+    import threading
+
+    errors: list[BaseException] = []
+    start = threading.Barrier(8)
+
+    def tag() -> None:
+        start.wait()
+        try:
+            ownership.tag_root(str(tmp_path))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=tag) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert ownership.is_tagged(str(tmp_path))
+    assert sorted(os.listdir(tmp_path)) == ["CACHEDIR.TAG"]
+
+
+def test_a_crashed_taggers_leftover_temp_does_not_block_tagging(tmp_path):
+    (tmp_path / f".CACHEDIR.TAG.{os.getpid()}.tmp").write_bytes(b"half")
+    ownership.tag_root(str(tmp_path))
+    assert ownership.is_tagged(str(tmp_path))

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 
 from cuforge._log import debug_enabled, get_logger
 
@@ -119,7 +120,11 @@ def tag_root(root: str, file_mode: int | None = None) -> None:
     so a reader sees no tag or the whole tag, and an existing tag (ours or another
     program's) is never replaced. Raises ``OSError`` when it cannot write."""
     final = os.path.join(root, TAG_NAME)
-    tmp = os.path.join(root, f".{TAG_NAME}.{os.getpid()}.tmp")
+    # Unique per call (pid, thread, random): threads of one process tag a new root at
+    # once, and a crashed tagger's leftover must not block a later process of its pid.
+    tmp = os.path.join(
+        root, f".{TAG_NAME}.{os.getpid()}-{threading.get_ident()}-{os.urandom(4).hex()}.tmp"
+    )
     mode = PRIVATE_FILE if file_mode is None else file_mode
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | O_NOFOLLOW, mode)
     try:

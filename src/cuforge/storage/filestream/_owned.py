@@ -39,7 +39,6 @@ import contextlib
 import errno
 import os
 import stat as stat_mod
-import threading
 
 from .._fsutil import Fingerprint, make_dir, unlink_if_unchanged
 from .._integrity import SIDECAR_SUFFIX
@@ -215,17 +214,6 @@ def not_a_cache(path: str, read_only: bool) -> CachePathError:
     )  # fmt: skip
 
 
-# ``ownership.tag_root`` names its temp file by pid: threads of one process tagging at
-# once collided (one failed, went on untagged and made subdirectories, and a third
-# opener then saw a non-empty untagged root and refused it). One tagger per process.
-_TAGGING = threading.Lock()
-
-
-def _tag(root: str, file_mode: int | None) -> None:
-    with _TAGGING:
-        tag_root(root, file_mode)
-
-
 def claim_root(root: str, read_only: bool, file_mode: int | None) -> bool:
     """Prove ``root`` (an existing directory) the cache's; whether it is owned.
 
@@ -239,7 +227,7 @@ def claim_root(root: str, read_only: bool, file_mode: int | None) -> bool:
     if state == TAGGED or read_only:
         return state == TAGGED
     try:
-        _tag(root, file_mode)
+        tag_root(root, file_mode)
     except OSError as exc:
         if state == LEGACY:  # proven by its ledger; a later opener that can write tags it
             return True
@@ -286,7 +274,7 @@ def remake_dir(path: str, root: str, dir_mode: int | None, file_mode: int | None
     make_dir(path, dir_mode)
     if not had_root:
         with contextlib.suppress(OSError):
-            _tag(root, file_mode)
+            tag_root(root, file_mode)
 
 
 # -- deletions --------------------------------------------------------------------------
