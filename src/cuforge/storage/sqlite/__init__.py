@@ -39,12 +39,12 @@ from ..entry import CacheEntry, key_digest
 from ..memory import check_max_size
 from ..stats import CacheStats
 from ._batch import BatchRead
-from ._conn import Connections, immediate, load_sqlite3, pragmas
+from ._conn import Connections, check_timeout, immediate, load_sqlite3, pragmas
 from ._deferred import DeferredStores, Row, batches
 from ._entries import EntriesById
 from ._evict import checkpoint, delete_all, vacuum
 from ._lock import LockFile, reset_after_fork
-from ._open import default_db_path, mark_damaged, open_database
+from ._open import default_db_path, mark_damaged, open_database, refuse_unless_ours
 from ._schema import (
     SQL,
     STAT_COLUMNS,
@@ -89,10 +89,11 @@ class SQLiteProgramCache(BatchRead, EntriesById, EntryCache):
     - **Read-only**: a current cache file on a read-only file system (or a read-only
       file) opens for reading (``mode=ro``, else ``immutable=1``): hits are served,
       stores dropped with one warning.
-    - **Damage**: a file that is not SQLite, is truncated or unreadable is moved to
-      ``<path>.corrupt-<timestamp>`` (only while no other process uses it) and the
-      cache starts empty (:class:`CacheRecoveryWarning`). A foreign database raises
-      ``ForeignDatabaseError`` untouched; another schema version is rebuilt.
+    - **Only its own file**: a file that is not provably a cuforge database (a user's,
+      someone else's database) raises ``ForeignDatabaseError`` (a ``CachePathError``)
+      before anything is created beside it. A damaged cuforge database (its header's
+      application id proves it) is moved to ``<path>.corrupt-<timestamp>`` (only while
+      no other process uses it) and the cache starts empty (:class:`CacheRecoveryWarning`).
     - **Cap on real disk use**: ``max_size_bytes`` bounds database + WAL + index; LRU
       eviction walks an index on last use, vacuums and checkpoints (no table scans).
     - **Threads and processes**: a connection per thread, WAL (reads never wait for
@@ -121,13 +122,7 @@ class SQLiteProgramCache(BatchRead, EntriesById, EntryCache):
         self._sqlite = sqlite3
         self._error = sqlite3.Error
         self._max = check_max_size(max_size_bytes)
-        if (
-            isinstance(timeout, bool)
-            or not isinstance(timeout, (int, float))
-            or not (0 <= timeout < 1e6)
-        ):
-            raise ValueError(f"timeout must be a number of seconds >= 0, got {timeout!r}")
-        self._timeout = float(timeout)
+        self._timeout = check_timeout(timeout)
         # A store waits for the write lock at most STORE_LOCK_WAIT_S (or ``timeout``
         # if shorter), then is deferred (see _deferred).
         self._deferred = DeferredStores(
@@ -143,6 +138,7 @@ class SQLiteProgramCache(BatchRead, EntriesById, EntryCache):
                 f"SQLiteProgramCache path {self._path} is a directory; give the path of "
                 "a database file (e.g. .../program-cache.db)"
             )
+        refuse_unless_ours(sqlite3, self._path, self._timeout)  # before creating anything
         prepare_db_file(self._path, trust_shared)  # private, like FileStream (_safedir)
         budget = Budget(self._max)
         self._conns = Connections(
