@@ -524,13 +524,12 @@ def test_writes_run_one_statement_and_eviction_walks_the_index(tmp_path: Path) -
         assert len(inserts) >= 50
         assert statements.count("BEGIN IMMEDIATE") == statements.count("COMMIT") == 50
         assert all(s.startswith(("INSERT", "BEGIN IMMEDIATE", "COMMIT")) for s in statements)
-        plan = " ".join(
-            str(r)
-            for r in c._conn().execute(
-                "EXPLAIN QUERY PLAN SELECT rid, size FROM cuforge_entries ORDER BY used_ns"
-            )
-        )
-        assert "cuforge_entries_used" in plan and "TEMP B-TREE" not in plan
+        # Eviction's own queries (future last uses first, then the rest) walk the index.
+        from cuforge.storage.sqlite._evict import _OLDEST_FIRST
+
+        for query in _OLDEST_FIRST:
+            plan = " ".join(str(r) for r in c._conn().execute(f"EXPLAIN QUERY PLAN {query}", (0,)))
+            assert "cuforge_entries_used" in plan and "TEMP B-TREE" not in plan, plan
 
 
 def test_running_totals_match_the_rows(tmp_path: Path) -> None:
@@ -894,3 +893,46 @@ def test_a_new_cache_carries_the_ownership_id(tmp_path: Path) -> None:
         assert APPLICATION_ID == ownership.SQLITE_APPLICATION_ID
         c["k"] = b"v"
     assert ownership.sqlite_application_id(str(db)) == ownership.SQLITE_APPLICATION_ID
+
+
+# -- clock skew -----------------------------------------------------------------------------------
+
+
+_DAY_NS = 86_400 * 10**9
+
+
+def test_entries_used_in_the_future_are_evicted_before_new_stores(tmp_path: Path) -> None:
+    """Last uses in the future (a host whose clock was ahead, a cache copied from one)
+    outranked every new store: each new entry was the one evicted. They go first now."""
+    db = tmp_path / "cache.db"
+    cap = 300_000  # ~50 entries of 4 KiB
+    with SQLiteProgramCache(db, max_size_bytes=cap) as c:
+        for i in range(30):
+            c[f"old{i}"] = os.urandom(4096)
+        assert c.stats().evictions == 0
+    with raw(db) as conn:
+        conn.execute("UPDATE cuforge_entries SET used_ns = ?", (time.time_ns() + _DAY_NS,))
+    with SQLiteProgramCache(db, max_size_bytes=cap) as c:
+        for i in range(30):
+            c[f"new{i}"] = os.urandom(4096)
+        evicted = c.stats().evictions
+        assert evicted > 0
+        assert [i for i in range(30) if c.get(f"new{i}") is None] == []  # every new one kept
+        old_left = sum(c.get(f"old{i}") is not None for i in range(30))
+        assert old_left == 30 - evicted  # only future-stamped ones went
+        assert len(c) == 30 + old_left
+
+
+def test_a_hit_on_an_entry_stamped_in_the_future_restamps_it(tmp_path: Path) -> None:
+    db = tmp_path / "cache.db"
+    with SQLiteProgramCache(db) as c:
+        c["k"] = b"v"
+    future = time.time_ns() + _DAY_NS
+    with raw(db) as conn:
+        conn.execute("UPDATE cuforge_entries SET used_ns = ?", (future,))
+    with SQLiteProgramCache(db) as c:
+        before = time.time_ns()
+        assert c.get("k") == b"v"
+    with raw(db) as conn:
+        (used,) = conn.execute("SELECT used_ns FROM cuforge_entries").fetchone()
+    assert before <= used < future  # the hit's real time, no longer in the future

@@ -1,14 +1,16 @@
-"""SQLite: whose file it is, at scale.
+"""SQLite: whose file it is and skewed clocks, at scale.
 
 Openers racing at a user's file must never displace it (a lock file proves nothing;
 only the header's application id does), openers racing at a new path must all get the
-cache. The unit tests pinning each rule are in ``test_storage_sqlite.py`` and
-``test_storage_sqlite_processes.py``.
+cache; entries whose last use lies in the future must not outrank new stores. The unit tests pinning
+each rule are in ``test_storage_sqlite.py`` and ``test_storage_sqlite_processes.py``.
 """
 
 from __future__ import annotations
 
 import os
+import sqlite3
+import time
 from pathlib import Path
 
 import pytest
@@ -74,5 +76,33 @@ def test_openers_racing_at_a_new_path_all_open_it(tmp_path: Path, scale: str) ->
         rounds * PARTIES,
         f"{opened} of {rounds * PARTIES} opened, stored and read back, 0 warnings; each "
         f"path one cache of {PARTIES} entries carrying cuforge's application id",
+        scale=scale, lost=0,
+    )  # fmt: skip
+
+
+@SCALES
+def test_entries_stamped_in_the_future_never_outrank_new_stores(tmp_path: Path, scale: str) -> None:
+    n = pick(scale, 30, 300)
+    cap = n * 10_000  # about 1.7 n entries of 4 KiB: n old + n new must evict
+    db = tmp_path / "cache.db"
+    with SQLiteProgramCache(db, max_size_bytes=cap) as c:
+        for i in range(n):
+            c[f"old{i}"] = os.urandom(4096)
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute("UPDATE cuforge_entries SET used_ns = ?", (time.time_ns() + 86_400 * 10**9,))
+    conn.close()
+    with SQLiteProgramCache(db, max_size_bytes=cap) as c:
+        for i in range(n):
+            c[f"new{i}"] = os.urandom(4096)
+        evicted = c.stats().evictions
+        new_kept = sum(c.get(f"new{i}") is not None for i in range(n))
+        old_kept = sum(c.get(f"old{i}") is not None for i in range(n))
+    assert evicted > 0 and new_kept == n and old_kept == n - evicted
+    record(
+        "clock skew", "sqlite",
+        "every entry's last use a day in the future, then as many new stores past the cap",
+        n,
+        f"{new_kept} of {n} new entries kept; {evicted} evictions, every one a "
+        "future-stamped entry",
         scale=scale, lost=0,
     )  # fmt: skip

@@ -469,7 +469,9 @@ class SQLiteProgramCache(BatchRead, EntriesById, EntryCache):
                 conn.execute("BEGIN IMMEDIATE")  # a few pages: the next writer folds
                 try:
                     if pending:
-                        conn.executemany(SQL.touch, [(ns, r, ns) for r, ns in pending.items()])
+                        now = time.time_ns()
+                        uses = [(ns, r, ns, now) for r, ns in pending.items()]
+                        conn.executemany(SQL.touch, uses)
                     if any(deltas):
                         conn.execute(SQL.add_stats, deltas)
                     conn.execute("COMMIT")

@@ -6,6 +6,12 @@ the oldest row and stops as soon as enough is chosen. Deleted rows free pages in
 the file; ``incremental_vacuum`` hands them back (truncating the database as the WAL
 is folded in) in steps, each followed by a WAL checkpoint.
 
+A last use later than the clock's now (written by a host whose clock was ahead, or
+a cache copied from one) is not believed: such rows go first, ahead of every row
+with a believable time -- otherwise they would outrank every new store for as long
+as the skew lasts, and each new entry would be the one evicted. A hit re-stamps such
+a row with its real time (``SQL.touch``).
+
 Row deletes go through ``ownership.delete_owned`` like every destructive operation;
 their proof is :func:`row_of_our_database`.
 """
@@ -59,24 +65,35 @@ def _delete_rows(conn: Any, where: str, rids: list[int]) -> None:
     ownership.delete_owned(rids, row_of_our_database, remove, where=where)
 
 
+#: Believed last uses are at or before now; later ones are evicted first (see module).
+_OLDEST_FIRST = (
+    "SELECT rid, size FROM cuforge_entries WHERE used_ns > ? ORDER BY used_ns",
+    "SELECT rid, size FROM cuforge_entries WHERE used_ns <= ? ORDER BY used_ns",
+)
+
+
 def _choose(conn: Any, need: float, limit: int) -> list[int]:
-    """Row ids to evict, least recently used first, until their stored bytes reach
-    ``need`` or there are ``limit`` of them."""
+    """Row ids to evict, least recently used first (a last use in the future first of
+    all), until their stored bytes reach ``need`` or there are ``limit`` of them."""
+    now = time.time_ns()  # under the write lock: every believable stamp is older
     victims: list[int] = []
     freed = 0
-    cur = conn.execute("SELECT rid, size FROM cuforge_entries ORDER BY used_ns")
-    try:
-        while freed < need and len(victims) < limit:
-            batch = cur.fetchmany(256)
-            if not batch:
-                break
-            for rid, size in batch:
-                victims.append(rid)
-                freed += size
-                if freed >= need or len(victims) >= limit:
+    for sql in _OLDEST_FIRST:
+        cur = conn.execute(sql, (now,))
+        try:
+            while freed < need and len(victims) < limit:
+                batch = cur.fetchmany(256)
+                if not batch:
                     break
-    finally:
-        cur.close()
+                for rid, size in batch:
+                    victims.append(rid)
+                    freed += size
+                    if freed >= need or len(victims) >= limit:
+                        break
+        finally:
+            cur.close()
+        if freed >= need or len(victims) >= limit:
+            break
     return victims
 
 

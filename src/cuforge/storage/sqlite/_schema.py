@@ -114,7 +114,10 @@ class SQL:
     delete_key = "DELETE FROM cuforge_entries WHERE rid = ? AND digest = ?"
     #: Removes a row whose stored digest is damaged, only as it was read.
     drop_exact = "DELETE FROM cuforge_entries WHERE rid = ? AND digest IS ? AND crc IS ?"
-    touch = "UPDATE cuforge_entries SET used_ns = ? WHERE rid = ? AND used_ns < ?"
+    #: A recorded use: later than the stored one, or the stored one lies in the future
+    #: (a clock that was ahead: re-stamped with the real time). Parameters: use, rid,
+    #: use, now.
+    touch = "UPDATE cuforge_entries SET used_ns = ? WHERE rid = ? AND (used_ns < ? OR used_ns > ?)"
     add_stats = "UPDATE cuforge_state SET " + ", ".join(
         f"{c} = max(0, {c} + ?)" for c in STAT_COLUMNS
     )
