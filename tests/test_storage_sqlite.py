@@ -895,7 +895,7 @@ def test_a_new_cache_carries_the_ownership_id(tmp_path: Path) -> None:
     assert ownership.sqlite_application_id(str(db)) == ownership.SQLITE_APPLICATION_ID
 
 
-# -- clock skew -----------------------------------------------------------------------------------
+# -- clock skew and values larger than the cap ---------------------------------------------------
 
 
 _DAY_NS = 86_400 * 10**9
@@ -936,3 +936,41 @@ def test_a_hit_on_an_entry_stamped_in_the_future_restamps_it(tmp_path: Path) -> 
     with raw(db) as conn:
         (used,) = conn.execute("SELECT used_ns FROM cuforge_entries").fetchone()
     assert before <= used < future  # the hit's real time, no longer in the future
+
+
+def test_a_value_larger_than_the_cap_is_refused_and_evicts_nothing(tmp_path: Path) -> None:
+    """A value larger than the cap was stored, evicting everything else, and the
+    cache stayed many times over its cap while open. It is a refused store now:
+    counted, reported as ``too-large``, and no other entry is evicted for it."""
+    from cuforge.storage import events
+
+    db = tmp_path / "cache.db"
+    cap = 300_000
+    with SQLiteProgramCache(db, max_size_bytes=cap) as c:
+        for i in range(5):
+            c[f"small{i}"] = os.urandom(4096)
+        events.take_dropped()
+        c["big"] = os.urandom(25 * cap)
+        dropped = events.take_dropped()
+        assert dropped is not None and dropped[0] == events.TOO_LARGE == "too-large"
+        assert "larger than the cache's size cap" in dropped[1] and str(cap) in dropped[1]
+        assert c.get("big") is None
+        assert all(c.get(f"small{i}") is not None for i in range(5))
+        stats = c.stats()
+        assert (stats.stores, stats.write_failures, stats.evictions) == (5, 1, 0), stats
+        assert c.size_bytes <= cap
+    assert disk_bytes(db) <= cap
+
+
+def test_the_compile_pipeline_reports_a_value_larger_than_the_cap(tmp_path: Path) -> None:
+    """Through a real compile: a cubin that cannot fit the cap's room for entries is
+    reported not stored, why ``too-large`` (what ``cuforge compile`` prints)."""
+    from cuforge.compile.cached import compile_through_cache
+    from cuforge.storage import events
+
+    with SQLiteProgramCache(tmp_path / "cache.db", max_size_bytes=50_000) as c:
+        program = Program(SRC, "c++", ProgramOptions(arch=ARCH))
+        done = compile_through_cache(program, "cubin", (), None, c)
+        assert done.store is not None and not done.store.stored, done
+        assert done.store.reason == events.TOO_LARGE, done.store
+        assert len(c) == 0 and c.stats().write_failures == 1

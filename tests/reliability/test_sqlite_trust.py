@@ -1,8 +1,9 @@
-"""SQLite: whose file it is and skewed clocks, at scale.
+"""SQLite: whose file it is, skewed clocks and values larger than the cap, at scale.
 
 Openers racing at a user's file must never displace it (a lock file proves nothing;
 only the header's application id does), openers racing at a new path must all get the
-cache; entries whose last use lies in the future must not outrank new stores. The unit tests pinning
+cache; entries whose last use lies in the future must not outrank new stores; a value
+that cannot fit the cap is refused without evicting anything. The unit tests pinning
 each rule are in ``test_storage_sqlite.py`` and ``test_storage_sqlite_processes.py``.
 """
 
@@ -17,7 +18,7 @@ import pytest
 
 from _figures import SCALES, pick, record
 from _sqlite_workers import open_race
-from cuforge.storage import SQLiteProgramCache, ownership
+from cuforge.storage import SQLiteProgramCache, events, ownership
 
 pytestmark = pytest.mark.skipif(os.name == "nt", reason="POSIX process tools")
 
@@ -104,5 +105,34 @@ def test_entries_stamped_in_the_future_never_outrank_new_stores(tmp_path: Path, 
         n,
         f"{new_kept} of {n} new entries kept; {evicted} evictions, every one a "
         "future-stamped entry",
+        scale=scale, lost=0,
+    )  # fmt: skip
+
+
+@SCALES
+def test_values_larger_than_the_cap_are_refused_and_evict_nothing(
+    tmp_path: Path, scale: str
+) -> None:
+    n = pick(scale, 5, 100)
+    cap = max(400_000, n * 16384)  # the small entries alone fit: none evicted by LRU
+    db = tmp_path / "cache.db"
+    reasons = set()
+    with SQLiteProgramCache(db, max_size_bytes=cap) as c:
+        for i in range(n):
+            c[f"small{i}"] = os.urandom(2048)
+            events.take_dropped()
+            c[f"big{i}"] = bytes(cap * (2 + i % 25))
+            dropped = events.take_dropped()
+            reasons.add(dropped[0] if dropped else None)
+        big_served = sum(c.get(f"big{i}") is not None for i in range(n))
+        small_kept = sum(c.get(f"small{i}") is not None for i in range(n))
+        stats = c.stats()
+        peak = c.size_bytes
+    assert reasons == {events.TOO_LARGE} and big_served == 0 and small_kept == n
+    assert (stats.write_failures, stats.evictions) == (n, 0) and peak <= cap
+    record(
+        "cap", "sqlite", "values 2-26x the cap stored between small entries", n,
+        f"{n} of {n} refused (not stored, counted in write_failures, reported too-large); "
+        f"0 evictions, {small_kept} of {n} small entries kept; files within the cap",
         scale=scale, lost=0,
     )  # fmt: skip

@@ -42,6 +42,8 @@ READ_ONLY = "read-only"
 UNREACHABLE = "unreachable"
 LOCKED = "locked"
 FAILED = "failed"
+#: The value is larger than the cache's size cap: refused, and nothing evicted for it.
+TOO_LARGE = "too-large"
 
 _ATTR = "_cuforge_fail_open_seen"
 _lock = threading.Lock()
@@ -82,9 +84,10 @@ _dropped = threading.local()
 
 def note_dropped(reason: str, detail: str = "") -> None:
     """Record, for this thread, that the store being made was dropped and why
-    (``READ_ONLY``, ``UNREACHABLE``, ``LOCKED`` or ``FAILED``). Backends call it where
-    they count a write failure; the compile pipeline reads it with ``take_dropped``
-    to report the store's outcome. Per thread, so concurrent stores never mix."""
+    (``READ_ONLY``, ``UNREACHABLE``, ``LOCKED``, ``FAILED`` or ``TOO_LARGE``). Backends
+    call it where they count a write failure; the compile pipeline reads it with
+    ``take_dropped`` to report the store's outcome. Per thread, so concurrent stores
+    never mix."""
     _dropped.last = (reason, detail)
 
 
@@ -103,6 +106,7 @@ __all__ = [
     "LOGGER",
     "READ",
     "READ_ONLY",
+    "TOO_LARGE",
     "UNAVAILABLE",
     "UNREACHABLE",
     "WRITE",

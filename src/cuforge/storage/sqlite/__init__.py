@@ -95,7 +95,8 @@ class SQLiteProgramCache(BatchRead, EntriesById, EntryCache):
       application id proves it) is moved to ``<path>.corrupt-<timestamp>`` (only while
       no other process uses it) and the cache starts empty (:class:`CacheRecoveryWarning`).
     - **Cap on real disk use**: ``max_size_bytes`` bounds database + WAL + index; LRU
-      eviction walks an index on last use, vacuums and checkpoints (no table scans).
+      eviction walks an index on last use, vacuums and checkpoints (no table scans); a
+      value that cannot fit is refused (``events.TOO_LARGE``), nothing evicted for it.
     - **Threads and processes**: a connection per thread, WAL (reads never wait for
       writers), ``lock(key)`` by record locks in ``<path>.lock``, counters in the
       database (``total_stats()``). ``durable=True``: ``synchronous=FULL``.
@@ -295,8 +296,13 @@ class SQLiteProgramCache(BatchRead, EntriesById, EntryCache):
         if self._broken or self._read_only:
             self._write_failed(self._broken or "the file system or file is read-only")
             return
+        size = len(data) + len(meta)
+        if size > self._space.budget.share:  # could never fit: refused, nothing evicted
+            self._stats.write_failures += 1
+            self._space.refuse_too_large(self, size)
+            return
         now = time.time_ns()
-        row = (rid, kd, row_check(seed, data, meta), len(data) + len(meta), now, now, meta, data)
+        row = (rid, kd, row_check(seed, data, meta), size, now, now, meta, data)
         self._pending.pop(rid, None)
         self._write_rows(self._deferred.with_new(row), self._deferred.wait_now_ms(), row)
         self._ops += 1
