@@ -237,6 +237,67 @@ def cmd_efbig(args: dict) -> dict:
     return result
 
 
+def cmd_open_race(args: dict) -> dict:
+    """For each round, wait at the round's barrier, then open ``<dir>/<round>/<name>``
+    (with ``args["parties"]`` peers doing the same at once), store and read back one
+    key, and close. What happened, per round: "opened" (with whether the key read
+    back) or the refusal's type and message."""
+    import sqlite3  # noqa: F401  (imported before the race, as an opener would have it)
+
+    from cuforge.utils import SQLiteProgramCache
+
+    outcomes = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for r in range(args["rounds"]):
+            wait_barrier(os.path.join(args["barriers"], str(r)), args["parties"])
+            path = os.path.join(args["dir"], str(r), args["name"])
+            try:
+                cache = SQLiteProgramCache(path)
+            except Exception as exc:
+                outcomes.append({"refused": type(exc).__name__, "message": str(exc)})
+                continue
+            with cache:
+                cache[f"from-{os.getpid()}"] = b"v" * 100
+                outcomes.append({"opened": cache.get(f"from-{os.getpid()}") == b"v" * 100})
+    return {"outcomes": outcomes, "warnings": [str(w.message) for w in caught]}
+
+
+def open_race(directory: str, name: str, prepare, rounds: int, parties: int) -> list[dict]:
+    """Run ``parties`` ``open_race`` workers: ``rounds`` times they open
+    ``<directory>/data/<round>/<name>`` at once (``prepare(path)`` sets each round's
+    path up first). Each worker's report; raises if one failed."""
+    import subprocess
+
+    for r in range(rounds):
+        os.makedirs(os.path.join(directory, "barriers", str(r)))
+        os.makedirs(os.path.join(directory, "data", str(r)))
+        prepare(os.path.join(directory, "data", str(r), name))
+    args = {
+        "dir": os.path.join(directory, "data"),
+        "barriers": os.path.join(directory, "barriers"),
+        "name": name,
+        "rounds": rounds,
+        "parties": parties,
+    }
+    workers = [
+        subprocess.Popen(
+            [sys.executable, __file__, "open_race", json.dumps(args)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(parties)
+    ]
+    reports = []
+    for w in workers:
+        out, err = w.communicate(timeout=600)
+        if w.returncode != 0:
+            raise AssertionError(f"open_race worker failed: {err}")
+        reports.append(json.loads(out))
+    return reports
+
+
 COMMANDS = {
     "compile": cmd_compile,
     "hold_write": cmd_hold_write,
@@ -249,6 +310,7 @@ COMMANDS = {
     "stress": cmd_stress,
     "count": cmd_count,
     "efbig": cmd_efbig,
+    "open_race": cmd_open_race,
 }
 
 if __name__ == "__main__":

@@ -23,10 +23,12 @@ import pytest
 from _cache_workers import ARCH, SRC
 from cuforge.compile import Program, ProgramOptions, _nvrtc
 from cuforge.storage import (
+    CachePathError,
     CacheRecoveryWarning,
     CacheWriteWarning,
     SQLiteProgramCache,
     default_db_path,
+    ownership,
 )
 from cuforge.storage.entry import CacheEntry, entry_id
 from cuforge.storage.sqlite._schema import (
@@ -228,16 +230,26 @@ def _filled(db: Path) -> None:
             c[f"k{i}"] = os.urandom(3000)
 
 
-@pytest.mark.parametrize("damage", ["truncated", "zero-filled", "not-sqlite", "short-header"])
+def _keep_id(data: bytes, fill: bytes) -> bytes:
+    """``fill`` over ``data``'s first 100 bytes except SQLite's magic (0-16) and the
+    application id (68-72): a header damaged, still provably ours."""
+    out = bytearray(data)
+    out[16:68] = fill[16:68]
+    out[72:100] = fill[72:100]
+    return bytes(out)
+
+
+@pytest.mark.parametrize("damage", ["truncated", "pages-zeroed", "header-fields-wiped"])
 def test_damaged_file_is_moved_aside_and_the_cache_starts_empty(tmp_path: Path, damage) -> None:
+    # Damage that leaves the header's application id: provably ours, so moved aside.
     db = tmp_path / "cache.db"
     _filled(db)
-    size = db.stat().st_size
+    good = db.read_bytes()
+    size = len(good)
     bad = {
-        "truncated": db.read_bytes()[: size // 2],
-        "zero-filled": bytes(size),
-        "not-sqlite": b"this is a text file, not a database\n" * 100,
-        "short-header": db.read_bytes()[:50],
+        "truncated": good[: size // 2],
+        "pages-zeroed": good[:4096] + bytes(size - 4096),
+        "header-fields-wiped": _keep_id(good, bytes(100)),
     }[damage]
     db.write_bytes(bad)
     with warnings.catch_warnings(record=True) as caught:
@@ -256,16 +268,45 @@ def test_damaged_file_is_moved_aside_and_the_cache_starts_empty(tmp_path: Path, 
             assert c.get("new") == b"works"
 
 
+@pytest.mark.parametrize("damage", ["zero-filled", "not-sqlite", "short-header", "id-garbled"])
+def test_a_damaged_file_without_our_id_is_refused_even_with_a_lock_file(
+    tmp_path: Path, damage
+) -> None:
+    """A damaged file whose header no longer proves it is cuforge's is refused, left
+    as it is: the ``<path>.lock`` an earlier use left proves nothing (anyone can make
+    one), so it no longer licenses a move aside."""
+    db = tmp_path / "cache.db"
+    _filled(db)
+    good = db.read_bytes()
+    bad = {
+        "zero-filled": bytes(len(good)),
+        "not-sqlite": b"this is a text file, not a database\n" * 100,
+        "short-header": good[:50],
+        "id-garbled": _keep_id(good, bytes(100))[:68] + b"\xa5" * 4 + good[72:],
+    }[damage]
+    db.write_bytes(bad)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    assert before == ["cache.db", "cache.db.lock"]
+    with pytest.raises(CachePathError) as info:
+        SQLiteProgramCache(db)
+    message = str(info.value)
+    assert isinstance(info.value, ForeignDatabaseError) and "\n" not in message
+    assert str(db) in message and "is not a cuforge SQLite cache" in message
+    assert "path of its own" in message  # the fix
+    assert db.read_bytes() == bad
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
 def test_foreign_database_is_refused_and_left_untouched(tmp_path: Path) -> None:
     db = tmp_path / "app.db"
     with raw(db) as conn:
         conn.execute("CREATE TABLE users (name TEXT)")
         conn.execute("INSERT INTO users VALUES ('ada')")
     before = db.read_bytes()
-    with pytest.raises(ForeignDatabaseError, match="not a cuforge program cache") as info:
+    with pytest.raises(ForeignDatabaseError, match="is not a cuforge SQLite cache") as info:
         SQLiteProgramCache(db)
     assert str(db) in str(info.value) and "users" in str(info.value)
-    assert isinstance(info.value, ValueError)
+    assert isinstance(info.value, ValueError) and isinstance(info.value, CachePathError)
     assert db.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["app.db"]  # nothing left beside it
     with pytest.raises(ValueError, match="not a cuforge"):
@@ -336,7 +377,8 @@ def test_damaged_file_in_use_elsewhere_is_not_moved(tmp_path: Path) -> None:
     )  # fmt: skip
     try:
         assert holder.stdout.readline().strip() == "open"
-        db.write_bytes(bytes(db.stat().st_size))  # zero-fill under the live user
+        good = db.read_bytes()  # every page but the first zeroed under the live user
+        db.write_bytes(good[:4096] + bytes(len(good) - 4096))
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             with SQLiteProgramCache(db, timeout=0.2) as c:
@@ -366,8 +408,8 @@ def test_a_file_that_only_looked_damaged_is_judged_again_not_waited_out(
     )  # fmt: skip
     try:
         assert holder.stdout.readline().strip() == "open"
-        with open(db, "r+b") as f:  # the same file, its header wiped in place
-            f.write(bytes(100))
+        with open(db, "r+b") as f:  # the same file, its header's fields wiped in place
+            f.write(_keep_id(good, bytes(100))[:100])  # (its id kept: still provably ours)
 
         def put_back() -> None:  # the same 100 bytes, in one write: never a shorter file
             with open(db, "r+b") as f:
@@ -482,13 +524,12 @@ def test_writes_run_one_statement_and_eviction_walks_the_index(tmp_path: Path) -
         assert len(inserts) >= 50
         assert statements.count("BEGIN IMMEDIATE") == statements.count("COMMIT") == 50
         assert all(s.startswith(("INSERT", "BEGIN IMMEDIATE", "COMMIT")) for s in statements)
-        plan = " ".join(
-            str(r)
-            for r in c._conn().execute(
-                "EXPLAIN QUERY PLAN SELECT rid, size FROM cuforge_entries ORDER BY used_ns"
-            )
-        )
-        assert "cuforge_entries_used" in plan and "TEMP B-TREE" not in plan
+        # Eviction's own queries (future last uses first, then the rest) walk the index.
+        from cuforge.storage.sqlite._evict import _OLDEST_FIRST
+
+        for query in _OLDEST_FIRST:
+            plan = " ".join(str(r) for r in c._conn().execute(f"EXPLAIN QUERY PLAN {query}", (0,)))
+            assert "cuforge_entries_used" in plan and "TEMP B-TREE" not in plan, plan
 
 
 def test_running_totals_match_the_rows(tmp_path: Path) -> None:
@@ -642,7 +683,7 @@ def test_cli_compile_through_a_sqlite_url(tmp_path: Path) -> None:
     with raw(tmp_path / "app.db") as conn:
         conn.execute("CREATE TABLE t (x)")
     for bad, names in [
-        (f"sqlite://{tmp_path}/app.db", "not a cuforge program cache"),
+        (f"sqlite://{tmp_path}/app.db", "is not a cuforge SQLite cache"),
         (f"sqlite://{tmp_path}/x.db?max_size=huge", "max_size"),
         ("nosuch://x", "unknown scheme"),
     ]:
@@ -760,3 +801,174 @@ def test_a_users_file_at_the_path_is_refused_never_moved_aside(tmp_path: Path, k
     assert str(db) in message and "\n" not in message and "not a cuforge" in message
     assert db.read_bytes() == content  # untouched
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.db"]  # nothing made beside it
+
+
+# -- whose file: a lock file proves nothing; legacy caches are recognised and marked -----------
+
+
+def test_a_lock_file_beside_a_users_file_proves_nothing(tmp_path: Path) -> None:
+    """``touch data.csv.lock`` (or a killed opener's stale lock), then
+    ``SQLiteProgramCache("data.csv")``: the lock was taken as proof that cuforge had
+    used the path, and data.csv was renamed ``.corrupt-*`` with a database made in its
+    place. It is refused now, and nothing is created, renamed or written."""
+    data = tmp_path / "data.csv"
+    content = b"id,value\n" + b"".join(f"{i},{i * i}\n".encode() for i in range(500))
+    data.write_bytes(content)
+    (tmp_path / "data.csv.lock").touch()
+    with pytest.raises(CachePathError) as info:
+        SQLiteProgramCache(data)
+    message = str(info.value)
+    assert isinstance(info.value, ForeignDatabaseError) and "\n" not in message
+    assert str(data) in message and "is not a cuforge SQLite cache" in message
+    assert data.read_bytes() == content
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data.csv", "data.csv.lock"]
+    assert (tmp_path / "data.csv.lock").stat().st_size == 0
+
+
+def test_someone_elses_wal_database_gets_no_files_beside_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A WAL-mode database of another program, closed: judged from its header and
+    read ``immutable``. No ``.lock`` is created, not even for a moment (it was, and
+    removed again), and no ``-wal`` or ``-shm`` is left (a read-only SQLite connection
+    would create both and leave them)."""
+    db = tmp_path / "app.db"
+    with raw(db) as conn:
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("CREATE TABLE users (name TEXT)")
+        conn.execute("INSERT INTO users VALUES ('ada')")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["app.db"]
+    before = db.read_bytes()
+    created: list[str] = []
+    real_open = os.open
+
+    def watching_open(path, flags, *args, **kwargs):  # files cuforge itself creates
+        if flags & os.O_CREAT and str(path).startswith(str(db)):
+            created.append(str(path))
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", watching_open)
+    with pytest.raises(ForeignDatabaseError, match="users"):
+        SQLiteProgramCache(db)
+    monkeypatch.undo()
+    assert created == [] and db.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["app.db"]
+
+
+def test_a_legacy_cache_keeps_working_and_is_marked(tmp_path: Path) -> None:
+    """A cache without an application id (recognised by its tables) serves its entries
+    and gets ``ownership.SQLITE_APPLICATION_ID``, the proof a later damaged-file
+    recovery needs."""
+    db = tmp_path / "cache.db"
+    with SQLiteProgramCache(db) as c:
+        c["k"] = b"legacy value"
+    with raw(db) as conn:
+        conn.execute("PRAGMA application_id = 0")
+    assert ownership.sqlite_application_id(str(db)) == 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with SQLiteProgramCache(db) as c:
+            assert c.get("k") == b"legacy value" and len(c) == 1
+            # Marked at once (in the file's header, not only in the WAL).
+            assert ownership.sqlite_application_id(str(db)) == ownership.SQLITE_APPLICATION_ID
+            c["k2"] = b"new"
+    with SQLiteProgramCache(db) as c:
+        assert c.get("k") == b"legacy value" and c.get("k2") == b"new"
+    # Marked, it is provable: damage is now recovered from, not refused.
+    data = bytearray(db.read_bytes())
+    db.write_bytes(bytes(data[: len(data) // 2]))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with SQLiteProgramCache(db) as c:
+            assert c.get("k") is None
+    assert any("moved it to" in m for m in recovery_warnings(caught))
+
+
+def test_a_new_cache_carries_the_ownership_id(tmp_path: Path) -> None:
+    db = tmp_path / "cache.db"
+    with SQLiteProgramCache(db) as c:
+        assert ownership.sqlite_application_id(str(db)) == ownership.SQLITE_APPLICATION_ID
+        assert APPLICATION_ID == ownership.SQLITE_APPLICATION_ID
+        c["k"] = b"v"
+    assert ownership.sqlite_application_id(str(db)) == ownership.SQLITE_APPLICATION_ID
+
+
+# -- clock skew and values larger than the cap ---------------------------------------------------
+
+
+_DAY_NS = 86_400 * 10**9
+
+
+def test_entries_used_in_the_future_are_evicted_before_new_stores(tmp_path: Path) -> None:
+    """Last uses in the future (a host whose clock was ahead, a cache copied from one)
+    outranked every new store: each new entry was the one evicted. They go first now."""
+    db = tmp_path / "cache.db"
+    cap = 300_000  # ~50 entries of 4 KiB
+    with SQLiteProgramCache(db, max_size_bytes=cap) as c:
+        for i in range(30):
+            c[f"old{i}"] = os.urandom(4096)
+        assert c.stats().evictions == 0
+    with raw(db) as conn:
+        conn.execute("UPDATE cuforge_entries SET used_ns = ?", (time.time_ns() + _DAY_NS,))
+    with SQLiteProgramCache(db, max_size_bytes=cap) as c:
+        for i in range(30):
+            c[f"new{i}"] = os.urandom(4096)
+        evicted = c.stats().evictions
+        assert evicted > 0
+        assert [i for i in range(30) if c.get(f"new{i}") is None] == []  # every new one kept
+        old_left = sum(c.get(f"old{i}") is not None for i in range(30))
+        assert old_left == 30 - evicted  # only future-stamped ones went
+        assert len(c) == 30 + old_left
+
+
+def test_a_hit_on_an_entry_stamped_in_the_future_restamps_it(tmp_path: Path) -> None:
+    db = tmp_path / "cache.db"
+    with SQLiteProgramCache(db) as c:
+        c["k"] = b"v"
+    future = time.time_ns() + _DAY_NS
+    with raw(db) as conn:
+        conn.execute("UPDATE cuforge_entries SET used_ns = ?", (future,))
+    with SQLiteProgramCache(db) as c:
+        before = time.time_ns()
+        assert c.get("k") == b"v"
+    with raw(db) as conn:
+        (used,) = conn.execute("SELECT used_ns FROM cuforge_entries").fetchone()
+    assert before <= used < future  # the hit's real time, no longer in the future
+
+
+def test_a_value_larger_than_the_cap_is_refused_and_evicts_nothing(tmp_path: Path) -> None:
+    """A value larger than the cap was stored, evicting everything else, and the
+    cache stayed many times over its cap while open. It is a refused store now:
+    counted, reported as ``too-large``, and no other entry is evicted for it."""
+    from cuforge.storage import events
+
+    db = tmp_path / "cache.db"
+    cap = 300_000
+    with SQLiteProgramCache(db, max_size_bytes=cap) as c:
+        for i in range(5):
+            c[f"small{i}"] = os.urandom(4096)
+        events.take_dropped()
+        c["big"] = os.urandom(25 * cap)
+        dropped = events.take_dropped()
+        assert dropped is not None and dropped[0] == events.TOO_LARGE == "too-large"
+        assert "larger than the cache's size cap" in dropped[1] and str(cap) in dropped[1]
+        assert c.get("big") is None
+        assert all(c.get(f"small{i}") is not None for i in range(5))
+        stats = c.stats()
+        assert (stats.stores, stats.write_failures, stats.evictions) == (5, 1, 0), stats
+        assert c.size_bytes <= cap
+    assert disk_bytes(db) <= cap
+
+
+def test_the_compile_pipeline_reports_a_value_larger_than_the_cap(tmp_path: Path) -> None:
+    """Through a real compile: a cubin that cannot fit the cap's room for entries is
+    reported not stored, why ``too-large`` (what ``cuforge compile`` prints)."""
+    from cuforge.compile.cached import compile_through_cache
+    from cuforge.storage import events
+
+    with SQLiteProgramCache(tmp_path / "cache.db", max_size_bytes=50_000) as c:
+        program = Program(SRC, "c++", ProgramOptions(arch=ARCH))
+        done = compile_through_cache(program, "cubin", (), None, c)
+        assert done.store is not None and not done.store.stored, done
+        assert done.store.reason == events.TOO_LARGE, done.store
+        assert len(c) == 0 and c.stats().write_failures == 1

@@ -20,8 +20,9 @@ from pathlib import Path
 import pytest
 
 from _cache_workers import ARCH, SRC
+from _sqlite_workers import open_race
 from cuforge.compile import Program, ProgramOptions
-from cuforge.storage import CacheRecoveryWarning, CacheWriteWarning, SQLiteProgramCache
+from cuforge.storage import CacheRecoveryWarning, CacheWriteWarning, SQLiteProgramCache, ownership
 from cuforge.utils import make_program_cache_key
 
 WORKERS = os.path.join(os.path.dirname(__file__), "_sqlite_workers.py")
@@ -364,3 +365,48 @@ def test_counts_of_a_killed_process_are_kept_up_to_its_last_write(tmp_path: Path
         total = c.total_stats()
         assert (total.stores, total.hits) == (1, 0)  # the unwritten hit is lost, nothing more
         assert c.get("k") == b"v"
+
+
+# -- openers racing at one path: a user's file is never displaced -------------------------------
+RACE_ROUNDS = 30  # the bug showed in 10-24 of 30 rounds on this 2-core machine
+RACE_PARTIES = 8
+
+
+def test_processes_opening_a_users_file_at_once_never_displace_it(tmp_path: Path) -> None:
+    """Eight processes opening a user's results.csv together: a peer's fresh
+    ``.lock`` was taken as proof the file was cuforge's, and the file was renamed
+    ``.corrupt-*`` with a database made in its place (4 of 11 runs in the report).
+    Now every opener refuses it, the file stays byte for byte, and nothing is created
+    beside it."""
+    content = b"run,loss\n" + b"".join(f"{i},{1 / (i + 1):.6f}\n".encode() for i in range(2000))
+
+    def users_file(path: str) -> None:
+        Path(path).write_bytes(content)
+
+    reports = open_race(str(tmp_path), "results.csv", users_file, RACE_ROUNDS, RACE_PARTIES)
+    for r in range(RACE_ROUNDS):
+        here = tmp_path / "data" / str(r)
+        assert sorted(os.listdir(here)) == ["results.csv"], (r, sorted(os.listdir(here)))
+        assert (here / "results.csv").read_bytes() == content, r
+    for report in reports:
+        assert report["warnings"] == [], report
+        assert len(report["outcomes"]) == RACE_ROUNDS
+        for outcome in report["outcomes"]:
+            assert outcome.get("refused") == "ForeignDatabaseError", outcome
+            assert "is not a cuforge SQLite cache" in outcome["message"], outcome
+
+
+def test_processes_creating_a_new_cache_at_once_all_open_it(tmp_path: Path) -> None:
+    """The other side of the race: where nothing exists, eight processes creating the
+    database together all open it (none takes a peer's half-made file for someone
+    else's), store, and leave one cache marked as cuforge's."""
+    reports = open_race(str(tmp_path), "cache.db", lambda path: None, RACE_ROUNDS, RACE_PARTIES)
+    for report in reports:
+        assert report["warnings"] == [], report
+        assert report["outcomes"] == [{"opened": True}] * RACE_ROUNDS, report
+    for r in range(RACE_ROUNDS):
+        db = tmp_path / "data" / str(r) / "cache.db"
+        assert ownership.sqlite_application_id(str(db)) == ownership.SQLITE_APPLICATION_ID
+        with SQLiteProgramCache(db) as c:
+            assert len(c) == RACE_PARTIES, r
+        assert sorted(os.listdir(db.parent)) == ["cache.db", "cache.db.lock"], r

@@ -540,10 +540,17 @@ def test_compiles_through_a_fully_damaged_cache_return_the_right_code(tmp_path, 
 
 
 @pytest.mark.parametrize(
-    "how", ["file truncated to half", "header zeroed", "pages overwritten with garbage"]
+    "how",
+    [
+        "file truncated to half",
+        "header zeroed but its application id",
+        "pages overwritten with garbage",
+    ],
 )
 @SCALES
 def test_a_damaged_sqlite_file_is_moved_aside_and_never_served(tmp_path, how, scale) -> None:
+    # Every damage here leaves cuforge's application id in the header: the proof
+    # that lets the cache move the file aside (without it: the test below).
     import warnings
 
     from cuforge.storage import CacheRecoveryWarning, SQLiteProgramCache
@@ -555,8 +562,9 @@ def test_a_damaged_sqlite_file_is_moved_aside_and_never_served(tmp_path, how, sc
     data = bytearray(db.read_bytes())
     if how == "file truncated to half":
         data = data[: len(data) // 2]
-    elif how == "header zeroed":
-        data[:100] = bytes(100)
+    elif how == "header zeroed but its application id":
+        data[16:68] = bytes(52)  # the magic (0-16) and the id (68-72) stay
+        data[72:100] = bytes(28)
     else:
         rng = random.Random(15)
         for page in range(1, len(data) // 4096):
@@ -580,5 +588,40 @@ def test_a_damaged_sqlite_file_is_moved_aside_and_never_served(tmp_path, how, sc
         "corruption", "sqlite", f"database {how} (every entry)", n,
         f"0 served; 1 CacheRecoveryWarning; file {'moved aside, ' if moved else ''}"
         f"cache usable again ({n} refilled)",
+        scale=scale, lost=0,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("how", ["header zeroed", "file zero-filled"])
+@SCALES
+def test_a_sqlite_file_no_longer_provably_ours_is_refused_untouched(tmp_path, how, scale) -> None:
+    """Damage that takes the application id with it leaves nothing that proves the
+    file is cuforge's -- a user's file looks the same, and a lock file beside it
+    proves nothing -- so opening refuses it, one line naming the path and the fix,
+    and neither renames nor creates anything."""
+    from cuforge.storage import CachePathError, SQLiteProgramCache
+
+    n = pick(scale, 40, 1000)
+    db = tmp_path / "c.db"
+    with SQLiteProgramCache(db) as cache:
+        populate(cache, n, random.Random(15))
+    data = bytearray(db.read_bytes())
+    if how == "header zeroed":
+        data[:100] = bytes(100)
+    else:
+        data = bytearray(len(data))
+    db.write_bytes(bytes(data))
+    before = sorted(p.name for p in tmp_path.iterdir())
+    with pytest.raises(CachePathError) as info:
+        SQLiteProgramCache(db)
+    message = str(info.value)
+    assert str(db) in message and "is not a cuforge SQLite cache" in message
+    assert "\n" not in message and "path of its own" in message
+    assert db.read_bytes() == bytes(data)
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+    record(
+        "corruption", "sqlite", f"database {how} (every entry)", n,
+        "0 served; refused with one line naming the path and the fix (not provably "
+        "cuforge's: no application id); file left byte for byte, nothing created or renamed",
         scale=scale, lost=0,
     )  # fmt: skip

@@ -70,8 +70,9 @@ _TAG_TEXT = (
     + b"# deleted by it; backup tools that honour CACHEDIR.TAG skip it.\n"
 )
 _TAG_READ_MAX = 4096
-#: Written at SQLite header offset 68 (``PRAGMA application_id``): ASCII "cufg".
-SQLITE_APPLICATION_ID = 0x63756667
+#: Written at SQLite header offset 68 (``PRAGMA application_id``): ASCII "CUFG", the mark
+#: cuforge's SQLite caches have carried from their first release (so every version agrees).
+SQLITE_APPLICATION_ID = 0x43554647
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 #: The size ledger's magic prefix (``filestream._sizeindex``): every root an earlier
 #: cuforge opened writable holds one.

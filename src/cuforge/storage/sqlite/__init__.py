@@ -39,12 +39,12 @@ from ..entry import CacheEntry, key_digest
 from ..memory import check_max_size
 from ..stats import CacheStats
 from ._batch import BatchRead
-from ._conn import Connections, immediate, load_sqlite3, pragmas
+from ._conn import Connections, check_timeout, immediate, load_sqlite3, pragmas
 from ._deferred import DeferredStores, Row, batches
 from ._entries import EntriesById
 from ._evict import checkpoint, delete_all, vacuum
 from ._lock import LockFile, reset_after_fork
-from ._open import default_db_path, mark_damaged, open_database
+from ._open import default_db_path, mark_damaged, open_database, refuse_unless_ours
 from ._schema import (
     SQL,
     STAT_COLUMNS,
@@ -89,12 +89,14 @@ class SQLiteProgramCache(BatchRead, EntriesById, EntryCache):
     - **Read-only**: a current cache file on a read-only file system (or a read-only
       file) opens for reading (``mode=ro``, else ``immutable=1``): hits are served,
       stores dropped with one warning.
-    - **Damage**: a file that is not SQLite, is truncated or unreadable is moved to
-      ``<path>.corrupt-<timestamp>`` (only while no other process uses it) and the
-      cache starts empty (:class:`CacheRecoveryWarning`). A foreign database raises
-      ``ForeignDatabaseError`` untouched; another schema version is rebuilt.
+    - **Only its own file**: a file that is not provably a cuforge database (a user's,
+      someone else's database) raises ``ForeignDatabaseError`` (a ``CachePathError``)
+      before anything is created beside it. A damaged cuforge database (its header's
+      application id proves it) is moved to ``<path>.corrupt-<timestamp>`` (only while
+      no other process uses it) and the cache starts empty (:class:`CacheRecoveryWarning`).
     - **Cap on real disk use**: ``max_size_bytes`` bounds database + WAL + index; LRU
-      eviction walks an index on last use, vacuums and checkpoints (no table scans).
+      eviction walks an index on last use, vacuums and checkpoints (no table scans); a
+      value that cannot fit is refused (``events.TOO_LARGE``), nothing evicted for it.
     - **Threads and processes**: a connection per thread, WAL (reads never wait for
       writers), ``lock(key)`` by record locks in ``<path>.lock``, counters in the
       database (``total_stats()``). ``durable=True``: ``synchronous=FULL``.
@@ -121,13 +123,7 @@ class SQLiteProgramCache(BatchRead, EntriesById, EntryCache):
         self._sqlite = sqlite3
         self._error = sqlite3.Error
         self._max = check_max_size(max_size_bytes)
-        if (
-            isinstance(timeout, bool)
-            or not isinstance(timeout, (int, float))
-            or not (0 <= timeout < 1e6)
-        ):
-            raise ValueError(f"timeout must be a number of seconds >= 0, got {timeout!r}")
-        self._timeout = float(timeout)
+        self._timeout = check_timeout(timeout)
         # A store waits for the write lock at most STORE_LOCK_WAIT_S (or ``timeout``
         # if shorter), then is deferred (see _deferred).
         self._deferred = DeferredStores(
@@ -143,6 +139,7 @@ class SQLiteProgramCache(BatchRead, EntriesById, EntryCache):
                 f"SQLiteProgramCache path {self._path} is a directory; give the path of "
                 "a database file (e.g. .../program-cache.db)"
             )
+        refuse_unless_ours(sqlite3, self._path, self._timeout)  # before creating anything
         prepare_db_file(self._path, trust_shared)  # private, like FileStream (_safedir)
         budget = Budget(self._max)
         self._conns = Connections(
@@ -299,8 +296,13 @@ class SQLiteProgramCache(BatchRead, EntriesById, EntryCache):
         if self._broken or self._read_only:
             self._write_failed(self._broken or "the file system or file is read-only")
             return
+        size = len(data) + len(meta)
+        if size > self._space.budget.share:  # could never fit: refused, nothing evicted
+            self._stats.write_failures += 1
+            self._space.refuse_too_large(self, size)
+            return
         now = time.time_ns()
-        row = (rid, kd, row_check(seed, data, meta), len(data) + len(meta), now, now, meta, data)
+        row = (rid, kd, row_check(seed, data, meta), size, now, now, meta, data)
         self._pending.pop(rid, None)
         self._write_rows(self._deferred.with_new(row), self._deferred.wait_now_ms(), row)
         self._ops += 1
@@ -473,7 +475,9 @@ class SQLiteProgramCache(BatchRead, EntriesById, EntryCache):
                 conn.execute("BEGIN IMMEDIATE")  # a few pages: the next writer folds
                 try:
                     if pending:
-                        conn.executemany(SQL.touch, [(ns, r, ns) for r, ns in pending.items()])
+                        now = time.time_ns()
+                        uses = [(ns, r, ns, now) for r, ns in pending.items()]
+                        conn.executemany(SQL.touch, uses)
                     if any(deltas):
                         conn.execute(SQL.add_stats, deltas)
                     conn.execute("COMMIT")

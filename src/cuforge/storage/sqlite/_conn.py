@@ -13,7 +13,18 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["Connections", "immediate", "load_sqlite3", "pragmas"]
+__all__ = ["Connections", "check_timeout", "immediate", "load_sqlite3", "pragmas"]
+
+
+def check_timeout(timeout: object) -> float:
+    """A ``timeout`` argument as seconds (a number, 0 <= it < 1e6); ValueError otherwise."""
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, (int, float))
+        or not (0 <= timeout < 1e6)
+    ):
+        raise ValueError(f"timeout must be a number of seconds >= 0, got {timeout!r}")
+    return float(timeout)
 
 
 def load_sqlite3() -> Any:

@@ -5,6 +5,15 @@ from the running total the triggers keep. Choosing walks the ``used_ns`` index f
 the oldest row and stops as soon as enough is chosen. Deleted rows free pages inside
 the file; ``incremental_vacuum`` hands them back (truncating the database as the WAL
 is folded in) in steps, each followed by a WAL checkpoint.
+
+A last use later than the clock's now (written by a host whose clock was ahead, or
+a cache copied from one) is not believed: such rows go first, ahead of every row
+with a believable time -- otherwise they would outrank every new store for as long
+as the skew lasts, and each new entry would be the one evicted. A hit re-stamps such
+a row with its real time (``SQL.touch``).
+
+Row deletes go through ``ownership.delete_owned`` like every destructive operation;
+their proof is :func:`row_of_our_database`.
 """
 
 from __future__ import annotations
@@ -13,12 +22,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from .. import ownership
+
 __all__ = [
     "checkpoint",
     "delete_all",
     "evict_down",
     "evict_rows",
     "pages_in_use",
+    "row_of_our_database",
     "shrink_to",
     "vacuum",
 ]
@@ -29,6 +41,60 @@ def pages_in_use(conn: Any) -> int:
     pages: int = conn.execute("PRAGMA page_count").fetchall()[0][0]
     free: int = conn.execute("PRAGMA freelist_count").fetchall()[0][0]
     return pages - free
+
+
+def row_of_our_database(_rid: object) -> bool:
+    """The ownership proof of a row: every row of ``cuforge_entries`` is the cache's own
+    by construction -- a handle works on a database only after proving it ours (its
+    application id, or cuforge's tables in a legacy cache; ``_open``), and only cuforge
+    writes that table. The file-level operations (moving a damaged file aside) are the
+    ones that need a proof read from the file."""
+    return True
+
+
+_DELETE = "DELETE FROM cuforge_entries WHERE rid = ?"
+
+
+def _delete_rows(conn: Any, where: str, rids: list[int]) -> None:
+    """Delete the rows ``rids`` through the ownership gate (in the caller's transaction)."""
+
+    def remove(own: list[int]) -> int:
+        conn.executemany(_DELETE, [(rid,) for rid in own])
+        return len(own)
+
+    ownership.delete_owned(rids, row_of_our_database, remove, where=where)
+
+
+#: Believed last uses are at or before now; later ones are evicted first (see module).
+_OLDEST_FIRST = (
+    "SELECT rid, size FROM cuforge_entries WHERE used_ns > ? ORDER BY used_ns",
+    "SELECT rid, size FROM cuforge_entries WHERE used_ns <= ? ORDER BY used_ns",
+)
+
+
+def _choose(conn: Any, need: float, limit: int) -> list[int]:
+    """Row ids to evict, least recently used first (a last use in the future first of
+    all), until their stored bytes reach ``need`` or there are ``limit`` of them."""
+    now = time.time_ns()  # under the write lock: every believable stamp is older
+    victims: list[int] = []
+    freed = 0
+    for sql in _OLDEST_FIRST:
+        cur = conn.execute(sql, (now,))
+        try:
+            while freed < need and len(victims) < limit:
+                batch = cur.fetchmany(256)
+                if not batch:
+                    break
+                for rid, size in batch:
+                    victims.append(rid)
+                    freed += size
+                    if freed >= need or len(victims) >= limit:
+                        break
+        finally:
+            cur.close()
+        if freed >= need or len(victims) >= limit:
+            break
+    return victims
 
 
 #: Starts a write transaction on a connection (``SQLiteProgramCache._begin``: BEGIN
@@ -46,32 +112,18 @@ def evict_rows(conn: Any, room: float, page_size: int, limit: int, begin: Begin)
     try:
         used = pages_in_use(conn) * page_size
         total = conn.execute("SELECT total_bytes FROM cuforge_state").fetchall()[0][0]
-        victims: list[tuple[int]] = []
+        victims: list[int] = []
         if used > room and total > 0:
             # A stored byte costs used/total bytes of pages (overflow pages, b-tree,
             # index): free that share of the stored bytes.
-            need = total * (1 - max(room, 0) / used)
-            cur = conn.execute("SELECT rid, size FROM cuforge_entries ORDER BY used_ns")
-            freed = 0
-            while freed < need:
-                batch = cur.fetchmany(256)
-                if not batch:
-                    break
-                for rid, size in batch:
-                    victims.append((rid,))
-                    freed += size
-                    if freed >= need or len(victims) >= limit:
-                        break
-                if len(victims) >= limit:
-                    break
-            cur.close()
-            conn.executemany("DELETE FROM cuforge_entries WHERE rid = ?", victims)
+            victims = _choose(conn, total * (1 - max(room, 0) / used), limit)
+            _delete_rows(conn, "eviction", victims)
         conn.execute("COMMIT")
     except BaseException:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
         raise
-    return [rid for (rid,) in victims]
+    return victims
 
 
 def vacuum(conn: Any, pages: int, step: int, timeout: float) -> None:
@@ -149,8 +201,8 @@ def delete_all(conn: Any, step: int, begin: Begin) -> None:
     while True:
         begin(conn)
         try:
-            rids = conn.execute(query, (bound, step)).fetchall()
-            conn.executemany("DELETE FROM cuforge_entries WHERE rid = ?", rids)
+            rids = [rid for (rid,) in conn.execute(query, (bound, step)).fetchall()]
+            _delete_rows(conn, "clear", rids)
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
@@ -158,7 +210,7 @@ def delete_all(conn: Any, step: int, begin: Begin) -> None:
             raise
         if len(rids) < step:
             return
-        query, bound = _AFTER, rids[-1][0]
+        query, bound = _AFTER, rids[-1]
 
 
 def shrink_to(conn: Any, share: float, page: int, step: int, timeout: float) -> None:

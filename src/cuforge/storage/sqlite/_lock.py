@@ -29,6 +29,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
+from .. import ownership
 from ..base import KeyLocks
 
 __all__ = ["LockFile", "reset_after_fork"]
@@ -124,16 +125,6 @@ class LockFile:
         assert self._shared is not None
         return self._shared.path
 
-    def used_before(self) -> bool:
-        """Whether the lock file existed before this process (or another handle of it)
-        opened it: cuforge has used this database path before."""
-        s = self._shared
-        if s is None:
-            return False
-        if s.fd < 0:  # could not be opened for writing (read-only): is it there at all?
-            return os.path.lexists(s.path)
-        return not s.created or s.users > 1
-
     def use(self, timeout: float) -> bool:
         """Take byte 0 shared for this process (waits while someone repairs the file)."""
         s = self._shared
@@ -210,8 +201,10 @@ class LockFile:
 
     def release(self, remove_if_created: bool = False) -> None:
         """This handle's share ends; the last one closes the file (dropping its locks)
-        and, with ``remove_if_created``, deletes it if this process created it (so a
-        refused database is left as it was found)."""
+        and, with ``remove_if_created``, deletes it through the ownership gate if it is
+        provably this process's alone: this process created it (``O_EXCL``) and no other
+        process holds byte 0 (so a refused database is left as it was found, and a lock
+        file peers are using is never pulled from under them)."""
         s, self._shared = self._shared, None
         if s is None:
             return
@@ -221,10 +214,22 @@ class LockFile:
                 return
             del _REGISTRY[s.path]
         if s.fd >= 0:
-            if remove_if_created and s.created:
-                with contextlib.suppress(OSError):
-                    os.unlink(s.path)
+            if remove_if_created:
+
+                def alone(_path: str) -> bool:
+                    return s.created and _try(s.fd, 0, True)
+
+                ownership.delete_owned([s.path], alone, _unlink, where=s.path)
             os.close(s.fd)
+
+
+def _unlink(paths: list[str]) -> int:
+    removed = 0
+    for path in paths:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+            removed += 1
+    return removed
 
 
 def reset_after_fork() -> None:

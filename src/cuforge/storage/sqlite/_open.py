@@ -1,24 +1,33 @@
 """Opening a SQLite cache file: judge it, make it ours, or move a damaged one aside.
 
-A damaged file (not SQLite, truncated, unreadable, or failing ``quick_check`` after
-damage was reported while open: ``<path>.damaged``) is renamed
-``<path>.corrupt-<timestamp>`` and replaced by an empty cache -- but only while no
-other process uses it (the exclusive hold of byte 0 in ``<path>.lock``): SQLite must
-never see its file renamed under an open connection. A peer waiting to do the same
-finds the new file instead. When the file cannot be repaired the handle serves
-misses. A foreign database raises ``ForeignDatabaseError`` before anything is written,
-and so does a damaged-looking file that is not recognisably cuforge's (its header
-does not carry our application id, and no ``<path>.lock`` shows cuforge used the
-path before): a user's file at a mistyped path is never renamed or replaced.
+Nothing is created, written, renamed or deleted at or beside a path until the file
+there is judged (:func:`refuse_unless_ours`, before ``<path>.lock`` exists): absent
+or empty (new), provably ours (its header carries cuforge's application id), or an
+SQLite database without an application id whose schema is empty (a peer is creating
+it) or cuforge's (a legacy cache, marked on open). Anything else -- a user's file,
+someone else's database, a file with no provable header -- raises
+``ForeignDatabaseError`` (a ``CachePathError``) and is left exactly as it was. A lock
+file proves nothing: anyone can leave one.
+
+A damaged file (truncated, unreadable through SQLite, or failing ``quick_check``
+after damage was reported while open: ``<path>.damaged``) is renamed
+``<path>.corrupt-<timestamp>`` and replaced by an empty cache only if its header
+carries our application id (``owned_database``, checked again just before the move,
+through ``ownership.delete_owned``) and only while no other process uses it (the
+exclusive hold of byte 0 in ``<path>.lock``): SQLite must never see its file renamed
+under an open connection. A peer waiting to do the same finds the new file instead.
+When the file cannot be repaired the handle serves misses.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import stat as stat_mod
 import time
 from typing import Any, NamedTuple
 
+from .. import ownership
 from ._conn import Connections
 from ._lock import LockFile
 from ._schema import (
@@ -30,10 +39,15 @@ from ._schema import (
     is_busy,
     is_corruption,
     move_aside,
+    owned_database,
     probe,
 )
 
-__all__ = ["Opened", "default_db_path", "mark_damaged", "open_database"]
+__all__ = ["Opened", "default_db_path", "mark_damaged", "open_database", "refuse_unless_ours"]
+
+_MAGIC = b"SQLite format 3\x00"
+#: How long a file that may be a peer's first write in progress is looked at again.
+_LOOK_AGAIN_S = 0.25
 
 
 class Opened(NamedTuple):
@@ -67,48 +81,152 @@ def _identity(path: str) -> tuple[int, int] | None:
     return st.st_dev, st.st_ino
 
 
+def refuse_unless_ours(sqlite: Any, path: str, timeout: float) -> None:
+    """Raise ForeignDatabaseError unless the file at ``path`` is absent, empty, provably
+    a cuforge database, or an SQLite database without an application id whose schema is
+    empty or cuforge's (see the module docstring). Reads only.
+
+    Closes a race of openers on a new path: a file seen between a peer's creating it
+    and its first page landing (longer than a header but read short, or unreadable by
+    SQLite while the peer writes) is looked at again for up to 0.25 s, not refused.
+    """
+    deadline = time.monotonic() + _LOOK_AGAIN_S
+    while True:
+        why, passing = _why_not_ours(sqlite, path, timeout)
+        if why is None:
+            return
+        if not passing or time.monotonic() >= deadline:
+            raise ForeignDatabaseError(path, why)
+        time.sleep(0.01)
+
+
+def _why_not_ours(sqlite: Any, path: str, timeout: float) -> tuple[str | None, bool]:
+    """``(why the file is not ours or None, whether that may pass)``."""
+    try:
+        if not stat_mod.S_ISREG(os.stat(path).st_mode):
+            return None, False  # prepare_db_file refuses it, naming what it is
+        flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
+        fd = os.open(path, flags)
+    except OSError:
+        return None, False  # absent: new; unreadable: opening says why (creating nothing)
+    try:
+        if not stat_mod.S_ISREG(os.fstat(fd).st_mode):
+            return None, False  # replaced meanwhile: judged as the above
+        head = os.read(fd, 100)
+        size = os.fstat(fd).st_size
+    except OSError:
+        return None, False
+    finally:
+        os.close(fd)
+    if size == 0:
+        return None, False  # new, or a peer's just created: it holds nothing to lose
+    if len(head) < 100:
+        return f"{size} bytes, shorter than an SQLite header", size >= 100
+    if head[:16] != _MAGIC:
+        return "not an SQLite database: its header is not SQLite's", False
+    app = int.from_bytes(head[68:72], "big")
+    if app == APPLICATION_ID:
+        return None, False
+    if app != 0:
+        return f"another program's SQLite database: application_id {app:#x}", False
+    return _look_inside(sqlite, path, head[18] == 2, timeout)
+
+
+def _look_inside(sqlite: Any, path: str, wal_mode: bool, timeout: float) -> tuple[str | None, bool]:
+    """Judge an SQLite file without an application id by its schema, read-only and
+    creating nothing beside it: ``mode=ro`` would create the WAL and its index of a
+    WAL-mode database that has none (and leave them), so such a file -- complete in
+    itself -- is read ``immutable=1``."""
+    from urllib.parse import quote
+
+    companions = os.path.lexists(path + "-wal") and os.path.lexists(path + "-shm")
+    how = "immutable=1" if wal_mode and not companions else "mode=ro"
+    try:
+        conn = sqlite.connect(
+            f"file:{quote(path)}?{how}", uri=True, timeout=timeout, isolation_level=None
+        )
+        try:
+            kind, detail = inspect(conn)
+        finally:
+            conn.close()
+    except sqlite.Error as exc:
+        if is_busy(exc):
+            return f"another process held it locked for over {timeout:g} s", False
+        return f"SQLite cannot read it: {exc}", True  # a peer's first page, mid-write
+    if kind == "foreign":
+        return f"another program's SQLite database: {detail}", False
+    return None, False
+
+
+def _forget_marker(path: str) -> None:
+    """Delete ``<path>.damaged`` of a database just proven ours: only an empty regular
+    file (what :func:`mark_damaged` leaves) is taken for the marker."""
+
+    def is_marker(name: str) -> bool:
+        try:
+            st = os.lstat(name)
+        except OSError:
+            return False
+        return stat_mod.S_ISREG(st.st_mode) and st.st_size == 0
+
+    def unlink(names: list[str]) -> int:
+        for name in names:
+            with contextlib.suppress(OSError):
+                os.unlink(name)
+        return len(names)
+
+    ownership.delete_owned([path + ".damaged"], is_marker, unlink, where=path)
+
+
 def _diagnose(sqlite: Any, conns: Connections, path: str, timeout: float) -> str | None:
-    """None when the file is ours and current (made so if new or stale); else what is
-    wrong with it. Raises ForeignDatabaseError, and OperationalError (busy past
+    """None when the file is ours and current (made so if new, legacy or stale); else
+    what is wrong with it. Raises ForeignDatabaseError, and OperationalError (busy past
     ``timeout`` seconds, I/O)."""
     problem = file_problem(path)
     if problem is not None:
         return problem
     try:
         conn = conns.get()
-        marker = path + ".damaged"
-        if os.path.exists(marker):
+        marked = os.path.exists(path + ".damaged")
+        if marked:
             result = conn.execute("PRAGMA quick_check").fetchall()
             if result != [("ok",)]:
                 return f"damaged ({result[0][0]})"
-            with contextlib.suppress(OSError):
-                os.unlink(marker)
         ensure_schema(conn, path, timeout)
         probe(conn)
     except sqlite.DatabaseError as exc:
         if is_corruption(exc):
             return f"SQLite cannot read it: {exc}"
         raise
+    if marked:
+        _forget_marker(path)
     return None
 
 
-def _recognisably_ours(path: str, locks: LockFile) -> bool:
-    """Whether a file that looks damaged may be moved aside: its SQLite header carries
-    our application id, or ``<path>.lock`` was there before this process opened it
-    (cuforge used the path). A file that has neither is someone else's."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(100)
-    except OSError:
-        return False
-    ours = head[:16] == b"SQLite format 3\x00" and head[68:72] == APPLICATION_ID.to_bytes(4, "big")
-    return ours or locks.used_before()
+def _move_aside_if_ours(path: str) -> str | None:
+    """Rename the damaged database aside if its header proves it ours (through the
+    ownership gate); where it went, or None when the proof failed (nothing moved)."""
+    dest: list[str] = []
+
+    def move(paths: list[str]) -> int:
+        dest.append(move_aside(paths[0]))
+        return 1
+
+    ownership.delete_owned([path], owned_database, move, where=path)
+    return dest[0] if dest else None
+
+
+def _unprovable(path: str, problem: str) -> ForeignDatabaseError:
+    return ForeignDatabaseError(
+        path, f"damaged ({problem}) and its header does not carry cuforge's application id"
+    )
 
 
 def open_database(
     sqlite: Any, conns: Connections, locks: LockFile, path: str, timeout: float
 ) -> Opened:
-    """Make ``path`` a usable cache database (see the module docstring).
+    """Make ``path`` a usable cache database (see the module docstring); the caller
+    has already called :func:`refuse_unless_ours`.
 
     Raises ForeignDatabaseError, and OSError when the file cannot be opened at all.
     """
@@ -117,12 +235,9 @@ def open_database(
         problem = _diagnose(sqlite, conns, path, timeout)
         if problem is None:
             return Opened(None, None)
-        if not _recognisably_ours(path, locks):
+        if not owned_database(path):
             conns.close_all()
-            raise ForeignDatabaseError(
-                f"{path} is not a cuforge program cache ({problem}) and was never used as "
-                "one; refusing to touch it -- give SQLiteProgramCache a path of its own"
-            )
+            raise _unprovable(path, problem)
         return _recover(sqlite, conns, locks, path, timeout, problem)
     except sqlite.OperationalError as exc:
         conns.close_all()
@@ -146,7 +261,7 @@ def _open_read_only(sqlite: Any, conns: Connections, path: str) -> bool:
     for how in ("mode=ro", "immutable=1"):
         conns.read_only(how)
         try:
-            if file_problem(path) is None and inspect(conns.get())[0] == "ours":
+            if file_problem(path) is None and inspect(conns.get())[0] in ("ours", "legacy"):
                 probe(conns.get())
                 return True
         except sqlite.DatabaseError:
@@ -185,10 +300,12 @@ def _recover(
             return Opened(None, None)
         conns.close_all()
         try:
-            dest = move_aside(path)
+            dest = _move_aside_if_ours(path)
         except OSError as exc:
             why = f"it is damaged ({again}) and could not be moved aside ({exc})"
             return Opened(why, why)
+        if dest is None:
+            raise _unprovable(path, again)
         notice = f"it was damaged ({again}); moved it to {dest} and started an empty cache"
         still = _diagnose(sqlite, conns, path, timeout)
         if still is not None:

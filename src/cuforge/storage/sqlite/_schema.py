@@ -17,16 +17,24 @@ A file is judged before it is used: absent or empty (new), ours, ours at another
 schema version (stale: our tables are dropped and rebuilt), a valid SQLite database
 that is not ours (foreign: refused, never written), or damaged (not SQLite, shorter
 than its header says, or unreadable through SQLite).
+
+Ours means provably ours: the header carries :data:`APPLICATION_ID`
+(``ownership.SQLITE_APPLICATION_ID``, the mark cuforge has always written), or the
+database has no application id and holds both of cuforge's tables (a legacy cache,
+marked with :data:`APPLICATION_ID` on its first writable open).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import struct
 import time
 import zlib
 from typing import Any
 
+from .. import ownership
+from .._safedir import CachePathError
 from ..stats import CacheStats
 
 __all__ = [
@@ -41,13 +49,16 @@ __all__ = [
     "is_busy",
     "is_corruption",
     "move_aside",
+    "owned_database",
     "probe",
     "rid_of",
     "row_check",
 ]
 
-#: "CUFG": marks a database as a cuforge program cache.
-APPLICATION_ID = 0x43554647
+#: Marks a database as a cuforge program cache ("CUFG"): written at creation, and the
+#: proof that lets the cache move a damaged file aside.
+APPLICATION_ID = ownership.SQLITE_APPLICATION_ID
+
 SCHEMA_VERSION = 2  # 2: signature_failures and read_failures counters
 # The counters the table persists, in field order: fixed by the schema (a counter
 # added to CacheStats later is kept per handle only; adding a column is a new schema).
@@ -98,7 +109,10 @@ class SQL:
     delete_key = "DELETE FROM cuforge_entries WHERE rid = ? AND digest = ?"
     #: Removes a row whose stored digest is damaged, only as it was read.
     drop_exact = "DELETE FROM cuforge_entries WHERE rid = ? AND digest IS ? AND crc IS ?"
-    touch = "UPDATE cuforge_entries SET used_ns = ? WHERE rid = ? AND used_ns < ?"
+    #: A recorded use: later than the stored one, or the stored one lies in the future
+    #: (a clock that was ahead: re-stamped with the real time). Parameters: use, rid,
+    #: use, now.
+    touch = "UPDATE cuforge_entries SET used_ns = ? WHERE rid = ? AND (used_ns < ? OR used_ns > ?)"
     add_stats = "UPDATE cuforge_state SET " + ", ".join(
         f"{c} = max(0, {c} + ?)" for c in STAT_COLUMNS
     )
@@ -114,8 +128,27 @@ _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
 
 
-class ForeignDatabaseError(ValueError):
-    """The path holds a valid SQLite database that is not a cuforge program cache."""
+class ForeignDatabaseError(CachePathError, ValueError):
+    """The path holds a file that is not provably a cuforge SQLite cache: another
+    file, someone else's database, or a damaged file without cuforge's application
+    id. Nothing was written, renamed or created beside it. A ``CachePathError`` (an
+    ``OSError``) and, as before, a ``ValueError``; ``str()`` is one line naming the
+    path, the problem and the fix."""
+
+    def __init__(self, path: str, why: str) -> None:
+        super().__init__(
+            path,
+            f"is not a cuforge SQLite cache ({why}); nothing was changed -- give "
+            "SQLiteProgramCache a path of its own, or move that file away",
+            kind="file",
+        )
+
+
+def owned_database(path: str) -> bool:
+    """Whether the file at ``path`` is provably a cuforge database by its header
+    alone: it carries our application id (or cuforge's earlier one). The proof a
+    file must pass before it is moved aside (a link is judged by what it names)."""
+    return ownership.sqlite_application_id(os.path.realpath(path)) == APPLICATION_ID
 
 
 def rid_of(key_digest: bytes) -> int:
@@ -172,10 +205,14 @@ def file_problem(path: str) -> str | None:
 
 
 def inspect(conn: Any) -> tuple[str, str]:
-    """``(kind, detail)``: kind is "empty", "ours", "stale" or "foreign".
+    """``(kind, detail)``: kind is "empty", "ours", "legacy" (ours and current, to be
+    marked with APPLICATION_ID), "stale" (ours, another schema version) or "foreign".
 
-    Read in one transaction: read one statement at a time, a peer's creation could
-    commit in between, and its tables would be seen without its application id.
+    Ours: our application id, or no application id and both of our
+    tables. Empty: no user version and no table, and no application id or ours (a new
+    file, or one a peer is creating). Read in one transaction: read one statement at a
+    time, a peer's creation could commit in between, and its tables would be seen
+    without its application id.
     """
     own = not conn.in_transaction
     if own:
@@ -193,12 +230,12 @@ def inspect(conn: Any) -> tuple[str, str]:
     finally:
         if own:
             conn.execute("COMMIT")
-    if app == APPLICATION_ID:
-        if version == SCHEMA_VERSION and all(t in tables for t in _TABLES):
-            return "ours", ""
-        return "stale", f"schema version {version}, expected {SCHEMA_VERSION}"
-    if app == 0 and not tables:
+    if app in (0, APPLICATION_ID) and version == 0 and not tables:
         return "empty", ""
+    if app == APPLICATION_ID or (app == 0 and all(t in tables for t in _TABLES)):
+        if version == SCHEMA_VERSION and all(t in tables for t in _TABLES):
+            return ("ours", "") if app == APPLICATION_ID else ("legacy", "")
+        return "stale", f"schema version {version}, expected {SCHEMA_VERSION}"
     shown = ", ".join(tables[:5]) + (", ..." if len(tables) > 5 else "")
     return "foreign", f"application_id {app:#x}, tables: {shown or 'none'}"
 
@@ -210,11 +247,12 @@ def probe(conn: Any) -> None:
 
 
 def ensure_schema(conn: Any, path: str, wait_s: float) -> str:
-    """Make the database ours and current; what was done: "ok", "created", "rebuilt".
+    """Make the database ours and current; what was done: "ok", "created", "marked"
+    (a legacy cache given our application id) or "rebuilt".
 
     Raises ForeignDatabaseError (before writing anything) for a database that is
-    not ours. Creation and rebuild run under the write lock, so concurrent openers
-    do it once. Waits at most ``wait_s`` for peers' locks (then raises busy).
+    not ours. Creation, marking and rebuild run under the write lock, so concurrent
+    openers do it once. Waits at most ``wait_s`` for peers' locks (then raises busy).
     """
     kind, detail = inspect(conn)
     if kind == "foreign":
@@ -222,7 +260,7 @@ def ensure_schema(conn: Any, path: str, wait_s: float) -> str:
     if kind == "empty":  # both only take effect before the first table
         conn.execute("PRAGMA page_size = 4096")
         conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
-    _switch_to_wal(conn, wait_s)
+    _switch_to_wal(conn, wait_s, mark=kind == "empty")
     if kind == "ours":
         return "ok"
     conn.execute("BEGIN IMMEDIATE")
@@ -230,13 +268,15 @@ def ensure_schema(conn: Any, path: str, wait_s: float) -> str:
         kind, detail = inspect(conn)  # again, under the lock: a peer may have done it
         if kind == "foreign":
             raise _foreign(path, detail)
-        if kind == "stale":
+        if kind == "stale":  # ours (proven by inspect): only our own tables go
             for (name,) in conn.execute(
                 "SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'cuforge!_%' "
                 "ESCAPE '!'"
             ).fetchall():
                 conn.execute(f'DROP TABLE IF EXISTS "{name}"')
-        if kind != "ours":
+        if kind == "legacy":
+            conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+        elif kind != "ours":
             for statement in _DDL:
                 conn.execute(statement)
             conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
@@ -248,15 +288,31 @@ def ensure_schema(conn: Any, path: str, wait_s: float) -> str:
         raise
     if kind == "ours":
         return "ok"
-    if kind == "stale" or conn.execute("PRAGMA auto_vacuum").fetchall()[0][0] != 2:
+    if kind != "legacy" and (
+        kind == "stale" or conn.execute("PRAGMA auto_vacuum").fetchall()[0][0] != 2
+    ):
         # Give back the old tables' pages, and make later evictions able to shrink the file.
         conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
         conn.execute("VACUUM")
-    return "rebuilt" if kind == "stale" else "created"
+    _header_now(conn)
+    return {"stale": "rebuilt", "legacy": "marked"}.get(kind, "created")
 
 
-def _switch_to_wal(conn: Any, wait_s: float) -> None:
-    """Put the database in WAL mode, waiting at most ``wait_s`` for peers.
+def _header_now(conn: Any) -> None:
+    """Copy the new first page from the WAL into the file (a passive checkpoint: it
+    waits for nobody), so a legacy cache's new application id is in the file's header
+    -- the proof ``owned_database`` reads -- from now on, not only after the next fold.
+    Best effort: a reader on an older snapshot leaves it for the next checkpoint."""
+    with contextlib.suppress(Exception):  # sqlite3.Error: the next checkpoint writes it
+        conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+
+
+def _switch_to_wal(conn: Any, wait_s: float, mark: bool = False) -> None:
+    """Put the database in WAL mode, waiting at most ``wait_s`` for peers; with
+    ``mark`` (a new file), first give it our application id while it is still in
+    rollback mode, so the id is in the file's own header from the start (in WAL mode it
+    would sit in the WAL until a checkpoint no reader holds back) -- the proof
+    ``owned_database`` reads.
 
     Closes a race of processes opening a new file together: the switch reads the file,
     then needs its write lock; while a peer holds that lock (its own switch, or its
@@ -270,6 +326,8 @@ def _switch_to_wal(conn: Any, wait_s: float) -> None:
     delay = 0.001
     while True:
         try:
+            if mark and conn.execute("PRAGMA application_id").fetchall()[0][0] != APPLICATION_ID:
+                conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
             if conn.execute("PRAGMA journal_mode").fetchall()[0][0] != "wal":
                 conn.execute("PRAGMA journal_mode = WAL").fetchall()
             return
@@ -281,14 +339,14 @@ def _switch_to_wal(conn: Any, wait_s: float) -> None:
 
 
 def _foreign(path: str, detail: str) -> ForeignDatabaseError:
-    return ForeignDatabaseError(
-        f"{path} is an SQLite database that is not a cuforge program cache ({detail}); "
-        "refusing to use it -- give SQLiteProgramCache a path of its own"
-    )
+    return ForeignDatabaseError(path, f"another program's SQLite database: {detail}")
 
 
 def move_aside(path: str) -> str:
-    """Rename a damaged database (and its WAL) to ``<path>.corrupt-<timestamp>``."""
+    """Rename a damaged database (and its WAL) to ``<path>.corrupt-<timestamp>``.
+
+    Only for a file ``owned_database`` proved ours: callers go through
+    ``ownership.delete_owned`` with that proof (``_open._move_aside_if_ours``)."""
     stamp = time.strftime("%Y%m%dT%H%M%S")
     dest = f"{path}.corrupt-{stamp}"
     n = 1
