@@ -338,11 +338,84 @@ def test_cuforge_and_its_integrations_package_do_not_import_triton() -> None:
     assert out.stdout.strip() == "[]"
 
 
-def test_a_bad_cache_url_is_one_clear_error(tmp_path: Path) -> None:
-    proc = child("kernel", tmp_path / "t", "nosuch://x")
-    _out, err = proc.communicate(timeout=240)
-    assert proc.returncode != 0
-    assert "$CUFORGE_TRITON_CACHE" in err
+def bounded(proc: subprocess.Popen[str], seconds: float = 180) -> tuple[dict[str, Any], str]:
+    """The child's report and stderr; a child still running after ``seconds`` (a hang:
+    a compile is a few seconds) is killed and fails the test instead of stalling it."""
+    try:
+        out, err = proc.communicate(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        pytest.fail(f"the Triton process hung (killed after {seconds:.0f} s)")
+    assert proc.returncode == 0, err[-3000:]
+    return json.loads(out.strip().splitlines()[-1]), err
+
+
+def _unopenable_url(kind: str, tmp_path: Path) -> tuple[str, dict[str, str]]:
+    """A cache URL that cannot be opened, and the environment that goes with it."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    return {
+        "proc": ("/proc/nope", {}),
+        "world-writable": (str(shared), {}),
+        "bare-sqlite": ("sqlite://", {}),
+        "unknown-scheme": ("nosuch://x", {}),
+        "short-secret": (f"file://{tmp_path / 'fs'}", {"CUFORGE_CACHE_SECRET": "short"}),
+    }[kind]
+
+
+@pytest.mark.parametrize(
+    "kind", ["proc", "world-writable", "bare-sqlite", "unknown-scheme", "short-secret"]
+)
+def test_a_triton_cache_that_cannot_be_opened_is_one_warning_and_triton_compiles(
+    kind: str, tmp_path: Path
+) -> None:
+    # Each made every triton.compile raise (the cache is chosen per compile).
+    url, env = _unopenable_url(kind, tmp_path)
+    out, err = bounded(child("kernel", tmp_path / "t", url, **env))
+    assert out["hits"] == [False] and out["cubin"] > 0  # Triton's own cache served
+    assert out["stats"] is None and out["counters"]["misses"] == 0
+    warned = [line for line in err.splitlines() if "the cache cannot be opened" in line]
+    assert len(warned) == 1, err[-3000:]
+    assert f"cuforge: $CUFORGE_TRITON_CACHE={url!r}" in warned[0]
+    again, _ = bounded(child("kernel", tmp_path / "t", url, **env))
+    assert again["hits"] == [True]  # from Triton's own directory
+
+
+@pytest.mark.parametrize("kind", ["bare-sqlite", "short-secret"])
+def test_cuforge_cache_that_cannot_be_opened_is_one_warning_and_triton_compiles(
+    kind: str, tmp_path: Path
+) -> None:
+    # $CUFORGE_TRITON_CACHE unset: $CUFORGE_CACHE selects; its ValueErrors raised.
+    url, env = _unopenable_url(kind, tmp_path)
+    env = {**env, "TRITON_CACHE_MANAGER": MANAGER, "CUFORGE_CACHE": url}
+    out, err = bounded(child("kernel", tmp_path / "t", None, **env))
+    assert out["hits"] == [False] and out["cubin"] > 0
+    assert out["stats"] is None
+    warned = [line for line in err.splitlines() if "the cache cannot be opened" in line]
+    assert len(warned) == 1 and "$CUFORGE_CACHE" in warned[0], err[-3000:]
+
+
+def test_the_remote_backend_on_a_cache_that_cannot_be_opened_compiles(tmp_path: Path) -> None:
+    # Its constructor raised (the remote manager is made per compile): now every file
+    # is a miss and every store dropped, after one warning. 'off' still refuses (below).
+    env = {
+        "TRITON_CACHE_MANAGER": "triton.runtime.cache:RemoteCacheManager",
+        "TRITON_REMOTE_CACHE_BACKEND": "cuforge.integrations.triton:CuforgeRemoteCacheBackend",
+        "CUFORGE_TRITON_CACHE": "/proc/nope",
+    }
+    out, err = bounded(child("kernel", tmp_path / "t", None, **env))
+    assert out["hits"] == [False] and out["cubin"] > 0
+    assert err.count("the cache cannot be opened") == 1, err[-3000:]
+    off = subprocess.run(
+        [sys.executable, CHILD, "kernel"],
+        env={**os.environ, **env, "CUFORGE_TRITON_CACHE": "off", "TRITON_CACHE_DIR": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert off.returncode != 0 and "caching is off" in off.stderr
 
 
 def test_a_triton_with_another_extension_point_is_refused_in_one_line() -> None:

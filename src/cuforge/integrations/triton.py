@@ -15,11 +15,13 @@ Triton's key and the file name, so ``cuforge cache ls/stats/verify/prune`` list 
 manage them. What Triton needs as a path is written under ``TRITON_CACHE_DIR`` from
 bytes the cache just verified: a local copy that differs (tampered, truncated) is
 replaced, never used. A damaged, unsigned or foreign-signed entry is a miss, so
-Triton compiles again. A group miss takes the cache's per-key lock until the group
-is stored (or, when the compile fails, until the manager is collected), so N
-processes missing one kernel compile it once; a native module (``.so``) Triton is
-about to build is locked the same way until it is stored. A cache fault never fails a compile:
-a lookup that raises is a miss and a store that raises is dropped (both warn).
+Triton compiles again; a cache that cannot be opened is one warning, and Triton's
+own cache serves.
+A group miss takes the cache's per-key lock until the group is stored (or, when the
+compile fails, until the manager is collected), so N processes missing one kernel
+compile it once; a native module (``.so``) Triton is about to build is locked the
+same way until it is stored. A cache fault never fails a compile: a lookup that
+raises is a miss and a store that raises is dropped (both warn).
 Triton's dump and override modes are Triton's own: they go to its file manager.
 
 Importing this module imports triton; ``RuntimeError`` (one line) when the installed
@@ -42,7 +44,7 @@ from typing import Any
 from cuforge._stack import outside_level
 from cuforge.storage.base import CacheReadWarning, CacheWriteWarning, ProgramCacheResource
 
-from ._cache import select_cache
+from ._cache import caching_off, select_cache
 
 try:
     import triton
@@ -97,9 +99,10 @@ _VERSION = _json_str(triton.__version__).encode()
 
 def triton_cache() -> ProgramCacheResource | None:
     """The cache Triton's files go to: ``$CUFORGE_TRITON_CACHE`` (a URL, or ``off``),
-    else cuforge's default cache; one handle per process and secret. None means off:
-    Triton's own file cache serves. Raises ValueError naming
-    ``$CUFORGE_TRITON_CACHE`` for a bad URL.
+    else cuforge's default cache; one handle per process and secret. None means off,
+    or that the cache cannot be opened (a bad URL, an unsafe or impossible directory,
+    a secret too short: one warning per process naming the variable): Triton's own
+    file cache serves. Never raises.
     """
     return select_cache(None, ENV_CACHE)
 
@@ -361,23 +364,28 @@ class CuforgeRemoteCacheBackend(RemoteCacheBackend):  # type: ignore[misc]
     that verify (integrity, and the signature when the cache signs), in one batched
     read; ``put`` stores with the same records as :class:`CuforgeCacheManager`, so
     both share entries. Raises RuntimeError when caching is off (``$CUFORGE_TRITON_CACHE=off``
-    or ``$CUFORGE_CACHE=off``): Triton's remote manager has no fallback of its own.
+    or ``$CUFORGE_CACHE=off``): Triton's remote manager has no fallback of its own. A
+    cache that cannot be opened is one warning, then every ``get`` a miss and every
+    ``put`` dropped, so Triton compiles as without a cache.
     """
 
     def __init__(self, key: str) -> None:
         cache = triton_cache()
-        if cache is None:
+        if cache is None and caching_off(ENV_CACHE):
             raise RuntimeError(
                 "CuforgeRemoteCacheBackend: caching is off ($CUFORGE_TRITON_CACHE or "
                 "$CUFORGE_CACHE is 'off'); unset TRITON_REMOTE_CACHE_BACKEND to run without"
             )
-        self._files = _Files(cache, key)
+        # A cache that cannot be opened (warned): every file a miss, every store dropped.
+        self._files = None if cache is None else _Files(cache, key)
 
     def get(self, filenames: list[str]) -> dict[str, bytes]:
         """Every file of ``filenames`` that verifies -- or none when one does not:
         Triton asks for several files only for a kernel's group, and triton 3.6 takes a
         partial group for a hit (a kernel without its cubin), so a damaged child must
         make the whole group a miss."""
+        if self._files is None:
+            return {}
         names = list(filenames)
         datas = self._files.load_many(names)
         if any(d is None for d in datas):
@@ -385,4 +393,5 @@ class CuforgeRemoteCacheBackend(RemoteCacheBackend):  # type: ignore[misc]
         return {n: d for n, d in zip(names, datas, strict=True) if d is not None}
 
     def put(self, filename: str, data: bytes) -> None:
-        self._files.store(filename, _as_bytes(data))
+        if self._files is not None:
+            self._files.store(filename, _as_bytes(data))
