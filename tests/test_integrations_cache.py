@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from cuforge.integrations import cupy as cupy_module
+from cuforge.integrations import inductor as inductor_module
 from cuforge.integrations._cache import ForeignEntries, select_cache
-from cuforge.storage.base import CacheReadWarning, ProgramCacheResource
+from cuforge.storage.base import CacheReadWarning, CacheWriteWarning, ProgramCacheResource
 from cuforge.storage.memory import InMemoryProgramCache
 from cuforge.storage.record import decode_record
 from cuforge.storage.signing import SignedProgramCache
@@ -82,14 +84,150 @@ def test_a_url_opens_once_per_process_and_secret(
     assert signed is not first and isinstance(signed, SignedProgramCache)
 
 
-def test_select_cache_bad_values_name_their_source(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_select_cache_bad_values_name_their_source(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh_selection: None
+) -> None:
     with pytest.raises(ValueError, match=r"^cache: "):
         select_cache("nosuch://x", "CUFORGE_X_CACHE")
+    refused = {"sqlite://": "needs a database file", f"sqlite://{tmp_path}": "is a directory"}
+    for url, why in refused.items():
+        for _ in range(2):  # each call, not only the first
+            with pytest.raises(ValueError, match=r"^cache: ") as err:
+                select_cache(url, "CUFORGE_X_CACHE")
+            assert why in str(err.value)
     with pytest.raises(TypeError, match=r"^cache: expected a ProgramCacheResource"):
         select_cache(42, "CUFORGE_X_CACHE")  # type: ignore[arg-type]
+    # A variable never raises (it would fail every compile of the host system): it is
+    # one warning naming the variable, and no cache.
     monkeypatch.setenv("CUFORGE_X_CACHE", "nosuch://x")
-    with pytest.raises(ValueError, match=r"^\$CUFORGE_X_CACHE: "):
-        select_cache(None, "CUFORGE_X_CACHE")
+    with pytest.warns(CacheWriteWarning, match=r"^cuforge: \$CUFORGE_X_CACHE='nosuch://x': "):
+        assert select_cache(None, "CUFORGE_X_CACHE") is None
+
+
+@pytest.fixture
+def fresh_selection(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No handle, failure or warning remembered from another test; no cache variable."""
+    from cuforge.integrations import _cache
+    from cuforge.storage import config
+
+    monkeypatch.setattr(_cache, "_opened", {})
+    monkeypatch.setattr(_cache, "_failed", {}, raising=False)
+    monkeypatch.setattr(_cache, "_warned", set(), raising=False)
+    monkeypatch.setattr(config, "_current", None)
+    for var in ("CUFORGE_CACHE", "CUFORGE_CACHE_SECRET", *ADAPTER_VARIABLES):
+        monkeypatch.delenv(var, raising=False)
+
+
+#: Every adapter's own variable (triton's module imports triton: its name is spelled).
+ADAPTER_VARIABLES = (inductor_module.ENV_CACHE, cupy_module.ENV_CACHE, "CUFORGE_TRITON_CACHE")
+
+
+def _unopenable(kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[str, str]:
+    """A cache URL that cannot be opened, and what the warning must say about why."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    (tmp_path / "dir").mkdir()
+    if kind == "short-secret":
+        monkeypatch.setenv("CUFORGE_CACHE_SECRET", "short")
+    return {
+        "proc": ("/proc/nope", "cannot be created"),
+        "world-writable": (str(shared), "writable by every user"),
+        "bare-sqlite": ("sqlite://", "needs a database file"),
+        "sqlite-directory": (f"sqlite://{tmp_path / 'dir'}", "is a directory"),
+        "sqlite-world-writable": (f"sqlite://{shared / 'c.db'}", "writable by every user"),
+        "unknown-scheme": ("nosuch://x", "unknown scheme"),
+        "short-secret": (str(tmp_path / "c"), "$CUFORGE_CACHE_SECRET must be at least"),
+    }[kind]
+
+
+UNOPENABLE = [
+    "proc",
+    "world-writable",
+    "bare-sqlite",
+    "sqlite-directory",
+    "sqlite-world-writable",
+    "unknown-scheme",
+    "short-secret",
+]
+
+
+def _selected_twice(cache: str | None, env_var: str) -> tuple[list[object], list[str]]:
+    """select_cache twice (every warning shown): the answers and the warnings' texts,
+    each checked to be a CacheWriteWarning pointing at this file (the caller's line)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        answers: list[object] = [select_cache(cache, env_var) for _ in range(2)]
+    assert [w.category for w in caught] == [CacheWriteWarning] * len(caught)
+    assert all(w.filename == __file__ for w in caught)
+    return answers, [str(w.message) for w in caught]
+
+
+@pytest.mark.parametrize("env_var", ADAPTER_VARIABLES)
+@pytest.mark.parametrize("kind", UNOPENABLE)
+def test_an_adapter_variable_naming_a_cache_that_cannot_be_opened_warns_once(
+    kind: str, env_var: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh_selection: None
+) -> None:
+    # These raised from select_cache, so every compile of the host system (each
+    # triton.compile builds a cache manager) raised too.
+    url, why = _unopenable(kind, tmp_path, monkeypatch)
+    monkeypatch.setenv(env_var, url)
+    answers, messages = _selected_twice(None, env_var)
+    assert answers == [None, None]
+    assert len(messages) == 1  # once per process, not per compile
+    (message,) = messages
+    assert message.startswith(f"cuforge: ${env_var}={url!r}: the cache cannot be opened (")
+    assert why in message and message.endswith("compiling without a cache")
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize("kind", UNOPENABLE)
+def test_cuforge_cache_naming_a_cache_that_cannot_be_opened_warns_once_in_an_adapter(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh_selection: None
+) -> None:
+    # The adapter's own variable unset: $CUFORGE_CACHE selects (through the default
+    # cache). A bad URL or secret there raised from every adapter.
+    url, why = _unopenable(kind, tmp_path, monkeypatch)
+    monkeypatch.setenv("CUFORGE_CACHE", url)
+    answers, messages = _selected_twice(None, cupy_module.ENV_CACHE)
+    assert answers == [None, None]
+    assert len(messages) == 1
+    (message,) = messages
+    assert "$CUFORGE_CACHE" in message and why in message
+    assert url.removeprefix("sqlite://").split("/c.db")[0] in message
+    assert "\n" not in message
+    # Unset, the default directory with a secret too short: the secret is named.
+    monkeypatch.delenv("CUFORGE_CACHE")
+    monkeypatch.setenv("CUFORGE_CACHE_SECRET", "short")
+    answers, messages = _selected_twice(None, inductor_module.ENV_CACHE)
+    assert answers == [None, None] and len(messages) == 1
+    assert "$CUFORGE_CACHE_SECRET must be at least" in messages[0]
+
+
+@pytest.mark.parametrize(
+    "kind", ["proc", "world-writable", "sqlite-world-writable", "short-secret"]
+)
+def test_a_cache_argument_that_cannot_be_opened_warns_once(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh_selection: None
+) -> None:
+    # The environment's faults (a path that cannot be created or is unsafe, a secret
+    # too short) are a warning and no cache; they raised OSError / ValueError. (A URL
+    # the parser or backend refuses stays a ValueError at the call: see above.)
+    url, why = _unopenable(kind, tmp_path, monkeypatch)
+    answers, messages = _selected_twice(url, "CUFORGE_X_CACHE")
+    assert answers == [None, None]
+    assert len(messages) == 1
+    assert messages[0].startswith(f"cuforge: cache={url!r}: the cache cannot be opened (")
+    assert why in messages[0]
+
+
+def test_a_password_in_a_url_that_cannot_be_opened_is_not_shown(
+    monkeypatch: pytest.MonkeyPatch, fresh_selection: None
+) -> None:
+    monkeypatch.setenv("CUFORGE_X_CACHE", "redis://user:hunter2@localhost/0?nosuch=1")
+    answers, messages = _selected_twice(None, "CUFORGE_X_CACHE")
+    assert answers == [None, None] and len(messages) == 1
+    assert "hunter2" not in messages[0] and "user:***@localhost" in messages[0]
 
 
 def test_foreign_entries_carry_a_record_and_stay_apart(tmp_path: Path) -> None:

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import sqlite3
+import stat
 import subprocess
 import sys
 import time
@@ -338,11 +340,183 @@ def test_cuforge_and_its_integrations_package_do_not_import_triton() -> None:
     assert out.stdout.strip() == "[]"
 
 
-def test_a_bad_cache_url_is_one_clear_error(tmp_path: Path) -> None:
-    proc = child("kernel", tmp_path / "t", "nosuch://x")
-    _out, err = proc.communicate(timeout=240)
-    assert proc.returncode != 0
-    assert "$CUFORGE_TRITON_CACHE" in err
+def bounded(proc: subprocess.Popen[str], seconds: float = 180) -> tuple[dict[str, Any], str]:
+    """The child's report and stderr; a child still running after ``seconds`` (a hang:
+    a compile is a few seconds) is killed and fails the test instead of stalling it."""
+    try:
+        out, err = proc.communicate(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        pytest.fail(f"the Triton process hung (killed after {seconds:.0f} s)")
+    assert proc.returncode == 0, err[-3000:]
+    return json.loads(out.strip().splitlines()[-1]), err
+
+
+def _unopenable_url(kind: str, tmp_path: Path) -> tuple[str, dict[str, str]]:
+    """A cache URL that cannot be opened, and the environment that goes with it."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    return {
+        "proc": ("/proc/nope", {}),
+        "world-writable": (str(shared), {}),
+        "bare-sqlite": ("sqlite://", {}),
+        "unknown-scheme": ("nosuch://x", {}),
+        "short-secret": (f"file://{tmp_path / 'fs'}", {"CUFORGE_CACHE_SECRET": "short"}),
+    }[kind]
+
+
+@pytest.mark.parametrize(
+    "kind", ["proc", "world-writable", "bare-sqlite", "unknown-scheme", "short-secret"]
+)
+def test_a_triton_cache_that_cannot_be_opened_is_one_warning_and_triton_compiles(
+    kind: str, tmp_path: Path
+) -> None:
+    # Each made every triton.compile raise (the cache is chosen per compile).
+    url, env = _unopenable_url(kind, tmp_path)
+    out, err = bounded(child("kernel", tmp_path / "t", url, **env))
+    assert out["hits"] == [False] and out["cubin"] > 0  # Triton's own cache served
+    assert out["stats"] is None and out["counters"]["misses"] == 0
+    warned = [line for line in err.splitlines() if "the cache cannot be opened" in line]
+    assert len(warned) == 1, err[-3000:]
+    assert f"cuforge: $CUFORGE_TRITON_CACHE={url!r}" in warned[0]
+    again, _ = bounded(child("kernel", tmp_path / "t", url, **env))
+    assert again["hits"] == [True]  # from Triton's own directory
+
+
+@pytest.mark.parametrize("kind", ["bare-sqlite", "short-secret"])
+def test_cuforge_cache_that_cannot_be_opened_is_one_warning_and_triton_compiles(
+    kind: str, tmp_path: Path
+) -> None:
+    # $CUFORGE_TRITON_CACHE unset: $CUFORGE_CACHE selects; its ValueErrors raised.
+    url, env = _unopenable_url(kind, tmp_path)
+    env = {**env, "TRITON_CACHE_MANAGER": MANAGER, "CUFORGE_CACHE": url}
+    out, err = bounded(child("kernel", tmp_path / "t", None, **env))
+    assert out["hits"] == [False] and out["cubin"] > 0
+    assert out["stats"] is None
+    warned = [line for line in err.splitlines() if "the cache cannot be opened" in line]
+    assert len(warned) == 1 and "$CUFORGE_CACHE" in warned[0], err[-3000:]
+
+
+def test_the_remote_backend_on_a_cache_that_cannot_be_opened_compiles(tmp_path: Path) -> None:
+    # Its constructor raised (the remote manager is made per compile): now every file
+    # is a miss and every store dropped, after one warning. 'off' still refuses (below).
+    env = {
+        "TRITON_CACHE_MANAGER": "triton.runtime.cache:RemoteCacheManager",
+        "TRITON_REMOTE_CACHE_BACKEND": "cuforge.integrations.triton:CuforgeRemoteCacheBackend",
+        "CUFORGE_TRITON_CACHE": "/proc/nope",
+    }
+    out, err = bounded(child("kernel", tmp_path / "t", None, **env))
+    assert out["hits"] == [False] and out["cubin"] > 0
+    assert err.count("the cache cannot be opened") == 1, err[-3000:]
+    off = subprocess.run(
+        [sys.executable, CHILD, "kernel"],
+        env={**os.environ, **env, "CUFORGE_TRITON_CACHE": "off", "TRITON_CACHE_DIR": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert off.returncode != 0 and "caching is off" in off.stderr
+
+
+def _plant(kind: str, path: Path) -> Any:
+    """Put an object that is not a regular file at ``path``; returns a check that it
+    is still there, unchanged (the test's own process holds a socket's listener)."""
+    if kind == "fifo":
+        os.mkfifo(path)
+        return lambda: stat.S_ISFIFO(os.lstat(path).st_mode)
+    if kind == "fed-fifo":  # a FIFO someone writes to: its bytes are not taken
+        os.mkfifo(path)
+        reader = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        writer = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+        os.write(writer, b"the user's")
+
+        def still_fed() -> bool:
+            try:
+                return (
+                    stat.S_ISFIFO(os.lstat(path).st_mode) and os.read(reader, 64) == b"the user's"
+                )
+            finally:
+                os.close(reader)
+                os.close(writer)
+
+        return still_fed
+    if kind == "directory":
+        path.mkdir()
+        (path / "keep.txt").write_bytes(b"the user's")
+        return lambda: path.is_dir() and (path / "keep.txt").read_bytes() == b"the user's"
+    if kind == "symlink":
+        target = path.parent.parent / "outside.txt"
+        target.write_bytes(b"the user's")
+        path.symlink_to(target)
+        return lambda: os.readlink(path) == str(target) and target.read_bytes() == b"the user's"
+    if kind == "socket":
+        sock = socket.socket(socket.AF_UNIX)
+        cwd = os.getcwd()
+        os.chdir(path.parent)  # a socket's path is limited to ~100 bytes
+        try:
+            sock.bind(path.name)
+        finally:
+            os.chdir(cwd)
+        return lambda: stat.S_ISSOCK(os.lstat(path).st_mode) and sock.fileno() >= 0
+    assert kind == "device"
+    try:
+        os.mknod(path, stat.S_IFCHR | 0o600, os.makedev(1, 3))  # what /dev/null is
+    except PermissionError:
+        pytest.skip("making a device node needs privileges this process lacks")
+    return lambda: stat.S_ISCHR(os.lstat(path).st_mode)
+
+
+@pytest.mark.timeout(60)  # the FIFO hung the open for ever: a regression fails, not hangs
+@pytest.mark.parametrize("data", [b"\x7fELF verified bytes", b""], ids=["bytes", "empty"])
+@pytest.mark.parametrize("kind", ["fifo", "fed-fifo", "directory", "symlink", "socket", "device"])
+def test_an_object_not_a_file_where_a_file_goes_is_left_alone_and_never_blocks(
+    kind: str, data: bytes, tmp_path: Path
+) -> None:
+    import warnings
+
+    from cuforge.integrations.triton import _materialize, counters
+    from cuforge.storage.base import CacheWriteWarning
+
+    key_dir = tmp_path / "triton" / "KEY"
+    key_dir.mkdir(parents=True)
+    where = key_dir / "k.cubin"
+    unchanged = _plant(kind, where)  # (an empty FIFO reads back as empty bytes)
+    replaced = counters["replaced"]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        served = Path(_materialize(str(key_dir), "k.cubin", data))
+        again = Path(_materialize(str(key_dir), "k.cubin", data))
+    assert unchanged()  # never removed, replaced, followed or written through
+    assert served != where and served.name == "k.cubin" and served.parent.parent == key_dir
+    assert stat.S_ISREG(os.lstat(served).st_mode) and served.read_bytes() == data
+    assert again == served and counters["replaced"] == replaced
+    assert [w.category for w in caught] == [CacheWriteWarning]  # once per object
+    assert str(where) in str(caught[0].message)
+    assert str(caught[0].message).count("\n") == 0
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("kind", ["fifo", "directory"])
+def test_a_kernel_file_whose_place_holds_a_fifo_or_a_directory_is_served_beside_it(
+    kind: str, tmp_path: Path
+) -> None:
+    # A FIFO at <TRITON_CACHE_DIR>/<key>/add_kernel.cubin hung the compile for ever
+    # (hit and miss alike); a directory there made it raise.
+    url = f"file://{tmp_path / 'fs'}"
+    first = run("kernel", tmp_path / "t", url)
+    cubin = next((tmp_path / "t").rglob("add_kernel.cubin"))
+    cubin.unlink()
+    unchanged = _plant(kind, cubin)
+    hit, hit_err = bounded(child("kernel", tmp_path / "t", url), seconds=120)
+    # An empty cuforge cache: Triton compiles and puts the cubin, which goes beside it.
+    miss, _ = bounded(child("kernel", tmp_path / "t", f"file://{tmp_path / 'fs2'}"), seconds=120)
+    assert hit["hits"] == [True] and hit["cubin"] == first["cubin"]
+    assert miss["hits"] == [False] and miss["cubin"] == first["cubin"]
+    assert miss["counters"]["stored"] == 1
+    assert unchanged()
+    assert f"{cubin} is a {'FIFO' if kind == 'fifo' else 'directory'}" in hit_err
 
 
 def test_a_triton_with_another_extension_point_is_refused_in_one_line() -> None:

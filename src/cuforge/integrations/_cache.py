@@ -8,6 +8,16 @@ and signing are the cache's: with a secret set, an unsigned, tampered or
 foreign-signed entry is a miss. A cache fault never fails the host system's
 compile: a read that raises is a miss and a :class:`CacheReadWarning`, a store that
 raises is dropped with a :class:`CacheWriteWarning`.
+
+Choosing the cache never fails it either. A cache the environment names
+(``$CUFORGE_<SYSTEM>_CACHE``, ``$CUFORGE_CACHE``, ``$CUFORGE_CACHE_SECRET``) that
+cannot be opened -- a bad URL, a directory that cannot be created or that every
+user can write, a database path that is a directory, a secret too short -- is one
+:class:`CacheWriteWarning` per process (naming the variable, its value and why) and
+no cache: the system compiles as without one. A ``cache=`` argument is the caller's
+code: a URL the parser or the backend refuses raises ValueError there (TypeError
+for another type), and one that cannot be opened for the environment's reasons (an
+``OSError``: a path that cannot be created or is unsafe) warns the same way.
 """
 
 from __future__ import annotations
@@ -20,27 +30,80 @@ from cuforge._stack import outside_level
 from cuforge.storage.base import CacheReadWarning, CacheWriteWarning, ProgramCacheResource
 from cuforge.storage.record import decode_record, encode_record
 
-__all__ = ["ForeignEntries", "select_cache"]
+__all__ = ["ForeignEntries", "caching_off", "select_cache"]
 
 _OFF = "off"
+#: The source named when the ``cache=`` argument cannot be opened.
+_ARGUMENT = "cache"
 
 _mutex = threading.Lock()
 #: Handles opened from URLs, by (URL, secret variable's value): one per process.
 _opened: dict[tuple[str, str | None], ProgramCacheResource] = {}
+#: Why a URL could not be opened, by the same identity: it is not tried again.
+_failed: dict[tuple[str, str | None], Exception] = {}
+#: (source, value, secret) already warned about: one warning each per process.
+_warned: set[tuple[str, str, str | None]] = set()
 
 
-def _open_url(url: str) -> ProgramCacheResource:
-    """The process's handle on ``url`` (opened at first use with ``$CUFORGE_CACHE_SECRET``),
-    so an adapter's calls share one handle and its statistics."""
-    from cuforge.storage.config import ENV_SECRET
+class _SecretFault(Exception):
+    """``$CUFORGE_CACHE_SECRET`` is unusable: the environment's fault, whatever
+    named the URL, so never raised at a ``cache=`` argument."""
+
+
+def _open(url: str) -> ProgramCacheResource:
+    from cuforge.storage.config import secret_from_env
     from cuforge.storage.urls import open_cache
 
-    ident = (url, os.environ.get(ENV_SECRET))
+    try:
+        secret = secret_from_env()
+    except ValueError as exc:
+        raise _SecretFault(str(exc)) from None
+    return open_cache(url, secret=secret)
+
+
+def _open_url(url: str, source: str) -> ProgramCacheResource | None:
+    """The process's handle on ``url`` (opened at first use with ``$CUFORGE_CACHE_SECRET``),
+    so an adapter's calls share one handle and its statistics; None (warned once per
+    source) when it cannot be opened. ``source`` is what named ``url``: the argument
+    (a refused URL raises ValueError) or a variable (nothing raises)."""
+    from cuforge.storage.config import ENV_SECRET
+
+    secret = os.environ.get(ENV_SECRET)
+    ident = (url, secret)
     with _mutex:
         cache = _opened.get(ident)
-        if cache is None:
-            cache = _opened[ident] = open_cache(url)
-        return cache
+        if cache is not None:
+            return cache
+        failure = _failed.get(ident)
+        if failure is None:
+            try:
+                cache = _opened[ident] = _open(url)
+                return cache
+            except Exception as exc:  # judged below, by who named the URL
+                failure = _failed[ident] = exc
+    if source == _ARGUMENT and isinstance(failure, (ValueError, TypeError)):
+        raise ValueError(f"cache: {failure}") from None
+    _unavailable(source, url, secret, failure)
+    return None
+
+
+def _unavailable(source: str, value: str, secret: str | None, exc: Exception) -> None:
+    """Warn, once per process for ``source`` holding ``value``, that its cache cannot
+    be opened and the compile goes on without one (a URL's password is not shown)."""
+    with _mutex:
+        if (source, value, secret) in _warned:
+            return
+        _warned.add((source, value, secret))
+    import re
+
+    shown = "cache=" if source == _ARGUMENT else f"{source}="
+    reason = str(exc).removeprefix(f"{source}: ") or type(exc).__name__
+    message = (
+        f"cuforge: {shown}{value!r}: the cache cannot be opened ({reason}); "
+        "compiling without a cache"
+    )
+    message = re.sub(r"(://[^/@?,\s:]*):[^@/?,\s]*@", r"\1:***@", message)
+    warnings.warn(message, CacheWriteWarning, stacklevel=outside_level())
 
 
 def select_cache(
@@ -48,19 +111,19 @@ def select_cache(
 ) -> ProgramCacheResource | None:
     """The cache an integration uses: ``cache`` itself (a cache, or a URL to open),
     else ``$env_var`` (a cache URL, or ``off``), else cuforge's default cache
-    (``$CUFORGE_CACHE``). None means caching is off.
+    (``$CUFORGE_CACHE``). None means no cache: turned off, or it cannot be opened.
 
     URLs open with ``$CUFORGE_CACHE_SECRET`` when it is set (every shared level then
-    signs and verifies), once per process and secret. Raises ValueError naming the
-    argument or variable for a bad URL, TypeError for a ``cache`` of another type.
+    signs and verifies), once per process and secret. A value from the environment
+    never raises: one it cannot open is a :class:`CacheWriteWarning` naming the
+    variable, once per process, and None. A ``cache`` URL the parser or its backend
+    refuses raises ValueError (``cache: ...``), a ``cache`` of another type
+    TypeError; one that cannot be opened (an ``OSError``) warns and gives None.
     """
     if isinstance(cache, ProgramCacheResource):
         return cache
     if isinstance(cache, str):
-        try:
-            return _open_url(cache)
-        except ValueError as exc:
-            raise ValueError(f"cache: {exc}") from None
+        return _open_url(cache, _ARGUMENT)
     if cache is not None:
         raise TypeError(
             "cache: expected a ProgramCacheResource, a cache URL or None, "
@@ -70,13 +133,29 @@ def select_cache(
     if url.lower() == _OFF:
         return None
     if url:
-        try:
-            return _open_url(url)
-        except ValueError as exc:
-            raise ValueError(f"${env_var}: {exc}") from None
+        return _open_url(url, f"${env_var}")
     from cuforge.storage.config import default_cache
 
-    return default_cache()
+    try:
+        return default_cache()  # warns itself, once, when the directory cannot be opened
+    except Exception as exc:  # a bad $CUFORGE_CACHE or secret: the environment's, no raise
+        from cuforge.storage.config import ENV_CACHE, ENV_SECRET
+
+        value = os.environ.get(ENV_CACHE) or ""
+        _unavailable(f"${ENV_CACHE}", value, os.environ.get(ENV_SECRET), exc)
+        return None
+
+
+def caching_off(env_var: str) -> bool:
+    """Whether the environment turns this integration's cache off: ``off`` in
+    ``$env_var``, or in ``$CUFORGE_CACHE`` when ``$env_var`` is unset (tells a None
+    from :func:`select_cache` that means off from one that means unavailable)."""
+    own = (os.environ.get(env_var) or "").strip()
+    if own:
+        return own.lower() == _OFF
+    from cuforge.storage.config import ENV_CACHE
+
+    return (os.environ.get(ENV_CACHE) or "").strip().lower() == _OFF
 
 
 class ForeignEntries:

@@ -49,8 +49,10 @@ def install(cache: ProgramCacheResource | str | None = None) -> ProgramCacheReso
 
     ``cache`` is a cache, a cache URL, or None for ``$CUFORGE_CUPY_CACHE``, else
     ``$CUFORGE_CACHE``, else cuforge's default; None (nothing installed) when that
-    is ``off``. Raises RuntimeError (one line) when CuPy lacks the hook, ValueError
-    for a bad URL. A cache fault is a miss or a dropped store, never a failed compile.
+    is ``off`` or cannot be opened (one warning naming the variable or argument and
+    why; a value from the environment never raises). Raises RuntimeError (one line)
+    when CuPy lacks the hook, ValueError for a ``cache`` URL the parser or its backend
+    refuses. A cache fault is a miss or a dropped store, never a failed compile.
     """
     base, set_backend = _cupy_api()
     chosen = select_cache(cache, ENV_CACHE)

@@ -101,8 +101,10 @@ def install(cache: ProgramCacheResource | str | None = None) -> ProgramCacheReso
 
     ``cache`` is a cache, a cache URL, or None for ``$CUFORGE_INDUCTOR_CACHE``, else
     ``$CUFORGE_CACHE``, else cuforge's default. Returns None (and installs nothing)
-    when that is ``off``. Installing again replaces the previous backend. Raises
-    RuntimeError (one line) when torch lacks the hook, ValueError for a bad URL.
+    when that is ``off`` or cannot be opened (one warning naming the variable or
+    argument and why; a value from the environment never raises). Installing again
+    replaces the previous backend. Raises RuntimeError (one line) when torch lacks the
+    hook, ValueError for a ``cache`` URL the parser or its backend refuses.
     """
     remote_cache = _remote_cache_module()
     chosen = select_cache(cache, ENV_CACHE)
@@ -158,8 +160,9 @@ def save_artifacts(tag: str, cache: ProgramCacheResource | str | None = None) ->
     """Store this process's compile artifacts (``torch.compiler.save_cache_artifacts()``)
     under ``tag`` and the torch / Triton / CUDA versions and GPU name.
 
-    Returns False when torch had nothing to save, caching is off, or the store was
-    dropped (a :class:`CacheWriteWarning` says why). ValueError for an empty tag.
+    Returns False when torch had nothing to save, caching is off or the cache cannot
+    be opened, or the store was dropped (a :class:`CacheWriteWarning` says why).
+    ValueError for an empty tag.
     """
     import torch
 

@@ -14,12 +14,15 @@ autotune results) is one cuforge entry whose metadata record says ``kind=triton`
 Triton's key and the file name, so ``cuforge cache ls/stats/verify/prune`` list and
 manage them. What Triton needs as a path is written under ``TRITON_CACHE_DIR`` from
 bytes the cache just verified: a local copy that differs (tampered, truncated) is
-replaced, never used. A damaged, unsigned or foreign-signed entry is a miss, so
-Triton compiles again. A group miss takes the cache's per-key lock until the group
-is stored (or, when the compile fails, until the manager is collected), so N
-processes missing one kernel compile it once; a native module (``.so``) Triton is
-about to build is locked the same way until it is stored. A cache fault never fails a compile:
-a lookup that raises is a miss and a store that raises is dropped (both warn).
+replaced, never used; an object there that is not a regular file (a link, a FIFO, a
+directory) is left alone and the bytes are served from a private directory beside
+it. A damaged, unsigned or foreign-signed entry is a miss, so Triton compiles
+again; a cache that cannot be opened is one warning, and Triton's own cache serves.
+A group miss takes the cache's per-key lock until the group is stored (or, when the
+compile fails, until the manager is collected), so N processes missing one kernel
+compile it once; a native module (``.so``) Triton is about to build is locked the
+same way until it is stored. A cache fault never fails a compile: a lookup that
+raises is a miss and a store that raises is dropped (both warn).
 Triton's dump and override modes are Triton's own: they go to its file manager.
 
 Importing this module imports triton; ``RuntimeError`` (one line) when the installed
@@ -31,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import stat
 import sysconfig
 import tempfile
 import threading
@@ -42,7 +46,7 @@ from typing import Any
 from cuforge._stack import outside_level
 from cuforge.storage.base import CacheReadWarning, CacheWriteWarning, ProgramCacheResource
 
-from ._cache import select_cache
+from ._cache import caching_off, select_cache
 
 try:
     import triton
@@ -55,7 +59,14 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 __all__ = ["CuforgeCacheManager", "CuforgeRemoteCacheBackend", "counters", "triton_cache"]
 
 KIND = "triton"
-_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)  # a planted symlink is replaced, never followed
+#: How a local copy is opened for comparison: never through a link, never waiting on
+#: a FIFO or device (see ``_local_state``).
+_READ = (
+    os.O_RDONLY
+    | getattr(os, "O_NOFOLLOW", 0)
+    | getattr(os, "O_NONBLOCK", 0)
+    | getattr(os, "O_CLOEXEC", 0)
+)
 ENV_CACHE = "CUFORGE_TRITON_CACHE"
 #: The suffix of the native modules Triton builds (launchers, driver utilities).
 _EXT_SUFFIX = str(sysconfig.get_config_var("EXT_SUFFIX") or ".so")
@@ -97,9 +108,10 @@ _VERSION = _json_str(triton.__version__).encode()
 
 def triton_cache() -> ProgramCacheResource | None:
     """The cache Triton's files go to: ``$CUFORGE_TRITON_CACHE`` (a URL, or ``off``),
-    else cuforge's default cache; one handle per process and secret. None means off:
-    Triton's own file cache serves. Raises ValueError naming
-    ``$CUFORGE_TRITON_CACHE`` for a bad URL.
+    else cuforge's default cache; one handle per process and secret. None means off,
+    or that the cache cannot be opened (a bad URL, an unsafe or impossible directory,
+    a secret too short: one warning per process naming the variable): Triton's own
+    file cache serves. Never raises.
     """
     return select_cache(None, ENV_CACHE)
 
@@ -162,21 +174,96 @@ def _warn(category: type[Warning], what: str) -> None:
     )
 
 
+_ABSENT, _SAME, _DIFFERS, _FOREIGN = range(4)
+
+#: Per key directory, this process's private directory for files whose own place
+#: holds an object Triton's cache did not write (see ``_materialize``).
+_aside: dict[str, str] = {}
+#: The paths of such objects already warned about (one warning each per process).
+_foreign_seen: set[str] = set()
+
+
+def _local_state(path: str, data: bytes) -> int:
+    """What stands at ``path``: nothing, a regular file holding exactly ``data``, a
+    regular file holding anything else, or an object that is not a regular file (a
+    link, FIFO, device, socket, directory). Never blocks (``O_NONBLOCK``: a FIFO or
+    device opens at once and is closed unread), never follows a link (``O_NOFOLLOW``);
+    only a regular file is read."""
+    try:
+        fd = os.open(path, _READ)
+    except FileNotFoundError:
+        return _ABSENT
+    except OSError:  # a link (ELOOP), a socket (ENXIO), unreadable: look without opening
+        try:
+            return _DIFFERS if stat.S_ISREG(os.lstat(path).st_mode) else _FOREIGN
+        except FileNotFoundError:
+            return _ABSENT
+        except OSError:
+            return _FOREIGN
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return _FOREIGN
+        return _SAME if os.read(fd, len(data) + 1) == data else _DIFFERS
+    except OSError:
+        return _DIFFERS  # a regular file that cannot be read back: rewritten
+    finally:
+        os.close(fd)
+
+
 def _materialize(directory: str, filename: str, data: bytes) -> str:
-    """``directory/filename`` holding exactly ``data``: an equal file is kept, any other
-    is replaced atomically (a reader never sees a partial file)."""
+    """A path holding exactly ``data`` for Triton to read: ``directory/filename`` when
+    that is free or a regular file (an equal file is kept, any other -- tampered,
+    truncated -- is Triton's cache copy and is replaced atomically: a reader never
+    sees a partial file).
+
+    Any other object there (a link, FIFO, device, socket, directory) is not a file
+    Triton's cache wrote, so it is left exactly as it is -- never followed, waited on,
+    moved or deleted -- and ``data`` is written instead to this process's private
+    directory beside it (``directory/.cuforge-aside-*``, made by ``mkdtemp``), whose
+    path is returned; one :class:`CacheWriteWarning` per object says so.
+
+    The hit path costs what it did (open, read, close; no ``fstat``): the open never
+    waits (``O_NONBLOCK``) nor follows a link (``O_NOFOLLOW``), and the read is a
+    ``pread``, which a FIFO or socket refuses (ESPIPE) without losing a byte, as a
+    directory does (EISDIR); only a device node answering exactly ``data`` (non-empty)
+    could pass for the file, and whoever can make one there can as well swap any file
+    between this check and Triton's read, a race stock Triton has too. The check and
+    the rename are two steps as well (POSIX has no "replace only a regular file"): an
+    object put there between them is replaced, as Triton's own ``put`` would.
+    """
     path = os.path.join(directory, filename)
     try:
-        fd = os.open(path, os.O_RDONLY | _NOFOLLOW)
-        try:
-            same = os.read(fd, len(data) + 1) == data
-        finally:
-            os.close(fd)
-        if same:
-            return path
-        counters["replaced"] += 1
+        fd = os.open(path, _READ)
     except OSError:
         pass
+    else:
+        try:
+            if data and os.pread(fd, len(data) + 1, 0) == data:
+                return path
+        except OSError:  # a FIFO or socket (ESPIPE), a directory (EISDIR): see below
+            pass
+        finally:
+            os.close(fd)
+    return _rewrite(directory, filename, path, data)
+
+
+def _rewrite(directory: str, filename: str, path: str, data: bytes) -> str:
+    """``_materialize`` once the local copy is not plainly ``data``: see there."""
+    state = _local_state(path, data)
+    if state == _SAME:
+        return path
+    if state == _DIFFERS:
+        counters["replaced"] += 1
+    elif state == _FOREIGN:
+        _warn_foreign(path)
+        directory = _aside_dir(directory, fresh=False)
+        path = os.path.join(directory, filename)
+        state = _local_state(path, data)
+        if state == _SAME:
+            return path
+        if state == _FOREIGN:  # only this user can write there; a new one is empty
+            directory = _aside_dir(os.path.dirname(directory), fresh=True)
+            path = os.path.join(directory, filename)
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{filename[:80]}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
@@ -187,6 +274,49 @@ def _materialize(directory: str, filename: str, data: bytes) -> str:
             os.unlink(tmp)
         raise
     return path
+
+
+def _aside_dir(directory: str, fresh: bool) -> str:
+    """This process's private directory (0700, ``mkdtemp``) in the key ``directory``:
+    made at first need, again when ``fresh`` or when it is no longer a directory."""
+    aside = _aside.get(directory)
+    if aside is not None and not fresh:
+        with contextlib.suppress(OSError):
+            if stat.S_ISDIR(os.lstat(aside).st_mode):
+                return aside
+    if len(_aside) >= 4096:
+        _aside.clear()
+    aside = _aside[directory] = tempfile.mkdtemp(prefix=".cuforge-aside-", dir=directory)
+    return aside
+
+
+def _warn_foreign(path: str) -> None:
+    if path in _foreign_seen:
+        return
+    if len(_foreign_seen) >= 4096:
+        _foreign_seen.clear()
+    _foreign_seen.add(path)
+    try:
+        what = _KINDS.get(stat.S_IFMT(os.lstat(path).st_mode), "an object that is not a file")
+    except OSError:
+        what = "an object that cannot be examined"
+    warnings.warn(
+        f"cuforge triton cache: {path} is {what}, not a file Triton's cache wrote; it is "
+        "left as it is, and Triton reads the verified bytes from a private directory "
+        "beside it",
+        CacheWriteWarning,
+        stacklevel=outside_level(),
+    )
+
+
+_KINDS = {
+    stat.S_IFLNK: "a symbolic link",
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFDIR: "a directory",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+}
 
 
 class CuforgeCacheManager(CacheManager):  # type: ignore[misc]
@@ -361,23 +491,28 @@ class CuforgeRemoteCacheBackend(RemoteCacheBackend):  # type: ignore[misc]
     that verify (integrity, and the signature when the cache signs), in one batched
     read; ``put`` stores with the same records as :class:`CuforgeCacheManager`, so
     both share entries. Raises RuntimeError when caching is off (``$CUFORGE_TRITON_CACHE=off``
-    or ``$CUFORGE_CACHE=off``): Triton's remote manager has no fallback of its own.
+    or ``$CUFORGE_CACHE=off``): Triton's remote manager has no fallback of its own. A
+    cache that cannot be opened is one warning, then every ``get`` a miss and every
+    ``put`` dropped, so Triton compiles as without a cache.
     """
 
     def __init__(self, key: str) -> None:
         cache = triton_cache()
-        if cache is None:
+        if cache is None and caching_off(ENV_CACHE):
             raise RuntimeError(
                 "CuforgeRemoteCacheBackend: caching is off ($CUFORGE_TRITON_CACHE or "
                 "$CUFORGE_CACHE is 'off'); unset TRITON_REMOTE_CACHE_BACKEND to run without"
             )
-        self._files = _Files(cache, key)
+        # A cache that cannot be opened (warned): every file a miss, every store dropped.
+        self._files = None if cache is None else _Files(cache, key)
 
     def get(self, filenames: list[str]) -> dict[str, bytes]:
         """Every file of ``filenames`` that verifies -- or none when one does not:
         Triton asks for several files only for a kernel's group, and triton 3.6 takes a
         partial group for a hit (a kernel without its cubin), so a damaged child must
         make the whole group a miss."""
+        if self._files is None:
+            return {}
         names = list(filenames)
         datas = self._files.load_many(names)
         if any(d is None for d in datas):
@@ -385,4 +520,5 @@ class CuforgeRemoteCacheBackend(RemoteCacheBackend):  # type: ignore[misc]
         return {n: d for n, d in zip(names, datas, strict=True) if d is not None}
 
     def put(self, filename: str, data: bytes) -> None:
-        self._files.store(filename, _as_bytes(data))
+        if self._files is not None:
+            self._files.store(filename, _as_bytes(data))
