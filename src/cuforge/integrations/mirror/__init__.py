@@ -1,0 +1,74 @@
+"""The directory mirror: the cuforge cache behind JITs that have only a directory.
+
+Warp, Numba (``cache=True``), DeepGEMM, FlashInfer, CuTe DSL, cuTile, TileLang and
+vLLM's compile cache keep compiled kernels as files in a directory and have no
+cache hook. The mirror fills that directory from a cuforge cache before the JIT
+runs (*hydrate*) and stores the files the JIT completed (*publish*), so a fresh
+host or container starts warm::
+
+    from cuforge.integrations.mirror import PROFILES, Mirror
+
+    mirror = Mirror(PROFILES["warp"], "redis://cache-host/0")
+    mirror.hydrate()               # before the JIT runs
+    mirror.start_periodic(30.0)    # while it runs (a daemon thread)
+    ...                            # the job
+    mirror.stop()                  # publishes once more
+
+API (``cuforge run`` calls exactly this):
+
+- :data:`PROFILES` (``dict[str, Profile]``), :func:`load_profiles(extra)
+  <load_profiles>` (adds the config file's ``[mirror.<name>]`` tables: keys ``env``,
+  ``subdir``, ``default``, ``dists``, ``version_from``, ``skip``,
+  ``gpu_dependent``, ``notes``), :func:`active_profiles(env) <active_profiles>`
+  (installed, or its variable set).
+- :class:`Profile`: name, variables naming the directory, the JIT's default
+  directory, its version (distributions, or ``module:attribute``), skip globs,
+  whether files depend on the GPU, notes.
+- :class:`Mirror(profile, cache, directory=None, *, gpu=None) <Mirror>`:
+  ``hydrate() -> HydrateResult``, ``publish() -> PublishResult``,
+  ``start_periodic(interval_s)``, ``stop() -> PublishResult``. ``gpu``: for a
+  GPU-dependent profile, the GPU identity keys name; the runner computes it once per
+  job (default :func:`gpu_identity`: the GPU models the NVIDIA kernel module lists
+  in ``/proc``, no driver call; without one such a mirror stays off).
+
+Guarantees:
+
+- Keys: profile, the JIT's version (its distributions' versions), the host's OS and
+  machine, the GPU identity (GPU-dependent profiles only), the file's relative path.
+- Hydrate writes only files whose bytes verify -- the cache's integrity and, with
+  ``$CUFORGE_CACHE_SECRET``, its signature (an unsigned or foreign-signed entry is a
+  miss), then the sha256 in the entry's record and in the index -- through a temp
+  file in the same directory linked into place. It never follows a link, never
+  writes over a local file the mirror did not write itself (a newer or differing
+  one is kept and counted), and never over one changed since it wrote it.
+- Publish stores only what the JIT completed: a regular file owned by this user, not
+  a temp, lock or build name (the profile's skip globs), the same at two looks
+  ``settle_s`` apart and while it is read whole. A file changed in place after the
+  mirror recorded it is tampered with and never published; a directory every user
+  can write publishes nothing. Payloads are opaque bytes: cuforge never loads,
+  unpickles or runs them.
+- Fail-open: a cache or file-system fault is a :class:`CacheReadWarning` (hydrate) or
+  :class:`CacheWriteWarning` (publish) and a result saying so, never an exception to
+  the job.
+
+What each JIT's directory depends on, and what the mirror cannot make hit, is in
+each profile's ``notes`` (and docs/integrations.md).
+"""
+
+from __future__ import annotations
+
+from .engine import ENV_CACHE, HydrateResult, Mirror, PublishResult
+from .profiles import ALWAYS_SKIP, PROFILES, Profile, active_profiles, gpu_identity, load_profiles
+
+__all__ = [
+    "ALWAYS_SKIP",
+    "ENV_CACHE",
+    "PROFILES",
+    "HydrateResult",
+    "Mirror",
+    "Profile",
+    "PublishResult",
+    "active_profiles",
+    "gpu_identity",
+    "load_profiles",
+]

@@ -1,0 +1,548 @@
+"""The directory mirror: one JIT's directory hydrated from a cuforge cache before it
+runs, and the files it completed published back (see the package docstring).
+
+Entries: each file is one foreign entry (kind ``mirror``) named
+``profile:version:platform:gpu:relative/path``, whose record holds the file's
+sha256 and size; an index entry (kind ``mirror-index``, named by the same prefix)
+lists every published path with its sha256 and size. Hydration reads the index,
+fetches what the directory lacks in batches, and writes a file only when its bytes
+verify (the cache's integrity and signature, the record's and the index's sha256).
+
+The mirror's own memory of the directory is a state file in it
+(``.cuforge-mirror-<profile>.json``): each file it wrote or published, with the
+version (size, mtime, ctime, inode) it saw and its sha256. It decides three things:
+a file the mirror wrote and nobody changed since may be replaced by a newer cached
+version (any other local file never is); a file whose version is the one recorded
+is not read again; and a file changed in place after it was recorded (same inode,
+another version: the JITs profiled here replace files by rename, never rewrite
+them) is tampered with and never published.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import stat
+import threading
+import time
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+from cuforge._stack import outside_level
+from cuforge.storage.base import CacheReadWarning, CacheWriteWarning, ProgramCacheResource
+from cuforge.storage.ownership import delete_owned
+from cuforge.storage.record import decode_record
+
+from .._cache import ForeignEntries, select_cache
+from . import _files
+from .profiles import Profile, gpu_identity, platform_tag
+
+__all__ = ["ENV_CACHE", "HydrateResult", "Mirror", "PublishResult"]
+
+#: The cache the mirror uses when none is given: a URL or ``off``; else ``$CUFORGE_CACHE``.
+ENV_CACHE = "CUFORGE_MIRROR_CACHE"
+FILE_KIND = "mirror"
+INDEX_KIND = "mirror-index"
+_INDEX_LIMIT = 64 << 20
+_BATCH = 128
+_LOCK_TIMEOUT = 10.0
+
+
+@dataclass
+class HydrateResult:
+    """What :meth:`Mirror.hydrate` did. ``active`` False (with ``reason``): nothing
+    was tried. ``written``: files written; ``replaced``: of those, older copies the
+    mirror itself had written; ``present``: already there with the same bytes;
+    ``skipped_newer``: a local file differs and was not written by the mirror (kept);
+    ``skipped_other``: something not a regular file stands there, or a link on the
+    way (left alone); ``verified_failures``: entries whose bytes did not verify;
+    ``missing``: listed but absent from the cache; ``refused``: unsafe or skipped
+    paths in the index; ``errors``: files that could not be written."""
+
+    active: bool = True
+    reason: str = ""
+    written: int = 0
+    replaced: int = 0
+    present: int = 0
+    skipped_newer: int = 0
+    skipped_other: int = 0
+    verified_failures: int = 0
+    missing: int = 0
+    refused: int = 0
+    errors: int = 0
+
+
+@dataclass
+class PublishResult:
+    """What :meth:`Mirror.publish` did. ``stored``: files stored; ``unchanged``:
+    already in the cache; ``pending``: not (yet) complete -- changed between two looks
+    or while read; ``tampered``: changed in place after the mirror recorded them
+    (never published); ``foreign``: not a regular file, or not this user's;
+    ``too_large``: over the size limit; ``dropped``: the cache refused the store."""
+
+    active: bool = True
+    reason: str = ""
+    stored: int = 0
+    unchanged: int = 0
+    pending: int = 0
+    tampered: int = 0
+    foreign: int = 0
+    too_large: int = 0
+    dropped: int = 0
+    errors: int = 0
+
+
+def _q(part: str) -> str:
+    """A name component without ``:`` (``%``-escaped), so names split unambiguously."""
+    return part.replace("%", "%25").replace(":", "%3A")
+
+
+class Mirror:
+    """``profile``'s directory on ``cache`` (a cache, a URL, or None:
+    ``$CUFORGE_MIRROR_CACHE``, else cuforge's default cache).
+
+    ``directory``: the JIT's directory (default: the profile's, from ``env``).
+    ``gpu``: the GPU identity a GPU-dependent profile's keys name (default:
+    :func:`~cuforge.integrations.mirror.gpu_identity`; compute it once per job).
+    ``version``: the JIT's version (default: the profile's). A mirror missing any of
+    these is inactive (``reason`` says why): hydrate and publish do nothing. Only a
+    ``cache`` argument the parser refuses raises (ValueError), as everywhere.
+    ``settle_s``: how far apart the two looks are that tell a completed file.
+    """
+
+    def __init__(
+        self,
+        profile: Profile,
+        cache: ProgramCacheResource | str | None = None,
+        directory: str | os.PathLike[str] | None = None,
+        *,
+        gpu: str | None = None,
+        version: str | None = None,
+        settle_s: float = 1.0,
+        max_file_bytes: int = 512 << 20,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.profile = profile
+        self.settle_s = settle_s
+        self.max_file_bytes = max_file_bytes
+        self.version = version or profile.version()
+        if gpu is None and profile.gpu_dependent:
+            gpu = gpu_identity()
+        self.gpu = gpu if profile.gpu_dependent else None
+        if directory is not None:
+            self.directory: str | None = os.path.abspath(os.fspath(directory))
+        else:
+            self.directory = profile.directory(env, self.version)
+        resolved = select_cache(cache, ENV_CACHE)
+        self.cache = resolved
+        self.reason = (
+            "no cache" if resolved is None
+            else f"{profile.name} is not installed (no version)" if not self.version
+            else "the GPU cannot be identified" if profile.gpu_dependent and not self.gpu
+            else f"no directory (set ${profile.env[0]})" if self.directory is None
+            else ""
+        )  # fmt: skip
+        self.prefix = ":".join(
+            _q(p) for p in (profile.name, self.version or "", platform_tag(), self.gpu or "any")
+        )
+        self._entries = None if resolved is None else ForeignEntries(resolved, FILE_KIND)
+        self._index = None if resolved is None else ForeignEntries(resolved, INDEX_KIND)
+        self._state_name = f"{_files.TEMP_PREFIX}{profile.name}.json"
+        self._seen: dict[str, _files.Sig] = {}  # the previous look at each file
+        self._busy = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def active(self) -> bool:
+        return not self.reason
+
+    # -- hydrate ---------------------------------------------------------------------
+    def hydrate(self) -> HydrateResult:
+        """Write into the directory every cached file it lacks (verified, atomically,
+        never over a local file the mirror did not write). Never raises: a cache or
+        file-system fault is a :class:`CacheReadWarning` and a result with ``reason``."""
+        if not self.active:
+            return HydrateResult(active=False, reason=self.reason)
+        with self._busy:
+            out = HydrateResult()
+            try:
+                self._hydrate(out)
+            except Exception as exc:  # fail-open: the job runs as without the mirror
+                out.reason = f"{type(exc).__name__}: {exc}"
+                _warn(CacheReadWarning, self.profile.name, f"hydrate failed ({out.reason})")
+            return out
+
+    def _hydrate(self, out: HydrateResult) -> None:
+        assert self.directory is not None and self._entries is not None
+        index = self._load_index()
+        if not index:
+            return
+        root = _files.open_root(self.directory, create=True)
+        try:
+            state = self._load_state(root)
+            todo: list[tuple[str, str, int, _files.Sig | None]] = []
+            for rel, (sha, size) in sorted(index.items()):
+                if _files.safe_relpath(rel) is None or self.profile.skipped(rel):
+                    out.refused += 1
+                    continue
+                try:
+                    st = _files.lstat_at(root, rel)
+                except OSError:  # a link or a file where a directory should be
+                    out.skipped_other += 1
+                    continue
+                if st is None:
+                    todo.append((rel, sha, size, None))
+                    continue
+                if not stat.S_ISREG(st.st_mode):
+                    out.skipped_other += 1
+                    continue
+                sig = _files.sig_of(st)
+                mine = state.get(rel)
+                if mine is not None and tuple(mine[:4]) == sig and mine[4] == sha:
+                    out.present += 1
+                elif st.st_size == size and self._local_sha(root, rel, sig) == sha:
+                    out.present += 1
+                    state[rel] = [*sig, sha, 0]
+                elif mine is not None and tuple(mine[:4]) == sig and mine[5]:
+                    todo.append((rel, sha, size, sig))  # the mirror's own older copy
+                else:
+                    out.skipped_newer += 1
+            for start in range(0, len(todo), _BATCH):
+                self._fetch(root, todo[start : start + _BATCH], state, out)
+            if out.written or out.present:
+                self._save_state(root, state)
+        finally:
+            os.close(root)
+
+    def _local_sha(self, root: int, rel: str, sig: _files.Sig) -> str | None:
+        got = _files.read_whole(root, rel, self.max_file_bytes)
+        if got is None or got[1] != sig:
+            return None
+        return hashlib.sha256(got[0]).hexdigest()
+
+    def _fetch(
+        self,
+        root: int,
+        batch: list[tuple[str, str, int, _files.Sig | None]],
+        state: dict[str, list[Any]],
+        out: HydrateResult,
+    ) -> None:
+        assert self._entries is not None
+        cache = self._entries.cache
+        names = [f"{self.prefix}:{rel}" for rel, *_ in batch]
+        try:
+            found = cache.get_entries([self._entries.key(n) for n in names])
+        except Exception as exc:  # a cache fault: these files are misses
+            _warn(
+                CacheReadWarning, self.profile.name, f"lookup failed ({type(exc).__name__}: {exc})"
+            )
+            out.missing += len(batch)
+            return
+        for (rel, sha, size, own), name, entry in zip(batch, names, found, strict=True):
+            if entry is None:
+                out.missing += 1
+                continue
+            record = decode_record(entry.meta, FILE_KIND)
+            data = bytes(entry.data)
+            if (
+                record is None
+                or record.get("key") != name
+                or record.get("sha256") != sha
+                or len(data) != size
+                or hashlib.sha256(data).hexdigest() != sha
+            ):
+                out.verified_failures += 1
+                continue
+            try:
+                sig = self._place(root, rel, data, own)
+            except OSError:
+                out.errors += 1
+                continue
+            if sig is None:
+                out.skipped_newer += 1
+                continue
+            out.written += 1
+            out.replaced += own is not None
+            state[rel] = [*sig, sha, 1]
+
+    def _place(self, root: int, rel: str, data: bytes, own: _files.Sig | None) -> _files.Sig | None:
+        """Write ``data`` at ``rel``: where nothing stands, or over the mirror's own
+        older copy ``own`` (moved aside first, removed once proven the mirror's)."""
+        if own is None:
+            return _files.write_new(root, rel, data)
+        aside = _files.take_aside(root, rel, own)
+        if aside is None:
+            return None  # someone wrote it meanwhile: theirs is kept
+        try:
+            return _files.write_new(root, rel, data)
+        finally:
+            folder = rel.rpartition("/")[0]
+            size, mtime, _ctime, ino = own
+
+            def proves(name: str) -> bool:
+                try:
+                    st = _files.lstat_at(root, f"{folder}/{name}" if folder else name)
+                except OSError:
+                    return False
+                return st is not None and (st.st_size, st.st_mtime_ns, st.st_ino) == (
+                    size,
+                    mtime,
+                    ino,
+                )
+
+            delete_owned([aside], proves, lambda names: _files.remove_own(root, folder, names), rel)
+
+    # -- publish ---------------------------------------------------------------------
+    def publish(self) -> PublishResult:
+        """Store every file the JIT completed that the cache lacks, and list it in the
+        index. A file seen for the first time is looked at again ``settle_s`` later
+        (once per call). Never raises: a fault is a :class:`CacheWriteWarning`."""
+        return self._publish(wait=True)
+
+    def _publish(self, wait: bool) -> PublishResult:
+        if not self.active:
+            return PublishResult(active=False, reason=self.reason)
+        with self._busy:
+            out = PublishResult()
+            try:
+                self._publish_once(out, wait)
+            except Exception as exc:  # fail-open
+                out.reason = f"{type(exc).__name__}: {exc}"
+                _warn(CacheWriteWarning, self.profile.name, f"publish failed ({out.reason})")
+            return out
+
+    def _publish_once(self, out: PublishResult, wait: bool) -> None:
+        assert self.directory is not None
+        try:
+            root = _files.open_root(self.directory)
+        except FileNotFoundError:
+            return
+        try:
+            st = os.fstat(root)
+            uid = os.geteuid() if hasattr(os, "geteuid") else None
+            if st.st_mode & stat.S_IWOTH and not st.st_mode & stat.S_ISVTX:
+                out.reason = f"{self.directory} is writable by every user: nothing is published"
+                _warn(CacheWriteWarning, self.profile.name, out.reason)
+                return
+            files, out.foreign = _files.scan(root, self.profile.skipped, uid)
+            state = self._load_state(root)
+            index = self._load_index()
+            ready, fresh = self._classify(files, state, index, out)
+            if fresh and wait:
+                time.sleep(self.settle_s)
+                again, _ = _files.scan(root, self.profile.skipped, uid)
+                for rel in fresh:
+                    if again.get(rel) == files[rel]:
+                        ready.append(rel)
+                    else:
+                        out.pending += 1
+                        if rel in again:
+                            self._seen[rel] = again[rel]
+            else:
+                out.pending += len(fresh)
+            added = self._store(root, ready, files, state, index, out)
+            if added:
+                self._merge_index(added)
+            if added or out.unchanged:
+                self._save_state(root, state)
+        finally:
+            os.close(root)
+
+    def _classify(
+        self,
+        files: dict[str, _files.Sig],
+        state: dict[str, list[Any]],
+        index: dict[str, tuple[str, int]],
+        out: PublishResult,
+    ) -> tuple[list[str], list[str]]:
+        """Split the directory's files into ready (complete: the same at the previous
+        look), fresh (first seen or changed since), and the rest (counted in ``out``)."""
+        ready: list[str] = []
+        fresh: list[str] = []
+        for rel, sig in sorted(files.items()):
+            known = state.get(rel)
+            if known is not None and tuple(known[:4]) == sig:
+                if index.get(rel, ("",))[0] == known[4]:
+                    out.unchanged += 1
+                    continue
+            elif known is not None and known[3] == sig[3]:
+                out.tampered += 1  # the same inode changed in place: never published
+                continue
+            if sig[0] > self.max_file_bytes:
+                out.too_large += 1
+            elif self._seen.get(rel) == sig:
+                ready.append(rel)
+            else:
+                self._seen[rel] = sig
+                fresh.append(rel)
+        return ready, fresh
+
+    def _store(
+        self,
+        root: int,
+        ready: list[str],
+        files: dict[str, _files.Sig],
+        state: dict[str, list[Any]],
+        index: dict[str, tuple[str, int]],
+        out: PublishResult,
+    ) -> dict[str, tuple[str, int]]:
+        assert self._entries is not None
+        added: dict[str, tuple[str, int]] = {}
+        for rel in ready:
+            got = _files.read_whole(root, rel, self.max_file_bytes)
+            if got is None or got[1] != files[rel]:
+                out.pending += 1
+                continue
+            data, sig = got
+            sha = hashlib.sha256(data).hexdigest()
+            if index.get(rel) == (sha, len(data)):
+                out.unchanged += 1
+            else:
+                fields: dict[str, str | int | None] = {
+                    "profile": self.profile.name,
+                    "version": self.version,
+                    "gpu": self.gpu,
+                    "path": rel,
+                    "sha256": sha,
+                    "size": len(data),
+                }
+                if not self._entries.store(f"{self.prefix}:{rel}", data, fields):
+                    out.dropped += 1
+                    continue
+                out.stored += 1
+                added[rel] = (sha, len(data))
+            own = state.get(rel)
+            state[rel] = [
+                *sig,
+                sha,
+                1 if own is not None and tuple(own[:4]) == sig and own[5] else 0,
+            ]
+        return added
+
+    # -- the index -------------------------------------------------------------------
+    def _load_index(self) -> dict[str, tuple[str, int]]:
+        """The published paths (sha256, size) under this mirror's prefix; empty when
+        absent, damaged or unreadable (the load warns on a fault)."""
+        assert self._index is not None
+        raw = self._index.load(self.prefix)
+        if raw is None or len(raw) > _INDEX_LIMIT:
+            return {}
+        try:
+            body = json.loads(raw)
+        except (ValueError, RecursionError):
+            return {}
+        files = body.get("files") if isinstance(body, dict) else None
+        if not isinstance(files, dict):
+            return {}
+        out: dict[str, tuple[str, int]] = {}
+        for rel, value in files.items():
+            if (
+                isinstance(value, list)
+                and len(value) == 2
+                and isinstance(value[0], str)
+                and len(value[0]) == 64
+                and isinstance(value[1], int)
+                and value[1] >= 0
+            ):
+                out[rel] = (value[0], value[1])
+        return out
+
+    def _merge_index(self, added: dict[str, tuple[str, int]]) -> None:
+        """Add ``added`` to the stored index under the cache's lock of the index key
+        (a publisher on another host merging at once would otherwise drop one side's
+        paths; without the lock, a lost path is published again at its next look)."""
+        assert self._index is not None
+        key = self._index.key(self.prefix)
+        try:
+            lock = self._index.cache.lock(key, timeout=_LOCK_TIMEOUT)
+        except Exception:  # no lock: merge anyway
+            lock = None
+        try:
+            if lock is not None:
+                lock.__enter__()
+            files = self._load_index()
+            files.update(added)
+            body = {"files": {rel: list(v) for rel, v in sorted(files.items())}}
+            data = json.dumps(body, separators=(",", ":"), sort_keys=True).encode()
+            self._index.store(
+                self.prefix, data, {"profile": self.profile.name, "files": len(files)}
+            )
+        finally:
+            if lock is not None:
+                lock.__exit__(None, None, None)
+
+    # -- the state file --------------------------------------------------------------
+    def _load_state(self, root: int) -> dict[str, list[Any]]:
+        got = _files.read_whole(root, self._state_name, _INDEX_LIMIT)
+        if got is None:
+            return {}
+        try:
+            body = json.loads(got[0])
+        except (ValueError, RecursionError):
+            return {}
+        if not isinstance(body, dict) or body.get("prefix") != self.prefix:
+            return {}
+        files = body.get("files")
+        if not isinstance(files, dict):
+            return {}
+        return {
+            rel: v
+            for rel, v in files.items()
+            if isinstance(v, list) and len(v) == 6 and all(isinstance(x, int) for x in v[:4])
+        }
+
+    def _save_state(self, root: int, state: dict[str, list[Any]]) -> None:
+        data = json.dumps({"prefix": self.prefix, "files": state}, separators=(",", ":")).encode()
+        tmp = f"{_files.TEMP_PREFIX}{os.getpid()}-{threading.get_ident()}.state"
+        fd = os.open(
+            tmp,
+            os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0),
+            0o600,
+            dir_fd=root,
+        )
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(tmp, self._state_name, src_dir_fd=root, dst_dir_fd=root)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=root)
+            raise
+
+    # -- periodic publishing ---------------------------------------------------------
+    def start_periodic(self, interval_s: float = 30.0) -> None:
+        """Publish every ``interval_s`` seconds from a daemon thread until :meth:`stop`
+        (a file is published at the first look after the one that first saw it)."""
+        if self._thread is not None or not self.active:
+            return
+        self._stop.clear()
+
+        def loop() -> None:
+            while not self._stop.wait(interval_s):
+                self._publish(wait=False)
+
+        self._thread = threading.Thread(
+            target=loop, name=f"cuforge-mirror-{self.profile.name}", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self) -> PublishResult:
+        """Stop the periodic thread (if any) and publish once more (waiting
+        ``settle_s`` for files seen for the first time). Never raises."""
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            self._stop.set()
+            thread.join()
+        return self.publish()
+
+
+def _warn(category: type[Warning], profile: str, what: str) -> None:
+    warnings.warn(
+        f"cuforge mirror ({profile}): {what}; the JIT runs as without the mirror",
+        category,
+        stacklevel=outside_level(),
+    )

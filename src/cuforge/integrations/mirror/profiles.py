@@ -1,0 +1,383 @@
+"""Profiles: what the directory mirror needs to know about one JIT, as data.
+
+A :class:`Profile` names the variables that point the JIT at its directory, the
+JIT's own default when none is set, how to read the JIT's version (distributions
+whose installed versions key the entries, or a ``module:attribute``), which files
+in the directory are never published (temp names, locks, build directories in
+progress), and whether the files depend on the GPU. :data:`PROFILES` holds the
+built-in ones; :func:`load_profiles` adds a user's from the config file's
+``[mirror.<name>]`` tables (a bad table is a ``ValueError`` naming the table and the
+key). Nothing here imports the JIT: a version comes from the installed
+distribution's metadata unless a profile asks for ``version_from``.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+__all__ = [
+    "ALWAYS_SKIP",
+    "PROFILES",
+    "Profile",
+    "active_profiles",
+    "gpu_identity",
+    "load_profiles",
+]
+
+#: Names never published from any directory: temp and partial files, locks, editor
+#: and NFS leftovers, and the mirror's own temp and state files.
+ALWAYS_SKIP: tuple[str, ...] = (
+    "*.tmp",
+    "*.tmp.*",
+    "*.temp",
+    "*.part",
+    "*.partial",
+    "*.lock",
+    "*.swp",
+    "*~",
+    ".#*",
+    ".nfs*",
+    ".cuforge-mirror*",
+)
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
+_ENV = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One JIT's directory, as the mirror sees it.
+
+    - ``name``: the profile's name (letters, digits, ``_.-``), part of every key.
+    - ``env``: variables naming the directory; the first one set wins.
+    - ``subdir``: appended to that variable's directory (``{version}`` allowed), for
+      JITs that keep a directory per version under the one named (Warp).
+    - ``default``: the JIT's own directory when no variable is set (``~``,
+      ``$VARS`` and ``{version}`` expand); None when the JIT has no single default
+      directory (the profile then mirrors only when a variable is set).
+    - ``dists``: distributions whose installed versions, all together, are the
+      JIT's version; the JIT counts as installed when the first one is.
+    - ``version_from``: ``module:attribute`` (a string, or a callable returning one)
+      read when no distribution is installed; importing the module costs its import.
+    - ``skip``: globs (fnmatch) matched against every component of a file's
+      relative path: a match is never published nor hydrated (added to
+      :data:`ALWAYS_SKIP`).
+    - ``gpu_dependent``: whether the files are valid only on the GPU that made them
+      (then the key names the GPU, and without one the mirror stays off).
+    - ``notes``: what invalidates the directory, what keys it, what was tested.
+    """
+
+    name: str
+    env: tuple[str, ...]
+    subdir: str = ""
+    default: str | None = None
+    dists: tuple[str, ...] = ()
+    version_from: str | None = None
+    skip: tuple[str, ...] = ()
+    gpu_dependent: bool = True
+    notes: str = ""
+    _globs: tuple[str, ...] = field(default=(), init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_globs", ALWAYS_SKIP + tuple(self.skip))
+
+    def skipped(self, relpath: str) -> bool:
+        """Whether ``relpath`` (``/``-separated) is never mirrored: one of its
+        components matches a skip glob."""
+        for part in relpath.split("/"):
+            for glob in self._globs:
+                if fnmatch.fnmatchcase(part, glob):
+                    return True
+        return False
+
+    def version(self) -> str | None:
+        """The JIT's version as it keys entries (``dist==version`` of each installed
+        distribution, ``+``-joined), or None when the JIT is not installed."""
+        from importlib import metadata
+
+        found: list[str] = []
+        for i, dist in enumerate(self.dists):
+            try:
+                found.append(f"{dist}=={metadata.version(dist)}")
+            except metadata.PackageNotFoundError:
+                if i == 0:
+                    break
+        if found:
+            return "+".join(found)
+        if self.version_from is None:
+            return None
+        import importlib
+
+        module, _, attr = self.version_from.partition(":")
+        try:
+            value: object = getattr(importlib.import_module(module), attr)
+            if callable(value):
+                value = value()
+        except Exception:  # not installed, or it fails to import: no version, no mirror
+            return None
+        return f"{module}=={value}" if isinstance(value, str) and value else None
+
+    def installed(self) -> bool:
+        """Whether the JIT's first distribution is installed (no import)."""
+        from importlib import metadata
+
+        if not self.dists:
+            return False
+        try:
+            metadata.version(self.dists[0])
+        except metadata.PackageNotFoundError:
+            return False
+        return True
+
+    def directory(
+        self, env: Mapping[str, str] | None = None, version: str | None = None
+    ) -> str | None:
+        """The JIT's directory: the first of ``env``'s variables that is set (plus
+        ``subdir``), else the expanded ``default``; None when neither applies.
+        ``version`` fills ``{version}`` (the JIT's own version string, the part
+        after ``==`` of the first distribution)."""
+        env = os.environ if env is None else env
+        ver = _bare(version) if version else ""
+        for var in self.env:
+            value = (env.get(var) or "").strip()
+            if value:
+                base = _expand(value, env)
+                return os.path.join(base, self.subdir.format(version=ver)) if self.subdir else base
+        if self.default is None:
+            return None
+        return _expand(self.default.format(version=ver), env)
+
+
+def _bare(version: str) -> str:
+    """``1.19.0`` from ``warp-lang==1.19.0`` (the first distribution's version)."""
+    return version.split("+", 1)[0].partition("==")[2] or version
+
+
+def _expand(path: str, env: Mapping[str, str]) -> str:
+    """``~`` and ``$VAR``/``${VAR}`` expanded from ``env`` (``$XDG_CACHE_HOME``
+    defaults to ``~/.cache`` as the XDG rule says); an unset variable expands empty."""
+
+    def var(m: re.Match[str]) -> str:
+        name = m.group(1) or m.group(2)
+        value = env.get(name) or ""
+        if not value and name == "XDG_CACHE_HOME":
+            value = "~/.cache"
+        return value
+
+    out = re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)", var, path)
+    if out.startswith("~"):
+        home = env.get("HOME") or os.path.expanduser("~")
+        out = home + out[1:]
+    return os.path.abspath(out)
+
+
+#: Build directories Warp renames into place when a module is complete.
+_WARP_BUILD = "*_p[0-9]*_t[0-9]*"
+
+PROFILES: dict[str, Profile] = {
+    p.name: p
+    for p in (
+        Profile(
+            name="warp",
+            env=("WARP_CACHE_PATH",),
+            subdir="{version}",
+            default="$XDG_CACHE_HOME/warp/{version}",
+            dists=("warp-lang",),
+            skip=(_WARP_BUILD,),
+            gpu_dependent=False,
+            notes=(
+                "A directory per Warp version (WARP_CACHE_PATH/<version>, or "
+                "wp.config.kernel_cache_dir set before wp.init(): pass it as the directory). "
+                "A module is built in <module>_p<pid>_t<tid> and renamed into place, so a "
+                "published module is complete; its file names carry the target "
+                "(.cpu<hash>.o, .sm<arch>.cubin), so entries do not name the GPU. "
+                "Tested here (CPU kernels)."
+            ),
+        ),
+        Profile(
+            name="numba",
+            env=("NUMBA_CACHE_DIR",),
+            dists=("numba", "numba-cuda"),
+            gpu_dependent=False,
+            notes=(
+                "cache=True functions, in NUMBA_CACHE_DIR (without it numba writes "
+                "__pycache__ beside each source file, which no single directory covers). "
+                "Each source directory gets <dir name>_<sha1 of its absolute path>, so only "
+                "a checkout at the same absolute path hits. The index (.nbi) holds numba's "
+                "version and the source stamp: numba 0.68 stamps with the sha256 of the "
+                "source's content, so a new host's checkout (another mtime) hits; older "
+                "numba stamps (mtime, size), which a fresh checkout changes, and then "
+                "misses (never a wrong hit: numba rejects the index). Overloads are keyed "
+                "by signature and the target's CPU name and features (the compute "
+                "capability for numba-cuda), so entries do not name the GPU. Index and "
+                "data are written to <name>.tmp.<uuid> and renamed. Tested here (CPU)."
+            ),
+        ),
+        Profile(
+            name="deepgemm",
+            env=("DG_JIT_CACHE_DIR",),
+            default="~/.deep_gemm",
+            dists=("deep_gemm",),
+            skip=("tmp",),
+            notes="Kernels built by NVCC/NVRTC for the GPU it runs on. Untested here.",
+        ),
+        Profile(
+            name="flashinfer",
+            env=("FLASHINFER_WORKSPACE_BASE",),
+            subdir=".cache/flashinfer",
+            default="~/.cache/flashinfer",
+            dists=("flashinfer-python",),
+            skip=(".ninja_*", "*.ninja"),
+            notes=(
+                "JIT modules under <version>/<arch>/; ninja's build logs are skipped. "
+                "Untested here."
+            ),
+        ),
+        Profile(
+            name="cute-dsl",
+            env=("CUTE_DSL_CACHE_DIR",),
+            dists=("nvidia-cutlass-dsl",),
+            notes="CuTe DSL's compiled kernels; mirrored when the variable is set. Untested here.",
+        ),
+        Profile(
+            name="cutile",
+            env=("CUDA_TILE_CACHE_DIR",),
+            dists=("cuda-tile",),
+            notes="cuTile's compiled kernels; mirrored when the variable is set. Untested here.",
+        ),
+        Profile(
+            name="tilelang",
+            env=("TILELANG_CACHE_DIR",),
+            default="~/.tilelang/cache",
+            dists=("tilelang",),
+            notes="TileLang's kernel cache. Untested here.",
+        ),
+        Profile(
+            name="vllm",
+            env=("VLLM_CACHE_ROOT",),
+            subdir="torch_compile_cache",
+            default="$XDG_CACHE_HOME/vllm/torch_compile_cache",
+            dists=("vllm", "torch"),
+            notes=(
+                "vLLM's torch.compile cache (a directory per config hash and rank); "
+                "Inductor's and Triton's own caches have cuforge integrations of their "
+                "own. Untested here."
+            ),
+        ),
+    )
+}
+
+#: The keys a ``[mirror.<name>]`` table may hold, and the type of each.
+_KEYS: dict[str, type] = {
+    "env": list,
+    "subdir": str,
+    "default": str,
+    "dists": list,
+    "version_from": str,
+    "skip": list,
+    "gpu_dependent": bool,
+    "notes": str,
+}
+
+
+def load_profiles(extra: Mapping[str, Mapping[str, object]] | None = None) -> dict[str, Profile]:
+    """The built-in profiles plus ``extra``: the config file's ``[mirror.<name>]``
+    tables, already parsed (``{name: {key: value}}``). A table with a built-in's name
+    changes only the keys it sets; a new name needs ``env`` and ``dists`` or
+    ``version_from``. Keys: ``env``, ``dists``, ``skip`` (lists of strings),
+    ``subdir``, ``default``, ``version_from``, ``notes`` (strings), ``gpu_dependent``
+    (bool; default true). ``env`` may also be one string.
+
+    Raises ValueError (``mirror.<name>.<key>: ...``, one line) for an unknown key, a
+    value of the wrong type, a bad name or variable, or a ``version_from`` without
+    ``:``.
+    """
+    out = dict(PROFILES)
+    for name, table in (extra or {}).items():
+        where = f"mirror.{name}"
+        if not isinstance(name, str) or not _NAME.match(name):
+            raise ValueError(f"{where}: a profile name is letters, digits, '_', '.', '-'")
+        if not isinstance(table, Mapping):
+            raise ValueError(f"{where}: expected a table, got {type(table).__name__}")
+        fields: dict[str, object] = {}
+        for key, value in table.items():
+            kind = _KEYS.get(key)
+            if kind is None:
+                raise ValueError(f"{where}.{key}: unknown key (known: {', '.join(sorted(_KEYS))})")
+            if key == "env" and isinstance(value, str):
+                value = [value]
+            if not isinstance(value, kind) or (
+                kind is list and not all(isinstance(v, str) and v for v in value)  # type: ignore[attr-defined]
+            ):
+                what = "a list of strings" if kind is list else kind.__name__
+                raise ValueError(f"{where}.{key}: expected {what}, got {value!r}")
+            fields[key] = tuple(value) if kind is list else value  # type: ignore[arg-type]
+        for var in fields.get("env", ()):  # type: ignore[attr-defined]
+            if not _ENV.match(var):
+                raise ValueError(f"{where}.env: {var!r} is not a variable name")
+        spec = fields.get("version_from")
+        if isinstance(spec, str) and (":" not in spec or not all(spec.partition(":")[::2])):
+            raise ValueError(f"{where}.version_from: expected 'module:attribute', got {spec!r}")
+        base = out.get(name)
+        if base is None:
+            if not fields.get("env"):
+                raise ValueError(
+                    f"{where}.env: a new profile needs the variable naming its directory"
+                )
+            if not fields.get("dists") and not fields.get("version_from"):
+                raise ValueError(
+                    f"{where}.dists: a new profile needs dists or version_from (its version)"
+                )
+            out[name] = Profile(name=name, **fields)  # type: ignore[arg-type]
+        else:
+            merged = {k: getattr(base, k) for k in _KEYS} | fields
+            out[name] = Profile(name=name, **merged)
+    return out
+
+
+def active_profiles(
+    env: Mapping[str, str] | None = None, profiles: Mapping[str, Profile] | None = None
+) -> list[Profile]:
+    """The profiles (of ``profiles``, default :data:`PROFILES`) whose JIT is installed
+    or whose variable is set in ``env`` (default ``os.environ``), in name order.
+    Reads distribution metadata only; imports no JIT."""
+    env = os.environ if env is None else env
+    chosen = []
+    for profile in (PROFILES if profiles is None else profiles).values():
+        if any((env.get(v) or "").strip() for v in profile.env) or profile.installed():
+            chosen.append(profile)
+    return sorted(chosen, key=lambda p: p.name)
+
+
+def gpu_identity(root: str = "/proc/driver/nvidia/gpus") -> str | None:
+    """The GPUs of this host, without the driver: the sorted distinct ``Model:``
+    names the NVIDIA kernel module lists under ``root`` (``+``-joined), or None when
+    there are none (no NVIDIA driver loaded, not Linux). A few small file reads;
+    ``CUDA_VISIBLE_DEVICES`` is not identity and is ignored (every GPU of the host
+    counts, so a host with mixed GPUs shares only with hosts of the same mix)."""
+    models: set[str] = set()
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return None
+    for name in names:
+        try:
+            with open(os.path.join(root, name, "information"), encoding="utf-8") as f:
+                for line in f:
+                    key, _, value = line.partition(":")
+                    if key.strip() == "Model" and value.strip():
+                        models.add(value.strip())
+        except OSError:
+            continue
+    return "+".join(sorted(models)) or None
+
+
+def platform_tag() -> str:
+    """The host's OS and machine (``linux-x86_64``): native files are valid on these
+    only, so every key names them."""
+    return f"{sys.platform}-{os.uname().machine if hasattr(os, 'uname') else 'unknown'}"
