@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-all test-cu12 test-dist test-integrations dist lint bench bench-check docs plots clean redis-server
+.PHONY: demo test test-all test-cu12 test-dist test-integrations test-jit bench-mirror dist lint bench bench-check docs plots clean redis-server
 
 $(STAMP): pyproject.toml setup.py $(wildcard src/cuforge/_native/*.c)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -66,6 +66,27 @@ $(INT_STAMP): pyproject.toml setup.py $(wildcard src/cuforge/_native/*.c)
 
 test-integrations: $(INT_STAMP) redis-server
 	$(INT_VENV)/bin/python -m pytest -q -m "not dist" $(INT_TESTS)
+
+# The JITs that keep only a cache directory (cuforge.integrations.mirror), for real:
+# Warp's CPU kernels and Numba's cache=True in fresh processes with empty directories,
+# in a venv of their own (each test starts processes, so it stays out of make test).
+# Other JIT-facing test files append themselves to JIT_TESTS.
+JIT_VENV := .venv-jit
+JIT_STAMP := $(JIT_VENV)/.installed
+JIT_TESTS := tests/test_integrations_mirror.py
+$(JIT_STAMP): pyproject.toml setup.py $(wildcard src/cuforge/_native/*.c)
+	test -x $(JIT_VENV)/bin/python || $(PYTHON) -m venv $(JIT_VENV)
+	$(JIT_VENV)/bin/python -m pip install -q --upgrade pip
+	$(JIT_VENV)/bin/python -m pip install -q -e '.[cu13,test]' warp-lang==1.19.0 numba==0.68.1
+	touch $(JIT_STAMP)
+
+test-jit: $(JIT_STAMP) redis-server
+	$(JIT_VENV)/bin/python -m pytest -q -m "not dist" $(JIT_TESTS)
+
+# The mirror against the stock JITs: a fresh process with empty directories through
+# the mirror vs the JIT's own warm directory (ratios, in one run).
+bench-mirror: $(JIT_STAMP)
+	$(JIT_VENV)/bin/python benchmarks/bench_mirror.py $(BENCH_MIRROR_ARGS)
 
 # An sdist and a manylinux wheel (the C helpers compiled in, pthread calls bound to
 # glibc 2.2.5 symbols: see src/cuforge/_native/glibc_compat.h) in dist/.
@@ -133,5 +154,5 @@ docs: plots
 	@echo "docs/_build/html/index.html"
 
 clean:
-	rm -rf $(VENV) $(CU12_VENV) $(BENCH_VENV) $(INT_VENV) build dist src/*.egg-info .pytest_cache \
+	rm -rf $(VENV) $(CU12_VENV) $(BENCH_VENV) $(INT_VENV) $(JIT_VENV) build dist src/*.egg-info .pytest_cache \
 		docs/_build docs/_generated

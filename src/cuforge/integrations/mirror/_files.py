@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import secrets
 import stat
 from collections.abc import Callable, Iterator
 
@@ -199,7 +198,7 @@ def write_new(root_fd: int, rel: str, data: bytes) -> Sig | None:
     the way raises OSError. Returns the written file's signature."""
     *dirs, name = rel.split("/")
     with _dir(root_fd, dirs, create=True) as dfd:
-        tmp = f"{TEMP_PREFIX}{secrets.token_hex(8)}.tmp"
+        tmp = f"{TEMP_PREFIX}{os.urandom(8).hex()}.tmp"
         fd = os.open(tmp, _CREATE, 0o666, dir_fd=dfd)
         try:
             try:
@@ -255,7 +254,7 @@ def take_aside(root_fd: int, rel: str, expect: Sig) -> str | None:
     the mirror's own stays aside; another is linked back (never over a newer one)."""
     *dirs, name = rel.split("/")
     with _dir(root_fd, dirs) as dfd:
-        aside = f"{TEMP_PREFIX}{secrets.token_hex(8)}.aside"
+        aside = f"{TEMP_PREFIX}{os.urandom(8).hex()}.aside"
         os.rename(name, aside, src_dir_fd=dfd, dst_dir_fd=dfd)
         st = os.stat(aside, dir_fd=dfd, follow_symlinks=False)
         size, mtime, _ctime, ino = expect  # a rename changes ctime, nothing else

@@ -28,17 +28,19 @@ import stat
 import threading
 import time
 import warnings
-from dataclasses import dataclass
-from typing import Any
 
 from cuforge._stack import outside_level
 from cuforge.storage.base import CacheReadWarning, CacheWriteWarning, ProgramCacheResource
-from cuforge.storage.ownership import delete_owned
 from cuforge.storage.record import decode_record
 
 from .._cache import ForeignEntries, select_cache
 from . import _files
 from .profiles import Profile, gpu_identity, platform_tag
+from .results import HydrateResult, PublishResult
+
+TYPE_CHECKING = False  # typing is not imported at run time: a runner starts faster
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["ENV_CACHE", "HydrateResult", "Mirror", "PublishResult"]
 
@@ -49,50 +51,6 @@ INDEX_KIND = "mirror-index"
 _INDEX_LIMIT = 64 << 20
 _BATCH = 128
 _LOCK_TIMEOUT = 10.0
-
-
-@dataclass
-class HydrateResult:
-    """What :meth:`Mirror.hydrate` did. ``active`` False (with ``reason``): nothing
-    was tried. ``written``: files written; ``replaced``: of those, older copies the
-    mirror itself had written; ``present``: already there with the same bytes;
-    ``skipped_newer``: a local file differs and was not written by the mirror (kept);
-    ``skipped_other``: something not a regular file stands there, or a link on the
-    way (left alone); ``verified_failures``: entries whose bytes did not verify;
-    ``missing``: listed but absent from the cache; ``refused``: unsafe or skipped
-    paths in the index; ``errors``: files that could not be written."""
-
-    active: bool = True
-    reason: str = ""
-    written: int = 0
-    replaced: int = 0
-    present: int = 0
-    skipped_newer: int = 0
-    skipped_other: int = 0
-    verified_failures: int = 0
-    missing: int = 0
-    refused: int = 0
-    errors: int = 0
-
-
-@dataclass
-class PublishResult:
-    """What :meth:`Mirror.publish` did. ``stored``: files stored; ``unchanged``:
-    already in the cache; ``pending``: not (yet) complete -- changed between two looks
-    or while read; ``tampered``: changed in place after the mirror recorded them
-    (never published); ``foreign``: not a regular file, or not this user's;
-    ``too_large``: over the size limit; ``dropped``: the cache refused the store."""
-
-    active: bool = True
-    reason: str = ""
-    stored: int = 0
-    unchanged: int = 0
-    pending: int = 0
-    tampered: int = 0
-    foreign: int = 0
-    too_large: int = 0
-    dropped: int = 0
-    errors: int = 0
 
 
 def _q(part: str) -> str:
@@ -294,14 +252,17 @@ class Mirror:
                     ino,
                 )
 
+            from cuforge.storage.ownership import delete_owned
+
             delete_owned([aside], proves, lambda names: _files.remove_own(root, folder, names), rel)
 
     # -- publish ---------------------------------------------------------------------
-    def publish(self) -> PublishResult:
+    def publish(self, wait: bool = True) -> PublishResult:
         """Store every file the JIT completed that the cache lacks, and list it in the
-        index. A file seen for the first time is looked at again ``settle_s`` later
-        (once per call). Never raises: a fault is a :class:`CacheWriteWarning`."""
-        return self._publish(wait=True)
+        index. A file seen for the first time (or changed since the last look) is
+        looked at again ``settle_s`` later within this call, or with ``wait=False`` at
+        the next call. Never raises: a fault is a :class:`CacheWriteWarning`."""
+        return self._publish(wait)
 
     def _publish(self, wait: bool) -> PublishResult:
         if not self.active:

@@ -18,13 +18,13 @@ import os
 import re
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 
 __all__ = [
     "ALWAYS_SKIP",
     "PROFILES",
     "Profile",
     "active_profiles",
+    "dist_version",
     "gpu_identity",
     "load_profiles",
 ]
@@ -49,7 +49,6 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
 _ENV = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
-@dataclass(frozen=True)
 class Profile:
     """One JIT's directory, as the mirror sees it.
 
@@ -72,19 +71,53 @@ class Profile:
     - ``notes``: what invalidates the directory, what keys it, what was tested.
     """
 
-    name: str
-    env: tuple[str, ...]
-    subdir: str = ""
-    default: str | None = None
-    dists: tuple[str, ...] = ()
-    version_from: str | None = None
-    skip: tuple[str, ...] = ()
-    gpu_dependent: bool = True
-    notes: str = ""
-    _globs: tuple[str, ...] = field(default=(), init=False, repr=False, compare=False)
+    __slots__ = (
+        "_globs",
+        "default",
+        "dists",
+        "env",
+        "gpu_dependent",
+        "name",
+        "notes",
+        "skip",
+        "subdir",
+        "version_from",
+    )
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_globs", ALWAYS_SKIP + tuple(self.skip))
+    def __init__(
+        self,
+        name: str,
+        env: tuple[str, ...],
+        subdir: str = "",
+        default: str | None = None,
+        dists: tuple[str, ...] = (),
+        version_from: str | None = None,
+        skip: tuple[str, ...] = (),
+        gpu_dependent: bool = True,
+        notes: str = "",
+    ) -> None:
+        self.name = name
+        self.env = tuple(env)
+        self.subdir = subdir
+        self.default = default
+        self.dists = tuple(dists)
+        self.version_from = version_from
+        self.skip = tuple(skip)
+        self.gpu_dependent = gpu_dependent
+        self.notes = notes
+        self._globs = ALWAYS_SKIP + self.skip
+
+    def _fields(self) -> tuple[object, ...]:
+        return tuple(getattr(self, k) for k in ("name", *_KEYS))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Profile) and self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        return f"Profile(name={self.name!r}, env={self.env!r}, dists={self.dists!r})"
 
     def skipped(self, relpath: str) -> bool:
         """Whether ``relpath`` (``/``-separated) is never mirrored: one of its
@@ -98,15 +131,13 @@ class Profile:
     def version(self) -> str | None:
         """The JIT's version as it keys entries (``dist==version`` of each installed
         distribution, ``+``-joined), or None when the JIT is not installed."""
-        from importlib import metadata
-
         found: list[str] = []
         for i, dist in enumerate(self.dists):
-            try:
-                found.append(f"{dist}=={metadata.version(dist)}")
-            except metadata.PackageNotFoundError:
-                if i == 0:
-                    break
+            ver = dist_version(dist)
+            if ver is None and i == 0:
+                break
+            if ver is not None:
+                found.append(f"{dist}=={ver}")
         if found:
             return "+".join(found)
         if self.version_from is None:
@@ -124,15 +155,7 @@ class Profile:
 
     def installed(self) -> bool:
         """Whether the JIT's first distribution is installed (no import)."""
-        from importlib import metadata
-
-        if not self.dists:
-            return False
-        try:
-            metadata.version(self.dists[0])
-        except metadata.PackageNotFoundError:
-            return False
-        return True
+        return bool(self.dists) and dist_version(self.dists[0]) is not None
 
     def directory(
         self, env: Mapping[str, str] | None = None, version: str | None = None
@@ -151,6 +174,32 @@ class Profile:
         if self.default is None:
             return None
         return _expand(self.default.format(version=ver), env)
+
+
+_listings: dict[str, list[str]] = {}
+
+
+def dist_version(dist: str) -> str | None:
+    """The installed version of distribution ``dist``, from the name of its
+    ``<name>-<version>.dist-info`` (or ``.egg-info``) directory on ``sys.path``: the
+    first one found, as the import system finds its package. One directory listing
+    per path entry and process (``importlib.metadata`` costs ~10 ms a name)."""
+    want = re.sub(r"[-_.]+", "_", dist).lower()
+    for entry in sys.path:
+        names = _listings.get(entry)
+        if names is None:
+            try:
+                names = [
+                    n for n in os.listdir(entry or ".") if n.endswith((".dist-info", ".egg-info"))
+                ]
+            except OSError:
+                names = []
+            _listings[entry] = names
+        for name in names:
+            project, sep, version = name.rsplit(".", 1)[0].partition("-")
+            if sep and re.sub(r"[-_.]+", "_", project).lower() == want:
+                return version.split("-", 1)[0] or None
+    return None
 
 
 def _bare(version: str) -> str:

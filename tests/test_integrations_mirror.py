@@ -1,0 +1,505 @@
+"""The directory mirror (cuforge.integrations.mirror): profiles as data, the engine on
+plain files (what is published, what is hydrated, what is never served), and the real
+JITs -- Warp's CPU kernels and Numba's ``cache=True`` -- in fresh processes with empty
+directories on a shared cache (FileStream, SQLite, Redis).
+
+The JIT tests skip where warp-lang or numba is not installed (``make test-jit``
+installs them). Each JIT runs in a child process (``_jit_child.py``); the test
+process plays ``cuforge run``: hydrate before, publish after.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cuforge.integrations._cache import ForeignEntries
+from cuforge.integrations.mirror import (
+    PROFILES,
+    HydrateResult,
+    Mirror,
+    Profile,
+    active_profiles,
+    load_profiles,
+)
+from cuforge.storage.base import CacheReadWarning, CacheWriteWarning, ProgramCacheResource
+from cuforge.storage.memory import InMemoryProgramCache
+from cuforge.storage.urls import open_cache
+
+SECRET = "mirror-test-secret-0123456789abcdef"
+CHILD = str(Path(__file__).with_name("_jit_child.py"))
+#: A profile of plain files: keys name no GPU, and its version is given.
+PLAIN = Profile(name="plain", env=("PLAIN_DIR",), skip=("build_*",), gpu_dependent=False)
+
+
+def mirror(cache: ProgramCacheResource, directory: Path, **kw: Any) -> Mirror:
+    kw.setdefault("version", "plain==1")
+    kw.setdefault("settle_s", 0.05)
+    return Mirror(kw.pop("profile", PLAIN), cache, directory, **kw)
+
+
+def files(root: Path) -> dict[str, bytes]:
+    return {
+        p.relative_to(root).as_posix(): p.read_bytes()
+        for p in root.rglob("*")
+        if p.is_file() and not p.is_symlink() and not p.name.startswith(".cuforge-mirror")
+    }
+
+
+@pytest.fixture(params=["file", "sqlite", "redis"])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "file":
+        return f"file://{tmp_path / 'fs'}"
+    if request.param == "sqlite":
+        return f"sqlite://{tmp_path / 'c.db'}"
+    return f"{request.getfixturevalue('redis_server').url}?prefix=mirror:"
+
+
+# -- profiles ---------------------------------------------------------------------------
+def test_every_builtin_profile_is_data_with_the_jits_variable() -> None:
+    variables = {
+        "warp": "WARP_CACHE_PATH",
+        "numba": "NUMBA_CACHE_DIR",
+        "deepgemm": "DG_JIT_CACHE_DIR",
+        "flashinfer": "FLASHINFER_WORKSPACE_BASE",
+        "cute-dsl": "CUTE_DSL_CACHE_DIR",
+        "cutile": "CUDA_TILE_CACHE_DIR",
+        "tilelang": "TILELANG_CACHE_DIR",
+        "vllm": "VLLM_CACHE_ROOT",
+    }
+    assert {n: p.env[0] for n, p in PROFILES.items()} == variables
+    for name, profile in PROFILES.items():
+        assert profile.name == name and profile.dists and profile.notes
+        assert profile.skipped("x.tmp") and profile.skipped("a/b.lock")
+        assert profile.skipped(".nfs000123") and not profile.skipped("kernel.o")
+        tested = name in ("warp", "numba")
+        assert ("Tested here" in profile.notes) == tested, name
+        assert ("Untested here" in profile.notes) != tested, name
+    assert not PROFILES["warp"].gpu_dependent and not PROFILES["numba"].gpu_dependent
+    assert PROFILES["deepgemm"].gpu_dependent
+
+
+def test_directories_follow_each_jits_own_rule(tmp_path: Path) -> None:
+    warp, numba = PROFILES["warp"], PROFILES["numba"]
+    env = {"WARP_CACHE_PATH": str(tmp_path / "w"), "HOME": str(tmp_path / "home")}
+    assert warp.directory(env, "warp-lang==1.19.0") == str(tmp_path / "w" / "1.19.0")
+    home = {"HOME": str(tmp_path / "home")}
+    assert warp.directory(home, "warp-lang==1.2") == str(tmp_path / "home/.cache/warp/1.2")
+    xdg = {**home, "XDG_CACHE_HOME": str(tmp_path / "xdg")}
+    assert warp.directory(xdg, "warp-lang==1.2") == str(tmp_path / "xdg/warp/1.2")
+    assert numba.directory(home) is None  # __pycache__ beside each source: no one directory
+    assert numba.directory({"NUMBA_CACHE_DIR": str(tmp_path / "n")}) == str(tmp_path / "n")
+    assert PROFILES["vllm"].directory({"VLLM_CACHE_ROOT": "/v"}) == "/v/torch_compile_cache"
+    # Warp's build directories (renamed into place when complete) are never mirrored.
+    assert warp.skipped("wp_mod_abc_p1234_t5678/wp_mod_abc.o")
+    assert not warp.skipped("wp_mod_abc/wp_mod_abc.cpu115a1a1f.o")
+    assert numba.skipped("d/f-4.py311.nbi.tmp.0123abcd")
+
+
+def test_user_profiles_from_config_tables() -> None:
+    got = load_profiles(
+        {
+            "myjit": {"env": "MYJIT_DIR", "dists": ["myjit"], "skip": ["*.wip"]},
+            "warp": {"gpu_dependent": True},
+        }
+    )
+    assert got["myjit"].env == ("MYJIT_DIR",) and got["myjit"].skipped("k.wip")
+    assert got["myjit"].gpu_dependent  # the safe default
+    assert got["warp"].gpu_dependent and got["warp"].env == ("WARP_CACHE_PATH",)
+    assert not PROFILES["warp"].gpu_dependent  # the built-in is unchanged
+    bad: list[tuple[dict[str, dict[str, object]], str]] = [
+        (
+            {"x": {"env": ["X"], "dists": ["x"], "colour": "red"}},
+            r"^mirror\.x\.colour: unknown key",
+        ),
+        ({"x": {"env": ["X"], "dists": "x"}}, r"^mirror\.x\.dists: expected a list of strings"),
+        ({"x": {"env": ["1X"], "dists": ["x"]}}, r"^mirror\.x\.env: '1X' is not a variable"),
+        ({"x": {"env": ["X"], "version_from": "mod"}}, r"^mirror\.x\.version_from: expected"),
+        ({"x": {"dists": ["x"]}}, r"^mirror\.x\.env: a new profile needs"),
+        ({"x": {"env": ["X"]}}, r"^mirror\.x\.dists: a new profile needs"),
+        ({"a/b": {"env": ["X"], "dists": ["x"]}}, r"^mirror\.a/b: a profile name"),
+        (
+            {"x": {"env": ["X"], "dists": ["x"], "gpu_dependent": "no"}},
+            r"gpu_dependent: expected bool",
+        ),
+    ]
+    for tables, message in bad:
+        with pytest.raises(ValueError, match=message) as err:
+            load_profiles(tables)
+        assert "\n" not in str(err.value)
+
+
+def test_active_profiles_are_the_installed_or_configured() -> None:
+    absent = Profile(name="absent", env=("ABSENT_JIT_DIR",), dists=("no-such-dist-xyz",))
+    assert active_profiles({}, {"absent": absent}) == []
+    assert active_profiles({"ABSENT_JIT_DIR": "/x"}, {"absent": absent}) == [absent]
+    assert absent.version() is None
+    mirror_off = Mirror(absent, InMemoryProgramCache(), "/nonexistent-dir")
+    assert not mirror_off.active and "not installed" in mirror_off.reason
+    assert mirror_off.hydrate().active is False and mirror_off.publish().active is False
+
+
+def test_a_gpu_dependent_profile_keys_the_gpu_and_is_off_without_one(tmp_path: Path) -> None:
+    gpu_profile = Profile(name="g", env=("G_DIR",), gpu_dependent=True)
+    cache = InMemoryProgramCache()
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "k.cubin").write_bytes(b"sm90 code")
+    a = mirror(cache, tmp_path / "a", profile=gpu_profile, gpu="NVIDIA H100 80GB HBM3")
+    assert a.publish().stored == 1
+    other = mirror(cache, tmp_path / "b", profile=gpu_profile, gpu="NVIDIA A100-SXM4-80GB")
+    assert other.hydrate().written == 0 and not (tmp_path / "b" / "k.cubin").exists()
+    same = mirror(cache, tmp_path / "c", profile=gpu_profile, gpu="NVIDIA H100 80GB HBM3")
+    assert same.hydrate().written == 1
+    if not Path("/proc/driver/nvidia/gpus").is_dir():
+        unknown = mirror(cache, tmp_path / "d", profile=gpu_profile)
+        assert not unknown.active and "GPU" in unknown.reason
+
+
+# -- the engine on plain files ------------------------------------------------------------
+def test_published_files_hydrate_an_empty_directory(url: str, tmp_path: Path) -> None:
+    cache = open_cache(url, secret=None)
+    a, b = tmp_path / "a", tmp_path / "b"
+    (a / "mod").mkdir(parents=True)
+    (a / "mod" / "k.o").write_bytes(b"\x7fELF object")
+    (a / "mod" / "k.meta").write_text("{}")
+    (a / "top.bin").write_bytes(os.urandom(300_000))
+    (a / "mod" / "k.o.tmp").write_bytes(b"half")  # temp names are never published
+    (a / "x.lock").write_bytes(b"")
+    (a / "build_1").mkdir()
+    (a / "build_1" / "k.o").write_bytes(b"in progress")  # the profile's skip glob
+    first = mirror(cache, a).publish()
+    assert (first.stored, first.pending, first.dropped) == (3, 0, 0)
+    got = mirror(cache, b).hydrate()
+    assert (got.written, got.verified_failures, got.missing) == (3, 0, 0)
+    assert files(b) == {
+        k: v for k, v in files(a).items() if k in ("mod/k.o", "mod/k.meta", "top.bin")
+    }
+    again = mirror(cache, a).publish()  # a new process: nothing is stored twice
+    assert (again.stored, again.unchanged) == (0, 3)
+    hydrated_again = mirror(cache, b).hydrate()
+    assert (hydrated_again.written, hydrated_again.present) == (0, 3)
+    assert mirror(cache, b).publish().stored == 0  # hydrated files are not published back
+
+
+def test_a_file_is_published_only_once_it_stops_changing(tmp_path: Path) -> None:
+    cache, a = InMemoryProgramCache(), tmp_path / "a"
+    a.mkdir()
+    m = mirror(cache, a)
+    (a / "k.o").write_bytes(b"part one")
+    assert m.publish(wait=False).pending == 1  # first look
+    with open(a / "k.o", "ab") as f:
+        f.write(b", part two")  # still being written
+    assert m.publish(wait=False).pending == 1
+    done = m.publish(wait=False)  # unchanged since the previous look
+    assert (done.stored, done.pending) == (1, 0)
+    assert files_of(cache, tmp_path / "b") == {"k.o": b"part one, part two"}
+
+
+def files_of(cache: ProgramCacheResource, where: Path) -> dict[str, bytes]:
+    mirror(cache, where).hydrate()
+    return files(where)
+
+
+def test_periodic_publishing_and_stop(tmp_path: Path) -> None:
+    cache, a = InMemoryProgramCache(), tmp_path / "a"
+    a.mkdir()
+    m = mirror(cache, a)
+    m.start_periodic(0.01)
+    (a / "k.o").write_bytes(b"kernel")
+    final = m.stop()
+    assert final.stored + final.unchanged == 1
+    assert files_of(cache, tmp_path / "b") == {"k.o": b"kernel"}
+
+
+def test_hydrate_never_writes_over_a_local_file_the_mirror_did_not_write(tmp_path: Path) -> None:
+    cache, a, b = InMemoryProgramCache(), tmp_path / "a", tmp_path / "b"
+    a.mkdir(), b.mkdir()
+    (a / "k.o").write_bytes(b"published")
+    mirror(cache, a).publish()
+    (b / "k.o").write_bytes(b"the JIT's own, newer")
+    got = mirror(cache, b).hydrate()
+    assert (got.written, got.skipped_newer) == (0, 1)
+    assert (b / "k.o").read_bytes() == b"the JIT's own, newer"
+
+
+def test_hydrate_updates_only_its_own_unchanged_copy(tmp_path: Path) -> None:
+    cache, a, b = InMemoryProgramCache(), tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    (a / "k.nbi").write_bytes(b"index v1")
+    (a / "j.nbi").write_bytes(b"index v1")
+    mirror(cache, a).publish()
+    assert mirror(cache, b).hydrate().written == 2
+    # A newer version of both is published (the JIT replaces files by rename).
+    for name in ("k.nbi", "j.nbi"):
+        (a / "new").write_bytes(b"index v2")
+        os.replace(a / "new", a / name)
+    assert mirror(cache, a).publish().stored == 2
+    # On b the JIT rewrote j.nbi itself since the mirror wrote it: that one is kept.
+    (b / "tmp").write_bytes(b"b's own")
+    os.replace(b / "tmp", b / "j.nbi")
+    got = mirror(cache, b).hydrate()
+    assert (got.written, got.replaced, got.skipped_newer) == (1, 1, 1)
+    assert (b / "k.nbi").read_bytes() == b"index v2" and (b / "j.nbi").read_bytes() == b"b's own"
+    assert sorted(p.name for p in b.iterdir()) == [".cuforge-mirror-plain.json", "j.nbi", "k.nbi"]
+
+
+def test_a_file_changed_in_place_after_publish_is_never_served(tmp_path: Path) -> None:
+    cache, a = InMemoryProgramCache(), tmp_path / "a"
+    a.mkdir()
+    (a / "k.so").write_bytes(b"genuine native code")
+    assert mirror(cache, a).publish().stored == 1
+    with open(a / "k.so", "r+b") as f:  # the same inode, rewritten: not the JIT's way
+        f.write(b"PLANTED")
+    later = mirror(cache, a).publish()
+    assert (later.tampered, later.stored) == (1, 0)
+    assert files_of(cache, tmp_path / "b") == {"k.so": b"genuine native code"}
+
+
+def test_a_hydrated_file_changed_in_place_is_never_published(tmp_path: Path) -> None:
+    cache, a, b = InMemoryProgramCache(), tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    (a / "k.so").write_bytes(b"genuine")
+    mirror(cache, a).publish()
+    mirror(cache, b).hydrate()
+    with open(b / "k.so", "r+b") as f:
+        f.write(b"PLANTED")
+    assert mirror(cache, b).publish().tampered == 1
+    assert files_of(cache, tmp_path / "c") == {"k.so": b"genuine"}
+
+
+def test_entries_tampered_in_the_cache_are_never_written(tmp_path: Path) -> None:
+    cache, a, b = InMemoryProgramCache(), tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    (a / "k.so").write_bytes(b"genuine")
+    (a / "j.so").write_bytes(b"genuine too")
+    m = mirror(cache, a)
+    m.publish()
+    entries = ForeignEntries(cache, "mirror")
+    # A consistent entry with other bytes (what anyone who can write the cache can
+    # make without a secret): the index's sha256 no longer matches.
+    name = f"{m.prefix}:k.so"
+    evil = b"PLANTED"
+    entries.store(name, evil, {"sha256": hashlib.sha256(evil).hexdigest(), "size": len(evil)})
+    # The right bytes under a record naming another path.
+    good = cache.get_entry(entries.key(f"{m.prefix}:j.so"))
+    assert good is not None
+    cache.set_entry(entries.key(f"{m.prefix}:j.so"), good.data, good.meta.replace(b"j.so", b"x.so"))
+    got = mirror(cache, b).hydrate()
+    assert (got.written, got.verified_failures) == (0, 2) and files(b) == {}
+
+
+def test_a_damaged_filestream_entry_is_a_miss(tmp_path: Path) -> None:
+    cache = open_cache(f"file://{tmp_path / 'fs'}", secret=None)
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    (a / "k.so").write_bytes(b"genuine native code " * 100)
+    mirror(cache, a).publish()
+    hits = 0
+    for path in (tmp_path / "fs").rglob("*"):
+        if path.is_file() and b"genuine native code" in path.read_bytes():
+            raw = path.read_bytes()
+            path.write_bytes(raw.replace(b"genuine", b"PLANTED"))
+            hits += 1
+    assert hits == 1
+    got = mirror(open_cache(f"file://{tmp_path / 'fs'}", secret=None), b).hydrate()
+    assert got.written == 0 and files(b) == {}
+
+
+def test_with_a_secret_unsigned_and_foreign_signed_entries_are_misses(
+    url: str, tmp_path: Path
+) -> None:
+    a = tmp_path / "a"
+    a.mkdir()
+    (a / "k.so").write_bytes(b"native code")
+    mirror(open_cache(url, secret=None), a).publish()  # unsigned
+    signed = open_cache(url, secret=SECRET)
+    got = mirror(signed, tmp_path / "b").hydrate()
+    assert got.written == 0 and files(tmp_path / "b") == {}
+    mirror(open_cache(url, secret="another-secret-0123456789abcdef"), a, settle_s=0).publish()
+    assert mirror(signed, tmp_path / "c").hydrate().written == 0
+    assert files(tmp_path / "c") == {}
+    # Published under the fleet's secret, it is served.
+    fresh = tmp_path / "a2"
+    fresh.mkdir()
+    (fresh / "k.so").write_bytes(b"native code")
+    assert mirror(signed, fresh).publish().stored == 1
+    assert mirror(signed, tmp_path / "d").hydrate().written == 1
+
+
+def test_links_are_never_followed(tmp_path: Path) -> None:
+    cache, a, b = InMemoryProgramCache(), tmp_path / "a", tmp_path / "b"
+    secret_file, outside = tmp_path / "secret.txt", tmp_path / "outside"
+    secret_file.write_bytes(b"private")
+    outside.mkdir()
+    a.mkdir()
+    (a / "mod").mkdir()
+    (a / "mod" / "k.o").write_bytes(b"code")
+    (a / "link.o").symlink_to(secret_file)  # a file link: not published
+    (a / "linked_dir").symlink_to(outside)  # a directory link: not entered
+    (outside / "x.o").write_bytes(b"outside")
+    result = mirror(cache, a).publish()
+    assert (result.stored, result.foreign) == (1, 2)
+    # On the hydrating side, a link where a directory goes is not written through.
+    b.mkdir()
+    (b / "mod").symlink_to(outside)
+    got = mirror(cache, b).hydrate()
+    assert (got.written, got.skipped_other) == (0, 1)
+    assert sorted(p.name for p in outside.iterdir()) == ["x.o"]
+
+
+def test_paths_leaving_the_directory_are_refused(tmp_path: Path) -> None:
+    cache = InMemoryProgramCache()
+    m = mirror(cache, tmp_path / "b")
+    entries = ForeignEntries(cache, "mirror")
+    listed = {}
+    for rel in ("../escape.o", "/abs.o", "a//b.o", "ok/./x.o", "k.o.tmp"):
+        entries.store(f"{m.prefix}:{rel}", b"x", {"sha256": hashlib.sha256(b"x").hexdigest()})
+        listed[rel] = [hashlib.sha256(b"x").hexdigest(), 1]
+    ForeignEntries(cache, "mirror-index").store(
+        m.prefix, json.dumps({"files": listed}).encode(), {}
+    )
+    got = m.hydrate()
+    assert (got.refused, got.written) == (5, 0)
+    assert not (tmp_path / "escape.o").exists() and files(tmp_path / "b") == {}
+
+
+def test_a_directory_every_user_can_write_publishes_nothing(tmp_path: Path) -> None:
+    a = tmp_path / "a"
+    a.mkdir()
+    (a / "k.o").write_bytes(b"code")
+    a.chmod(0o777)
+    with pytest.warns(CacheWriteWarning, match="writable by every user"):
+        result = mirror(InMemoryProgramCache(), a).publish()
+    assert result.stored == 0 and "writable by every user" in result.reason
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="needs root to chown")
+def test_another_users_files_are_never_published(tmp_path: Path) -> None:
+    a = tmp_path / "a"
+    a.mkdir()
+    (a / "mine.o").write_bytes(b"mine")
+    (a / "theirs.o").write_bytes(b"planted")
+    os.chown(a / "theirs.o", 65534, 65534)
+    result = mirror(InMemoryProgramCache(), a).publish()
+    assert (result.stored, result.foreign) == (1, 1)
+
+
+class _Broken(InMemoryProgramCache):
+    def get_entries(self, keys: Any) -> Any:
+        raise ConnectionError("cache down")
+
+    def get_entry(self, key: Any) -> Any:
+        raise ConnectionError("cache down")
+
+    def set_entry(self, key: Any, value: Any, meta: bytes = b"") -> None:
+        raise ConnectionError("cache down")
+
+
+def test_a_cache_fault_is_a_warning_never_an_exception(tmp_path: Path) -> None:
+    a = tmp_path / "a"
+    a.mkdir()
+    (a / "k.o").write_bytes(b"code")
+    m = mirror(_Broken(), a)
+    with pytest.warns(CacheReadWarning, match="cache down"):
+        got = m.hydrate()
+    assert isinstance(got, HydrateResult) and got.written == 0
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = m.publish()
+    assert result.dropped == 1 and result.stored == 0
+    assert any(issubclass(w.category, CacheWriteWarning) for w in caught)
+    m.start_periodic(0.01)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        m.stop()  # the thread's faults never escape it
+
+
+# -- the real JITs ----------------------------------------------------------------------
+def run_child(jit: str, env: dict[str, str], script: str = CHILD) -> tuple[dict[str, Any], str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("WARP_", "NUMBA_"))}
+    proc = subprocess.run(
+        [sys.executable, script, jit],
+        env={**base, **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1]), proc.stdout
+
+
+def jit_job(
+    jit: str, cache: ProgramCacheResource, env: dict[str, str], script: str = CHILD
+) -> tuple[HydrateResult, dict[str, Any], str]:
+    """What ``cuforge run`` does around one job: hydrate, run, publish."""
+    m = Mirror(PROFILES[jit], cache, env=env, settle_s=0.2)
+    assert m.active, m.reason
+    hydrated = m.hydrate()
+    out, stdout = run_child(jit, env, script)
+    assert m.publish().errors == 0
+    return hydrated, out, stdout
+
+
+def test_warp_second_process_with_an_empty_cache_dir_loads_the_mirrored_module(
+    url: str, tmp_path: Path
+) -> None:
+    pytest.importorskip("warp")
+    cache = open_cache(url, secret=SECRET)
+    first_env = {"WARP_CACHE_PATH": str(tmp_path / "w1")}
+    hydrated, out, stdout = jit_job("warp", cache, first_env)
+    assert hydrated.written == 0 and "(compiled)" in stdout and out["result"] == [2.0, 4.0, 6.0]
+    second_env = {"WARP_CACHE_PATH": str(tmp_path / "w2")}
+    hydrated, out, stdout = jit_job("warp", open_cache(url, secret=SECRET), second_env)
+    assert hydrated.written >= 2 and hydrated.verified_failures == 0
+    assert "(cached)" in stdout and "(compiled)" not in stdout  # Warp's own word
+    assert out["result"] == [2.0, 4.0, 6.0]
+    # The module directory came from the cache; Warp made no build directory.
+    assert not [p for p in (tmp_path / "w2").rglob("*_p*_t*") if p.is_dir()]
+    # Another fleet's secret: the entries are misses, Warp compiles.
+    third_env = {"WARP_CACHE_PATH": str(tmp_path / "w3")}
+    other = open_cache(url, secret="another-secret-0123456789abcdef")
+    hydrated, _, stdout = jit_job("warp", other, third_env)
+    assert hydrated.written == 0 and "(compiled)" in stdout
+
+
+def numba_source(tmp_path: Path) -> str:
+    """The child script copied to one path both "hosts" use (numba names a source
+    directory's cache folder by a hash of its absolute path)."""
+    src = tmp_path / "src"
+    src.mkdir(exist_ok=True)
+    script = src / "_jit_child.py"
+    script.write_text(Path(CHILD).read_text())
+    return str(script)
+
+
+def test_numba_second_process_with_an_empty_cache_dir_hits(url: str, tmp_path: Path) -> None:
+    pytest.importorskip("numba")
+    script = numba_source(tmp_path)
+    cache = open_cache(url, secret=None)
+    hydrated, out, _ = jit_job("numba", cache, {"NUMBA_CACHE_DIR": str(tmp_path / "n1")}, script)
+    assert (hydrated.written, out["hits"], out["misses"], out["result"]) == (0, 0, 1, 22.5)
+    # A new host's checkout of the same source: same path and content, another mtime.
+    os.utime(script, (1_000_000_000, 1_000_000_000))
+    second = {"NUMBA_CACHE_DIR": str(tmp_path / "n2")}
+    hydrated, out, _ = jit_job("numba", open_cache(url, secret=None), second, script)
+    assert hydrated.written == 2 and hydrated.verified_failures == 0
+    assert (out["hits"], out["misses"], out["result"]) == (1, 0, 22.5)  # numba's counters
+
+
+def test_numba_rejects_a_mirrored_index_for_changed_source(tmp_path: Path) -> None:
+    pytest.importorskip("numba")
+    script = numba_source(tmp_path)
+    cache = open_cache(f"file://{tmp_path / 'fs'}", secret=None)
+    jit_job("numba", cache, {"NUMBA_CACHE_DIR": str(tmp_path / "n1")}, script)
+    Path(script).write_text(Path(script).read_text() + "\n# edited\n")
+    hydrated, out, _ = jit_job("numba", cache, {"NUMBA_CACHE_DIR": str(tmp_path / "n2")}, script)
+    assert hydrated.written == 2  # the files are mirrored, and numba itself refuses them
+    assert (out["hits"], out["misses"]) == (0, 1)
