@@ -15,6 +15,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -212,11 +213,14 @@ def test_periodic_publishing_and_stop(tmp_path: Path) -> None:
     cache, a = InMemoryProgramCache(), tmp_path / "a"
     a.mkdir()
     m = mirror(cache, a)
-    m.start_periodic(0.01)
     (a / "k.o").write_bytes(b"kernel")
+    m.start_periodic(0.01)
+    deadline = time.monotonic() + 60  # a bound on waiting, not a timing assertion
+    while not files_of(cache, tmp_path / "b") and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert files(tmp_path / "b") == {"k.o": b"kernel"}  # published by the thread
     final = m.stop()
-    assert final.stored + final.unchanged == 1
-    assert files_of(cache, tmp_path / "b") == {"k.o": b"kernel"}
+    assert (final.stored, final.unchanged) == (0, 1)
 
 
 def test_hydrate_never_writes_over_a_local_file_the_mirror_did_not_write(tmp_path: Path) -> None:
@@ -280,6 +284,7 @@ def test_entries_tampered_in_the_cache_are_never_written(tmp_path: Path) -> None
     a.mkdir()
     (a / "k.so").write_bytes(b"genuine")
     (a / "j.so").write_bytes(b"genuine too")
+    (a / "h.so").write_bytes(b"genuine three")
     m = mirror(cache, a)
     m.publish()
     entries = ForeignEntries(cache, "mirror")
@@ -292,8 +297,12 @@ def test_entries_tampered_in_the_cache_are_never_written(tmp_path: Path) -> None
     good = cache.get_entry(entries.key(f"{m.prefix}:j.so"))
     assert good is not None
     cache.set_entry(entries.key(f"{m.prefix}:j.so"), good.data, good.meta.replace(b"j.so", b"x.so"))
+    # Other bytes under the genuine record (a payload rewritten in place).
+    genuine = cache.get_entry(entries.key(f"{m.prefix}:h.so"))
+    assert genuine is not None
+    cache.set_entry(entries.key(f"{m.prefix}:h.so"), b"PLANTED", genuine.meta)
     got = mirror(cache, b).hydrate()
-    assert (got.written, got.verified_failures) == (0, 2) and files(b) == {}
+    assert (got.written, got.verified_failures) == (0, 3) and files(b) == {}
 
 
 def test_a_damaged_filestream_entry_is_a_miss(tmp_path: Path) -> None:
@@ -503,3 +512,39 @@ def test_numba_rejects_a_mirrored_index_for_changed_source(tmp_path: Path) -> No
     hydrated, out, _ = jit_job("numba", cache, {"NUMBA_CACHE_DIR": str(tmp_path / "n2")}, script)
     assert hydrated.written == 2  # the files are mirrored, and numba itself refuses them
     assert (out["hits"], out["misses"]) == (0, 1)
+
+
+def test_a_write_never_replaces_a_file_that_appeared_meanwhile(tmp_path: Path) -> None:
+    # The race hydrate closes: the JIT writes the file between the mirror's look and
+    # its write. The mirror's write is a link, which fails on an existing name.
+    from cuforge.integrations.mirror import _files
+
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "k.o").write_bytes(b"the JIT's, just written")
+    root = _files.open_root(str(tmp_path))
+    try:
+        assert _files.write_new(root, "d/k.o", b"from the cache") is None
+        assert _files.write_new(root, "d/new.o", b"from the cache") is not None
+    finally:
+        os.close(root)
+    assert (tmp_path / "d" / "k.o").read_bytes() == b"the JIT's, just written"
+    assert (tmp_path / "d" / "new.o").read_bytes() == b"from the cache"
+    assert sorted(p.name for p in (tmp_path / "d").iterdir()) == ["k.o", "new.o"]
+
+
+def test_replacing_the_mirrors_copy_keeps_a_file_the_jit_wrote_meanwhile(tmp_path: Path) -> None:
+    # The race of a replacement: the mirror recorded its own copy, then the JIT
+    # replaced it just before the mirror moves it aside. The JIT's file is put back.
+    from cuforge.integrations.mirror import _files
+
+    root = _files.open_root(str(tmp_path))
+    try:
+        mine = _files.write_new(root, "k.nbi", b"the mirror's v1")
+        assert mine is not None
+        (tmp_path / "tmp").write_bytes(b"the JIT's v2")
+        os.replace(tmp_path / "tmp", tmp_path / "k.nbi")
+        assert _files.take_aside(root, "k.nbi", mine) is None
+    finally:
+        os.close(root)
+    assert (tmp_path / "k.nbi").read_bytes() == b"the JIT's v2"
+    assert [p.name for p in tmp_path.iterdir()] == ["k.nbi"]

@@ -209,7 +209,6 @@ class Mirror:
             if (
                 record is None
                 or record.get("key") != name
-                or record.get("sha256") != sha
                 or len(data) != size
                 or hashlib.sha256(data).hexdigest() != sha
             ):
