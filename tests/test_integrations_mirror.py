@@ -548,3 +548,27 @@ def test_replacing_the_mirrors_copy_keeps_a_file_the_jit_wrote_meanwhile(tmp_pat
         os.close(root)
     assert (tmp_path / "k.nbi").read_bytes() == b"the JIT's v2"
     assert [p.name for p in tmp_path.iterdir()] == ["k.nbi"]
+
+
+def test_entries_are_listed_and_verified_by_the_cli(tmp_path: Path) -> None:
+    url = f"file://{tmp_path / 'fs'}"
+    a = tmp_path / "a"
+    (a / "wp_mod").mkdir(parents=True)
+    (a / "wp_mod" / "wp_mod.cpu0123.o").write_bytes(b"code")
+    m = mirror(open_cache(url, secret=None), a)
+    m.publish()
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        cmd = [sys.executable, "-m", "cuforge", "cache", *args, "--cache", url]
+        return subprocess.run(cmd, capture_output=True, text=True)
+
+    ls = cli("ls", "--json")
+    assert ls.returncode == 0, ls.stderr
+    rows = json.loads(ls.stdout)
+    rows = rows["entries"] if isinstance(rows, dict) else rows
+    assert {(r["kind"], r["name"]) for r in rows} == {
+        ("mirror", "plain:wp_mod/wp_mod.cpu0123.o"),
+        ("mirror-index", m.prefix),  # profile:version:platform:gpu
+    }
+    verify = cli("verify")
+    assert verify.returncode == 0, verify.stdout + verify.stderr

@@ -47,6 +47,8 @@ Guarantees:
   mirror recorded it is tampered with and never published; a directory every user
   can write publishes nothing. Payloads are opaque bytes: cuforge never loads,
   unpickles or runs them.
+- Entries carry records of kind ``mirror`` (and ``mirror-index``), so ``cuforge cache
+  ls/stats/verify/prune`` list and manage them with everything else.
 - Fail-open: a cache or file-system fault is a :class:`CacheReadWarning` (hydrate) or
   :class:`CacheWriteWarning` (publish) and a result saying so, never an exception to
   the job.

@@ -28,6 +28,7 @@ import stat
 import threading
 import time
 import warnings
+from collections.abc import Mapping
 
 from cuforge._stack import outside_level
 from cuforge.storage.base import CacheReadWarning, CacheWriteWarning, ProgramCacheResource
@@ -81,7 +82,7 @@ class Mirror:
         version: str | None = None,
         settle_s: float = 1.0,
         max_file_bytes: int = 512 << 20,
-        env: dict[str, str] | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         self.profile = profile
         self.settle_s = settle_s
@@ -363,6 +364,7 @@ class Mirror:
                 out.unchanged += 1
             else:
                 fields: dict[str, str | int | None] = {
+                    "name": _shown(f"{self.profile.name}:{rel}"),
                     "profile": self.profile.name,
                     "version": self.version,
                     "gpu": self.gpu,
@@ -498,6 +500,11 @@ class Mirror:
             self._stop.set()
             thread.join()
         return self.publish()
+
+
+def _shown(name: str, limit: int = 80) -> str:
+    """``name`` as ``cuforge cache ls`` shows it: its end (the file) when too long."""
+    return name if len(name) <= limit else "..." + name[3 - limit :]
 
 
 def _warn(category: type[Warning], profile: str, what: str) -> None:
