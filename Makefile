@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-all test-cu12 test-dist test-integrations dist lint bench bench-check docs plots clean redis-server
+.PHONY: demo test test-all test-cu12 test-dist test-integrations test-jit dist lint bench bench-check docs plots clean redis-server
 
 $(STAMP): pyproject.toml setup.py $(wildcard src/cuforge/_native/*.c)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -66,6 +66,21 @@ $(INT_STAMP): pyproject.toml setup.py $(wildcard src/cuforge/_native/*.c)
 
 test-integrations: $(INT_STAMP) redis-server
 	$(INT_VENV)/bin/python -m pytest -q -m "not dist" $(INT_TESTS)
+
+# JITs with no GPU needed on this machine, in a venv of their own: JAX (its persistent
+# compilation cache on the CPU), and warp-lang / numba (directory caches, mirrored).
+JIT_VENV := .venv-jit
+JIT_STAMP := $(JIT_VENV)/.installed
+JIT_TESTS := tests/test_integrations_jax.py
+$(JIT_STAMP): pyproject.toml setup.py $(wildcard src/cuforge/_native/*.c)
+	test -x $(JIT_VENV)/bin/python || $(PYTHON) -m venv $(JIT_VENV)
+	$(JIT_VENV)/bin/python -m pip install -q --upgrade pip
+	$(JIT_VENV)/bin/python -m pip install -q -e '.[cu13,test]' 'jax==0.10.0' 'jaxlib==0.10.0' \
+		warp-lang numba
+	touch $(JIT_STAMP)
+
+test-jit: $(JIT_STAMP) redis-server
+	$(JIT_VENV)/bin/python -m pytest -q -m "not dist" $(JIT_TESTS)
 
 # An sdist and a manylinux wheel (the C helpers compiled in, pthread calls bound to
 # glibc 2.2.5 symbols: see src/cuforge/_native/glibc_compat.h) in dist/.
@@ -133,5 +148,5 @@ docs: plots
 	@echo "docs/_build/html/index.html"
 
 clean:
-	rm -rf $(VENV) $(CU12_VENV) $(BENCH_VENV) $(INT_VENV) build dist src/*.egg-info .pytest_cache \
+	rm -rf $(VENV) $(CU12_VENV) $(BENCH_VENV) $(INT_VENV) $(JIT_VENV) build dist src/*.egg-info .pytest_cache \
 		docs/_build docs/_generated

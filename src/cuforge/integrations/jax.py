@@ -169,7 +169,7 @@ def _single_flight(original: Any, compilation_cache: Any) -> Any:
         lock_key = ours._entries.key(cache_key)
         try:
             locking = ours.cache.lock(lock_key)
-            held = locking.__enter__()
+            locking.__enter__()
         except Exception as exc:  # a lock fault costs a duplicate compile, no more
             warnings.warn(
                 f"cuforge jax cache: lock failed ({type(exc).__name__}: {exc}); compiling "
@@ -177,9 +177,11 @@ def _single_flight(original: Any, compilation_cache: Any) -> Any:
                 CacheWriteWarning,
                 stacklevel=outside_level(),
             )
-            locking, held = None, False
+            locking = None
         try:
-            if held and ours._entries.load(cache_key) is not None:  # a peer stored it
+            # Look again whether or not the lock is held: a lock yields False at once
+            # when the holder has just stored the entry (the protocol's step 3).
+            if ours._entries.load(cache_key) is not None:  # a peer stored it
                 found, _ = compilation_cache.get_executable_and_time(
                     cache_key, compile_options, backend, executable_devices
                 )
