@@ -140,7 +140,7 @@ def test_concurrent_misses_compile_once(tmp_path, redis_server) -> None:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-        )  # fmt: skip
+        )
         for _ in range(3)
     ]
     outs = [p.communicate(timeout=300) for p in procs]
