@@ -202,7 +202,7 @@ class _Job:
 
     def before(self) -> None:
         from cuforge._log import get_logger
-        from cuforge.integrations._session import _each, open_mirrors, prefetch_set
+        from cuforge.integrations.sessions import each_mirror, open_mirrors, prefetch_set
 
         log = get_logger("cuforge.run")
         if self.warm_set is not None:
@@ -211,7 +211,7 @@ class _Job:
             if done is not None:
                 log.info("warm set %r: %r", self.warm_set, done)
         self.mirrors = open_mirrors(self.cache)
-        _each(self.mirrors, "hydrate")
+        each_mirror(self.mirrors, "hydrate")
 
     def start_publishing(self) -> None:
         self._thread = threading.Thread(target=self._periodic, name="cuforge-publish", daemon=True)
@@ -223,10 +223,10 @@ class _Job:
 
     def publish(self, final: bool) -> None:
         from cuforge.integrations import warmsets
-        from cuforge.integrations._session import _each
+        from cuforge.integrations.sessions import each_mirror
 
         with self._lock:
-            _each(self.mirrors, "publish")
+            each_mirror(self.mirrors, "publish")
             if self.warm_set is not None and self.journal is not None:
                 keys = warmsets.read_journals(self.journal)
                 if keys:  # a run that recorded nothing leaves the set as it was

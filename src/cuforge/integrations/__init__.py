@@ -27,7 +27,7 @@ __all__ = ["Session", "session"]
 __getattr__, __dir__ = _lazy.exports(
     __name__,
     {
-        "session": "cuforge.integrations._session",
-        "Session": "cuforge.integrations._session",
+        "session": "cuforge.integrations.sessions",
+        "Session": "cuforge.integrations.sessions",
     },
 )

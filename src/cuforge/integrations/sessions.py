@@ -42,7 +42,7 @@ from . import warmsets
 from ._cache import select_cache
 from ._wiring import Wiring
 
-__all__ = ["Session", "session"]
+__all__ = ["Session", "each_mirror", "open_mirrors", "prefetch_set", "session"]
 
 #: The variable ``cuforge run`` gives its child: the directory of the run's journals.
 ENV_JOURNAL = "CUFORGE_RUN_JOURNAL"
@@ -68,7 +68,9 @@ def open_mirrors(cache: ProgramCacheResource, env: dict[str, str] | None = None)
         return []
 
 
-def _each(mirrors: list[Any], action: str) -> None:
+def each_mirror(mirrors: list[Any], action: str) -> None:
+    """Run ``action`` (``"hydrate"``, ``"publish"``) on each mirror; a mirror that
+    fails is one warning, and the others go on."""
     for m in mirrors:
         try:
             getattr(m, action)()
@@ -116,7 +118,7 @@ class Session:
             cache = self.recorder
         if self._use_mirrors:
             self.mirrors = open_mirrors(base)
-            _each(self.mirrors, "hydrate")
+            each_mirror(self.mirrors, "hydrate")
         self.wiring = Wiring(cache, self._systems).start()
         self._thread = threading.Thread(target=self._periodic, name="cuforge-publish", daemon=True)
         self._thread.start()
@@ -132,7 +134,7 @@ class Session:
         if self.cache is None:
             return
         with self._publish_lock:
-            _each(self.mirrors, "publish")
+            each_mirror(self.mirrors, "publish")
             if self.recorder is not None and self.warm_set is not None:
                 keys = self.recorder.keys()
                 if keys:  # a job that recorded nothing leaves the set as it was
