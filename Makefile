@@ -67,17 +67,19 @@ $(INT_STAMP): pyproject.toml setup.py $(wildcard src/cuforge/_native/*.c)
 test-integrations: $(INT_STAMP) redis-server
 	$(INT_VENV)/bin/python -m pytest -q -m "not dist" $(INT_TESTS)
 
-# The JITs that keep only a cache directory (cuforge.integrations.mirror), for real:
-# Warp's CPU kernels and Numba's cache=True in fresh processes with empty directories,
-# in a venv of their own (each test starts processes, so it stays out of make test).
-# Other JIT-facing test files append themselves to JIT_TESTS.
+# The JITs that need no GPU here, for real, in a venv of their own (each test starts
+# processes, so it stays out of make test): JAX's persistent compilation cache on the
+# CPU (cuforge.integrations.jax), and Warp's CPU kernels and Numba's cache=True through
+# the directory mirror (cuforge.integrations.mirror), in fresh processes with empty
+# directories. Other JIT-facing test files append themselves to JIT_TESTS.
 JIT_VENV := .venv-jit
 JIT_STAMP := $(JIT_VENV)/.installed
-JIT_TESTS := tests/test_integrations_mirror.py
+JIT_TESTS := tests/test_integrations_mirror.py tests/test_integrations_jax.py
 $(JIT_STAMP): pyproject.toml setup.py $(wildcard src/cuforge/_native/*.c)
 	test -x $(JIT_VENV)/bin/python || $(PYTHON) -m venv $(JIT_VENV)
 	$(JIT_VENV)/bin/python -m pip install -q --upgrade pip
-	$(JIT_VENV)/bin/python -m pip install -q -e '.[cu13,test]' warp-lang==1.19.0 numba==0.68.1
+	$(JIT_VENV)/bin/python -m pip install -q -e '.[cu13,test]' warp-lang==1.19.0 numba==0.68.1 \
+		'jax==0.10.0' 'jaxlib==0.10.0'
 	touch $(JIT_STAMP)
 
 test-jit: $(JIT_STAMP) redis-server

@@ -212,6 +212,7 @@ def test_stats_count_hits_misses_stores(cache) -> None:
         "signature_failures",
         "read_failures",
         "lock_timeouts",
+        "warm_compiles",
     ]
     assert (s + s).hits == 2 and (s - s).hits == 0
 

@@ -15,6 +15,8 @@ TYPE_CHECKING = False  # typing is not imported at run time: it costs a cold pro
 if TYPE_CHECKING:
     # What __getattr__ resolves, spelled out for type checkers (tests/test_typing.py
     # checks that this block and _EXPORTS agree).
+    from cuforge._warm import compiles_after_warm as compiles_after_warm
+    from cuforge._warm import mark_warm as mark_warm
     from cuforge.compile.errors import CompileError as CompileError
     from cuforge.compile.linker import Linker as Linker
     from cuforge.compile.linker import LinkerOptions as LinkerOptions
@@ -68,6 +70,9 @@ _EXPORTS: dict[str, str] = {
     "Kernel": "cuforge.runtime.module",
     "LaunchConfig": "cuforge.runtime.launch",
     "launch": "cuforge.runtime.launch",
+    # compiles after warm-up (serving processes)
+    "mark_warm": "cuforge._warm",
+    "compiles_after_warm": "cuforge._warm",
 }
 
 __all__ = sorted([*_EXPORTS, "__version__"])

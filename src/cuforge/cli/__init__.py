@@ -3,8 +3,8 @@
 Commands, one module each: ``compile`` (``compile.py``), ``cache`` with ``stats``,
 ``zero-stats``, ``ls``, ``show``, ``dir`` (``cache.py``), ``verify``, ``prune``,
 ``clear`` (``cache_maint.py``) and ``explain`` (``explain.py``), ``warm``
-(``warm.py``) and ``doctor`` (``doctor.py``). Each module's ``register`` adds its
-parsers and sets ``handler`` (``args -> exit status``).
+(``warm.py``), ``run`` (``run.py``) and ``doctor`` (``doctor.py``). Each module's
+``register`` adds its parsers and sets ``handler`` (``args -> exit status``).
 
 A repeated ``cuforge compile`` is first offered to ``_direct``, which answers a
 hit it can prove without importing argparse or the compile layer; everything
@@ -34,7 +34,7 @@ __all__ = ["build_parser", "main"]
 def build_parser() -> Parser:
     """The full argument parser, with every command registered."""
     import cuforge
-    from cuforge.cli import cache, cache_maint, compile, doctor, explain, warm
+    from cuforge.cli import cache, cache_maint, compile, doctor, explain, run, warm
     from cuforge.cli._args import Parser
 
     parser = Parser(
@@ -58,6 +58,7 @@ def build_parser() -> Parser:
     cache_maint.register(actions)
     explain.register(actions)
     warm.register(commands)
+    run.register(commands)
     doctor.register(commands)
     return parser
 

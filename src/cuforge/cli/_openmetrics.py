@@ -39,6 +39,11 @@ _COUNTERS = {
         "Entries refused because their signature did not verify.",
     ),
     "read_failures": ("read_failures", "", "Lookups that failed (a miss, the compile went on)."),
+    "warm_compiles": (
+        "warm_compiles",
+        "",
+        "Compiles made by processes that had declared themselves warm (cuforge.mark_warm).",
+    ),
 }
 
 _PREFIX = "cuforge_cache_"

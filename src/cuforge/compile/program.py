@@ -20,6 +20,7 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from cuforge import _warm
 from cuforge.compile import _compilelog, _inputs, _versions
 from cuforge.compile.cached import pipeline
 from cuforge.compile.object_code import ObjectCode
@@ -179,6 +180,8 @@ class Program:
             raise RuntimeError("Program is closed")
         flags = self._flags(target, closed=headers is not None)
         name = self._options.name or ""
+        if _warm._state["warm"]:  # a compile in a process that declared itself warm
+            _warm.note_compile("cuforge", name or self._code_type)
         mapping: dict[str | bytes, str] = {}
         debug = _compilelog.debug_enabled()
         started = time.perf_counter() if debug else 0.0

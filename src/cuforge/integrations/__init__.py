@@ -8,6 +8,11 @@ Each submodule adapts one system and imports it only when used, so neither
 - :mod:`cuforge.integrations.inductor` -- PyTorch Inductor's remote FX-graph,
   AOT-autograd and autotune caches, and its cache-artifact bundles.
 - :mod:`cuforge.integrations.cupy` -- CuPy's kernel cache.
+- :mod:`cuforge.integrations.jax` -- JAX's persistent compilation cache.
+- :mod:`cuforge.integrations.warmsets` -- warm sets: what a job read or stored,
+  recorded under a name and prefetched in bulk.
+- :func:`session` -- all of them wired to one cache for a block of code (what
+  ``cuforge run`` does for a command).
 
 What they share (choosing the cache, entries with a metadata record for payloads
 cuforge treats as opaque bytes) is in ``_cache``.
@@ -15,4 +20,14 @@ cuforge treats as opaque bytes) is in ``_cache``.
 
 from __future__ import annotations
 
-__all__: list[str] = []
+from cuforge import _lazy
+
+__all__ = ["Session", "session"]
+
+__getattr__, __dir__ = _lazy.exports(
+    __name__,
+    {
+        "session": "cuforge.integrations.sessions",
+        "Session": "cuforge.integrations.sessions",
+    },
+)

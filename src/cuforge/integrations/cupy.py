@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from cuforge import _warm
+
 from ._cache import ForeignEntries, select_cache
 
 if TYPE_CHECKING:
@@ -67,6 +69,8 @@ def install(cache: ProgramCacheResource | str | None = None) -> ProgramCacheReso
             return entries.load(name)
 
         def save(self, name: str, cubin: bytes, source: str) -> None:
+            if _warm._state["warm"]:  # CuPy saves what it has just compiled
+                _warm.note_compile("cupy", name, entries.cache)
             entries.store(name, cubin, {"source_chars": len(source)})
 
     set_backend(CuforgeKernelCacheBackend())

@@ -26,6 +26,8 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING, Any
 
+from cuforge import _warm
+
 from ._cache import ForeignEntries, select_cache
 
 if TYPE_CHECKING:
@@ -91,6 +93,8 @@ def _backend_class() -> type:
         def _put(self, key: str, data: bytes) -> None:
             if not isinstance(data, (bytes, bytearray)):
                 raise TypeError(f"Inductor value for {key!r}: expected bytes, got {type(data)}")
+            if _warm._state["warm"] and self._which == "fx_graph":  # stored after a compile
+                _warm.note_compile("inductor", key, self._entries.cache)
             self._entries.store(key, bytes(data), {"cache": self._which})
 
     return CuforgeInductorBackend

@@ -43,10 +43,12 @@ import weakref
 from json.encoder import encode_basestring_ascii as _json_str
 from typing import Any
 
+from cuforge import _warm
 from cuforge._stack import outside_level
 from cuforge.storage.base import CacheReadWarning, CacheWriteWarning, ProgramCacheResource
 
 from ._cache import caching_off, select_cache
+from ._wiring import triton_override
 
 try:
     import triton
@@ -111,8 +113,12 @@ def triton_cache() -> ProgramCacheResource | None:
     else cuforge's default cache; one handle per process and secret. None means off,
     or that the cache cannot be opened (a bad URL, an unsafe or impossible directory,
     a secret too short: one warning per process naming the variable): Triton's own
-    file cache serves. Never raises.
+    file cache serves. Never raises. Inside ``cuforge run`` or an active
+    ``cuforge.integrations.session`` the session's cache is used instead.
     """
+    wired = triton_override()
+    if wired is not None:
+        return wired
     return select_cache(None, ENV_CACHE)
 
 
@@ -384,6 +390,8 @@ class CuforgeCacheManager(CacheManager):  # type: ignore[misc]
             if found is not None:
                 self._unlock()
         counters["hits" if found is not None else "misses"] += 1
+        if found is None and _warm._state["warm"]:  # Triton compiles the kernel now
+            _warm.note_compile("triton", filename.removesuffix(".json"), files.cache)
         return found
 
     def _take_lock(self, files: _Files, entry: str) -> bool:

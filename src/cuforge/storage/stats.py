@@ -25,6 +25,7 @@ _FIELDS = (
     "signature_failures",
     "read_failures",
     "lock_timeouts",
+    "warm_compiles",
 )
 
 
@@ -43,6 +44,8 @@ class CacheStats:
     ``lock_timeouts`` counts cache operations that gave up waiting for a lock another
     process held past the cache's bound (a fraction of a second): the store was
     skipped, or its size accounting or an eviction deferred.
+    ``warm_compiles`` counts compiles made through the cache by a process that had
+    declared itself warm (``cuforge.mark_warm()``; see ``cuforge._warm``).
 
     Fields are only ever appended: persisted records of an older layout read with
     the new fields at zero (see :meth:`from_record`).
@@ -63,6 +66,7 @@ class CacheStats:
     signature_failures: int
     read_failures: int
     lock_timeouts: int
+    warm_compiles: int
 
     def __init__(self, *values: int, **named: int) -> None:
         if len(values) > len(_FIELDS):

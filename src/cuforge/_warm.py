@@ -1,0 +1,116 @@
+"""Compiles after warm-up: a process that declared itself warm hears about every
+compile it still makes.
+
+A serving process loads or prefetches its kernels, then declares itself warm --
+``cuforge.mark_warm()``, or ``$CUFORGE_WARM=1`` in its environment (warm from the
+start, as ``cuforge run --warm`` sets). From then on every compile that goes
+through cuforge or one of its integrations (a cuforge ``Program`` compiled, a Triton
+kernel, an Inductor graph, a CuPy kernel, a JAX module that missed the cache):
+
+- warns (:class:`CompileAfterWarmWarning`, a ``RuntimeWarning``) naming the system
+  and the kernel, once per kernel and process: a kernel compiled again is counted,
+  not warned about again;
+- is counted in this process (:func:`compiles_after_warm`) and in the counters of
+  the cache it went through (``warm_compiles``: ``cuforge cache stats`` and its
+  OpenMetrics output sum them over every process that used the cache, where the
+  backend keeps shared counters).
+
+Counting never fails a compile: a cache whose counters cannot be reached is
+skipped. Checking costs one global read on the compile path and nothing on a hit.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+__all__ = [
+    "ENV_WARM",
+    "CompileAfterWarmWarning",
+    "compiles_after_warm",
+    "is_warm",
+    "mark_warm",
+    "note_compile",
+]
+
+#: ``1`` (or ``true``/``yes``/``on``): the process is warm from the start.
+ENV_WARM = "CUFORGE_WARM"
+_TRUE = ("1", "true", "yes", "on")
+
+_lock = threading.Lock()
+_state = {"warm": (os.environ.get(ENV_WARM) or "").strip().lower() in _TRUE, "count": 0}
+_warned: set[tuple[str, str]] = set()
+
+
+class CompileAfterWarmWarning(RuntimeWarning):
+    """A process that declared itself warm compiled a kernel (see :func:`mark_warm`)."""
+
+
+def mark_warm(warm: bool = True) -> None:
+    """Declare this process warm (``warm=False``: not warm again). Every compile after
+    it is warned about once per kernel and counted (see the module docstring)."""
+    _state["warm"] = bool(warm)
+
+
+def is_warm() -> bool:
+    """Whether this process has declared itself warm (``mark_warm`` or ``$CUFORGE_WARM``)."""
+    return bool(_state["warm"])
+
+
+def compiles_after_warm() -> int:
+    """How many compiles this process made after it declared itself warm."""
+    return int(_state["count"])
+
+
+def note_compile(system: str, name: str, cache: Any = None) -> None:
+    """A compile of ``name`` by ``system`` is about to run (or ran): when the process is
+    warm, count it (here and in ``cache``'s counters) and warn once per kernel."""
+    if not _state["warm"]:
+        return
+    with _lock:
+        _state["count"] += 1
+        first = (system, name) not in _warned
+        if first:
+            if len(_warned) >= 4096:
+                _warned.clear()
+            _warned.add((system, name))
+    if cache is not None:
+        _count_in(cache)
+    if first:
+        import warnings
+
+        from cuforge._stack import outside_level
+
+        warnings.warn(
+            f"cuforge: {system} compiles {name or '?'} after the process was marked warm "
+            "(counted in warm_compiles)",
+            CompileAfterWarmWarning,
+            stacklevel=outside_level(),
+        )
+
+
+def _count_in(cache: Any) -> None:
+    """Add one ``warm_compiles`` to the counters ``cache`` reports for all its users:
+    a wrapper's inner cache, a tier's widest writable level (what ``total_stats``
+    reads), else the handle itself. Never raises."""
+    try:
+        for _ in range(8):  # wrappers nest a few deep at most
+            inner = getattr(cache, "inner", None)
+            if inner is not None and not callable(inner):
+                cache = inner
+                continue
+            levels = getattr(cache, "levels", None)
+            if isinstance(levels, tuple) and levels:
+                ro = set(getattr(cache, "read_only", ()) or ())
+                writable = [lv for i, lv in enumerate(levels) if i not in ro]
+                cache = (writable or list(levels))[-1]
+                continue
+            break
+        stats = cache._stats
+        stats.warm_compiles += 1
+    except Exception:  # a handle without counters: counted in this process only
+        return

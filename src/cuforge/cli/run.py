@@ -1,0 +1,244 @@
+"""``cuforge run [--cache URL] [--warm-set NAME] [--warm] -- CMD ...``: run a job with
+every JIT cuforge knows wired to one cache.
+
+Before the job starts: the cache is chosen as every command chooses it (``_select``)
+and opened (a bad one is a usage error, exit 2); the warm set ``NAME``, if there is
+one, is prefetched into the cache's local level (``warmsets``); the directory
+caches of directory-only JITs are hydrated (the mirror profiles active in the
+environment).
+
+The job's environment (nothing else changes): ``$CUFORGE_CACHE`` and every
+integration's own variable name the chosen cache; ``TRITON_CACHE_MANAGER`` is
+cuforge's (when unset); Inductor's remote FX-graph and AOT-autograd caches are on
+(unless set); the run's start-up hook (``cuforge/integrations/_boot``) leads
+``PYTHONPATH``, so each Python process of the job wires JAX, Inductor, CuPy and Triton
+to the cache when it imports them (``_bootstrap``) -- no code change. ``--warm``
+sets ``$CUFORGE_WARM=1``: every compile in the job is then warned about and counted.
+
+While it runs, signals are passed on (SIGINT only when it did not already reach the
+job from the terminal), and what the job added -- the mirrored directories, the
+keys its processes read or stored -- is published every ``--publish-every``
+(default 60 s), so a killed job loses little. When it ends, all is published once
+more; the warm set becomes exactly what this run read or stored when the job
+exited 0, and is added to otherwise.
+
+Exit status: the job's (128 + N when signal N ended it); 2 for a usage error (no
+command, a command that cannot be started, a bad cache or warm-set name).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+
+from cuforge.cli import _select
+from cuforge.cli._args import UsageError, duration_arg
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from cuforge.cli._args import Subparsers
+    from cuforge.storage.base import ProgramCacheResource
+
+__all__ = ["child_env", "register"]
+
+#: Each integration's own cache variable: the job gets the run's cache in all of them.
+_ADAPTER_VARS = (
+    "CUFORGE_TRITON_CACHE",
+    "CUFORGE_INDUCTOR_CACHE",
+    "CUFORGE_CUPY_CACHE",
+    "CUFORGE_JAX_CACHE",
+)
+#: Inductor's switches for the remote caches cuforge serves (left alone when set).
+_INDUCTOR_SWITCHES = ("TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE", "TORCHINDUCTOR_AUTOGRAD_REMOTE_CACHE")
+#: Signals passed on to the job (SIGINT: see ``_forward``).
+_FORWARDED = ("SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGINT")
+
+
+def register(subparsers: Subparsers) -> None:
+    p = subparsers.add_parser(
+        "run",
+        help="run a command with every JIT wired to one cache",
+        description="Run CMD with Triton, Inductor, JAX, CuPy and directory-cache JITs "
+        "wired to one cuforge cache; prefetch and record a warm set.",
+    )
+    p.add_argument("--warm-set", metavar="NAME", help="prefetch this warm set, and record into it")
+    p.add_argument(
+        "--warm", action="store_true", help="the job is warm from the start: warn on every compile"
+    )
+    p.add_argument(
+        "--publish-every", type=duration_arg, default=60.0, metavar="DURATION",
+        help="publish what the job added this often (default 60s)",
+    )  # fmt: skip
+    p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ...", help="the job")
+    p.set_defaults(handler=_run)
+    _select.add_cache_option(p, can_disable=False)
+
+
+def child_env(
+    base: dict[str, str], url: str | None, journal: str | None, warm: bool
+) -> dict[str, str]:
+    """The job's environment: ``base`` plus the wiring (see the module docstring)."""
+    env = dict(base)
+    boot = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                        "integrations", "_boot")  # fmt: skip
+    paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != boot]
+    env["PYTHONPATH"] = os.pathsep.join([boot, *paths])
+    env["CUFORGE_RUN"] = "1"
+    if url is not None:
+        env["CUFORGE_CACHE"] = url
+        for name in _ADAPTER_VARS:
+            env[name] = url
+        env.setdefault("TRITON_CACHE_MANAGER", "cuforge.integrations.triton:CuforgeCacheManager")
+        for name in _INDUCTOR_SWITCHES:
+            env.setdefault(name, "1")
+    if journal is not None:
+        env["CUFORGE_RUN_JOURNAL"] = journal
+    else:
+        env.pop("CUFORGE_RUN_JOURNAL", None)
+    if warm:
+        env["CUFORGE_WARM"] = "1"
+    return env
+
+
+def _run(args: argparse.Namespace) -> int:
+    command = list(args.command)
+    if command[:1] == ["--"]:
+        command = command[1:]
+    if not command:
+        raise UsageError("a command is required: cuforge run [--cache URL] -- CMD ...")
+    if args.warm_set is not None:
+        from cuforge.integrations.warmsets import set_key
+
+        try:
+            set_key(args.warm_set)
+        except ValueError as exc:
+            raise UsageError(f"--warm-set: {exc}") from None
+    chosen = _select.choose(args)
+    if chosen.url is None:  # caching off: the job runs as it would without cuforge
+        return _wait(_start(command, dict(os.environ)), None)
+    cap = _select.configured_cap(chosen)
+    cache = _select.open_choice(chosen, cap)
+    url = _select.url_of(chosen, cap)
+    with cache:
+        job = _Job(cache, args.warm_set, args.publish_every)
+        job.before()
+        try:
+            env = child_env(dict(os.environ), url, job.journal, args.warm)
+            proc = _start(command, env)
+            job.start_publishing()
+            rc = _wait(proc, job)
+        finally:
+            job.after()
+        return rc
+
+
+def _start(command: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    try:
+        return subprocess.Popen(command, env=env)
+    except FileNotFoundError:
+        raise UsageError(f"{command[0]}: command not found") from None
+    except PermissionError:
+        raise UsageError(f"{command[0]}: permission denied") from None
+    except OSError as exc:
+        raise UsageError(f"{command[0]}: cannot run it ({exc.strerror or exc})") from None
+
+
+def _wait(proc: subprocess.Popen[bytes], job: _Job | None) -> int:
+    """Wait for the job, passing signals on; its exit status, shell style."""
+    previous: dict[int, Any] = {}
+
+    def forward(signum: int, frame: object) -> None:
+        if signum == signal.SIGINT and _terminal_delivered():
+            return  # the terminal sent it to the job's process group too
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signum)
+
+    for name in _FORWARDED:
+        sig = getattr(signal, name, None)
+        if sig is not None:
+            with contextlib.suppress(ValueError, OSError):  # not the main thread
+                previous[sig] = signal.signal(sig, forward)
+    try:
+        rc = proc.wait()
+    finally:
+        for sig, handler in previous.items():
+            with contextlib.suppress(ValueError, OSError, TypeError):
+                signal.signal(sig, handler)
+    if job is not None:
+        job.ended_ok = rc == 0
+    return rc if rc >= 0 else 128 - rc
+
+
+def _terminal_delivered() -> bool:
+    """Whether a SIGINT came from the terminal: stdin is a terminal whose foreground
+    process group is ours (the job is in it and got the signal too)."""
+    try:
+        return os.isatty(0) and os.tcgetpgrp(0) == os.getpgrp()
+    except OSError:
+        return False
+
+
+class _Job:
+    """The parent's side: prefetch and hydrate before, publish periodically and after."""
+
+    def __init__(self, cache: ProgramCacheResource, warm_set: str | None, every: float) -> None:
+        self.cache = cache
+        self.warm_set = warm_set
+        self.every = every
+        self.journal: str | None = None
+        self.mirrors: list[Any] = []
+        self.ended_ok = False
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def before(self) -> None:
+        from cuforge._log import get_logger
+        from cuforge.integrations.sessions import each_mirror, open_mirrors, prefetch_set
+
+        log = get_logger("cuforge.run")
+        if self.warm_set is not None:
+            self.journal = tempfile.mkdtemp(prefix="cuforge-run-")
+            done = prefetch_set(self.cache, self.warm_set)
+            if done is not None:
+                log.info("warm set %r: %r", self.warm_set, done)
+        self.mirrors = open_mirrors(self.cache)
+        each_mirror(self.mirrors, "hydrate")
+
+    def start_publishing(self) -> None:
+        self._thread = threading.Thread(target=self._periodic, name="cuforge-publish", daemon=True)
+        self._thread.start()
+
+    def _periodic(self) -> None:
+        while not self._stop.wait(self.every):
+            self.publish(final=False)
+
+    def publish(self, final: bool) -> None:
+        from cuforge.integrations import warmsets
+        from cuforge.integrations.sessions import each_mirror
+
+        with self._lock:
+            each_mirror(self.mirrors, "publish")
+            if self.warm_set is not None and self.journal is not None:
+                keys = warmsets.read_journals(self.journal)
+                if keys:  # a run that recorded nothing leaves the set as it was
+                    replace = final and self.ended_ok
+                    warmsets.publish(self.cache, self.warm_set, keys, replace=replace)
+
+    def after(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        try:
+            self.publish(final=True)
+        finally:
+            if self.journal is not None:
+                shutil.rmtree(self.journal, ignore_errors=True)  # made by mkdtemp above

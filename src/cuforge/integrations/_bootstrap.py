@@ -1,0 +1,60 @@
+"""The child side of ``cuforge run``: what every Python process of the job does at
+start-up (called from ``_boot/sitecustomize.py`` when ``$CUFORGE_RUN`` is set).
+
+It wires JAX, Inductor, CuPy and Triton (``_wiring``) to the run's cache --
+``$CUFORGE_CACHE``, which ``cuforge run`` sets -- when each is imported: a process
+that imports none of them opens nothing and pays for one import hook. With
+``$CUFORGE_RUN_JOURNAL`` (``cuforge run --warm-set``) the cache is wrapped in a
+:class:`~cuforge.integrations.warmsets.Recorder` whose journal is
+``$CUFORGE_RUN_JOURNAL/<pid>.keys``: the parent reads every journal when it
+publishes the warm set, so a process that is killed has already told it what it
+touched. Nothing here raises: a failure is one warning, and the job runs.
+"""
+
+from __future__ import annotations
+
+import os
+
+from cuforge.storage.base import ProgramCacheResource
+
+__all__ = ["ENV_JOURNAL", "ENV_RUN", "start"]
+
+ENV_RUN = "CUFORGE_RUN"
+ENV_JOURNAL = "CUFORGE_RUN_JOURNAL"
+ENV_SYSTEMS = "CUFORGE_RUN_SYSTEMS"
+
+_started: list[object] = []
+
+
+def _open() -> ProgramCacheResource | None:
+    from ._cache import select_cache
+
+    cache = select_cache(None, "CUFORGE_CACHE")
+    journal = os.environ.get(ENV_JOURNAL)
+    if cache is None or not journal:
+        return cache
+    from .warmsets import Recorder
+
+    return Recorder(cache, os.path.join(journal, f"{os.getpid()}.keys"))
+
+
+def start() -> None:
+    """Wire this process's JITs (once per process)."""
+    if _started:
+        return
+    try:
+        from ._wiring import SYSTEMS, Wiring
+
+        chosen = os.environ.get(ENV_SYSTEMS)
+        systems = SYSTEMS if not chosen else tuple(s for s in chosen.split(",") if s in SYSTEMS)
+        _started.append(Wiring(_open, systems).start())
+    except Exception as exc:  # never the job's failure
+        import warnings
+
+        from cuforge.storage.base import CacheWriteWarning
+
+        warnings.warn(
+            f"cuforge run: JITs not wired ({type(exc).__name__}: {exc})",
+            CacheWriteWarning,
+            stacklevel=2,
+        )

@@ -1,0 +1,212 @@
+"""A job with every JIT cuforge knows wired to one cache: ``cuforge run``'s work, in
+this process (for code that cannot be wrapped in a command).
+
+::
+
+    import cuforge.integrations
+
+    with cuforge.integrations.session(cache="file:///local,redis://cache-host/0",
+                                      warm_set="train-llama"):
+        train()
+
+On entry: the cache is opened (``cache=``, else ``$CUFORGE_CACHE``, else cuforge's
+default); the warm set, if named, is prefetched into the cache's local level
+(:mod:`~cuforge.integrations.warmsets`); the directory caches of JITs that only
+have a directory (the mirror profiles ``cuforge.integrations.mirror`` finds active)
+are hydrated from the cache; and JAX, Inductor, CuPy and Triton are wired to the
+cache (:mod:`~cuforge.integrations._wiring`: now for systems already imported, at
+their import for the others). While it runs, what the job added is published every
+``publish_every`` seconds (mirrors and the warm set), so a killed job loses little.
+On exit: published once more -- the warm set made exactly what this job read or
+stored when the block ended without an exception, added to otherwise -- and the
+integrations unwired.
+
+Nothing here fails the job: a cache that cannot be opened is one warning and the
+systems run as without cuforge; a prefetch, hydration or publish that fails is a
+warning.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+from cuforge._stack import outside_level
+from cuforge.storage.base import CacheWriteWarning, ProgramCacheResource
+
+from . import warmsets
+from ._cache import select_cache
+from ._wiring import Wiring
+
+__all__ = ["Session", "each_mirror", "open_mirrors", "prefetch_set", "session"]
+
+#: The variable ``cuforge run`` gives its child: the directory of the run's journals.
+ENV_JOURNAL = "CUFORGE_RUN_JOURNAL"
+ENV_CACHE = "CUFORGE_CACHE"
+
+
+def _warn(what: str) -> None:
+    warnings.warn(f"cuforge: {what}", CacheWriteWarning, stacklevel=outside_level())
+
+
+def open_mirrors(cache: ProgramCacheResource, env: dict[str, str] | None = None) -> list[Any]:
+    """A ``Mirror`` on ``cache`` for each mirror profile active in ``env`` (default:
+    this environment); [] when the mirror module is not there or finds none."""
+    try:
+        from cuforge.integrations import mirror
+    except ImportError:
+        return []
+    try:
+        profiles = mirror.active_profiles(dict(os.environ if env is None else env))
+        return [mirror.Mirror(profile, cache) for profile in profiles]
+    except Exception as exc:  # a mirror never fails the job
+        _warn(f"directory mirrors are not used ({type(exc).__name__}: {exc})")
+        return []
+
+
+def each_mirror(mirrors: list[Any], action: str) -> None:
+    """Run ``action`` (``"hydrate"``, ``"publish"``) on each mirror; a mirror that
+    fails is one warning, and the others go on."""
+    for m in mirrors:
+        try:
+            getattr(m, action)()
+        except Exception as exc:  # one mirror's fault is that mirror's
+            _warn(f"mirror {action} failed ({type(exc).__name__}: {exc})")
+
+
+class Session:
+    """See the module docstring; :func:`session` is the context-manager form."""
+
+    def __init__(
+        self,
+        cache: ProgramCacheResource | str | None = None,
+        *,
+        warm_set: str | None = None,
+        publish_every: float = 60.0,
+        systems: tuple[str, ...] | None = None,
+        mirrors: bool = True,
+    ) -> None:
+        if warm_set is not None:
+            warmsets.set_key(warm_set)  # ValueError for a bad name, before anything opens
+        if publish_every <= 0:
+            raise ValueError(f"publish_every: expected seconds > 0, got {publish_every!r}")
+        self.cache = select_cache(cache, ENV_CACHE)
+        self.warm_set = warm_set
+        self.publish_every = publish_every
+        self.recorder: warmsets.Recorder | None = None
+        self.prefetched: warmsets.Prefetched | None = None
+        self.wiring: Wiring | None = None
+        self.mirrors: list[Any] = []
+        self._systems = systems
+        self._use_mirrors = mirrors
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._publish_lock = threading.Lock()
+
+    def start(self) -> Session:
+        """Prefetch, hydrate, wire, and start publishing periodically."""
+        base = cache = self.cache
+        if base is None or cache is None:
+            return self  # off, or warned: every system runs as without cuforge
+        if self.warm_set is not None:
+            self.prefetched = prefetch_set(cache, self.warm_set)
+            self.recorder = warmsets.Recorder(cache)
+            cache = self.recorder
+        if self._use_mirrors:
+            self.mirrors = open_mirrors(base)
+            each_mirror(self.mirrors, "hydrate")
+        self.wiring = Wiring(cache, self._systems).start()
+        self._thread = threading.Thread(target=self._periodic, name="cuforge-publish", daemon=True)
+        self._thread.start()
+        return self
+
+    def _periodic(self) -> None:
+        while not self._stop.wait(self.publish_every):
+            self.publish(final=False, ok=False)
+
+    def publish(self, *, final: bool = False, ok: bool = True) -> None:
+        """Publish the mirrors and the warm set now (``final`` and ``ok``: the set
+        becomes exactly what was recorded; otherwise it is added to)."""
+        if self.cache is None:
+            return
+        with self._publish_lock:
+            each_mirror(self.mirrors, "publish")
+            if self.recorder is not None and self.warm_set is not None:
+                keys = self.recorder.keys()
+                if keys:  # a job that recorded nothing leaves the set as it was
+                    warmsets.publish(self.cache, self.warm_set, keys, replace=final and ok)
+
+    def close(self, ok: bool = True) -> None:
+        """Publish a last time and unwire; idempotent."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self.wiring is not None:
+            self.wiring.stop()
+            self.wiring = None
+            self.publish(final=True, ok=ok)
+        if self.recorder is not None:
+            self.recorder.close()
+
+
+def prefetch_set(cache: ProgramCacheResource, name: str) -> warmsets.Prefetched | None:
+    """Prefetch the warm set ``name`` into ``cache``'s local level; None when there is
+    no such set yet, or no local level to fetch into (warned)."""
+    keys = warmsets.load(cache, name)
+    if not keys:
+        return None
+    tier = warmsets.local_tier(cache)
+    if tier is None:
+        if _is_local(cache):  # a local cache has nothing to fetch from: nothing to say
+            return None
+        _warn(
+            f"warm set {name!r}: the cache has no local level to prefetch into (use a tier "
+            "such as file:///local/dir,redis://host/0); nothing prefetched"
+        )
+        return None
+    return warmsets.prefetch(tier, keys)
+
+
+def _is_local(cache: ProgramCacheResource) -> bool:
+    """Whether ``cache`` is one local level (a directory or a database file)."""
+    from cuforge.storage.filestream import FileStreamProgramCache
+    from cuforge.storage.sqlite import SQLiteProgramCache
+
+    for _ in range(4):
+        inner = getattr(cache, "inner", None)
+        if not isinstance(inner, ProgramCacheResource):
+            break
+        cache = inner
+    return isinstance(cache, (FileStreamProgramCache, SQLiteProgramCache))
+
+
+@contextlib.contextmanager
+def session(
+    cache: ProgramCacheResource | str | None = None,
+    *,
+    warm_set: str | None = None,
+    publish_every: float = 60.0,
+    systems: tuple[str, ...] | None = None,
+    mirrors: bool = True,
+) -> Iterator[Session]:
+    """Run the block with every JIT wired to one cache (see the module docstring).
+
+    ``cache``: a cache, a cache URL, or None for ``$CUFORGE_CACHE`` (else cuforge's
+    default). ``warm_set``: the name to prefetch and record. ``systems``: which of
+    ``"jax"``, ``"inductor"``, ``"cupy"`` to wire (default: all; Triton always).
+    ValueError for a bad ``warm_set`` name or ``cache`` URL.
+    """
+    s = Session(
+        cache, warm_set=warm_set, publish_every=publish_every, systems=systems, mirrors=mirrors
+    ).start()
+    ok = False
+    try:
+        yield s
+        ok = True
+    finally:
+        s.close(ok=ok)

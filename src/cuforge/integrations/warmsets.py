@@ -1,0 +1,385 @@
+"""Warm sets: the entries a job read or stored, kept under a name, fetched in bulk.
+
+**Where a set lives.** In the cache itself: one entry under the key
+``cuforge-warm-set\\0<name>`` whose metadata record has ``kind = "warm-set"``, the
+name and how many entries it lists, and whose payload is the zlib-compressed list
+of the listed entries' cache keys (hex, one a line). Keys, not entry ids: a key is
+what a batched read (``get_entries``) and a store into another level need, and an
+id cannot be turned back into one. The set is an entry like any other: integrity-
+checked, signed with ``$CUFORGE_CACHE_SECRET``, shown by ``cuforge cache ls``.
+A set that does not verify, does not decode, or lists more than ``MAX_KEYS`` keys
+is treated as absent (a warning), never as a partial list.
+
+**Recording.** :class:`Recorder` wraps the cache a job's integrations use and notes
+the key of every entry read (a hit) or stored; with a journal file it appends each
+new key there at once (one line, ``O_APPEND``), so a process that is killed has
+already written what it touched. :func:`publish` merges what the recorders noted
+into the named set: ``replace=True`` (a job that ended well) makes the set exactly
+what this run read or stored; otherwise (periodic publishes, a failed or killed
+job) the run's keys are added to the set.
+
+**Prefetching.** :func:`prefetch` reads every listed entry into the local level of
+a tier -- the first persistent level of ``file:///local,redis://shared`` -- in
+batches on a few threads, through the tier's own ``get_entries`` (each level asked
+in one batch for what the faster ones missed; a hit behind the local level is
+written into it, verified first). On Redis each batch is one MGET, and batches run
+on concurrent connections; a backend whose ``get_entries`` asks one key at a time
+(S3) gets concurrency from the threads. An entry absent or damaged is skipped (a
+miss the job may compile), a level that fails is a counted failure: prefetching
+never fails the job.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+import warnings
+import zlib
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from cuforge._stack import outside_level
+from cuforge.storage.base import CacheReadWarning, CacheWriteWarning, ProgramCacheResource
+from cuforge.storage.record import decode_record, encode_record
+
+__all__ = [
+    "KIND",
+    "MAX_KEYS",
+    "Prefetched",
+    "Recorder",
+    "load",
+    "local_tier",
+    "prefetch",
+    "publish",
+    "read_journals",
+    "set_key",
+    "store",
+]
+
+KIND = "warm-set"
+#: A set listing more keys than this is refused (as absent): a bound on what a
+#: damaged or hostile set can make a job fetch.
+MAX_KEYS = 1_000_000
+_MAX_PAYLOAD = 256 << 20  # decompressed
+_PREFIX = b"cuforge-warm-set\0"
+
+
+def set_key(name: str) -> bytes:
+    """The cache key of the warm set ``name``; ValueError for an empty or odd name."""
+    if not isinstance(name, str) or not name.strip() or "\0" in name or "\n" in name:
+        raise ValueError(f"warm set name: expected a non-empty one-line name, got {name!r}")
+    return _PREFIX + name.encode("utf-8")
+
+
+def _encode(keys: Iterable[bytes]) -> bytes:
+    return zlib.compress(b"\n".join(sorted({k.hex().encode() for k in keys})), 6)
+
+
+def _decode(payload: bytes) -> list[bytes] | None:
+    try:
+        inflate = zlib.decompressobj()
+        raw = inflate.decompress(payload, _MAX_PAYLOAD)
+        if inflate.unconsumed_tail or not inflate.eof:
+            return None
+        lines = raw.split(b"\n") if raw else []
+        if len(lines) > MAX_KEYS:
+            return None
+        return [bytes.fromhex(line.decode("ascii")) for line in lines]
+    except (zlib.error, ValueError, UnicodeDecodeError):
+        return None
+
+
+def load(cache: ProgramCacheResource, name: str) -> list[bytes] | None:
+    """The keys the warm set ``name`` lists, or None when there is no such set (also
+    when the stored one does not verify or decode: warned, treated as absent)."""
+    key = set_key(name)
+    try:
+        entry = cache.get_entry(key)
+    except Exception as exc:  # a cache fault: no set, the job goes on
+        _warn(CacheReadWarning, f"warm set {name!r}: lookup failed ({type(exc).__name__}: {exc})")
+        return None
+    if entry is None:
+        return None
+    record = decode_record(entry.meta, KIND)
+    keys = None if record is None or record.get("name") != name else _decode(entry.data)
+    if keys is None:
+        _warn(CacheReadWarning, f"warm set {name!r}: the stored set is not one; ignored")
+    return keys
+
+
+def store(cache: ProgramCacheResource, name: str, keys: Iterable[bytes]) -> bool:
+    """Store the warm set ``name`` listing ``keys``; False when the store was dropped
+    (warned)."""
+    key = set_key(name)
+    listed = {k for k in keys if not k.startswith(_PREFIX)}  # a set never lists sets
+    payload = _encode(listed)
+    meta = encode_record(KIND, {"name": name, "key": name, "entries": len(listed)})
+    try:
+        cache.set_entry(key, payload, meta)
+    except Exception as exc:  # a cache fault never fails the job
+        _warn(CacheWriteWarning, f"warm set {name!r}: store failed ({type(exc).__name__}: {exc})")
+        return False
+    return True
+
+
+def publish(cache: ProgramCacheResource, name: str, keys: Iterable[bytes], *, replace: bool) -> int:
+    """Make the warm set ``name`` list ``keys`` (``replace``) or add them to it; returns
+    how many keys the set lists now (0 when the store was dropped). Under the set's
+    lock, so two jobs publishing the same set at once never lose each other's keys
+    when adding."""
+    keys = set(keys)
+    with contextlib.ExitStack() as stack:
+        with contextlib.suppress(Exception):  # no lock: a lost update, never a failure
+            stack.enter_context(cache.lock(set_key(name), timeout=10.0))
+        if not replace:
+            keys |= set(load(cache, name) or ())
+        return len(keys) if store(cache, name, keys) else 0
+    return 0  # pragma: no cover - mypy: the with block always returns
+
+
+def _warn(category: type[Warning], what: str) -> None:
+    warnings.warn(f"cuforge: {what}", category, stacklevel=outside_level())
+
+
+# -- recording -------------------------------------------------------------------------
+
+
+class Recorder(ProgramCacheResource):
+    """``inner`` as it is, noting the key of every entry read (a hit) or stored.
+
+    Everything is ``inner``'s: lookups, stores, locks, counters, listing. ``keys()``
+    is what was noted so far. With ``journal`` (a path), each key noted for the
+    first time is also appended there as one hex line at once (``O_APPEND``, one
+    ``write``), so a killed process loses nothing it noted; a journal that cannot
+    be written is warned about once and dropped (recording goes on in memory).
+    """
+
+    def __init__(self, inner: ProgramCacheResource, journal: str | None = None) -> None:
+        # ProgramCacheResource.__init__ is not called: the counters are inner's.
+        self._inner = inner
+        self._seen: set[bytes] = set()
+        self._mutex = threading.Lock()
+        self._journal_fd: int | None = None
+        if journal is not None:
+            try:
+                flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
+                self._journal_fd = os.open(journal, flags, 0o600)
+            except OSError as exc:
+                _warn(CacheWriteWarning, f"warm set journal {journal}: {exc.strerror or exc}")
+
+    @property
+    def inner(self) -> ProgramCacheResource:
+        """The cache that does the work."""
+        return self._inner
+
+    def keys(self) -> set[bytes]:
+        """The keys noted so far (a copy)."""
+        with self._mutex:
+            return set(self._seen)
+
+    def _note(self, key: Any) -> None:
+        k = key if type(key) is bytes else _coerce(key)
+        if k in self._seen:
+            return
+        with self._mutex:
+            if k in self._seen:
+                return
+            self._seen.add(k)
+            fd = self._journal_fd
+            if fd is None:
+                return
+            try:
+                os.write(fd, k.hex().encode() + b"\n")
+            except OSError as exc:
+                self._journal_fd = None
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+                _warn(CacheWriteWarning, f"warm set journal: {exc.strerror or exc}; not kept")
+
+    # -- reads --------------------------------------------------------------------------
+    def get_entry(self, key: Any) -> Any:
+        entry = self._inner.get_entry(key)
+        if entry is not None:
+            self._note(key)
+        return entry
+
+    def get_entries(self, keys: Iterable[Any]) -> list[Any]:
+        ks = list(keys)
+        found = self._inner.get_entries(ks)
+        for k, entry in zip(ks, found, strict=True):
+            if entry is not None:
+                self._note(k)
+        return found
+
+    def __getitem__(self, key: Any) -> bytes:
+        data = self._inner[key]
+        self._note(key)
+        return data
+
+    def get(self, key: Any, default: bytes | None = None) -> bytes | None:
+        data = self._inner.get(key)
+        if data is None:
+            return default
+        self._note(key)
+        return data
+
+    # -- writes -------------------------------------------------------------------------
+    def set_entry(self, key: Any, value: Any, meta: bytes = b"") -> None:
+        self._inner.set_entry(key, value, meta)
+        self._note(key)
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self._inner[key] = value
+        self._note(key)
+
+    def __delitem__(self, key: Any) -> None:
+        del self._inner[key]
+
+    # -- everything else is inner's -----------------------------------------------------
+    def __len__(self) -> int:
+        return len(self._inner)
+
+    def clear(self) -> None:
+        self._inner.clear()
+
+    def lock(self, key: Any, timeout: float | None = 120.0) -> Any:
+        return self._inner.lock(key, timeout)
+
+    def iter_entries(self) -> Iterator[Any]:
+        return self._inner.iter_entries()
+
+    def check_entry(self, entry_id: str) -> str | None:
+        return self._inner.check_entry(entry_id)
+
+    def read_entry(self, entry_id: str) -> Any:
+        return self._inner.read_entry(entry_id)
+
+    def remove_entry(self, entry_id: str) -> bool:
+        return self._inner.remove_entry(entry_id)
+
+    def stats(self) -> Any:
+        return self._inner.stats()
+
+    def zero_stats(self) -> None:
+        self._inner.zero_stats()
+
+    def close(self) -> None:
+        """Close the journal (the inner cache is its owner's to close)."""
+        with self._mutex:
+            fd, self._journal_fd = self._journal_fd, None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name in ("_inner", "_seen", "_mutex", "_journal_fd"):
+            raise AttributeError(name)
+        return getattr(self._inner, name)
+
+    def __repr__(self) -> str:
+        return f"Recorder({self._inner!r})"
+
+
+def _coerce(key: Any) -> bytes:
+    if isinstance(key, str):
+        return key.encode("utf-8")
+    return bytes(key)
+
+
+def read_journals(directory: str) -> set[bytes]:
+    """Every key the journals (``*.keys``) in ``directory`` list; lines that are not
+    whole hex keys (a write cut short by a kill) are skipped."""
+    keys: set[bytes] = set()
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return keys
+    for fname in names:
+        if not fname.endswith(".keys"):
+            continue
+        try:
+            with open(os.path.join(directory, fname), "rb") as f:
+                lines = f.read().split(b"\n")
+        except OSError:
+            continue
+        for line in lines[:-1] if lines and lines[-1] != b"" else lines:
+            with contextlib.suppress(ValueError):
+                if line:
+                    keys.add(bytes.fromhex(line.decode("ascii")))
+    return keys
+
+
+# -- prefetching -----------------------------------------------------------------------
+
+
+class Prefetched:
+    """What :func:`prefetch` did: ``listed`` keys, ``fetched`` (now in the local
+    level), ``missing`` (in no level, or damaged), ``seconds``."""
+
+    __slots__ = ("fetched", "listed", "missing", "seconds")
+
+    def __init__(self, listed: int, fetched: int, missing: int, seconds: float) -> None:
+        self.listed, self.fetched, self.missing, self.seconds = listed, fetched, missing, seconds
+
+    def __repr__(self) -> str:
+        return (
+            f"Prefetched(listed={self.listed}, fetched={self.fetched}, "
+            f"missing={self.missing}, seconds={self.seconds:.3f})"
+        )
+
+
+def local_tier(cache: ProgramCacheResource) -> ProgramCacheResource | None:
+    """The tier to prefetch through: ``cache``'s levels from its first persistent one
+    (the local level) on, so memory levels in front are not filled in this process;
+    None when ``cache`` is no tier with a writable local level and a level behind it
+    (there is no local level to fetch into)."""
+    from cuforge.storage.memory import InMemoryProgramCache
+    from cuforge.storage.tiered import TieredProgramCache
+
+    inner = cache.inner if isinstance(cache, Recorder) else cache
+    if not isinstance(inner, TieredProgramCache):
+        return None
+    levels = inner.levels
+    ro = set(inner.read_only)
+    first = next(
+        (i for i, lv in enumerate(levels) if not isinstance(lv, InMemoryProgramCache)), None
+    )
+    if first is None or first in ro or first == len(levels) - 1:
+        return None
+    if first == 0:
+        return inner
+    rest = levels[first:]
+    return TieredProgramCache(*rest, read_only=[i - first for i in ro if i >= first])
+
+
+def prefetch(
+    cache: ProgramCacheResource,
+    keys: list[bytes],
+    *,
+    batch: int = 64,
+    workers: int = 8,
+) -> Prefetched:
+    """Read ``keys`` into ``cache``'s local level (see the module docstring), ``batch``
+    keys per ``get_entries``, ``workers`` batches at a time. ``cache`` is the tier
+    :func:`local_tier` returned. Never raises for a cache fault."""
+    start = time.perf_counter()
+    batches = [keys[i : i + batch] for i in range(0, len(keys), batch)]
+    fetched = 0
+
+    def one(part: list[bytes]) -> int:
+        try:
+            return sum(e is not None for e in cache.get_entries(part))
+        except Exception as exc:  # a fault is a miss for the whole batch
+            _warn(CacheReadWarning, f"prefetch: lookup failed ({type(exc).__name__}: {exc})")
+            return 0
+
+    if len(batches) <= 1 or workers <= 1:
+        fetched = sum(one(b) for b in batches)
+    else:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(min(workers, len(batches)), "cuforge-prefetch") as pool:
+            fetched = sum(pool.map(one, batches))
+    return Prefetched(len(keys), fetched, len(keys) - fetched, time.perf_counter() - start)

@@ -1,0 +1,220 @@
+"""Warm sets (cuforge.integrations.warmsets): stored in the cache, recorded by what a
+job reads or stores, prefetched in batches into a tier's local level from a real
+redis-server and a real SeaweedFS S3; compiles after warm-up (cuforge._warm)."""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+import pytest
+
+from cuforge import _warm
+from cuforge.integrations import warmsets
+from cuforge.storage.base import CacheReadWarning
+from cuforge.storage.urls import open_cache
+
+META = b'{"kind":"raw","v":1}'
+
+
+def _fill(url: str, n: int, size: int = 4096) -> dict[bytes, bytes]:
+    data = {f"warm-test\0{i}".encode(): os.urandom(size) for i in range(n)}
+    with open_cache(url) as cache:
+        for k, v in data.items():
+            cache.set_entry(k, v, META)
+    return data
+
+
+def test_a_set_round_trips_and_is_an_entry_of_its_own_kind(tmp_path) -> None:
+    keys = [b"a", b"b\0c", bytes(range(256))]
+    with open_cache(str(tmp_path / "c")) as cache:
+        assert warmsets.load(cache, "job") is None
+        assert warmsets.store(cache, "job", keys)
+        assert sorted(warmsets.load(cache, "job") or []) == sorted(keys)
+        (info,) = list(cache.iter_entries())
+    assert b'"kind":"warm-set"' in info.meta and b'"entries":3' in info.meta
+
+
+@pytest.mark.parametrize("name", ["", "  ", "a\nb", "a\0b"])
+def test_a_bad_name_is_refused(name: str) -> None:
+    with pytest.raises(ValueError, match="warm set name"):
+        warmsets.set_key(name)
+
+
+def test_a_set_that_does_not_decode_is_absent_with_a_warning(tmp_path) -> None:
+    with open_cache(str(tmp_path / "c")) as cache:
+        meta = b'{"entries":1,"key":"job","kind":"warm-set","name":"job","v":1}'
+        cache.set_entry(warmsets.set_key("job"), b"not zlib", meta)
+        with pytest.warns(CacheReadWarning, match="not one; ignored"):
+            assert warmsets.load(cache, "job") is None
+        # a bomb: more than the bound once inflated
+        import zlib
+
+        cache.set_entry(warmsets.set_key("job"), zlib.compress(b"0" * (300 << 20)), meta)
+        with pytest.warns(CacheReadWarning, match="not one; ignored"):
+            assert warmsets.load(cache, "job") is None
+
+
+def test_publish_replaces_or_adds(tmp_path) -> None:
+    with open_cache(str(tmp_path / "c")) as cache:
+        assert warmsets.publish(cache, "job", {b"a", b"b"}, replace=True) == 2
+        assert warmsets.publish(cache, "job", {b"c"}, replace=False) == 3
+        assert sorted(warmsets.load(cache, "job") or []) == [b"a", b"b", b"c"]
+        assert warmsets.publish(cache, "job", {b"c"}, replace=True) == 1
+        assert warmsets.load(cache, "job") == [b"c"]
+
+
+def test_the_recorder_notes_hits_and_stores_and_journals_them_at_once(tmp_path) -> None:
+    journal = tmp_path / "j"
+    journal.mkdir()
+    with open_cache(str(tmp_path / "c")) as cache:
+        cache.set_entry(b"old", b"x", META)
+        rec = warmsets.Recorder(cache, str(journal / "1.keys"))
+        assert rec.get_entry(b"missing") is None
+        assert rec.get_entry(b"old") is not None
+        rec.set_entry(b"new", b"y", META)
+        assert rec.get_entries([b"old", b"absent", b"new"])[1] is None
+        assert rec.keys() == {b"old", b"new"}
+        # written before close: a process killed now has told the journal already
+        assert warmsets.read_journals(str(journal)) == {b"old", b"new"}
+        assert (journal / "1.keys").read_bytes().count(b"\n") == 2  # each key once
+        rec.close()
+    # a line cut short by a kill is skipped, whole lines are kept
+    (journal / "2.keys").write_bytes(b"6162\n61")
+    assert warmsets.read_journals(str(journal)) == {b"old", b"new", b"ab"}
+
+
+def test_local_tier_is_the_levels_from_the_first_persistent_one(tmp_path, redis_server) -> None:
+    with open_cache(f"memory://,file://{tmp_path}/l,{redis_server.url}") as cache:
+        tier = warmsets.local_tier(cache)
+        assert tier is not None and len(tier.levels) == 2  # type: ignore[attr-defined]
+    with open_cache(redis_server.url) as cache:
+        assert warmsets.local_tier(cache) is None  # no local level to fetch into
+    with open_cache(f"file://{tmp_path}/l,{redis_server.url}?ro") as cache:
+        assert warmsets.local_tier(cache) is not None
+
+
+def _prefetch_and_check(tmp_path, shared: str, n: int) -> None:
+    data = _fill(shared, n)
+    local = tmp_path / "local"
+    with open_cache(shared) as cache:
+        assert warmsets.store(cache, "job", [*data, b"never-stored"])
+    with open_cache(f"file://{local},{shared}") as cache:
+        keys = warmsets.load(cache, "job")
+        assert keys is not None and len(keys) == n + 1
+        tier = warmsets.local_tier(cache)
+        assert tier is not None
+        done = warmsets.prefetch(tier, keys, batch=16, workers=4)
+    assert (done.listed, done.fetched, done.missing) == (n + 1, n, 1)
+    # every entry is now in the local level alone, verified, with its metadata
+    with open_cache(str(local), read_only=True) as alone:
+        got = alone.get_entries(list(data))
+    assert [e.data if e else None for e in got] == list(data.values())
+    assert all(e is not None and e.meta == META for e in got)
+
+
+def test_prefetch_from_redis_into_the_local_level(tmp_path, redis_server) -> None:
+    _prefetch_and_check(tmp_path, redis_server.url, 100)
+
+
+def test_prefetch_from_s3_into_the_local_level(tmp_path, s3_url) -> None:
+    _prefetch_and_check(tmp_path, s3_url, 60)
+
+
+def test_prefetch_with_the_server_down_is_a_miss_not_a_failure(tmp_path, redis_server) -> None:
+    data = _fill(redis_server.url, 10)
+    with open_cache(f"file://{tmp_path}/l,{redis_server.url}?timeout=0.5") as cache:
+        tier = warmsets.local_tier(cache)
+        assert tier is not None
+        redis_server.kill()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            done = warmsets.prefetch(tier, list(data), batch=4, workers=2)
+    assert (done.fetched, done.missing) == (0, 10)
+
+
+def test_a_signed_cache_prefetches_only_what_verifies(tmp_path, redis_server, monkeypatch) -> None:
+    monkeypatch.setenv("CUFORGE_CACHE_SECRET", "s" * 32)
+    data = _fill(redis_server.url, 5)
+    with open_cache(redis_server.url, secret="t" * 32) as other:  # another secret
+        other.set_entry(b"forged", b"evil", META)
+    with open_cache(f"file://{tmp_path}/l,{redis_server.url}") as cache:
+        tier = warmsets.local_tier(cache)
+        assert tier is not None
+        done = warmsets.prefetch(tier, [*data, b"forged"])
+    assert (done.fetched, done.missing) == (5, 1)
+
+
+# -- compiles after warm-up --------------------------------------------------------------
+
+
+@pytest.fixture
+def warm_state():
+    before = dict(_warm._state)
+    _warm._warned.clear()
+    yield
+    _warm._state.update(before)
+    _warm._warned.clear()
+
+
+def test_a_compile_after_mark_warm_warns_once_and_is_counted(tmp_path, warm_state) -> None:
+    import cuforge
+
+    with open_cache(str(tmp_path / "c")) as cache:
+        _warm.note_compile("triton", "before", cache)  # not warm yet: nothing
+        assert cuforge.compiles_after_warm() == 0
+        cuforge.mark_warm()
+        with pytest.warns(_warm.CompileAfterWarmWarning, match="triton compiles add_kernel"):
+            _warm.note_compile("triton", "add_kernel", cache)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # the same kernel again: counted, not warned
+            _warm.note_compile("triton", "add_kernel", cache)
+        assert cuforge.compiles_after_warm() == 2
+        assert cache.stats().warm_compiles == 2
+
+
+def test_a_cuforge_compile_after_mark_warm_is_warned_about(warm_state) -> None:
+    import cuforge
+
+    cuforge.mark_warm()
+    program = cuforge.Program(
+        'extern "C" __global__ void k(float* x) { x[0] = 1.0f; }',
+        "c++",
+        cuforge.ProgramOptions(arch="sm_80", name="warm-k.cu"),
+    )
+    with pytest.warns(_warm.CompileAfterWarmWarning, match="cuforge compiles warm-k.cu"):
+        program.compile("ptx")
+    assert cuforge.compiles_after_warm() == 1
+
+
+def test_warm_compiles_reach_cache_stats_and_openmetrics(tmp_path, warm_state) -> None:
+    from _cli import isolated_env, run
+
+    url = f"file://{tmp_path / 'tier-local'},{tmp_path / 'shared'}"
+    with open_cache(url) as cache:
+        _warm.mark_warm()
+        with pytest.warns(_warm.CompileAfterWarmWarning):
+            _warm.note_compile("jax", "jit_f", cache)
+    env = isolated_env(tmp_path)
+    shown = run(tmp_path, "cache", "stats", "--cache", str(tmp_path / "shared"), env=env)
+    assert shown.returncode == 0, shown.stderr
+    assert "warm compiles" in shown.stdout and "1" in shown.stdout.split("warm compiles")[1]
+    metrics = run(
+        tmp_path, "cache", "stats", "--format", "openmetrics", "--cache", str(tmp_path / "shared")
+    )
+    assert "# TYPE cuforge_cache_warm_compiles counter" in metrics.stdout
+    assert "cuforge_cache_warm_compiles_total{" in metrics.stdout
+    line = next(ln for ln in metrics.stdout.splitlines() if ln.startswith("cuforge_cache_warm"))
+    assert line.endswith(" 1"), line
+
+
+def test_cuforge_warm_env_marks_the_process_warm_from_the_start(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    code = "from cuforge import _warm; print(_warm.is_warm())"
+    out = subprocess.run(
+        [sys.executable, "-c", code], env={**os.environ, "CUFORGE_WARM": "1"},
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert out.stdout.strip() == "True"
