@@ -13,8 +13,9 @@ buy nothing here and cost start-up time).
 
 Exit status: 0 ok; 1 the command ran and found a failure (a compile error, bad
 entries, a miss for ``explain`` or ``warm --fail-on-miss``, a cache server that
-cannot be reached); 2 usage errors, one line on stderr, never a traceback; 130
-interrupted.
+cannot be reached); 2 usage errors, one line on stderr, never a traceback -- also a
+compiler library that is not installed (``ToolkitNotFoundError``: the line names the
+extra to install, ``pip install 'cuforge[cu13]'``); 130 interrupted.
 """
 
 from __future__ import annotations
@@ -177,6 +178,16 @@ def _dispatch(argv: list[str], digest: str | None) -> int:
     except OSError as exc:  # a cache that cannot be reached or written while in use
         print(f"{_prog(argv)}: error: {exc}", file=sys.stderr)
         return 1
+    except Exception as exc:
+        from cuforge._cuda import ToolkitNotFoundError  # imports nothing CUDA
+
+        if not isinstance(exc, ToolkitNotFoundError):
+            raise
+        # No compiler library (a plain `pip install cuforge`): the set-up, not the
+        # sources, is what to fix -- one line naming the extra to install.
+        message = " ".join(str(exc).split())
+        print(f"{_prog(argv)}: error: {message}", file=sys.stderr)
+        return 2
 
 
 def _prog(argv: list[str]) -> str:
