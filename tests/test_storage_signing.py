@@ -159,3 +159,47 @@ def test_a_short_secret_in_the_environment_names_the_variable(tmp_path, monkeypa
     monkeypatch.setenv("CUFORGE_CACHE_SECRET", "hunter2")
     with pytest.raises(ValueError, match=r"\$CUFORGE_CACHE_SECRET must be at least 16 bytes"):
         open_cache(str(tmp_path))
+
+
+def test_one_compile_over_an_unsigned_entry_counts_one_signature_failure(backend) -> None:
+    """The compile's look-again under the fill's lock rejected the unsigned entry a
+    second time: one request counted ``signature_failures`` 2 (and one miss)."""
+    options = ProgramOptions(arch=ARCH, name="one.cu")
+    Program(SRC, "c++", options).compile("cubin", cache=backend)  # stored unsigned
+    signed = SignedProgramCache(backend, SECRET)
+    before = signed.stats()
+    Program(SRC, "c++", options).compile("cubin", cache=signed)
+    after = signed.stats()
+    assert after.signature_failures - before.signature_failures == 1
+    assert (after.misses - before.misses, after.hits - before.hits) == (1, 0)
+
+
+def test_each_request_counts_its_rejection_once(backend) -> None:
+    """The look-again protocol (``single_flight``): a rejected lookup, the key's lock,
+    a lookup under it -- that is one request. Every other lookup is one of its own."""
+    backend.set_entry(b"k", b"planted", b"")
+    backend.set_entry(b"j", b"planted", b"")
+    signed = SignedProgramCache(backend, SECRET)
+
+    def failures() -> int:
+        return signed.stats().signature_failures
+
+    assert signed.get_entry(b"k") is None and failures() == 1
+    with signed.lock(b"k"):
+        assert signed.get_entry(b"k") is None and failures() == 1  # the look-again
+        assert signed.get_entry(b"k") is None and failures() == 2  # a lookup of its own
+    assert signed.get_entry(b"k") is None and failures() == 3  # the next request
+    with signed.lock(b"j"):  # no rejected lookup of j just before: counted
+        assert signed.get_entry(b"j") is None and failures() == 4
+    assert signed.get_entry(b"k") is None and failures() == 5
+    with signed.lock(b"j"):  # the lock of another key: not k's look-again
+        assert signed.get_entry(b"k") is None and failures() == 6
+    assert signed.get_entry(b"absent") is None
+    with signed.lock(b"k"):  # the last lookup was a plain miss
+        assert signed.get_entry(b"k") is None and failures() == 7
+    # a tier whose lock is another level's says so for this level
+    signed.look_again(b"k")
+    assert signed.get_entry(b"k") is None and failures() == 7
+    assert signed.get_entry(b"k") is None and failures() == 8
+    signed.look_again(b"j")  # not the key this thread's last lookup rejected
+    assert signed.get_entry(b"k") is None and failures() == 9

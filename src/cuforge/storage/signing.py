@@ -24,8 +24,9 @@ from __future__ import annotations
 import hashlib
 import hmac
 import struct
+import threading
 from collections.abc import Iterable, Iterator
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 from ._values import coerce_key, coerce_value
@@ -72,7 +73,10 @@ class SignedProgramCache(EntryCache):
 
     Statistics are the inner cache's: a lookup whose entry fails verification is
     counted as a miss and a ``signature_failure`` there (so a shared backend's fleet
-    totals include them). Rejected entries are left in place -- the next fill
+    totals include them), once per request: the look-again a caller makes under
+    ``lock(key)`` after a rejected lookup of ``key`` (``compile._cacheio.single_flight``,
+    which takes back its miss) is that request's, and its rejection is not counted
+    again. Rejected entries are left in place -- the next fill
     overwrites them with a signed one -- and ``check_entry`` names the problem.
     ``lock``, deletion, ``len``, ``clear`` and ``total_stats`` are the inner
     cache's. Other public attributes (``path``, ``max_size_bytes``...) read through.
@@ -85,6 +89,7 @@ class SignedProgramCache(EntryCache):
             raise TypeError(f"inner must be a ProgramCacheResource, got {type(inner).__name__}")
         self._inner = inner
         self._mac = hmac.new(secret_bytes(secret), _DOMAIN, hashlib.sha256)
+        self._seen = _Rejections()
 
     @property
     def inner(self) -> ProgramCacheResource:
@@ -122,23 +127,32 @@ class SignedProgramCache(EntryCache):
             return "signature does not verify (tampered, or signed with another secret)"
         return CacheEntry(entry.data, meta)
 
-    def _rejected(self, entry: CacheEntry) -> None:
+    def _rejected(self, entry: CacheEntry, counted: bool = True) -> None:
+        """The inner cache counted a hit: make it a miss, and (``counted``) a
+        signature failure."""
         stats = self._inner._stats
         stats.hits -= 1
         stats.misses += 1
         stats.bytes_read -= len(entry.data)
-        stats.signature_failures += 1
+        if counted:
+            stats.signature_failures += 1
 
     # -- mapping and entries ------------------------------------------------------------
     def get_entry(self, key: CacheKey) -> CacheEntry | None:
         k = coerce_key(key)
         entry = self._inner.get_entry(k)
+        seen = self._seen
         if entry is None:
+            seen.last = seen.again = None
             return None
-        result = self._verify(key_digest(k), entry)
+        kd = key_digest(k)
+        result = self._verify(kd, entry)
         if type(result) is CacheEntry:
-            return result
-        self._rejected(entry)
+            return result  # (the hit path leaves ``seen`` alone: see lock)
+        again = seen.again == kd  # the look-again of a request that counted it
+        seen.again = None
+        seen.last = kd
+        self._rejected(entry, counted=not again)
         return None
 
     def get_entries(self, keys: Iterable[CacheKey]) -> list[CacheEntry | None]:
@@ -204,7 +218,37 @@ class SignedProgramCache(EntryCache):
     def lock(
         self, key: CacheKey, timeout: float | None = DEFAULT_LOCK_TIMEOUT
     ) -> AbstractContextManager[bool]:
-        return self._inner.lock(key, timeout)
+        """The inner cache's lock. Taken right after this thread's lookup of ``key``
+        was rejected, the first lookup of ``key`` under it is that request's
+        look-again: its rejection is not counted a second time."""
+        return self._hold(key_digest(coerce_key(key)), self._inner.lock(key, timeout))
+
+    @contextmanager
+    def _hold(self, kd: bytes, inner: AbstractContextManager[bool]) -> Iterator[bool]:
+        with inner as held:
+            self._arm(kd)
+            try:
+                yield held
+            finally:
+                self._seen.again = None
+
+    def look_again(self, key: CacheKey) -> None:
+        """Say that this thread's next lookup of ``key`` repeats the one just rejected,
+        as part of the same request: its rejection is then not counted again.
+        ``lock(key)`` does this for its holder; a tier whose lock is another level's
+        (``TieredProgramCache`` takes back each level's miss for the look-again) calls
+        it for this level. Nothing happens unless this thread's last lookup through
+        this cache was a rejection of ``key``."""
+        self._arm(key_digest(coerce_key(key)))
+
+    def _arm(self, kd: bytes) -> None:
+        # ``last`` is this thread's last lookup when it was rejected; the next rejection
+        # or miss clears ``again``. A hit clears neither, to keep the hit path as it was:
+        # a look-again that hit, then an entry of that key turned bad and looked up
+        # again by this thread, is the one rejection this leaves uncounted.
+        seen = self._seen
+        if seen.last == kd:
+            seen.again = kd
 
     def stats(self) -> CacheStats:
         return self._inner.stats()
@@ -224,3 +268,11 @@ class SignedProgramCache(EntryCache):
 
     def __repr__(self) -> str:
         return f"SignedProgramCache({self._inner!r})"
+
+
+class _Rejections(threading.local):
+    """Per thread: the key digest of the last lookup when it was rejected (``last``),
+    and the key whose lock this thread took right after (``again``)."""
+
+    last: bytes | None = None
+    again: bytes | None = None
