@@ -278,15 +278,15 @@ def test_prune_by_age_use_compiler_and_size(tmp_path, cache):
     _age(cache, old_and_unused, stored_days=10, used_days=10)
 
     dry = cli(tmp_path, "cache", "prune", "--cache", str(cache), "--unused-for", "5d", "--dry-run")
-    assert dry.returncode == 0 and "would remove 1 entries" in dry.stdout
+    assert dry.returncode == 0 and "would remove 1 entry" in dry.stdout
     assert _payload(cache, old_and_unused).exists()
 
     unused = cli(tmp_path, "cache", "prune", "--cache", str(cache), "--unused-for", "5d")
-    assert "removed 1 entries" in unused.stdout and "3 entries" in unused.stdout
+    assert "removed 1 entry" in unused.stdout and "3 entries" in unused.stdout
     assert not _payload(cache, old_and_unused).exists() and _payload(cache, old_but_used).exists()
 
     older = cli(tmp_path, "cache", "prune", "--cache", str(cache), "--older-than", "1w")
-    assert "removed 1 entries" in older.stdout and not _payload(cache, old_but_used).exists()
+    assert "removed 1 entry" in older.stdout and not _payload(cache, old_but_used).exists()
 
     other = cli(tmp_path, "cache", "prune", "--cache", str(cache), "--compiler", "nvrtc:12.0")
     assert "removed 0 entries" in other.stdout
@@ -449,7 +449,7 @@ def _every_command(tmp_path, url, damage):
     assert cli(tmp_path, "cache", "verify", "--cache", url).returncode == 0
     assert len(_ls(tmp_path, url)) == 1
 
-    assert "removed 1 entries" in cli(tmp_path, "cache", "prune", "--cache", url,
+    assert "removed 1 entry" in cli(tmp_path, "cache", "prune", "--cache", url,
                                       "--max-size", "1K").stdout  # fmt: skip
     assert _ls(tmp_path, url) == []
     cli(tmp_path, *build)

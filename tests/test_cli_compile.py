@@ -504,8 +504,15 @@ def test_one_fatbin_for_several_archs_is_built_through_the_cache_per_arch(tmp_pa
                 "--cache", cache, "--json")  # fmt: skip
     assert first.returncode == 0, first.stderr
     report = json.loads(first.stdout)
+    # the fatbin is packed, never looked up: "off" said there was no cache
     assert [(r["arch"], r["target"], r["cache"]) for r in report] == [
-        ("sm_80", "cubin", "miss"), ("sm_90", "cubin", "miss"), ("sm_80,sm_90", "fatbin", "off")
+        ("sm_80", "cubin", "miss"), ("sm_90", "cubin", "miss"), ("sm_80,sm_90", "fatbin", "packed")
+    ]  # fmt: skip
+    assert report[-1]["parts"] == 2 and "stored" not in report[-1]
+    text = run(tmp_path, "compile", str(SAXPY), "--arch", "sm_80,sm_90", "-o", str(out),
+               "--cache", cache).stdout.splitlines()  # fmt: skip
+    assert [line.rsplit(", ", 1)[-1] for line in text] == [
+        "cache hit", "cache hit", "packed from 2 parts"
     ]  # fmt: skip
     assert sorted(_fatbin_parts(out.read_bytes())) == [("cubin", 80), ("cubin", 90)]
     # adding archs compiles only those; a compute_XY arch goes in as PTX
@@ -515,7 +522,7 @@ def test_one_fatbin_for_several_archs_is_built_through_the_cache_per_arch(tmp_pa
     caches = {(r["arch"], r["target"]): r["cache"] for r in json.loads(again.stdout)}
     assert caches == {("sm_80", "cubin"): "hit", ("sm_90", "cubin"): "hit",
                       ("sm_100", "cubin"): "miss", ("compute_100", "ptx"): "miss",
-                      ("sm_80,sm_90,sm_100,compute_100", "fatbin"): "off"}  # fmt: skip
+                      ("sm_80,sm_90,sm_100,compute_100", "fatbin"): "packed"}  # fmt: skip
     assert sorted(_fatbin_parts(out.read_bytes())) == [
         ("cubin", 80), ("cubin", 90), ("cubin", 100), ("ptx", 100)
     ]  # fmt: skip

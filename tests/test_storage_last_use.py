@@ -70,5 +70,5 @@ def test_verify_and_a_dry_run_are_no_use_of_a_filestream_entry(tmp_path):
         assert os.stat(cold).st_atime_ns == stamped, args  # still unused for 3 days
     pruned = run(tmp_path, "cache", "prune", "--unused-for", "1d", "--cache", str(root))
     assert pruned.returncode == 0, pruned.stderr
-    assert "removed 1 entries" in pruned.stdout, pruned.stdout
+    assert "removed 1 entry" in pruned.stdout, pruned.stdout
     assert not os.path.exists(cold) and os.path.exists(warm)

@@ -210,7 +210,7 @@ def test_listing_stats_verify_and_a_dry_run_are_no_use_of_an_entry(newer_redis, 
     assert used[entry_id(b"warm")] - used[entry_id(b"cold")] >= 2 * 3600  # hits, not listings
     pruned = run(tmp_path, "cache", "prune", "--unused-for", "1h", "--cache", url, env=env)
     assert pruned.returncode == 0, pruned.stderr
-    assert "removed 1 entries" in pruned.stdout, pruned.stdout
+    assert "removed 1 entry" in pruned.stdout, pruned.stdout
     assert not raw.exists(cold) and raw.exists(warm)
     record(
         "use", "redis",

@@ -3,11 +3,12 @@ format (``application/openmetrics-text``, which Prometheus scrapes), for any
 collector that runs a command or reads a file.
 
 Every counter of ``CacheStats`` is a ``counter`` family (samples end in ``_total``; byte
-counts carry ``# UNIT … bytes``); entries, size and cap are gauges, entries per kind one
-labelled gauge. Every sample is labelled with the cache (as ``stats`` shows it,
-passwords hidden) and its backend; label values are escaped as the format requires.
-The text ends with ``# EOF``. What cannot be known (a backend that cannot list its
-entries) is left out, never written as 0.
+counts carry ``# UNIT … bytes``); entries, size, disk use (where the cap bounds it:
+SQLite) and cap are gauges, entries per kind one labelled gauge. Every sample is
+labelled with the cache (as ``stats`` shows it, passwords hidden) and its backend;
+label values are escaped as the format requires. The text ends with ``# EOF``. What
+cannot be known (a backend that cannot list its entries) is left out, never written
+as 0.
 """
 
 from __future__ import annotations
@@ -88,6 +89,14 @@ def render(report: Mapping[str, Any]) -> str:
     if report.get("size_bytes") is not None:
         full = family("size_bytes", "gauge", "bytes", "Bytes the entries take now.")
         out.append(f"{full}{at} {int(report['size_bytes'])}")
+    if report.get("disk_bytes") is not None:
+        full = family(
+            "disk_bytes",
+            "gauge",
+            "bytes",
+            "Bytes the cache's files take on disk (the cap bounds these).",
+        )
+        out.append(f"{full}{at} {int(report['disk_bytes'])}")
     if report.get("max_size_bytes"):
         full = family("max_size_bytes", "gauge", "bytes", "The size cap.")
         out.append(f"{full}{at} {int(report['max_size_bytes'])}")

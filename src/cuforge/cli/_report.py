@@ -6,7 +6,9 @@ Text: one line per output::
     k.cu -> k.cubin (cubin, sm_90, 3720 bytes) in 0.9 ms, cache hit
 
 ``--json``: one array with an object per output: ``source``, ``arch``, ``target``,
-``output``, ``bytes``, ``ms``, ``cache`` (``hit``, ``miss`` or ``off``); on a miss
+``output``, ``bytes``, ``ms``, ``cache`` (``hit``, ``miss``, ``off`` -- no cache --
+or, for the fatbin ``-o NAME.fatbin`` packs, ``packed``: it is not looked up, its
+``parts`` are the outputs listed before it, each with its own ``cache``); on a miss
 ``stored`` (bool) and, when not stored, ``not_stored`` (why: ``read-only``,
 ``unreachable``, ``too-large``, ``locked``, ``failed``, ``compiler changed``);
 ``error`` (the compiler log) for a failed compile. A miss that was not stored reads
@@ -36,11 +38,14 @@ def render(results: list[dict[str, Any]], as_json: bool) -> str:
         if "error" in r:
             lines.append(f"{r['source']} ({r['target']}, {r['arch']}): compile failed")
             continue
-        words = CACHE_WORDS[r["cache"]]
-        if r.get("not_stored"):
+        if r["cache"] == "packed":
+            words = f", packed from {r['parts']} parts"
+        elif r.get("not_stored"):
             from cuforge.storage.events import dropped_words
 
             words = f", cache miss (compiled; not stored: {dropped_words(r['not_stored'])})"
+        else:
+            words = CACHE_WORDS[r["cache"]]
         lines.append(
             f"{r['source']} -> {r['output']} ({r['target']}, {r['arch']}, {r['bytes']} bytes) "
             f"in {r['ms']:.1f} ms{words}"

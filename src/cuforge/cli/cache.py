@@ -4,8 +4,10 @@
   entries and bytes, the cap, the counters summed over every process that used it
   (hits, misses, stores, evictions, integrity and write failures, hit rate), the oldest
   and newest entry; ``openmetrics`` is the Prometheus text format (``_openmetrics``).
-- ``zero-stats``: restart those counters from zero (for every process; on Redis, for
-  the whole fleet using the prefix).
+  Where the cap bounds disk use rather than entry bytes (SQLite: database + WAL + WAL
+  index), the size shown against the cap is the disk use (``disk_bytes``).
+- ``zero-stats [--json]``: restart those counters from zero (for every process; on
+  Redis, for the whole fleet using the prefix).
 - ``ls [--sort size|age|last-used|name] [--limit N] [--reverse] [--name GLOB]
   [--arch ARCH] [--kind program|manifest|triton|inductor|cupy|raw] [--json]``: one
   line per entry (those every filter given matches): short id, kind, target, arch,
@@ -14,8 +16,8 @@
 - ``show ID-PREFIX [--extract OUT] [--json]``: everything recorded about one entry and
   whether it verifies; ``--extract`` writes its raw payload (a cubin for cuobjdump)
   (``-``: to stdout); the details then go to stderr, so stdout holds the payload only.
-- ``dir [--default]``: the cache in use (a directory's path, else its URL without a
-  password); ``--default``: the default directory, whatever is chosen.
+- ``dir [--default] [--json]``: the cache in use (a directory's path, else its URL
+  without a password); ``--default``: the default directory, whatever is chosen.
 
 Maintenance (``verify``, ``prune``, ``clear``) lives in ``cache_maint``, ``explain``
 in ``explain``. Every action takes ``--cache URL|DIR`` (see ``_select``).
@@ -69,6 +71,7 @@ def register(subparsers: Subparsers) -> Subparsers:
     _select.add_cache_option(p, can_disable=False)
 
     p = actions.add_parser("zero-stats", help="restart the counters from zero")
+    p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(handler=_zero_stats)
     _select.add_cache_option(p, can_disable=False)
 
@@ -98,6 +101,7 @@ def register(subparsers: Subparsers) -> Subparsers:
     p.add_argument(
         "--default", action="store_true", help="print the default directory, whatever is chosen"
     )
+    p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(handler=_dir)
     _select.add_cache_option(p, can_disable=False)
     return actions
@@ -166,6 +170,7 @@ def _stats(args: argparse.Namespace) -> int:
         except UsageError:
             listed = None
         cap = getattr(cache, "max_size_bytes", None)
+    disk = _disk_bytes(cache)  # closed: without the WAL index this look opened
     choice = chosen.choice
     kinds: dict[str, int] = {}
     for row in listed or ():
@@ -177,6 +182,7 @@ def _stats(args: argparse.Namespace) -> int:
         "entries": None if listed is None else len(listed),
         "kinds": kinds,
         "size_bytes": None if listed is None else sum(r.info.size for r in listed),
+        "disk_bytes": disk,
         "max_size_bytes": cap,
         **counters,
         "hit_rate": round(counters["hits"] / lookups, 4) if lookups else None,
@@ -198,6 +204,8 @@ def _stats(args: argparse.Namespace) -> int:
     if kinds:
         entries += " (" + ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())) + ")"
     size = "-" if report["size_bytes"] is None else format_size(report["size_bytes"])
+    if disk is not None:  # what the cap bounds: the files' size, not the entries'
+        size = f"{format_size(disk)} on disk (entries {size})"
     rate = "-" if report["hit_rate"] is None else f"{report['hit_rate'] * 100:.1f} %"
     lines = [
         ("cache", f"{report['path']} ({report['backend']})"),
@@ -218,6 +226,21 @@ def _stats(args: argparse.Namespace) -> int:
     return 0
 
 
+def _disk_bytes(cache: ProgramCacheResource) -> int | None:
+    """Bytes on disk where the cap bounds them rather than the entries' bytes: a SQLite
+    cache's database, WAL and WAL index (``SQLiteProgramCache.size_bytes``, the files'
+    sizes; signed or not), which the entries' sum leaves out (pages, indexes, free
+    space). None elsewhere. Read once ``cache`` is closed, so a WAL index that only
+    this look opened is not counted."""
+    from cuforge.storage.signing import SignedProgramCache
+
+    inner = cache.inner if isinstance(cache, SignedProgramCache) else cache
+    if type(inner).__name__ != "SQLiteProgramCache":
+        return None
+    size: int = inner.size_bytes  # type: ignore[attr-defined]
+    return size
+
+
 def _zero_stats(args: argparse.Namespace) -> int:
     chosen = opened(args)
     with chosen as cache:
@@ -229,7 +252,10 @@ def _zero_stats(args: argparse.Namespace) -> int:
             raise  # a server that cannot be reached: exit 1, as for every command
         except OSError as exc:  # read-only: a cache or level this user may not reset
             raise UsageError(f"cannot reset the statistics: {exc.strerror or exc}") from None
-    print(f"statistics of {chosen.choice.shown()} restart from zero")
+    if args.json:
+        print(json.dumps({"cache": chosen.choice.shown(), "zeroed": True}, indent=2))
+    else:
+        print(f"statistics of {chosen.choice.shown()} restart from zero")
     return 0
 
 
@@ -374,10 +400,12 @@ def _dir(args: argparse.Namespace) -> int:
     if args.default:
         from cuforge.storage.filestream import default_cache_dir
 
-        print(default_cache_dir())
-        return 0
-    choice = _select.choose(args)
-    if choice.url is None:
-        raise UsageError(f"caching is off ({choice.origin}): there is no cache in use")
-    print(_select.Choice(_select.url_of(choice), choice.origin).shown())
+        where, origin = default_cache_dir(), "the default cache directory"
+    else:
+        choice = _select.choose(args)
+        if choice.url is None:
+            raise UsageError(f"caching is off ({choice.origin}): there is no cache in use")
+        where = _select.Choice(_select.url_of(choice), choice.origin).shown()
+        origin = choice.origin
+    print(json.dumps({"cache": where, "origin": origin}, indent=2) if args.json else where)
     return 0

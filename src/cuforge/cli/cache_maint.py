@@ -52,11 +52,13 @@ def register(actions: Subparsers) -> None:
     p.add_argument("--compiler", metavar="BUILD", help="made by a compiler matching BUILD")
     p.add_argument("--max-size", type=size_arg, metavar="SIZE", help="then evict LRU to SIZE")
     p.add_argument("--dry-run", action="store_true", help="only say what would go")
+    p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(handler=_prune)
     _select.add_cache_option(p, can_disable=False)
 
     p = actions.add_parser("clear", help="remove every entry")
     p.add_argument("--yes", action="store_true", help="do not ask")
+    p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(handler=_clear)
     _select.add_cache_option(p, can_disable=False)
 
@@ -145,31 +147,51 @@ def _prune(args: argparse.Namespace) -> int:
             if ids is not None and not any(i in present for i in ids):
                 doomed[row.id] = (row, "header manifest of removed entries only")
         freed = 0
-        gone: set[str] = set()
+        gone: dict[str, str] = {}  # id -> why
         stuck: list[_entries.Row] = []
         for row, reason in doomed.values():
             if args.dry_run or cache.remove_entry(row.id):
                 freed += row.info.size
-                gone.add(row.id)
-                if args.dry_run or not _term.is_tty(sys.stdout):
+                gone[row.id] = reason
+                if not args.json and (args.dry_run or not _term.is_tty(sys.stdout)):
                     print(f"{_label(row)}: {reason}")
             elif _still_there(cache, row.id):
                 stuck.append(row)  # not removed: a read-only cache, no permission
     left = len(listed) - len(gone)
-    verb = "would remove" if args.dry_run else "removed"
     rest = sum(r.info.size for r in listed if r.id not in gone)
-    print(
-        f"{verb} {len(gone)} entries ({format_size(freed)}); "
-        f"{left} entries ({format_size(rest)}) remain"
-    )
+    if args.json:
+        removed = [
+            {"id": r.id, "kind": r.kind, "name": r.record.get("name"), "size": r.info.size,
+             "reason": gone[r.id]}
+            for r in listed if r.id in gone
+        ]  # fmt: skip
+        report = {
+            "dry_run": bool(args.dry_run), "removed": removed, "removed_bytes": freed,
+            "remaining": left, "remaining_bytes": rest, "not_removed": len(stuck),
+        }  # fmt: skip
+        print(json.dumps(report, indent=2))
+    else:
+        verb = "would remove" if args.dry_run else "removed"
+        print(
+            f"{verb} {_count(len(gone), 'entry')} ({format_size(freed)}); "
+            f"{_count(left, 'entry')} ({format_size(rest)}) remain"
+        )
     if stuck:
         print(
-            f"cuforge cache prune: could not remove {len(stuck)} of {len(doomed)} entries "
-            f"(is {chosen_shown(args)} read-only or another user's?)",
+            f"cuforge cache prune: could not remove {len(stuck)} of "
+            f"{_count(len(doomed), 'entry')} (is {chosen_shown(args)} read-only or another "
+            "user's?)",
             file=sys.stderr,
         )
         return 1
     return 0
+
+
+def _count(n: int, noun: str) -> str:
+    """``1 entry``, ``2 entries``, ``0 foreign objects``."""
+    if n == 1:
+        return f"{n} {noun}"
+    return f"{n} {noun[:-1]}ies" if noun.endswith("y") else f"{n} {noun}s"
 
 
 def _still_there(cache: ProgramCacheResource, entry_id: str) -> bool:
@@ -220,19 +242,30 @@ def _clear(args: argparse.Namespace) -> int:
             sys.stderr.flush()
             if sys.stdin.readline().strip().lower() not in ("y", "yes"):
                 print("not cleared", file=sys.stderr)
+                if args.json:
+                    print(json.dumps({"cache": where, "cleared": False}, indent=2))
                 return 1
+        before: list[str] | None
         try:
             before = [r.id for r in _entries.rows(cache)]
         except UsageError:  # a backend that cannot list: its clear() is taken at its word
-            before = []
+            before = None
         cache.clear()
-        stuck = [i for i in before if _still_there(cache, i)]
+        stuck = [i for i in before or () if _still_there(cache, i)]
+    if args.json:
+        report = {
+            "cache": where, "cleared": not stuck,
+            "removed": None if before is None else len(before) - len(stuck),
+            "not_removed": len(stuck),
+        }  # fmt: skip
+        print(json.dumps(report, indent=2))
     if stuck:
         print(
-            f"cuforge cache clear: could not remove {len(stuck)} of {len(before)} entries "
-            f"of {where} (read-only, or another user's?)",
+            f"cuforge cache clear: could not remove {len(stuck)} of "
+            f"{_count(len(before or ()), 'entry')} of {where} (read-only, or another user's?)",
             file=sys.stderr,
         )
         return 1
-    print(f"cleared {where}")
+    if not args.json:
+        print(f"cleared {where}")
     return 0

@@ -184,7 +184,8 @@ def _pack(jobs: list[Job], output: str, inputs: dict[tuple[int, int], str]) -> d
     _write(output, packed.code, inputs)
     return {"source": jobs[0].source.path, "arch": ",".join(j.arch or "" for j in jobs),
             "target": "fatbin", "output": output, "bytes": len(packed.code),
-            "ms": round((time.perf_counter() - start) * 1000, 3), "cache": "off"}  # fmt: skip
+            "ms": round((time.perf_counter() - start) * 1000, 3), "cache": "packed",
+            "parts": len(jobs)}  # fmt: skip
 
 
 def is_fatbin(args: argparse.Namespace) -> bool:
