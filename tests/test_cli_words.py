@@ -20,12 +20,14 @@ import argparse
 import json
 import os
 import shutil
+import stat
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from _cli import SAXPY, isolated_env, run
+from _cli import SAXPY, SCRIPT, isolated_env, one_line_error, run
 from cuforge.storage.units import format_size
 from reliability._figures import record
 
@@ -157,3 +159,124 @@ def _subparsers(parser):
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             yield from action.choices.items()
+
+
+# -- papercuts -----------------------------------------------------------------------------
+def test_o_dash_writes_the_binary_to_stdout_and_the_report_to_stderr(tmp_path):
+    """As ``cache show --extract -``: stdout holds the binary alone."""
+    cache = str(tmp_path / "c")
+    args = ("compile", str(SAXPY), "--arch", "sm_90", "--cache", cache)
+    for attempt in ("miss", "hit", "hit"):  # -o - leaves no record for the fast path
+        result = subprocess.run(
+            [str(SCRIPT), *args, "-o", "-", "--json"], capture_output=True, cwd=tmp_path,
+            env=isolated_env(tmp_path), timeout=240,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        (report,) = json.loads(result.stderr)
+        assert (report["output"], report["cache"]) == ("-", attempt)
+        assert result.stdout[:4] == b"\x7fELF" and report["bytes"] == len(result.stdout)
+        assert not (tmp_path / "-").exists()
+    to_file = run(tmp_path, *args, "-o", str(tmp_path / "k.cubin"))
+    assert to_file.returncode == 0, to_file.stderr
+    assert (tmp_path / "k.cubin").read_bytes() == result.stdout
+    record(
+        "inputs", "cli", "compile -o - (as cache show --extract -): a miss, then two hits", 3,
+        "the cubin alone on stdout (byte-equal to -o FILE's), the report on stderr, no "
+        "file named - (one was made)", scale="all",
+    )  # fmt: skip
+
+
+def test_an_empty_output_name_is_refused_not_beside_the_source(tmp_path):
+    shutil.copy(SAXPY, tmp_path / "saxpy.cu")
+    for flag in ("-o", "--outdir"):
+        result = run(tmp_path, "compile", "saxpy.cu", "--arch", "sm_90", flag, "", cwd=tmp_path)
+        line = one_line_error(result, "cuforge compile")
+        assert f"{flag} needs a" in line and "empty" in line
+    assert [p.name for p in tmp_path.iterdir()] == ["saxpy.cu"]  # no saxpy.cubin beside it
+    record(
+        "inputs", "cli", "compile -o '' and --outdir ''", 2,
+        "each: exit 2, one line naming the flag; nothing written (the cubin went beside the "
+        "source)", scale="all",
+    )  # fmt: skip
+
+
+def test_a_filter_that_matches_nothing_or_everything_is_refused(tmp_path, cache):
+    """``ls --arch sm90`` (a typo) listed nothing, exit 0; ``prune --compiler ""`` said
+    "give at least one of" (an empty build is in every compiler's description)."""
+    result = run(tmp_path, "cache", "ls", "--arch", "sm90", "--cache", str(cache))
+    line = one_line_error(result, "cuforge cache ls")
+    assert "argument --arch: 'sm90' is not an architecture (expected e.g. sm_90" in line
+    found = run(tmp_path, "cache", "ls", "--arch", "sm_90", "--json", "--cache", str(cache))
+    assert [e["arch"] for e in json.loads(found.stdout)] == ["sm_90"]
+    result = run(tmp_path, "cache", "prune", "--compiler", "", "--cache", str(cache))
+    assert "--compiler needs a build to match" in one_line_error(result, "cuforge cache prune")
+    assert len(_ids(tmp_path, cache)) == 2
+    record(
+        "inputs", "cli", "cache ls --arch sm90 (a typo), cache prune --compiler ''", 2,
+        "each: exit 2, one line naming the flag; nothing removed", scale="all",
+    )  # fmt: skip
+
+
+def test_counts_are_singular_for_one(tmp_path, cache):
+    one = run(tmp_path, "cache", "verify", "--cache", str(cache))
+    assert "checked 2 entries: all verify" in one.stdout
+    _age_all(cache, 2 * 86400)
+    (first, _) = _ids(tmp_path, cache)
+    now = time.time()
+    for f in (cache / "entries" / first[:2]).iterdir():
+        if f.name.startswith(first[2:]):
+            os.utime(f, (now, now))
+    dry = run(tmp_path, "cache", "prune", "--older-than", "1d", "--dry-run", "--cache", str(cache))
+    assert "would remove 1 entry (" in dry.stdout and "; 1 entry (" in dry.stdout, dry.stdout
+    assert "entries" not in dry.stdout.splitlines()[-1]
+
+
+def test_compile_help_names_fatbins_nvvm_and_stdout(tmp_path):
+    result = run(tmp_path, "compile", "--help")
+    assert result.returncode == 0
+    text = " ".join(result.stdout.split())
+    for words in ("NAME.fatbin", ".nvvm", "-: standard output"):
+        assert words in text, words
+
+
+def test_compiled_code_as_input_is_named_not_called_non_utf8(tmp_path):
+    made = run(tmp_path, "compile", str(SAXPY), "--arch", "sm_90", "--target", "ltoir", "-o",
+               str(tmp_path / "saxpy.ltoir"), "--no-cache")  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    shutil.copy(tmp_path / "saxpy.ltoir", tmp_path / "saxpy.cubin")
+    for name, kind in (("saxpy.ltoir", "LTO-IR"), ("saxpy.cubin", "a cubin")):
+        result = run(tmp_path, "compile", name, "--arch", "sm_90", "--outdir", "out",
+                     cwd=tmp_path)  # fmt: skip
+        line = one_line_error(result, "cuforge compile")
+        assert f"{name} is {kind}, which compiles make" in line and "UTF-8" not in line
+    (tmp_path / "latin1.cu").write_bytes(b"// caf\xe9\n")
+    line = one_line_error(run(tmp_path, "compile", "latin1.cu", "--arch", "sm_90",
+                              cwd=tmp_path), "cuforge compile")  # fmt: skip
+    assert "latin1.cu is not UTF-8 text, so not CUDA C++" in line
+    record(
+        "inputs", "cli", "compiled code as a source: saxpy.ltoir, saxpy.cubin; a Latin-1 .cu", 3,
+        "each: exit 2, one line saying what the file is (LTO-IR: link it) or that it is not "
+        "UTF-8 CUDA C++ (.ltoir was 'not UTF-8 text')", scale="all",
+    )  # fmt: skip
+
+
+def test_the_hit_records_are_private_to_the_user(tmp_path):
+    state = tmp_path / "state"
+    (state / "cli-hits").mkdir(parents=True, mode=0o755)
+    os.chmod(state / "cli-hits", 0o755)  # as an older cuforge left it
+    result = run(tmp_path, "compile", str(SAXPY), "--arch", "sm_90", "-o",
+                 str(tmp_path / "k.cubin"), "--cache", str(tmp_path / "c"))  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert stat.S_IMODE((state / "cli-hits").stat().st_mode) == 0o700
+    shards = list((state / "cli-hits").iterdir())
+    assert shards and all(stat.S_IMODE(s.stat().st_mode) == 0o700 for s in shards)
+    shutil.rmtree(state / "cli-hits")
+    again = run(tmp_path, "compile", str(SAXPY), "--arch", "sm_80", "-o",
+                str(tmp_path / "k.cubin"), "--cache", str(tmp_path / "c"))  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    assert stat.S_IMODE((state / "cli-hits").stat().st_mode) == 0o700
+    record(
+        "security", "cli", "the hit records' folder (cli-hits/): made new, and left 0755 by "
+        "an older cuforge", 2,
+        "0700 both times, its shards 0700 (makedirs gave it the umask's 0755)", scale="all",
+    )  # fmt: skip

@@ -70,3 +70,16 @@ def test_readme_graph_example_runs_after_the_buffer_is_closed(tmp_path, monkeypa
     assert driver.cuMemcpyDtoH(out.ctypes.data, ns["out"].handle, out.nbytes)[0] == 0
     assert np.array_equal(out, values * 2)  # the closed buffer's memory was still valid
     ns["exe"].close()
+
+
+def test_the_quick_start_says_what_make_test_runs():
+    """The README said ``make test`` "runs ruff and the test suite": it runs ``make
+    lint`` (ruff, mypy, import-linter) and may install redis-server first."""
+    makefile = (README.parent / "Makefile").read_text()
+    prerequisites = re.search(r"^test: (.*)$", makefile, re.M)[1].split()
+    lint = re.search(r"^lint: .*\n((?:\t.*\n)+)", makefile, re.M)[1]
+    (line,) = [x for x in README.read_text().splitlines() if x.startswith("make test ")]
+    assert {"lint", "redis-server"} <= set(prerequisites)
+    assert "redis-server" in line
+    for command, name in (("ruff", "ruff"), ("mypy", "mypy"), ("lint-imports", "import-linter")):
+        assert command in lint and name in line, name

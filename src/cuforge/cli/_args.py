@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     # What build_parser's add_subparsers returns: commands (and cache actions) register on it.
     Subparsers: TypeAlias = "argparse._SubParsersAction[Parser]"
 
-__all__ = ["Parser", "UsageError", "duration_arg", "size_arg"]
+__all__ = ["Parser", "UsageError", "arch_arg", "duration_arg", "size_arg"]
 
 
 class UsageError(Exception):
@@ -79,3 +79,17 @@ def duration_arg(text: str) -> float:
         return parse_duration(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def arch_arg(text: str) -> str:
+    """An architecture as ``ProgramOptions`` takes it (``sm_90``, ``compute_100f``), for
+    ``type=`` of a filter, where a typo (``sm90``) would match nothing and say nothing."""
+    from cuforge.compile.options import ProgramOptions
+
+    try:
+        ProgramOptions(arch=text)  # its own rule; with an arch given, no device is asked
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an architecture (expected e.g. sm_90, sm_90a or compute_90)"
+        ) from None
+    return text

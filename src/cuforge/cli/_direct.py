@@ -380,7 +380,8 @@ def _write(folder: str, digest: str, data: bytes) -> None:
     path = os.path.join(shard, digest)
     tmp = f"{path}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
     try:
-        os.makedirs(shard, mode=0o700, exist_ok=True)
+        _private_dir(folder)
+        _private_dir(shard)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
             os.write(fd, data)
@@ -397,3 +398,14 @@ def _write(folder: str, digest: str, data: bytes) -> None:
             os.unlink(tmp)
         except OSError:
             return
+
+
+def _private_dir(path: str) -> None:
+    """Make the directory ``path`` (0700), or make it private when an older cuforge
+    left it open to others (``os.makedirs`` gave ``cli-hits/`` the umask's 0755: its
+    ``mode`` reaches only the last level); a link or another user's is left alone."""
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    st = os.lstat(path)
+    mine = not hasattr(os, "getuid") or st.st_uid == os.getuid()
+    if stat.S_ISDIR(st.st_mode) and mine and st.st_mode & 0o077:
+        os.chmod(path, 0o700)

@@ -2,7 +2,8 @@
 (compile, cache explain, warm) uses, so they name the same cache entries.
 
 - The code type follows the suffix: ``.ptx`` PTX, ``.ll``/``.bc``/``.nvvm`` NVVM IR,
-  anything else CUDA C++.
+  anything else CUDA C++. A binary ``.ltoir``, ``.cubin`` or ``.fatbin`` is compiled
+  code: a usage error saying so (not "not UTF-8 text").
 - The program is named by the file's basename, unless a quoted ``#include`` must
   resolve next to the file: then by the path as given (relative to the working
   directory), because the source directory is then an input.
@@ -43,6 +44,8 @@ _QUOTED_INCLUDE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*"', re.MULTILINE)
 #: File suffix -> code_type; anything else is CUDA C++.
 CODE_TYPES = {".ptx": "ptx", ".ll": "nvvm", ".bc": "nvvm", ".nvvm": "nvvm"}
 _KINDS = {"c++": "CUDA C++", "ptx": "PTX", "nvvm": "NVVM IR"}
+#: Suffixes of compiled code (what compiles make), named when such a file is given.
+_COMPILED = {".ltoir": "LTO-IR", ".cubin": "a cubin", ".fatbin": "a fatbin"}
 TARGETS = ("cubin", "ptx", "ltoir")
 
 
@@ -99,20 +102,33 @@ class SourceFile:
 
 
 def read_source(path: str) -> SourceFile:
-    """Read ``path``; UsageError when it cannot be read or is not UTF-8 text."""
-    code_type = CODE_TYPES.get(os.path.splitext(path)[1].lower(), "c++")
+    """Read ``path``; UsageError when it cannot be read or is not UTF-8 text -- saying
+    what it is when its suffix names compiled code (``.ltoir``, ``.cubin``,
+    ``.fatbin``: what compiles make, never a source)."""
+    suffix = os.path.splitext(path)[1].lower()
+    code_type = CODE_TYPES.get(suffix, "c++")
     try:
         with open(path, "rb") as f:
             raw = f.read()
     except OSError as exc:
         raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
     name = path if _QUOTED_INCLUDE.search(raw) else os.path.basename(path)
-    if path.endswith(".bc"):
+    if suffix == ".bc":
         return SourceFile(path, raw, raw, code_type, name)
     try:
         return SourceFile(path, raw, raw.decode(), code_type, name)
     except UnicodeDecodeError:
-        raise UsageError(f"{path} is not UTF-8 text") from None
+        made = _COMPILED.get(suffix)
+        if made is not None:
+            raise UsageError(
+                f"{path} is {made}, which compiles make; cuforge compile takes sources: "
+                "CUDA C++ (.cu, ...), PTX (.ptx), NVVM IR (.ll, .bc, .nvvm)"
+                + (" -- link LTO-IR with cuforge.compile.Linker" if suffix == ".ltoir" else "")
+            ) from None
+        raise UsageError(
+            f"{path} is not UTF-8 text, so not {_KINDS[code_type]} (by its suffix); NVVM "
+            "IR bitcode is read from a .bc file"
+        ) from None
 
 
 def option_fields(

@@ -33,7 +33,7 @@ import sys
 import time
 
 from cuforge.cli import _entries, _select, _term
-from cuforge.cli._args import UsageError
+from cuforge.cli._args import UsageError, arch_arg
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -80,7 +80,7 @@ def register(subparsers: Subparsers) -> Subparsers:
     p.add_argument("--reverse", action="store_true", help="reverse the order")
     p.add_argument("--limit", type=_positive, metavar="N", help="show the first N")
     p.add_argument("--name", metavar="GLOB", help="only sources named so (saxpy.cu, 'sax*')")
-    p.add_argument("--arch", metavar="ARCH", help="only entries for ARCH (sm_90)")
+    p.add_argument("--arch", type=arch_arg, metavar="ARCH", help="only entries for ARCH (sm_90)")
     p.add_argument(
         "--kind",
         choices=("program", "manifest", "triton", "inductor", "cupy", "raw"),

@@ -107,18 +107,20 @@ def _verify(args: argparse.Namespace) -> int:
         for path, what in foreign:
             note = f"{what} where a cache file belongs"
             print(f"entries/{path}: {_term.paint(note, 'red')}")
-        summary = f"checked {checked} entries: {len(bad)} bad"
+        summary = f"checked {_count(checked, 'entry')}: {len(bad)} bad"
         if foreign:
-            summary += f", {len(foreign)} foreign objects"
+            summary += f", {_count(len(foreign), 'foreign object')}"
         if args.fix:
             summary += f", {removed} removed"
-        print(summary if bad or foreign else f"checked {checked} entries: all verify")
+        print(summary if bad or foreign else f"checked {_count(checked, 'entry')}: all verify")
     return 1 if bad or foreign else 0
 
 
 def _prune(args: argparse.Namespace) -> int:
     from cuforge.storage.units import format_size
 
+    if args.compiler is not None and not args.compiler.strip():
+        raise UsageError("--compiler needs a build to match (13.4, a build id); it was empty")
     if not any((args.older_than, args.unused_for, args.compiler, args.max_size)):
         raise UsageError("give at least one of --older-than, --unused-for, --compiler, --max-size")
     now = time.time_ns()

@@ -3,13 +3,14 @@
 Every FILE is compiled for every ``--arch`` (repeated or comma-separated), in
 parallel worker processes when there are several (see ``_pool``). ``-o NAME.fatbin``
 packs one FILE's archs into one fatbin (a cubin per ``sm_XY``, PTX per
-``compute_XY``; each compiled and cached on its own). Outputs: ``-o OUT`` for a single output;
-``--outdir DIR`` for any number (``DIR/<stem>.<target>``, or
+``compute_XY``; each compiled and cached on its own). Outputs: ``-o OUT`` for a single output
+(``-o -``: standard output, as ``cache show --extract -``; the report then goes to
+stderr); ``--outdir DIR`` for any number (``DIR/<stem>.<target>``, or
 ``DIR/<stem>.<arch>.<target>`` with several archs); otherwise beside each source,
-named the same way. One line per output says where
-it went, its size, the time and whether the cache served it (``--json``: one JSON
-array). Caching is on by default (see ``_select`` for which cache); ``--no-cache``
-compiles without one.
+named the same way. An empty ``-o`` or ``--outdir`` is a usage error, never "beside
+the source". One line per output says where it went, its size, the time and whether
+the cache served it (``--json``: one JSON array). Caching is on by default (see
+``_select`` for which cache); ``--no-cache`` compiles without one.
 
 Before anything compiles, ``plan`` refuses (usage errors): a target the source's
 code type does not compile to (``_programs.check_target``: the compile layer's own
@@ -50,20 +51,28 @@ if TYPE_CHECKING:
 
 __all__ = ["register", "run"]
 
+STDOUT = "-"  # -o -: the output goes to standard output
+
 
 def register(subparsers: Subparsers) -> None:
     """Add ``compile``."""
     p = subparsers.add_parser(
         "compile",
-        help="compile .cu/.ptx/.ll files to cubin, PTX or LTO-IR through the cache",
-        description="Compile each FILE (CUDA C++, or PTX/NVVM IR by suffix) for each --arch.",
+        help="compile .cu/.ptx/.ll/.bc/.nvvm files to cubin, PTX or LTO-IR through the cache",
+        description="Compile each FILE (CUDA C++; PTX by .ptx; NVVM IR by .ll, .bc or .nvvm) "
+        "for each --arch.",
     )
-    p.add_argument("files", nargs="+", metavar="FILE", help="source files (.cu, .ptx, .ll, .bc)")
+    p.add_argument(
+        "files", nargs="+", metavar="FILE",
+        help="source files: CUDA C++ (.cu, ...), PTX (.ptx), NVVM IR (.ll, .bc, .nvvm)",
+    )  # fmt: skip
     _programs.add_compile_options(p)
     out = p.add_mutually_exclusive_group()
     out.add_argument(
-        "-o", dest="output", metavar="OUT", help="output path (one output only; never an input)"
-    )
+        "-o", dest="output", metavar="OUT",
+        help="output path, for one output (never an input; -: standard output); "
+        "NAME.fatbin packs every --arch of one FILE into one fatbin",
+    )  # fmt: skip
     out.add_argument("--outdir", metavar="DIR", help="directory for the outputs (created)")
     _select.add_cache_option(p, can_disable=True)
     p.add_argument("--max-size", type=size_arg, metavar="SIZE", help="cap a directory cache (2G)")
@@ -84,18 +93,20 @@ class Job:
 
 
 def _output_for(args: argparse.Namespace, path: str, arch: str | None, several_archs: bool) -> str:
-    if args.output:
+    if args.output is not None:
         output: str = args.output
         return output
     stem = os.path.splitext(os.path.basename(path))[0]
     name = f"{stem}.{arch}.{args.target}" if several_archs and arch else f"{stem}.{args.target}"
-    folder = args.outdir if args.outdir else os.path.dirname(path)
+    folder = args.outdir if args.outdir is not None else os.path.dirname(path)
     return os.path.join(folder, name)
 
 
 def _check_output(output: str) -> None:
     """UsageError, before anything compiles, when ``-o OUTPUT`` cannot be written: its
     folder is missing or not a directory, or the path is a directory."""
+    if output == STDOUT:
+        return
     folder = os.path.dirname(output) or "."
     if not os.path.isdir(folder):
         raise UsageError(f"-o {output}: the directory {folder} does not exist")
@@ -141,6 +152,8 @@ def _check_not_an_input(
     input: the same path, a symbolic or a hard link to it (``-o saxpy.cu`` replaced
     the source with a cubin), or an ``--outdir``/default name that lands on one."""
     for job in jobs:
+        if job.output == STDOUT:
+            continue  # standard output (-o -): written, never read as an input
         ident = _identity(job.output)
         path = None if ident is None else inputs.get(ident)
         if path is None:
@@ -159,8 +172,12 @@ def _check_not_an_input(
 
 def _write(output: str, data: bytes, inputs: dict[tuple[int, int], str]) -> None:
     """Write ``output``, never over an input (checked on the opened file: a link
-    swapped in after the plan's check is refused too)."""
+    swapped in after the plan's check is refused too); ``-``: standard output."""
     try:
+        if output == STDOUT:
+            sys.stdout.buffer.write(data)
+            sys.stdout.buffer.flush()
+            return
         written = _direct.write_output(output, data, inputs)
     except OSError as exc:
         raise UsageError(f"cannot write {output}: {exc.strerror or exc}") from None
@@ -217,6 +234,10 @@ def plan(args: argparse.Namespace) -> list[Job]:
     """Read every source, build every Program (validating all options and targets
     before any compile starts) and name every output, none of them an input.
     Raises UsageError."""
+    if args.output == "":
+        raise UsageError("-o needs a file name (it was given an empty one); - is standard output")
+    if args.outdir == "":
+        raise UsageError("--outdir needs a directory name (it was given an empty one)")
     archs = requested_archs(args)
     fatbin = is_fatbin(args)
     if fatbin:
@@ -316,9 +337,12 @@ def run(args: argparse.Namespace) -> int:
         # the same command on another GPU with this one's binary. Only a named arch
         # (--arch, or a settings file's, which the digest covers) leaves a record.
         named = requested_archs(args) != [None]
-        if not (failed or warned or unstored or fatbin) and named and cache is not None and digest:
+        piped = args.output == STDOUT  # the hit path writes files only
+        unrecorded = failed or warned or unstored or fatbin or piped
+        if not unrecorded and named and cache is not None and digest:
             made = [(j.source, j.program, args.target, j.output, j.result["code"]) for j in jobs]
             mode = "json" if args.json else "text"
             _direct.remember(digest, cache, mode, made, url)
-    print(render(results, args.json))
+    # With -o -, standard output holds the binary alone: the report goes to stderr.
+    print(render(results, args.json), file=sys.stderr if args.output == STDOUT else sys.stdout)
     return 1 if failed else 0
