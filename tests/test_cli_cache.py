@@ -251,7 +251,7 @@ def test_prune_and_clear_on_a_read_only_cache_say_what_they_could_not_do(tmp_pat
         pytest.skip(f"cannot bind-mount here: {bound.stderr.decode().strip()}")
     try:
         subprocess.run(["mount", "-o", "remount,ro,bind", str(view)], check=True)
-        pruned = cli(tmp_path, "cache", "prune", "--max-size", "1", "--cache", str(view))
+        pruned = cli(tmp_path, "cache", "prune", "--max-size", "1B", "--cache", str(view))
         cleared = cli(tmp_path, "cache", "clear", "--yes", "--cache", str(view))
         listed = len(_ls(tmp_path, view))
     finally:
@@ -306,7 +306,7 @@ def test_prune_max_size_evicts_least_recently_used_first(tmp_path, cache):
     total = sum(e["size"] for e in entries.values())
     newest = entries[sorted(entries)[-1]]
     result = cli(tmp_path, "cache", "prune", "--cache", str(cache), "--max-size",
-                 str(newest["size"] + 1))  # fmt: skip
+                 f"{newest['size'] + 1}B")  # fmt: skip
     assert result.returncode == 0, result.stderr
     left = _ls(tmp_path, cache)
     assert [e["id"] for e in left] == [newest["id"]]

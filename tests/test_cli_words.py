@@ -64,6 +64,64 @@ def _age_all(cache: Path, seconds: float) -> None:
             os.utime(f, (then, then))
 
 
+# -- durations and sizes ------------------------------------------------------------------
+def test_a_duration_or_size_without_a_unit_is_refused(tmp_path, cache):
+    _age_all(cache, 5 * MINUTE)  # --older-than 30 (seconds) removed these
+    before = _ids(tmp_path, cache)
+    refused = 0
+    for flag, value, words in (
+        ("--older-than", "30", "'30' has no unit: write 30s, 30m, 30h or 30d"),
+        ("--unused-for", "7", "'7' has no unit: write 7s, 7m, 7h or 7d"),
+        ("--max-size", "2", "'2' has no unit: write 2B for bytes, or 2K, 2M, 2G"),
+    ):
+        result = run(tmp_path, "cache", "prune", flag, value, "--cache", str(cache))
+        line = one_line_error(result, "cuforge cache prune")
+        assert f"argument {flag}: {words}" in line
+        assert _ids(tmp_path, cache) == before and len(before) == 2
+        refused += 1
+    work = tmp_path / "w"
+    work.mkdir()
+    shutil.copy(SAXPY, work / "saxpy.cu")
+    flag = run(tmp_path, "compile", "saxpy.cu", "--arch", "sm_90", "--max-size", "20",
+               "--cache", str(tmp_path / "c"), cwd=work)  # fmt: skip
+    assert "argument --max-size: '20' has no unit" in one_line_error(flag, "cuforge compile")
+    (work / "cuforge.toml").write_text('max_size = "20"\n')
+    settings = run(tmp_path, "compile", "saxpy.cu", "--arch", "sm_90",
+                   "--cache", str(tmp_path / "c"), cwd=work)  # fmt: skip
+    line = one_line_error(settings, "cuforge compile")
+    assert "max_size" in line and "cuforge.toml" in line and "'20' has no unit" in line
+    assert not (tmp_path / "c").exists() and not (work / "saxpy.cubin").exists()
+    refused += 2
+    # a cache URL keeps plain bytes: programs write those (so does cuforge itself)
+    (work / "cuforge.toml").unlink()
+    url = f"file://{tmp_path / 'c'}?max_size=1048576"
+    ok = run(tmp_path, "compile", "saxpy.cu", "--arch", "sm_90", "--cache", url, cwd=work)
+    assert ok.returncode == 0, ok.stderr
+    stats = run(tmp_path, "cache", "stats", "--json", "--cache", url)
+    assert json.loads(stats.stdout)["max_size_bytes"] == 1 << 20
+    record(
+        "inputs", "cli",
+        "a duration or size without a unit: prune --older-than 30, --unused-for 7 and "
+        "--max-size 2 on entries 5 minutes old, compile --max-size 20, a settings file's "
+        'max_size = "20"', refused,
+        "every one: exit 2, one line naming the flag or file and the units to write "
+        "(30s, 2B); no entry removed, nothing compiled; a cache URL's ?max_size=1048576 "
+        "is still bytes", scale="all",
+    )  # fmt: skip
+
+
+def test_units_mean_what_they_say(tmp_path, cache):
+    _age_all(cache, 5 * MINUTE)
+    kept = run(tmp_path, "cache", "prune", "--older-than", "30m", "--cache", str(cache))
+    assert kept.returncode == 0 and "removed 0 entries" in kept.stdout, kept.stderr
+    sizes = run(tmp_path, "cache", "prune", "--max-size", "2B", "--dry-run", "--json",
+                "--cache", str(cache))  # fmt: skip
+    assert sizes.returncode == 0, sizes.stderr
+    assert json.loads(sizes.stdout)["remaining"] == 0  # 2 bytes hold no entry
+    gone = run(tmp_path, "cache", "prune", "--older-than", "1m", "--cache", str(cache))
+    assert gone.returncode == 0 and "removed 2 entries" in gone.stdout, gone.stderr
+
+
 # -- counts and labels ---------------------------------------------------------------------
 def test_one_signed_lookup_of_an_unsigned_entry_counts_one_signature_failure(tmp_path):
     cache = str(tmp_path / "c")

@@ -404,7 +404,7 @@ def test_cli_ls_verify_prune_and_stats_work_on_s3(s3_url, s3_server, tmp_path):
     assert verify.returncode == 1 and "1 bad" in verify.stdout
     assert cli("verify", "--fix").returncode == 1
     assert cli("verify").returncode == 0
-    prune = cli("prune", "--max-size", "25000")
+    prune = cli("prune", "--max-size", "25000B")
     assert prune.returncode == 0, prune.stderr
     with open_cache(s3_url, secret=None) as c:
         assert c.size_bytes <= 25000 and len(c) == 2

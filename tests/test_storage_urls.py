@@ -13,11 +13,24 @@ from cuforge.storage.urls import open_cache, parse_cache_url
 
 @pytest.mark.parametrize(
     ("text", "expected"),
-    [("1", 1), ("500M", 500 << 20), ("2G", 2 << 30), ("64KiB", 64 << 10), ("1.5k", 1536),
+    [("1B", 1), ("500M", 500 << 20), ("2G", 2 << 30), ("64KiB", 64 << 10), ("1.5k", 1536),
      ("3 MB", 3 << 20), ("1t", 1 << 40), ("10b", 10)],
 )  # fmt: skip
 def test_sizes(text: str, expected: int) -> None:
     assert parse_size(text) == expected
+    assert parse_size(text, bare=True) == expected
+
+
+def test_a_number_without_a_unit_is_refused_except_in_urls() -> None:
+    """``--max-size 2`` meant 2 bytes and ``--older-than 30`` 30 seconds: a unit is
+    required, naming what to write; a cache URL (``bare``) keeps bytes and seconds."""
+    with pytest.raises(ValueError, match=r"'2' has no unit: write 2B for bytes, or 2K"):
+        parse_size("2")
+    with pytest.raises(ValueError, match=r"'30' has no unit: write 30s, 30m, 30h or 30d"):
+        parse_duration("30")
+    assert parse_size("2", bare=True) == 2 and parse_duration("30", bare=True) == 30
+    with open_cache("memory://?max_size=4096") as m:
+        assert m.max_size_bytes == 4096
 
 
 @pytest.mark.parametrize("bad", ["", "M", "0", "-1M", "12Q", "1iB", "2 G B", "1e3", "nan"])
@@ -28,11 +41,12 @@ def test_bad_sizes_name_the_text(bad: str) -> None:
 
 @pytest.mark.parametrize(
     ("text", "expected"),
-    [("90", 90), ("90s", 90), ("30m", 1800), ("12h", 43200), ("7d", 604800), ("1w", 604800),
-     ("0.5h", 1800)],
+    [("90s", 90), ("30m", 1800), ("12h", 43200), ("7d", 604800), ("1w", 604800),
+     ("0.5h", 1800), ("250ms", 0.25)],
 )  # fmt: skip
 def test_durations(text: str, expected: float) -> None:
     assert parse_duration(text) == expected
+    assert parse_duration(text, bare=True) == expected
 
 
 @pytest.mark.parametrize("bad", ["", "h", "0s", "-5m", "5y", "5 minutes"])

@@ -14,6 +14,7 @@ URL parser and the size/duration parsers, over generated inputs.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 from fractions import Fraction
 from pathlib import Path
@@ -365,20 +366,26 @@ def _exact(number: str, unit: int) -> int:
 def test_sizes_are_exact_or_a_value_error(number: str, unit: str, space: str) -> None:
     factor = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}.get(unit[:1].lower(), 1)
     want = _exact(number, factor)
+    text = f"{number}{space}{unit}"
     try:
-        got = parse_size(f"{number}{space}{unit}")
+        got = parse_size(text, bare=True)  # a cache URL's: a plain number is bytes
     except ValueError as exc:
         assert want <= 0 or want > (1 << 63) - 1, (number, unit, exc)
         return
     assert got == want and 0 < got < 1 << 63
+    if unit:  # the command line's and the settings files' (a unit required)
+        assert parse_size(text) == got
+    else:
+        with pytest.raises(ValueError, match="has no unit"):
+            parse_size(text)
 
 
 @SETTINGS
 @given(text=st.one_of(st.text(max_size=30), st.binary(max_size=10), st.integers(), st.none()))
 def test_size_and_duration_parsers_never_raise_anything_else(text: Any) -> None:
-    for parse in (parse_size, parse_duration):
+    for parse, bare in itertools.product((parse_size, parse_duration), (False, True)):
         try:
-            value = parse(text)
+            value = parse(text, bare=bare)
         except ValueError as exc:
             assert str(exc) and "\n" not in str(exc)
             continue
@@ -398,11 +405,16 @@ def test_durations_scale_by_their_unit(number: str, unit: str) -> None:
     seconds = {"": 1, "ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
     want = float(number) * seconds[unit.lower()]
     try:
-        got = parse_duration(number + unit)
+        got = parse_duration(number + unit, bare=True)  # a cache URL's: plain is seconds
     except ValueError:
         assert want <= 0 or want > 100 * 365.25 * 86400
         return
     assert got == pytest.approx(want)
+    if unit:  # the command line's and the settings files' (a unit required)
+        assert parse_duration(number + unit) == got
+    else:
+        with pytest.raises(ValueError, match="has no unit"):
+            parse_duration(number)
 
 
 def test_a_model_of_arch_for_cubin_keys() -> None:

@@ -3,7 +3,8 @@
 Every usage error -- argparse's own, a size or duration that does not parse, a cache
 URL or path that cannot be used -- becomes :class:`UsageError`, which ``main`` prints
 as ``cuforge <command>: error: <message>`` on one line and exits 2. Sizes and
-durations go through ``cuforge.storage.units`` (the one parser).
+durations go through ``cuforge.storage.units`` (the one parser), which requires a
+unit on the command line (``30d``, ``2G``, ``512B``): a plain number is refused.
 """
 
 from __future__ import annotations

@@ -5,13 +5,15 @@
   Exit 1 when any bad entry was found (also with ``--fix``, like fsck: the next
   ``verify`` answers 0), 0 on a healthy cache.
 - ``prune [--older-than D] [--unused-for D] [--compiler BUILD] [--max-size SIZE]
-  [--dry-run]``: remove entries stored more than D ago, not read for D, or made by a
-  compiler build whose description contains BUILD (as ``cache ls`` shows it, e.g.
-  ``13.4`` or ``feebac3b``); then, with ``--max-size``, least recently used entries
-  until the rest fits. Header manifests age like entries, and a manifest whose
-  entries are all gone goes with them. Exit 1 when an entry could not be removed
-  (a read-only cache): the summary counts only what went.
-- ``clear [--yes]``: remove every entry; asks on a terminal, refuses without
+  [--dry-run] [--json]``: remove entries stored more than D ago, not read for D, or
+  made by a compiler build whose description contains BUILD (as ``cache ls`` shows
+  it, e.g. ``13.4`` or ``feebac3b``; an empty BUILD, which every build contains, is a
+  usage error); then, with ``--max-size``, least recently used entries until the rest
+  fits. D and SIZE need their unit (``30d``, ``2G``; a plain number is a usage
+  error). Header manifests age like entries, and a manifest whose entries are all
+  gone goes with them. Exit 1 when an entry could not be removed (a read-only
+  cache): the summary counts only what went.
+- ``clear [--yes] [--json]``: remove every entry; asks on a terminal, refuses without
   ``--yes`` when there is none to ask (exit 2); exit 1 when entries remain.
 
 None of these creates a cache: a path that does not exist is a usage error (exit 2),

@@ -1,7 +1,14 @@
 """Sizes and durations as people write them: ``500M``, ``2GiB``, ``500ms``, ``7d``.
 
-One parser for the cache URLs and the command line. Each raises ValueError naming
-the text and what was expected, so callers can show the message as it is.
+One parser for the cache URLs, the command line and the settings files. Each raises
+ValueError naming the text and what was expected, so callers can show the message
+as it is.
+
+A number without a unit is refused (``prune --older-than 30`` removed entries 30
+seconds old, ``--max-size 2`` meant 2 bytes): people write the unit, ``B`` for
+bytes. Cache URLs pass ``bare=True``: there a plain number is bytes or seconds,
+because programs write those URLs (the command line itself puts ``?max_size=`` in
+bytes into the URLs its worker processes open).
 """
 
 from __future__ import annotations
@@ -18,10 +25,11 @@ _MAX_SIZE = (1 << 63) - 1  # what a signed 64-bit size field (SQLite, Redis) hol
 _MAX_DURATION = 100 * 365.25 * 86400
 
 
-def parse_size(text: str) -> int:
-    """Bytes in ``text``: an integer or decimal with an optional K/M/G/T suffix
-    (binary multiples; ``KiB``, ``KB`` and ``K`` all mean 1024), computed exactly and
-    rounded down. Must be > 0 and fit in 63 bits."""
+def parse_size(text: str, *, bare: bool = False) -> int:
+    """Bytes in ``text``: an integer or decimal with a unit -- ``B``, or K/M/G/T
+    (binary multiples; ``KiB``, ``KB`` and ``K`` all mean 1024) -- computed exactly
+    and rounded down. Must be > 0 and fit in 63 bits. A plain number is bytes only
+    with ``bare`` (cache URLs); otherwise it is refused, naming the units."""
     match = _SIZE.fullmatch(text) if isinstance(text, str) else None
     if match is None or match.group(3).lower() not in ("", "b", "ib"):
         raise ValueError(f"not a size: {text!r} (expected e.g. 500M, 2G, 64KiB)")
@@ -35,20 +43,27 @@ def parse_size(text: str) -> int:
     value = int(whole) * unit + (int(frac[:24]) * unit // 10 ** len(frac[:24]) if frac else 0)
     if value <= 0:
         raise ValueError(f"size must be > 0, got {text!r}")
+    if not (bare or match.group(2) or match.group(3)):
+        n = match.group(1)
+        raise ValueError(f"{text!r} has no unit: write {n}B for bytes, or {n}K, {n}M, {n}G")
     if value > _MAX_SIZE:
         raise ValueError(f"size too large: {text!r} (at most {_MAX_SIZE} bytes)")
     return value
 
 
-def parse_duration(text: str) -> float:
-    """Seconds in ``text``: a number with an optional ms/s/m/h/d/w suffix (seconds
-    if none). Must be > 0 and at most 100 years."""
+def parse_duration(text: str, *, bare: bool = False) -> float:
+    """Seconds in ``text``: a number with a ms/s/m/h/d/w unit. Must be > 0 and at
+    most 100 years. A plain number is seconds only with ``bare`` (cache URLs);
+    otherwise it is refused, naming the units."""
     match = _DURATION.fullmatch(text) if isinstance(text, str) else None
     if match is None:
         raise ValueError(f"not a duration: {text!r} (expected e.g. 500ms, 90s, 30m, 12h, 7d)")
     value = float(match.group(1)) * _DURATION_UNITS[(match.group(2) or "s").lower()]
     if value <= 0:
         raise ValueError(f"duration must be > 0, got {text!r}")
+    if not (bare or match.group(2)):
+        n = match.group(1)
+        raise ValueError(f"{text!r} has no unit: write {n}s, {n}m, {n}h or {n}d")
     if not value <= _MAX_DURATION:  # also inf from a huge digit string
         raise ValueError(f"duration too large: {text!r} (at most 100 years)")
     return value

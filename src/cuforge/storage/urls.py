@@ -124,7 +124,7 @@ class CacheSpec:
         if raw is None:
             return None
         try:
-            return parse_size(raw)
+            return parse_size(raw, bare=True)
         except ValueError as exc:
             raise self.error(f"{name}: {exc}") from None
 
@@ -134,7 +134,7 @@ class CacheSpec:
         if raw is None:
             return None
         try:
-            return parse_duration(raw)
+            return parse_duration(raw, bare=True)
         except ValueError as exc:
             raise self.error(f"{name}: {exc}") from None
 
