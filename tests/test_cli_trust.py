@@ -274,3 +274,27 @@ def test_the_fast_path_never_writes_over_an_input(tmp_path, link):
     served = run(tmp_path, *args, cwd=tmp_path)
     assert served.returncode == 0 and served.stdout.rstrip().endswith("cache hit")
     assert _elf_arch((tmp_path / "k.cubin").read_bytes()) == "sm_90"
+
+
+def test_pruning_hit_records_removes_only_records(tmp_path: pathlib.Path) -> None:
+    """A shard past its bound drops its older records, never a file that is not one
+    (issue 32: nothing that is not provably cuforge's is deleted)."""
+    from cuforge.cli import _direct
+
+    shard = tmp_path / "ab"
+    shard.mkdir(mode=0o700)
+    planted = {"notes.txt": b"mine", "ab" + "0" * 37 + ".bak": b"a backup", "AB" + "1" * 38: b"x"}
+    for name, data in planted.items():
+        (shard / name).write_bytes(data)
+        os.utime(shard / name, ns=(1, 1))  # the oldest of all: first in line if counted
+    for i in range(70):
+        record = shard / f"ab{i:038x}"
+        record.write_bytes(b"record")
+        os.utime(record, ns=(10 + i, 10 + i))
+    _direct._write(str(tmp_path), "ab" + "f" * 38, b"new record")
+    left = {p.name for p in shard.iterdir()}
+    assert all((shard / name).read_bytes() == data for name, data in planted.items())
+    records = {n for n in left if n not in planted}
+    assert "ab" + "f" * 38 in records
+    assert len(records) == 36  # 71 records past the bound of 64: the older 35 removed
+    assert f"ab{0:038x}" not in records and f"ab{69:038x}" in records

@@ -388,16 +388,40 @@ def _write(folder: str, digest: str, data: bytes) -> None:
         finally:
             os.close(fd)
         os.replace(tmp, path)
-        names = os.listdir(shard)
+        names = [n for n in os.listdir(shard) if _is_record_name(n, digest[:2])]
         if len(names) > _SHARD_MAX:
-            aged = sorted((os.stat(os.path.join(shard, n)).st_mtime_ns, n) for n in names)
-            for _, name in aged[: len(aged) // 2]:
-                os.unlink(os.path.join(shard, name))
+            from cuforge.storage.ownership import delete_owned
+
+            aged = sorted((os.lstat(os.path.join(shard, n)).st_mtime_ns, n) for n in names)
+            delete_owned(
+                [name for _, name in aged[: len(aged) // 2]],
+                lambda name: _is_record_name(name, digest[:2]),
+                lambda own: _unlink_all(shard, own),
+                shard,
+            )
     except OSError:
         try:
             os.unlink(tmp)
         except OSError:
             return
+
+
+def _is_record_name(name: str, shard: str) -> bool:
+    """Whether ``name`` is a hit record's name in ``shard``: the request digest (40
+    lowercase hex digits) starting with the shard's two. Pruning removes only these:
+    anything else in the folder is not this path's to delete."""
+    return len(name) == 40 and name.startswith(shard) and all(c in "0123456789abcdef" for c in name)
+
+
+def _unlink_all(folder: str, names: list[str]) -> int:
+    removed = 0
+    for name in names:
+        try:
+            os.unlink(os.path.join(folder, name))
+        except OSError:
+            continue
+        removed += 1
+    return removed
 
 
 def _private_dir(path: str) -> None:
