@@ -62,7 +62,7 @@ _COMMON = {
     "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large],
 }
 #: make test: the same sequences every run (derandomized): 4 x (1 + 20) = 84 checks,
-#: about 80 s on two cores. Long sequences: a stale answer needs a change, a check
+#: 60-90 s on two cores. Long sequences: a stale answer needs a change, a check
 #: that trusts it, and a later change the trust misses.
 CI = settings(max_examples=4, stateful_step_count=20, derandomize=True, **_COMMON)
 #: make test-all (CUFORGE_HYPOTHESIS_EXAMPLES=600): 15 sequences of 25 steps.
@@ -83,6 +83,7 @@ class Session:
         self.child = Child(base / "child.log")
         self.worlds = 0
         self.checks = 0
+        self.seconds: dict[str, float] = {}  # per path, over every check
 
     def new_oracle(self) -> Oracle:
         self.worlds += 1
@@ -168,6 +169,8 @@ class OracleMachine(RuleBasedStateMachine):
 
     def teardown(self) -> None:
         self.oracle.close()
+        for path, seconds in self.oracle.seconds.items():
+            self.session.seconds[path] = self.session.seconds.get(path, 0.0) + seconds
         w = self.world
         print(f"sequence {self.session.worlds}: " + ("; ".join(w.log) or "(no change)"))
 
@@ -187,7 +190,8 @@ def _run(session: Session, config: settings, scale: str) -> None:
     finally:
         wall = time.perf_counter() - start
         print(f"\noracle ({scale}): {session.worlds} sequences, {session.checks} checks "
-              f"(the initial one of each sequence and one per step) in {wall:.0f} s")  # fmt: skip
+              f"(the initial one of each sequence and one per step) in {wall:.0f} s; "
+              + ", ".join(f"{k} {v:.0f} s" for k, v in session.seconds.items()))  # fmt: skip
     record(
         "oracle", "all", "random sequences of header, directory, symlink, include path, "
         "working directory, option, env, device arch and second-process changes",
