@@ -270,7 +270,9 @@ class World:
         if name == "VALUE" and os.path.dirname(rel) in GEN_DIRS:
             text = '#include "part.h"\n' + text
         path.parent.mkdir(parents=True, exist_ok=True)
-        if how == "in place" and path.exists():
+        if not path.exists():
+            how = "(created)"
+        if how == "in place":
             with open(path, "r+") as f:
                 f.write(text)
                 f.truncate()

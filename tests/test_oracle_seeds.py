@@ -1,10 +1,11 @@
 """The sequences the issue 32 oracle (tests/test_oracle.py) found, as plain tests.
 
-Each is the minimal falsifying sequence hypothesis printed, replayed step by step on
-a fresh world: after the initial check and after each change, every path must
-answer what an uncached compile answers (``Oracle.check``, the same check the state
-machine's invariant makes). The state machine finds them again by itself; these keep
-each one from coming back unnoticed, whatever the random search happens to try.
+Each is a minimal falsifying sequence hypothesis printed (quoted in its docstring),
+replayed step by step on a fresh world: after the initial check and after each
+change, every path must answer what an uncached compile answers (``Oracle.check``,
+the same check the state machine's invariant makes). The state machine finds them
+again by itself; these keep each one from coming back unnoticed, whatever the random
+search happens to try.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ def replay(oracle: Oracle, *steps: Step) -> None:
 
 @ITEM_1
 def test_a_directory_deleted_and_recreated_then_a_header_edited_in_place(oracle) -> None:
+    """hypothesis: change_dir_in_use(how='recreate'), edit_header_in_use(how='in place')."""
     replay(
         oracle,
         lambda w: w.recreate_dir("gen", "headers"),
@@ -59,6 +61,7 @@ def test_a_directory_deleted_and_recreated_then_a_header_edited_in_place(oracle)
 
 @ITEM_1
 def test_a_directory_swapped_by_rename_then_a_header_edited_in_place(oracle) -> None:
+    """hypothesis: swap_dirs(pair=('gen', 'gen.new')), edit_header_in_use(how='in place')."""
     replay(
         oracle,
         lambda w: w.swap_dirs("gen", "gen.new"),
@@ -68,6 +71,9 @@ def test_a_directory_swapped_by_rename_then_a_header_edited_in_place(oracle) -> 
 
 @ITEM_1
 def test_a_symlink_on_the_include_path_repointed(oracle) -> None:
+    """The issue's third case (inc/config.h -> ../shared/current/config.h, current from
+    v1 to v2), written from its report; the state machine reaches it by include_path
+    and change_dir_in_use(how='repoint') or repoint_symlink."""
     replay(
         oracle,
         lambda w: w.set(includes=("inc",)),
@@ -77,6 +83,7 @@ def test_a_symlink_on_the_include_path_repointed(oracle) -> None:
 
 @ITEM_2
 def test_the_cli_without_arch_after_device_0_changed_arch(oracle) -> None:
+    """hypothesis: arch_of_device_0(arch='sm_80')."""
     replay(oracle, lambda w: w.set(device_arch="sm_80"))
 
 
