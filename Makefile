@@ -107,8 +107,9 @@ test-dist: $(STAMP)
 	$(PY) -m pytest -q -m dist
 
 # Everything `make test` runs, plus the full-scale reliability runs (soak-marked:
-# thousands of kills, minute-long soaks, a million hits per backend). Each figure goes
-# to $(FIGURES); the table docs/reliability.md shows is printed at the end.
+# thousands of kills, minute-long soaks, a million hits per backend, the differential
+# oracle's long random run: CUFORGE_HYPOTHESIS_EXAMPLES / 40 sequences of 25 steps).
+# Each figure goes to $(FIGURES); the table docs/reliability.md shows is printed at the end.
 FIGURES ?= reliability-figures.jsonl
 test-all: $(STAMP) lint redis-server
 	rm -f $(FIGURES)
