@@ -151,11 +151,15 @@ def test_cuforge_cache_in_fresh_processes_and_the_cli(redis_server, tmp_path) ->
     assert report["path"] == env["CUFORGE_CACHE"] and report["stores"] == 1
     assert report["entries"] == 1
 
-    # $CUFORGE_CACHE_DIR (the CLI's older setting) still wins for the CLI. It must name
-    # an existing cache: cache commands never create one.
+    # $CUFORGE_CACHE_DIR, the older spelling, ranks below $CUFORGE_CACHE -- for the CLI
+    # as for the API (docs/cache.md, "Which cache") -- and names the cache alone. It
+    # must name an existing cache: cache commands never create one.
     FileStreamProgramCache(tmp_path / "dir").close()
-    out = _run("-m", "cuforge", "cache", "stats", "--json",
-               env={**env, "CUFORGE_CACHE_DIR": str(tmp_path / "dir")})  # fmt: skip
+    both = {**env, "CUFORGE_CACHE_DIR": str(tmp_path / "dir")}
+    out = _run("-m", "cuforge", "cache", "stats", "--json", env=both)
+    assert json.loads(out.stdout)["path"] == env["CUFORGE_CACHE"]
+    del both["CUFORGE_CACHE"]
+    out = _run("-m", "cuforge", "cache", "stats", "--json", env=both)
     assert json.loads(out.stdout)["path"] == str(tmp_path / "dir")
 
 
@@ -275,6 +279,34 @@ def test_a_bad_settings_file_is_a_valueerror_naming_it(env, tmp_path) -> None:
         with pytest.raises(ValueError) as err:
             Program(SRC, "c++", ProgramOptions(arch=ARCH)).compile("cubin", cache=True)
         assert said in str(err.value)
+
+
+def test_the_api_and_the_cli_choose_the_same_cache(env, tmp_path) -> None:
+    """For each level of the precedence, ``default_cache()`` and ``cuforge cache dir``
+    name the same directory (the CLI chose differently from the API before)."""
+    work = tmp_path / "work"
+    user = tmp_path / "config" / "cuforge"
+    user.mkdir(parents=True)
+    cases = [
+        ({}, "", ""),
+        ({}, "", 'cache = "u"'),
+        ({}, 'cache = "p"', 'cache = "u"'),
+        ({"CUFORGE_CACHE_DIR": "d"}, 'cache = "p"', ""),
+        ({"CUFORGE_CACHE_DIR": "d", "CUFORGE_CACHE": "c"}, 'cache = "p"', ""),
+        ({"CUFORGE_CACHE": "~/home-relative"}, "", ""),
+    ]
+    base = {k: v for k, v in os.environ.items() if not k.startswith("CUFORGE_")}
+    for variables, project, mine in cases:
+        (work / "cuforge.toml").write_text(project)
+        (user / "config.toml").write_text(mine)
+        for name in ("CUFORGE_CACHE", "CUFORGE_CACHE_DIR"):
+            env.delenv(name, raising=False)
+        for name, value in variables.items():
+            env.setenv(name, value)
+        env.setattr("cuforge.storage.config._current", None)
+        api = _path(default_cache())
+        out = _run("-m", "cuforge", "cache", "dir", env={**base, **variables}).stdout.strip()
+        assert os.path.realpath(out) == api, (variables, project, mine)
 
 
 def test_the_environment_is_read_as_os_environ_get_reads_it(env, monkeypatch) -> None:
