@@ -4,6 +4,7 @@ importing cuforge's integrations never imports the systems they adapt."""
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import sys
 import warnings
@@ -13,7 +14,7 @@ import pytest
 
 from cuforge.integrations import cupy as cupy_module
 from cuforge.integrations import inductor as inductor_module
-from cuforge.integrations._cache import ForeignEntries, select_cache
+from cuforge.integrations._cache import ForeignEntries, caching_off, select_cache
 from cuforge.storage.base import CacheReadWarning, CacheWriteWarning, ProgramCacheResource
 from cuforge.storage.memory import InMemoryProgramCache
 from cuforge.storage.record import decode_record
@@ -302,3 +303,73 @@ def test_cli_lists_an_integrations_entries_by_kind(tmp_path: Path) -> None:
     assert cli("stats")["kinds"] == {"inductor": 1, "cupy": 1}  # type: ignore[index]
     verified = cli("verify")
     assert (verified["checked"], verified["bad"]) == (2, [])  # type: ignore[index]
+
+
+# -- one precedence with the API and the CLI (issue 33; issue 36, items 3 and 7) ----------
+@pytest.fixture
+def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh_selection: None) -> Path:
+    """An empty working directory, no user settings file, nothing chosen yet."""
+    from cuforge.storage import config
+
+    monkeypatch.setattr(config, "_selections", {}, raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.delenv("CUFORGE_CACHE_DIR", raising=False)
+    (tmp_path / "work").mkdir()
+    monkeypatch.chdir(tmp_path / "work")
+    return tmp_path / "work"
+
+
+def _chosen(env_var: str) -> str | None:
+    cache = select_cache(None, env_var)
+    return None if cache is None else os.path.realpath(getattr(cache, "inner", cache).path)
+
+
+def test_an_integration_chooses_by_the_one_precedence(
+    workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The adapters ignored $CUFORGE_CACHE_DIR and the settings files.
+    (workdir / "cuforge.toml").write_text('cache = "project"\n')
+    steps = [
+        (None, None, str(workdir / "project")),
+        ("CUFORGE_CACHE_DIR", "dir", str(workdir / "dir")),
+        ("CUFORGE_CACHE", "url", str(workdir / "url")),
+        ("CUFORGE_X_CACHE", "own", str(workdir / "own")),
+        ("CUFORGE_X_CACHE", "off", None),
+    ]
+    for name, value, expected in steps:
+        if name is not None:
+            monkeypatch.setenv(name, str(value))
+        assert _chosen("CUFORGE_X_CACHE") == expected, (name, value)
+    assert caching_off("CUFORGE_X_CACHE")
+    for name in ("CUFORGE_X_CACHE", "CUFORGE_CACHE"):
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("CUFORGE_CACHE_DIR", "off")  # off, at whatever level
+    assert _chosen("CUFORGE_X_CACHE") is None and caching_off("CUFORGE_X_CACHE")
+    monkeypatch.delenv("CUFORGE_CACHE_DIR")
+    (workdir / "cuforge.toml").write_text('cache = "off"\n')
+    assert _chosen("CUFORGE_Y_CACHE") is None and caching_off("CUFORGE_Y_CACHE")
+    assert not (workdir / "off").exists()
+
+
+def test_a_settings_files_secret_signs_an_integrations_cache(
+    workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (workdir / "secret").write_text(SECRET.decode())
+    (workdir / "cuforge.toml").write_text('secret_file = "secret"\n')
+    monkeypatch.setenv("CUFORGE_X_CACHE", str(workdir / "c"))
+    assert isinstance(select_cache(None, "CUFORGE_X_CACHE"), SignedProgramCache)
+    assert isinstance(select_cache(str(workdir / "d"), "CUFORGE_X_CACHE"), SignedProgramCache)
+
+
+@pytest.mark.parametrize("kind", ["bare-sqlite", "world-writable", "unknown-scheme"])
+def test_a_settings_file_naming_a_cache_that_cannot_be_opened_warns_naming_it(
+    kind: str, workdir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url, why = _unopenable(kind, tmp_path, monkeypatch)
+    toml = workdir / "cuforge.toml"
+    toml.write_text(f"cache = {url!r}\n")
+    answers, messages = _selected_twice(None, cupy_module.ENV_CACHE)
+    assert answers == [None, None] and len(messages) == 1
+    assert f"project config {toml}" in messages[0] and why in messages[0], messages
+    assert "\n" not in messages[0]

@@ -21,7 +21,7 @@ from _cli import EXAMPLES, ROOT, SCRIPT, isolated_env
 
 README = ROOT / "README.md"
 PLACE = "/tmp/readme"  # where the README's session ran; the test runs it in tmp_path
-SETUP = f"$ cp -r examples {PLACE} && cd {PLACE} && export CUFORGE_CACHE_DIR=$PWD/cache"
+SETUP = f"$ cp -r examples {PLACE} && cd {PLACE} && export CUFORGE_CACHE=$PWD/cache"
 
 # What may differ between machines and runs, as (pattern in the README, regex).
 _VARYING = [
@@ -101,7 +101,7 @@ def test_the_readme_session_prints_what_the_readme_shows(tmp_path):
     assert len(steps) >= 8, "the README's session lost its commands"
     here = tmp_path / "readme"
     shutil.copytree(EXAMPLES, here)  # the README's first line
-    env = isolated_env(tmp_path, CUFORGE_CACHE_DIR=str(here / "cache"), NO_COLOR="1")
+    env = isolated_env(tmp_path, CUFORGE_CACHE=str(here / "cache"), NO_COLOR="1")
     env["PATH"] = f"{SCRIPT.parent}{os.pathsep}{env.get('PATH', '')}"
     for command, shown in steps:
         code, printed = _on_terminal(command, here, env)

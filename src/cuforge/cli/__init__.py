@@ -161,14 +161,7 @@ def _dispatch(argv: list[str], digest: str | None) -> int:
             return 2
         if args.command == "compile":
             args.request_digest = digest  # what _direct names its hit record by
-        from cuforge.cli import _config
-
-        # a settings file's secret_file, for this command (doctor reports, never fails)
-        restore = "" if args.command == "doctor" else _config.apply_secret()
-        try:
-            return int(handler(args))
-        finally:
-            _config.restore_secret(restore)
+        return int(handler(args))
     except UsageError as exc:
         prog = exc.prog or _prog(argv)
         print(f"{prog}: error: {exc}", file=sys.stderr)

@@ -4,8 +4,9 @@ Compiles run in worker processes when there are several and more than one CPU:
 measured (``benchmarks/bench_cli.py``, 8 CUB kernels), threads never ran NVRTC
 compiles in parallel in one interpreter (0.9-1.0x with 2 or 8 threads on a quiet
 host) while processes scaled: 1.7x with 2 on two quiet cores, 6.1x with 8. Each worker opens
-the cache from its URL once, compiles what it is sent, and closes the cache when it
-exits (its statistics are persisted like any process's). Workers are forked on
+the cache once, from its URL and secret (passed to it, never through the environment),
+compiles what it is sent, and closes the cache when it exits (its statistics are
+persisted like any process's). Workers are forked on
 Linux (nothing CUDA is loaded in the parent before they start), spawned elsewhere.
 
 A compile is described by a :class:`Spec` (plain data) and answered by a result
@@ -79,7 +80,7 @@ def compile_spec(spec: Spec, cache: Any, want_code: bool = False) -> dict[str, A
             source, spec.arch, spec.defines or [], spec.includes or [], spec.std,
             spec.pre_include or [],
         )  # fmt: skip
-        program = _programs.make_program(source, fields)
+        program = _programs.make_program(source, fields, flags=False)  # plan checked them
         result["arch"] = program.options.arch
         obj, compiled, outcome = _programs.compile_through(program, spec.target, logs, cache)
         result.update(status="compiled" if compiled else "cached", bytes=len(obj.code))
@@ -102,16 +103,17 @@ def compile_spec(spec: Spec, cache: Any, want_code: bool = False) -> dict[str, A
 _worker_cache: Any = None
 
 
-def _worker_init(url: str | None) -> None:
+def _worker_init(opener: tuple[str | None, bytes | None]) -> None:
     global _worker_cache
     os.environ["CUFORGE_WATCH"] = os.environ.get("CUFORGE_WATCH", "0")
+    url, secret = opener
     if url is None:
         return
     from multiprocessing import util
 
     from cuforge.storage.urls import open_cache
 
-    _worker_cache = open_cache(url)
+    _worker_cache = open_cache(url, secret=secret)
     # Forked workers leave through os._exit (no atexit): close the cache, which
     # persists this worker's statistics, as multiprocessing shuts the worker down.
     util.Finalize(_worker_cache, _worker_cache.close, exitpriority=10)
@@ -125,14 +127,16 @@ def run_specs(
     specs: Sequence[Spec],
     jobs: int,
     cache: Any,
-    url: str | None,
+    opener: tuple[str | None, bytes | None],
     done: Callable[[int, dict[str, Any]], None],
     want_code: bool = False,
 ) -> None:
     """Compile every spec, calling ``done(index, result)`` as each finishes.
 
     ``jobs`` > 1 (and more than one spec) runs ``min(jobs, len(specs))`` worker
-    processes that open ``url``; otherwise this process compiles through ``cache``.
+    processes that open ``opener``, (the cache's URL, its secret) -- the secret
+    passed to them, never through the environment; otherwise this process compiles
+    through ``cache``.
     """
     jobs = min(jobs, len(specs))
     if jobs <= 1:
@@ -145,7 +149,7 @@ def run_specs(
     method = "fork" if sys.platform.startswith("linux") else None
     context = multiprocessing.get_context(method)
     with ProcessPoolExecutor(jobs, mp_context=context, initializer=_worker_init,
-                             initargs=(url,)) as pool:  # fmt: skip
+                             initargs=(opener,)) as pool:  # fmt: skip
         futures = {pool.submit(_worker_run, spec, want_code): i for i, spec in enumerate(specs)}
         for future in as_completed(futures):
             done(futures[future], future.result())

@@ -10,7 +10,8 @@
 - ``-D``/``-I``/``--std``/``-include`` apply to CUDA C++ only.
 
 Bad values (an unknown arch, a macro that is not an identifier) are UsageErrors
-carrying ProgramOptions' own message.
+carrying ProgramOptions' own message, naming the flag and the value given
+(``-D 1BAD has an invalid macro name '1BAD'``), or the settings file for its ``arch``.
 """
 
 from __future__ import annotations
@@ -29,8 +30,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CODE_TYPES",
+    "FLAGS",
     "SourceFile",
     "add_compile_options",
+    "check_arch",
     "check_target",
     "compile_through",
     "make_program",
@@ -154,8 +157,48 @@ def option_fields(
     return fields
 
 
-def make_program(source: SourceFile, fields: dict[str, Any]) -> Program:
-    """``Program(source, options)``; UsageError with ProgramOptions' message for bad values."""
+#: The ProgramOptions fields command-line flags set, and those flags.
+FLAGS = {
+    "arch": "--arch",
+    "define_macro": "-D",
+    "include_path": "-I",
+    "pre_include": "-include",
+    "std": "--std",
+}
+_FIELD = re.compile(r"ProgramOptions\.(\w+)(?:\[(\d+)\])?")
+
+
+def check_arch(where: str, arch: str) -> None:
+    """UsageError when ``arch`` does not look like an architecture: the compile
+    layer's own check (``ProgramOptions.arch``), naming ``where`` it came from."""
+    from cuforge.compile.options import ProgramOptions
+
+    try:
+        ProgramOptions(arch=arch)
+    except (TypeError, ValueError) as exc:
+        raise UsageError(str(exc).replace("ProgramOptions.arch", where, 1)) from None
+
+
+def _named(message: str, fields: dict[str, Any]) -> str:
+    """ProgramOptions' ``message`` with the fields named as typed: ``-D 1BAD has an
+    invalid macro name '1BAD'``, not ``ProgramOptions.define_macro[0] ...``."""
+
+    def flag(found: re.Match[str]) -> str:
+        name, index = found.group(1), found.group(2)
+        if name not in FLAGS:
+            return found.group(0)
+        value = fields.get(name)
+        if isinstance(value, list) and index is not None and int(index) < len(value):
+            return f"{FLAGS[name]} {value[int(index)]}"
+        return FLAGS[name]
+
+    return _FIELD.sub(flag, message)
+
+
+def make_program(source: SourceFile, fields: dict[str, Any], flags: bool = True) -> Program:
+    """``Program(source, options)``; UsageError with ProgramOptions' message for bad
+    values -- naming the flag and the value given (``flags``; False where the values
+    came from elsewhere, a warm manifest)."""
     from cuforge.compile.options import ProgramOptions
     from cuforge.compile.program import Program
 
@@ -166,7 +209,7 @@ def make_program(source: SourceFile, fields: dict[str, Any]) -> Program:
             raise UsageError(
                 "no CUDA device here to take the architecture from; pass --arch sm_XY"
             ) from None
-        raise UsageError(str(exc)) from None
+        raise UsageError(_named(str(exc), fields) if flags else str(exc)) from None
 
 
 def check_target(

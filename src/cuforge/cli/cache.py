@@ -34,6 +34,7 @@ import time
 
 from cuforge.cli import _entries, _select, _term
 from cuforge.cli._args import UsageError, arch_arg
+from cuforge.storage.config import DEFAULT_ORIGIN
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -126,17 +127,22 @@ class opened:  # lower case: used like open()
     caching is off, the cache does not exist -- nothing is created -- or it cannot be
     opened). ``read_only``: the command only looks, and the cache is opened so that
     it creates, sweeps and deletes nothing (a directory that is not a cuforge cache
-    is a UsageError)."""
+    is a UsageError); the default directory before the first compile made it then
+    reads as an empty cache (``not_yet``), not as a mistake."""
 
     def __init__(self, args: argparse.Namespace, read_only: bool = False) -> None:
         self.choice = _select.choose(args)
         if self.choice.url is None:
-            raise UsageError(f"caching is off ({self.choice.origin}): there is no cache to use")
+            raise UsageError(f"caching is off ({self.choice.said()}): there is no cache to use")
         self.read_only = read_only
+        self.not_yet = False
         self.cache: ProgramCacheResource | None = None
 
     def __enter__(self) -> ProgramCacheResource:
-        _select.require_existing(self.choice)  # these commands never create a cache
+        fresh = self.read_only and self.choice.origin == DEFAULT_ORIGIN
+        self.not_yet = fresh and _select.missing(self.choice) is not None
+        if not self.not_yet:
+            _select.require_existing(self.choice)  # these commands never create a cache
         self.cache = _select.open_choice(self.choice, read_only=self.read_only)
         return self.cache
 
@@ -157,6 +163,9 @@ def _when(ns: int) -> str:
         return "-"
     stamp = datetime.datetime.fromtimestamp(ns / 1e9).strftime("%Y-%m-%d %H:%M:%S")
     return f"{stamp} ({_term.ago(ns)})"
+
+
+_NOT_YET = ": not created yet (the first compile creates it)"
 
 
 def _stats(args: argparse.Namespace) -> int:
@@ -208,7 +217,7 @@ def _stats(args: argparse.Namespace) -> int:
         size = f"{format_size(disk)} on disk (entries {size})"
     rate = "-" if report["hit_rate"] is None else f"{report['hit_rate'] * 100:.1f} %"
     lines = [
-        ("cache", f"{report['path']} ({report['backend']})"),
+        ("cache", f"{report['path']} ({report['backend']}){_NOT_YET if chosen.not_yet else ''}"),
         ("entries", entries),
         ("size", size + (f" of {format_size(cap)} cap" if cap else " (no cap set)")),
         ("hit rate", f"{rate} ({_count(counters['hits'], 'hit')} / {_count(lookups, 'lookup')})"),
@@ -400,12 +409,11 @@ def _dir(args: argparse.Namespace) -> int:
     if args.default:
         from cuforge.storage.filestream import default_cache_dir
 
-        where, origin = default_cache_dir(), "the default cache directory"
+        where, origin = default_cache_dir(), DEFAULT_ORIGIN
     else:
         choice = _select.choose(args)
         if choice.url is None:
-            raise UsageError(f"caching is off ({choice.origin}): there is no cache in use")
-        where = _select.Choice(_select.url_of(choice), choice.origin).shown()
-        origin = choice.origin
+            raise UsageError(f"caching is off ({choice.said()}): there is no cache in use")
+        where, origin = choice.shown(), choice.origin
     print(json.dumps({"cache": where, "origin": origin}, indent=2) if args.json else where)
     return 0

@@ -225,8 +225,10 @@ def requested_archs(args: argparse.Namespace) -> list[str | None]:
     """The archs the command names: ``--arch``, else the settings files' ``arch``;
     ``[None]`` when neither does (then each Program takes device 0's)."""
     given = [a.strip() for value in args.arch or () for a in value.split(",") if a.strip()]
+    for arch in given:
+        _programs.check_arch("--arch", arch)
     if not given:  # the project's or user's settings file, else this GPU's
-        given = _config.default_archs()
+        given = [a.value for a in _config.default_archs()]
     return list(dict.fromkeys(given)) if given else [None]
 
 
@@ -284,15 +286,11 @@ def plan(args: argparse.Namespace) -> list[Job]:
 
 def run(args: argparse.Namespace) -> int:
     """Compile every job; see the module docstring for exit statuses."""
-    choice = _select.choose(args)
-    if choice.url is None and args.max_size is not None:
-        raise UsageError("--max-size applies to a cache; it was given with no cache")
-    if args.max_size is None:  # a settings file's, where the cache takes a cap
-        args.max_size = _select.configured_cap(choice)
+    choice = _select.choose(args, args.max_size)  # --max-size, else a settings file's cap
     jobs = plan(args)
     inputs = _input_files(args)
-    cache = _select.open_choice(choice, args.max_size) if choice.url is not None else None
-    url = _select.url_of(choice, args.max_size) if cache is not None else None
+    cache = _select.open_choice(choice) if choice.url is not None else None
+    url = choice.target() if cache is not None else None  # what worker processes open
 
     def done(i: int, result: dict[str, Any]) -> None:
         jobs[i].result = result
@@ -301,7 +299,9 @@ def run(args: argparse.Namespace) -> int:
 
     fatbin = is_fatbin(args)
     with cache if cache is not None else contextlib.nullcontext():
-        _pool.run_specs([j.spec for j in jobs], os.cpu_count() or 1, cache, url, done, True)
+        _pool.run_specs(
+            [j.spec for j in jobs], os.cpu_count() or 1, cache, (url, choice.secret), done, True
+        )
         results = []
         for job in jobs:
             r = job.result

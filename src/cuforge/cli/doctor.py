@@ -2,17 +2,24 @@
 
 Versions of cuforge, Python and cuda-bindings; each compiler (NVRTC, nvJitLink,
 libNVVM) with its version, build id and the library file; the CUDA header sets C++
-programs get; the driver and its devices, if any; the cache the command line would
-use, its backend and whether it can be written; the state directory (identity
-records, hit records). Each probe that fails says why in its line: doctor reports,
-it never stops at the first problem. It creates, sweeps and deletes nothing: a
-directory is looked at, any other cache opened read-only.
+programs get; the driver and its devices, if any; the cache the commands would use
+(where the choice came from, its backend, whether it exists and can be written) and
+each setting with the level that set it; the state directory (identity records, hit
+records). Each probe that fails says why in its line: doctor reports, it never stops
+at the first problem.
+
+The cache and the settings are checked by the functions the commands run
+(``_select.choose``, ``_select.open_choice``, ``_config.default_archs``), so doctor
+lists as a problem exactly the line ``cuforge compile`` would exit 2 with, and
+nothing else. It changes nothing: an existing cache is opened read-only; for one
+that does not exist yet -- which compile would create -- an empty directory of a
+unique name is made and removed in its nearest existing parent, because only trying
+tells whether creating works there (``/proc``, a read-only mount, root's rights).
 
 Exit status: 0 when nothing is wrong (no GPU is not a problem: compiling and
-caching work without one); 1 when a problem was found -- the cache cannot be chosen
-or opened (or is a directory that is not a cuforge cache), NVRTC is not available,
-the CUDA headers cannot be found -- each listed
-under ``problems`` (so CI can run it); 2 usage errors.
+caching work without one); 1 when a problem was found -- the cache or a setting
+that a command would refuse, NVRTC not available, the CUDA headers not found --
+each listed under ``problems`` (so CI can run it); 2 usage errors.
 """
 
 from __future__ import annotations
@@ -97,53 +104,66 @@ def _devices() -> dict[str, Any]:
     return {"driver": f"{version // 1000}.{version % 1000 // 10} ({version})", "devices": devices}
 
 
-def _cache(args: argparse.Namespace) -> dict[str, Any]:
+def _cache(args: argparse.Namespace) -> tuple[_select.Choice | None, dict[str, Any]]:
+    """The cache the commands would use and what doctor found, chosen and checked by
+    the functions the commands run (``_select.choose``, ``_select.open_choice``
+    read-only); ``problem`` is the line a command would fail with."""
     from cuforge.cli._args import UsageError
 
     try:
         choice = _select.choose(args)
     except UsageError as exc:
-        return {"cache": f"invalid ({exc})"}
+        return None, {"cache": "invalid", "origin": "-", "problem": str(exc)}
     if choice.url is None:
-        return {"cache": "off", "origin": choice.origin}
+        return choice, {"cache": "off", "origin": choice.origin}
     info: dict[str, Any] = {"cache": choice.shown(), "origin": choice.origin}
-    directory = _plain_directory(choice.url)
-    if directory is not None:  # looked at, then opened read-only: doctor creates nothing
-        info["backend"] = "FileStreamProgramCache"
-        probe = directory
-        while not os.path.exists(probe) and os.path.dirname(probe) != probe:
-            probe = os.path.dirname(probe)
-        exists = os.path.isdir(directory)
-        info["exists"] = exists
-        target = os.path.join(directory, "entries") if exists else probe
-        info["writable"] = os.path.isdir(target) and os.access(target, os.W_OK | os.X_OK)
-        if not exists:
-            return info
-    try:  # read-only: a directory that is not a cuforge cache (or unsafe) is refused
-        cache = _select.open_choice(choice, read_only=True)
+    absent = _select.missing(choice)
+    if absent is not None:
+        info["exists"] = False
+    try:
+        if absent is not None:  # compile would create it: could it?
+            absent.check_creatable()
+        if absent is None or not _sqlite_level(choice):  # opening such a level creates it
+            cache = _select.open_choice(choice, read_only=True)
+            with cache:
+                info["backend"] = type(cache).__name__
     except UsageError as exc:
-        info["backend"] = f"cannot be opened ({exc})"
-        return info
-    with cache:
-        if directory is None:
-            info["backend"] = type(cache).__name__
-            path = getattr(cache, "path", None)
-            if path is not None:
-                info["writable"] = os.access(os.path.join(path, "entries"), os.W_OK)
-    return info
+        info["problem"] = str(exc)
+        return choice, info
+    except OSError as exc:
+        info["problem"] = choice.explain(exc)
+        return choice, info
+    if absent is None:
+        info["exists"] = True
+    writable = _writable(choice) if absent is None else True
+    if writable is not None:
+        info["writable"] = writable
+    return choice, info
 
 
-def _plain_directory(url: str) -> str | None:
-    """The directory of a single-level file cache URL, else None."""
+def _sqlite_level(choice: _select.Choice) -> bool:
     from cuforge.storage.urls import parse_cache_url
 
-    try:
-        specs = parse_cache_url(url)
-    except ValueError:
+    return any(s.scheme == "sqlite" for s in parse_cache_url(choice.url or ""))
+
+
+def _writable(choice: _select.Choice) -> bool | None:
+    """Whether a compile could store in the existing cache ``choice`` (its only level
+    a directory or database): the directories it writes, as this process's user."""
+    from cuforge.storage.urls import parse_cache_url
+
+    specs = parse_cache_url(choice.url or "")
+    if len(specs) != 1 or specs[0].scheme not in ("file", "sqlite"):
         return None
-    if len(specs) != 1 or specs[0].scheme != "file" or specs[0].read_only:
-        return None
-    return os.path.abspath(os.path.expanduser(specs[0].location))
+    if specs[0].read_only:
+        return False
+    location = os.path.realpath(specs[0].location)
+    if specs[0].scheme == "sqlite":
+        folder = os.path.dirname(location)
+        return os.access(location, os.W_OK) and os.access(folder, os.W_OK | os.X_OK)
+    entries = os.path.join(location, "entries")
+    target = entries if os.path.isdir(entries) else location
+    return os.access(target, os.W_OK | os.X_OK)
 
 
 def _doctor(args: argparse.Namespace) -> int:
@@ -173,10 +193,11 @@ def _doctor(args: argparse.Namespace) -> int:
     except ValueError as exc:
         report["cuda_headers"] = f"error: {exc}"
     report.update(_devices())
-    report.update(_cache(args))
+    choice, cache = _cache(args)
+    report.update(cache)
     state = toolchain.state_dir()
     report["state_dir"] = state or f"off (${toolchain.STATE_ENV_VAR})"
-    report["settings"] = _settings(report)
+    report["settings"] = _settings(report, choice)
     report["problems"] = _problems(report)
     if args.json:
         print(json.dumps(report, indent=2))
@@ -185,8 +206,12 @@ def _doctor(args: argparse.Namespace) -> int:
     return 1 if report["problems"] else 0
 
 
-def _settings(report: dict[str, Any]) -> dict[str, dict[str, str]]:
-    """Each setting's value and the level that set it (flag > env > project > user)."""
+_NOT_SET = {"value": "-", "from": "not set"}
+
+
+def _settings(report: dict[str, Any], choice: _select.Choice | None) -> dict[str, dict[str, str]]:
+    """Each setting's value and the level that set it (docs/cache.md, "Which cache");
+    ``arch`` checked as ``compile`` checks it."""
     from cuforge.cli import _config
     from cuforge.cli._args import UsageError
 
@@ -194,15 +219,24 @@ def _settings(report: dict[str, Any]) -> dict[str, dict[str, str]]:
         files = _config.settings()
     except UsageError as exc:
         return {"error": {"value": str(exc), "from": "settings file"}}
-    shown = {"cache": {"value": str(report["cache"]), "from": str(report.get("origin", "-"))}}
-    for key in ("max_size", "secret_file", "arch"):
-        found = files.get(key)
-        if found is not None:
-            shown[key] = {"value": found.value, "from": found.origin}
-    if os.environ.get(_config.ENV_SECRET) and not _config.applied:
-        shown["secret_file"] = {"value": "(a secret)", "from": f"${_config.ENV_SECRET}"}
-    for key in ("max_size", "secret_file", "arch"):
-        shown.setdefault(key, {"value": "-", "from": "not set"})
+    shown = {"cache": {"value": str(report["cache"]), "from": str(report["origin"])}}
+    found = files.get("max_size")
+    shown["max_size"] = {"value": found.value, "from": found.origin} if found else _NOT_SET
+    if choice is not None and choice.secret_origin.startswith("$"):
+        shown["secret_file"] = {"value": "(a secret)", "from": choice.secret_origin}
+    elif "secret_file" in files:
+        found = files["secret_file"]
+        shown["secret_file"] = {"value": found.value, "from": found.origin}
+    else:
+        shown["secret_file"] = _NOT_SET
+    try:
+        archs = _config.default_archs()
+    except UsageError as exc:
+        shown["arch"] = {"value": files["arch"].value, "from": files["arch"].origin}
+        shown["arch_error"] = {"value": str(exc), "from": "-"}
+    else:
+        value = ",".join(a.value for a in archs)
+        shown["arch"] = {"value": value, "from": archs[0].origin} if archs else _NOT_SET
     user = _config.user_file()
     used = sorted({f.path for f in files.values()})
     shown["files"] = {"value": ", ".join(used) or f"none (user file: {user})", "from": "-"}
@@ -210,19 +244,19 @@ def _settings(report: dict[str, Any]) -> dict[str, dict[str, str]]:
 
 
 def _problems(report: dict[str, Any]) -> list[str]:
-    """One line per thing that stops cuforge compiling or caching here."""
+    """One line per thing that stops cuforge compiling or caching here: for the
+    cache and the settings, the line the commands would exit 2 with."""
     found = []
     nvrtc = report["compilers"][0]
     if "status" in nvrtc:
         found.append(f"NVRTC is {nvrtc['status']}")
     if isinstance(report["cuda_headers"], str):
         found.append(f"CUDA headers: {report['cuda_headers']}")
-    if str(report["cache"]).startswith("invalid"):
-        found.append(f"cache {report['cache']}")
-    if str(report.get("backend", "")).startswith("cannot be opened"):
-        found.append(f"cache {report['cache']} {report['backend']}")
-    if "error" in report["settings"]:
-        found.append(report["settings"]["error"]["value"])
+    if "problem" in report:
+        found.append(f"the cache cannot be opened: {report['problem']}")
+    for key in ("error", "arch_error"):
+        if key in report["settings"]:
+            found.append(report["settings"][key]["value"])
     return found
 
 
@@ -250,11 +284,11 @@ def _print(report: dict[str, Any]) -> None:
         line(f"device {d['index']}", f"{d['name']} ({d['arch']})")
     if not report["devices"]:
         line("devices", "none (compiling and caching work without; pass --arch)")
-    line("cache", f"{report['cache']}  (from {report.get('origin', '-')})")
+    line("cache", f"{report['cache']}  (from {report['origin']})")
     if "backend" in report:
         line("backend", report["backend"])
-    if report.get("exists") is False:
-        line("exists", "not yet (created by the first compile)")
+    if "exists" in report:
+        line("exists", "yes" if report["exists"] else "not yet (created by the first compile)")
     if "writable" in report:
         ok = report["writable"]
         line("writable", _term.paint("yes", "green") if ok else _term.paint("no", "red"))
@@ -262,7 +296,8 @@ def _print(report: dict[str, Any]) -> None:
     for key, item in report["settings"].items():
         if key == "files":
             line("settings files", item["value"])
-        elif key not in ("cache", "error"):
-            line(key.replace("_", " "), f"{item['value']}  (from {item['from']})")
+        elif key not in ("cache", "error", "arch_error"):
+            source = "not set" if item is _NOT_SET else f"from {item['from']}"
+            line(key.replace("_", " "), f"{item['value']}  ({source})")
     for problem in report["problems"]:
         line("problem", _term.paint(problem, "red"))

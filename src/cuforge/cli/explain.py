@@ -44,7 +44,9 @@ def _explain(args: argparse.Namespace) -> int:
     from cuforge.compile.explain import explain
 
     source = _programs.read_source(args.file)
-    arch = args.arch or ",".join(_config.default_archs()[:1]) or None
+    if args.arch:
+        _programs.check_arch("--arch", args.arch)
+    arch = args.arch or next((a.value for a in _config.default_archs()), None)
     fields = _programs.option_fields(
         source, arch, args.defines, args.includes, args.std, args.pre_include
     )

@@ -8,7 +8,8 @@ caches of directory-only JITs are hydrated (the mirror profiles active in the
 environment).
 
 The job's environment (nothing else changes): ``$CUFORGE_CACHE`` and every
-integration's own variable name the chosen cache; ``TRITON_CACHE_MANAGER`` is
+integration's own variable name the chosen cache, ``$CUFORGE_CACHE_SECRET`` holds its
+secret (a settings file's ``secret_file`` too); ``TRITON_CACHE_MANAGER`` is
 cuforge's (when unset); Inductor's remote FX-graph and AOT-autograd caches are on
 (unless set); the run's start-up hook (``cuforge/integrations/_boot``) leads
 ``PYTHONPATH``, so each Python process of the job wires JAX, Inductor, CuPy and Triton
@@ -83,9 +84,16 @@ def register(subparsers: Subparsers) -> None:
 
 
 def child_env(
-    base: dict[str, str], url: str | None, journal: str | None, warm: bool
+    base: dict[str, str],
+    url: str | None,
+    journal: str | None,
+    warm: bool,
+    secret: bytes | None = None,
 ) -> dict[str, str]:
-    """The job's environment: ``base`` plus the wiring (see the module docstring)."""
+    """The job's environment: ``base`` plus the wiring (see the module docstring).
+    ``secret``: the chosen cache's, which the job -- another program -- can only be
+    given in its environment (``$CUFORGE_CACHE_SECRET``); this process's own
+    environment is left as it is."""
     env = dict(base)
     boot = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                         "integrations", "_boot")  # fmt: skip
@@ -94,6 +102,8 @@ def child_env(
     env["CUFORGE_RUN"] = "1"
     if url is not None:
         env["CUFORGE_CACHE"] = url
+        if secret is not None:  # a settings file's secret_file, or the variable itself
+            env["CUFORGE_CACHE_SECRET"] = secret.decode()
         for name in _ADAPTER_VARS:
             env[name] = url
         env.setdefault("TRITON_CACHE_MANAGER", "cuforge.integrations.triton:CuforgeCacheManager")
@@ -124,14 +134,13 @@ def _run(args: argparse.Namespace) -> int:
     chosen = _select.choose(args)
     if chosen.url is None:  # caching off: the job runs as it would without cuforge
         return _wait(_start(command, dict(os.environ)), None)
-    cap = _select.configured_cap(chosen)
-    cache = _select.open_choice(chosen, cap)
-    url = _select.url_of(chosen, cap)
+    cache = _select.open_choice(chosen)
+    url = chosen.target()  # with a settings file's cap, as compile applies it
     with cache:
         job = _Job(cache, args.warm_set, args.publish_every)
         job.before()
         try:
-            env = child_env(dict(os.environ), url, job.journal, args.warm)
+            env = child_env(dict(os.environ), url, job.journal, args.warm, chosen.secret)
             proc = _start(command, env)
             job.start_publishing()
             rc = _wait(proc, job)

@@ -68,10 +68,9 @@ def _warm(args: argparse.Namespace) -> int:
     folder, specs = _warmfile.load(args.manifest)
     chosen = _select.choose(args)
     if chosen.url is None:
-        raise UsageError(f"caching is off ({chosen.origin}): warm has nothing to fill")
-    cap = _select.configured_cap(chosen)  # a settings file's max_size, as compile applies
-    cache = _select.open_choice(chosen, cap)  # opened here too: bad URLs fail before any work
-    url = _select.url_of(chosen, cap)  # what worker processes open (absolute before the chdir)
+        raise UsageError(f"caching is off ({chosen.said()}): warm has nothing to fill")
+    cache = _select.open_choice(chosen)  # opened here too: bad URLs fail before any work
+    url = chosen.target()  # what worker processes open (absolute before the chdir)
     os.chdir(folder)  # compile as `cuforge compile` run from the manifest's directory would
     progress = _term.Progress(len(specs), "warming", sys.stderr if args.json else None)
     results: list[dict[str, Any]] = []
@@ -93,7 +92,8 @@ def _warm(args: argparse.Namespace) -> int:
                 for future in as_completed(futures):
                     finished(futures[future], future.result())
         else:
-            _pool.run_specs(specs, jobs, cache, url, lambda i, r: finished(specs[i], r))
+            opener = (url, chosen.secret)
+            _pool.run_specs(specs, jobs, cache, opener, lambda i, r: finished(specs[i], r))
     progress.close()
     wall = time.perf_counter() - start
     return _summary(results, wall, jobs, args)

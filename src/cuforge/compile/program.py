@@ -137,13 +137,14 @@ class Program:
             CompileError: the backend failed.
 
         ``cache``: a ``cuforge.utils.ProgramCacheResource``; ``True`` for the
-        default cache (``$CUFORGE_CACHE``, see ``cuforge.storage.config``; none
-        when it is ``off``); None or False for none. A hit returns without
-        compiling; concurrent misses compile once; a failing cache never fails the
-        compile (see ``cuforge.compile.cached``). Headers the source includes are
-        tracked; inputs no scan can be sure of (precompiled headers, NVVM
-        ``use_libdevice``, ``#include_next``, ...) raise a ValueError that says what
-        to do instead (docs/headers.md lists them).
+        default cache (``cuforge.storage.config.default_cache``: the cache the
+        command line would use -- ``$CUFORGE_CACHE``, a settings file... as
+        docs/cache.md "Which cache" says; none when ``off``); None or False for
+        none. A hit returns without compiling; concurrent misses compile once; a
+        failing cache never fails the compile (see ``cuforge.compile.cached``).
+        Headers the source includes are tracked; inputs no scan can be sure of
+        (precompiled headers, NVVM ``use_libdevice``, ``#include_next``, ...) raise
+        a ValueError that says what to do instead (docs/headers.md lists them).
         """
         target = (
             target_type
@@ -154,7 +155,7 @@ class Program:
         _inputs.check_target(self._options, target)  # before a cache hit could hide it
         if logs is not None and not callable(getattr(logs, "write", None)):
             raise TypeError(f"logs must have a write(str) method, got {type(logs).__name__}")
-        if cache is True:  # the default cache: $CUFORGE_CACHE, opened once per process
+        if cache is True:  # the default cache, opened once per state of its variables
             cache = default_cache()
         if cache is not None and cache is not False:
             return pipeline(self, target, names, logs, cache)

@@ -9,15 +9,20 @@ foreign-signed entry is a miss. A cache fault never fails the host system's
 compile: a read that raises is a miss and a :class:`CacheReadWarning`, a store that
 raises is dropped with a :class:`CacheWriteWarning`.
 
-Choosing the cache never fails it either. A cache the environment names
-(``$CUFORGE_<SYSTEM>_CACHE``, ``$CUFORGE_CACHE``, ``$CUFORGE_CACHE_SECRET``) that
-cannot be opened -- a bad URL, a directory that cannot be created or that every
-user can write, a database path that is a directory, a secret too short -- is one
-:class:`CacheWriteWarning` per process (naming the variable, its value and why) and
-no cache: the system compiles as without one. A ``cache=`` argument is the caller's
-code: a URL the parser or the backend refuses raises ValueError there (TypeError
-for another type), and one that cannot be opened for the environment's reasons (an
-``OSError``: a path that cannot be created or is unsafe) warns the same way.
+Choosing the cache never fails it either. The choice is ``storage.config``'s, the
+one ``Program.compile(cache=True)`` and the command line make (docs/cache.md, "Which
+cache"), with the adapter's own variable (``$CUFORGE_<SYSTEM>_CACHE``) ranked just
+below the ``cache=`` argument. A cache the environment or a settings file names
+(the adapter's variable, ``$CUFORGE_CACHE``, ``$CUFORGE_CACHE_DIR``, ``cache`` in
+``cuforge.toml``, a ``$CUFORGE_CACHE_SECRET`` or ``secret_file``) that cannot be
+opened -- a bad URL, a directory that cannot be created or that every user can
+write, a database path that is a directory, a secret too short -- is one
+:class:`CacheWriteWarning` per process (naming where it came from, its value and
+why) and no cache: the system compiles as without one. A ``cache=`` argument is the
+caller's code: a URL the parser or the backend refuses raises ValueError there
+(TypeError for another type), and one that cannot be opened for the environment's
+reasons (an ``OSError``: a path that cannot be created or is unsafe; a bad secret)
+warns the same way.
 """
 
 from __future__ import annotations
@@ -27,49 +32,27 @@ import threading
 import warnings
 
 from cuforge._stack import outside_level
+from cuforge.storage import config
 from cuforge.storage.base import CacheReadWarning, CacheWriteWarning, ProgramCacheResource
 from cuforge.storage.record import decode_record, encode_record
 
 __all__ = ["ForeignEntries", "caching_off", "select_cache"]
 
-_OFF = "off"
-#: The source named when the ``cache=`` argument cannot be opened.
-_ARGUMENT = "cache"
-
 _mutex = threading.Lock()
-#: Handles opened from URLs, by (URL, secret variable's value): one per process.
-_opened: dict[tuple[str, str | None], ProgramCacheResource] = {}
+#: Handles opened, by (URL, secret): one per process.
+_opened: dict[tuple[str, bytes | None], ProgramCacheResource] = {}
 #: Why a URL could not be opened, by the same identity: it is not tried again.
-_failed: dict[tuple[str, str | None], Exception] = {}
-#: (source, value, secret) already warned about: one warning each per process.
-_warned: set[tuple[str, str, str | None]] = set()
+_failed: dict[tuple[str, bytes | None], Exception] = {}
+#: Warnings already given (the text): one each per process.
+_warned: set[str] = set()
 
 
-class _SecretFault(Exception):
-    """``$CUFORGE_CACHE_SECRET`` is unusable: the environment's fault, whatever
-    named the URL, so never raised at a ``cache=`` argument."""
-
-
-def _open(url: str) -> ProgramCacheResource:
-    from cuforge.storage.config import secret_from_env
-    from cuforge.storage.urls import open_cache
-
-    try:
-        secret = secret_from_env()
-    except ValueError as exc:
-        raise _SecretFault(str(exc)) from None
-    return open_cache(url, secret=secret)
-
-
-def _open_url(url: str, source: str) -> ProgramCacheResource | None:
-    """The process's handle on ``url`` (opened at first use with ``$CUFORGE_CACHE_SECRET``),
-    so an adapter's calls share one handle and its statistics; None (warned once per
-    source) when it cannot be opened. ``source`` is what named ``url``: the argument
-    (a refused URL raises ValueError) or a variable (nothing raises)."""
-    from cuforge.storage.config import ENV_SECRET
-
-    secret = os.environ.get(ENV_SECRET)
-    ident = (url, secret)
+def _open(chosen: config.Selection) -> ProgramCacheResource | None:
+    """The process's handle on ``chosen`` (opened at first use), so an adapter's calls
+    share one handle and its statistics; None (warned once) when it cannot be opened.
+    A URL the ``cache=`` argument gave that the backend refuses raises ValueError."""
+    assert chosen.url is not None
+    ident = (chosen.target(), chosen.secret)
     with _mutex:
         cache = _opened.get(ident)
         if cache is not None:
@@ -77,85 +60,89 @@ def _open_url(url: str, source: str) -> ProgramCacheResource | None:
         failure = _failed.get(ident)
         if failure is None:
             try:
-                cache = _opened[ident] = _open(url)
+                cache = _opened[ident] = chosen.open()
                 return cache
             except Exception as exc:  # judged below, by who named the URL
                 failure = _failed[ident] = exc
-    if source == _ARGUMENT and isinstance(failure, (ValueError, TypeError)):
-        raise ValueError(f"cache: {failure}") from None
-    _unavailable(source, url, secret, failure)
+    if chosen.origin == config.ARGUMENT and isinstance(failure, (ValueError, TypeError)):
+        raise ValueError(chosen.explain(failure)) from None
+    _unavailable(chosen.named(), chosen.reason(failure))  # the environment's: never raises
     return None
 
 
-def _unavailable(source: str, value: str, secret: str | None, exc: Exception) -> None:
-    """Warn, once per process for ``source`` holding ``value``, that its cache cannot
-    be opened and the compile goes on without one (a URL's password is not shown)."""
-    with _mutex:
-        if (source, value, secret) in _warned:
-            return
-        _warned.add((source, value, secret))
+def _unavailable(named: str, reason: str) -> None:
+    """Warn, once per process for each text, that the cache ``named`` cannot be
+    opened and the compile goes on without one (a URL's password is not shown)."""
     import re
 
-    shown = "cache=" if source == _ARGUMENT else f"{source}="
-    reason = str(exc).removeprefix(f"{source}: ") or type(exc).__name__
-    message = (
-        f"cuforge: {shown}{value!r}: the cache cannot be opened ({reason}); "
-        "compiling without a cache"
-    )
+    message = f"cuforge: {named}: the cache cannot be opened ({reason}); compiling without a cache"
     message = re.sub(r"(://[^/@?,\s:]*):[^@/?,\s]*@", r"\1:***@", message)
+    with _mutex:
+        if message in _warned:
+            return
+        _warned.add(message)
     warnings.warn(message, CacheWriteWarning, stacklevel=outside_level())
+
+
+def _refused(exc: config.SelectionError) -> None:
+    """A value that cannot choose a cache: the argument's own raises (ValueError),
+    anything the environment or a settings file gave warns once."""
+    if exc.of_argument:
+        raise ValueError(str(exc)) from None
+    if exc.chosen:
+        _unavailable(exc.chosen, exc.detail())
+    else:  # no cache chosen yet: a settings file that cannot be read
+        _unavailable("the cache", str(exc))
 
 
 def select_cache(
     cache: ProgramCacheResource | str | None, env_var: str
 ) -> ProgramCacheResource | None:
     """The cache an integration uses: ``cache`` itself (a cache, or a URL to open),
-    else ``$env_var`` (a cache URL, or ``off``), else cuforge's default cache
-    (``$CUFORGE_CACHE``). None means no cache: turned off, or it cannot be opened.
+    else what ``storage.config.select`` chooses with ``$env_var`` (a cache URL, or
+    ``off``) ranked first -- with the variable unset, cuforge's default cache (the
+    handle ``cache=True`` compiles use). None means no cache: turned off, or it
+    cannot be opened.
 
-    URLs open with ``$CUFORGE_CACHE_SECRET`` when it is set (every shared level then
-    signs and verifies), once per process and secret. A value from the environment
-    never raises: one it cannot open is a :class:`CacheWriteWarning` naming the
-    variable, once per process, and None. A ``cache`` URL the parser or its backend
+    URLs open with the chosen secret (``$CUFORGE_CACHE_SECRET``, else a settings
+    file's ``secret_file``): every shared level then signs and verifies; once per
+    process and secret. A value from the environment or a settings file never
+    raises: one that cannot be used is a :class:`CacheWriteWarning` naming where it
+    came from, once per process, and None. A ``cache`` URL the parser or its backend
     refuses raises ValueError (``cache: ...``), a ``cache`` of another type
     TypeError; one that cannot be opened (an ``OSError``) warns and gives None.
     """
     if isinstance(cache, ProgramCacheResource):
         return cache
-    if isinstance(cache, str):
-        return _open_url(cache, _ARGUMENT)
-    if cache is not None:
+    if cache is not None and not isinstance(cache, str):
         raise TypeError(
             "cache: expected a ProgramCacheResource, a cache URL or None, "
             f"got {type(cache).__name__}"
         )
-    url = (os.environ.get(env_var) or "").strip()
-    if url.lower() == _OFF:
-        return None
-    if url:
-        return _open_url(url, f"${env_var}")
-    from cuforge.storage.config import default_cache
-
+    if cache is None and not (os.environ.get(env_var) or "").strip():
+        try:
+            return config.default_cache()  # warns itself, once, when it cannot be opened
+        except config.SelectionError as exc:  # a bad value, from the environment or a file
+            _refused(exc)
+            return None
     try:
-        return default_cache()  # warns itself, once, when the directory cannot be opened
-    except Exception as exc:  # a bad $CUFORGE_CACHE or secret: the environment's, no raise
-        from cuforge.storage.config import ENV_CACHE, ENV_SECRET
-
-        value = os.environ.get(ENV_CACHE) or ""
-        _unavailable(f"${ENV_CACHE}", value, os.environ.get(ENV_SECRET), exc)
+        chosen = config.selection(cache, env_var=env_var)
+    except config.SelectionError as exc:
+        _refused(exc)
         return None
+    return None if chosen.url is None else _open(chosen)
 
 
-def caching_off(env_var: str) -> bool:
-    """Whether the environment turns this integration's cache off: ``off`` in
-    ``$env_var``, or in ``$CUFORGE_CACHE`` when ``$env_var`` is unset (tells a None
-    from :func:`select_cache` that means off from one that means unavailable)."""
-    own = (os.environ.get(env_var) or "").strip()
-    if own:
-        return own.lower() == _OFF
-    from cuforge.storage.config import ENV_CACHE
-
-    return (os.environ.get(ENV_CACHE) or "").strip().lower() == _OFF
+def caching_off(env_var: str) -> str:
+    """What turns caching off for this integration (``$env_var`` first; see
+    :func:`select_cache`) -- ``$CUFORGE_TRITON_CACHE=off``, ``cache = 'off' in project
+    config PATH``... -- or "" when it is on: tells a None from :func:`select_cache`
+    that means off from one that means unavailable."""
+    try:
+        chosen = config.selection(env_var=env_var)
+    except config.SelectionError:
+        return ""
+    return chosen.said() if chosen.url is None else ""
 
 
 class ForeignEntries:

@@ -60,7 +60,7 @@ if TYPE_CHECKING:
 
 __all__ = ["ENV_CACHE", "counters", "install", "installed", "uninstall"]
 
-#: A cache URL for JAX only (else ``$CUFORGE_CACHE``, else cuforge's default); ``off``.
+#: A cache URL for JAX only (else what ``cache=True`` uses: docs/cache.md); ``off``.
 ENV_CACHE = "CUFORGE_JAX_CACHE"
 _KIND = "jax"
 _TESTED = "tested with jax 0.10.0"
@@ -204,10 +204,10 @@ def _single_flight(original: Any, compilation_cache: Any) -> Any:
 def install(cache: ProgramCacheResource | str | None = None) -> ProgramCacheResource | None:
     """Serve JAX's persistent compilation cache from ``cache``; returns the cache in use.
 
-    ``cache`` is a cache, a cache URL, or None for ``$CUFORGE_JAX_CACHE``, else
-    ``$CUFORGE_CACHE``, else cuforge's default. Returns None (and installs nothing)
-    when that is ``off`` or cannot be opened (one warning naming the variable or
-    argument and why; a value from the environment never raises). Installing again
+    ``cache`` is a cache, a cache URL, or None for ``$CUFORGE_JAX_CACHE``, else the
+    cache ``cache=True`` uses (docs/cache.md, "Which cache"). Returns None (and
+    installs nothing) when that is ``off`` or cannot be opened (one warning naming
+    where it came from and why; a value from the environment never raises). Installing again
     replaces the previous cache. Raises RuntimeError (one line) when jax lacks the
     hook, ValueError for a ``cache`` URL the parser or its backend refuses.
     """

@@ -110,11 +110,12 @@ _VERSION = _json_str(triton.__version__).encode()
 
 def triton_cache() -> ProgramCacheResource | None:
     """The cache Triton's files go to: ``$CUFORGE_TRITON_CACHE`` (a URL, or ``off``),
-    else cuforge's default cache; one handle per process and secret. None means off,
-    or that the cache cannot be opened (a bad URL, an unsafe or impossible directory,
-    a secret too short: one warning per process naming the variable): Triton's own
-    file cache serves. Never raises. Inside ``cuforge run`` or an active
-    ``cuforge.integrations.session`` the session's cache is used instead.
+    else the cache ``cache=True`` uses (docs/cache.md, "Which cache"); one handle per
+    process and secret. None means off, or that the cache cannot be opened (a bad URL,
+    an unsafe or impossible directory, a secret too short: one warning per process
+    naming where it came from): Triton's own file cache serves. Never raises. Inside
+    ``cuforge run`` or an active ``cuforge.integrations.session`` the session's cache
+    is used instead.
     """
     wired = triton_override()
     if wired is not None:
@@ -498,18 +499,19 @@ class CuforgeRemoteCacheBackend(RemoteCacheBackend):  # type: ignore[misc]
     """A Triton ``RemoteCacheBackend`` on a cuforge cache: ``get`` answers only entries
     that verify (integrity, and the signature when the cache signs), in one batched
     read; ``put`` stores with the same records as :class:`CuforgeCacheManager`, so
-    both share entries. Raises RuntimeError when caching is off (``$CUFORGE_TRITON_CACHE=off``
-    or ``$CUFORGE_CACHE=off``): Triton's remote manager has no fallback of its own. A
+    both share entries. Raises RuntimeError when caching is off (``off`` at any level of
+    the choice, docs/cache.md): Triton's remote manager has no fallback of its own. A
     cache that cannot be opened is one warning, then every ``get`` a miss and every
     ``put`` dropped, so Triton compiles as without a cache.
     """
 
     def __init__(self, key: str) -> None:
         cache = triton_cache()
-        if cache is None and caching_off(ENV_CACHE):
+        off = caching_off(ENV_CACHE) if cache is None else ""
+        if off:
             raise RuntimeError(
-                "CuforgeRemoteCacheBackend: caching is off ($CUFORGE_TRITON_CACHE or "
-                "$CUFORGE_CACHE is 'off'); unset TRITON_REMOTE_CACHE_BACKEND to run without"
+                f"CuforgeRemoteCacheBackend: caching is off ({off}); unset "
+                "TRITON_REMOTE_CACHE_BACKEND to run without"
             )
         # A cache that cannot be opened (warned): every file a miss, every store dropped.
         self._files = None if cache is None else _Files(cache, key)

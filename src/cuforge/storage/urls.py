@@ -60,6 +60,7 @@ __all__ = [
     "FROM_ENV",
     "SCHEMES",
     "CacheSpec",
+    "absolute_paths",
     "open_cache",
     "open_level",
     "open_tiered",
@@ -288,6 +289,36 @@ def parse_cache_url(url: str) -> list[CacheSpec]:
     if not url.strip():
         raise ValueError("cache URL is empty")
     return [_parse_level(part.strip()) for part in url.split(",")]
+
+
+def _quoted(path: str) -> str:
+    """``path`` for a URL: the characters the grammar gives a meaning (``%``, ``,``,
+    ``?``) percent-encoded, so a directory named ``a,b`` stays one level."""
+    return path.replace("%", "%25").replace(",", "%2C").replace("?", "%3F")
+
+
+def absolute_paths(url: str, base: str | None = None) -> str:
+    """``url`` with every plain-path level (one without ``scheme://``) made absolute:
+    ``~`` expanded, a relative path joined to ``base`` (default: the working
+    directory), normalised; so the URL means the same after a ``chdir`` and in
+    another process. What the base and home contribute is percent-encoded where the
+    grammar would read it (a working directory named ``a,b``). Other levels, and a
+    level's query, are left as they are."""
+    levels = []
+    for level in url.split(","):
+        path, sep, query = level.strip().partition("?")
+        if "://" in level or not path:
+            levels.append(level)
+            continue
+        if path.startswith("~"):
+            user, slash, rest = path.partition("/")
+            home = os.path.expanduser(user)
+            if home != user:
+                path = _quoted(home) + slash + rest
+        if not os.path.isabs(path):
+            path = os.path.join(_quoted(os.getcwd() if base is None else base), path)
+        levels.append(os.path.normpath(path) + sep + query)
+    return ",".join(levels)
 
 
 class _FromEnv:

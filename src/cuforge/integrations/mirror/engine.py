@@ -45,7 +45,8 @@ if TYPE_CHECKING:
 
 __all__ = ["ENV_CACHE", "HydrateResult", "Mirror", "PublishResult"]
 
-#: The cache the mirror uses when none is given: a URL or ``off``; else ``$CUFORGE_CACHE``.
+#: The cache the mirror uses when none is given: a URL or ``off``; else what
+#: ``cache=True`` uses (docs/cache.md, "Which cache").
 ENV_CACHE = "CUFORGE_MIRROR_CACHE"
 FILE_KIND = "mirror"
 INDEX_KIND = "mirror-index"

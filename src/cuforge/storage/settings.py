@@ -1,0 +1,180 @@
+"""Settings files: the project's and the user's, read by every place that chooses a cache.
+
+Two optional TOML files, the project's over the user's:
+
+- the project's: the nearest ``cuforge.toml``, or ``pyproject.toml`` with a
+  ``[tool.cuforge]`` table, in the working directory or a parent (the first
+  directory holding either; ``cuforge.toml`` wins there);
+- the user's: ``$XDG_CONFIG_HOME/cuforge/config.toml`` (``~/.config/cuforge/...``).
+
+Keys (all optional)::
+
+    cache = "~/.cache/cuforge-team"    # a cache URL or directory, or "off"
+    max_size = "20G"                   # the cap of a directory, SQLite or memory cache
+    secret_file = "cache-secret"       # the signing secret, read from this file
+    arch = "sm_90"                     # the command line's default --arch
+
+Relative paths (``cache``, ``secret_file``) are relative to the file's directory.
+Where these rank against flags, variables and arguments is ``storage.config``'s
+(docs/cache.md, "Which cache"). An unknown key, a value of the wrong type or a file
+that is not TOML is a ValueError naming the file (and the key); values are checked
+where they are used (``max_size`` and ``secret_file`` by ``storage.config``, ``arch``
+by the command line). Files are read with ``tomllib`` (``tomli`` on Python 3.10) only
+when one exists; finding them costs a few ``stat`` calls, which is also what
+:func:`fingerprint` hashes. Imports only ``os`` and ``sys``: the command line's fast
+hit path reads the fingerprint.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+__all__ = ["KEYS", "Setting", "fingerprint", "read_secret", "setting", "settings", "user_file"]
+
+#: key -> what it holds (for messages and ``cuforge doctor``)
+KEYS = {
+    "cache": "a cache URL or directory, or 'off'",
+    "max_size": "a size such as '20G'",
+    "secret_file": "a file holding the signing secret",
+    "arch": "an architecture such as 'sm_90' (or 'sm_80,sm_90')",
+}
+_PROJECT_NAMES = ("cuforge.toml", "pyproject.toml")
+
+
+class Setting:
+    """A value and where it came from: ``origin`` is ``project config PATH`` or
+    ``user config PATH`` (``path`` the file)."""
+
+    __slots__ = ("origin", "path", "value")
+
+    def __init__(self, value: str, origin: str, path: str) -> None:
+        self.value, self.origin, self.path = value, origin, path
+
+    def __repr__(self) -> str:
+        return f"Setting({self.value!r}, {self.origin!r})"
+
+
+def user_file() -> str:
+    """Where the user's settings file is (whether or not it exists)."""
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return os.path.join(base, "cuforge", "config.toml")
+
+
+def project_file() -> str | None:
+    """The nearest project settings file, or None."""
+    try:
+        folder = os.getcwd()
+    except OSError:
+        return None
+    while True:
+        for name in _PROJECT_NAMES:
+            path = os.path.join(folder, name)
+            if os.path.isfile(path) and (name == "cuforge.toml" or _has_table(path)):
+                return path
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            return None
+        folder = parent
+
+
+def _has_table(pyproject: str) -> bool:
+    try:
+        with open(pyproject, "rb") as f:
+            return b"[tool.cuforge]" in f.read()
+    except OSError:
+        return False
+
+
+def fingerprint() -> bytes:
+    """What identifies the settings files now (paths, inode, size, mtime)."""
+    parts = []
+    for path in (project_file(), user_file()):
+        if path is None:
+            continue
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        parts.append(f"{path}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}")
+    return "\0".join(parts).encode("utf-8", "surrogateescape")
+
+
+_memo: dict[bytes, dict[str, Setting]] = {}
+
+
+def settings() -> dict[str, Setting]:
+    """Every key either file sets, the project's over the user's (read once per
+    state of the files: :func:`fingerprint`). ValueError naming a bad file."""
+    key = fingerprint()
+    found = _memo.get(key)
+    if found is None:
+        found = {}
+        project = project_file()
+        for level, path in (("user", user_file()), ("project", project)):
+            if path is not None and os.path.isfile(path):
+                found.update(_read(path, f"{level} config {path}"))
+        _memo.clear()
+        _memo[key] = found
+    return found
+
+
+def setting(name: str) -> Setting | None:
+    """The file-level value of ``name`` (flags, arguments and the environment are
+    ``storage.config``'s and the command line's). ValueError naming a bad file."""
+    return settings().get(name)
+
+
+def _read(path: str, origin: str) -> dict[str, Setting]:
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - Python 3.10
+        import tomli as tomllib
+
+    try:
+        with open(path, "rb") as f:
+            data: dict[str, Any] = tomllib.load(f)
+    except OSError as exc:
+        raise ValueError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"{path} is not valid TOML: {exc}") from None
+    if os.path.basename(path) == "pyproject.toml":
+        data = data.get("tool", {}).get("cuforge", {})
+        where = f"{path} [tool.cuforge]"
+    else:
+        where = path
+    folder = os.path.dirname(os.path.abspath(path))
+    out: dict[str, Setting] = {}
+    for key, value in data.items():
+        if key not in KEYS:
+            raise ValueError(f"{where}: unknown key {key!r} (known: {', '.join(KEYS)})")
+        if key == "max_size" and isinstance(value, int) and not isinstance(value, bool):
+            value = str(value)
+        if key == "arch" and isinstance(value, list) and all(isinstance(v, str) for v in value):
+            value = ",".join(value)
+        if not isinstance(value, str) or not value.strip():
+            raise ValueError(f"{where}: {key} must be {KEYS[key]}, got {value!r}")
+        value = value.strip()
+        if key == "secret_file":
+            value = os.path.normpath(os.path.join(folder, os.path.expanduser(value)))
+        elif key == "cache" and value.lower() != "off":  # its directories: from this file's
+            from .urls import absolute_paths
+
+            value = absolute_paths(value, folder)
+        out[key] = Setting(value, origin, path)
+    return out
+
+
+def read_secret(found: Setting) -> str:
+    """The secret in the ``secret_file`` ``found`` names (surrounding whitespace
+    dropped); ValueError naming the file and the settings file that named it."""
+    try:
+        with open(found.value, encoding="utf-8") as f:
+            return f.read().strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        why = getattr(exc, "strerror", None) or exc
+        raise ValueError(f"secret_file {found.value} ({found.origin}): {why}") from None
