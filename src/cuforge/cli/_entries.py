@@ -9,16 +9,27 @@ manifests of tracked C++ compiles: which header versions made which entry), and
 
 from __future__ import annotations
 
+import re
+
 from cuforge.cli._args import UsageError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
     from cuforge.storage.base import ProgramCacheResource
     from cuforge.storage.entry import EntryInfo
 
-__all__ = ["Row", "find", "manifest_entry_ids", "rows", "short_compiler"]
+__all__ = [
+    "COMPILER_NAMES",
+    "Row",
+    "compiler_matcher",
+    "find",
+    "manifest_entry_ids",
+    "rows",
+    "short_compiler",
+]
 
 
 class Row:
@@ -80,18 +91,75 @@ def find(cache: ProgramCacheResource, prefix: str) -> Row:
     return matches[0]
 
 
-def short_compiler(text: str) -> str:
-    """``nvrtc:13.5|build-id:feebac3b...|...`` -> ``nvrtc 13.5 feebac3b``."""
-    if not text:
-        return "-"
-    version = build = ""
+def _compiler_parts(text: str) -> tuple[str, str, str]:
+    """(name, version, first build id in full) of a record's compiler string
+    (``nvrtc:13.5|build-id:feebac3b...|build-id:...|headers:...``); empty where absent."""
+    name = version = build = ""
     for part in text.split("|"):
         if part.startswith("build-id:") and not build:
-            build = part[len("build-id:") :][:8]
+            build = part[len("build-id:") :].lower()
         elif ":" in part and not version and not part.startswith(("headers:", "build-id:")):
             name, _, rest = part.partition(":")
-            version = f"{name} {rest.split(':')[0]}"
-    return " ".join(p for p in (version, build) if p) or text[:24]
+            version = rest.split(":")[0]
+    return name, version, build
+
+
+def short_compiler(text: str) -> str:
+    """``nvrtc:13.5|build-id:feebac3b...|...`` -> ``nvrtc 13.5 feebac3b``: what ``ls``,
+    ``show`` and ``prune`` print, and what ``prune --compiler`` matches."""
+    if not text:
+        return "-"
+    name, version, build = _compiler_parts(text)
+    described = " ".join(p for p in (f"{name} {version}" if name else "", build[:8]) if p)
+    return described or text[:24]
+
+
+#: The compiler names a description starts with (``driver``: the driver's PTX JIT).
+COMPILER_NAMES = ("nvrtc", "nvjitlink", "nvvm", "driver")
+_VERSION = re.compile(r"[0-9]+(?:\.[0-9]+)*")
+_BUILD = re.compile(r"[0-9a-f]{6,40}")
+
+
+def _split_named(word: str) -> list[str]:
+    name, colon, version = word.partition(":")
+    return [name, version] if colon and name in COMPILER_NAMES and version else [word]
+
+
+def compiler_matcher(wanted: str, flag: str = "--compiler") -> Callable[[str], bool]:
+    """A test of a record's compiler string against ``wanted``, a description as ``ls``
+    prints it or a part of one: every word must match -- a compiler name (``nvrtc``)
+    exactly, a version as a dotted prefix (``13`` matches 13.5, ``13.5`` matches 13.5,
+    neither matches 12.9 or 3.1; ``nvrtc:13.5`` is both), or a build id by its first
+    6 or more hex digits.
+    UsageError naming ``flag`` for a word that is none of these (``build-id``,
+    ``headers``, ``|``: parts of the raw string, which once matched every entry)."""
+    # "nvrtc:13.5", as the raw string spells it, is the name and the version
+    words = [w for part in wanted.lower().split() for w in _split_named(part)]
+    if not words:
+        raise UsageError(
+            f"{flag} needs a build to match (13.5, nvrtc 13.5, a build id); it was empty"
+        )
+    tests: list[Callable[[str, str, str], bool]] = []
+    for word in words:
+        if word in COMPILER_NAMES:
+            tests.append(lambda n, v, b, w=word: n.lower() == w)
+        elif _BUILD.fullmatch(word):  # 6+ digits: no version is that long (driver: 13000)
+            tests.append(lambda n, v, b, w=word: b.startswith(w))
+        elif _VERSION.fullmatch(word):
+            parts = word.split(".")
+            tests.append(lambda n, v, b, p=parts: v.split(".")[: len(p)] == p)
+        else:
+            raise UsageError(
+                f"{flag} {wanted!r}: {word!r} is not a compiler name "
+                f"({', '.join(COMPILER_NAMES)}), a version (13, 13.5) or a build id "
+                "(6 or more hex digits, as cache ls shows it)"
+            )
+
+    def matches(compiler: str) -> bool:
+        parts = _compiler_parts(compiler)
+        return bool(compiler) and all(test(*parts) for test in tests)
+
+    return matches
 
 
 def manifest_entry_ids(data: bytes) -> list[str] | None:

@@ -348,6 +348,9 @@ def _show(args: argparse.Namespace) -> int:
     else:
         if isinstance(details.get("created"), int):  # seconds since the epoch
             details["created"] = _when(details["created"] * 1_000_000_000)
+        if details.get("compiler"):  # as ls prints it (what prune --compiler matches)
+            raw = details["compiler"]
+            details["compiler"] = f"{_entries.short_compiler(raw)} ({raw})"
         _print_details(details, shown_to)
     if args.extract:
         if entry is None:

@@ -6,13 +6,15 @@
   ``verify`` answers 0), 0 on a healthy cache.
 - ``prune [--older-than D] [--unused-for D] [--compiler BUILD] [--max-size SIZE]
   [--dry-run] [--json]``: remove entries stored more than D ago, not read for D, or
-  made by a compiler build whose description contains BUILD (as ``cache ls`` shows
-  it, e.g. ``13.4`` or ``feebac3b``; an empty BUILD, which every build contains, is a
-  usage error); then, with ``--max-size``, least recently used entries until the rest
-  fits. D and SIZE need their unit (``30d``, ``2G``; a plain number is a usage
-  error). Header manifests age like entries, and a manifest whose entries are all
-  gone goes with them. Exit 1 when an entry could not be removed (a read-only
-  cache): the summary counts only what went.
+  made by a compiler that matches BUILD, words of the description ``cache ls`` shows
+  (``nvrtc 13.5 feebac3b``): each word a compiler name, a version as a dotted prefix
+  (``13`` is 13.x, never 3.x or 12.x) or a build id's first 6+ hex digits
+  (``_entries.compiler_matcher``; any other word, or none, is a usage error); then,
+  with ``--max-size``, least recently used entries until the rest fits. D and SIZE
+  need their unit (``30d``, ``2G``; a plain number is a usage error). Header
+  manifests age like entries, and a manifest whose entries are all gone goes with
+  them. Exit 1 when an entry could not be removed (a read-only cache): the summary
+  counts only what went.
 - ``clear [--yes] [--json]``: remove every entry; asks on a terminal, refuses without
   ``--yes`` when there is none to ask (exit 2); exit 1 when entries remain.
 
@@ -51,7 +53,9 @@ def register(actions: Subparsers) -> None:
     p = actions.add_parser("prune", help="remove old, unused or foreign-compiler entries")
     p.add_argument("--older-than", type=duration_arg, metavar="DURATION", help="stored before")
     p.add_argument("--unused-for", type=duration_arg, metavar="DURATION", help="not read for")
-    p.add_argument("--compiler", metavar="BUILD", help="made by a compiler matching BUILD")
+    p.add_argument(
+        "--compiler", metavar="BUILD", help="made by this compiler: 13.5, nvrtc 13.5, a build id"
+    )
     p.add_argument("--max-size", type=size_arg, metavar="SIZE", help="then evict LRU to SIZE")
     p.add_argument("--dry-run", action="store_true", help="only say what would go")
     p.add_argument("--json", action="store_true", help="print JSON")
@@ -121,8 +125,11 @@ def _verify(args: argparse.Namespace) -> int:
 def _prune(args: argparse.Namespace) -> int:
     from cuforge.storage.units import format_size
 
-    if args.compiler is not None and not args.compiler.strip():
-        raise UsageError("--compiler needs a build to match (13.4, a build id); it was empty")
+    # What ls and show print is what --compiler matches (a substring of the raw string
+    # matched every entry: "12" is in most build ids, "build-id" in all).
+    args.compiler_matches = None
+    if args.compiler is not None:
+        args.compiler_matches = _entries.compiler_matcher(args.compiler)
     if not any((args.older_than, args.unused_for, args.compiler, args.max_size)):
         raise UsageError("give at least one of --older-than, --unused-for, --compiler, --max-size")
     now = time.time_ns()
@@ -219,10 +226,9 @@ def _rule(row: _entries.Row, args: argparse.Namespace, now: int) -> str:
         return "stored before --older-than"
     if args.unused_for is not None and row.info.used_ns < now - args.unused_for * 1e9:
         return "not read within --unused-for"
-    if args.compiler and row.kind == "program":
-        wanted = args.compiler.lower()
-        if wanted in row.compiler.lower() or wanted in _entries.short_compiler(row.compiler):
-            return f"made by compiler {_entries.short_compiler(row.compiler)}"
+    matches = args.compiler_matches
+    if matches is not None and row.kind == "program" and matches(row.compiler):
+        return f"made by compiler {_entries.short_compiler(row.compiler)}"
     return ""
 
 
