@@ -5,6 +5,11 @@ real caches filled by real NVRTC compiles.
 - ``prune --compiler 12`` removed every CUDA 13.5 entry: it matched a substring of the
   raw compiler string (build ids hold "12"; ``build-id``, ``headers`` and ``|``
   matched everything) while the reason printed the description ``ls`` shows.
+- ``cuforge warm`` compiled a manifest's ``arch = "sm_999"``, ``defines = ["1BAD"]``,
+  ``std = "c++18"`` and failed them one by one (exit 1, ProgramOptions' words), where
+  cli.md promised usage errors before anything compiles; it ignored the settings
+  files' ``arch`` ("no arch"), and ``compile -o`` with two archs from a settings file
+  said "-o names one output" without saying where the archs came from.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from _cli import SAXPY, one_line_error, run
+from _cli import SAXPY, isolated_env, one_line_error, run
 from reliability._figures import record
 
 
@@ -91,3 +96,91 @@ def test_prune_compiler_matches_the_description_ls_prints_not_the_raw_string(tmp
         "each removed both); the description's words (13, 13.5, nvrtc, a build id prefix, "
         "the whole line) select exactly its entries", scale="all",
     )  # fmt: skip
+
+
+# -- warm manifests and the settings files' arch -------------------------------------------
+def _project(tmp_path: Path, settings: str = "") -> tuple[Path, dict[str, str]]:
+    """A folder with saxpy.cu (and cuforge.toml holding ``settings``), and an
+    environment whose user settings file is absent."""
+    project = tmp_path / "project"
+    project.mkdir()
+    shutil.copy(SAXPY, project / "saxpy.cu")
+    if settings:
+        (project / "cuforge.toml").write_text(settings)
+    return project, isolated_env(tmp_path, XDG_CONFIG_HOME=str(tmp_path / "no-config"))
+
+
+BAD_MANIFESTS = [
+    ('arch = "sm_999"', "kernel 1: arch 'sm_999' is not one NVRTC", "(it compiles for sm_"),
+    ('arch = "sm_90"\ndefines = ["1BAD"]', "kernel 1: defines 1BAD has an invalid macro name", ""),
+    ('arch = "sm_90"\nstd = "c++18"', "kernel 1: std must be one of", "got 'c++18'"),
+    ('arch = "sm90"', "kernel 1: arch must look like 'sm_90'", "got 'sm90'"),
+    ('arch = "sm_90"\nvariants = [{defines = ["OK"]}, {defines = ["1BAD"]}]',
+     "kernel 1 variant 2: defines 1BAD has an invalid macro name", ""),
+    ('arch = "sm_90"\nvariants = [{defines = ["A"]}, {std = "c++18"}]',
+     "kernel 1 variant 2: std must be one of", ""),
+    ('arch = ["sm_90", "sm_999"]\nvariants = [{defines = ["A"]}]',
+     "kernel 1 variant 1: arch 'sm_999' (from m.toml kernel 1) is not one NVRTC", ""),
+]  # fmt: skip
+
+
+def test_warm_refuses_what_the_compiler_would_before_anything_compiles(tmp_path):
+    """Each was compiled and failed (exit 1, ``ProgramOptions.define_macro[0] ...``),
+    or (``sm90``) named ProgramOptions, not the manifest's key."""
+    project, env = _project(tmp_path)
+    for n, (kernel, said, also) in enumerate(BAD_MANIFESTS):
+        (project / "m.toml").write_text(f'[[kernel]]\nsource = "saxpy.cu"\n{kernel}\n')
+        cache = tmp_path / f"c{n}"
+        result = run(tmp_path, "warm", "m.toml", "--cache", str(cache), cwd=project, env=env)
+        line = one_line_error(result, "cuforge warm")
+        assert line.startswith(f"cuforge warm: error: m.toml {said}"), line
+        assert also in line and "ProgramOptions" not in line, line
+        assert result.stdout == "" and not cache.exists()  # nothing compiled, nothing opened
+    record(
+        "inputs", "cli", "warm manifests the compile options or NVRTC refuse: arch sm_999 (a "
+        "kernel's, a variant's), sm90, defines 1BAD, std c++18 (a kernel's, a variant's)",
+        len(BAD_MANIFESTS),
+        "every one: exit 2 before anything compiles or the cache is opened, one line naming "
+        "the manifest, kernel, variant and key in its words (before: 6 compiled and failed, "
+        "exit 1; sm90 named ProgramOptions.arch); sm_999 checked against "
+        "nvrtcGetSupportedArchs", scale="all",
+    )  # fmt: skip
+
+
+def test_warm_takes_the_settings_files_arch_as_compile_does(tmp_path):
+    """A manifest without arch was "kernel 1 variant 1: no arch" while ``compile``
+    without ``--arch`` used the settings file's."""
+    project, env = _project(tmp_path, 'arch = ["sm_80", "sm_90"]\n')
+    (project / "m.toml").write_text('[[kernel]]\nsource = "saxpy.cu"\n')
+    cache = str(tmp_path / "c")
+    warmed = run(tmp_path, "warm", "m.toml", "--cache", cache, "--json", "--jobs", "1",
+                 cwd=project, env=env)  # fmt: skip
+    assert warmed.returncode == 0, warmed.stderr
+    report = json.loads(warmed.stdout)
+    assert sorted(r["arch"] for r in report["results"]) == ["sm_80", "sm_90"]
+    assert report["compiled"] == 2
+    built = run(tmp_path, "compile", "saxpy.cu", "--outdir", "out", "--cache", cache, "--json",
+                cwd=project, env=env)  # fmt: skip
+    assert built.returncode == 0, built.stderr
+    assert [r["cache"] for r in json.loads(built.stdout)] == ["hit", "hit"]
+    (project / "cuforge.toml").unlink()  # no arch anywhere: said, with where to set one
+    bare = run(tmp_path, "warm", "m.toml", "--cache", cache, cwd=project, env=env)
+    line = one_line_error(bare, "cuforge warm")
+    assert line.endswith("m.toml kernel 1: no arch (set arch in [defaults], the kernel, or a "
+                         "settings file: cuforge.toml)"), line  # fmt: skip
+
+
+def test_o_with_two_archs_from_a_settings_file_names_the_file(tmp_path):
+    """It said "-o names one output; use --outdir DIR for several files or archs" though
+    the command named one file and no arch."""
+    project, env = _project(tmp_path, 'arch = ["sm_80", "sm_90"]\n')
+    result = run(tmp_path, "compile", "saxpy.cu", "-o", "x.cubin", "--cache",
+                 str(tmp_path / "c"), cwd=project, env=env)  # fmt: skip
+    line = one_line_error(result, "cuforge compile")
+    settings = project / "cuforge.toml"
+    assert f"arch in project config {settings} names 2 archs (sm_80, sm_90)" in line, line
+    assert "--arch" in line and "--outdir" in line, line
+    assert not (project / "x.cubin").exists()
+    one = run(tmp_path, "compile", "saxpy.cu", "-o", "x.cubin", "--arch", "sm_90", "--cache",
+              str(tmp_path / "c"), cwd=project, env=env)  # fmt: skip
+    assert one.returncode == 0, one.stderr

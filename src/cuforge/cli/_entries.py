@@ -125,6 +125,15 @@ def _split_named(word: str) -> list[str]:
     return [name, version] if colon and name in COMPILER_NAMES and version else [word]
 
 
+def _matches(part: str, which: int, word: str) -> bool:
+    if which == 0:
+        return part.lower() == word
+    if which == 2:
+        return part.startswith(word)
+    wanted = word.split(".")  # a version: a dotted prefix
+    return part.split(".")[: len(wanted)] == wanted
+
+
 def compiler_matcher(wanted: str, flag: str = "--compiler") -> Callable[[str], bool]:
     """A test of a record's compiler string against ``wanted``, a description as ``ls``
     prints it or a part of one: every word must match -- a compiler name (``nvrtc``)
@@ -139,15 +148,14 @@ def compiler_matcher(wanted: str, flag: str = "--compiler") -> Callable[[str], b
         raise UsageError(
             f"{flag} needs a build to match (13.5, nvrtc 13.5, a build id); it was empty"
         )
-    tests: list[Callable[[str, str, str], bool]] = []
+    tests: list[tuple[int, str]] = []  # (which part: 0 name, 1 version, 2 build; word)
     for word in words:
         if word in COMPILER_NAMES:
-            tests.append(lambda n, v, b, w=word: n.lower() == w)
+            tests.append((0, word))
         elif _BUILD.fullmatch(word):  # 6+ digits: no version is that long (driver: 13000)
-            tests.append(lambda n, v, b, w=word: b.startswith(w))
+            tests.append((2, word))
         elif _VERSION.fullmatch(word):
-            parts = word.split(".")
-            tests.append(lambda n, v, b, p=parts: v.split(".")[: len(p)] == p)
+            tests.append((1, word))
         else:
             raise UsageError(
                 f"{flag} {wanted!r}: {word!r} is not a compiler name "
@@ -157,7 +165,7 @@ def compiler_matcher(wanted: str, flag: str = "--compiler") -> Callable[[str], b
 
     def matches(compiler: str) -> bool:
         parts = _compiler_parts(compiler)
-        return bool(compiler) and all(test(*parts) for test in tests)
+        return bool(compiler) and all(_matches(parts[i], i, w) for i, w in tests)
 
     return matches
 

@@ -7,7 +7,9 @@ host) while processes scaled: 1.7x with 2 on two quiet cores, 6.1x with 8. Each 
 the cache once, from its URL and secret (passed to it, never through the environment),
 compiles what it is sent, and closes the cache when it exits (its statistics are
 persisted like any process's). Workers are forked on
-Linux (nothing CUDA is loaded in the parent before they start), spawned elsewhere.
+Linux (no driver is loaded in the parent before they start; ``warm``'s parent has
+asked NVRTC for its supported archs, a library that starts no thread and holds no
+device state), spawned elsewhere.
 
 A compile is described by a :class:`Spec` (plain data) and answered by a result
 dict: ``status`` (``compiled``, ``cached``, ``failed``), ``seconds``, ``log`` (the
@@ -80,7 +82,7 @@ def compile_spec(spec: Spec, cache: Any, want_code: bool = False) -> dict[str, A
             source, spec.arch, spec.defines or [], spec.includes or [], spec.std,
             spec.pre_include or [],
         )  # fmt: skip
-        program = _programs.make_program(source, fields, flags=False)  # plan checked them
+        program = _programs.make_program(source, fields, None)  # checked before any compile
         result["arch"] = program.options.arch
         obj, compiled, outcome = _programs.compile_through(program, spec.target, logs, cache)
         result.update(status="compiled" if compiled else "cached", bytes=len(obj.code))

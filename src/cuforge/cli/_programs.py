@@ -11,7 +11,8 @@
 
 Bad values (an unknown arch, a macro that is not an identifier) are UsageErrors
 carrying ProgramOptions' own message, naming the flag and the value given
-(``-D 1BAD has an invalid macro name '1BAD'``), or the settings file for its ``arch``.
+(``-D 1BAD has an invalid macro name '1BAD'``), the settings file for its ``arch``,
+or a warm manifest's key (``defines 1BAD has ...``; :data:`MANIFEST_KEYS`).
 """
 
 from __future__ import annotations
@@ -31,11 +32,13 @@ if TYPE_CHECKING:
 __all__ = [
     "CODE_TYPES",
     "FLAGS",
+    "MANIFEST_KEYS",
     "SourceFile",
     "add_compile_options",
     "check_arch",
     "check_target",
     "compile_through",
+    "in_words",
     "make_program",
     "option_fields",
     "read_source",
@@ -179,26 +182,40 @@ def check_arch(where: str, arch: str) -> None:
         raise UsageError(str(exc).replace("ProgramOptions.arch", where, 1)) from None
 
 
-def _named(message: str, fields: dict[str, Any]) -> str:
-    """ProgramOptions' ``message`` with the fields named as typed: ``-D 1BAD has an
-    invalid macro name '1BAD'``, not ``ProgramOptions.define_macro[0] ...``."""
+#: The ProgramOptions fields a warm manifest sets, and its keys for them.
+MANIFEST_KEYS = {
+    "arch": "arch",
+    "define_macro": "defines",
+    "include_path": "includes",
+    "pre_include": "pre_include",
+    "std": "std",
+}
 
-    def flag(found: re.Match[str]) -> str:
+
+def in_words(message: str, fields: dict[str, Any], words: dict[str, str] = FLAGS) -> str:
+    """ProgramOptions' ``message`` with the fields named as the user wrote them --
+    ``words`` maps a field to its flag (``-D 1BAD has an invalid macro name '1BAD'``,
+    not ``ProgramOptions.define_macro[0] ...``) or to a manifest's key
+    (:data:`MANIFEST_KEYS`: ``defines 1BAD has ...``)."""
+
+    def word(found: re.Match[str]) -> str:
         name, index = found.group(1), found.group(2)
-        if name not in FLAGS:
+        if name not in words:
             return found.group(0)
         value = fields.get(name)
         if isinstance(value, list) and index is not None and int(index) < len(value):
-            return f"{FLAGS[name]} {value[int(index)]}"
-        return FLAGS[name]
+            return f"{words[name]} {value[int(index)]}"
+        return words[name]
 
-    return _FIELD.sub(flag, message)
+    return _FIELD.sub(word, message)
 
 
-def make_program(source: SourceFile, fields: dict[str, Any], flags: bool = True) -> Program:
+def make_program(
+    source: SourceFile, fields: dict[str, Any], words: dict[str, str] | None = FLAGS
+) -> Program:
     """``Program(source, options)``; UsageError with ProgramOptions' message for bad
-    values -- naming the flag and the value given (``flags``; False where the values
-    came from elsewhere, a warm manifest)."""
+    values, naming the fields by ``words`` (:func:`in_words`: the flags, or a warm
+    manifest's keys; None: ProgramOptions' own names)."""
     from cuforge.compile.options import ProgramOptions
     from cuforge.compile.program import Program
 
@@ -209,7 +226,8 @@ def make_program(source: SourceFile, fields: dict[str, Any], flags: bool = True)
             raise UsageError(
                 "no CUDA device here to take the architecture from; pass --arch sm_XY"
             ) from None
-        raise UsageError(_named(str(exc), fields) if flags else str(exc)) from None
+        message = str(exc) if words is None else in_words(str(exc), fields, words)
+        raise UsageError(message) from None
 
 
 def check_target(

@@ -25,15 +25,23 @@ Every kernel is compiled for every arch and every variant (one variant, the
 kernel's own settings, when none are listed), exactly as ``cuforge compile SOURCE
 ...`` run from the manifest's directory would compile it, so those commands hit
 what ``cuforge warm`` stored. Lists (``defines``, ``includes``, ``pre_include``)
-in a variant are appended; ``arch``, ``target`` and ``std`` replace. Unknown keys,
-wrong types, missing sources, an arch the compiler refuses and a target a source's
-code type does not compile to (NVVM IR to cubin, PTX to PTX) are UsageErrors naming
-the kernel and key, before anything compiles or is stored.
+in a variant are appended; ``arch``, ``target`` and ``std`` replace. A kernel with
+no arch in the manifest gets the settings files' ``arch`` (read where warm runs,
+as the cache is chosen), as ``cuforge compile`` without ``--arch`` would.
+
+Before anything compiles or is stored, a UsageError naming the file, the kernel
+(and variant) and the key, in the manifest's words: unknown keys, wrong types,
+missing sources, no arch, a value ``ProgramOptions`` refuses (``arch = "sm90"``,
+``defines = ["1BAD"]``, ``std = "c++18"``), an arch NVRTC does not compile for
+(its ``nvrtcGetSupportedArchs``: ``sm_999``; for CUDA C++ sources -- PTX and NVVM
+IR archs are checked for their form only), C++ options on another code type, and
+a target a source's code type does not compile to (NVVM IR to cubin, PTX to PTX).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import sys
 
 from cuforge.cli._args import UsageError
@@ -93,6 +101,7 @@ def _merge(base: dict[str, Any], layer: dict[str, Any], where: str) -> dict[str,
             out[key] = [*out.get(key, []), *_strings(value, where, key)]
         elif key == "arch":
             out["arch"] = _strings(value, where, key)
+            out["arch_from"] = where
         elif key in _SCALARS:
             if not isinstance(value, str):
                 raise UsageError(f"{where}: {key} must be a string")
@@ -100,56 +109,142 @@ def _merge(base: dict[str, Any], layer: dict[str, Any], where: str) -> dict[str,
     return out
 
 
+# Any architecture: checking a layer's other options needs one, and arch is checked alone.
+_ANY_ARCH = "sm_90"
+
+
+def _check_layer(layer: dict[str, Any], where: str) -> None:
+    """UsageError naming ``where`` and the key, in the manifest's words, for an option
+    value the compile layer refuses (``ProgramOptions``' own checks): an arch that does
+    not look like one, a macro name that is not an identifier, an unknown ``std``.
+    Checked where the value is written ([defaults], a kernel, a variant), so the line
+    names that place, before anything compiles."""
+    from cuforge.cli._programs import MANIFEST_KEYS, in_words
+    from cuforge.compile.options import ProgramOptions
+
+    fields = {f: layer[k] for f, k in MANIFEST_KEYS.items() if k in layer and k != "arch"}
+    fields = {f: [v] if isinstance(v, str) and f != "std" else v for f, v in fields.items()}
+    try:
+        for arch in _strings(layer.get("arch", []), where, "arch"):
+            ProgramOptions(arch=arch)
+        ProgramOptions(arch=_ANY_ARCH, **fields)
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"{where}: {in_words(str(exc), fields, MANIFEST_KEYS)}") from None
+
+
+def _check_arch(arch: str, code_type: str, where: str, origin: str) -> None:
+    """UsageError for an arch NVRTC does not compile for (``nvrtcGetSupportedArchs``),
+    for a CUDA C++ source; for PTX and NVVM IR only the arch's form is checked (no
+    library lists what it takes). Skipped when NVRTC cannot be loaded: the compile
+    then says that."""
+    if code_type != "c++":
+        return
+    from cuforge.compile._versions import nvrtc_supported_archs, nvrtc_version
+
+    supported = nvrtc_supported_archs()
+    number = re.search(r"[0-9]+", arch)
+    if supported is None or number is None or int(number.group()) in supported:
+        return
+    said = f" (from {origin})" if origin != where else ""
+    major, minor = nvrtc_version()
+    raise UsageError(
+        f"{where}: arch {arch!r}{said} is not one NVRTC {major}.{minor} compiles for "
+        f"(it compiles for {', '.join(f'sm_{n}' for n in supported)})"
+    )
+
+
 def _check_target(source: str, arch: str, target: str, where: str) -> None:
-    """UsageError, before anything compiles, for an arch the compiler refuses or a
-    target ``source`` (by its suffix, as ``cuforge compile`` reads it) does not
-    compile to: the rule ``cuforge compile`` applies (``_programs.check_target``)."""
+    """UsageError, before anything compiles, for a target ``source`` (by its suffix, as
+    ``cuforge compile`` reads it) does not compile to: the rule ``cuforge compile``
+    applies (``_programs.check_target``)."""
     from cuforge.cli._programs import CODE_TYPES, check_target
     from cuforge.compile.options import ProgramOptions
 
-    try:
-        options = ProgramOptions(arch=arch)
-    except (TypeError, ValueError) as exc:
-        raise UsageError(f"{where}: {exc}") from None
+    options = ProgramOptions(arch=arch)  # checked by _check_layer or the settings file
     code_type = CODE_TYPES.get(os.path.splitext(source)[1].lower(), "c++")
     check_target(source, code_type, options, target, where=where)
 
 
+def _label(variant: dict[str, Any]) -> str:
+    """A variant in its own words, for the result lines: its defines, then its other
+    keys (``BLOCK=256 std=c++20``); ``arch`` has a column of its own."""
+    words = _strings(variant.get("defines", []), "", "defines")
+    for key in ("std", "target", "includes", "pre_include"):
+        if key in variant:
+            value = variant[key]
+            words.append(f"{key}={value if isinstance(value, str) else ','.join(value)}")
+    return " ".join(words)
+
+
+def _settings_archs(where: str) -> tuple[list[str], str]:
+    """The settings files' ``arch`` (what ``cuforge compile`` without ``--arch`` uses),
+    and where it came from; UsageError naming ``where`` when none is set."""
+    from cuforge.cli import _config
+
+    found = _config.default_archs()  # UsageError naming the file for a bad one
+    if not found:
+        raise UsageError(
+            f"{where}: no arch (set arch in [defaults], the kernel, or a settings file: "
+            "cuforge.toml)"
+        )
+    return [a.value for a in found], f"arch in {found[0].origin}"
+
+
 def load(path: str) -> tuple[str, list[Spec]]:
-    """(the manifest's directory, the compiles it asks for, duplicates dropped)."""
+    """(the manifest's directory, the compiles it asks for, duplicates dropped).
+    UsageError, before anything compiles, for anything a compile would refuse."""
     data = _toml(path)
     _check_keys(data, {"defaults", "kernel"}, path)
+    where = f"{path} [defaults]"
+    layer = _check_keys(data.get("defaults", {}), _DEFAULT_KEYS, where)
+    _check_layer(layer, where)
     defaults = _merge(
-        {"arch": [], "target": "cubin", "std": None, **{k: [] for k in _LISTS}},
-        _check_keys(data.get("defaults", {}), _DEFAULT_KEYS, f"{path} [defaults]"),
-        f"{path} [defaults]",
+        {"arch": [], "arch_from": "", "target": "cubin", "std": None, **{k: [] for k in _LISTS}},
+        layer,
+        where,
     )
     kernels = data.get("kernel", [])
     if not isinstance(kernels, list) or not kernels:
         raise UsageError(f"{path}: no [[kernel]] tables (each names a source)")
     folder = os.path.dirname(os.path.abspath(path))
     specs: dict[tuple[object, ...], Spec] = {}
+    fallback: tuple[list[str], str] | None = None  # the settings files' arch, read once
     for i, kernel in enumerate(kernels, 1):
         where = f"{path} kernel {i}"
         _check_keys(kernel, _KERNEL_KEYS, where)
         sources = _strings(kernel.get("sources", kernel.get("source", [])), where, "source")
         if not sources:
             raise UsageError(f'{where}: needs source = "FILE" (or sources = [...])')
-        base = _merge(defaults, {k: v for k, v in kernel.items() if k in _DEFAULT_KEYS}, where)
+        for source in sources:
+            if not os.path.isfile(os.path.join(folder, source)):
+                raise UsageError(f"{where}: source {source} not found in {folder}")
+        layer = {k: v for k, v in kernel.items() if k in _DEFAULT_KEYS}
+        _check_layer(layer, where)
+        base = _merge(defaults, layer, where)
+        listed = "variants" in kernel
         variants = kernel.get("variants", [{}])
         if not isinstance(variants, list) or not variants:
             raise UsageError(f"{where}: variants must be a non-empty list of tables")
         for j, variant in enumerate(variants, 1):
-            vwhere = f"{where} variant {j}"
-            settings = _merge(base, _check_keys(variant, _VARIANT_KEYS, vwhere), vwhere)
+            vwhere = f"{where} variant {j}" if listed else where
+            layer = _check_keys(variant, _VARIANT_KEYS, vwhere)
+            _check_layer(layer, vwhere)
+            settings = _merge(base, layer, vwhere)
             if settings["target"] not in ("cubin", "ptx", "ltoir"):
                 raise UsageError(f"{vwhere}: target must be cubin, ptx or ltoir")
-            if not settings["arch"]:
-                raise UsageError(f"{vwhere}: no arch (set arch in [defaults] or the kernel)")
+            archs, origin = settings["arch"], settings["arch_from"]
+            if not archs:
+                fallback = fallback or _settings_archs(vwhere)
+                archs, origin = fallback
             for source in sources:
-                if not os.path.isfile(os.path.join(folder, source)):
-                    raise UsageError(f"{where}: source {source} not found in {folder}")
-                for arch in settings["arch"]:
+                code_type = _code_type(source)
+                if code_type != "c++" and any(settings[k] for k in (*_LISTS, "std")):
+                    raise UsageError(
+                        f"{vwhere}: defines, includes, pre_include and std apply to CUDA C++ "
+                        f"only, not {source}"
+                    )
+                for arch in archs:
+                    _check_arch(arch, code_type, vwhere, origin)
                     _check_target(source, arch, settings["target"], vwhere)
                     spec = Spec(
                         source=source,
@@ -159,7 +254,13 @@ def load(path: str) -> tuple[str, list[Spec]]:
                         defines=settings["defines"],
                         includes=settings["includes"],
                         pre_include=settings["pre_include"],
-                        label=" ".join(settings["defines"]) if len(variants) > 1 else "",
+                        label=(_label(variant) or f"variant {j}") if len(variants) > 1 else "",
                     )
                     specs.setdefault(spec.key(), spec)
     return folder, list(specs.values())
+
+
+def _code_type(source: str) -> str:
+    from cuforge.cli._programs import CODE_TYPES
+
+    return CODE_TYPES.get(os.path.splitext(source)[1].lower(), "c++")

@@ -232,6 +232,19 @@ def requested_archs(args: argparse.Namespace) -> list[str | None]:
     return list(dict.fromkeys(given)) if given else [None]
 
 
+def _several_outputs(args: argparse.Namespace, archs: list[str | None]) -> str:
+    """Why ``-o`` cannot name the outputs: several files, or several archs -- saying
+    which settings file named them when ``--arch`` did not."""
+    if len(archs) > 1 and not args.arch:
+        origin = _config.default_archs()[0].origin
+        return (
+            f"-o names one output, and arch in {origin} names {len(archs)} archs "
+            f"({', '.join(a or '' for a in archs)}): pick one with --arch, or use --outdir "
+            "DIR (or -o NAME.fatbin to pack them)"
+        )
+    return "-o names one output; use --outdir DIR for several files or archs"
+
+
 def plan(args: argparse.Namespace) -> list[Job]:
     """Read every source, build every Program (validating all options and targets
     before any compile starts) and name every output, none of them an input.
@@ -245,7 +258,7 @@ def plan(args: argparse.Namespace) -> list[Job]:
     if fatbin:
         _check_fatbin(args, archs)
     elif args.output and len(args.files) * len(archs) > 1:
-        raise UsageError("-o names one output; use --outdir DIR for several files or archs")
+        raise UsageError(_several_outputs(args, archs))
     if args.outdir:
         if os.path.exists(args.outdir) and not os.path.isdir(args.outdir):
             raise UsageError(f"--outdir {args.outdir}: exists and is not a directory")
