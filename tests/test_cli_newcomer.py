@@ -168,6 +168,12 @@ def test_warm_takes_the_settings_files_arch_as_compile_does(tmp_path):
     line = one_line_error(bare, "cuforge warm")
     assert line.endswith("m.toml kernel 1: no arch (set arch in [defaults], the kernel, or a "
                          "settings file: cuforge.toml)"), line  # fmt: skip
+    record(
+        "inputs", "cli", "cuforge.toml arch = [sm_80, sm_90]: a warm manifest naming no arch, "
+        "then compile --outdir; the same manifest with no settings file", 3,
+        "warm compiled both archs (before: exit 2, 'no arch') and compile hit both; with no "
+        "arch anywhere, exit 2 naming the kernel and the three places to set one", scale="all",
+    )  # fmt: skip
 
 
 def test_o_with_two_archs_from_a_settings_file_names_the_file(tmp_path):
@@ -184,3 +190,9 @@ def test_o_with_two_archs_from_a_settings_file_names_the_file(tmp_path):
     one = run(tmp_path, "compile", "saxpy.cu", "-o", "x.cubin", "--arch", "sm_90", "--cache",
               str(tmp_path / "c"), cwd=project, env=env)  # fmt: skip
     assert one.returncode == 0, one.stderr
+    record(
+        "inputs", "cli", "compile saxpy.cu -o x.cubin with arch = [sm_80, sm_90] in cuforge.toml",
+        1, "exit 2, one line naming the file and its two archs and the ways out (--arch, "
+        "--outdir, -o NAME.fatbin); before: '-o names one output' without the file; nothing "
+        "written", scale="all",
+    )  # fmt: skip
