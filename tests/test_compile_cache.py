@@ -505,6 +505,30 @@ def test_options_the_key_rejects_fail_before_compiling(cache, compiles, fields, 
     assert cache.stats().stores == 0
 
 
+def test_refusals_of_content_the_key_cannot_see_say_what_compile_cache_can_do(cache, compiles):
+    """They told a ``compile(cache=)`` caller to pass ``extra_digest=``, which compile
+    does not take, and libdevice's to fingerprint it with ``fingerprint_headers`` as if
+    it were a user header, without saying which file."""
+    nvvm = (
+        'target triple = "nvptx64-nvidia-cuda"\n'
+        "define void @k() {\n  ret void\n}\n"
+    )  # fmt: skip
+    for program, content in (
+        (Program(SRC, "c++", options(pch=True)), "the precompiled header's content"),
+        (Program(SRC, "c++", options(use_pch="x.pch")), "the precompiled header's content"),
+        (Program(nvvm, "nvvm", options(use_libdevice=True)), "libdevice.10.bc"),
+    ):
+        with pytest.raises(ValueError) as refused:
+            program.compile("ptx", cache=cache)
+        said = str(refused.value)
+        assert f"depend on {content}" in said, said
+        assert "compile(cache=) takes no digest of it: compile without cache=" in said, said
+        assert "make_program_cache_key(..., extra_digest=" in said, said
+        assert "docs/headers.md" in said, said
+    assert 'fingerprint_headers([cuda.pathfinder.find_bitcode_lib("device")])' in said
+    assert compiles.count == 0 and cache.stats().stores == 0
+
+
 def test_closed_program_raises_even_on_a_hit(cache, compiles):
     Program(SRC, "c++", options()).compile("cubin", cache=cache)
     program = Program(SRC, "c++", options())

@@ -21,8 +21,9 @@ see ``cached.py`` and ``_manifest.py``.
 
 Inputs whose effect the key cannot observe are refused with a ValueError that says
 what to do: options with compile-time side effects (a hit would skip them),
-precompiled headers and libdevice (unless ``extra_digest`` fingerprints them), and
-includes no scan can resolve (``_includes.UntrackableInclude``).
+precompiled headers and libdevice (unless ``extra_digest`` fingerprints them; so
+always by ``compile(cache=)``, which takes no digest), and includes no scan can
+resolve (``_includes.UntrackableInclude``).
 
 Cost: the per-(options, code_type, target_type) part of the digest is prepared
 once and reused (see ``ProgramOptions`` fingerprint caching); a key for a 1 KB
@@ -84,12 +85,22 @@ class _Backend:
         return ()
 
 
-def _need_extra_digest(what: str) -> ValueError:
+def _need_extra_digest(what: str, content: str) -> ValueError:
+    """The refusal of an input whose ``content`` (the files it names) the key cannot
+    see. Raised by ``make_program_cache_key`` without ``extra_digest`` and by
+    ``compile(cache=)``, which takes no digest: so it says both ways out."""
     return ValueError(
-        f"{what} makes the output depend on file content the cache key cannot see; "
-        "fingerprint that content (cuforge.utils.fingerprint_headers) and pass it as "
-        "extra_digest= to cuforge.utils.make_program_cache_key, or compile without cache="
+        f"{what} makes the output depend on {content}, which the cache key cannot see, "
+        "and compile(cache=) takes no digest of it: compile without cache=, or key the "
+        "compile yourself -- cuforge.utils.make_program_cache_key(..., extra_digest="
+        f"fingerprint_headers({_FILES[content]})), then cache.get(key) and cache[key] = "
+        "the result (docs/headers.md)"
     )
+
+
+_PCH = "the precompiled header's content"
+_LIBDEVICE = "libdevice.10.bc, the NVVM library it links"
+_FILES = {_PCH: "[the .pch files]", _LIBDEVICE: '[cuda.pathfinder.find_bitcode_lib("device")]'}
 
 
 class _NvrtcBackend(_Backend):
@@ -101,7 +112,7 @@ class _NvrtcBackend(_Backend):
             return
         for field in _NVRTC_EXTERNAL_OPTIONS:
             if _is_set(getattr(options, field, None)):
-                raise _need_extra_digest(f"options.{field} (a precompiled header)")
+                raise _need_extra_digest(f"options.{field} (a precompiled header)", _PCH)
 
     _memo: tuple[bytes, bytes, bytes] = (b"", b"", b"")
 
@@ -156,7 +167,7 @@ class _NvvmBackend(_Backend):
     def validate(self, options: ProgramOptions, has_extra_digest: bool) -> None:
         super().validate(options, has_extra_digest)
         if options.use_libdevice and not has_extra_digest:
-            raise _need_extra_digest("options.use_libdevice=True")
+            raise _need_extra_digest("options.use_libdevice=True", _LIBDEVICE)
 
     def identity(self) -> bytes:
         return _identity.nvvm_identity()
