@@ -10,17 +10,22 @@ real caches filled by real NVRTC compiles.
   cli.md promised usage errors before anything compiles; it ignored the settings
   files' ``arch`` ("no arch"), and ``compile -o`` with two archs from a settings file
   said "-o names one output" without saying where the archs came from.
+- A closed standard output under ``-o -`` or ``cache show --extract -`` was exit 2,
+  "error: cannot write -: Broken pipe" -- a usage error -- where cli.md says exit 1
+  and nothing on stderr (as every other command already did).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from _cli import SAXPY, isolated_env, one_line_error, run
+from _cli import SAXPY, SCRIPT, isolated_env, one_line_error, run
 from reliability._figures import record
 
 
@@ -195,4 +200,39 @@ def test_o_with_two_archs_from_a_settings_file_names_the_file(tmp_path):
         1, "exit 2, one line naming the file and its two archs and the ways out (--arch, "
         "--outdir, -o NAME.fatbin); before: '-o names one output' without the file; nothing "
         "written", scale="all",
+    )  # fmt: skip
+
+
+# -- a closed standard output --------------------------------------------------------------
+def _to_a_closed_pipe(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``cuforge ARGS | head -c0``, with the reader gone before anything is written."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        return subprocess.run([str(SCRIPT), *args], stdout=write, stderr=subprocess.PIPE,
+                              text=True, env=isolated_env(tmp_path), timeout=240)  # fmt: skip
+    finally:
+        os.close(write)
+
+
+def test_a_closed_stdout_is_exit_1_and_no_error_line_for_binary_outputs(tmp_path, cache):
+    """``-o -`` and ``cache show --extract -`` said "error: cannot write -: Broken
+    pipe" and exited 2, a usage error."""
+    c = ("--cache", str(cache))
+    for attempt in ("miss", "hit"):  # -o - leaves no fast-path record: the full path twice
+        args = ("compile", str(SAXPY), "--arch", "sm_75", "-o", "-", *c)
+        done = _to_a_closed_pipe(tmp_path, *args)
+        assert (done.returncode, done.stderr) == (1, ""), (attempt, done.stderr)
+    built = run(tmp_path, "cache", "ls", "--arch", "sm_75", "--json", *c)
+    (entry,) = json.loads(built.stdout)  # the miss was compiled and stored all the same
+    shown = _to_a_closed_pipe(tmp_path, "cache", "show", entry["id"][:12], "--extract", "-", *c)
+    assert shown.returncode == 1, shown.stderr
+    assert shown.stderr.startswith("id ")  # the details, which go to stderr with --extract
+    assert "error" not in shown.stderr and "Traceback" not in shown.stderr, shown.stderr
+    assert "Exception ignored" not in shown.stderr and "wrote " not in shown.stderr
+    record(
+        "inputs", "cli", "a closed standard output under compile -o - (a miss, a hit) and "
+        "cache show --extract -", 3,
+        "each: exit 1, no error line on stderr (before: exit 2, 'error: cannot write -: "
+        "Broken pipe', a usage error); the miss was stored", scale="all",
     )  # fmt: skip

@@ -13,7 +13,7 @@ buy nothing here and cost start-up time).
 
 Exit status: 0 ok; 1 the command ran and found a failure (a compile error, bad
 entries, a miss for ``explain`` or ``warm --fail-on-miss``, a cache server that
-cannot be reached); 2 usage errors, one line on stderr, never a traceback -- also a
+cannot be reached), or standard output's reader went away (nothing on stderr); 2 usage errors, one line on stderr, never a traceback -- also a
 compiler library that is not installed (``ToolkitNotFoundError``: the line names the
 extra to install, ``pip install 'cuforge[cu13]'``); 130 interrupted.
 """
@@ -109,7 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # the reader went away (``| head``): as the full path does
-        return 1
+        return _reader_gone()
     finally:
         if errors == "strict":
             import contextlib  # loaded by then on every path
@@ -167,7 +167,7 @@ def _dispatch(argv: list[str], digest: str | None) -> int:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
     except BrokenPipeError:
-        return 1
+        return _reader_gone()
     except OSError as exc:  # a cache that cannot be reached or written while in use
         print(f"{_prog(argv)}: error: {exc}", file=sys.stderr)
         return 1
@@ -181,6 +181,22 @@ def _dispatch(argv: list[str], digest: str | None) -> int:
         message = " ".join(str(exc).split())
         print(f"{_prog(argv)}: error: {message}", file=sys.stderr)
         return 2
+
+
+def _reader_gone() -> int:
+    """Exit status 1 with nothing on stderr when standard output's reader went away
+    (``| head -c0``): not a usage error, and no "Exception ignored" when the
+    interpreter flushes what is still buffered at exit (stdout is pointed at
+    /dev/null for that)."""
+    import os
+
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        os.close(null)
+    except (OSError, ValueError, AttributeError):  # no real descriptor (main() as a call)
+        pass
+    return 1
 
 
 def _prog(argv: list[str]) -> str:

@@ -363,6 +363,8 @@ def _show(args: argparse.Namespace) -> int:
             else:
                 with open(args.extract, "wb") as f:
                     f.write(entry.data)
+        except BrokenPipeError:  # --extract - read by a reader that went away: exit 1
+            raise
         except OSError as exc:
             raise UsageError(f"cannot write {args.extract}: {exc.strerror or exc}") from None
         print(f"wrote {len(entry.data)} bytes to {args.extract}", file=sys.stderr)

@@ -179,6 +179,8 @@ def _write(output: str, data: bytes, inputs: dict[tuple[int, int], str]) -> None
             sys.stdout.buffer.flush()
             return
         written = _direct.write_output(output, data, inputs)
+    except BrokenPipeError:  # -o - read by a reader that went away: exit 1, as main says
+        raise
     except OSError as exc:
         raise UsageError(f"cannot write {output}: {exc.strerror or exc}") from None
     if not written:
