@@ -13,6 +13,8 @@ real caches filled by real NVRTC compiles.
 - A closed standard output under ``-o -`` or ``cache show --extract -`` was exit 2,
   "error: cannot write -: Broken pipe" -- a usage error -- where cli.md says exit 1
   and nothing on stderr (as every other command already did).
+- ``cache stats --format openmetrics`` left out ``lock_timeouts``, though cli.md says
+  every counter is a counter family.
 """
 
 from __future__ import annotations
@@ -235,4 +237,33 @@ def test_a_closed_stdout_is_exit_1_and_no_error_line_for_binary_outputs(tmp_path
         "cache show --extract -", 3,
         "each: exit 1, no error line on stderr (before: exit 2, 'error: cannot write -: "
         "Broken pipe', a usage error); the miss was stored", scale="all",
+    )  # fmt: skip
+
+
+# -- openmetrics ---------------------------------------------------------------------------
+def test_openmetrics_has_a_counter_family_for_every_counter(tmp_path, cache):
+    """``lock_timeouts`` was missing: a counter ``stats`` shows, absent from the scrape."""
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families
+
+    from cuforge.storage.stats import CacheStats
+
+    c = ("--cache", str(cache))
+    as_json = json.loads(run(tmp_path, "cache", "stats", "--json", *c).stdout)
+    result = run(tmp_path, "cache", "stats", "--format", "openmetrics", *c)
+    assert result.returncode == 0, result.stderr
+    families = {f.name: f for f in text_string_to_metric_families(result.stdout)}
+    renamed = {"bytes_read": "read_bytes", "bytes_written": "written_bytes"}
+    counters = list(CacheStats().as_dict())
+    assert "lock_timeouts" in counters
+    for field in counters:
+        family = families.get(f"cuforge_cache_{renamed.get(field, field)}")
+        assert family is not None and family.type == "counter", field
+        ((sample,),) = [family.samples]
+        assert sample.name.endswith("_total") and sample.value == as_json[field], field
+    record(
+        "use", "cli", "cache stats --format openmetrics: every CacheStats counter "
+        f"({len(counters)})", len(counters),
+        "each a counter family with its _total sample equal to --json's (before: "
+        "lock_timeouts was missing), parsed by prometheus_client's strict parser",
+        scale="all",
     )  # fmt: skip

@@ -20,7 +20,8 @@ if TYPE_CHECKING:
 
 __all__ = ["render"]
 
-# counter field -> (metric family, unit or "", help)
+# counter field -> (metric family, unit or "", help): every field of CacheStats
+# (tests/test_cli_newcomer.py checks that none is left out)
 _COUNTERS = {
     "hits": ("hits", "", "Lookups answered from the cache."),
     "misses": ("misses", "", "Lookups the cache could not answer."),
@@ -40,6 +41,12 @@ _COUNTERS = {
         "Entries refused because their signature did not verify.",
     ),
     "read_failures": ("read_failures", "", "Lookups that failed (a miss, the compile went on)."),
+    "lock_timeouts": (
+        "lock_timeouts",
+        "",
+        "Operations that gave up waiting for a lock another process held past the bound "
+        "(a store skipped or kept, accounting or an eviction deferred).",
+    ),
     "warm_compiles": (
         "warm_compiles",
         "",
