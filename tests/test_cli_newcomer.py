@@ -15,6 +15,9 @@ real caches filled by real NVRTC compiles.
   and nothing on stderr (as every other command already did).
 - ``cache stats --format openmetrics`` left out ``lock_timeouts``, though cli.md says
   every counter is a counter family.
+- ``doctor`` said ``max size - (not set)`` for a cache carrying a recorded cap that
+  ``stats`` showed, ``cache invalid (from -)`` for a cache chosen by the project's
+  file whose ``secret_file`` is missing, and listed an unknown key's line twice.
 """
 
 from __future__ import annotations
@@ -266,4 +269,64 @@ def test_openmetrics_has_a_counter_family_for_every_counter(tmp_path, cache):
         "each a counter family with its _total sample equal to --json's (before: "
         "lock_timeouts was missing), parsed by prometheus_client's strict parser",
         scale="all",
+    )  # fmt: skip
+
+
+# -- doctor --------------------------------------------------------------------------------
+def _doctor(tmp_path: Path, project: Path, env: dict[str, str]) -> tuple[dict, str]:
+    report = run(tmp_path, "doctor", "--json", cwd=project, env=env)
+    text = run(tmp_path, "doctor", cwd=project, env=env)
+    assert report.returncode == text.returncode, (report.stderr, text.stderr)
+    return json.loads(report.stdout), text.stdout
+
+
+def test_doctor_shows_the_cap_a_cache_carries_as_stats_does(tmp_path):
+    project, env = _project(tmp_path, 'cache = "c"\n')
+    made = run(tmp_path, "compile", "saxpy.cu", "--arch", "sm_90", "--max-size", "10M",
+               "-o", "x.cubin", cwd=project, env=env)  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    stats = json.loads(run(tmp_path, "cache", "stats", "--json", cwd=project, env=env).stdout)
+    assert stats["max_size_bytes"] == 10 << 20
+    report, text = _doctor(tmp_path, project, env)
+    shown = report["settings"]["max_size"]
+    assert shown["value"] == "10.0 MiB", shown  # it said "-" (not set)
+    assert shown["from"].startswith("the cache's cap file"), shown
+    assert "max size          10.0 MiB  (from the cache's cap file" in text
+    url = f"file://{project / 'c'}?max_size=3M"  # the URL's own cap ranks first
+    env_url = {**env, "CUFORGE_CACHE": url}
+    report, _ = _doctor(tmp_path, project, env_url)
+    assert report["settings"]["max_size"] == {
+        "value": "3M",
+        "from": "the cache URL ($CUFORGE_CACHE)",
+    }
+    record(
+        "use", "cli", "doctor on a directory cache capped by an earlier --max-size 10M; with "
+        "?max_size=3M in $CUFORGE_CACHE", 2,
+        "max size 10.0 MiB from the cache's cap file, as cache stats shows (before: '- (not "
+        "set)'); 3M from the cache URL", scale="all",
+    )  # fmt: skip
+
+
+def test_doctor_names_where_a_cache_that_cannot_be_used_came_from_and_says_each_problem_once(
+    tmp_path,
+):
+    project, env = _project(tmp_path, 'cache = "c"\nsecret_file = "nope"\n')
+    settings = project / "cuforge.toml"
+    report, text = _doctor(tmp_path, project, env)
+    assert report["origin"] == f"project config {settings}", report["origin"]  # it was "-"
+    (line,) = [ln for ln in text.splitlines() if ln.startswith("cache ")]
+    assert line.endswith(f"(from project config {settings})"), line
+    (problem,) = report["problems"]
+    assert "secret_file" in problem and "nope" in problem, problem
+    settings.write_text('cache = "c"\nbogus = 1\n')
+    report, text = _doctor(tmp_path, project, env)
+    assert len(report["problems"]) == 1, report["problems"]  # it was listed twice
+    assert report["problems"][0] == f"{settings}: unknown key 'bogus' (known: cache, " \
+        "max_size, secret_file, arch)"  # fmt: skip
+    assert sum(ln.startswith("problem") for ln in text.splitlines()) == 1, text
+    record(
+        "inputs", "cli", "doctor with cuforge.toml naming a cache and a missing secret_file; "
+        "with an unknown key", 2,
+        "the cache line names the project file that chose it (before: 'invalid (from -)'); "
+        "the unknown key is one problem line (before: two, the same)", scale="all",
     )  # fmt: skip

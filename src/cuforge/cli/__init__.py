@@ -13,9 +13,10 @@ buy nothing here and cost start-up time).
 
 Exit status: 0 ok; 1 the command ran and found a failure (a compile error, bad
 entries, a miss for ``explain`` or ``warm --fail-on-miss``, a cache server that
-cannot be reached), or standard output's reader went away (nothing on stderr); 2 usage errors, one line on stderr, never a traceback -- also a
-compiler library that is not installed (``ToolkitNotFoundError``: the line names the
-extra to install, ``pip install 'cuforge[cu13]'``); 130 interrupted.
+cannot be reached), or standard output's reader went away (nothing on stderr); 2
+usage errors, one line on stderr, never a traceback -- also a compiler library that
+is not installed (``ToolkitNotFoundError``: the line names the extra to install,
+``pip install 'cuforge[cu13]'``); 130 interrupted.
 """
 
 from __future__ import annotations

@@ -79,7 +79,11 @@ def choose(args: argparse.Namespace, max_size: int | None = None) -> Choice:
             max_size_origin="--max-size",
         )
     except ValueError as exc:
-        raise UsageError(str(exc)) from None
+        refused = UsageError(str(exc))
+        # which rule was choosing when the value failed ("cache in project config
+        # PATH", "$CUFORGE_CACHE"; empty: none yet), for doctor's cache line
+        refused.chosen_where = getattr(exc, "chosen_where", "")  # type: ignore[attr-defined]
+        raise refused from None
 
 
 def missing(choice: Choice) -> Absent | None:

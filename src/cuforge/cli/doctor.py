@@ -113,7 +113,11 @@ def _cache(args: argparse.Namespace) -> tuple[_select.Choice | None, dict[str, A
     try:
         choice = _select.choose(args)
     except UsageError as exc:
-        return None, {"cache": "invalid", "origin": "-", "problem": str(exc)}
+        # The rule that was choosing, as a cache's origin reads ("project config
+        # PATH", "$CUFORGE_CACHE"); "-" when a settings file failed before any did.
+        where = getattr(exc, "chosen_where", "") or "-"
+        origin = where.removeprefix("cache in ")
+        return None, {"cache": "invalid", "origin": origin, "problem": str(exc)}
     if choice.url is None:
         return choice, {"cache": "off", "origin": choice.origin}
     info: dict[str, Any] = {"cache": choice.shown(), "origin": choice.origin}
@@ -127,6 +131,9 @@ def _cache(args: argparse.Namespace) -> tuple[_select.Choice | None, dict[str, A
             cache = _select.open_choice(choice, read_only=True)
             with cache:
                 info["backend"] = type(cache).__name__
+                # the cap it is used with: the URL's, a setting's, or (a directory
+                # cache) the one recorded in it by an earlier --max-size
+                info["max_size_bytes"] = getattr(cache, "max_size_bytes", None)
     except UsageError as exc:
         info["problem"] = str(exc)
         return choice, info
@@ -220,8 +227,7 @@ def _settings(report: dict[str, Any], choice: _select.Choice | None) -> dict[str
     except UsageError as exc:
         return {"error": {"value": str(exc), "from": "settings file"}}
     shown = {"cache": {"value": str(report["cache"]), "from": str(report["origin"])}}
-    found = files.get("max_size")
-    shown["max_size"] = {"value": found.value, "from": found.origin} if found else _NOT_SET
+    shown["max_size"] = _max_size(files.get("max_size"), choice, report.get("max_size_bytes"))
     if choice is not None and choice.secret_origin.startswith("$"):
         shown["secret_file"] = {"value": "(a secret)", "from": choice.secret_origin}
     elif "secret_file" in files:
@@ -243,6 +249,30 @@ def _settings(report: dict[str, Any], choice: _select.Choice | None) -> dict[str
     return shown
 
 
+def _max_size(found: Any, choice: _select.Choice | None, cap: int | None) -> dict[str, str]:
+    """The cap the cache is used with, and what set it, ranked as ``storage.config``
+    ranks them: the cache URL's ``?max_size=``, else the settings files' (where the
+    cache takes a cap), else the cap recorded in a directory cache (its ``cap`` file,
+    written by an earlier ``--max-size``), which a handle opened without one obeys."""
+    from cuforge.storage.units import format_size
+    from cuforge.storage.urls import parse_cache_url
+
+    if choice is None or choice.url is None:
+        return {"value": found.value, "from": found.origin} if found is not None else _NOT_SET
+    last = parse_cache_url(choice.url)[-1]
+    if "max_size" in last.params:
+        return {"value": last.params["max_size"], "from": f"the cache URL ({choice.origin})"}
+    if found is not None:
+        if last.scheme not in ("file", "sqlite", "memory"):
+            note = f" (not applied: {last.scheme}:// caches take no size cap)"
+            return {"value": found.value + note, "from": found.origin}
+        return {"value": found.value, "from": found.origin}
+    if cap:
+        origin = "the cache's cap file, set by an earlier --max-size or ?max_size="
+        return {"value": format_size(cap), "from": origin}
+    return _NOT_SET
+
+
 def _problems(report: dict[str, Any]) -> list[str]:
     """One line per thing that stops cuforge compiling or caching here: for the
     cache and the settings, the line the commands would exit 2 with."""
@@ -252,12 +282,12 @@ def _problems(report: dict[str, Any]) -> list[str]:
         found.append(f"NVRTC is {nvrtc['status']}")
     if isinstance(report["cuda_headers"], str):
         found.append(f"CUDA headers: {report['cuda_headers']}")
-    if "problem" in report:
+    settings = [report["settings"][k]["value"] for k in ("error", "arch_error")
+                if k in report["settings"]]  # fmt: skip
+    # A bad settings file fails the cache's choice too: listed once, as the file's.
+    if "problem" in report and report["problem"] not in settings:
         found.append(f"the cache cannot be opened: {report['problem']}")
-    for key in ("error", "arch_error"):
-        if key in report["settings"]:
-            found.append(report["settings"][key]["value"])
-    return found
+    return found + list(dict.fromkeys(settings))
 
 
 def _print(report: dict[str, Any]) -> None:
@@ -284,7 +314,11 @@ def _print(report: dict[str, Any]) -> None:
         line(f"device {d['index']}", f"{d['name']} ({d['arch']})")
     if not report["devices"]:
         line("devices", "none (compiling and caching work without; pass --arch)")
-    line("cache", f"{report['cache']}  (from {report['origin']})")
+    if report["cache"] == "invalid":  # what is wrong is the problem line's
+        chosen = "" if report["origin"] == "-" else f"  (from {report['origin']})"
+        line("cache", f"cannot be used (see the problem below){chosen}")
+    else:
+        line("cache", f"{report['cache']}  (from {report['origin']})")
     if "backend" in report:
         line("backend", report["backend"])
     if "exists" in report:
