@@ -18,6 +18,8 @@ real caches filled by real NVRTC compiles.
 - ``doctor`` said ``max size - (not set)`` for a cache carrying a recorded cap that
   ``stats`` showed, ``cache invalid (from -)`` for a cache chosen by the project's
   file whose ``secret_file`` is missing, and listed an unknown key's line twice.
+- ``cuforge --cache /tmp/x cache stats`` said "argument COMMAND: invalid choice:
+  '/tmp/x'": it says that --cache goes after the command now.
 """
 
 from __future__ import annotations
@@ -329,4 +331,35 @@ def test_doctor_names_where_a_cache_that_cannot_be_used_came_from_and_says_each_
         "with an unknown key", 2,
         "the cache line names the project file that chose it (before: 'invalid (from -)'); "
         "the unknown key is one problem line (before: two, the same)", scale="all",
+    )  # fmt: skip
+
+
+# -- options before the command ------------------------------------------------------------
+def test_a_command_option_before_the_command_says_where_it_goes(tmp_path, cache):
+    """``cuforge --cache DIR cache stats`` said "argument COMMAND: invalid choice: DIR";
+    ``cuforge --json cache stats`` "unrecognized arguments: --json"."""
+    where = str(cache)
+    for args, fixed in (
+        (("--cache", where, "cache", "stats"), f"cuforge cache stats --cache {where}"),
+        ((f"--cache={where}", "cache", "ls"), f"cuforge cache ls --cache={where}"),
+        (("--json", "cache", "dir"), "cuforge cache dir --json"),
+        (("--arch", "sm_90", "compile", "k.cu"), "cuforge compile k.cu --arch sm_90"),
+    ):
+        result = run(tmp_path, *args)
+        line = one_line_error(result, "cuforge")
+        name = args[0].split("=")[0]
+        assert line == f"cuforge: error: {name} is an option of the command, so it goes " \
+            f"after it: {fixed}", line  # fmt: skip
+        assert result.stdout == ""
+        if "compile" not in fixed:  # the command as shown runs (k.cu does not exist)
+            assert run(tmp_path, *fixed.split()[1:]).returncode == 0, fixed
+    for args in (("--bogus", "cache", "stats"), ("--fix", "cache", "stats")):  # no such option
+        line = one_line_error(run(tmp_path, *args), "cuforge")
+        assert line.startswith(f"cuforge: error: unrecognized arguments: {args[0]}"), line
+    record(
+        "inputs", "cli", "a command's option before the command: --cache DIR, --cache=DIR, "
+        "--json, --arch sm_90", 4,
+        "each: exit 2, one line saying it goes after the command and showing the command as "
+        "it should read (before: 'argument COMMAND: invalid choice' or 'unrecognized "
+        "arguments'); an option no command has is still 'unrecognized'", scale="all",
     )  # fmt: skip

@@ -153,9 +153,20 @@ def _dispatch(argv: list[str], digest: str | None) -> int:
 
     parser = build_parser()
     try:
-        args, extra = parser.parse_known_args(argv)
+        try:
+            args, extra = parser.parse_known_args(argv)
+        except UsageError:
+            # "argument COMMAND: invalid choice: '/tmp/x'" for `cuforge --cache /tmp/x
+            # cache stats`: say where the option goes instead
+            hint = _misplaced(parser, argv)
+            if hint is None:
+                raise
+            raise UsageError(hint) from None
         if extra:  # named against the command they were given to, not the top level
-            raise UsageError(f"unrecognized arguments: {' '.join(extra)} (see --help)")
+            raise UsageError(
+                _misplaced(parser, argv)
+                or f"unrecognized arguments: {' '.join(extra)} (see --help)"
+            )
         handler = getattr(args, "handler", None)
         if handler is None:
             parser.print_help(sys.stderr)
@@ -182,6 +193,40 @@ def _dispatch(argv: list[str], digest: str | None) -> int:
         message = " ".join(str(exc).split())
         print(f"{_prog(argv)}: error: {message}", file=sys.stderr)
         return 2
+
+
+_TOP_LEVEL = ("-h", "--help", "--version")
+
+
+def _misplaced(parser: Parser, argv: list[str]) -> str | None:
+    """When ``argv`` starts with options of the command named after them (``--cache
+    /tmp/x cache stats``, ``--json cache ls``): the line saying they go after the
+    command, with the command as it should read. None when that is not the mistake
+    (an option no command has, no command named, nothing before it)."""
+    import argparse
+    import shlex
+
+    commands: dict[str, Parser] = {}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            commands = dict(action.choices)
+    at = next((i for i, word in enumerate(argv) if word in commands), None)
+    if not at or not argv[0].startswith("-") or argv[0] in _TOP_LEVEL:
+        return None
+    lead, rest = argv[:at], argv[at:]
+    known = set(commands[rest[0]]._option_string_actions)
+    for action in commands[rest[0]]._actions:  # cache ACTION: the action's options too
+        if isinstance(action, argparse._SubParsersAction):
+            chosen = action.choices.get(rest[1]) if len(rest) > 1 else None
+            for sub in [chosen] if chosen is not None else action.choices.values():
+                known.update(sub._option_string_actions)
+    name = lead[0].split("=", 1)[0]
+    if name not in known:
+        return None
+    return (
+        f"{name} is an option of the command, so it goes after it: "
+        f"cuforge {shlex.join(rest + lead)}"
+    )
 
 
 def _reader_gone() -> int:
