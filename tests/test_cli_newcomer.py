@@ -20,6 +20,10 @@ real caches filled by real NVRTC compiles.
   file whose ``secret_file`` is missing, and listed an unknown key's line twice.
 - ``cuforge --cache /tmp/x cache stats`` said "argument COMMAND: invalid choice:
   '/tmp/x'": it says that --cache goes after the command now.
+- Messages in Python's words on the command line: a 0777 cache directory's fix was
+  "pass trust_shared=True ... open_cache(secret=)", a Redis warning said "counted in
+  stats() (read_failures, write_failures)", and ``cache show`` printed a manifest's
+  variants as ``headers=['scale.h'], absent_candidates=0``.
 """
 
 from __future__ import annotations
@@ -27,12 +31,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from _cli import SAXPY, SCRIPT, isolated_env, one_line_error, run
+from _cli import EXAMPLES, SAXPY, SCRIPT, isolated_env, one_line_error, run
 from reliability._figures import record
 
 
@@ -363,3 +368,77 @@ def test_a_command_option_before_the_command_says_where_it_goes(tmp_path, cache)
         "it should read (before: 'argument COMMAND: invalid choice' or 'unrecognized "
         "arguments'); an option no command has is still 'unrecognized'", scale="all",
     )  # fmt: skip
+
+
+# -- the command line's words --------------------------------------------------------------
+def test_an_unsafe_cache_directory_names_the_command_lines_ways_out(tmp_path):
+    """It said "pass trust_shared=True ... sign entries (CUFORGE_CACHE_SECRET /
+    open_cache(secret=))", and "open it with mode=0o2770": Python's words."""
+    shared, group = tmp_path / "shared", tmp_path / "group"
+    for folder, mode in ((shared, 0o777), (group, 0o770)):
+        folder.mkdir()
+        folder.chmod(mode)
+    out = str(tmp_path / "x.cubin")
+    lines = []
+    for folder, way in ((shared, "?trust=shared"), (group, "?mode=2770")):
+        refused = run(tmp_path, "compile", str(SAXPY), "--arch", "sm_90", "-o", out,
+                      "--cache", str(folder))  # fmt: skip
+        line = one_line_error(refused, "cuforge compile")
+        for python in ("trust_shared=True", "open_cache(", "mode=0o2770", "group mode=;"):
+            assert python not in line, line
+        assert f"add {way} to the cache URL" in line, line
+        assert "CUFORGE_CACHE_SECRET, or secret_file in a settings file" in line, line
+        lines.append(line)
+        taken = run(tmp_path, "compile", str(SAXPY), "--arch", "sm_90", "-o", out, "--cache",
+                    f"{folder}{way}")  # fmt: skip
+        assert taken.returncode == 0, taken.stderr  # the way out it names works
+    assert "but the cache URL sets no group ?mode=" in lines[1], lines[1]
+    from cuforge.utils import FileStreamProgramCache, UnsafeCacheError
+
+    other = tmp_path / "api"
+    other.mkdir()
+    other.chmod(0o777)
+    with pytest.raises(UnsafeCacheError, match=r"trust_shared=True"):  # Python keeps its own
+        FileStreamProgramCache(other)
+    record(
+        "inputs", "cli", "compile --cache into a 0777 and a 0770 directory", 2,
+        "each: exit 2, the fix in the command line's words (?trust=shared, ?mode=2770, "
+        "secret_file; before: trust_shared=True, open_cache(secret=), mode=0o2770), and the "
+        "URL it names compiles; the Python API keeps its words", scale="all",
+    )  # fmt: skip
+
+
+def test_a_backend_warning_names_the_counters_as_cache_stats_shows_them(tmp_path):
+    """A Redis cache that cannot be reached warned "counted in stats() (read_failures,
+    write_failures)": a Python method, on the command line."""
+    with socket.socket() as bound:  # bound, never listening: every connect is refused
+        bound.bind(("127.0.0.1", 0))
+        url = f"redis://127.0.0.1:{bound.getsockname()[1]}/0"
+        done = run(tmp_path, "compile", str(SAXPY), "--arch", "sm_90", "-o",
+                   str(tmp_path / "x.cubin"), "--cache", url)  # fmt: skip
+    assert done.returncode == 0, done.stderr  # a cache fault never fails a compile
+    (warning,) = [ln for ln in done.stderr.splitlines() if ln.startswith("cuforge: warning:")]
+    assert "counted in cuforge cache stats (read failures, write failures)" in warning, warning
+    assert "stats()" not in warning and "_failures" not in warning, warning
+
+
+def test_cache_show_prints_a_header_manifest_for_people(tmp_path):
+    """A manifest's variants were ``entry=<64 hex>, headers=['scale.h'],
+    absent_candidates=0``: a Python dict's repr."""
+    for name in ("scale.cu", "scale.h"):
+        shutil.copy(EXAMPLES / name, tmp_path / name)
+    cache = str(tmp_path / "c")
+    made = run(tmp_path, "compile", "scale.cu", "--arch", "sm_90", "-o", "s.cubin", "--cache",
+               cache, cwd=tmp_path)  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    listed = json.loads(run(tmp_path, "cache", "ls", "--json", "--cache", cache).stdout)
+    manifest = next(e["id"] for e in listed if e["kind"] == "manifest")
+    program = next(e["id"] for e in listed if e["kind"] == "program")
+    shown = run(tmp_path, "cache", "show", manifest[:12], "--cache", cache).stdout.splitlines()
+    at = shown.index("variants:")
+    assert shown[at + 1] == f"  entry {program[:12]}: headers scale.h", shown[at:]
+    as_json = json.loads(run(tmp_path, "cache", "show", manifest[:12], "--json", "--cache",
+                             cache).stdout)  # fmt: skip
+    assert as_json["variants"] == [
+        {"entry": program, "headers": ["scale.h"], "absent_candidates": 0}
+    ]  # fmt: skip

@@ -77,7 +77,27 @@ def _warning(
     line: str | None = None,
 ) -> None:
     if not _quiet:
-        print(f"cuforge: warning: {message}", file=sys.stderr)
+        print(f"cuforge: warning: {in_cli_words(str(message))}", file=sys.stderr)
+
+
+def in_cli_words(message: str) -> str:
+    """A library message as the command line says it: the counters it names are
+    ``cuforge cache stats``' lines (``stats().write_failures`` -> ``cuforge cache stats
+    (write failures)``), and its ways out are a cache URL's (``?trust=shared``, not
+    ``trust_shared=True``; ``storage._safedir.in_url_words``)."""
+    import re  # only when something is said
+
+    from cuforge.storage._safedir import in_url_words
+
+    def counters(found: re.Match[str]) -> str:
+        names = found.group(1) or found.group(2)
+        return (
+            f"cuforge cache stats ({names.replace('_', ' ')})" if names else "cuforge cache stats"
+        )
+
+    # "stats().write_failures", "stats() (read_failures, write_failures)", "stats()"
+    pattern = r"(?<![\w.])stats\(\)(?:\.(\w+)| \(([a-z_]+(?:, [a-z_]+)*)\))?"
+    return in_url_words(re.sub(pattern, counters, message))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

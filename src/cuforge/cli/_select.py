@@ -33,6 +33,7 @@ __all__ = [
     "Choice",
     "add_cache_option",
     "choose",
+    "explain",
     "missing",
     "open_choice",
     "require_existing",
@@ -107,9 +108,18 @@ def open_choice(choice: Choice, *, read_only: bool = False) -> ProgramCacheResou
     """Open ``choice`` (which must not be off) with its secret and cap; ``read_only``
     opens it to look (``open_cache(read_only=True)``).
 
-    Raises UsageError naming the origin and what is wrong.
+    Raises UsageError naming the origin and what is wrong, the ways out in the
+    command line's words (``?trust=shared``, ``secret_file``; not ``trust_shared=True``).
     """
     try:
         return choice.open(read_only=read_only)
     except (ValueError, TypeError, ImportError, OSError) as exc:
-        raise UsageError(choice.explain(exc)) from None
+        raise UsageError(explain(choice, exc)) from None
+
+
+def explain(choice: Choice, exc: BaseException) -> str:
+    """``choice.explain(exc)`` -- the line for a cache that cannot be opened -- in the
+    command line's words (``storage._safedir.in_url_words``)."""
+    from cuforge.storage._safedir import in_url_words
+
+    return in_url_words(choice.explain(exc))

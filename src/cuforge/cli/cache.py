@@ -348,6 +348,8 @@ def _show(args: argparse.Namespace) -> int:
     else:
         if isinstance(details.get("created"), int):  # seconds since the epoch
             details["created"] = _when(details["created"] * 1_000_000_000)
+        if isinstance(details.get("variants"), list):
+            details["variants"] = [_variant_line(v) for v in details["variants"]]
         if details.get("compiler"):  # as ls prints it (what prune --compiler matches)
             raw = details["compiler"]
             details["compiler"] = f"{_entries.short_compiler(raw)} ({raw})"
@@ -387,6 +389,17 @@ def _variants(data: bytes) -> list[dict[str, Any]]:
             }
         )
     return out
+
+
+def _variant_line(variant: dict[str, Any]) -> str:
+    """``entry 650fc447da9c: headers scale.h, cfg.h; 2 paths that must stay absent``:
+    a header manifest's variant for people (``--json`` keeps the fields)."""
+    headers = ", ".join(variant["headers"]) or "none"
+    absent = variant["absent_candidates"]
+    where = (
+        f"; {absent} {'path' if absent == 1 else 'paths'} that must stay absent" if absent else ""
+    )
+    return f"entry {variant['entry'][:12]}: headers {headers}{where}"
 
 
 def _print_details(details: dict[str, Any], to: Any) -> None:

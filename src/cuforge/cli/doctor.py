@@ -138,7 +138,7 @@ def _cache(args: argparse.Namespace) -> tuple[_select.Choice | None, dict[str, A
         info["problem"] = str(exc)
         return choice, info
     except OSError as exc:
-        info["problem"] = choice.explain(exc)
+        info["problem"] = _select.explain(choice, exc)
         return choice, info
     if absent is None:
         info["exists"] = True

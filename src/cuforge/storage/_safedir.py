@@ -43,6 +43,7 @@ __all__ = [
     "check_cache_dirs",
     "check_db_files",
     "check_root",
+    "in_url_words",
     "open_root",
     "prepare_db_file",
 ]
@@ -51,6 +52,30 @@ _TRUST_HINT = (
     "or, if every user who can write there is trusted, pass trust_shared=True "
     "(cache URL ?trust=shared), or sign entries (CUFORGE_CACHE_SECRET / open_cache(secret=))"
 )
+_GROUP_HINT = "open it with mode=0o2770"
+_NO_GROUP = "the cache was not opened with a group mode="
+
+#: The ways out these messages name, as the Python API spells them, and as a cache
+#: URL and the command line do (:func:`in_url_words`).
+_URL_WORDS = (
+    (
+        _TRUST_HINT,
+        "or, if every user who can write there is trusted, add ?trust=shared to the cache "
+        "URL, or sign entries (CUFORGE_CACHE_SECRET, or secret_file in a settings file)",
+    ),
+    (_GROUP_HINT, "add ?mode=2770 to the cache URL"),
+    (_NO_GROUP, "the cache URL sets no group ?mode="),
+)
+
+
+def in_url_words(message: str) -> str:
+    """``message`` (a :class:`CachePathError`'s, or a line quoting one) with its ways
+    out in the words of a cache URL and the command line (``?trust=shared``,
+    ``secret_file``, ``?mode=2770``) rather than the Python API's (``trust_shared=True``,
+    ``open_cache(secret=)``, ``mode=0o2770``): what ``cuforge`` prints."""
+    for api, url in _URL_WORDS:
+        message = message.replace(api, url)
+    return message
 
 
 class CachePathError(OSError):
@@ -112,13 +137,13 @@ def _problem(st: os.stat_result, rules: DirRules, cache_gid: int | None) -> str 
         ours = st.st_gid == cache_gid
     if mode & 0o020 and not ours:
         why = (
-            "but the cache was not opened with a group mode="
+            f"but {_NO_GROUP}"
             if not rules.group
             else f"and its group {st.st_gid} is "
             + ("none of yours" if cache_gid is None else f"not the cache root's ({cache_gid})")
         )
         return (
-            f"is writable by its group ({shown}) {why}; fix: open it with mode=0o2770 to "
+            f"is writable by its group ({shown}) {why}; fix: {_GROUP_HINT} to "
             f"share it with your group, or chmod g-w the directory, {_TRUST_HINT}"
         )
     if st.st_uid not in (rules.uid, 0) and not ours:
