@@ -24,6 +24,8 @@ real caches filled by real NVRTC compiles.
   "pass trust_shared=True ... open_cache(secret=)", a Redis warning said "counted in
   stats() (read_failures, write_failures)", and ``cache show`` printed a manifest's
   variants as ``headers=['scale.h'], absent_candidates=0``.
+- ``CUFORGE_CACHE=off cuforge cache dir`` exited 2 "caching is off", where cli.md says
+  it prints the cache the rules choose: no cache is an answer (exit 0).
 """
 
 from __future__ import annotations
@@ -442,3 +444,31 @@ def test_cache_show_prints_a_header_manifest_for_people(tmp_path):
     assert as_json["variants"] == [
         {"entry": program, "headers": ["scale.h"], "absent_candidates": 0}
     ]  # fmt: skip
+
+
+# -- cache dir with caching off ------------------------------------------------------------
+def test_cache_dir_answers_that_caching_is_off(tmp_path):
+    """It was a usage error (exit 2): the rules chose "no cache", which is an answer."""
+    project, env = _project(tmp_path, 'cache = "off"\n')
+    settings = project / "cuforge.toml"
+    for extra, args, said in (
+        ({"CUFORGE_CACHE": "off"}, (), "$CUFORGE_CACHE=off"),
+        ({}, ("--cache", "off"), "--cache off"),
+        ({}, (), f"cache = 'off' in project config {settings}"),
+    ):
+        done = run(tmp_path, "cache", "dir", *args, cwd=project, env={**env, **extra})
+        assert (done.returncode, done.stdout, done.stderr) == (
+            0, f"caching is off ({said})\n", ""
+        ), done  # fmt: skip
+        as_json = run(tmp_path, "cache", "dir", "--json", *args, cwd=project,
+                      env={**env, **extra})  # fmt: skip
+        assert as_json.returncode == 0, as_json.stderr
+        assert json.loads(as_json.stdout)["cache"] is None
+    default = run(tmp_path, "cache", "dir", "--default", cwd=project, env=env)
+    assert default.stdout == str(tmp_path / "xdg" / "cuforge" / "program-cache") + "\n"
+    record(
+        "inputs", "cli", "cache dir with caching off by $CUFORGE_CACHE, --cache and a "
+        "settings file, plain and --json", 6,
+        "each: exit 0, 'caching is off (what said so)' or \"cache\": null (before: exit 2, "
+        "a usage error); --default still the user cache directory", scale="all",
+    )  # fmt: skip

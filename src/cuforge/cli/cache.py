@@ -17,7 +17,8 @@
   whether it verifies; ``--extract`` writes its raw payload (a cubin for cuobjdump)
   (``-``: to stdout); the details then go to stderr, so stdout holds the payload only.
 - ``dir [--default] [--json]``: the cache in use (a directory's path, else its URL
-  without a password); ``--default``: the default directory, whatever is chosen.
+  without a password, else ``caching is off (...)``: exit 0, ``--json`` ``null``);
+  ``--default``: the default directory, whatever is chosen.
 
 Maintenance (``verify``, ``prune``, ``clear``) lives in ``cache_maint``, ``explain``
 in ``explain``. Every action takes ``--cache URL|DIR`` (see ``_select``).
@@ -423,15 +424,21 @@ def _print_details(details: dict[str, Any], to: Any) -> None:
 
 def _dir(args: argparse.Namespace) -> int:
     """The cache the other commands would use: a directory as an absolute path, any
-    other cache as its URL (without a password); ``--default``: the default directory."""
+    other cache as its URL (without a password); ``--default``: the default directory.
+    Caching off is an answer too (exit 0): ``caching is off (WHAT SAID SO)``, in
+    ``--json`` ``"cache": null``."""
     if args.default:
         from cuforge.storage.filestream import default_cache_dir
 
         where, origin = default_cache_dir(), DEFAULT_ORIGIN
     else:
         choice = _select.choose(args)
-        if choice.url is None:
-            raise UsageError(f"caching is off ({choice.said()}): there is no cache in use")
+        if choice.url is None:  # the answer, not a mistake: no cache is in use
+            if args.json:
+                print(json.dumps({"cache": None, "origin": choice.origin}, indent=2))
+            else:
+                print(f"caching is off ({choice.said()})")
+            return 0
         where, origin = choice.shown(), choice.origin
     print(json.dumps({"cache": where, "origin": origin}, indent=2) if args.json else where)
     return 0
