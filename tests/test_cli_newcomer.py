@@ -26,6 +26,8 @@ real caches filled by real NVRTC compiles.
   variants as ``headers=['scale.h'], absent_candidates=0``.
 - ``CUFORGE_CACHE=off cuforge cache dir`` exited 2 "caching is off", where cli.md says
   it prints the cache the rules choose: no cache is an answer (exit 0).
+- ``cache explain`` printed ``hit: entry`` with 16 hex digits where ``ls``, the
+  logger and its own miss line use 12.
 """
 
 from __future__ import annotations
@@ -471,4 +473,36 @@ def test_cache_dir_answers_that_caching_is_off(tmp_path):
         "settings file, plain and --json", 6,
         "each: exit 0, 'caching is off (what said so)' or \"cache\": null (before: exit 2, "
         "a usage error); --default still the user cache directory", scale="all",
+    )  # fmt: skip
+
+
+# -- entry ids -----------------------------------------------------------------------------
+def test_entry_ids_are_12_hex_digits_everywhere_and_show_takes_any_unique_prefix(tmp_path, cache):
+    """``explain`` said ``hit: entry 24e09dfa0c8218e8`` (16), ``ls`` and the logger
+    ``24e09dfa0c82`` (12): one entry, two names."""
+    c = ("--cache", str(cache))
+    listed = json.loads(run(tmp_path, "cache", "ls", "--json", "--arch", "sm_90", *c).stdout)
+    (full,) = [e["id"] for e in listed]
+    short = full[:12]
+    assert run(tmp_path, "cache", "ls", "--arch", "sm_90", *c).stdout.split("\t")[0] == short
+    hit = run(tmp_path, "cache", "explain", str(SAXPY), "--arch", "sm_90", *c)
+    assert hit.stdout == f"hit: entry {short} would be served\n", hit.stdout
+    miss = run(tmp_path, "cache", "explain", str(SAXPY), "--arch", "sm_90", "-D", "X=1", *c)
+    assert miss.stdout.splitlines()[-1] == f"(compared with entry {short})", miss.stdout
+    logged = run(tmp_path, "-v", "compile", str(SAXPY), "--arch", "sm_90", "-o",
+                 str(tmp_path / "x.cubin"), *c)  # fmt: skip
+    assert f"hit {short} saxpy.cu" in logged.stderr and full[:13] not in logged.stderr
+    others = [e for e in _ids(tmp_path, cache) if e != full]
+    shared = max(next(i for i, (a, b) in enumerate(zip(full, o, strict=True)) if a != b)
+                 for o in others)  # fmt: skip
+    for n in sorted({shared + 1, 6, 12, 40, 64}):
+        if n <= shared:  # not unique yet: another entry starts the same
+            continue
+        shown = run(tmp_path, "cache", "show", full[:n], "--json", *c)
+        assert shown.returncode == 0 and json.loads(shown.stdout)["id"] == full, (n, shown.stderr)
+    record(
+        "use", "cli", "one entry's id in cache ls, explain (hit and miss), the -v log; show "
+        "by prefixes of 6 to 64 digits", 5,
+        "12 hex digits in every one (before: explain's hit line showed 16); show finds the "
+        "entry by any unique prefix", scale="all",
     )  # fmt: skip

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "COMPILER_NAMES",
+    "SHORT",
     "Row",
     "compiler_matcher",
     "find",
@@ -30,6 +31,11 @@ __all__ = [
     "rows",
     "short_compiler",
 ]
+
+
+#: Hex digits of an entry id shown everywhere (ls, show, explain, prune, the logger);
+#: ``show`` takes any unique prefix.
+SHORT = 12
 
 
 class Row:
@@ -86,7 +92,7 @@ def find(cache: ProgramCacheResource, prefix: str) -> Row:
     if not matches:
         raise UsageError(f"no entry id starts with {wanted}")
     if len(matches) > 1:
-        shown = ", ".join(r.id[:16] for r in matches[:4])
+        shown = ", ".join(r.id[:SHORT] for r in matches[:4])
         raise UsageError(f"{wanted} matches {len(matches)} entries ({shown}...): give more digits")
     return matches[0]
 

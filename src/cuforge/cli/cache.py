@@ -300,7 +300,7 @@ def _ls(args: argparse.Namespace) -> int:
         rec = r.record
         body.append(
             [
-                r.id[:12],
+                r.id[: _entries.SHORT],
                 r.kind,
                 str(rec.get("target") or "-"),
                 str(rec.get("arch") or "-"),
@@ -325,7 +325,7 @@ def _show(args: argparse.Namespace) -> int:
         try:
             problem = cache.check_entry(row.id)
         except KeyError:
-            raise UsageError(f"entry {row.id[:16]} was removed meanwhile") from None
+            raise UsageError(f"entry {row.id[: _entries.SHORT]} was removed meanwhile") from None
         except NotImplementedError:
             problem = None
         entry = cache.read_entry(row.id) if args.extract or row.kind == "manifest" else None
@@ -357,7 +357,10 @@ def _show(args: argparse.Namespace) -> int:
         _print_details(details, shown_to)
     if args.extract:
         if entry is None:
-            print(f"cuforge cache show: entry {row.id[:16]} is damaged or gone", file=sys.stderr)
+            print(
+                f"cuforge cache show: entry {row.id[: _entries.SHORT]} is damaged or gone",
+                file=sys.stderr,
+            )
             return 1
         try:
             if args.extract == "-":
@@ -400,7 +403,7 @@ def _variant_line(variant: dict[str, Any]) -> str:
     where = (
         f"; {absent} {'path' if absent == 1 else 'paths'} that must stay absent" if absent else ""
     )
-    return f"entry {variant['entry'][:12]}: headers {headers}{where}"
+    return f"entry {variant['entry'][: _entries.SHORT]}: headers {headers}{where}"
 
 
 def _print_details(details: dict[str, Any], to: Any) -> None:

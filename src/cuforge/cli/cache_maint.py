@@ -71,7 +71,7 @@ def register(actions: Subparsers) -> None:
 
 def _label(row: _entries.Row) -> str:
     name = row.record.get("name") or "-"
-    return f"{row.id[:12]}  {row.kind:<8} {name}"
+    return f"{row.id[: _entries.SHORT]}  {row.kind:<8} {name}"
 
 
 def _verify(args: argparse.Namespace) -> int:

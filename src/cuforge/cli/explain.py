@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from cuforge.cli import _programs, _select
+from cuforge.cli import _entries, _programs, _select
 from cuforge.cli.cache import opened
 
 TYPE_CHECKING = False
@@ -69,5 +69,5 @@ def _explain(args: argparse.Namespace) -> int:
     else:
         print(str(answer))
         if answer.nearest:
-            print(f"(compared with entry {answer.nearest[:12]})")
+            print(f"(compared with entry {answer.nearest[: _entries.SHORT]})")
     return 0 if answer.hit else 1

@@ -38,7 +38,8 @@ class Explanation:
 
     def __str__(self) -> str:
         if self.hit:
-            return f"hit: entry {self.key[:16]} would be served"
+            # 12 hex digits, as cache ls, the explain miss line and the logger show ids
+            return f"hit: entry {self.key[:12]} would be served"
         lines = [f"miss: {r}" for r in self.reasons] or ["miss"]
         return "\n".join(lines)
 
