@@ -207,8 +207,8 @@ def test_every_command_that_reports_takes_json(tmp_path, cache):
     }  # fmt: skip
     record(
         "inputs", "cli",
-        "--json on every command and cache action (prune, clear, dir and zero-stats "
-        "refused it)", 4,
+        "--json on every command and cache action, prune, clear, dir and zero-stats "
+        "included (before: those four refused it)", 4,
         "every parser takes --json; the four print one JSON document each", scale="all",
     )  # fmt: skip
 
