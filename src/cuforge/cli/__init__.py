@@ -84,10 +84,10 @@ def in_cli_words(message: str) -> str:
     """A library message as the command line says it: the counters it names are
     ``cuforge cache stats``' lines (``stats().write_failures`` -> ``cuforge cache stats
     (write failures)``), and its ways out are a cache URL's (``?trust=shared``, not
-    ``trust_shared=True``; ``storage._safedir.in_url_words``)."""
+    ``trust_shared=True``; ``CachePathError.in_url_words``)."""
     import re  # only when something is said
 
-    from cuforge.storage._safedir import in_url_words
+    from cuforge.storage import CachePathError
 
     def counters(found: re.Match[str]) -> str:
         names = found.group(1) or found.group(2)
@@ -97,7 +97,7 @@ def in_cli_words(message: str) -> str:
 
     # "stats().write_failures", "stats() (read_failures, write_failures)", "stats()"
     pattern = r"(?<![\w.])stats\(\)(?:\.(\w+)| \(([a-z_]+(?:, [a-z_]+)*)\))?"
-    return in_url_words(re.sub(pattern, counters, message))
+    return CachePathError.in_url_words(re.sub(pattern, counters, message))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

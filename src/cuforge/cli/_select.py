@@ -119,7 +119,7 @@ def open_choice(choice: Choice, *, read_only: bool = False) -> ProgramCacheResou
 
 def explain(choice: Choice, exc: BaseException) -> str:
     """``choice.explain(exc)`` -- the line for a cache that cannot be opened -- in the
-    command line's words (``storage._safedir.in_url_words``)."""
-    from cuforge.storage._safedir import in_url_words
+    command line's words (``CachePathError.in_url_words``)."""
+    from cuforge.storage import CachePathError
 
-    return in_url_words(choice.explain(exc))
+    return CachePathError.in_url_words(choice.explain(exc))

@@ -139,14 +139,14 @@ def _check_arch(arch: str, code_type: str, where: str, origin: str) -> None:
     then says that."""
     if code_type != "c++":
         return
-    from cuforge.compile._versions import nvrtc_supported_archs, nvrtc_version
+    from cuforge.compile.toolchain import nvrtc_supported_archs
 
-    supported = nvrtc_supported_archs()
+    known = nvrtc_supported_archs()
     number = re.search(r"[0-9]+", arch)
-    if supported is None or number is None or int(number.group()) in supported:
+    if known is None or number is None or int(number.group()) in known[1]:
         return
+    (major, minor), supported = known
     said = f" (from {origin})" if origin != where else ""
-    major, minor = nvrtc_version()
     raise UsageError(
         f"{where}: arch {arch!r}{said} is not one NVRTC {major}.{minor} compiles for "
         f"(it compiles for {', '.join(f'sm_{n}' for n in supported)})"

@@ -21,6 +21,7 @@ __all__ = [
     "key_facts",
     "nvjitlink_identity",
     "nvrtc_identity",
+    "nvrtc_supported_archs",
     "nvvm_identity",
     "state_dir",
     "stored_fact",
@@ -74,6 +75,17 @@ def nvvm_identity() -> bytes:
     from cuforge.compile import _identity
 
     return _identity.nvvm_identity()
+
+
+def nvrtc_supported_archs() -> tuple[tuple[int, int], tuple[int, ...]] | None:
+    """NVRTC's (version, the compute capabilities it compiles for:
+    ``nvrtcGetSupportedArchs``), or None when NVRTC cannot be loaded or cannot say.
+    Loads NVRTC (no driver): for checks made before compiles that will load it anyway
+    (``cuforge warm``'s manifest)."""
+    from cuforge.compile import _versions
+
+    archs = _versions.nvrtc_supported_archs()
+    return None if archs is None else (_versions.nvrtc_version(), archs)
 
 
 __getattr__, __dir__ = _lazy.exports(__name__, _EXPORTS)

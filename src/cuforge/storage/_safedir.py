@@ -91,6 +91,12 @@ class CachePathError(OSError):
         self.problem = problem
         self.errno = err
 
+    @staticmethod
+    def in_url_words(message: str) -> str:
+        """``message`` (such an error's, or a line quoting one) with the ways out in a
+        cache URL's and the command line's words: :func:`in_url_words`."""
+        return in_url_words(message)
+
 
 class UnsafeCacheError(CachePathError):
     """A cache directory that others could plant entries in (see the module doc)."""
