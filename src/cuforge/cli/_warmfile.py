@@ -197,12 +197,12 @@ def load(path: str) -> tuple[str, list[Spec]]:
     _check_keys(data, {"defaults", "kernel"}, path)
     where = f"{path} [defaults]"
     layer = _check_keys(data.get("defaults", {}), _DEFAULT_KEYS, where)
-    _check_layer(layer, where)
-    defaults = _merge(
+    defaults = _merge(  # the types first: "includes must be a string or a list of strings"
         {"arch": [], "arch_from": "", "target": "cubin", "std": None, **{k: [] for k in _LISTS}},
         layer,
         where,
     )
+    _check_layer(layer, where)
     kernels = data.get("kernel", [])
     if not isinstance(kernels, list) or not kernels:
         raise UsageError(f"{path}: no [[kernel]] tables (each names a source)")
@@ -219,8 +219,8 @@ def load(path: str) -> tuple[str, list[Spec]]:
             if not os.path.isfile(os.path.join(folder, source)):
                 raise UsageError(f"{where}: source {source} not found in {folder}")
         layer = {k: v for k, v in kernel.items() if k in _DEFAULT_KEYS}
-        _check_layer(layer, where)
         base = _merge(defaults, layer, where)
+        _check_layer(layer, where)
         listed = "variants" in kernel
         variants = kernel.get("variants", [{}])
         if not isinstance(variants, list) or not variants:
@@ -228,8 +228,8 @@ def load(path: str) -> tuple[str, list[Spec]]:
         for j, variant in enumerate(variants, 1):
             vwhere = f"{where} variant {j}" if listed else where
             layer = _check_keys(variant, _VARIANT_KEYS, vwhere)
-            _check_layer(layer, vwhere)
             settings = _merge(base, layer, vwhere)
+            _check_layer(layer, vwhere)
             if settings["target"] not in ("cubin", "ptx", "ltoir"):
                 raise UsageError(f"{vwhere}: target must be cubin, ptx or ltoir")
             archs, origin = settings["arch"], settings["arch_from"]
