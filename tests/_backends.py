@@ -51,8 +51,17 @@ def _s3(tmp: Path, request: pytest.FixtureRequest) -> Any:
     return open_cache(request.getfixturevalue("s3_url"), secret=None)
 
 
+def _example(tmp: Path, request: pytest.FixtureRequest) -> Any:
+    """The in-tree example driver (``storage/example.py``): a backend that is a
+    driver only, under the storage core."""
+    from cuforge.storage.example import DirectoryCache
+
+    return DirectoryCache(tmp / "example")
+
+
 FACTORIES: dict[str, Factory] = {
     "memory": lambda tmp, request: InMemoryProgramCache(),
+    "example": _example,
     "filestream": lambda tmp, request: FileStreamProgramCache(tmp / "fs"),
     "redis": _redis,
     "tiered": _tiered,

@@ -34,6 +34,18 @@ class LiveHandles:
             os.register_at_fork(after_in_child=self._in_child)
         atexit.register(self._at_exit)
 
+    def first_in_child(self, hook: Callable[[], None]) -> None:
+        """Run ``hook`` in a forked child before any handle's (module-level state a
+        backend's handles rely on, such as a registry of shared lock files)."""
+        previous = self._child_first
+
+        def both() -> None:
+            if previous is not None:
+                previous()
+            hook()
+
+        self._child_first = both
+
     def add(self, handle: Any) -> None:
         self._live.add(handle)
 

@@ -14,6 +14,10 @@ from ._values import coerce_key
 from .entry import CacheEntry, EntryInfo
 from .stats import CacheStats
 
+TYPE_CHECKING = False  # typing is not imported at run time: it costs a cold hit ~5 ms
+if TYPE_CHECKING:
+    from .outcome import StoreOutcome
+
 __all__ = [
     "CacheKey",
     "CacheValue",
@@ -24,7 +28,6 @@ __all__ = [
 ]
 
 CacheKey = bytes | str
-TYPE_CHECKING = False  # typing is not imported at run time: it costs a cold hit ~5 ms
 if TYPE_CHECKING:
     from typing import Any, TypeAlias
 
@@ -208,7 +211,11 @@ class ProgramCacheResource(abc.ABC):
 
     # -- entries with metadata --------------------------------------------------
     def get_entry(self, key: CacheKey) -> CacheEntry | None:
-        """The verified ``(data, meta)`` stored under ``key``, or None on any miss."""
+        """The verified ``(data, meta)`` stored under ``key``, or None on any miss.
+
+        cuforge's own caches (:class:`EntryCache`) also take ``count=False``: a lookup
+        that is part of a request already counted (``storage.failopen.lookup`` passes
+        it only to them)."""
         data = self.get(key)
         if data is None:
             return None
@@ -225,10 +232,12 @@ class ProgramCacheResource(abc.ABC):
         ks = [coerce_key(key) for key in keys]
         return [self.get_entry(k) for k in ks]
 
-    def set_entry(self, key: CacheKey, value: CacheValue, meta: bytes = b"") -> None:
+    def set_entry(self, key: CacheKey, value: CacheValue, meta: bytes = b"") -> StoreOutcome | None:
         """Store ``value`` with ``meta`` under ``key`` (same failure rules as ``cache[key] =``).
 
-        Raises TypeError when ``meta`` is not bytes.
+        cuforge's caches answer what happened (:class:`~cuforge.storage.outcome.StoreOutcome`:
+        stored, or not stored and why); this mapping fallback answers None (it cannot
+        tell). Raises TypeError when ``meta`` is not bytes.
         """
         check_meta(meta)
         mkey = meta_key(coerce_key(key))
@@ -238,6 +247,7 @@ class ProgramCacheResource(abc.ABC):
             with contextlib.suppress(KeyError):
                 del self[mkey]
         self[key] = value
+        return None
 
     # -- listing and maintenance (the command line's view) ----------------------
     def iter_entries(self) -> Iterator[EntryInfo]:
@@ -276,6 +286,26 @@ class ProgramCacheResource(abc.ABC):
         """A copy of this handle's counters."""
         return self._stats.copy()
 
+    def _tally(self, entry: CacheEntry | None, count: bool = True, rejected: bool = False) -> None:
+        """Count one lookup's answer, made without counting (``get_entry(count=False)``)
+        by a wrapper or a request that now knows its result: a hit of ``entry``, or a
+        miss; ``rejected``: the entry failed a signature (``signature_failures``, counted
+        whether or not ``count``)."""
+        stats = self._stats
+        if rejected:
+            stats.signature_failures += 1
+        if not count:
+            return
+        if entry is None:
+            stats.misses += 1
+        else:
+            stats.hits += 1
+            stats.bytes_read += len(entry.data)
+
+    def _tally_failure(self, counter: str) -> None:
+        """Count a failure the caller met (``write_failures``, ``read_failures``)."""
+        setattr(self._stats, counter, getattr(self._stats, counter) + 1)
+
     def zero_stats(self) -> None:
         """Start the counters this cache reports for all its users over from zero
         (``cuforge cache zero-stats``): afterwards ``total_stats()`` -- or ``stats()``
@@ -297,7 +327,9 @@ class ProgramCacheResource(abc.ABC):
 
 class EntryCache(ProgramCacheResource):
     """A backend whose native read is ``get_entry``: ``cache[key]`` and ``get`` are
-    that one lookup (same verification, same counters), answering its payload."""
+    that one lookup (same verification, same counters), answering its payload.
+    Its ``get_entry`` takes ``count=False`` (a lookup that counts neither a hit nor a
+    miss) and its ``set_entry`` answers a ``StoreOutcome``."""
 
     @abc.abstractmethod
     def get_entry(self, key: CacheKey) -> CacheEntry | None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["format_size", "parse_duration", "parse_size"]
+__all__ = ["check_max_size", "format_size", "parse_duration", "parse_size", "positive_seconds"]
 
 _SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*", re.IGNORECASE)
 _SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
@@ -77,3 +77,23 @@ def format_size(n: int) -> str:
             return f"{n} B" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1024
     return f"{n} B"  # pragma: no cover - unreachable
+
+
+def check_max_size(max_size_bytes: int | None) -> int | None:
+    """A ``max_size_bytes`` argument: a positive int or None (TypeError, ValueError)."""
+    if max_size_bytes is None:
+        return None
+    if isinstance(max_size_bytes, bool) or not isinstance(max_size_bytes, int):
+        raise TypeError(
+            f"max_size_bytes must be a positive int or None, got {type(max_size_bytes).__name__}"
+        )
+    if max_size_bytes <= 0:
+        raise ValueError(f"max_size_bytes must be > 0 or None, got {max_size_bytes}")
+    return max_size_bytes
+
+
+def positive_seconds(name: str, value: float) -> float:
+    """``value`` as seconds > 0; ValueError naming the argument ``name`` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ValueError(f"{name} must be a number of seconds > 0, got {value!r}")
+    return float(value)
