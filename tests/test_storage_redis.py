@@ -23,6 +23,7 @@ from _redis import RedisServer
 from cuforge.compile import Program, ProgramOptions, _nvrtc
 from cuforge.storage import CacheReadWarning, CacheWriteWarning, entry_id
 from cuforge.storage._breaker import CircuitBreaker
+from cuforge.storage.outcome import Damaged
 from cuforge.storage.redis import RedisProgramCache
 from cuforge.storage.stats import CacheStats
 from cuforge.utils import make_program_cache_key, open_cache
@@ -124,7 +125,7 @@ def test_a_damaged_value_replaced_meanwhile_is_not_removed(redis_server):
         stale = raw.get(name_of(b"k"))
         time.sleep(0.001)
         c[b"k"] = b"new"  # a writer replaced it after the reader fetched `stale`
-        c._drop(name_of(b"k"), stale)
+        c._driver.drop(c._loc(b"k"), Damaged("stale", (stale, None)))
         assert c.get(b"k") == b"new"
 
 

@@ -17,7 +17,7 @@ from _redis import RedisCluster, RedisServer, newer_binary
 from cuforge.storage import entry_id
 from cuforge.storage.entry import key_digest
 from cuforge.storage.redis import RedisProgramCache
-from cuforge.storage.redis import _frame as frame
+from cuforge.storage.redis._store import FRAME as frame
 from reliability._figures import record
 
 HEX = "ab" * 32  # a well-formed entry id no key of these tests maps to

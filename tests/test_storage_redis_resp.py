@@ -174,5 +174,5 @@ def test_threads_sharing_a_handle_each_get_their_own_answers(redis_server) -> No
             t.join()
         assert not errors, errors[:5]
         assert shared.stats().hits == 1600 and shared.stats().read_failures == 0
-        fast = shared._fast
+        fast = shared._store._fast
         assert fast is not None and 1 <= len(fast._idle) <= 8

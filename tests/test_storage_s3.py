@@ -22,7 +22,7 @@ from cuforge.compile import Program, ProgramOptions, _nvrtc
 from cuforge.storage.base import CacheReadWarning, CacheWriteWarning
 from cuforge.storage.entry import entry_id
 from cuforge.storage.s3 import S3ProgramCache
-from cuforge.storage.s3 import _frame as frame
+from cuforge.storage.s3._store import FRAME as frame
 from cuforge.utils import make_program_cache_key, open_cache
 
 WORKERS = os.path.join(os.path.dirname(__file__), "_cache_workers.py")

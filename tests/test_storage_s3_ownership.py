@@ -13,7 +13,7 @@ import pytest
 
 from _cli import run
 from cuforge.storage.entry import entry_id
-from cuforge.storage.s3 import _stats
+from cuforge.storage.s3 import _counters as _stats
 from cuforge.utils import open_cache
 from reliability._figures import record
 

@@ -51,12 +51,12 @@ class RedisRaw:
 
     def __init__(self, cache: Any) -> None:
         self.cache = cache
-        self.client = cache._conn()
+        self.client = cache._store.conn()
 
     def _name(self, key: bytes) -> bytes:
         from cuforge.storage.entry import key_digest
 
-        return self.cache._entry_name(key_digest(key))
+        return self.cache._store.name(key_digest(key))
 
     def read(self, key: bytes, part: str) -> bytes:
         return self.client.get(self._name(key))
@@ -173,17 +173,17 @@ class S3Raw:
     def read(self, key: bytes, part: str) -> bytes:
         import obstore
 
-        return bytes(obstore.get(self.cache._store, self._path(key)).bytes())
+        return bytes(obstore.get(self.cache._store.store, self._path(key)).bytes())
 
     def write(self, key: bytes, part: str, data: bytes) -> None:
         import obstore
 
-        obstore.put(self.cache._store, self._path(key), data)
+        obstore.put(self.cache._store.store, self._path(key), data)
 
     def delete(self, key: bytes, part: str) -> None:
         import obstore
 
-        obstore.delete(self.cache._store, self._path(key))
+        obstore.delete(self.cache._store.store, self._path(key))
 
 
 # The S3 object has the Redis value's layout (magic CFS3, its own digest person).
@@ -310,7 +310,7 @@ def test_every_damaged_entry_is_detected_counted_and_never_served(
         sub.mkdir()
         cache = FACTORIES[backend](sub, request)
         if backend == "redis":
-            cache._conn().flushdb()
+            cache._store.conn().flushdb()
         if backend == "s3":
             cache.clear()  # one prefix per test: the previous injection's entries go
         try:

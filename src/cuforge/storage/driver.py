@@ -23,14 +23,15 @@ TYPE_CHECKING = False  # typing is not imported at run time: it costs a cold hit
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
     from contextlib import AbstractContextManager
-    from typing import Any
+    from typing import Any, TypeAlias
 
     from .entry import CacheEntry, EntryInfo
     from .outcome import Damaged, StoreOutcome
     from .protocol import Reports
     from .stats import CacheStats
 
-    Found = CacheEntry | Damaged | None
+    #: What a read finds: a verified entry, a damaged one, or nothing.
+    Found: TypeAlias = CacheEntry | Damaged | None
 
 __all__ = ["Driver"]
 

@@ -52,7 +52,7 @@ from .base import (
     check_meta,
 )
 from .entry import CacheEntry, EntryInfo, entry_id, key_digest
-from .outcome import READ_ONLY, STORED, TOO_LARGE, Damaged, StoreOutcome
+from .outcome import PRESENT, READ_ONLY, STORED, TOO_LARGE, Damaged, StoreOutcome
 from .stats import CacheStats
 
 TYPE_CHECKING = False  # typing is not imported at run time: it costs a cold hit ~5 ms
@@ -232,9 +232,10 @@ class DriverCache(EntryCache):
     def _account(self, outcome: StoreOutcome, n: int, nbytes: int) -> None:
         """Count ``n`` stores (``nbytes`` of payload) that ended as ``outcome``."""
         if outcome.reason == STORED:
-            stats = self._stats
-            stats.stores += n
-            stats.bytes_written += nbytes
+            if outcome is not PRESENT:  # an equal entry already there: nothing written
+                stats = self._stats
+                stats.stores += n
+                stats.bytes_written += nbytes
         else:
             for _ in range(n):
                 self._dropped(outcome)
@@ -316,7 +317,7 @@ class DriverCache(EntryCache):
         self._check_open()
         loc = self._driver.locate_id(entry_id)
         found = None if loc is None else self._driver.peek(loc)
-        return found if type(found) is CacheEntry else None
+        return found if isinstance(found, CacheEntry) else None
 
     def remove_entry(self, entry_id: str) -> bool:
         """Remove the entry with this id; whether one went."""

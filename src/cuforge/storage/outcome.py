@@ -13,6 +13,10 @@ from collections import namedtuple
 
 from . import events
 
+TYPE_CHECKING = False  # typing is not imported at run time: it costs a cold hit ~5 ms
+if TYPE_CHECKING:
+    from typing import Any
+
 __all__ = [
     "COMPILER_CHANGED",
     "FAILED",
@@ -71,6 +75,9 @@ class StoreOutcome:
 
 #: The one stored outcome without a detail (shared: outcomes are never changed).
 STORED_OUTCOME = StoreOutcome(STORED)
+#: A store found an equal entry already there (a peer stored it first): the entry is
+#: in the cache, nothing was written, and no store is counted.
+PRESENT = StoreOutcome(STORED, "an equal entry was already stored")
 
 
 class Damaged(namedtuple("Damaged", ["problem", "token"])):
@@ -80,4 +87,4 @@ class Damaged(namedtuple("Damaged", ["problem", "token"])):
 
     __slots__ = ()
     problem: str
-    token: object
+    token: Any

@@ -1,0 +1,391 @@
+"""The Redis connection of a cache: what ``storage.remote`` asks of a server, in Redis.
+
+Keys on the server, for an entry whose id (``entry.entry_id``) is ``<id>``::
+
+    <prefix>{<id>}          the entry: one string, a frame with magic ``CFRE``
+    <prefix>{<id>}:lock     its single-flight lease while someone compiles it
+    <prefix>stats           fleet counters: a hash, one field per CacheStats counter
+
+The ``{<id>}`` hash tag keeps an entry and its lease in one Redis Cluster slot.
+
+- **Lookups** are one ``GET`` (``GETEX … PX`` when reads renew a TTL; a replica
+  that refuses it makes the handle read without renewing), through the small
+  client ``_resp`` where it serves the URL: a process that only hits never imports
+  redis-py. Stores, leases, listings and scripts use redis-py, imported on use.
+- **Names it deletes** are proven first (``id_of``: exactly ``<prefix>{<64 lowercase
+  hex digits>}``) and unlinked by a script only while they hold a string; a damaged
+  value goes only if its header is still the one read. The prefix may hold other
+  programs' keys: they stay.
+- **Leases**: ``SET NX PX`` with a random token, one pipelined round trip per poll
+  together with ``EXISTS`` on the entry; renewed and released by compare-and-set
+  scripts, so only the token's owner extends or deletes it.
+- **Counters**: what a handle counted since its last flush, as pipelined
+  ``HINCRBY``; a failed flush is retried with the next one.
+- **Listings never touch an entry** (``_quiet``: ``CLIENT NO-TOUCH``), so the idle
+  time a listing reports is the last hit's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from ..entry import CacheEntry, EntryInfo, is_entry_id
+from ..frame import LISTING_HEAD, PREFIX_SIZE, Frame
+from ..lease import Held
+from ..ownership import delete_owned
+from ..remote import Store
+from ..stats import CacheStats
+from ._quiet import QuietReads, by_node
+from ._resp import ReplyError, RespClient
+
+__all__ = ["FRAME", "RedisStore", "redis_py"]
+
+FRAME = Frame(b"CFRE", b"cuforge-redis-1", "value")
+_SCAN_COUNT = 500
+_FIELDS = tuple(CacheStats().as_dict())
+
+#: Unlink KEYS[1] if it holds a string (what an entry is); a hash or list there stays.
+_UNLINK_STRING = """
+if redis.call('type', KEYS[1])['ok'] == 'string' then
+    return redis.call('unlink', KEYS[1])
+end
+return 0
+"""
+_DEL_IF_SAME = (
+    "if redis.call('getrange', KEYS[1], 0, ARGV[2]) == ARGV[1] then "
+    "return redis.call('del', KEYS[1]) end return 0"
+)
+_RELEASE = """
+if redis.call('get', KEYS[1]) == ARGV[1] then
+    return redis.call('del', KEYS[1])
+end
+return 0
+"""
+_RENEW = """
+if redis.call('get', KEYS[1]) == ARGV[1] then
+    return redis.call('pexpire', KEYS[1], ARGV[2])
+end
+return 0
+"""
+
+_redis: Any = None  # redis-py, imported on first need (see _resp for why)
+
+
+def redis_py() -> Any:
+    """The redis module, imported now if it was not."""
+    global _redis
+    if _redis is None:
+        import redis
+        import redis.cluster
+        import redis.exceptions
+
+        _redis = redis
+    return _redis
+
+
+def _glob_escape(text: str) -> str:
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
+
+
+class RedisStore(Store):
+    """One cache's keys under ``prefix`` on the server ``client`` (a redis-py client)
+    or ``url`` (connected on first use) names; see the module docstring."""
+
+    kind = "Redis"
+    frame = FRAME
+    poll_first, poll_most = 0.002, 0.05
+
+    def __init__(
+        self,
+        where: str,
+        prefix: str,
+        *,
+        url: str | None,
+        client: Any,
+        cluster: bool,
+        fast: RespClient | None,
+        options: dict[str, Any],
+        timeouts: tuple[float, float],
+        ttl_ms: int | None,
+        read_only: bool,
+    ) -> None:
+        self.where = where
+        self._prefix = prefix
+        self._pre = prefix.encode()
+        self._url = url
+        self._client = client
+        self.cluster = cluster
+        self._fast = fast
+        self._options = options
+        self._timeouts = timeouts
+        self.ttl_ms = ttl_ms
+        # A read-only handle never writes, not even a TTL renewal.
+        self._refresh_ms = None if read_only else ttl_ms
+        self._quiet = QuietReads()  # maintenance reads never count as a use
+        self._mutex = threading.Lock()
+        self._scripts: dict[str, Any] = {}
+        self.stats_name = self._pre + b"stats"
+        if not cluster:  # a cluster's keys lie in different slots: one by one
+            self.get_many = self._get_many
+        self.put_many = self._put_many
+
+    @property
+    def errors(self) -> tuple[type[BaseException], ...]:  # type: ignore[override]
+        found: tuple[type[BaseException], ...] = (OSError, ReplyError)
+        if _redis is not None:
+            found += (_redis.RedisError, _redis.exceptions.RedisClusterException)
+        return found
+
+    # -- the connection -------------------------------------------------------------
+    def conn(self) -> Any:
+        """The redis-py client, made on first use."""
+        client = self._client
+        if client is not None:
+            return client
+        with self._mutex:
+            if self._client is None:
+                self._client = self._make_client()
+            return self._client
+
+    def _make_client(self) -> Any:
+        assert self._url is not None
+        redis = redis_py()
+        from redis.backoff import NoBackoff
+        from redis.retry import Retry
+
+        timeout, connect = self._timeouts
+        options: dict[str, Any] = {
+            "socket_timeout": timeout,
+            "socket_connect_timeout": connect,
+            "retry": Retry(NoBackoff(), 0),  # fail fast: the breaker decides when to retry
+            **self._options,
+        }
+        scheme, sep, rest = self._url.partition("://")
+        url = scheme.replace("+cluster", "") + sep + rest
+        if self.cluster:
+            # Discovers the slot map now: raises if no node answers (caught by callers).
+            return redis.cluster.RedisCluster.from_url(url, **options)
+        return redis.Redis.from_url(url, **options)
+
+    def _script(self, body: str) -> Any:
+        found = self._scripts.get(body)
+        if found is None:
+            found = self._scripts[body] = self.conn().register_script(body)
+        return found
+
+    def problem(self, exc: BaseException) -> tuple[str, bool]:
+        # An error answer (read-only replica, OOM) is no outage; a down cluster is.
+        refused = isinstance(exc, ReplyError) or (
+            _redis is not None
+            and isinstance(exc, _redis.ResponseError)
+            and not isinstance(exc, _redis.exceptions.ClusterError)
+        )
+        return f"{type(exc).__name__}: {exc}", refused
+
+    # -- names ----------------------------------------------------------------------
+    def name(self, kd: bytes) -> bytes:
+        return b"%s{%s}" % (self._pre, kd.hex().encode())
+
+    def id_of(self, name: bytes) -> str | None:
+        """Exactly ``<prefix>{<64 lowercase hex digits>}``: the entry id, else None."""
+        if not name.startswith(self._pre):
+            return None
+        inner = name[len(self._pre) :]
+        if len(inner) != 66 or inner[:1] != b"{" or inner[-1:] != b"}":
+            return None
+        eid = inner[1:-1].decode("ascii", "replace")
+        return eid if is_entry_id(eid) else None
+
+    # -- entries --------------------------------------------------------------------
+    def get(self, name: bytes) -> tuple[bytes | None, None]:
+        refresh = self._refresh_ms
+        fast = self._fast
+        if fast is not None:
+            if refresh is None:
+                return fast.call(b"GET", name), None  # type: ignore[return-value]
+            try:
+                return fast.call(b"GETEX", name, b"PX", refresh), None  # type: ignore[return-value]
+            except ReplyError as exc:
+                if not str(exc).startswith("READONLY"):
+                    raise
+                self._refresh_ms = None  # a replica: read without renewing TTLs
+                return fast.call(b"GET", name), None  # type: ignore[return-value]
+        client = self.conn()
+        if refresh is None:
+            return client.get(name), None
+        try:
+            return client.getex(name, px=refresh), None
+        except _redis.exceptions.ReadOnlyError:
+            self._refresh_ms = None
+            return client.get(name), None
+
+    def _get_many(self, names: list[bytes]) -> list[Any]:
+        """The values of ``names`` in one round trip: one MGET, or -- when reads renew
+        the TTL -- one pipeline of GETEX (a replica refusing it: an MGET)."""
+        refresh = self._refresh_ms
+        fast = self._fast
+        if fast is not None:
+            if refresh is not None:
+                try:
+                    return list(fast.pipeline([(b"GETEX", n, b"PX", refresh) for n in names]))
+                except ReplyError as exc:
+                    if not str(exc).startswith("READONLY"):
+                        raise
+                    self._refresh_ms = None
+            values: Any = fast.call(b"MGET", *names)
+            return list(values)
+        client = self.conn()
+        if refresh is not None:
+            pipe = client.pipeline(transaction=False)
+            for n in names:
+                pipe.getex(n, px=refresh)
+            replies = pipe.execute(raise_on_error=False)
+            if not any(isinstance(r, Exception) for r in replies):
+                return list(replies)
+            if not any("READONLY" in str(r) or "read only" in str(r) for r in replies):
+                raise next(r for r in replies if isinstance(r, Exception))
+            self._refresh_ms = None
+        return list(client.mget(names))
+
+    def put(self, name: bytes, value: bytes, entry: CacheEntry) -> bool:
+        self.conn().set(name, value, px=self.ttl_ms)
+        return True
+
+    def _put_many(self, pairs: list[tuple[bytes, bytes]]) -> None:
+        pipe = self.conn().pipeline(transaction=False)
+        for name, value in pairs:
+            pipe.set(name, value, px=self.ttl_ms)
+        pipe.execute()
+
+    def delete_if_same(self, name: bytes, value: bytes, token: Any) -> int:
+        """Compare-and-delete on the server: the value's header and digest unchanged."""
+        head = value[:PREFIX_SIZE]
+        return int(self.conn().eval(_DEL_IF_SAME, 1, name, head, PREFIX_SIZE - 1))
+
+    def unlink(self, names: list[bytes]) -> int:
+        removed = 0
+        for node, some in by_node(self.conn(), self.cluster, names):
+            pipe = node.pipeline(transaction=False)
+            for name in some:  # a script per key: one slot each
+                pipe.eval(_UNLINK_STRING, 1, name)
+            removed += sum(int(n) for n in pipe.execute())
+        return removed
+
+    # -- listing --------------------------------------------------------------------
+    def names(self) -> Iterator[tuple[bytes, None]]:
+        """Every string key the SCAN pattern ``<prefix>{*}`` matches."""
+        match = _glob_escape(self._prefix) + "{*}"
+        for name in self.conn().scan_iter(match=match, count=_SCAN_COUNT, _type="string"):
+            yield name, None
+
+    def describe(self, listed: list[tuple[bytes, None]]) -> Iterator[EntryInfo]:
+        names = [name for name, _ in listed]
+        for node, some in by_node(self.conn(), self.cluster, names):
+            yield from self._describe(node, some)
+
+    def _describe(self, node: Any, names: list[bytes]) -> Iterator[EntryInfo]:
+        """One pipelined round trip (plus a GETRANGE per entry whose metadata outgrows
+        the first read); a name gone since the SCAN is left out, a string of any length
+        still there is listed (so ``verify`` names an emptied one)."""
+        if not names:
+            return
+
+        def fill(pipe: Any) -> None:
+            for name in names:
+                pipe.object("idletime", name)  # never touches a key
+                pipe.getrange(name, 0, LISTING_HEAD - 1)
+                pipe.strlen(name)
+                pipe.exists(name)  # STRLEN and GETRANGE answer 0 / b"" for a vanished key
+
+        replies = self._quiet.run(node, fill)
+        now = time.time_ns()
+        for i, name in enumerate(names):
+            idle, head, size, exists = replies[4 * i : 4 * i + 4]
+            eid = self.id_of(name)
+            if eid is None or isinstance(size, Exception) or exists != 1:
+                continue
+            if not isinstance(head, bytes):
+                head = b""
+            stored, meta, need = FRAME.meta_of(head)
+            if meta is None and need:
+                (more,) = self._quiet.run(node, functools.partial(_getrange, name=name, end=need))
+                if isinstance(more, bytes):
+                    stored, meta, _ = FRAME.meta_of(more)
+            stored = stored or now
+            used = now - int(idle) * 1_000_000_000 if isinstance(idle, int) else stored
+            yield EntryInfo(eid, int(size), stored, max(used, stored), meta)
+
+    def quiet_get(self, name: bytes) -> bytes | None:
+        ((node, _),) = by_node(self.conn(), self.cluster, [name])
+        (value,) = self._quiet.run(node, lambda pipe: pipe.get(name))
+        if isinstance(value, Exception):
+            raise value
+        return value  # type: ignore[no-any-return]
+
+    # -- leases ---------------------------------------------------------------------
+    def take(self, kd: bytes, entry: bytes, token: str, lease_s: float) -> tuple[Any, bool]:
+        lock_name = entry + b":lock"
+        pipe = self.conn().pipeline(transaction=False)
+        pipe.set(lock_name, token, nx=True, px=_ms(lease_s))
+        pipe.exists(entry)
+        got, exists = pipe.execute()
+        return (Held(lock_name, token) if got else None), bool(exists)
+
+    def renew(self, held: Held, lease_s: float) -> bool:
+        return bool(self._script(_RENEW)(keys=[held.name], args=[held.token, _ms(lease_s)]))
+
+    def release(self, held: Held) -> int:
+        """Only this lease's own name, and (on the server) only with our token."""
+        return int(self._script(_RELEASE)(keys=[held.name], args=[held.token]))
+
+    # -- counters -------------------------------------------------------------------
+    def send(self, counts: CacheStats, final: bool) -> None:
+        delta = {n: v for n, v in counts.as_dict().items() if v}
+        if not delta:
+            return
+        if self._fast is not None:  # the hit path's small client
+            self._fast.pipeline([(b"HINCRBY", self.stats_name, f, v) for f, v in delta.items()])
+            return
+        pipe = self.conn().pipeline(transaction=False)
+        for field, value in delta.items():
+            pipe.hincrby(self.stats_name, field, value)
+        pipe.execute()
+
+    def fleet(self) -> CacheStats:
+        """The fleet hash as CacheStats (fields of newer versions ignored)."""
+        raw = self.conn().hgetall(self.stats_name)
+        fields = {k.decode(): int(v) for k, v in raw.items() if k.decode() in _FIELDS}
+        return CacheStats(**fields)
+
+    def zero_fleet(self) -> None:
+        delete_owned(  # the fleet hash, by its exact name only
+            [self.stats_name], lambda n: n == self._pre + b"stats",
+            lambda ns: int(self.conn().delete(*ns)), self.where,
+        )  # fmt: skip
+
+    # -- lifetime -------------------------------------------------------------------
+    def close(self) -> None:
+        if self._fast is not None:
+            self._fast.close()
+        if self._url is not None and self._client is not None:
+            with contextlib.suppress(Exception):  # closing never fails the caller
+                self._client.close()
+
+    def after_fork(self) -> None:
+        # redis-py's pools open fresh connections in a child by themselves.
+        self._mutex = threading.Lock()
+        if self._fast is not None:
+            self._fast.forget()
+
+
+def _getrange(pipe: Any, name: bytes, end: int) -> None:
+    pipe.getrange(name, 0, end - 1)
+
+
+def _ms(seconds: float) -> int:
+    return max(1, int(seconds * 1000))

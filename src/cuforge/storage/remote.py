@@ -1,0 +1,428 @@
+"""The one remote implementation: a driver over a server's connection.
+
+Every backend whose entries live on a server (Redis, an S3 bucket) is a
+:class:`RemoteDriver` over its :class:`Store` -- the connection, which the backend
+writes: get, put, delete, list, lease objects and counters in the server's own
+terms. What is the same for every server is here, once:
+
+- **Framing.** An entry is one value (``storage.frame``, the store's magic): a
+  lookup is one read, verified against the key; a value that does not verify is a
+  damaged entry, dropped only if it is still the value read (compare-and-delete on
+  the server, through ``ownership.delete_owned`` with the store's name proof).
+- **Failing open and fast.** A request that raises is a counted miss or a dropped
+  store, never an error; the first failure of a handle warns once
+  (``CacheReadWarning`` for a lookup, ``CacheWriteWarning`` otherwise), naming the
+  cause and the back-off. A server that does not answer is skipped for
+  ``retry_after`` seconds (doubling to ``max_retry_after``; ``_breaker``) instead of
+  costing a timeout per compile; one that answers with an error is not backed off
+  from. Maintenance calls (listing, ``len``, ``clear``, totals) raise one
+  ``ConnectionError`` naming the server and the cause instead.
+- **Single flight across hosts** (``storage.lease``): a lease taken per key,
+  renewed while held, released only if still ours; a waiter stops as soon as the
+  entry is stored.
+- **Fleet counters.** What this handle counted since its last flush is sent to
+  the server on the core's schedule, at close and at exit (never while backing
+  off); ``total_stats()`` reads the fleet's sum. A read-only handle writes nothing
+  at all: no stores, removals, leases or counters.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from ._breaker import CircuitBreaker
+from .base import CacheReadWarning, CacheWriteWarning
+from .driver import Driver
+from .entry import CacheEntry, EntryInfo
+from .lease import Renewal, wait_for
+from .outcome import FAILED, PRESENT, STORED_OUTCOME, UNREACHABLE, Damaged, StoreOutcome
+from .ownership import delete_owned
+from .stats import CacheStats
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import Any
+
+    from .driver import Found
+    from .frame import Frame
+
+__all__ = ["RemoteDriver", "Store"]
+
+#: Names listed per batch of listing reads.
+_BATCH = 100
+
+
+class Store:
+    """A server's connection, as a backend writes it for :class:`RemoteDriver`.
+
+    Names are the server's (bytes or str); every one the driver deletes is proven
+    by :meth:`id_of` first. Methods raise what the client raises; the driver turns
+    that into fail-open events (:meth:`problem` says what an error means).
+    """
+
+    kind = "remote"  # "Redis", "S3": messages say "cuforge <kind> cache <where>"
+    where = ""
+    frame: Frame
+    #: Why this process cannot use the server at all (S3 in a forked child), or None.
+    broken: str | None = None
+    #: What maintenance calls turn into ConnectionError.
+    errors: tuple[type[BaseException], ...] = (OSError,)
+    #: Seconds between the first polls for a lease, and the most between two.
+    poll_first, poll_most = 0.005, 0.1
+    get_many: Any = None  # (names) -> values, one round trip; None: one by one
+    put_many: Any = None  # (pairs of name and value) -> None; None: one by one
+
+    def name(self, kd: bytes) -> Any:
+        raise NotImplementedError
+
+    def id_of(self, name: Any) -> str | None:
+        """The entry id ``name`` is the name of, or None (the ownership proof)."""
+        raise NotImplementedError
+
+    def get(self, name: Any) -> tuple[bytes | None, Any]:
+        """The value of ``name`` (None: absent) and a token to drop exactly it."""
+        raise NotImplementedError
+
+    def put(self, name: Any, value: bytes, entry: CacheEntry) -> bool:
+        """Store ``value`` (framing ``entry``); False when an equal entry was there."""
+        raise NotImplementedError
+
+    def delete_if_same(self, name: Any, value: bytes, token: Any) -> int:
+        """Delete ``name`` if it still holds ``value`` (as read with ``token``)."""
+        raise NotImplementedError
+
+    def unlink(self, names: list[Any]) -> int:
+        """Delete proven entry names; how many went."""
+        raise NotImplementedError
+
+    def names(self) -> Iterator[tuple[Any, Any]]:
+        """Every candidate entry name (not yet proven), each with what the listing
+        said of it (or None)."""
+        raise NotImplementedError
+
+    def describe(self, listed: list[tuple[Any, Any]]) -> Iterator[EntryInfo]:
+        """Listing records of proven entry names (as :meth:`names` gave them), read
+        without counting as a use."""
+        raise NotImplementedError
+
+    def quiet_get(self, name: Any) -> bytes | None:
+        """A maintenance read of ``name`` (not a use); None when absent."""
+        raise NotImplementedError
+
+    def take(self, kd: bytes, entry: Any, token: str, lease_s: float) -> tuple[Any, bool]:
+        """One try at ``kd``'s lease: ``(held lease, False)``, or ``(None, whether the
+        entry ``entry`` exists now)``."""
+        raise NotImplementedError
+
+    def renew(self, held: Any, lease_s: float) -> bool:
+        """Extend a held lease; False when it is no longer ours."""
+        raise NotImplementedError
+
+    def release(self, held: Any) -> int:
+        """Delete a held lease if it is still ours; 1 if it went."""
+        raise NotImplementedError
+
+    def send(self, counts: CacheStats, final: bool) -> None:
+        """Add ``counts`` to the fleet's counters (``final``: at close or exit)."""
+        raise NotImplementedError
+
+    def fleet(self) -> CacheStats:
+        """The fleet's counters."""
+        raise NotImplementedError
+
+    def zero_fleet(self) -> None:
+        """Delete the fleet's counters (only the store's own counter names)."""
+        raise NotImplementedError
+
+    def problem(self, exc: BaseException) -> tuple[str, bool]:
+        """What a failed request means, in a phrase; and whether the server answered
+        (an answer is no outage: no back-off)."""
+        return f"{type(exc).__name__}: {exc}", False
+
+    def close(self) -> None:
+        pass
+
+    def after_fork(self) -> None:
+        pass
+
+
+class RemoteDriver(Driver):
+    """A :class:`~cuforge.storage.driver.Driver` over ``store`` (module docstring)."""
+
+    remote = True
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        read_only: bool,
+        retry_after: float,
+        max_retry_after: float,
+        lease_s: float,
+        stats_every: int,
+        stats_interval: float,
+    ) -> None:
+        self.store = store
+        self.frame = store.frame
+        self.read_only = read_only
+        self.label = f"cuforge {store.kind} cache {store.where}"
+        self.flush_every = max(1, int(stats_every))
+        self.flush_interval_s = stats_interval
+        self._breaker = CircuitBreaker(retry_after, max_retry_after)
+        self._lease_s = lease_s
+        self._flushed = CacheStats()  # what the fleet has of this handle's counts
+        if store.get_many is not None:
+            self.read_many = self._read_many
+        if store.put_many is not None:
+            self.write_many = self._write_many
+        if not read_only:
+            self.lease = self._lease
+
+    # -- failures -------------------------------------------------------------------
+    def _allow(self) -> bool:
+        """Whether a request may go out now: the store is usable in this process (else
+        warned once) and the breaker is closed or due a probe."""
+        broken = self.store.broken
+        if broken is not None:
+            self.reports.warn_once("remote", CacheReadWarning, f"{self.label}: {broken}")
+            return False
+        return self._breaker.allow()
+
+    def _failed(self, exc: BaseException, what: str) -> tuple[str, bool]:
+        """A failed request: back off unless the server answered; warn once per handle."""
+        phrase, answered = self.store.problem(exc)
+        after = (
+            f"the server answered with an error, so {what}s fail"
+            if answered
+            else "lookups are misses and stores are skipped, retrying in "
+            f"{self._breaker.failure():g} s"
+        )
+        self.reports.warn_once(
+            "remote",
+            CacheReadWarning if what == "lookup" else CacheWriteWarning,
+            f"{self.label}: {what} failed ({phrase}); {after}. Compiles are not affected. "
+            "Later failures of this handle are counted in stats() (read_failures, "
+            "write_failures) without a warning.",
+        )
+        return phrase, answered
+
+    @contextmanager
+    def _maintenance(self, what: str) -> Iterator[None]:
+        """A maintenance call: a failed request is one ConnectionError."""
+        store = self.store
+        if store.broken is not None:
+            raise ConnectionError(f"{store.kind} cache {store.where}: could not {what} "
+                                  f"({store.broken})")  # fmt: skip
+        try:
+            yield
+        except store.errors as exc:
+            raise ConnectionError(
+                f"{store.kind} cache {store.where}: could not {what} ({store.problem(exc)[0]})"
+            ) from exc
+
+    # -- lookups --------------------------------------------------------------------
+    def locate(self, kd: bytes) -> tuple[bytes, Any]:
+        return kd, self.store.name(kd)
+
+    def read(self, loc: tuple[bytes, Any]) -> Found:
+        if not self._allow():
+            self.reports.unreachable()
+            return None
+        try:
+            value, token = self.store.get(loc[1])
+        except Exception as exc:  # every server problem is a miss
+            self.reports.unreachable()
+            self._failed(exc, "lookup")
+            return None
+        self._breaker.success()
+        return None if value is None else self._verify(loc[0], value, token)
+
+    def _verify(self, kd: bytes, value: bytes, token: Any) -> CacheEntry | Damaged:
+        found = self.frame.unpack(kd, value)
+        return found if type(found) is CacheEntry else Damaged(found, (value, token))
+
+    def _read_many(self, locs: Sequence[tuple[bytes, Any]]) -> list[Found]:
+        """Every key in one round trip; a server fault makes each a counted miss."""
+        values = None
+        if self._allow():
+            try:
+                values = self.store.get_many([name for _, name in locs])
+            except Exception as exc:  # every server problem is a miss
+                self._failed(exc, "lookup")
+            else:
+                self._breaker.success()
+        if values is None:
+            self.reports.unreachable(len(locs))
+            return [None] * len(locs)
+        return [
+            None if v is None else self._verify(kd, v, None)
+            for (kd, _), v in zip(locs, values, strict=True)
+        ]
+
+    def drop(self, loc: tuple[bytes, Any], damaged: Damaged) -> None:
+        """Delete a damaged value unless it was replaced since it was read: the name
+        is the key's just looked up (the proof); the compare runs on the server."""
+        if self.read_only:
+            return
+        value, token = damaged.token
+        store = self.store
+        with contextlib.suppress(Exception):
+            delete_owned(
+                [loc[1]], lambda n: store.id_of(n) is not None,
+                lambda names: store.delete_if_same(names[0], value, token), store.where,
+            )  # fmt: skip
+
+    def peek(self, loc: tuple[bytes, Any]) -> Found:
+        with self._maintenance("read an entry"):
+            value = self.store.quiet_get(loc[1])
+        return None if value is None else self._verify(loc[0], value, None)
+
+    # -- stores ---------------------------------------------------------------------
+    def write(self, loc: tuple[bytes, Any], data: bytes, meta: bytes) -> StoreOutcome:
+        kd, name = loc
+        entry = CacheEntry(data, meta)
+        return self._put([(name, self.frame.pack(kd, data, meta, time.time_ns()), entry)])
+
+    def _write_many(self, batch: Sequence[tuple[tuple[bytes, Any], bytes]]) -> StoreOutcome:
+        now = time.time_ns()
+        return self._put(
+            [
+                (name, self.frame.pack(kd, d, b"", now), CacheEntry(d, b""))
+                for (kd, name), d in batch
+            ]
+        )
+
+    def _put(self, batch: list[tuple[Any, bytes, CacheEntry]]) -> StoreOutcome:
+        store = self.store
+        if not self._allow():
+            return StoreOutcome(UNREACHABLE, f"{store.kind} {store.where}: backing off")
+        try:
+            if len(batch) == 1:
+                wrote = store.put(*batch[0])
+            else:
+                store.put_many([(name, value) for name, value, _ in batch])
+                wrote = True
+        except Exception as exc:  # a store never breaks the caller
+            phrase, answered = self._failed(exc, "store")
+            return StoreOutcome(
+                FAILED if answered else UNREACHABLE, f"{store.kind} {store.where}: {phrase}"
+            )
+        self._breaker.success()
+        return STORED_OUTCOME if wrote else PRESENT
+
+    # -- removal and listing (maintenance) --------------------------------------------
+    def _proof(self, name: Any) -> bool:
+        return self.store.id_of(name) is not None
+
+    def remove(self, loc: tuple[bytes, Any]) -> bool:
+        store = self.store
+        with self._maintenance("remove an entry"):
+            return delete_owned([loc[1]], self._proof, store.unlink, store.where).removed == 1
+
+    def clear(self) -> None:
+        """Unlink every name that is provably an entry; everything else stays."""
+        store = self.store
+        with self._maintenance("clear"):
+            batch: list[Any] = []
+            for name, _ in store.names():
+                batch.append(name)
+                if len(batch) >= 500:
+                    delete_owned(batch, self._proof, store.unlink, store.where)
+                    batch = []
+            delete_owned(batch, self._proof, store.unlink, store.where)
+
+    def scan(self) -> Iterator[EntryInfo]:
+        store = self.store
+        with self._maintenance("list entries"):
+            batch: list[tuple[Any, Any]] = []
+            for listed in store.names():
+                if store.id_of(listed[0]) is None:
+                    continue
+                batch.append(listed)
+                if len(batch) >= _BATCH:
+                    yield from store.describe(batch)
+                    batch = []
+            yield from store.describe(batch)
+
+    def count(self) -> int:
+        store = self.store
+        with self._maintenance("count entries"):
+            return sum(1 for name, _ in store.names() if store.id_of(name) is not None)
+
+    # -- single flight --------------------------------------------------------------
+    @contextmanager
+    def _lease(self, loc: tuple[bytes, Any], timeout: float | None) -> Iterator[bool]:
+        """The key's lease, yielding whether it is held: False at once when the server
+        cannot be reached, as soon as the entry is stored (look again), or at the
+        timeout."""
+        import secrets
+
+        kd, name = loc
+        store, lease_s = self.store, self._lease_s
+        deadline = float("inf") if timeout is None else time.monotonic() + timeout
+        token = secrets.token_hex(16)
+        held = None
+        if self._allow():
+            try:
+                held, _ = wait_for(
+                    lambda: store.take(kd, name, token, lease_s),
+                    deadline, store.poll_first, store.poll_most,
+                )  # fmt: skip
+                self._breaker.success()
+            except Exception as exc:  # no lease: compile unlocked
+                self._failed(exc, "lock")
+        if held is None:
+            yield False
+            return
+        renewal = Renewal(
+            lambda: store.renew(held, lease_s), lease_s / 3, f"cuforge-{store.kind.lower()}-lease"
+        )
+        try:
+            yield True
+        finally:
+            renewal.stop()
+            with contextlib.suppress(Exception):  # else it expires after one lease
+                delete_owned(
+                    [held.name], lambda n: n == held.name, lambda _: store.release(held),
+                    held.name,
+                )  # fmt: skip
+
+    # -- counters -------------------------------------------------------------------
+    def flush(self, stats: CacheStats, final: bool) -> None:
+        """Send what this handle counted since its last flush (never while backing off
+        or on a read-only handle); errors propagate and nothing is marked sent."""
+        if self.read_only or self.store.broken is not None or not self._breaker.allow():
+            return
+        self._send(stats, final)
+
+    def _send(self, stats: CacheStats, final: bool) -> None:
+        current = stats.copy()
+        self.store.send(current - self._flushed, final)
+        self._flushed = current
+
+    def totals(self, stats: CacheStats) -> CacheStats:
+        """The fleet's counters, after sending this handle's unsent counts."""
+        with self._maintenance("read statistics"):
+            if not self.read_only:
+                self._send(stats, False)
+            return self.store.fleet()
+
+    def zero(self, stats: CacheStats) -> None:
+        """Restart the fleet's counters for every handle: this one's counts are sent
+        first, then the counters deleted; live handles elsewhere go on sending only
+        what they count from their last flush."""
+        with self._maintenance("reset statistics"):
+            self._send(stats, False)
+            self.store.zero_fleet()
+
+    # -- lifetime -------------------------------------------------------------------
+    def close(self) -> None:
+        self.store.close()
+
+    def after_fork(self) -> None:
+        self._flushed = CacheStats()
+        self.store.after_fork()

@@ -1,0 +1,341 @@
+"""The S3 connection of a cache: what ``storage.remote`` asks of a server, in objects.
+
+Objects under the handle's ``prefix``, for an entry whose id is ``<id>``::
+
+    <prefix>e/<id>              the entry: one object, a frame with magic ``CFS3``
+    <prefix>locks/<id>          its single-flight lease while someone compiles it
+    <prefix>stats/<ns>-<rand>   counters, one small object per flush (``_counters``)
+
+- **Stores are conditional** (obstore's ``mode="create"``: ``If-None-Match: *``): of
+  racing writers one uploads and the rest learn it from a 412; an entry that exists
+  with other contents is replaced only with ``If-Match`` on the ETag just read, and
+  an equal one is left as it is.
+- **Leases** are objects ``<expiry_ns> <token>`` (the holder's wall clock): taken by
+  conditional create, taken over when expired by a conditional overwrite naming the
+  ETag read (of several waiters exactly one wins), renewed with ``If-Match`` on the
+  holder's own ETag (a holder whose lease was taken over learns it and stops),
+  deleted only while still ours. Keep hosts' clocks within a fraction of a lease.
+- **Deletes are proven**: only exact entry paths of this prefix, counter objects and
+  this handle's own lease; the prefix is a folder of a bucket that may hold anything.
+- **Timeouts, no retries**: a lookup's request times out after ``timeout`` (the
+  breaker decides when to retry); maintenance requests wait up to 60 s.
+- **fork()**: obstore's I/O runtime does not survive it, so in a child of a process
+  that used S3 the store is ``broken`` (misses and dropped stores, never a hang).
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from ..entry import CacheEntry, EntryInfo, is_entry_id
+from ..frame import LISTING_HEAD, Frame
+from ..lease import Held
+from ..ownership import delete_owned
+from ..remote import Store
+from ..stats import CacheStats
+from . import _counters
+
+__all__ = ["FRAME", "S3Store"]
+
+FRAME = Frame(b"CFS3", b"cuforge-s3-1", "object")
+#: Seconds a maintenance request (a listing page, a bulk delete) may take.
+MAINTENANCE_TIMEOUT = 60.0
+#: Objects per bulk DELETE: S3 allows 1,000, but a loaded server can take longer than
+#: the request timeout to delete that many; 100 keep each request short.
+DELETE_BATCH = 100
+# The process that started obstore's I/O runtime: its threads do not survive fork().
+_RUNTIME_PID: list[int] = []
+_FORKED = (
+    "the S3 client does not work in a process forked after it was used (start it with "
+    "the 'spawn' or 'forkserver' method to use the cache)"
+)
+
+
+def obstore_module() -> Any:
+    try:
+        import obstore
+        import obstore.exceptions
+        import obstore.store
+    except ImportError:
+        raise ImportError(
+            "S3 caches need the obstore package: pip install 'cuforge[s3]' (or obstore>=0.6)"
+        ) from None
+    return obstore
+
+
+def _expired(body: bytes) -> bool:
+    head = body.split(b" ", 1)[0]
+    # A lease body that does not parse (damaged, foreign) counts as expired.
+    return not head.isdigit() or int(head) < time.time_ns()
+
+
+class S3Store(Store):
+    """One cache's objects under ``prefix`` in ``bucket``; ``client`` is how to make an
+    obstore client: ``client(timeout_s)``."""
+
+    kind = "S3"
+    frame = FRAME
+
+    def __init__(
+        self, prefix: str, where: str, client: Any, timeout: float, lease_s: float
+    ) -> None:
+        self.obs = obstore_module()
+        self.errors = (self.obs.exceptions.BaseError, OSError)
+        self._prefix = prefix
+        self._lease_s = lease_s
+        self.where = where
+        self._client = client
+        self._timeout = timeout
+        self.store = client(timeout)
+        self._mstore: Any = None
+        self.folder = prefix + "stats/"
+        if not _RUNTIME_PID:
+            _RUNTIME_PID.append(os.getpid())
+        # Forked from a process that used S3: fail open at once, never hang.
+        self.broken = _FORKED if _RUNTIME_PID[0] != os.getpid() else None
+
+    @property
+    def mstore(self) -> Any:
+        """The client of maintenance calls (listing, clear, statistics): never in a
+        compile, and a bulk request to a busy server can outlast a lookup's timeout."""
+        if self._mstore is None:
+            self._mstore = self._client(max(MAINTENANCE_TIMEOUT, self._timeout))
+        return self._mstore
+
+    def problem(self, exc: BaseException) -> tuple[str, bool]:
+        text = str(exc)
+        if "NoSuchBucket" in text:
+            return "the bucket does not exist", True
+        name = type(exc).__name__
+        denied = ("403 Forbidden", "401 Unauthorized", "InvalidAccessKeyId",
+                  "SignatureDoesNotMatch")  # fmt: skip
+        if name in ("PermissionDeniedError", "UnauthenticatedError") or any(
+            d in text for d in denied
+        ):
+            return "access denied (check the AWS credentials: AWS_ACCESS_KEY_ID, AWS_PROFILE)", True
+        return f"{name}: {text.split(chr(10), 1)[0][:300]}", False
+
+    # -- names ----------------------------------------------------------------------
+    def name(self, kd: bytes) -> str:
+        return f"{self._prefix}e/{kd.hex()}"
+
+    def id_of(self, path: str) -> str | None:
+        """Exactly ``<prefix>e/<64 lowercase hex digits>``: the entry id, else None."""
+        eid = path.rpartition("/")[2]
+        return eid if path == f"{self._prefix}e/{eid}" and is_entry_id(eid) else None
+
+    def _absent(self, exc: FileNotFoundError) -> None:
+        """A missing object is an answer; a missing bucket is a failure (raised)."""
+        if "NoSuchBucket" in str(exc):
+            raise exc
+
+    # -- entries --------------------------------------------------------------------
+    def get(self, path: str) -> tuple[bytes | None, Any]:
+        try:
+            got = self.obs.get(self.store, path)
+            return bytes(got.bytes()), got.meta.get("e_tag")
+        except FileNotFoundError as exc:
+            self._absent(exc)
+            return None, None
+
+    def put(self, path: str, value: bytes, entry: CacheEntry) -> bool:
+        """A conditional create; an entry that exists with other contents (a manifest
+        that gained a variant, a damaged object, a new value) is replaced with
+        ``If-Match`` on the ETag just read -- a writer that lost that race leaves the
+        winner's entry -- and an equal one is left (False)."""
+        obs, exc = self.obs, self.obs.exceptions
+        try:
+            obs.put(self.store, path, value, mode="create")
+            return True
+        except exc.AlreadyExistsError:
+            pass
+        try:
+            found = obs.get(self.store, path)
+        except FileNotFoundError:
+            found = None  # removed meanwhile: create it again
+        if found is None:
+            mode: Any = "create"
+        else:
+            kd = bytes.fromhex(path.rpartition("/")[2])
+            if FRAME.unpack(kd, bytes(found.bytes())) == entry:
+                return False
+            mode = {"e_tag": found.meta["e_tag"]}
+        try:
+            obs.put(self.store, path, value, mode=mode)
+        except (exc.PreconditionError, exc.AlreadyExistsError):
+            return False  # another writer replaced it first
+        return True
+
+    def delete_if_same(self, path: str, value: bytes, etag: Any) -> int:
+        if etag is not None and self.obs.head(self.store, path).get("e_tag") != etag:
+            return 0
+        self.obs.delete(self.store, path)
+        return 1
+
+    def unlink(self, paths: list[str]) -> int:
+        """Delete proven paths: one is looked at first (absent: 0), many (a listing's)
+        go in bulk requests of DELETE_BATCH."""
+        if len(paths) == 1:
+            try:
+                self.obs.head(self.mstore, paths[0])
+            except FileNotFoundError as exc:
+                self._absent(exc)
+                return 0
+        for start in range(0, len(paths), DELETE_BATCH):
+            self.obs.delete(self.mstore, paths[start : start + DELETE_BATCH])
+        return len(paths)
+
+    # -- listing --------------------------------------------------------------------
+    def names(self) -> Iterator[tuple[str, Any]]:
+        for page in self.obs.list(self.mstore, prefix=self._prefix + "e/"):
+            for obj in page:
+                yield obj["path"], obj
+
+    def describe(self, listed: list[tuple[str, Any]]) -> Iterator[EntryInfo]:
+        """One ranged GET each (two for large metadata). Object stores keep no read
+        times: the last use is the store time."""
+        for path, obj in listed:
+            eid = self.id_of(path)
+            if eid is None:
+                continue
+            size = int(obj["size"])
+            try:
+                head = self._range(path, min(LISTING_HEAD, size) or 1)
+            except FileNotFoundError:
+                continue
+            except self.obs.exceptions.BaseError:
+                head = b""
+            stored, meta, need = FRAME.meta_of(head)
+            if meta is None and need and need <= size:
+                stored, meta, _ = FRAME.meta_of(self._range(path, need))
+            stored = stored or int(obj["last_modified"].timestamp() * 1e9)
+            yield EntryInfo(eid, size, stored, stored, meta)
+
+    def _range(self, path: str, end: int) -> bytes:
+        return bytes(self.obs.get_range(self.mstore, path, start=0, end=end))
+
+    def quiet_get(self, path: str) -> bytes | None:
+        try:
+            return bytes(self.obs.get(self.mstore, path).bytes())
+        except FileNotFoundError as exc:
+            self._absent(exc)
+            return None
+
+    # -- leases ---------------------------------------------------------------------
+    def _take(self, path: str, token: str, lease_s: float) -> str | None:
+        """The new lease's ETag when this call took it, else None."""
+        obs, exc = self.obs, self.obs.exceptions
+        body = b"%d %s" % (time.time_ns() + int(lease_s * 1e9), token.encode())
+        try:
+            return str(obs.put(self.store, path, body, mode="create")["e_tag"])
+        except exc.AlreadyExistsError:
+            pass
+        except exc.GenericError:
+            # No answer in time: some servers (SeaweedFS) hold racing conditional PUTs
+            # of one object for a second or more. Not taken -- unless it was, which the
+            # next poll sees by our token in the body.
+            return None
+        try:
+            found = obs.get(self.store, path)
+        except FileNotFoundError:
+            return None  # released meanwhile: the next poll creates it
+        held = bytes(found.bytes())
+        if held.endswith(b" " + token.encode()):
+            return str(found.meta["e_tag"])  # our create went through after all
+        if not _expired(held):
+            return None
+        try:
+            return str(
+                obs.put(self.store, path, body, mode={"e_tag": found.meta["e_tag"]})["e_tag"]
+            )
+        except (exc.PreconditionError, exc.AlreadyExistsError, FileNotFoundError):
+            return None  # another waiter took it over first
+
+    def take(self, kd: bytes, entry: str, token: str, lease_s: float) -> tuple[Any, bool]:
+        path = f"{self._prefix}locks/{kd.hex()}"
+        etag = self._take(path, token, lease_s)
+        if etag is not None:
+            return Held(path, token, etag), False
+        try:
+            self.obs.head(self.store, entry)
+            return None, True
+        except FileNotFoundError:
+            return None, False
+
+    def renew(self, held: Held, lease_s: float) -> bool:
+        exc = self.obs.exceptions
+        body = b"%d %s" % (time.time_ns() + int(lease_s * 1e9), held.token.encode())
+        try:
+            put = self.obs.put(self.store, held.name, body, mode={"e_tag": held.tag})
+        except (exc.PreconditionError, FileNotFoundError):
+            return False  # taken over after we lost it: no longer ours
+        held.tag = str(put["e_tag"])
+        return True
+
+    def release(self, held: Held) -> int:
+        if self.obs.head(self.store, held.name)["e_tag"] != held.tag:
+            return 0  # taken over: the new holder's
+        self.obs.delete(self.store, held.name)
+        return 1
+
+    # -- counters -------------------------------------------------------------------
+    def send(self, counts: CacheStats, final: bool) -> None:
+        wrote = _counters.write(self.obs, self.store, self.folder, counts)
+        if wrote and final and _counters.fold_due():
+            self._fold()
+
+    def _fold(self) -> None:
+        """Sum the counter objects into one when there are more than FOLD_OVER, under
+        the stats lease (so two folders never both fold, and count twice, the same)."""
+        listed = self.obs.list(self.mstore, prefix=self.folder)
+        if sum(len(page) for page in listed) <= _counters.FOLD_OVER:
+            return
+        lock = f"{self._prefix}locks/stats"
+        held = Held(lock, os.urandom(16).hex())
+        held.tag = self._take(lock, held.token, self._lease_s)
+        if held.tag is None:
+            return  # another process is folding
+        try:
+            total, paths = _counters.read_all(self.obs, self.mstore, self.folder)
+            if len(paths) > _counters.FOLD_OVER:
+                _counters.write(self.obs, self.mstore, self.folder, total)
+                self._delete_counters(paths)
+        finally:
+            delete_owned([lock], lambda p: p == lock, lambda _: self.release(held), lock)
+
+    def _delete_counters(self, paths: list[str]) -> None:
+        folder = self.folder
+        delete_owned(paths, lambda p: _counters.owns(folder, p), self.unlink, self.where)
+
+    def fleet(self) -> CacheStats:
+        return _counters.read_all(self.obs, self.mstore, self.folder)[0]
+
+    def zero_fleet(self) -> None:
+        self._delete_counters(_counters.read_all(self.obs, self.mstore, self.folder)[1])
+
+    def after_fork(self) -> None:
+        self.broken = _FORKED
+
+
+def make_client(obs: Any, bucket: str, region: str, options: dict[str, Any],
+                kwargs: dict[str, Any]) -> Any:  # fmt: skip
+    """``client(timeout_s)``: an obstore S3 client whose requests time out after
+    ``timeout_s`` seconds, with no retries (the breaker decides when to retry)."""
+
+    def client(timeout: float) -> Any:
+        no_wait = datetime.timedelta(0)
+        retry = {
+            "max_retries": 0,
+            "backoff": {"init_backoff": no_wait, "max_backoff": no_wait, "base": 2.0},
+            "retry_timeout": datetime.timedelta(seconds=timeout),
+        }
+        opts = {**options, "timeout": f"{max(1, int(timeout * 1000))}ms"}
+        return obs.store.S3Store(
+            bucket, region=region, client_options=opts, retry_config=retry, **kwargs
+        )
+
+    return client
