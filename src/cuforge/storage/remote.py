@@ -37,10 +37,12 @@ from ._breaker import CircuitBreaker
 from .base import CacheReadWarning, CacheWriteWarning
 from .driver import Driver
 from .entry import CacheEntry, EntryInfo
+from .handle import SharedCache
 from .lease import Renewal, wait_for
 from .outcome import FAILED, PRESENT, STORED_OUTCOME, UNREACHABLE, Damaged, StoreOutcome
 from .ownership import delete_owned
 from .stats import CacheStats
+from .units import positive_seconds
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -50,7 +52,7 @@ if TYPE_CHECKING:
     from .driver import Found
     from .frame import Frame
 
-__all__ = ["RemoteDriver", "Store"]
+__all__ = ["RemoteCache", "RemoteDriver", "Store"]
 
 #: Names listed per batch of listing reads.
 _BATCH = 100
@@ -66,6 +68,7 @@ class Store:
 
     kind = "remote"  # "Redis", "S3": messages say "cuforge <kind> cache <where>"
     where = ""
+    prefix = ""  # where the cache's names start on the server
     frame: Frame
     #: Why this process cannot use the server at all (S3 in a forked child), or None.
     broken: str | None = None
@@ -158,22 +161,24 @@ class RemoteDriver(Driver):
     def __init__(
         self,
         store: Store,
-        *,
         read_only: bool,
-        retry_after: float,
-        max_retry_after: float,
-        lease_s: float,
-        stats_every: int,
-        stats_interval: float,
+        lock_lease: float,
+        retry: tuple[float, float],
+        flush: tuple[int, float],
     ) -> None:
+        """``retry``: ``(retry_after, max_retry_after)`` seconds of the breaker;
+        ``flush``: counters every ``(stats_every operations, stats_interval seconds)``;
+        ValueError naming the argument that is not a positive number."""
         self.store = store
         self.frame = store.frame
-        self.read_only = read_only
+        self.read_only = bool(read_only)
         self.label = f"cuforge {store.kind} cache {store.where}"
-        self.flush_every = max(1, int(stats_every))
-        self.flush_interval_s = stats_interval
-        self._breaker = CircuitBreaker(retry_after, max_retry_after)
-        self._lease_s = lease_s
+        self.flush_every = max(1, int(flush[0]))
+        self.flush_interval_s = positive_seconds("stats_interval", flush[1])
+        self._breaker = CircuitBreaker(
+            positive_seconds("retry_after", retry[0]), positive_seconds("max_retry_after", retry[1])
+        )
+        self._lease_s = positive_seconds("lock_lease", lock_lease)
         self._flushed = CacheStats()  # what the fleet has of this handle's counts
         if store.get_many is not None:
             self.read_many = self._read_many
@@ -426,3 +431,45 @@ class RemoteDriver(Driver):
     def after_fork(self) -> None:
         self._flushed = CacheStats()
         self.store.after_fork()
+
+
+class RemoteCache(SharedCache):
+    """A handle on a cache on a server: the storage core over a :class:`RemoteDriver`.
+    A backend builds its :class:`Store` and calls this constructor with the options
+    every remote cache takes (see :class:`RemoteDriver`)."""
+
+    _store: Store
+
+    def __init__(
+        self,
+        store: Store,
+        read_only: bool,
+        lock_lease: float,
+        retry: tuple[float, float],
+        flush: tuple[int, float],
+    ) -> None:
+        self._store = store
+        super().__init__(RemoteDriver(store, read_only, lock_lease, retry, flush))
+
+    @property
+    def prefix(self) -> str:
+        """Where this cache's names start on the server (other programs' may share it)."""
+        return self._store.prefix
+
+    def total_stats(self) -> CacheStats:
+        """Counters summed over every host and process that used this prefix. Live
+        handles contribute what they flushed (every ``stats_every`` operations, every
+        ``stats_interval`` seconds, at close and at exit); this handle's own unsent
+        counts are sent first, and nothing else is written."""
+        return super().total_stats()
+
+    def zero_stats(self) -> None:
+        """Restart the fleet's counters (``total_stats()``) from zero for every host and
+        process using this prefix: this handle first sends what it counted, then the
+        fleet's counters are deleted on the server. Live handles elsewhere keep their
+        own counters and go on sending only what they count from their last flush, so
+        nothing after the reset is counted twice; what one had counted but not sent
+        yet (at most ``stats_every`` operations or ``stats_interval`` seconds' worth)
+        still arrives. ``stats()`` (this handle's own) is unchanged. PermissionError on
+        a read-only handle, ConnectionError when the server cannot be reached."""
+        super().zero_stats()

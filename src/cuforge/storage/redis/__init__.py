@@ -14,8 +14,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from ..handle import SharedCache
-from ..remote import RemoteDriver
+from ..remote import RemoteCache
 from ..units import positive_seconds
 from ._resp import client_for_url
 from ._store import RedisStore, redis_py
@@ -23,8 +22,6 @@ from ._store import RedisStore, redis_py
 if TYPE_CHECKING:
     from redis import Redis
     from redis.cluster import RedisCluster
-
-    from ..stats import CacheStats
 
 __all__ = ["RedisProgramCache"]
 
@@ -39,7 +36,7 @@ def _need_redis() -> None:
         )
 
 
-class RedisProgramCache(SharedCache):
+class RedisProgramCache(RemoteCache):
     """Program cache in Redis, safe to share between any number of hosts.
 
     ``url_or_client``: a ``redis://[[user]:password@]host:port/db`` or ``rediss://``
@@ -99,12 +96,7 @@ class RedisProgramCache(SharedCache):
         timeouts = (positive_seconds("timeout", timeout),
                     positive_seconds("connect_timeout", connect_timeout))  # fmt: skip
         self._timeout, self._connect_timeout = timeouts
-        lease_s = positive_seconds("lock_lease", lock_lease)
-        backoff = (positive_seconds("retry_after", retry_after),
-                   positive_seconds("max_retry_after", max_retry_after))  # fmt: skip
-        interval = positive_seconds("stats_interval", stats_interval)
         ttl_ms = None if ttl is None else max(1, int(ttl * 1000))
-        self._prefix = prefix
         if isinstance(url_or_client, str):
             scheme = url_or_client.partition("://")[0].lower()
             if scheme not in _URL_SCHEMES:
@@ -131,53 +123,22 @@ class RedisProgramCache(SharedCache):
                 "url_or_client must be a Redis URL or a redis-py client, got "
                 f"{type(url_or_client).__name__}"
             )
-        self._store = RedisStore(
+        store = RedisStore(
             where, prefix, url=self._url, client=client, cluster=is_cluster, fast=fast,
             options=options, timeouts=timeouts, ttl_ms=ttl_ms, read_only=bool(read_only),
         )  # fmt: skip
-        driver = RemoteDriver(
-            self._store, read_only=bool(read_only), retry_after=backoff[0],
-            max_retry_after=backoff[1], lease_s=lease_s, stats_every=stats_every,
-            stats_interval=interval,
-        )  # fmt: skip
-        super().__init__(driver)
-
-    @property
-    def prefix(self) -> str:
-        return self._prefix
+        self._redis = store
+        super().__init__(store, read_only, lock_lease, (retry_after, max_retry_after),
+                         (stats_every, stats_interval))  # fmt: skip
 
     @property
     def ttl(self) -> float | None:
-        ttl_ms = self._store.ttl_ms
+        ttl_ms = self._redis.ttl_ms
         return None if ttl_ms is None else ttl_ms / 1000
 
     @property
     def cluster(self) -> bool:
-        return self._store.cluster
-
-    def total_stats(self) -> CacheStats:
-        """Counters summed over every host and process that used this prefix.
-
-        Live handles contribute what they flushed (every ``stats_every``
-        operations, every ``stats_interval`` seconds, and at close).
-        """
-        return super().total_stats()
-
-    def zero_stats(self) -> None:
-        """Restart the fleet's counters (``total_stats()``) from zero for every host and
-        process using this prefix, on the server: one shared hash, so this resets them
-        for the whole fleet, not for this host.
-
-        This handle first flushes what it counted, then the hash is deleted; live
-        handles elsewhere keep their own counters and go on sending only what they
-        count from their last flush, so nothing after the reset is counted twice.
-        What a live handle counted before the reset but had not flushed yet (at most
-        ``stats_every`` operations or ``stats_interval`` seconds' worth) still arrives
-        afterwards. ``stats()`` (this handle's own counters) is unchanged. Raises
-        PermissionError on a read-only handle and ConnectionError when the server
-        cannot be reached.
-        """
-        super().zero_stats()
+        return self._redis.cluster
 
     def __repr__(self) -> str:
-        return f"RedisProgramCache({self._store.where!r}, prefix={self._prefix!r})"
+        return f"RedisProgramCache({self._store.where!r}, prefix={self.prefix!r})"

@@ -115,7 +115,7 @@ class RedisStore(Store):
         read_only: bool,
     ) -> None:
         self.where = where
-        self._prefix = prefix
+        self.prefix = prefix
         self._pre = prefix.encode()
         self._url = url
         self._client = client
@@ -279,7 +279,7 @@ class RedisStore(Store):
     # -- listing --------------------------------------------------------------------
     def names(self) -> Iterator[tuple[bytes, None]]:
         """Every string key the SCAN pattern ``<prefix>{*}`` matches."""
-        match = _glob_escape(self._prefix) + "{*}"
+        match = _glob_escape(self.prefix) + "{*}"
         for name in self.conn().scan_iter(match=match, count=_SCAN_COUNT, _type="string"):
             yield name, None
 

@@ -11,15 +11,11 @@ The cache never breaks a compile: see :class:`S3ProgramCache`.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ..handle import SharedCache
-from ..remote import RemoteDriver
+from ..remote import RemoteCache
 from ..units import positive_seconds
 from ._store import S3Store, make_client, obstore_module
-
-if TYPE_CHECKING:
-    from ..stats import CacheStats
 
 __all__ = ["S3ProgramCache"]
 
@@ -42,7 +38,7 @@ def _endpoint_options(endpoint: str | None) -> dict[str, Any]:
     return {"allow_http": endpoint.startswith("http://")}
 
 
-class S3ProgramCache(SharedCache):
+class S3ProgramCache(RemoteCache):
     """Program cache in an S3-compatible bucket, safe to share between any number of hosts.
 
     ``bucket``, ``prefix`` (folder inside it, ``cuforge/`` by default), ``endpoint``
@@ -87,29 +83,26 @@ class S3ProgramCache(SharedCache):
         endpoint: str | None = None,
         region: str | None = None,
         path_style: bool | None = None,
+        read_only: bool = False,
         timeout: float = 2.0,
-        connect_timeout: float = 0.5,
         lock_lease: float = 30.0,
         retry_after: float = 1.0,
+        connect_timeout: float = 0.5,
         max_retry_after: float = 30.0,
         stats_every: int = 256,
         stats_interval: float = 30.0,
-        read_only: bool = False,
     ) -> None:
         if not isinstance(bucket, str) or not bucket or "/" in bucket:
             raise ValueError(f"bucket must be a bucket name (no '/'), got {bucket!r}")
         if not isinstance(prefix, str):
             raise TypeError(f"prefix must be a str, got {type(prefix).__name__}")
         prefix = prefix.strip("/")
-        self._prefix = prefix + "/" if prefix else ""
+        prefix = prefix + "/" if prefix else ""
         self._bucket = bucket
         timeout = positive_seconds("timeout", timeout)
         connect_timeout = positive_seconds("connect_timeout", connect_timeout)
         lease_s = positive_seconds("lock_lease", lock_lease)
-        backoff = (positive_seconds("retry_after", retry_after),
-                   positive_seconds("max_retry_after", max_retry_after))  # fmt: skip
-        interval = positive_seconds("stats_interval", stats_interval)
-        where = f"s3://{bucket}/{self._prefix}" + (f" at {endpoint}" if endpoint else "")
+        where = f"s3://{bucket}/{prefix}" + (f" at {endpoint}" if endpoint else "")
         options = {
             "connect_timeout": f"{max(1, int(connect_timeout * 1000))}ms",
             **_endpoint_options(endpoint),
@@ -128,35 +121,13 @@ class S3ProgramCache(SharedCache):
         if path_style is not None:
             kwargs["virtual_hosted_style_request"] = not path_style
         client = make_client(obstore_module(), bucket, region, options, kwargs)
-        self._store = S3Store(self._prefix, where, client, timeout, lease_s)
-        driver = RemoteDriver(
-            self._store, read_only=bool(read_only), retry_after=backoff[0],
-            max_retry_after=backoff[1], lease_s=lease_s, stats_every=stats_every,
-            stats_interval=interval,
-        )  # fmt: skip
-        super().__init__(driver)
+        store = S3Store(prefix, where, client, timeout, lease_s)
+        super().__init__(store, read_only, lease_s, (retry_after, max_retry_after),
+                         (stats_every, stats_interval))  # fmt: skip
 
     @property
     def bucket(self) -> str:
         return self._bucket
-
-    @property
-    def prefix(self) -> str:
-        return self._prefix
-
-    def total_stats(self) -> CacheStats:
-        """Counters summed over every host and process that used this prefix (live
-        handles contribute what they flushed: every ``stats_every`` operations,
-        every ``stats_interval`` s, at close and at exit). Only reads: this handle's
-        own unsent counts are written first, and nothing else is created."""
-        return super().total_stats()
-
-    def zero_stats(self) -> None:
-        """Restart the fleet's counters from zero for every host using this prefix:
-        the counter objects are deleted (live handles elsewhere go on writing only
-        what they count from their last flush). Raises PermissionError on a
-        read-only handle, ConnectionError when the bucket cannot be reached."""
-        super().zero_stats()
 
     def __repr__(self) -> str:
         return f"S3ProgramCache({self._store.where!r})"

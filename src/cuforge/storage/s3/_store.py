@@ -85,7 +85,7 @@ class S3Store(Store):
     ) -> None:
         self.obs = obstore_module()
         self.errors = (self.obs.exceptions.BaseError, OSError)
-        self._prefix = prefix
+        self.prefix = prefix
         self._lease_s = lease_s
         self.where = where
         self._client = client
@@ -121,12 +121,12 @@ class S3Store(Store):
 
     # -- names ----------------------------------------------------------------------
     def name(self, kd: bytes) -> str:
-        return f"{self._prefix}e/{kd.hex()}"
+        return f"{self.prefix}e/{kd.hex()}"
 
     def id_of(self, path: str) -> str | None:
         """Exactly ``<prefix>e/<64 lowercase hex digits>``: the entry id, else None."""
         eid = path.rpartition("/")[2]
-        return eid if path == f"{self._prefix}e/{eid}" and is_entry_id(eid) else None
+        return eid if path == f"{self.prefix}e/{eid}" and is_entry_id(eid) else None
 
     def _absent(self, exc: FileNotFoundError) -> None:
         """A missing object is an answer; a missing bucket is a failure (raised)."""
@@ -191,7 +191,7 @@ class S3Store(Store):
 
     # -- listing --------------------------------------------------------------------
     def names(self) -> Iterator[tuple[str, Any]]:
-        for page in self.obs.list(self.mstore, prefix=self._prefix + "e/"):
+        for page in self.obs.list(self.mstore, prefix=self.prefix + "e/"):
             for obj in page:
                 yield obj["path"], obj
 
@@ -256,7 +256,7 @@ class S3Store(Store):
             return None  # another waiter took it over first
 
     def take(self, kd: bytes, entry: str, token: str, lease_s: float) -> tuple[Any, bool]:
-        path = f"{self._prefix}locks/{kd.hex()}"
+        path = f"{self.prefix}locks/{kd.hex()}"
         etag = self._take(path, token, lease_s)
         if etag is not None:
             return Held(path, token, etag), False
@@ -294,7 +294,7 @@ class S3Store(Store):
         listed = self.obs.list(self.mstore, prefix=self.folder)
         if sum(len(page) for page in listed) <= _counters.FOLD_OVER:
             return
-        lock = f"{self._prefix}locks/stats"
+        lock = f"{self.prefix}locks/stats"
         held = Held(lock, os.urandom(16).hex())
         held.tag = self._take(lock, held.token, self._lease_s)
         if held.tag is None:
