@@ -163,7 +163,7 @@ def cmd_count(args: dict) -> dict:
             own = cache.stats().as_dict()
     # What this process counted, wrote at close and was warned of: a lost sum then
     # says which side lost it.
-    written = cache._flushed.as_dict()
+    written = cache._driver._w.flushed.as_dict()
     return {"stats": own, "written": written, "warnings": [str(w.message) for w in caught]}
 
 
@@ -197,7 +197,7 @@ def cmd_exit_open(args: dict) -> dict:
             raise TimeoutError("the lock holder never got ready")
         time.sleep(0.005)
     cache[b"kept"] = b"2" * 10  # the lock is held: kept in memory, written at exit
-    return {"kept": len(cache._deferred.rows)}
+    return {"kept": len(cache._driver._w.deferred.rows)}
 
 
 def cmd_hold_write_for(args: dict) -> dict:

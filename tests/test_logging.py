@@ -170,12 +170,12 @@ def test_each_cause_warns_once_per_handle(caplog, tmp_path):
         # Two damaged entries, then two unreadable ones: a file where their shard
         # directory belongs. (A directory where a sidecar was is a foreign object now,
         # an integrity miss: test_storage_filestream.py.)
-        shards = {Path(cache._names_for(_key_of(n)).payload).parent for n in (10, 11)}
+        shards = {Path(cache._loc(_key_of(n)).payload).parent for n in (10, 11)}
         assert len(shards) == 2 and not shards & {
-            Path(cache._names_for(_key_of(n)).payload).parent for n in (8, 9)
+            Path(cache._loc(_key_of(n)).payload).parent for n in (8, 9)
         }
         for n in (8, 9):
-            payload = cache._names_for(_key_of(n)).payload
+            payload = cache._loc(_key_of(n)).payload
             data = bytearray(Path(payload).read_bytes())
             data[len(data) // 2] ^= 0x40
             Path(payload).write_bytes(bytes(data))

@@ -126,7 +126,7 @@ def test_sqlite_reads_rows_in_one_query_and_drops_a_damaged_one(tmp_path: Path) 
     raw.close()
     cache = SQLiteProgramCache(db)
     statements: list[str] = []
-    cache._conns.get().set_trace_callback(statements.append)
+    cache._driver._conns.get().set_trace_callback(statements.append)
     got = cache.get_entries([b"k%d" % i for i in range(4)])
     assert sum(e is None for e in got) == 1
     assert [e for e in got if e is not None] == [

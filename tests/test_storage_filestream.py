@@ -30,7 +30,7 @@ def entry_files(root: Path) -> tuple[list[Path], list[Path]]:
 
 
 def payload_path(cache: FileStreamProgramCache, key: str) -> Path:
-    return Path(cache._names_for(key).payload)
+    return Path(cache._loc(key).payload)
 
 
 def test_layout_raw_payload_sharded_and_sidecar(tmp_path: Path) -> None:
@@ -279,14 +279,14 @@ def test_cap_holds_and_writes_do_not_scan(tmp_path: Path, monkeypatch) -> None:
     cap = 20_000
     c = FileStreamProgramCache(tmp_path, max_size_bytes=cap)
     scans = 0
-    real = c._scan
+    real = c._driver._scan
 
     def counting(now_ns: int):
         nonlocal scans
         scans += 1
         return real(now_ns)
 
-    monkeypatch.setattr(c, "_scan", counting)
+    monkeypatch.setattr(c._driver, "_scan", counting)
     for i in range(400):
         c[str(i)] = os.urandom(500)
     payloads, sidecars = entry_files(tmp_path)
@@ -329,7 +329,7 @@ def test_size_tracker_clamps_at_zero(tmp_path: Path) -> None:
     # and through the cache: a delete after a reseed that already excluded it
     with FileStreamProgramCache(tmp_path / "c", max_size_bytes=10_000) as c:
         c["k"] = b"x" * 100
-        c._ledger.reconcile(c._ledger.total(), 0)
+        c._driver._ledger.reconcile(c._driver._ledger.total(), 0)
         del c["k"]
         assert c.size_bytes == 0
         for i in range(30):
@@ -421,7 +421,7 @@ def test_stats_of_killed_process_are_kept_up_to_last_flush(tmp_path: Path) -> No
 
 
 def _scanned_total(c: FileStreamProgramCache) -> int:
-    return c._scan_total()
+    return c._driver._scan_total()
 
 
 def test_a_held_size_ledger_lock_never_stalls_open_or_store(tmp_path: Path) -> None:
@@ -523,7 +523,7 @@ def test_a_foreign_object_in_place_of_an_entry_file(tmp_path: Path, where, what)
     removed, and the key is stored and served again."""
     with FileStreamProgramCache(tmp_path / "c") as c:
         c["k"] = b"v1"
-        names = c._names_for("k")
+        names = c._loc("k")
         planted = Path(names.payload if where == "payload" else names.sidecar)
         _plant(planted, what)
         assert _within(5, lambda: c.get("k"), _unblock_fifo(planted)) is None
@@ -534,7 +534,7 @@ def test_a_foreign_object_in_place_of_an_entry_file(tmp_path: Path, where, what)
 
 def test_a_file_in_place_of_a_shard_directory(tmp_path: Path) -> None:
     with FileStreamProgramCache(tmp_path / "c") as c:
-        names = c._names_for("k")
+        names = c._loc("k")
         shard = tmp_path / "c" / "entries" / names.shard
         shard.write_bytes(b"not a directory")
         assert c.get("k") is None
@@ -550,17 +550,17 @@ def test_a_shard_replaced_by_a_symlink_after_open_is_never_followed(tmp_path: Pa
     outside = tmp_path / "outside"
     with FileStreamProgramCache(tmp_path / "c") as c:
         c["k"] = b"mine"
-        names = c._names_for("k")
+        names = c._loc("k")
         shard = Path(names.payload).parent
         shutil.copytree(shard, outside)  # a verified-looking pair, elsewhere
         planted = tmp_path / "planted"
         with FileStreamProgramCache(planted) as other:
             other["k"] = b"theirs"
         shutil.rmtree(outside)
-        shutil.copytree(Path(other._names_for("k").payload).parent, outside)
+        shutil.copytree(Path(other._loc("k").payload).parent, outside)
         shutil.rmtree(shard)
         shard.symlink_to(outside, target_is_directory=True)
-        c._memo.clear()
+        c._driver._memo.clear()
         assert c.get("k") is None  # not b"theirs"
         with pytest.raises(KeyError):
             del c["k"]
@@ -591,7 +591,7 @@ def test_temps_of_killed_writers_are_reclaimed_at_once_and_evict_nothing(tmp_pat
         assert [p.name for p in (root / "tmp").iterdir() if p.name.endswith(".tmp")] == []
         c["live3"] = b"\x03" * 4 * mb  # 16 MB of entries: under the cap, nothing evicted
         assert [c.get(f"live{i}") for i in range(4)] == [bytes([i]) * 4 * mb for i in range(4)]
-        assert c.stats().evictions == 0 and c.size_bytes == c._scan_total()
+        assert c.stats().evictions == 0 and c.size_bytes == c._driver._scan_total()
     assert sorted(p.name for p in (root / "tmp").iterdir()) == []  # nothing of ours left
 
 
@@ -640,7 +640,7 @@ def test_a_fifo_in_place_of_the_ledger_is_replaced_and_the_cap_holds(tmp_path: P
     with FileStreamProgramCache(root, max_size_bytes=10_000) as c:
         for i in range(30):
             c[f"k{i}"] = b"x" * 1000
-        assert c.stats().evictions > 0 and c._scan_total() <= 10_000
+        assert c.stats().evictions > 0 and c._driver._scan_total() <= 10_000
     assert (root / name).is_file()
 
 

@@ -161,7 +161,7 @@ def test_a_read_only_handle_creates_and_deletes_nothing(tmp_path) -> None:
     with FileStreamProgramCache(root) as c:
         c["k"] = b"v"
         c["bad"] = b"will be damaged"
-        bad = Path(c._names_for("bad").payload)
+        bad = Path(c._loc("bad").payload)
     bad.write_bytes(b"WILL be damaged")
     old_file(root / "tmp" / "4242-0badcafe.0.tmp")  # a dead writer's temp: swept when writable
     before = snapshot(root)

@@ -16,7 +16,7 @@ from cuforge.storage import FileStreamProgramCache
 
 
 def _payload(cache: FileStreamProgramCache, key: bytes) -> Path:
-    return Path(cache._names_for(key).payload)
+    return Path(cache._loc(key).payload)
 
 
 @pytest.fixture
@@ -90,6 +90,6 @@ def test_full_check_reruns_once_the_bump_interval_passes(pair, monkeypatch) -> N
         f.write(b"Z")
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
     assert reader.get(b"k") == b"Y" * 1000  # the verified bytes, still right for the key
-    monkeypatch.setattr(reader._memo, "interval_ns", 0)  # the bump (full check) is due
+    monkeypatch.setattr(reader._driver._memo, "interval_ns", 0)  # the bump (full check) is due
     assert reader.get(b"k") is None  # reverified: the flipped file is found and dropped
     assert reader.stats().integrity_failures == 1

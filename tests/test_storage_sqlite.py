@@ -515,7 +515,7 @@ def test_writes_run_one_statement_and_eviction_walks_the_index(tmp_path: Path) -
     with SQLiteProgramCache(db, max_size_bytes=100_000_000) as c:
         c["warm"] = b"w"
         statements: list[str] = []
-        c._conn().set_trace_callback(statements.append)
+        c._driver._conns.get().set_trace_callback(statements.append)
         for i in range(50):
             c[f"k{i}"] = b"x" * 1000
         # Only the upsert (traced again for each trigger it fires) in its write
@@ -528,7 +528,8 @@ def test_writes_run_one_statement_and_eviction_walks_the_index(tmp_path: Path) -
         from cuforge.storage.sqlite._evict import _OLDEST_FIRST
 
         for query in _OLDEST_FIRST:
-            plan = " ".join(str(r) for r in c._conn().execute(f"EXPLAIN QUERY PLAN {query}", (0,)))
+            conn = c._driver._conns.get()
+            plan = " ".join(str(r) for r in conn.execute(f"EXPLAIN QUERY PLAN {query}", (0,)))
             assert "cuforge_entries_used" in plan and "TEMP B-TREE" not in plan, plan
 
 
@@ -653,7 +654,7 @@ def test_threads_sharing_one_handle_under_a_cap(tmp_path: Path) -> None:
 def test_sqlite_urls(tmp_path: Path) -> None:
     with open_cache(f"sqlite://{tmp_path}/a.db?max_size=2G&durable=1&timeout=2s") as c:
         assert isinstance(c, SQLiteProgramCache) and c.max_size_bytes == 2 << 30
-        assert c.path == str(tmp_path / "a.db") and c._durable and c._timeout == 2.0
+        assert c.path == str(tmp_path / "a.db") and c._driver._durable and c._driver._timeout == 2.0
     for url, names in [
         ("sqlite://", "needs a database file"),
         (f"sqlite://{tmp_path}/b.db?max_size=lots", "max_size"),

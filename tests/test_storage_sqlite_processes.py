@@ -174,7 +174,7 @@ def test_catching_up_on_kept_stores_keeps_the_wal_in_its_allowance(tmp_path) -> 
     cap = 2_000_000
     SQLiteProgramCache(db, max_size_bytes=cap).close()
     with SQLiteProgramCache(db, max_size_bytes=cap, timeout=0.3) as c:
-        allowance = c._space.budget.wal
+        allowance = c._driver._w.space.budget.wal
         holder = start("hold_write", {"db": str(db), "ready": str(ready)})
         try:
             wait_ready(holder, ready)
@@ -182,11 +182,11 @@ def test_catching_up_on_kept_stores_keeps_the_wal_in_its_allowance(tmp_path) -> 
                 warnings.simplefilter("ignore", CacheWriteWarning)
                 for i in range(48):
                     c[f"kept-{i}".encode()] = bytes([i]) * 4096
-            assert c.stats().stores == 0 and len(c._deferred.rows) == 48
+            assert c.stats().stores == 0 and len(c._driver._w.deferred.rows) == 48
         finally:
             stop(holder)
         c[b"after"] = b"a" * 4096  # the lock is free: this store writes the kept rows too
-        assert c.stats().stores == 49 and not c._deferred.rows
+        assert c.stats().stores == 49 and not c._driver._w.deferred.rows
         wal = os.path.getsize(f"{db}-wal")
         assert wal <= allowance, (wal, allowance)
         assert all(c.get(f"kept-{i}".encode()) == bytes([i]) * 4096 for i in range(48))

@@ -120,7 +120,7 @@ def test_unlink_retried_during_eviction(tmp_path: Path, monkeypatch) -> None:
         c["a"] = b"a" * 900
         c["b"] = b"b" * 900
         for key in ("a", "b"):  # older than "c" whatever the clock's granularity
-            path = c._names_for(key).payload
+            path = c._loc(key).payload
             os.utime(path, ns=(os.stat(path).st_atime_ns - 10**10, os.stat(path).st_mtime_ns))
         op, calls = _flaky(os.unlink, 2, 32)
         monkeypatch.setattr(os, "unlink", op)

@@ -89,33 +89,35 @@ def phase_at(mapped: Any, slot: int) -> str:
 
 def instrument(spec: dict[str, Any], phases: Phases) -> None:
     if spec["backend"] == "filestream":
-        from cuforge.storage import filestream
-        from cuforge.storage.filestream import _atomicwrite, _sizeindex, _statsfile
+        from cuforge.storage import handle
+        from cuforge.storage.filestream import _atomicwrite, _driver, _sizeindex, _statsfile
 
-        fs = filestream.FileStreamProgramCache
+        fs = handle.DriverCache  # the handle's request lifecycle is the core's
         phases.wrap(fs, "set_entry", "write")
         phases.wrap(_atomicwrite.PairWriter, "write_pair", "write")
         phases.wrap(_sizeindex.SizeLedger, "_update", "ledger", step=True)
-        phases.wrap(fs, "_evict", "evict")
+        phases.wrap(_driver.FileStreamDriver, "_evict", "evict")
         phases.wrap(fs, "clear", "clear")
         phases.wrap(fs, "__delitem__", "delete")
         phases.wrap(fs, "get_entry", "read")
         phases.wrap(_statsfile.StatsStore, "flush", "stats")
     elif spec["backend"] == "sqlite":
-        from cuforge.storage import sqlite
+        from cuforge.storage import handle
+        from cuforge.storage.sqlite import _driver as sqlite
         from cuforge.storage.sqlite import _space as _sqlite_space
+        from cuforge.storage.sqlite import _writes
 
-        db = sqlite.SQLiteProgramCache
+        db = handle.DriverCache  # the handle's request lifecycle is the core's
         phases.wrap(db, "set_entry", "write")
         # every writing transaction: single statements, and stores, evictions, clears
         phases.wrap(sqlite, "immediate", "txn", step=True)
         phases.wrap(_sqlite_space.Space, "begin", "txn", step=True)
-        phases.wrap(db, "_make_room", "evict")
+        phases.wrap(_writes.Writes, "make_room", "evict")
         phases.wrap(sqlite, "checkpoint", "checkpoint", step=True)
         phases.wrap(_sqlite_space, "checkpoint", "checkpoint", step=True)
         phases.wrap(db, "clear", "clear")
         phases.wrap(db, "__delitem__", "delete")
-        phases.wrap(db, "_housekeep", "stats")  # uses and counters written back
+        phases.wrap(_writes.Writes, "housekeep", "stats")  # uses and counters written back
         phases.wrap(db, "get_entry", "read")
 
 
@@ -160,8 +162,9 @@ def zygote(spec: dict[str, Any]) -> None:
 
     if spec["backend"] == "sqlite":
         import cuforge.storage.sqlite
+        import cuforge.storage.sqlite._conn
 
-        cuforge.storage.sqlite.load_sqlite3()
+        cuforge.storage.sqlite._conn.load_sqlite3()
 
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # killed children are reaped for us
     for line in sys.stdin:

@@ -33,7 +33,7 @@ class FileStreamRaw:
         self.cache = cache
 
     def paths(self, key: bytes) -> tuple[Path, Path]:
-        payload = Path(self.cache._names_for(key).payload)
+        payload = Path(self.cache._loc(key).payload)
         return payload, Path(str(payload) + SIDECAR_SUFFIX)
 
     def read(self, key: bytes, part: str) -> bytes:
@@ -449,7 +449,7 @@ def _rewrite(cache: Any, eid: str, data: bytes, meta: bytes) -> None:
     someone who can write the directory -- not an accident -- could do."""
     from cuforge.storage._integrity import key_seed, sidecar_for
 
-    payload = Path(cache._names_of_id(eid).payload)
+    payload = Path(cache._driver.locate_id(eid).payload)
     kd = bytes.fromhex(eid)
     payload.write_bytes(data)
     Path(str(payload) + SIDECAR_SUFFIX).write_bytes(sidecar_for(kd, key_seed(kd), data, meta))
@@ -466,7 +466,7 @@ def _garble(cache: Any, how: str, rng: random.Random) -> tuple[int, int]:
         assert entry is not None
         is_manifest = decode_record(entry.data, "manifest") is not None
         counts[is_manifest] += 1
-        payload = Path(inner._names_of_id(info.id).payload)
+        payload = Path(inner._driver.locate_id(info.id).payload)
         if how == "bit flipped":
             payload.write_bytes(flip(payload.read_bytes(), 0, 1 << 30, rng))
         elif how == "truncated":

@@ -177,7 +177,7 @@ def run_filestream(tmp_path: Path, scale: str) -> None:
     for p in leftovers:
         os.utime(p, (old, old))  # as if the sweep age had passed since the crashes
     with FileStreamProgramCache(root, max_size_bytes=cap) as cache:
-        assert cache._ledger is not None and cache._ledger.recovered
+        assert cache._driver._ledger is not None and cache._driver._ledger.recovered
         remaining = [p for p in tmp_dir.iterdir() if p.stat().st_mtime < old + 1]
         assert remaining == []
         assert cache.size_bytes == disk_bytes(root)
@@ -277,20 +277,22 @@ def test_sqlite_survives_writers_killed_inside_transactions(tmp_path: Path, scal
 _WRAPPED = {
     "filestream": [
         ("cuforge.storage.filestream._atomicwrite", "PairWriter", "write_pair"),
-        ("cuforge.storage.filestream", "FileStreamProgramCache", "set_entry"),
+        ("cuforge.storage.handle", "DriverCache", "set_entry"),
         ("cuforge.storage.filestream._sizeindex", "SizeLedger", "_update"),
-        ("cuforge.storage.filestream", "FileStreamProgramCache", "_evict"),
-        ("cuforge.storage.filestream", "FileStreamProgramCache", "clear"),
-        ("cuforge.storage.filestream", "FileStreamProgramCache", "__delitem__"),
-        ("cuforge.storage.filestream", "FileStreamProgramCache", "get_entry"),
+        ("cuforge.storage.filestream._driver", "FileStreamDriver", "_evict"),
+        ("cuforge.storage.handle", "DriverCache", "clear"),
+        ("cuforge.storage.handle", "DriverCache", "__delitem__"),
+        ("cuforge.storage.handle", "DriverCache", "get_entry"),
         ("cuforge.storage.filestream._statsfile", "StatsStore", "flush"),
     ],
     "sqlite": [
-        ("cuforge.storage.sqlite", "SQLiteProgramCache", name)
-        for name in ("set_entry", "_make_room", "clear", "__delitem__", "_housekeep", "get_entry")
-    ] + [("cuforge.storage.sqlite", None, "immediate"),
+        ("cuforge.storage.handle", "DriverCache", name)
+        for name in ("set_entry", "clear", "__delitem__", "get_entry")
+    ] + [("cuforge.storage.sqlite._writes", "Writes", "make_room"),
+         ("cuforge.storage.sqlite._writes", "Writes", "housekeep"),
+         ("cuforge.storage.sqlite._driver", None, "immediate"),
          ("cuforge.storage.sqlite._space", "Space", "begin"),
-         ("cuforge.storage.sqlite", None, "checkpoint"),
+         ("cuforge.storage.sqlite._driver", None, "checkpoint"),
          ("cuforge.storage.sqlite._space", None, "checkpoint")],
 }  # fmt: skip
 _EXPECTED = {
@@ -336,7 +338,7 @@ def test_the_phase_wrappers_see_every_step(tmp_path: Path, backend: str) -> None
             c["last"] = b"v"
             c.get("last")
             del c["last"]
-            c._housekeep(wait=True) if backend == "sqlite" else None
+            c._driver._w.housekeep(True) if backend == "sqlite" else None
             c.clear()
     finally:
         for owner, name, fn in originals:

@@ -385,7 +385,7 @@ def test_a_lock_held_for_good_by_another_process(tmp_path: Path, lock: str, scal
         t = time.monotonic()
         progs.run(cache, range(n, n + 1))  # the first store after the holder is gone
         recovered = time.monotonic() - t
-        disk = cache._scan_total()
+        disk = cache._driver._scan_total()
         assert cache.size_bytes == disk <= cap
     assert progs.slowest < 5.0, progs.slowest  # a hang check; the bound is 0.25 s
     assert during.lock_timeouts >= 1 and during.write_failures == 0, during
@@ -423,7 +423,7 @@ def test_temps_of_writers_killed_mid_write_under_a_small_cap(tmp_path: Path, sca
             cache[f"live{i}"] = bytes([i]) * 4 * mb  # 36 MB: still under the cap
         kept = sum(cache.get(f"live{i}") == bytes([i]) * 4 * mb for i in range(9))
         stats = cache.stats()
-        assert cache.size_bytes == cache._scan_total()
+        assert cache.size_bytes == cache._driver._scan_total()
     assert left == [] and kept == 9 and stats.evictions == 0, (left, kept, stats)
     record(
         "faults", "filestream", "writers SIGKILLed mid-write (2 MB temp each) under a "
@@ -461,7 +461,7 @@ def test_foreign_objects_and_late_links_in_the_entries(tmp_path: Path, what: str
         for k in keys:
             cache[k] = b"mine " + k.encode()
         for k in keys:
-            names = cache._names_for(k)
+            names = cache._loc(k)
             payload, sidecar = Path(names.payload), Path(names.sidecar)
             target = sidecar if "sidecar" in what else payload
             if what.startswith("FIFO"):
@@ -479,14 +479,14 @@ def test_foreign_objects_and_late_links_in_the_entries(tmp_path: Path, what: str
                 else:  # the same names outside, holding someone else's valid pair
                     with FileStreamProgramCache(tmp_path / "other") as other:
                         other[k] = b"theirs"
-                        theirs = Path(other._names_for(k).payload)
+                        theirs = Path(other._loc(k).payload)
                     away = outside / names.shard
                     away.mkdir(exist_ok=True)
                     for f in (theirs, Path(str(theirs) + SIDECAR_SUFFIX)):
                         shutil.copy(f, away / f.name)
                     if not shard.is_symlink():
                         shard.symlink_to(away, target_is_directory=True)
-            cache._memo.clear()
+            cache._driver._memo.clear()
             t = time.monotonic()
             assert cache.get(k) is None
             slowest = max(slowest, time.monotonic() - t)

@@ -69,7 +69,7 @@ def test_a_flipped_length_bit_under_an_address_space_limit_is_an_integrity_miss(
             for j in range(per_bit):
                 key = f"b{bit}.{j}"
                 cache[key] = os.urandom(4096)
-                sidecar = Path(cache._names_for(key).sidecar)
+                sidecar = Path(cache._loc(key).sidecar)
                 side = bytearray(sidecar.read_bytes())
                 side[8 + bit // 8] ^= 1 << (bit % 8)  # the u64 payload length at offset 8
                 sidecar.write_bytes(bytes(side))
@@ -115,7 +115,7 @@ def test_access_times_in_the_future_rank_as_now_and_a_new_store_stays(
     kept = 0
     for run in range(runs):
         with FileStreamProgramCache(tmp_path / str(run), max_size_bytes=4 * entry) as c:
-            paths = {k: Path(c._names_for(k).payload) for k in "abcde"}
+            paths = {k: Path(c._loc(k).payload) for k in "abcde"}
             for k in "abcd":
                 c[k] = k.encode() * 1000
             now = time.time_ns()
@@ -135,7 +135,7 @@ def test_access_times_in_the_future_rank_as_now_and_a_new_store_stays(
     # A hit restamps a future time too: it never waits for the file's time to pass.
     with FileStreamProgramCache(tmp_path / "hit") as c:
         c["k"] = b"v"
-        path = Path(c._names_for("k").payload)
+        path = Path(c._loc("k").payload)
         _stamp_atime(path, time.time_ns() + _DAY_NS)
     with FileStreamProgramCache(tmp_path / "hit") as fresh:
         assert fresh.get("k") == b"v"

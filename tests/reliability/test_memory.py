@@ -140,7 +140,7 @@ def _drive_every_memo(tmp_path: Path) -> None:
         for i in range(memo._limit + 100):
             memo.put(("k", i), ("v", i))
         sizes[f"_manifest.{name}"] = (len(memo._items), memo._limit)
-    hit = HitMemo(10**9)
+    hit = HitMemo(10**9, lambda names: None)
     for i in range(HitMemo.MAX_ENTRIES * 2):
         hit.remember(f"/p/{i}", (i, 1, 1), CacheEntry(b"x" * 10, b""))
     sizes["HitMemo entries"] = (len(hit), HitMemo.MAX_ENTRIES)
@@ -150,7 +150,7 @@ def _drive_every_memo(tmp_path: Path) -> None:
     with FileStreamProgramCache(tmp_path / "fs") as fs:
         for i in range(10_000):
             fs.get(f"k{i}".encode())
-        sizes["FileStream names"] = (len(fs._names), 4096)
+        sizes["FileStream names"] = (len(fs._locs), 4096)
         locks = fs._key_locks
     keylocks = KeyLocks()
     for i in range(1000):

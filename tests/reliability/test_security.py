@@ -60,7 +60,7 @@ def test_new_caches_are_private_whatever_the_umask(tmp_path: Path) -> None:
                 locks = list((root / "locks").iterdir())
                 lock_modes = [mode_of(p) for p in locks]
             c.total_stats()
-            payload = Path(c._names_for(b"k").payload)
+            payload = Path(c._loc(b"k").payload)
     finally:
         os.umask(old)
     dirs = [root.parent, root, payload.parent] + [
@@ -96,7 +96,7 @@ def test_any_directory_below_the_root_others_can_write_is_refused(tmp_path, belo
     root = tmp_path / "cache"
     with FileStreamProgramCache(root) as c:
         c[b"k"] = b"v"
-        shard = Path(c._names_for(b"k").payload).parent
+        shard = Path(c._loc(b"k").payload).parent
     target = shard if below == "shard" else root / below
     target.chmod(0o777)
     with pytest.raises(UnsafeCacheError) as info:
@@ -218,7 +218,7 @@ def test_a_linked_directory_below_the_root_is_refused_at_open(tmp_path, which) -
     root = tmp_path / "cache"
     with FileStreamProgramCache(root) as c:
         c[b"k"] = b"v"
-        shard = Path(c._names_for(b"k").payload).parent
+        shard = Path(c._loc(b"k").payload).parent
     outside, _ = _outside_with_a_decoy(tmp_path)
     target = shard if which == "shard" else root / which
     subprocess.run(["rm", "-rf", str(target)], check=True)
@@ -254,7 +254,7 @@ def test_a_shard_or_tmp_replaced_by_a_link_after_open_is_never_written_through(t
     outside, decoy = _outside_with_a_decoy(tmp_path)
     with FileStreamProgramCache(root) as c:
         c[b"k"] = b"v"
-        shard = Path(c._names_for(b"k").payload).parent
+        shard = Path(c._loc(b"k").payload).parent
         subprocess.run(["rm", "-rf", str(shard)], check=True)
         shard.symlink_to(outside / "ab", target_is_directory=True)
         with warnings.catch_warnings():
@@ -280,7 +280,7 @@ def test_links_at_the_caches_own_files_are_not_followed(tmp_path, name) -> None:
     dangling = tmp_path / "would-be-created"
     if name == "lock file":
         with FileStreamProgramCache(root) as c:
-            lock_path = root / "locks" / (c._names_for(b"k").key_digest.hex() + ".lock")
+            lock_path = root / "locks" / (c._loc(b"k").key_digest.hex() + ".lock")
         lock_path.symlink_to(dangling)
     else:
         (root / name).unlink(missing_ok=True)

@@ -32,17 +32,10 @@ from typing import TYPE_CHECKING, Any
 
 from cuforge._log import debug_enabled, get_logger
 from cuforge.compile import _includes, _manifest, _toolkit, _watch
-from cuforge.compile._cacheio import (
-    LOGGER,
-    StoreOutcome,
-    count_miss,
-    lookup,
-    lookup_entry,
-    store,
-    uncount,
-)
+from cuforge.compile._cacheio import LOGGER, StoreOutcome, lookup, lookup_entry, store
 from cuforge.compile._records import manifest_record
 from cuforge.compile.cache_key import program_key, source_roots
+from cuforge.storage import failopen
 from cuforge.storage.entry import entry_id
 
 if TYPE_CHECKING:
@@ -127,8 +120,7 @@ def lookup_manifest(
 ) -> list[_manifest.Prepared] | None:
     """The variants of the manifest under ``mkey``, prepared for ``roots`` (its
     lookup is not counted as a request); None when there is none."""
-    entry = lookup_entry(cache, mkey)
-    uncount(cache, entry)
+    entry = lookup_entry(cache, mkey, count=False)
     record = None if entry is None else _manifest.decode(entry.data)
     if record is None:
         return None
@@ -159,18 +151,42 @@ def recall(
     roots: _includes.Roots,
     mkey: bytes,
     logs: Any = None,
+    count_miss: bool = True,
 ) -> ObjectCode | None:
     """The validate + lookup steps: a hit through a manifest variant that holds
-    here (its compile log written to ``logs``); counts one hit or miss."""
+    here (its compile log written to ``logs``); counts a hit, and a miss unless
+    ``count_miss`` is False (the first lookup of a request: the look-again counts)."""
+    obj = _recall(program, target, names, cache, roots, mkey, logs)
+    if obj is not None:
+        failopen.tally(cache, _hit_of(obj))
+    elif count_miss:
+        failopen.tally(cache, None)
+    return obj
+
+
+def _hit_of(obj: ObjectCode) -> Any:
+    from cuforge.storage.entry import CacheEntry
+
+    return CacheEntry(obj.code, b"")
+
+
+def _recall(
+    program: Program,
+    target: str,
+    names: tuple[str | bytes, ...],
+    cache: Any,
+    roots: _includes.Roots,
+    mkey: bytes,
+    logs: Any,
+) -> ObjectCode | None:
     name = program._options.name or ""
     watcher = _watch.watcher()
     if watcher is not None:
         known = _validated.get(mkey)
         if known is not None and known[0] == roots and known[2] == watcher.epoch():
-            obj = lookup(cache, known[1], target, name, names, logs)
+            obj = lookup(cache, known[1], target, name, names, logs, count=False)
             if obj is not None:
                 return obj
-            uncount(cache, None)
     variants = lookup_manifest(cache, mkey, roots)
     if variants is None:
         reason = "no manifest for this source, options and compiler"
@@ -188,7 +204,7 @@ def recall(
             if problems:
                 reason = reason or str(problems[0])
                 continue
-            obj = lookup(cache, variant.key, target, name, names, logs)
+            obj = lookup(cache, variant.key, target, name, names, logs, count=False)
             if obj is not None:
                 if watched and unproven:
                     # A proof no longer holds (its lookups go further now, say): watch
@@ -198,9 +214,8 @@ def recall(
                 if watched:
                     _remember_valid(mkey, roots, variant.key, epoch)
                 return obj
-            uncount(cache, None)  # the entry is gone; a later variant may still hold
+            # the entry is gone; a later variant may still hold
             reason = reason or "the entry of a matching variant is gone (evicted?)"
-    count_miss(cache)
     if debug_enabled(LOGGER):
         get_logger(LOGGER).debug("miss %s %s: %s", entry_id(mkey)[:12], name, reason)
     return None
@@ -235,8 +250,7 @@ def store_variant(
 ) -> StoreOutcome:
     """Put the variant ``deps`` -> ``key`` in front of the manifest under ``mkey``."""
     name = program._options.name or ""
-    old = lookup_entry(cache, mkey)
-    uncount(cache, old)
+    old = lookup_entry(cache, mkey, count=False)
     previous = None if old is None else _manifest.decode(old.data)
     manifest = _manifest.add_variant(previous, name, key, deps, roots)
     info = manifest_record(name, target, program._options.arch)

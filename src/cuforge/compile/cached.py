@@ -40,10 +40,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from cuforge.compile import _tracking
-from cuforge.compile._cacheio import StoreOutcome, lookup, single_flight, store, uncount
+from cuforge.compile._cacheio import StoreOutcome, lookup, single_flight, store
 from cuforge.compile._records import program_record
 from cuforge.compile.cache_key import program_key
-from cuforge.storage.entry import CacheEntry
+from cuforge.storage import failopen
+from cuforge.storage.base import ProgramCacheResource
 
 if TYPE_CHECKING:
     from cuforge.compile.object_code import ObjectCode
@@ -128,11 +129,8 @@ def pipeline(
     """The steps, in order; a fill tells ``report`` (when given) what it did.
     ``Program.compile`` calls it directly: its hit path is the key, one lookup and
     the ObjectCode, nothing more."""
-    if not (callable(getattr(cache, "get", None)) and hasattr(cache, "__setitem__")):
-        raise TypeError(
-            "cache must be a cuforge.utils.ProgramCacheResource (get/__setitem__), got "
-            f"{type(cache).__name__}"
-        )
+    if not isinstance(cache, ProgramCacheResource):
+        cache = failopen.as_cache(cache)  # TypeError for what is no cache at all
     if program._closed:  # a hit must not hide what an uncached compile would raise
         raise RuntimeError("Program is closed")
     roots = _tracking.roots_if_tracked(program) if program._code_type == "c++" else None
@@ -142,14 +140,14 @@ def pipeline(
         return single_flight(
             cache,
             key,
-            lambda: lookup(cache, key, target, name, names, logs),
+            lambda again: lookup(cache, key, target, name, names, logs, count_miss=again),
             lambda: _compile_and_store(program, target, names, logs, cache, key, report),
         )
     mkey = _tracking.manifest_key(program, target, names)
     return single_flight(
         cache,
         mkey,
-        lambda: _tracking.recall(program, target, names, cache, roots, mkey, logs),
+        lambda again: _tracking.recall(program, target, names, cache, roots, mkey, logs, again),
         lambda: _fill_tracked(program, target, names, logs, cache, roots, mkey, report),
     )
 
@@ -196,14 +194,11 @@ def _fill_tracked(
     closed world and store; then store the manifest with this variant in front."""
     deps = _tracking.resolve(program, roots)
     key = _tracking.entry_key(program, target, names, deps)
-    obj = lookup(cache, key, target, program._options.name or "", names, logs)
+    obj = lookup(cache, key, target, program._options.name or "", names, logs, count=False)
     if obj is None:
-        uncount(cache, None)
         obj = _compile_and_store(
             program, target, names, logs, cache, key, report, deps.headers, deps.header_digests()
         )
-    else:
-        uncount(cache, CacheEntry(obj.code, b""))
     manifest = _tracking.store_variant(program, target, cache, mkey, key, deps, roots)
     if report is not None:
         entry = report.store

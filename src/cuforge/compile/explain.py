@@ -17,7 +17,7 @@ from typing import Any
 
 from cuforge.compile import _inputs as inputs
 from cuforge.compile import _manifest, _tracking
-from cuforge.compile._cacheio import lookup_entry, uncount
+from cuforge.compile._cacheio import lookup_entry
 from cuforge.compile.cache_key import program_key
 from cuforge.compile.program import Program
 from cuforge.compile.targets import normalize_target
@@ -79,8 +79,7 @@ def explain(
         key = mkey
     else:
         key = program_key(program.code_type, target, program.options, program._code, names, None)
-        entry = lookup_entry(cache, key)
-        uncount(cache, entry)
+        entry = lookup_entry(cache, key, count=False)
         if entry is not None:
             return Explanation(True, entry_id(key))
     return _nearest(cache, program, target, names, entry_id(key))
@@ -91,8 +90,7 @@ def _from_manifest(cache: Any, variants: list[_manifest.Prepared], mid: str) -> 
     for variant in variants:
         problems = _manifest.check(variant, all_problems=True)
         if not problems:
-            entry = lookup_entry(cache, variant.key)
-            uncount(cache, entry)
+            entry = lookup_entry(cache, variant.key, count=False)
             if entry is not None:
                 return Explanation(True, entry_id(variant.key))
             reasons.append("the headers match a compile whose entry is gone (evicted)")

@@ -302,6 +302,12 @@ class ProgramCacheResource(abc.ABC):
             stats.hits += 1
             stats.bytes_read += len(entry.data)
 
+    def _tally_store(self, nbytes: int) -> None:
+        """Count a store of ``nbytes`` of payload (a composite whose levels stored it)."""
+        stats = self._stats
+        stats.stores += 1
+        stats.bytes_written += nbytes
+
     def _tally_failure(self, counter: str) -> None:
         """Count a failure the caller met (``write_failures``, ``read_failures``)."""
         setattr(self._stats, counter, getattr(self._stats, counter) + 1)
@@ -332,8 +338,17 @@ class EntryCache(ProgramCacheResource):
     miss) and its ``set_entry`` answers a ``StoreOutcome``."""
 
     @abc.abstractmethod
-    def get_entry(self, key: CacheKey) -> CacheEntry | None:
-        """The verified ``(data, meta)`` stored under ``key``, or None on any miss."""
+    def get_entry(
+        self, key: CacheKey, *, count: bool = True, count_miss: bool = True
+    ) -> CacheEntry | None:
+        """The verified ``(data, meta)`` stored under ``key``, or None on any miss;
+        counted as a hit or a miss, unless ``count`` is False (neither) or
+        ``count_miss`` is (a miss is not counted: the caller looks again, and that
+        lookup counts the request's answer)."""
+
+    @abc.abstractmethod
+    def set_entry(self, key: CacheKey, value: CacheValue, meta: bytes = b"") -> StoreOutcome:
+        """Store ``value`` with ``meta`` under ``key``; what happened."""
 
     def __getitem__(self, key: CacheKey) -> bytes:
         entry = self.get_entry(key)
@@ -344,6 +359,16 @@ class EntryCache(ProgramCacheResource):
     def get(self, key: CacheKey, default: bytes | None = None) -> bytes | None:
         entry = self.get_entry(key)
         return default if entry is None else entry.data
+
+
+def lookup_of(
+    cache: ProgramCacheResource, key: CacheKey, count: bool = True, count_miss: bool = True
+) -> CacheEntry | None:
+    """``cache.get_entry(key)`` counted as ``count``/``count_miss`` say where ``cache``
+    can be asked so (an :class:`EntryCache`); a cache from elsewhere counts as it does."""
+    if (count and count_miss) or not isinstance(cache, EntryCache):
+        return cache.get_entry(key)
+    return cache.get_entry(key, count=count, count_miss=count_miss)
 
 
 def check_meta(meta: Any) -> bytes:

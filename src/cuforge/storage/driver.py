@@ -50,6 +50,10 @@ class Driver:
     label = "cuforge program cache"
     read_only = False
     remote = False
+    #: Entries live in this process only (a tier's front level; never persisted).
+    in_memory = False
+    #: The size cap in bytes the driver keeps (None: none, or the medium's own).
+    cap: int | None = None
     #: Counters are flushed every this many operations (and every ``flush_interval_s``).
     flush_every = 1 << 62
     flush_interval_s = 0.0
@@ -84,6 +88,11 @@ class Driver:
         raise NotImplementedError
 
     # -- defaults ---------------------------------------------------------------------
+    def reader(self) -> Callable[[Any], Found]:
+        """What the core calls for each lookup: :meth:`read`, or a faster callable with
+        the same answers (a FileStream memo), bound once when the handle opens."""
+        return self.read
+
     def locate(self, kd: bytes) -> Any:
         """The driver's name for key digest ``kd`` (memoised per key by the core)."""
         return kd

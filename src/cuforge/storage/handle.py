@@ -7,7 +7,9 @@ moves the bytes. Everything else happens here, once:
   driver's locator is remembered per key (bounded), so a repeat lookup costs one
   dict probe before the driver's read.
 - **Lookups** count one hit or miss (``get_entry(key, count=False)`` counts
-  neither: a look-again inside a request already counted). A damaged entry is a
+  neither: a lookup inside a request that counts its answer itself;
+  ``count_miss=False`` counts a hit only: the caller looks again on a miss, and
+  that lookup counts). A damaged entry is a
   miss, counted in ``integrity_failures``, logged, and dropped by the driver unless
   it was replaced since it was read.
 - **Stores** return a :class:`~cuforge.storage.outcome.StoreOutcome`. A store the
@@ -75,7 +77,7 @@ class DriverCache(EntryCache):
     def __init__(self, driver: Driver) -> None:
         super().__init__()
         self._driver = driver
-        self._read = driver.read  # bound once: a hit is one call into the driver
+        self._read = driver.reader()  # bound once: a hit is one call into the driver
         self._locs: dict[Any, Any] = {}
         self._closed = False
         self._ops = 0
@@ -92,9 +94,19 @@ class DriverCache(EntryCache):
         return self._driver.read_only
 
     @property
+    def in_memory(self) -> bool:
+        """Whether the entries live in this process only (nothing is persisted)."""
+        return self._driver.in_memory
+
+    @property
+    def max_size_bytes(self) -> int | None:
+        """The size cap in bytes this handle keeps (None: none)."""
+        return self._driver.cap
+
+    @property
     def size_bytes(self) -> int:
-        """The bytes the cache's entries occupy (the backend's own measure)."""
-        self._check_open()
+        """The bytes the cache's entries occupy, as the backend measures them: a shared
+        running total (FileStream), the database's files (SQLite), a listing (a server)."""
         return self._driver.size()
 
     # -- keys ---------------------------------------------------------------------------
@@ -113,9 +125,11 @@ class DriverCache(EntryCache):
         return loc
 
     # -- lookups ------------------------------------------------------------------------
-    def get_entry(self, key: CacheKey, *, count: bool = True) -> CacheEntry | None:
+    def get_entry(
+        self, key: CacheKey, *, count: bool = True, count_miss: bool = True
+    ) -> CacheEntry | None:
         """The verified ``(data, meta)`` under ``key``, or None on any miss; counted as
-        a hit or a miss unless ``count`` is False."""
+        a hit or a miss (see the module docstring for ``count`` and ``count_miss``)."""
         loc = self._locs.get(key) if type(key) is bytes else None
         if loc is None:
             loc = self._loc(key)
@@ -134,7 +148,7 @@ class DriverCache(EntryCache):
             ):
                 self._flush(False)
             return found
-        return self._missed(key, loc, found, count)
+        return self._missed(key, loc, found, count and count_miss)
 
     def _missed(self, key: CacheKey, loc: Any, found: Found, count: bool) -> CacheEntry | None:
         """A lookup that did not hit (None); a damaged entry is counted, logged and
@@ -158,7 +172,9 @@ class DriverCache(EntryCache):
         self._tick()
         return None
 
-    def get_entries(self, keys: Iterable[CacheKey]) -> list[CacheEntry | None]:
+    def get_entries(
+        self, keys: Iterable[CacheKey], *, count: bool = True
+    ) -> list[CacheEntry | None]:
         """``get_entry`` of each key, in order, with the same checks and counters; the
         driver's batch read answers them together where the medium can."""
         ks = list(keys)
@@ -166,17 +182,15 @@ class DriverCache(EntryCache):
         self._check_open()
         many = self._driver.read_many
         if many is None or len(ks) < 2:
-            return [self.get_entry(key) for key in ks]
+            return [self.get_entry(key, count=count) for key in ks]
         out: list[CacheEntry | None] = []
-        stats = self._stats
         for key, loc, found in zip(ks, locs, many(locs), strict=True):
             if type(found) is CacheEntry:
-                stats.hits += 1
-                stats.bytes_read += len(found.data)
+                self._tally(found, count)
                 self._tick()
                 out.append(found)
             else:
-                out.append(self._missed(key, loc, found, True))
+                out.append(self._missed(key, loc, found, count))
         return out
 
     # -- stores -------------------------------------------------------------------------
@@ -431,6 +445,9 @@ class _Reporter:
         if handle is None:  # pragma: no cover - a driver outliving its handle
             raise ReferenceError("the cache handle is gone")
         return handle
+
+    def counts(self) -> CacheStats:
+        return self._live()._stats
 
     def unreadable(self, exc: BaseException) -> None:
         h = self._live()

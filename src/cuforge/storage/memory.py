@@ -1,4 +1,9 @@
-"""In-process LRU program cache bounded by bytes."""
+"""In-process LRU program cache bounded by bytes: the storage core over a dict.
+
+The driver keeps entries in insertion-ordered dict under one lock; every operation
+is O(1). What a cache handle does besides (keys, counters, refusals, per-key locks)
+is the core's (``storage.handle``).
+"""
 
 from __future__ import annotations
 
@@ -7,39 +12,98 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterator
 
-from . import events
-from ._values import coerce_key, coerce_value
-from .base import CacheKey, CacheValue, ProgramCacheResource, check_meta
-from .entry import CacheEntry, EntryInfo, entry_id
+from .driver import Driver
+from .entry import CacheEntry, EntryInfo
+from .handle import DriverCache
+from .outcome import STORED_OUTCOME, TOO_LARGE, StoreOutcome
 from .stats import CacheStats
+from .units import check_max_size
 
 __all__ = ["InMemoryProgramCache"]
 
 
-def check_max_size(max_size_bytes: int | None) -> int | None:
-    """Validate a ``max_size_bytes`` argument: a positive int or None."""
-    if max_size_bytes is None:
-        return None
-    if isinstance(max_size_bytes, bool) or not isinstance(max_size_bytes, int):
-        raise TypeError(
-            f"max_size_bytes must be a positive int or None, got {type(max_size_bytes).__name__}"
-        )
-    if max_size_bytes <= 0:
-        raise ValueError(f"max_size_bytes must be > 0 or None, got {max_size_bytes}")
-    return max_size_bytes
-
-
 class _Slot:
-    __slots__ = ("data", "meta", "size", "stored_ns", "used_ns")
+    __slots__ = ("entry", "size", "stored_ns", "used_ns")
 
-    def __init__(self, data: bytes, meta: bytes) -> None:
-        self.data = data
-        self.meta = meta
-        self.size = len(data) + len(meta)
+    def __init__(self, entry: CacheEntry) -> None:
+        self.entry = entry
+        self.size = len(entry.data) + len(entry.meta)
         self.stored_ns = self.used_ns = time.time_ns()
 
 
-class InMemoryProgramCache(ProgramCacheResource):
+class MemoryDriver(Driver):
+    """Entries by key digest, least recently used first, at most ``cap`` bytes."""
+
+    label = "cuforge in-memory program cache"
+    in_memory = True
+
+    def __init__(self, cap: int | None) -> None:
+        self.cap = cap
+        self._slots: OrderedDict[bytes, _Slot] = OrderedDict()
+        self.total = 0
+        self._mutex = threading.RLock()
+
+    def read(self, kd: bytes) -> CacheEntry | None:
+        with self._mutex:
+            slot = self._slots.get(kd)
+            if slot is None:
+                return None
+            self._slots.move_to_end(kd)
+            slot.used_ns = time.time_ns()
+            return slot.entry
+
+    def peek(self, kd: bytes) -> CacheEntry | None:
+        with self._mutex:
+            slot = self._slots.get(kd)
+            return None if slot is None else slot.entry
+
+    def write(self, kd: bytes, data: bytes, meta: bytes) -> StoreOutcome:
+        slot = _Slot(CacheEntry(data, meta))
+        if self.cap is not None and slot.size > self.cap:
+            return StoreOutcome(TOO_LARGE, f"{slot.size} bytes, cap {self.cap}")
+        evicted = 0
+        with self._mutex:
+            old = self._slots.pop(kd, None)
+            if old is not None:
+                self.total -= old.size
+            self._slots[kd] = slot
+            self.total += slot.size
+            while self.cap is not None and self.total > self.cap and self._slots:
+                _, gone = self._slots.popitem(last=False)
+                self.total -= gone.size
+                evicted += 1
+        if evicted:
+            self.reports.evicted(evicted)
+        return STORED_OUTCOME
+
+    def remove(self, kd: bytes) -> bool:
+        with self._mutex:
+            old = self._slots.pop(kd, None)
+            if old is None:
+                return False
+            self.total -= old.size
+            return True
+
+    def scan(self) -> Iterator[EntryInfo]:
+        with self._mutex:
+            items = list(self._slots.items())
+        for kd, s in items:
+            yield EntryInfo(kd.hex(), s.size, s.stored_ns, s.used_ns, s.entry.meta)
+
+    def count(self) -> int:
+        with self._mutex:
+            return len(self._slots)
+
+    def size(self) -> int:
+        return self.total
+
+    def clear(self) -> None:
+        with self._mutex:
+            self._slots.clear()
+            self.total = 0
+
+
+class InMemoryProgramCache(DriverCache):
     """Thread-safe, single-process LRU cache; every operation is O(1).
 
     ``max_size_bytes`` (> 0, or None for unbounded) caps the sum of stored
@@ -47,151 +111,25 @@ class InMemoryProgramCache(ProgramCacheResource):
     entries (a read or a write makes an entry most recent). A value larger than
     the cap is refused: nothing is evicted for it, an entry already under its key
     stays, and it counts in ``write_failures`` (``events.TOO_LARGE``). Entries are
-    immutable ``bytes`` objects, so they cannot be corrupted in place; nothing is
-    persisted and ``lock()`` serialises the threads of this process.
+    immutable ``bytes`` objects, so they cannot be corrupted in place (``check_entry``
+    finds nothing wrong); nothing is persisted; ``lock()`` serialises the threads of
+    this process; ``close()`` releases nothing, and the cache stays usable.
     """
 
+    _driver: MemoryDriver
+
     def __init__(self, max_size_bytes: int | None = None) -> None:
-        super().__init__()
-        self._max = check_max_size(max_size_bytes)
-        self._entries: OrderedDict[bytes, _Slot] = OrderedDict()
-        self._total = 0
-        self._mutex = threading.RLock()
-
-    @property
-    def max_size_bytes(self) -> int | None:
-        return self._max
-
-    def __repr__(self) -> str:
-        return (
-            f"InMemoryProgramCache(max_size_bytes={self._max}, entries={len(self._entries)}, "
-            f"size_bytes={self._total})"
-        )
-
-    @property
-    def size_bytes(self) -> int:
-        """Sum of the stored payload and metadata sizes."""
-        return self._total
-
-    def _find(self, key: CacheKey) -> _Slot | None:
-        k = coerce_key(key)
-        with self._mutex:
-            slot = self._entries.get(k)
-            if slot is None:
-                self._stats.misses += 1
-                return None
-            self._entries.move_to_end(k)
-            slot.used_ns = time.time_ns()
-            self._stats.hits += 1
-            self._stats.bytes_read += len(slot.data)
-            return slot
-
-    def __getitem__(self, key: CacheKey) -> bytes:
-        slot = self._find(key)
-        if slot is None:
-            raise KeyError(key)
-        return slot.data
-
-    def get(self, key: CacheKey, default: bytes | None = None) -> bytes | None:
-        slot = self._find(key)
-        return default if slot is None else slot.data
-
-    def get_entry(self, key: CacheKey) -> CacheEntry | None:
-        slot = self._find(key)
-        return None if slot is None else CacheEntry(slot.data, slot.meta)
-
-    def __setitem__(self, key: CacheKey, value: CacheValue) -> None:
-        self.set_entry(key, value)
-
-    def set_entry(self, key: CacheKey, value: CacheValue, meta: bytes = b"") -> None:
-        k = coerce_key(key)
-        data = coerce_value(value, "InMemoryProgramCache.__setitem__")
-        slot = _Slot(data, check_meta(meta))
-        if self._max is not None and slot.size > self._max:
-            self._refuse(slot.size)
-            return
-        with self._mutex:
-            old = self._entries.pop(k, None)
-            if old is not None:
-                self._total -= old.size
-            self._entries[k] = slot
-            self._total += slot.size
-            self._stats.stores += 1
-            self._stats.bytes_written += len(data)
-            if self._max is not None:
-                while self._total > self._max and self._entries:
-                    _, evicted = self._entries.popitem(last=False)
-                    self._total -= evicted.size
-                    self._stats.evictions += 1
-
-    def _refuse(self, size: int) -> None:
-        """A value larger than the cap: dropped before anything is evicted for it."""
-        with self._mutex:
-            self._stats.write_failures += 1
-        events.note_dropped(events.TOO_LARGE, f"{size} bytes, cap {self._max}")
-        events.fail_open(
-            self,
-            events.TOO_LARGE,
-            "cuforge in-memory program cache: a value of %d bytes is larger than the "
-            "cache's size cap (%d bytes); not stored, nothing evicted for it; counted in "
-            "stats().write_failures",
-            size,
-            self._max,
-        )
-
-    def __delitem__(self, key: CacheKey) -> None:
-        k = coerce_key(key)
-        with self._mutex:
-            old = self._entries.pop(k, None)
-            if old is None:
-                raise KeyError(key)
-            self._total -= old.size
-
-    def __len__(self) -> int:
-        with self._mutex:
-            return len(self._entries)
-
-    def clear(self) -> None:
-        with self._mutex:
-            self._entries.clear()
-            self._total = 0
-
-    def stats(self) -> CacheStats:
-        with self._mutex:
-            return self._stats.copy()
+        super().__init__(MemoryDriver(check_max_size(max_size_bytes)))
 
     def zero_stats(self) -> None:
         """Reset this cache's counters (they live in this process only)."""
-        with self._mutex:
-            self._stats = CacheStats()
+        self._stats = CacheStats()
 
-    # -- listing and maintenance ---------------------------------------------------
-    def _key_of(self, eid: str) -> bytes | None:
-        with self._mutex:
-            return next((k for k in self._entries if entry_id(k) == eid), None)
+    def close(self) -> None:
+        """Nothing to release: the entries stay, and so does the cache."""
 
-    def iter_entries(self) -> Iterator[EntryInfo]:
-        with self._mutex:
-            items = list(self._entries.items())
-        for k, s in items:
-            yield EntryInfo(entry_id(k), s.size, s.stored_ns, s.used_ns, s.meta)
-
-    def check_entry(self, entry_id: str) -> str | None:
-        if self._key_of(entry_id) is None:
-            raise KeyError(entry_id)
-        return None  # immutable bytes in this process: nothing can damage them
-
-    def read_entry(self, entry_id: str) -> CacheEntry | None:
-        k = self._key_of(entry_id)
-        with self._mutex:
-            slot = None if k is None else self._entries.get(k)
-            return None if slot is None else CacheEntry(slot.data, slot.meta)
-
-    def remove_entry(self, entry_id: str) -> bool:
-        k = self._key_of(entry_id)
-        with self._mutex:
-            old = None if k is None else self._entries.pop(k, None)
-            if old is None:
-                return False
-            self._total -= old.size
-            return True
+    def __repr__(self) -> str:
+        return (
+            f"InMemoryProgramCache(max_size_bytes={self.max_size_bytes}, "
+            f"entries={self._driver.count()}, size_bytes={self.size_bytes})"
+        )

@@ -47,6 +47,10 @@ class Reports(Protocol):
     store's answer. Each is counted in ``stats()`` and logged on ``cuforge.cache``
     (WARNING once per cause and handle, then DEBUG)."""
 
+    def counts(self) -> CacheStats:
+        """The handle's counters now (for a driver that persists them; read only)."""
+        ...
+
     def unreadable(self, exc: BaseException) -> None:
         """An entry exists but could not be read: the lookup is a miss."""
 

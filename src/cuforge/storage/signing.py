@@ -24,9 +24,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 import struct
-import threading
 from collections.abc import Iterable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager
 from typing import Any
 
 from ._values import coerce_key, coerce_value
@@ -37,8 +36,11 @@ from .base import (
     EntryCache,
     ProgramCacheResource,
     check_meta,
+    lookup_of,
 )
 from .entry import CacheEntry, EntryInfo, key_digest
+from .handle import DriverCache
+from .outcome import STORED_OUTCOME, StoreOutcome
 from .stats import CacheStats
 
 __all__ = ["MIN_SECRET_BYTES", "SignedProgramCache", "secret_bytes"]
@@ -73,10 +75,7 @@ class SignedProgramCache(EntryCache):
 
     Statistics are the inner cache's: a lookup whose entry fails verification is
     counted as a miss and a ``signature_failure`` there (so a shared backend's fleet
-    totals include them), once per request: the look-again a caller makes under
-    ``lock(key)`` after a rejected lookup of ``key`` (``compile._cacheio.single_flight``,
-    which takes back its miss) is that request's, and its rejection is not counted
-    again. Rejected entries are left in place -- the next fill
+    totals include them). Rejected entries are left in place -- the next fill
     overwrites them with a signed one -- and ``check_entry`` names the problem.
     ``lock``, deletion, ``len``, ``clear`` and ``total_stats`` are the inner
     cache's. Other public attributes (``path``, ``max_size_bytes``...) read through.
@@ -89,7 +88,6 @@ class SignedProgramCache(EntryCache):
             raise TypeError(f"inner must be a ProgramCacheResource, got {type(inner).__name__}")
         self._inner = inner
         self._mac = hmac.new(secret_bytes(secret), _DOMAIN, hashlib.sha256)
-        self._seen = _Rejections()
 
     @property
     def inner(self) -> ProgramCacheResource:
@@ -97,8 +95,8 @@ class SignedProgramCache(EntryCache):
         return self._inner
 
     @property
-    # The base class's attribute, read-only here: the wrapper reports its inner cache's
-    # counters and never assigns them.
+    # The base class's attribute, read-only here: the wrapper's counters are its inner
+    # cache's (counted there, through ``_tally``).
     def _stats(self) -> CacheStats:  # type: ignore[override]
         return self._inner._stats
 
@@ -127,51 +125,48 @@ class SignedProgramCache(EntryCache):
             return "signature does not verify (tampered, or signed with another secret)"
         return CacheEntry(entry.data, meta)
 
-    def _rejected(self, entry: CacheEntry, counted: bool = True) -> None:
-        """The inner cache counted a hit: make it a miss, and (``counted``) a
-        signature failure."""
-        stats = self._inner._stats
-        stats.hits -= 1
-        stats.misses += 1
-        stats.bytes_read -= len(entry.data)
-        if counted:
-            stats.signature_failures += 1
-
     # -- mapping and entries ------------------------------------------------------------
-    def get_entry(self, key: CacheKey) -> CacheEntry | None:
+    def get_entry(
+        self, key: CacheKey, *, count: bool = True, count_miss: bool = True
+    ) -> CacheEntry | None:
+        """The inner cache's entry if its signature verifies; counted on the inner cache
+        as one hit or miss (as ``count`` and ``count_miss`` say), a rejected one also as
+        a ``signature_failure`` (always)."""
         k = coerce_key(key)
-        entry = self._inner.get_entry(k)
-        seen = self._seen
-        if entry is None:
-            seen.last = seen.again = None
-            return None
-        kd = key_digest(k)
-        result = self._verify(kd, entry)
-        if type(result) is CacheEntry:
-            return result  # (the hit path leaves ``seen`` alone: see lock)
-        again = seen.again == kd  # the look-again of a request that counted it
-        seen.again = None
-        seen.last = kd
-        self._rejected(entry, counted=not again)
-        return None
+        entry = lookup_of(self._inner, k, False)
+        result = None if entry is None else self._verify(key_digest(k), entry)
+        found = result if type(result) is CacheEntry else None
+        counted = count and (found is not None or count_miss)
+        self._inner._tally(found, counted, rejected=entry is not None and found is None)
+        return found
 
     def get_entries(self, keys: Iterable[CacheKey]) -> list[CacheEntry | None]:
-        """The inner cache's batched read, each entry verified as ``get_entry`` does."""
+        """``get_entry`` of each key: the inner cache's batched read, each entry verified
+        and counted as ``get_entry`` does."""
         ks = [coerce_key(key) for key in keys]
+        inner = self._inner
         out: list[CacheEntry | None] = []
-        for k, entry in zip(ks, self._inner.get_entries(ks), strict=True):
+        for k, entry in zip(ks, self._entries_of(ks), strict=True):
             result = None if entry is None else self._verify(key_digest(k), entry)
-            if entry is not None and type(result) is not CacheEntry:
-                self._rejected(entry)
-            out.append(result if type(result) is CacheEntry else None)
+            found = result if type(result) is CacheEntry else None
+            inner._tally(found, rejected=entry is not None and found is None)
+            out.append(found)
         return out
 
-    def set_entry(self, key: CacheKey, value: CacheValue, meta: bytes = b"") -> None:
+    def _entries_of(self, ks: list[bytes]) -> list[CacheEntry | None]:
+        """The inner cache's entries of ``ks``, uncounted where it can be asked so."""
+        inner = self._inner
+        if isinstance(inner, DriverCache) and inner._driver.read_many is not None:
+            return inner.get_entries(ks, count=False)
+        return [lookup_of(inner, k, False) for k in ks]
+
+    def set_entry(self, key: CacheKey, value: CacheValue, meta: bytes = b"") -> StoreOutcome:
+        """Sign and store through the inner cache; its outcome."""
         k = coerce_key(key)
         data = coerce_value(value, f"{type(self._inner).__name__}.__setitem__")
         check_meta(meta)
         envelope = b"".join((_MAGIC, bytes((_VERSION,)), self._sign(key_digest(k), data, meta)))
-        self._inner.set_entry(k, data, envelope + meta)
+        return self._inner.set_entry(k, data, envelope + meta) or STORED_OUTCOME
 
     def __setitem__(self, key: CacheKey, value: CacheValue) -> None:
         self.set_entry(key, value)
@@ -218,37 +213,7 @@ class SignedProgramCache(EntryCache):
     def lock(
         self, key: CacheKey, timeout: float | None = DEFAULT_LOCK_TIMEOUT
     ) -> AbstractContextManager[bool]:
-        """The inner cache's lock. Taken right after this thread's lookup of ``key``
-        was rejected, the first lookup of ``key`` under it is that request's
-        look-again: its rejection is not counted a second time."""
-        return self._hold(key_digest(coerce_key(key)), self._inner.lock(key, timeout))
-
-    @contextmanager
-    def _hold(self, kd: bytes, inner: AbstractContextManager[bool]) -> Iterator[bool]:
-        with inner as held:
-            self._arm(kd)
-            try:
-                yield held
-            finally:
-                self._seen.again = None
-
-    def look_again(self, key: CacheKey) -> None:
-        """Say that this thread's next lookup of ``key`` repeats the one just rejected,
-        as part of the same request: its rejection is then not counted again.
-        ``lock(key)`` does this for its holder; a tier whose lock is another level's
-        (``TieredProgramCache`` takes back each level's miss for the look-again) calls
-        it for this level. Nothing happens unless this thread's last lookup through
-        this cache was a rejection of ``key``."""
-        self._arm(key_digest(coerce_key(key)))
-
-    def _arm(self, kd: bytes) -> None:
-        # ``last`` is this thread's last lookup when it was rejected; the next rejection
-        # or miss clears ``again``. A hit clears neither, to keep the hit path as it was:
-        # a look-again that hit, then an entry of that key turned bad and looked up
-        # again by this thread, is the one rejection this leaves uncounted.
-        seen = self._seen
-        if seen.last == kd:
-            seen.again = kd
+        return self._inner.lock(key, timeout)
 
     def stats(self) -> CacheStats:
         return self._inner.stats()
@@ -269,10 +234,3 @@ class SignedProgramCache(EntryCache):
     def __repr__(self) -> str:
         return f"SignedProgramCache({self._inner!r})"
 
-
-class _Rejections(threading.local):
-    """Per thread: the key digest of the last lookup when it was rejected (``last``),
-    and the key whose lock this thread took right after (``again``)."""
-
-    last: bytes | None = None
-    again: bytes | None = None

@@ -1,8 +1,8 @@
 """Cache statistics: a small value type every backend returns from ``stats()``.
 
-Counters are plain integers. In-memory caches update them under their lock, so
-they are exact; the file-stream hit path updates them without a lock, so under
-heavy multi-threading an increment can rarely be lost (never invented).
+Counters are plain integers, written by the storage core (``storage.handle``) and
+by the composites that own theirs (tiers, lazy levels), without a lock: under heavy
+multi-threading an increment can rarely be lost (never invented).
 """
 
 from __future__ import annotations

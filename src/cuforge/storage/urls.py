@@ -408,12 +408,11 @@ def open_tiered(
 
     Levels up to the first persistent one (not ``memory://``) open now: a fresh
     process's lookups reach that far anyway, and a bad location there is an error
-    here. Levels behind it are ``LazyLevel`` s (``storage/tiered/_lazylevel.py``), opened when
+    here. Levels behind it are ``LazyLevel`` s (``storage.tiered``), opened when
     first reached: an error opening one is then that level's counted failure, and
     ``levels`` raises it.
     """
-    from .tiered import TieredProgramCache
-    from .tiered._lazylevel import LazyLevel
+    from .tiered import LazyLevel, TieredProgramCache
 
     levels: list[ProgramCacheResource] = []
     eager = True

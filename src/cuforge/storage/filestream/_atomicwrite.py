@@ -21,6 +21,7 @@ import os
 import stat as stat_mod
 import time
 
+from .._filelock import try_lock
 from .._fsutil import (
     DIR_FD,
     O_NOFOLLOW,
@@ -35,7 +36,6 @@ from .._fsutil import (
 )
 from .._winretry import replace_retry
 from ..ownership import delete_owned
-from ._locking import try_lock_fd
 from ._owned import (
     AGED,
     DEAD_OR_ALIVE,
@@ -114,7 +114,7 @@ class PairWriter:
         mode = PRIVATE_FILE if self._file_mode is None else self._file_mode
         fd = os.open(name + ".new", _O_NEW, mode, dir_fd=tfd)
         try:
-            if not try_lock_fd(fd):
+            if not try_lock(fd):
                 raise OSError(f"cannot lock {name}.new")
             os.replace(name + ".new", name, src_dir_fd=tfd, dst_dir_fd=tfd)
         except BaseException:
@@ -382,7 +382,7 @@ def _alive(owner: str, tfd: int, owners: dict[str, bool], held: list[int]) -> bo
     except OSError:
         owners[owner] = True  # cannot tell (read-only cache): never delete
         return True
-    if try_lock_fd(fd):
+    if try_lock(fd):
         held.append(fd)
         owners[owner] = False
         return False

@@ -1,4 +1,5 @@
-"""File-stream entries by their public id: listing them and removing one.
+"""File-stream entries by their public id: listing them, removing one, and the foreign
+objects ``cuforge cache verify`` reports.
 
 An entry's id is the 64 hex digits of its key digest, which are also its path
 (``entries/<2 hex>/<62 hex>``), so an id maps to its files without any index.
@@ -23,11 +24,18 @@ from .._fsutil import DIR_FD, O_NOFOLLOW, Fingerprint, fingerprint
 from .._integrity import SIDECAR_READ, SIDECAR_SIZE, SIDECAR_SUFFIX, parse_sidecar
 from ..entry import EntryInfo, is_entry_id
 from ._anchor import EntriesAnchor
-from ._owned import entry_file_at, remove_foreign_owned, unlink_owned
+from ._owned import entry_file_at, is_entry_file, is_shard, remove_foreign_owned, unlink_owned
 from ._pairread import PairNames
 from ._scan import scan_entries
 
-__all__ = ["list_entries", "read_meta", "remove_names", "remove_pair", "unlink_pair"]
+__all__ = [
+    "list_entries",
+    "read_meta",
+    "remove_foreign_object",
+    "remove_names",
+    "remove_pair",
+    "unlink_pair",
+]
 
 _O_READ = os.O_RDONLY | O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
 
@@ -126,3 +134,30 @@ def unlink_pair(
     finally:
         if dfd is not None:
             os.close(dfd)
+
+
+def remove_foreign_object(anchor: EntriesAnchor, entries_dir: str, owned: bool, path: str) -> bool:
+    """Remove one object ``_scan.find_foreign`` named (``path`` relative to ``entries/``;
+    a directory with what it holds; links are removed, never followed). Whether it
+    went; a regular entry file is never removed here, nor anything at a name that is
+    not the layout's (a shard's, an entry file's) or in a root not proven the cache's."""
+    shard, _, name = path.partition("/")
+    if not is_shard(shard) or (name and not is_entry_file(name)):
+        return False
+    try:
+        if not DIR_FD:
+            full = os.path.join(entries_dir, shard, name) if name else None
+            return full is not None and remove_foreign_owned(
+                owned, full, None, entry_file_at, entries_dir
+            )
+        if not name:
+            return remove_foreign_owned(
+                owned, shard, anchor.entries_fd(), is_shard, entries_dir, files_too=True
+            )
+        dfd = anchor.shard(shard)
+    except OSError:
+        return False
+    try:
+        return remove_foreign_owned(owned, name, dfd, is_entry_file, entries_dir)
+    finally:
+        os.close(dfd)

@@ -28,9 +28,10 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
+from .._filelock import unlock
 from .._fsutil import O_NOFOLLOW, PRIVATE_FILE, fingerprint
 from ._atomicwrite import sweep_temps
-from ._locking import BoundedWait, unlock_fd
+from ._locking import BoundedWait
 from ._scan import Scanned, remove_scanned, scan_entries
 from ._sizeindex import SizeLedger
 
@@ -78,7 +79,7 @@ def exclusive_scan(
             if fd >= 0:
                 if held:
                     with contextlib.suppress(OSError):
-                        unlock_fd(fd)
+                        unlock(fd)
                 os.close(fd)
 
 

@@ -1,79 +1,28 @@
-"""Whole-file advisory locks that die with their holder.
+"""Bounded waits for a FileStream cache's file locks, and its per-key lock files.
 
-POSIX uses ``fcntl.flock`` and Windows ``msvcrt.locking`` on one byte far past the
-end of the file (so locked files stay readable). Both are released by the OS when
-the holding process exits or is killed, which is how a dead holder is detected:
-no pid files, no heartbeats.
+The locks themselves (whole-file, released by the OS with their holder) are the
+core's ``_filelock``; here is how long an operation waits for one another process
+holds (:class:`BoundedWait`) and the single-flight lock files (:class:`FileKeyLock`).
 """
 
 from __future__ import annotations
 
 import os
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 
+from .._filelock import try_lock, unlock
 from .._fsutil import O_NOFOLLOW, PRIVATE_FILE, fingerprint
 from ._owned import is_lock_file, remake_dir, unlink_owned
 
-__all__ = ["LOCK_WAIT_S", "BoundedWait", "FileKeyLock", "lock_fd", "try_lock_fd", "unlock_fd"]
+__all__ = ["LOCK_WAIT_S", "BoundedWait", "FileKeyLock"]
 
 #: The longest a cache operation waits for a lock another process holds (the size
 #: ledger, ``evict.lock``) before it degrades instead: see :class:`BoundedWait`.
 LOCK_WAIT_S = 0.25
 #: After one wait timed out, later attempts wait only 10 ms for this long.
 LOCK_BACKOFF_S = 2.0
-
-if sys.platform == "win32":  # pragma: no cover - exercised on Windows only
-    import msvcrt
-
-    _WIN_LOCK_OFFSET = 0x7FFFFFF0
-
-    def try_lock_fd(fd: int) -> bool:
-        os.lseek(fd, _WIN_LOCK_OFFSET, os.SEEK_SET)
-        try:
-            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
-        except OSError:
-            return False
-        return True
-
-    def unlock_fd(fd: int) -> None:
-        os.lseek(fd, _WIN_LOCK_OFFSET, os.SEEK_SET)
-        msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
-
-    def lock_fd(fd: int, timeout: float | None = None) -> bool:
-        return _poll(fd, timeout)
-
-else:
-    import fcntl
-
-    def try_lock_fd(fd: int) -> bool:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return False
-        return True
-
-    def unlock_fd(fd: int) -> None:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-
-    def lock_fd(fd: int, timeout: float | None = None) -> bool:
-        if timeout is None:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            return True
-        return _poll(fd, timeout)
-
-
-def _poll(fd: int, timeout: float | None) -> bool:
-    deadline = None if timeout is None else time.monotonic() + timeout
-    delay = 0.0005
-    while not try_lock_fd(fd):
-        if deadline is not None and time.monotonic() >= deadline:
-            return False
-        time.sleep(delay)
-        delay = min(delay * 2, 0.05)
-    return True
 
 
 class BoundedWait:
@@ -99,7 +48,7 @@ class BoundedWait:
 
     def acquire(self, fd: int) -> bool:
         """Lock ``fd`` exclusively within the bound; False when another holds it."""
-        if try_lock_fd(fd):  # the common case: one call, no clock read
+        if try_lock(fd):  # the common case: one call, no clock read
             self._quiet_until = 0.0
             return True
         now = time.monotonic()
@@ -108,7 +57,7 @@ class BoundedWait:
         delay = 0.0002
         while time.monotonic() < deadline:
             time.sleep(delay)
-            if try_lock_fd(fd):
+            if try_lock(fd):
                 self._quiet_until = 0.0
                 return True
             delay = min(delay * 2, self.POLL_MAX_S)
@@ -148,7 +97,7 @@ class FileKeyLock:
                         held = fingerprint(os.fstat(fd))
                         unlink_owned(self._owned, path, held, None, _lock_name, self._dir)
                 try:
-                    unlock_fd(fd)
+                    unlock(fd)
                 finally:
                     os.close(fd)
 
@@ -173,10 +122,10 @@ class FileKeyLock:
             if self._file_mode is not None:
                 with suppress(OSError, AttributeError):
                     os.fchmod(fd, self._file_mode)
-            if try_lock_fd(fd):
+            if try_lock(fd):
                 if os.name == "nt" or _names_inode(path, fd):
                     return fd
-                unlock_fd(fd)
+                unlock(fd)
                 os.close(fd)
                 continue  # won a lock on a deleted file: retry at once
             os.close(fd)

@@ -33,11 +33,13 @@ import contextlib
 import os
 import stat as stat_mod
 import struct
+import sys
 import threading
 from collections.abc import Callable
 
+from .._filelock import try_lock, unlock
 from .._fsutil import O_NOFOLLOW, PRIVATE_FILE, read_at0, write_at0
-from ._locking import BoundedWait, unlock_fd
+from ._locking import BoundedWait
 from ._owned import LEDGER_NAMES, unlink_special
 
 __all__ = ["SizeLedger"]
@@ -47,27 +49,15 @@ _RECORD = struct.Struct("<8sQQ")
 _FLAGS = os.O_RDWR | os.O_CREAT | O_NOFOLLOW | getattr(os, "O_BINARY", 0)
 _NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 
-try:
-    import fcntl
 
-    def _try_exclusive(fd: int) -> bool:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            return False
-        return True
+def _try_exclusive(fd: int) -> bool:
+    """The users file exclusively: no other handle alive (never on Windows: there
+    recovery is by eviction scans)."""
+    return sys.platform != "win32" and try_lock(fd)
 
-    def _share(fd: int) -> None:
-        with contextlib.suppress(OSError):
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
 
-except ImportError:  # pragma: no cover - Windows: no liveness, recovery by eviction scans
-
-    def _try_exclusive(fd: int) -> bool:
-        return False
-
-    def _share(fd: int) -> None:
-        pass
+def _share(fd: int) -> None:
+    try_lock(fd, exclusive=False)
 
 
 class SizeLedger:
@@ -140,7 +130,7 @@ class SizeLedger:
         try:
             self._register_locked()
         finally:
-            unlock_fd(self._fd)
+            unlock(self._fd)
         return True
 
     def _register_locked(self) -> bool:
@@ -209,7 +199,7 @@ class SizeLedger:
                 try:
                     return self._update_locked(delta, scan, handles_delta)
                 finally:
-                    unlock_fd(self._fd)
+                    unlock(self._fd)
         if busy:
             self._busy()
         return max(0, self._last + self._pending)

@@ -21,9 +21,10 @@ import contextlib
 import os
 import stat as stat_mod
 
+from .._filelock import poll, try_lock, unlock
 from .._fsutil import O_NOFOLLOW, PRIVATE_FILE, fingerprint, write_at0
 from ..stats import MAX_RECORD_SIZE, CacheStats
-from ._locking import LOCK_WAIT_S, lock_fd, try_lock_fd, unlock_fd
+from ._locking import LOCK_WAIT_S
 from ._owned import is_stats_record, remake_dir, unlink_owned, unlink_special
 
 __all__ = ["FLUSH_EVERY", "StatsStore", "read_totals", "zero_totals"]
@@ -83,7 +84,7 @@ def zero_totals(stats_dir: str, tmp_dir: str, file_mode: int | None) -> None:
         os.path.join(stats_dir, _MERGE_LOCK), os.O_RDWR | os.O_CREAT | O_NOFOLLOW, _mode(file_mode)
     )
     try:
-        held = lock_fd(lock, timeout=5.0)
+        held = poll(lambda: try_lock(lock), 5.0)
         try:
             total = _sum_records(stats_dir)
             tmp = os.path.join(tmp_dir, f"baseline-{os.getpid()}-{os.urandom(4).hex()}")
@@ -98,7 +99,7 @@ def zero_totals(stats_dir: str, tmp_dir: str, file_mode: int | None) -> None:
             os.replace(tmp, os.path.join(stats_dir, _BASELINE))
         finally:
             if held:
-                unlock_fd(lock)
+                unlock(lock)
     finally:
         os.close(lock)
 
@@ -151,7 +152,7 @@ class StatsStore:
             if self._file_mode is not None:
                 with contextlib.suppress(OSError, AttributeError):
                     os.fchmod(fd, self._file_mode)
-            try_lock_fd(fd)
+            try_lock(fd)
             remake_dir(self._dir, os.path.dirname(self._dir), self._dir_mode, self._file_mode)
             path = os.path.join(self._dir, name)
             os.replace(tmp, path)
@@ -179,14 +180,14 @@ class StatsStore:
                 os.close(self._fd)
         self._fd, self._path, self._broken = -1, "", self._read_only
 
-    def close(self, stats: CacheStats) -> None:
-        """Flush, release the record, and fold released records into ``merged``."""
+    def close(self) -> None:
+        """Release the record (flushed by the caller) and fold released records into
+        ``merged``."""
         if self._read_only:
             return
-        self.flush(stats)
         if self._fd >= 0:
             with contextlib.suppress(OSError):
-                unlock_fd(self._fd)
+                unlock(self._fd)
             os.close(self._fd)
             self._fd = -1
         compact(self._dir, self._file_mode, self._owned)
@@ -204,12 +205,12 @@ def compact(stats_dir: str, file_mode: int | None, owned: bool) -> None:
     except OSError:
         return
     try:
-        if not lock_fd(lock, timeout=LOCK_WAIT_S):
+        if not poll(lambda: try_lock(lock), LOCK_WAIT_S):
             return
         try:
             _compact_locked(stats_dir, file_mode, owned)
         finally:
-            unlock_fd(lock)
+            unlock(lock)
     except OSError:
         pass
     finally:
@@ -236,7 +237,7 @@ def _compact_locked(stats_dir: str, file_mode: int | None, owned: bool) -> None:
                 # a FIFO or device planted here: no record of ours
                 unlink_special(owned, path, is_stats_record, stats_dir, st.st_ino)
                 continue
-            if not try_lock_fd(fd):
+            if not try_lock(fd):
                 continue  # its owner is alive
             rec = CacheStats.from_record(os.read(fd, MAX_RECORD_SIZE + 1))
             if not unlink_owned(owned, path, fingerprint(st), None, _record, stats_dir):

@@ -114,16 +114,9 @@ class RedisStore(Store):
         ttl_ms: int | None,
         read_only: bool,
     ) -> None:
-        self.where = where
-        self.prefix = prefix
-        self._pre = prefix.encode()
-        self._url = url
-        self._client = client
-        self.cluster = cluster
-        self._fast = fast
-        self._options = options
-        self._timeouts = timeouts
-        self.ttl_ms = ttl_ms
+        self.where, self.prefix, self._pre = where, prefix, prefix.encode()
+        self._url, self._client, self.cluster, self._fast = url, client, cluster, fast
+        self._options, self._timeouts, self.ttl_ms = options, timeouts, ttl_ms
         # A read-only handle never writes, not even a TTL renewal.
         self._refresh_ms = None if read_only else ttl_ms
         self._quiet = QuietReads()  # maintenance reads never count as a use

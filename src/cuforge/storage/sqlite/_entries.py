@@ -23,7 +23,7 @@ from ..entry import CacheEntry, EntryInfo
 from ._conn import immediate
 from ._schema import SQL, rid_of, row_check
 
-__all__ = ["EntriesById", "digest_of_id", "find_row", "list_rows", "read_row", "remove_row"]
+__all__ = ["digest_of_id", "find_row", "list_rows", "read_row", "remove_row"]
 
 _MIN_RID = -(1 << 63)
 _PAGE = 256
@@ -104,64 +104,3 @@ def remove_row(conn: Any, kd: bytes, found: Found) -> bool:
         cur = immediate(conn, SQL.drop_exact, (rid_of(kd), row[0], row[1]))
     removed: int = cur.rowcount
     return removed > 0
-
-
-class EntriesById:
-    """Listing and maintenance by entry id, mixed into ``SQLiteProgramCache``
-    (which supplies the connection, checks and state declared here)."""
-
-    _broken: str | None
-    _error: Any  # sqlite3.Error, loaded with the module
-    _conns: Any
-    _deferred: Any
-
-    def _conn(self) -> Any:
-        raise NotImplementedError
-
-    def _check_open(self) -> None:
-        raise NotImplementedError
-
-    def iter_entries(self) -> Iterator[EntryInfo]:
-        """Every row, in pages of 256 (no read transaction stays open between pages)."""
-        self._check_open()
-        if self._broken:
-            return
-        yield from list_rows(self._conn)
-
-    def _row_of_id(self, entry_id: str) -> tuple[bytes, Found] | None:
-        """The row that answers for ``entry_id`` (see ``_entries``), or None."""
-        kd = digest_of_id(entry_id)
-        if kd is None:
-            return None
-        self._check_open()
-        if self._broken:
-            return None
-        found = find_row(self._conn(), kd)
-        return None if found is None else (kd, found)
-
-    def check_entry(self, entry_id: str) -> str | None:
-        """What is wrong with the row listed as ``entry_id`` (None: intact); KeyError
-        when no row answers for it. A row whose stored key digest is damaged is
-        reported under the id it is listed by, and under its key's id."""
-        found = self._row_of_id(entry_id)
-        if found is None:
-            raise KeyError(entry_id)
-        return found[1][1]
-
-    def read_entry(self, entry_id: str) -> CacheEntry | None:
-        found = self._row_of_id(entry_id)
-        return None if found is None else read_row(found[1])
-
-    def remove_entry(self, entry_id: str) -> bool:
-        for rid, row in list(self._deferred.rows.items()):
-            if row[1].hex() == entry_id:
-                self._deferred.forget(rid)
-        found = self._row_of_id(entry_id)
-        if found is None:
-            return False
-        try:
-            conn = self._conn()
-            with self._conns.full_wait(conn):
-                return remove_row(conn, *found)
-        except self._error:
-            return False

@@ -24,61 +24,18 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 from .. import ownership
+from .._filelock import poll, try_lock, unlock
 from ..base import KeyLocks
+from ..handle import LIVE
 
 __all__ = ["LockFile", "reset_after_fork"]
 
 _KEY_BASE = 1 << 20
-
-if sys.platform == "win32":  # pragma: no cover - exercised on Windows only
-    import msvcrt
-
-    def _try(fd: int, offset: int, exclusive: bool) -> bool:
-        if not exclusive:
-            return True
-        os.lseek(fd, offset, os.SEEK_SET)
-        try:
-            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
-        except OSError:
-            return False
-        return True
-
-    def _unlock(fd: int, offset: int) -> None:
-        os.lseek(fd, offset, os.SEEK_SET)
-        msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
-
-else:
-    import fcntl
-
-    def _try(fd: int, offset: int, exclusive: bool) -> bool:
-        mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
-        try:
-            fcntl.lockf(fd, mode | fcntl.LOCK_NB, 1, offset)
-        except OSError:  # EACCES or EAGAIN: another process holds it
-            return False
-        return True
-
-    def _unlock(fd: int, offset: int) -> None:
-        fcntl.lockf(fd, fcntl.LOCK_UN, 1, offset)
-
-
-def _poll(attempt: Callable[[], bool], timeout: float | None) -> bool:
-    """Call ``attempt()`` until it returns True or ``timeout`` seconds pass."""
-    deadline = None if timeout is None else time.monotonic() + timeout
-    delay = 0.0005
-    while not attempt():
-        if deadline is not None and time.monotonic() >= deadline:
-            return False
-        time.sleep(delay)
-        delay = min(delay * 2, 0.05)
-    return True
-
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
@@ -133,7 +90,7 @@ class LockFile:
             return False
         with s.mutex:
             if not s.using:
-                s.using = _poll(lambda: _try(s.fd, 0, False), timeout)
+                s.using = poll(lambda: try_lock(s.fd, 0, False), timeout)
             return s.using
 
     def alone_in_process(self) -> bool:
@@ -154,7 +111,7 @@ class LockFile:
         if s.fd < 0 or not self.alone_in_process():
             return False
         with s.mutex:
-            return _try(s.fd, 0, True)
+            return try_lock(s.fd, 0, True)
 
     def unuse(self) -> None:
         """Drop this process's hold of byte 0 (only when this handle is alone)."""
@@ -163,7 +120,7 @@ class LockFile:
         if s.fd >= 0 and os.name != "nt" and self.alone_in_process():
             with s.mutex:
                 with contextlib.suppress(OSError):
-                    _unlock(s.fd, 0)
+                    unlock(s.fd, 0)
                 s.using = False
 
     def share(self) -> None:
@@ -172,7 +129,7 @@ class LockFile:
         assert s is not None
         if s.fd >= 0 and os.name != "nt":
             with s.mutex:
-                s.using = _try(s.fd, 0, False)
+                s.using = try_lock(s.fd, 0, False)
 
     @contextlib.contextmanager
     def hold(self, key_digest: bytes, timeout: float | None) -> Iterator[bool]:
@@ -191,13 +148,13 @@ class LockFile:
                 return
             offset = _KEY_BASE + int.from_bytes(key_digest[:6], "little")
             left = None if timeout is None else max(0.0, timeout - (time.monotonic() - start))
-            held = _poll(lambda: _try(s.fd, offset, True), left)
+            held = poll(lambda: try_lock(s.fd, offset, True), left)
             try:
                 yield held
             finally:
                 if held:
                     with contextlib.suppress(OSError):
-                        _unlock(s.fd, offset)
+                        unlock(s.fd, offset)
 
     def release(self, remove_if_created: bool = False) -> None:
         """This handle's share ends; the last one closes the file (dropping its locks)
@@ -217,7 +174,7 @@ class LockFile:
             if remove_if_created:
 
                 def alone(_path: str) -> bool:
-                    return s.created and _try(s.fd, 0, True)
+                    return s.created and try_lock(s.fd, 0, True)
 
                 ownership.delete_owned([s.path], alone, _unlink, where=s.path)
             os.close(s.fd)
@@ -240,3 +197,6 @@ def reset_after_fork() -> None:
         s.mutex = threading.Lock()
         s.key_locks = KeyLocks()
         s.using = False
+
+
+LIVE.first_in_child(reset_after_fork)  # before any handle's own hook

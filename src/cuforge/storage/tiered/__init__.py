@@ -28,7 +28,6 @@ level's failure counters; ``level_stats()`` gives each level's own counters;
 
 from __future__ import annotations
 
-import threading
 import warnings
 from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -47,12 +46,17 @@ from ..base import (
     EntryCache,
     ProgramCacheResource,
     check_meta,
+    lookup_of,
 )
 from ..entry import CacheEntry, EntryInfo
+from ..handle import DriverCache
+from ..outcome import FAILED, READ_ONLY, STORED, STORED_OUTCOME, StoreOutcome
 from ..stats import CacheStats
 from ._lazylevel import LazyLevel, opened
 
-__all__ = ["TieredProgramCache", "opened"]  # opened: which level a lazy one opened (the CLI asks)
+# LazyLevel: what ``urls.open_tiered`` wraps the levels behind the first persistent
+# one in; opened: which level a lazy one opened (the CLI asks).
+__all__ = ["LazyLevel", "TieredProgramCache", "opened"]
 
 _FAILURE_FIELDS = (
     "evictions",
@@ -94,7 +98,6 @@ class TieredProgramCache(EntryCache):
         widest = max((i for i in range(len(levels)) if self._writable[i]), default=None)
         self._locker_index = widest
         self._warned = False
-        self._last_missed = threading.local()
 
     @property
     def levels(self) -> tuple[ProgramCacheResource, ...]:
@@ -104,10 +107,8 @@ class TieredProgramCache(EntryCache):
     def first_persistent(self) -> tuple[int, ProgramCacheResource] | None:
         """The first level that is not in-memory and its index, if it is open (a URL's
         first persistent level always is); never opens a lazy level."""
-        from ..memory import InMemoryProgramCache
-
         for i, level in enumerate(self._levels):
-            if not isinstance(level, InMemoryProgramCache):
+            if not (isinstance(level, DriverCache) and level.in_memory):
                 inner = opened(level)
                 return None if inner is None else (i, inner)
         return None
@@ -125,7 +126,7 @@ class TieredProgramCache(EntryCache):
 
     # -- failures ---------------------------------------------------------------------------
     def _level_failed(self, i: int, exc: BaseException, what: str, counter: str) -> None:
-        setattr(self._stats, counter, getattr(self._stats, counter) + 1)
+        self._tally_failure(counter)
         if self._warned:
             return
         self._warned = True
@@ -138,30 +139,28 @@ class TieredProgramCache(EntryCache):
         )
 
     # -- reads ------------------------------------------------------------------------------
-    def get_entry(self, key: CacheKey) -> CacheEntry | None:
+    def get_entry(
+        self, key: CacheKey, *, count: bool = True, count_miss: bool = True
+    ) -> CacheEntry | None:
+        """The first level's entry that has one (each level asked in order, counted as
+        this lookup is); the writable levels that missed get a copy."""
         k = coerce_key(key)
-        levels = self._levels
         missed: list[int] = []
         found = None
-        for i, level in enumerate(levels):
+        for i, level in enumerate(self._levels):
             try:
-                found = level.get_entry(k)
+                found = lookup_of(level, k, count, count_miss)
             except Exception as exc:  # one level never hides the others
                 self._level_failed(i, exc, "look up an entry", "read_failures")
                 found = None
             if found is not None:
                 break
             missed.append(i)
-        self._last_missed.value = (k, missed)
-        stats = self._stats
-        if found is None:
-            stats.misses += 1
-            return None
-        stats.hits += 1
-        stats.bytes_read += len(found.data)
-        for j in missed:
-            if self._writable[j]:
-                self._put(j, k, found.data, found.meta, "store a backfill")
+        self._tally(found, count and (found is not None or count_miss))
+        if found is not None:
+            for j in missed:
+                if self._writable[j]:
+                    self._put(j, k, found.data, found.meta, "store a backfill")
         return found
 
     def get_entries(self, keys: Iterable[CacheKey]) -> list[CacheEntry | None]:
@@ -191,52 +190,47 @@ class TieredProgramCache(EntryCache):
                         self._put(j, ks[n], entry.data, entry.meta, "store a backfill")
             todo = rest
             missed_by.append(i)
-        stats = self._stats
         for entry in out:
-            if entry is None:
-                stats.misses += 1
-            else:
-                stats.hits += 1
-                stats.bytes_read += len(entry.data)
+            self._tally(entry)
         return out
 
     # -- writes -----------------------------------------------------------------------------
-    def _put(self, i: int, key: bytes, data: bytes, meta: bytes, what: str) -> bool:
-        """Write to level ``i``; whether it raised nothing (it may still have dropped
-        the entry: see ``events.note_dropped``)."""
+    def _put(self, i: int, key: bytes, data: bytes, meta: bytes, what: str) -> StoreOutcome | None:
+        """Write to level ``i``; what it did (None: it raised, counted and warned)."""
         try:
-            self._levels[i].set_entry(key, data, meta)
+            return self._levels[i].set_entry(key, data, meta) or STORED_OUTCOME
         except Exception as exc:  # isolated per level
             self._level_failed(i, exc, what, "write_failures")
-            return False
-        return True
+            return None
 
-    def set_entry(self, key: CacheKey, value: CacheValue, meta: bytes = b"") -> None:
-        """Store in every writable level (each level's failure is its own). Counted as
-        a store when one level took it; when every level dropped it (a value larger
-        than each level's cap, say), not, and the last drop a level noted stands."""
+    def set_entry(self, key: CacheKey, value: CacheValue, meta: bytes = b"") -> StoreOutcome:
+        """Store in every writable level (each level's failure is its own). Stored, and
+        counted as a store, when one level took it; when every level dropped it (a
+        value larger than each level's cap, say), the last level's reason. A level
+        that dropped a store the others took is named in the stored outcome's detail."""
         k = coerce_key(key)
         data = coerce_value(value, "TieredProgramCache.__setitem__")
         check_meta(meta)
         if self._locker_index is None:  # every level is read-only
-            self._stats.write_failures += 1
-            events.note_dropped(events.READ_ONLY, "every level is read-only")
-            return
+            outcome = StoreOutcome(READ_ONLY, "every level is read-only")
+            self._tally_failure("write_failures")
+            events.note_dropped(outcome.reason, outcome.detail)
+            return outcome
         taken = False
-        dropped = None
+        dropped: StoreOutcome | None = None
         for i in range(len(self._levels)):
             if self._writable[i]:
-                events.take_dropped()
-                wrote = self._put(i, k, data, meta, "store an entry")
-                noted = events.take_dropped()
-                taken = taken or (wrote and noted is None)
-                dropped = noted or dropped
-        if dropped is not None:  # for the pipeline: why a level (or every one) dropped it
-            events.note_dropped(*dropped)
+                done = self._put(i, k, data, meta, "store an entry")
+                if done is not None and done.reason == STORED:
+                    taken = True
+                elif done is not None:
+                    dropped = done
         if not taken:
-            return
-        self._stats.stores += 1
-        self._stats.bytes_written += len(data)
+            return dropped or StoreOutcome(FAILED, "every writable level failed")
+        self._tally_store(len(data))
+        if dropped is not None:
+            return StoreOutcome(STORED, f"{dropped.reason}: {dropped.detail}")
+        return STORED_OUTCOME
 
     def __setitem__(self, key: CacheKey, value: CacheValue) -> None:
         self.set_entry(key, value)
@@ -311,23 +305,14 @@ class TieredProgramCache(EntryCache):
         self, key: CacheKey, timeout: float | None = DEFAULT_LOCK_TIMEOUT
     ) -> AbstractContextManager[bool]:
         """The widest writable level's lock (threads of this process if none is writable).
-
-        The look-again a caller makes under the lock repeats the lookup that missed:
-        the levels' miss counts of that lookup are taken back here, so a fill counts
-        one miss at each level, as it does on a single backend.
-        """
+        (The look-again a caller makes under the lock passes ``count=False``, which
+        the levels are asked with too: a fill counts one miss at each level, as it
+        does on a single backend.)"""
         k = coerce_key(key)
         return self._hold(k, timeout)
 
     @contextmanager
     def _hold(self, key: bytes, timeout: float | None) -> Iterator[bool]:
-        last = getattr(self._last_missed, "value", None)
-        if last is not None and last[0] == key:
-            self._last_missed.value = None
-            for i in last[1]:
-                stats = getattr(opened(self._levels[i]), "_stats", None)
-                if stats is not None and stats.misses > 0:
-                    stats.misses -= 1
         widest = self._locker_index
         if widest is None:
             with self._key_locks.hold(key, timeout) as held:

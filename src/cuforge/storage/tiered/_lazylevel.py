@@ -45,8 +45,10 @@ from ..base import (
     EntryCache,
     ProgramCacheResource,
     check_meta,
+    lookup_of,
 )
 from ..entry import CacheEntry, EntryInfo
+from ..outcome import STORED_OUTCOME, StoreOutcome
 from ..stats import CacheStats
 
 __all__ = ["LazyLevel", "opened"]
@@ -143,7 +145,7 @@ class LazyLevel(EntryCache):
             try:
                 level.set_entry(key, data, meta)
             except Exception as exc:  # one failed write never stops the rest
-                self._stats.write_failures += 1
+                self._tally_failure("write_failures")
                 self._warn(f"store a deferred entry ({type(exc).__name__}: {exc})")
         self._pending, self._pending_bytes = {}, 0
 
@@ -156,11 +158,13 @@ class LazyLevel(EntryCache):
         )
 
     # -- reads ----------------------------------------------------------------------------
-    def get_entry(self, key: CacheKey) -> CacheEntry | None:
+    def get_entry(
+        self, key: CacheKey, *, count: bool = True, count_miss: bool = True
+    ) -> CacheEntry | None:
         level = self._level
         if level is None or self._pending:
             level = self.open()
-        return level.get_entry(key)
+        return lookup_of(level, key, count, count_miss)
 
     def get_entries(self, keys: Iterable[CacheKey]) -> list[CacheEntry | None]:
         level = self._level
@@ -169,12 +173,12 @@ class LazyLevel(EntryCache):
         return level.get_entries(keys)
 
     # -- writes ---------------------------------------------------------------------------
-    def set_entry(self, key: CacheKey, value: CacheValue, meta: bytes = b"") -> None:
-        """Store through the open level, or keep the store until the level opens."""
+    def set_entry(self, key: CacheKey, value: CacheValue, meta: bytes = b"") -> StoreOutcome:
+        """Store through the open level, or keep the store until the level opens (then
+        it is stored: written at the latest at close or exit)."""
         level = self._level
         if level is not None and not self._pending:
-            level.set_entry(key, value, meta)
-            return
+            return level.set_entry(key, value, meta) or STORED_OUTCOME
         k = coerce_key(key)
         data = coerce_value(value, "LazyLevel.set_entry")
         check_meta(meta)
@@ -188,8 +192,8 @@ class LazyLevel(EntryCache):
                 self._pending[k] = (data, meta)
                 self._pending_bytes += len(data) + len(meta)
                 if self._pending_bytes <= self._max_pending:
-                    return
-        self.open().set_entry(k, data, meta)
+                    return STORED_OUTCOME
+        return self.open().set_entry(k, data, meta) or STORED_OUTCOME
 
     def __setitem__(self, key: CacheKey, value: CacheValue) -> None:
         self.set_entry(key, value)
@@ -250,7 +254,8 @@ class LazyLevel(EntryCache):
                 try:
                     self.open()
                 except Exception as exc:  # a level that cannot open cannot take them
-                    self._stats.write_failures += len(self._pending)
+                    for _ in self._pending:
+                        self._tally_failure("write_failures")
                     self._pending, self._pending_bytes = {}, 0
                     self._warn(f"open to store deferred entries ({type(exc).__name__}: {exc})")
             self._closed = True

@@ -1,0 +1,78 @@
+"""Advisory file locks that die with their holder, for the backends on local files.
+
+Two kinds, one set of calls: a whole-file lock (``offset`` None: ``flock`` on POSIX,
+which threads sharing a descriptor share; FileStream's lock files, ledger and
+records) and a one-byte record lock at ``offset`` (``lockf``: SQLite's lock file,
+one byte per key, byte 0 shared by every process using the database). Windows has
+``msvcrt.locking`` on one byte (whole-file locks take a byte far past the end, so
+locked files stay readable) and no shared locks: a shared one is always granted.
+
+The OS drops every one of them when its process exits or is killed, which is how a
+dead holder is detected: no pid files, no heartbeats. :func:`poll` waits for one.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+__all__ = ["poll", "try_lock", "unlock"]
+
+if sys.platform == "win32":  # pragma: no cover - exercised on Windows only
+    import msvcrt
+
+    _WIN_WHOLE_FILE = 0x7FFFFFF0
+
+    def try_lock(fd: int, offset: int | None = None, exclusive: bool = True) -> bool:
+        """Take the lock without waiting; whether it is held now."""
+        if not exclusive:
+            return True
+        os.lseek(fd, _WIN_WHOLE_FILE if offset is None else offset, os.SEEK_SET)
+        try:
+            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+        except OSError:
+            return False
+        return True
+
+    def unlock(fd: int, offset: int | None = None) -> None:
+        os.lseek(fd, _WIN_WHOLE_FILE if offset is None else offset, os.SEEK_SET)
+        msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
+
+else:
+    import fcntl
+
+    def try_lock(fd: int, offset: int | None = None, exclusive: bool = True) -> bool:
+        """Take the lock without waiting; whether it is held now."""
+        mode = (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB
+        try:
+            if offset is None:
+                fcntl.flock(fd, mode)
+            else:
+                fcntl.lockf(fd, mode, 1, offset)
+        except OSError:  # EWOULDBLOCK, EACCES, EAGAIN: another process holds it
+            return False
+        return True
+
+    def unlock(fd: int, offset: int | None = None) -> None:
+        if offset is None:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        else:
+            fcntl.lockf(fd, fcntl.LOCK_UN, 1, offset)
+
+
+def poll(attempt: Callable[[], bool], timeout: float | None) -> bool:
+    """Call ``attempt()`` until it returns True (True) or ``timeout`` seconds (None: no
+    limit) pass (False): 0.5 ms apart at first, doubling up to 50 ms."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    delay = 0.0005
+    while not attempt():
+        if deadline is not None and time.monotonic() >= deadline:
+            return False
+        time.sleep(delay)
+        delay = min(delay * 2, 0.05)
+    return True

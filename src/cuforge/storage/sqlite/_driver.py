@@ -1,0 +1,381 @@
+"""The SQLite driver: a database file's rows as the storage core asks for them.
+
+What this module decides (the rest is the core's, ``storage.handle``): opening the
+file only when it is provably cuforge's (``_open``), the verified read of a row
+(its key digest and a key-seeded CRC-32 over payload, payload length and metadata;
+``_schema.row_check``), one query for many keys, a row that fails dropped only if
+no writer replaced it, rows by id for the command line (``_entries``), record locks
+for single flight (``_lock``), and what is written (``_writes``: stores, their
+deferral, the write-back of uses and counters; ``_space``: the cap).
+
+Failure modes: SQLite reporting damage marks the file for recovery at its next
+open and warns (:class:`~cuforge.storage.sqlite.CacheRecoveryWarning`); a handle
+that could not open the file usably (``broken``) serves misses and drops stores; a
+database locked past ``timeout`` is a miss; nothing raises for the medium on the
+lookup or store path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+import warnings
+import weakref
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any
+from zlib import crc32
+
+from cuforge._stack import outside_level
+
+from .._integrity import key_seed
+from .._safedir import prepare_db_file
+from ..driver import Driver
+from ..entry import CacheEntry, EntryInfo
+from ..outcome import TOO_LARGE, Damaged, StoreOutcome
+from ..stats import CacheStats
+from ..units import check_max_size
+from ._conn import Connections, check_timeout, immediate, load_sqlite3, pragmas
+from ._deferred import DeferredStores
+from ._entries import find_row, list_rows, remove_row
+from ._evict import checkpoint, delete_all, vacuum
+from ._lock import LockFile
+from ._open import mark_damaged, open_database, refuse_unless_ours
+from ._schema import SQL, ForeignDatabaseError, is_corruption, rid_of, row_check
+from ._space import Budget, Space
+from ._writes import Writes
+
+if TYPE_CHECKING:
+    from ..protocol import Reports
+
+__all__ = ["SQLiteDriver"]
+
+_U32 = 0xFFFFFFFF
+_GET = SQL.get  # the hit path avoids an attribute lookup
+_CHUNK = 500  # bound parameters per query (SQLite's limit is 999 on old builds)
+Loc = tuple[bytes, int, int]  # (key digest, row id, check seed)
+
+
+class SQLiteDriver(Driver):
+    """The rows of the database at ``path``; ``knobs`` are the handle's class settings
+    (``EVICT_LOW_WATER``, ``STORE_LOCK_WAIT_S``, ``STORE_LOCK_BACKOFF_S``,
+    ``DEFERRED_MAX_BYTES``, ``HOUSEKEEPING_TIMEOUT_MS``, ``CHECKPOINT_TIMEOUT_MS``)."""
+
+    flush_every = 256
+    flush_interval_s = 1.0
+
+    def __init__(
+        self,
+        path: str,
+        max_size_bytes: int | None,
+        durable: bool,
+        timeout: float,
+        trust_shared: bool,
+        knobs: tuple[float, float, float, int, int, int],
+        recovery: type[Warning],
+    ) -> None:
+        low_water, store_wait, backoff, deferred_max, housekeeping_ms, self._checkpoint_ms = knobs
+        sqlite3 = load_sqlite3()
+        self._error = sqlite3.Error
+        self.cap = check_max_size(max_size_bytes)
+        self._timeout = check_timeout(timeout)
+        self._durable = bool(durable)
+        self.path = path
+        self.label = f"cuforge program cache {path}"
+        self._recovery = recovery
+        self._recovery_warned = False
+        if os.path.isdir(path):
+            raise ValueError(
+                f"SQLiteProgramCache path {path} is a directory; give the path of "
+                "a database file (e.g. .../program-cache.db)"
+            )
+        refuse_unless_ours(sqlite3, path, self._timeout)  # before creating anything
+        prepare_db_file(path, trust_shared)  # private, like FileStream (_safedir)
+        budget = Budget(self.cap)
+        self._conns = Connections(sqlite3, path, self._timeout, pragmas(self._durable, budget.wal))
+        space = Space(budget, self._conns, path, low_water, self._checkpoint_ms, sqlite3.Error)
+        deferred = DeferredStores(
+            int(min(self._timeout, store_wait) * 1000), backoff, int(deferred_max)
+        )
+        self._w = Writes(self._conns, space, deferred, path, sqlite3.Error, int(housekeeping_ms))
+        self._w.damaged = self._damaged
+        self._lockfile = LockFile(path)
+        try:
+            opened = open_database(sqlite3, self._conns, self._lockfile, path, self._timeout)
+        except BaseException as exc:
+            self._conns.close_all()
+            self._lockfile.release(remove_if_created=isinstance(exc, ForeignDatabaseError))
+            raise
+        self._w.broken = opened.broken
+        self._w.read_only = opened.read_only  # hits only: stores are dropped (one warning)
+        if opened.notice is not None:
+            tail = "; this handle serves misses (compiles still work)" if opened.broken else ""
+            self._warn_recovery(f"{self.label}: {opened.notice}{tail}")
+        # A driver dropped without close() still lets go of its connections and locks.
+        self._finalizer = weakref.finalize(self, _release, self._conns, self._lockfile)
+        self._finalizer.atexit = False  # the exit flush needs them; the OS frees them after
+        self.read_many = self._read_many
+        self.lease = self._hold
+
+    def bind(self, reports: Reports) -> None:
+        super().bind(reports)
+        self._w.reports = reports
+
+    def _warn_recovery(self, message: str) -> None:
+        if not self._recovery_warned:
+            self._recovery_warned = True
+            warnings.warn(message, self._recovery, stacklevel=outside_level())
+
+    def _damaged(self, exc: BaseException) -> None:
+        mark_damaged(self.path)
+        self._warn_recovery(
+            f"{self.label}: SQLite reports damage ({exc}); reads are misses, and the file "
+            "is checked (and moved aside if damaged) when it is next opened while no "
+            "other process uses it",
+        )
+
+    # -- reads ----------------------------------------------------------------------
+    def locate(self, kd: bytes) -> Loc:
+        return kd, rid_of(kd), key_seed(kd)
+
+    def read(self, loc: Loc) -> CacheEntry | Damaged | None:
+        kd, rid, seed = loc
+        w = self._w
+        if w.broken is None:
+            try:
+                rows = self._conns.get().execute(_GET, (rid,)).fetchall()
+            except self._error as exc:
+                if is_corruption(exc):
+                    self._damaged(exc)
+                rows = None
+            if rows:
+                digest, crc, meta, data = rows[0]
+                if (  # a damaged record header can turn a column into text, a number or NULL
+                    type(data) is bytes
+                    and type(meta) is bytes
+                    and digest == kd
+                    and crc32(meta, crc32(data, (seed ^ len(data)) & _U32)) == crc
+                ):
+                    w.touch(rid)
+                    return CacheEntry(data, meta)
+                return Damaged("checksum mismatch", (rid, crc))
+        if w.deferred.rows:  # stored by this handle, not written yet (lock held)
+            kept = w.deferred.lookup(rid, kd)
+            if kept is not None:
+                return CacheEntry(kept[7], kept[6])
+        return None
+
+    def _read_many(self, locs: Sequence[Loc]) -> list[CacheEntry | Damaged | None]:
+        """The rows of ``locs`` by one SELECT per 500 keys (one snapshot); a key whose
+        row is not a verified one goes through :meth:`read` (deferred stores, damage)."""
+        rows: dict[int, tuple[Any, ...]] = {}
+        if self._w.broken is None:
+            rids = [rid for _kd, rid, _seed in locs]
+            try:
+                conn = self._conns.get()
+                for at in range(0, len(rids), _CHUNK):
+                    part = rids[at : at + _CHUNK]
+                    sql = (
+                        "SELECT rid, digest, crc, meta, data FROM cuforge_entries WHERE rid IN ("
+                        + ",".join("?" * len(part))
+                        + ")"
+                    )
+                    for row in conn.execute(sql, part).fetchall():
+                        rows[row[0]] = row[1:]
+            except self._error:
+                rows = {}  # read() below meets the fault itself and handles it
+        out: list[CacheEntry | Damaged | None] = []
+        for loc in locs:
+            row = rows.get(loc[1])
+            if row is not None and _verifies(loc, row):
+                self._w.touch(loc[1])
+                out.append(CacheEntry(row[3], row[2]))
+            else:
+                out.append(self.read(loc))
+        return out
+
+    def drop(self, loc: Loc, damaged: Damaged) -> None:
+        """Remove a row that does not verify -- unless a writer has replaced it since it
+        was read (its check would differ)."""
+        rid, crc = damaged.token
+        self._w.pending.pop(rid, None)
+        with contextlib.suppress(self._error):
+            immediate(self._conns.get(), SQL.drop_if_same, (rid, crc))
+
+    # -- stores and removals ----------------------------------------------------------
+    def write(self, loc: Loc, data: bytes, meta: bytes) -> StoreOutcome:
+        kd, rid, seed = loc
+        w = self._w
+        if w.broken or w.read_only:
+            return w.failed(w.broken or "the file system or file is read-only")
+        size = len(data) + len(meta)
+        budget = w.space.budget
+        if size > budget.share:  # could never fit: refused, nothing evicted
+            share = max(int(budget.share), 0)
+            return StoreOutcome(
+                TOO_LARGE,
+                f"{self.path}: {size} bytes, larger than the cache's size cap "
+                f"({budget.cap} bytes, {share} of them for entries)",
+            )
+        now = time.time_ns()
+        return self._w.store((rid, kd, row_check(seed, data, meta), size, now, now, meta, data))
+
+    def remove(self, loc: Any) -> bool:
+        """``loc`` of a key: its row and any store of it kept back; of an id
+        (``locate_id``): the row that answers for that id (``_entries``)."""
+        w = self._w
+        if w.broken:
+            return False
+        if loc[0] == "id":
+            kd = loc[1]
+            for rid, row in list(w.deferred.rows.items()):
+                if row[1] == kd:
+                    w.deferred.forget(rid)
+            found = find_row(self._conns.get(), kd)
+            if found is None:
+                return False
+            try:
+                conn = self._conns.get()
+                with self._conns.full_wait(conn):
+                    return remove_row(conn, kd, found)
+            except self._error:
+                return False
+        kd, rid, _ = loc
+        kept = w.deferred.lookup(rid, kd) is not None
+        w.deferred.forget(rid)
+        try:
+            conn = self._conns.get()
+            with self._conns.full_wait(conn):
+                cur = immediate(conn, SQL.delete_key, (rid, kd))
+        except self._error as exc:
+            self.reports.dropped(w.failed(exc))
+            return True  # not known absent: no KeyError
+        return cur.rowcount > 0 or kept
+
+    def clear(self) -> None:
+        """Remove every row and give the space back to the file system."""
+        w = self._w
+        if w.broken:
+            return
+        w.pending.clear()
+        w.deferred.clear()
+        try:
+            conn = self._conns.get()
+            with self._conns.full_wait(conn):
+                delete_all(conn, w.space.budget.rows, w.space.begin)
+        except self._error as exc:
+            self.reports.dropped(w.failed(exc))
+            return
+        # Giving the pages back is housekeeping: busy here fails nothing.
+        wait = self._checkpoint_ms
+        with contextlib.suppress(self._error), self._conns.busy_timeout(conn, wait):
+            vacuum(conn, 1 << 62, w.space.budget.rows, wait / 1000)
+            checkpoint(conn, wait / 1000, truncate=True)
+
+    # -- by id, listing -----------------------------------------------------------------
+    def locate_id(self, entry_id: str) -> Any:
+        from ._entries import digest_of_id
+
+        kd = digest_of_id(entry_id)
+        return None if kd is None else ("id", kd)
+
+    def peek(self, loc: Any) -> CacheEntry | Damaged | None:
+        if self._w.broken:
+            return None
+        found = find_row(self._conns.get(), loc[1])
+        if found is None:
+            return None
+        row, problem = found
+        return Damaged(problem, None) if problem else CacheEntry(row[3], row[2])
+
+    def scan(self) -> Iterator[EntryInfo]:
+        """Every row, in pages of 256 (no read transaction stays open between pages)."""
+        if not self._w.broken:
+            yield from list_rows(self._conns.get)
+
+    def count(self) -> int:
+        """Number of entries (kept by triggers: no scan)."""
+        if self._w.broken:
+            return 0
+        return int(self._conns.get().execute("SELECT entries FROM cuforge_state").fetchall()[0][0])
+
+    def size(self) -> int:
+        """Bytes on disk of the database, its WAL and its WAL index."""
+        return sum(self._w.space.sizes(3))
+
+    # -- locks, counters, lifetime ------------------------------------------------------
+    def _hold(self, loc: Loc, timeout: float | None) -> AbstractContextManager[bool]:
+        return self._lockfile.hold(loc[0], timeout)
+
+    def flush(self, stats: CacheStats, final: bool) -> None:
+        if not final:
+            self._w.housekeep(False)
+            return
+        # Kept stores and counters, waiting as long as a write may (a peer holding the
+        # write lock a little longer than a store's 0.25 s would lose them otherwise).
+        with self._conns.full_wait(self._conns.get()):
+            self._w.write_deferred(int(self._timeout * 1000))
+            self._w.housekeep(True)
+
+    def totals(self, stats: CacheStats) -> CacheStats:
+        """Counters summed over every handle (others: what they last wrote back)."""
+        self._w.housekeep(True)
+        unflushed = self._w.unflushed(stats)
+        try:
+            stored = list(self._conns.get().execute(SQL.read_stats).fetchall()[0])
+        except (self._error, IndexError):
+            stored = []
+        stored += [0] * (len(unflushed) - len(stored))  # counters kept per handle only
+        return CacheStats(*(max(0, a + b) for a, b in zip(stored, unflushed, strict=True)))
+
+    def zero(self, stats: CacheStats) -> None:
+        """Set the stored counters to zero and drop what this handle counted so far
+        from what it writes back (OSError when the database cannot be written)."""
+        w = self._w
+        if w.broken:
+            raise OSError(f"{self.path}: {w.broken}")
+        with w.mutex:
+            done = stats.copy()
+            try:
+                conn = self._conns.get()
+                with self._conns.full_wait(conn):
+                    immediate(conn, SQL.zero_stats)
+            except self._error as exc:
+                if is_corruption(exc):
+                    self._damaged(exc)
+                raise OSError(f"{self.path}: {exc}") from exc
+            w.flushed = done
+
+    def after_fork(self) -> None:
+        self._conns.forget_after_fork()
+        self._w.space.after_fork()
+        self._w.after_fork()
+        self._lockfile.use(0)
+
+    def close(self) -> None:
+        """Leave the cache within its cap (waiting as long as a write would), then let
+        go of the connections and the lock file."""
+        w = self._w
+        with contextlib.suppress(Exception), self._conns.full_wait(self._conns.get()):
+            db, wal = w.space.sizes()
+            if not w.broken and w.space.budget.needs_work(db, wal):
+                w.space.retry_at = 0
+                w.make_room(db, wal, int(self._timeout * 1000))
+        self._finalizer()
+
+
+def _verifies(loc: Loc, row: tuple[Any, ...]) -> bool:
+    kd, _, seed = loc
+    digest, crc, meta, data = row
+    return (
+        type(data) is bytes
+        and type(meta) is bytes
+        and digest == kd
+        and crc32(meta, crc32(data, (seed ^ len(data)) & _U32)) == crc
+    )
+
+
+def _release(conns: Connections, lockfile: LockFile) -> None:
+    conns.close_all()
+    lockfile.release()

@@ -1,0 +1,205 @@
+"""Everything a SQLite cache writes: stores (kept back while the write lock is held
+elsewhere), the write-back of recorded uses and counters, and eviction's callbacks.
+
+- **A store** waits for SQLite's write lock at most its bound (``_deferred``: 0.25 s,
+  10 ms while backing off), then is kept in memory (``locked``, kept: a lock timeout,
+  not a write failure) and written with the next store that gets the lock, at the
+  write-back of close or at exit. Each transaction holds at most a quarter of the
+  WAL's allowance (``_deferred.batches``): deferred rows written in one go would
+  grow the WAL past the cap. Rows that cannot be written for another reason are
+  dropped, each a write failure told to the core.
+- **Write-back** (``housekeep``): the first use of each row since the last write-back
+  and the counters' difference since then, in one short transaction: on the core's
+  schedule (``wait=False``: a brief busy wait, what is not written waits for the
+  next), and at close, exit or for totals (``wait=True``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from ..outcome import FAILED, LOCKED, READ_ONLY, STORED_OUTCOME, StoreOutcome
+from ..stats import CacheStats
+from ._conn import Connections
+from ._deferred import DeferredStores, Row, batches
+from ._schema import SQL, STAT_COLUMNS, is_busy, is_corruption
+from ._space import Space
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from ..protocol import Reports
+
+__all__ = ["Writes"]
+
+_PENDING_MAX = 4096
+
+
+class Writes:
+    """The write side of one handle (see the module docstring). ``damaged(exc)`` is
+    told of SQLite reporting damage; ``reports`` is the core's."""
+
+    def __init__(
+        self,
+        conns: Connections,
+        space: Space,
+        deferred: DeferredStores,
+        path: str,
+        error: type[BaseException],
+        housekeeping_ms: int,
+    ) -> None:
+        self.conns, self.space, self.deferred = conns, space, deferred
+        self.path, self.error, self.housekeeping_ms = path, error, housekeeping_ms
+        self.mutex = threading.Lock()  # one write-back at a time per handle
+        self.pending: dict[int, int] = {}  # rid -> wall ns of a use, not yet written
+        self.flushed = CacheStats()  # the counters the database has of this handle
+        self.read_only = False  # the file system or file: stores are refused
+        self.broken: str | None = None  # why the handle serves misses only
+        self.reports: Reports
+        self.damaged: Callable[[BaseException], None]
+
+    # -- stores ---------------------------------------------------------------------
+    def store(self, row: Row) -> StoreOutcome:
+        """Write ``row`` (and the deferred rows after it); what became of ``row``."""
+        self.pending.pop(row[0], None)
+        return self.rows(self.deferred.with_new(row), self.deferred.wait_now_ms(), row)
+
+    def rows(self, rows: list[Row], wait_ms: int, new: Row | None) -> StoreOutcome:
+        """Write ``rows`` (``new`` first), waiting at most ``wait_ms`` for the write lock;
+        the outcome of ``new`` (stored when None). The other rows written are told to
+        the core as stores; those that fail, as dropped stores."""
+        conn = self.conns.get()
+        self.conns.set_busy(conn, wait_ms)  # maintenance waits longer (full_wait)
+        left = list(rows)
+        outcome = STORED_OUTCOME
+        budget = self.space.budget
+        for batch in batches(rows, budget.rows, budget.wal // 4):
+            try:
+                self.space.begin(conn, evict=self.make_room)  # sizes checked under the lock
+                try:
+                    conn.executemany(SQL.put, batch)
+                    conn.execute("COMMIT")
+                except BaseException:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    raise
+            except self.error as exc:
+                return self._stopped(exc, left, new)
+            del left[: len(batch)]
+            others = [r for r in batch if r is not new]
+            for row in batch:  # written: an older deferred row of its id goes too
+                self.deferred.forget(row[0])
+            if others:
+                self.reports.stored(len(others), sum(len(r[7]) for r in others))
+        self.deferred.written()
+        return outcome
+
+    def _stopped(self, exc: BaseException, left: list[Row], new: Row | None) -> StoreOutcome:
+        """A write of ``left`` (``new`` among them unless written) failed with ``exc``.
+        A store that waited its bound keeps what is left for later; anything else
+        drops it."""
+        pending_new = new is not None and any(r is new for r in left)
+        keep = new is not None and is_busy(exc)
+        if keep and (not pending_new or self.deferred.keep(new)):  # type: ignore[arg-type]
+            self.deferred.timed_out()
+            detail = (
+                f"another process holds the write lock for more than "
+                f"{self.deferred.wait_ms} ms; kept in memory until the write lock is free"
+            )
+            if pending_new:
+                return StoreOutcome(LOCKED, detail, kept=True)
+            self.reports.lock_busy(detail)
+            return STORED_OUTCOME
+        self.deferred.clear()
+        outcome = self.failed(exc)
+        for row in left:
+            if row is not new:
+                self.reports.dropped(outcome)
+        return outcome if pending_new else STORED_OUTCOME
+
+    def failed(self, why: BaseException | str) -> StoreOutcome:
+        """The outcome of a store that ``why`` stopped (told of damage)."""
+        if isinstance(why, BaseException) and is_corruption(why):
+            self.damaged(why)
+        if isinstance(why, BaseException) and is_busy(why):
+            return StoreOutcome(LOCKED, str(why))
+        return StoreOutcome(READ_ONLY if self.read_only else FAILED, str(why))
+
+    def write_deferred(self, wait_ms: int) -> None:
+        if self.deferred.rows and not self.broken:
+            self.rows(list(self.deferred.rows.values()), wait_ms, None)
+
+    # -- eviction ---------------------------------------------------------------------
+    def make_room(self, db: int, wal: int, wait_ms: int = 0) -> None:
+        """Evict and fold so the files fit the cap (``Space.make_room``)."""
+        self.space.make_room(db, wal, wait_ms, lambda: self.housekeep(False), self._evicted)
+
+    def _evicted(self, rids: list[int]) -> None:
+        for rid in rids:
+            self.pending.pop(rid, None)
+        if rids:
+            self.reports.evicted(len(rids))
+
+    # -- write-back of uses and counters ----------------------------------------------
+    def housekeep(self, wait: bool) -> bool:
+        """Write pending uses and counter deltas in one transaction; whether all is
+        written (``wait=False``: a brief busy wait; what is not written is kept)."""
+        if self.read_only:
+            return True  # nothing can be written: uses and counters stay per handle
+        if not self.mutex.acquire(blocking=wait):
+            return False
+        pending: dict[int, int] = {}
+        try:
+            snap = self.reports.counts().copy()
+            deltas = [a - b for a, b in zip(snap._values(), self.flushed._values(), strict=True)]
+            del deltas[len(STAT_COLUMNS) :]  # counters the table has columns for
+            pending, self.pending = self.pending, {}
+            batch = self.space.budget.rows  # each use rewrites a page: bound the WAL
+            if len(pending) > batch:
+                items = list(pending.items())
+                pending, self.pending = dict(items[:batch]), dict(items[batch:])
+            if self.broken or (not pending and not any(deltas)):
+                return True
+            conns = self.conns
+            conn = conns.get()
+            brief = self.housekeeping_ms
+            with conns.full_wait(conn) if wait else conns.busy_timeout(conn, brief):
+                conn.execute("BEGIN IMMEDIATE")  # a few pages: the next writer folds
+                try:
+                    if pending:
+                        now = time.time_ns()
+                        conn.executemany(SQL.touch, [(ns, r, ns, now) for r, ns in pending.items()])
+                    if any(deltas):
+                        conn.execute(SQL.add_stats, deltas)
+                    conn.execute("COMMIT")
+                except BaseException:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    raise
+            self.flushed = snap
+            return True
+        except self.error:
+            if len(self.pending) < _PENDING_MAX:
+                for rid, ns in pending.items():
+                    self.pending.setdefault(rid, ns)
+            return False
+        finally:
+            self.mutex.release()
+
+    def after_fork(self) -> None:
+        self.mutex = threading.Lock()
+        self.flushed = CacheStats()  # the parent's counts are the parent's to write
+        self.pending = {}
+        self.deferred.clear()  # the parent's to write
+
+    def touch(self, rid: int) -> None:
+        """Record a use of ``rid`` (the first per write-back)."""
+        pending = self.pending
+        if rid not in pending:
+            pending[rid] = time.time_ns()
+
+    def unflushed(self, stats: CacheStats) -> list[Any]:
+        return [a - b for a, b in zip(stats._values(), self.flushed._values(), strict=True)]
