@@ -23,7 +23,7 @@ TYPE_CHECKING = False  # typing is not imported at run time: it costs a cold hit
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
     from contextlib import AbstractContextManager
-    from typing import Any, TypeAlias
+    from typing import Any, Protocol, TypeAlias
 
     from .entry import CacheEntry, EntryInfo
     from .outcome import Damaged, StoreOutcome
@@ -32,6 +32,10 @@ if TYPE_CHECKING:
 
     #: What a read finds: a verified entry, a damaged one, or nothing.
     Found: TypeAlias = CacheEntry | Damaged | None
+
+    class Reader(Protocol):
+        def read(self, loc: Any, /) -> Found: ...
+
 
 __all__ = ["Driver"]
 
@@ -88,10 +92,11 @@ class Driver:
         raise NotImplementedError
 
     # -- defaults ---------------------------------------------------------------------
-    def reader(self) -> Callable[[Any], Found]:
-        """What the core calls for each lookup: :meth:`read`, or a faster callable with
-        the same answers (a FileStream memo), bound once when the handle opens."""
-        return self.read
+    def reader(self) -> Reader:
+        """Whose ``read`` the core calls for each lookup: this driver, or an object with
+        the same answers that is faster to ask (a FileStream memo); asked once, when
+        the handle opens."""
+        return self
 
     def locate(self, kd: bytes) -> Any:
         """The driver's name for key digest ``kd`` (memoised per key by the core)."""

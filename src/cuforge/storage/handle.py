@@ -77,12 +77,15 @@ class DriverCache(EntryCache):
     def __init__(self, driver: Driver) -> None:
         super().__init__()
         self._driver = driver
-        self._read = driver.reader()  # bound once: a hit is one call into the driver
+        self._reader = driver.reader()  # asked once: a hit is one call into the driver
         self._locs: dict[Any, Any] = {}
         self._closed = False
         self._ops = 0
         self._every = driver.flush_every
         self._interval = int(driver.flush_interval_s * 1e9)
+        # Operations before the schedule is looked at: every one when a flush can be
+        # due by time, else only when it is due by count (one compare per hit).
+        self._check = 1 if self._interval else self._every
         self._last = monotonic_ns()
         self._warned: set[str] = set()
         driver.bind(_Reporter(self))
@@ -135,19 +138,16 @@ class DriverCache(EntryCache):
             loc = self._loc(key)
         if self._closed:
             raise ValueError(f"operation on a closed {type(self).__name__}")
-        found = self._read(loc)
-        if type(found) is CacheEntry:
+        found = self._reader.read(loc)
+        if found:  # a verified entry: None and Damaged are false
             if count:
                 stats = self._stats
                 stats.hits += 1
-                stats.bytes_read += len(found.data)
-            ops = self._ops + 1
-            self._ops = ops
-            if ops >= self._every or (
-                self._interval and monotonic_ns() - self._last >= self._interval
-            ):
-                self._flush(False)
-            return found
+                stats.bytes_read += len(found.data)  # type: ignore[union-attr]
+            self._ops += 1
+            if self._ops >= self._check:
+                self._due()
+            return found  # type: ignore[return-value]
         return self._missed(key, loc, found, count and count_miss)
 
     def _missed(self, key: CacheKey, loc: Any, found: Found, count: bool) -> CacheEntry | None:
@@ -365,9 +365,15 @@ class DriverCache(EntryCache):
     # -- counters -----------------------------------------------------------------------
     def _tick(self) -> None:
         """One operation done: flush the counters when they are due."""
-        ops = self._ops + 1
-        self._ops = ops
-        if ops >= self._every or (self._interval and monotonic_ns() - self._last >= self._interval):
+        self._ops += 1
+        if self._ops >= self._check:
+            self._due()
+
+    def _due(self) -> None:
+        """Flush when ``flush_every`` operations or ``flush_interval_s`` passed."""
+        if self._ops >= self._every or (
+            self._interval and monotonic_ns() - self._last >= self._interval
+        ):
             self._flush(False)
 
     def _flush(self, final: bool) -> None:

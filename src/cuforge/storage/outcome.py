@@ -88,3 +88,8 @@ class Damaged(namedtuple("Damaged", ["problem", "token"])):
     __slots__ = ()
     problem: str
     token: Any
+
+    def __bool__(self) -> bool:
+        """False, as None is: only a verified entry (a non-empty tuple) is true, so the
+        hit path tests a read's answer with one truth test."""
+        return False

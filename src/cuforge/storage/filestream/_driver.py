@@ -42,8 +42,6 @@ from ._statsfile import FLUSH_EVERY, StatsStore, read_totals, zero_totals
 
 TYPE_CHECKING = False  # typing is not imported at run time: it costs a cold hit ~5 ms
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from ..driver import Found
     from ..entry import EntryInfo
     from ..protocol import Reports
@@ -124,9 +122,9 @@ class FileStreamDriver(Driver):
             self._lock_busy()
 
     # -- names and reads ------------------------------------------------------------
-    def reader(self) -> Callable[[PairNames], Found]:
+    def reader(self) -> HitMemo:
         """The memo, which falls back to the pair: a repeat hit is one call."""
-        return self._memo.read
+        return self._memo
 
     def read(self, names: PairNames) -> Found:
         return self._memo.read(names)

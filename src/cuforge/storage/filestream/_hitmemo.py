@@ -66,16 +66,15 @@ class HitMemo:
             if last is not None and time.monotonic_ns() - last < self.interval_ns:
                 try:
                     st = os.stat(path)
+                    fp = memo[0]  # compared field by field: no Fingerprint built per hit
+                    if (
+                        st.st_ino == fp.ino
+                        and st.st_size == fp.size
+                        and st.st_mtime_ns == fp.mtime_ns
+                    ):
+                        return memo[1]
                 except OSError:
-                    st = None
-                fp = memo[0]  # compared field by field: no Fingerprint built per hit
-                if (
-                    st is not None
-                    and st.st_ino == fp.ino
-                    and st.st_size == fp.size
-                    and st.st_mtime_ns == fp.mtime_ns
-                ):
-                    return memo[1]
+                    pass
                 self.forget(path)
         return self._slow(names)
 
