@@ -157,7 +157,7 @@ def bench_header_identity(n: int = 1_000_000, relocations: int = 30) -> tuple[fl
     The per-hit cost is the C++ backend's identity (compiler + headers) minus the
     compiler's identity alone, which is what a key took before header sets.
     """
-    from cuforge.compile import _identity, _toolkit, cache_key
+    from cuforge.compile.cache import _identity, _toolkit, cache_key
 
     backend = cache_key._BACKENDS["c++"]
     backend.identity()

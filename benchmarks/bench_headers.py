@@ -167,7 +167,7 @@ def bench_miss(rounds: int = 9) -> dict[str, float]:
     200), the part of that overhead a cached miss cannot share with other misses.
     """
     from cuforge import Program, ProgramOptions
-    from cuforge.compile import _includes, _tracking
+    from cuforge.compile.cache import _includes, _tracking
     from cuforge.utils import FileStreamProgramCache
 
     root = tempfile.mkdtemp(prefix="bench-headers-miss-")

@@ -7,7 +7,7 @@ drift hits them alike:
 - ``off``: the library as shipped (a NullHandler on ``cuforge``, no level set, so
   DEBUG is off): the hit path pays its level checks;
 - ``stripped``: those checks made free -- the hit path's ``debug_enabled`` (in
-  ``compile._cacheio`` and ``compile._tracking``) swapped for a C builtin that says
+  ``compile.cache._steps`` and ``compile.cache._tracking``) swapped for a C builtin that says
   no: the hit as if it had no logging code;
 - ``debug``: DEBUG on, each record made and handed to a handler that drops it.
 
@@ -33,11 +33,11 @@ _NEVER = frozenset().__contains__
 def bench_hit_logging(n: int = 5000, rounds: int = 7) -> dict[str, float]:
     """Median microseconds of a cache hit in each setting (see the module doc)."""
     from cuforge import Program, ProgramOptions
-    from cuforge.compile import _cacheio, _tracking
+    from cuforge.compile.cache import _steps, _tracking
     from cuforge.storage import FileStreamProgramCache
 
     logger = logging.getLogger("cuforge")
-    real = _cacheio.debug_enabled
+    real = _steps.debug_enabled
     opts = ProgramOptions(arch="sm_90")
     samples: dict[str, list[float]] = {"off": [], "stripped": [], "debug": []}
     drop = logging.NullHandler()
@@ -52,18 +52,18 @@ def bench_hit_logging(n: int = 5000, rounds: int = 7) -> dict[str, float]:
             for _ in range(rounds):
                 for setting in samples:
                     if setting == "stripped":
-                        _cacheio.debug_enabled = _tracking.debug_enabled = _NEVER
+                        _steps.debug_enabled = _tracking.debug_enabled = _NEVER
                     elif setting == "debug":
                         logger.setLevel(logging.DEBUG)
                         logger.addHandler(drop)
                     try:
                         samples[setting] += _timed_calls(hit, n)
                     finally:
-                        _cacheio.debug_enabled = _tracking.debug_enabled = real
+                        _steps.debug_enabled = _tracking.debug_enabled = real
                         logger.setLevel(logging.NOTSET)
                         logger.removeHandler(drop)
         finally:
-            _cacheio.debug_enabled = _tracking.debug_enabled = real
+            _steps.debug_enabled = _tracking.debug_enabled = real
     return {k: statistics.median(v) * 1e6 for k, v in samples.items()}
 
 

@@ -180,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(("miss overhead over uncached compile", f"{pct:+.2f} %", "-", "-", "<= 2 %"))
         rows.append(("  (uncached / cached miss)", f"{plain:.1f}/{cached:.1f} ms", "", "", ""))
 
-        from cuforge.compile._toolkit import toolkit_include_dirs
+        from cuforge.compile.cache._toolkit import toolkit_include_dirs
 
         dirs = toolkit_include_dirs()
         pair = [(ours, ())] + ([(theirs, dirs)] if theirs else [])

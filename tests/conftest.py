@@ -84,7 +84,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(autouse=True, scope="session")
 def _private_state_dir(tmp_path_factory: pytest.TempPathFactory) -> None:
     """Identity records and command-line hit records go to a per-session directory,
-    never the user's (``cuforge.compile._identity_store``)."""
+    never the user's (``cuforge.compile.cache._identity_store``)."""
     import os
 
     os.environ["CUFORGE_STATE_DIR"] = str(tmp_path_factory.mktemp("cuforge-state"))

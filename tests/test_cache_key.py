@@ -17,7 +17,8 @@ import sys
 import pytest
 
 from _cache_workers import ARCH, SRC, TEMPLATE_SRC, keys_for_cases
-from cuforge.compile import Program, ProgramOptions, _identity, _identity_store, cache_key
+from cuforge.compile import Program, ProgramOptions, cache_key
+from cuforge.compile.cache import _identity, _identity_store
 from cuforge.utils import make_program_cache_key
 
 WORKERS = os.path.join(os.path.dirname(__file__), "_cache_workers.py")
@@ -311,7 +312,9 @@ def test_extra_digest_perturbs_and_must_be_bytes():
 
 def test_schema_version_perturbs(monkeypatch):
     before = key(options=ProgramOptions(arch=ARCH))
-    monkeypatch.setattr(cache_key, "KEY_SCHEMA_VERSION", cache_key.KEY_SCHEMA_VERSION + 1)
+    from cuforge.compile.cache import _key  # where the key is made
+
+    monkeypatch.setattr(_key, "KEY_SCHEMA_VERSION", _key.KEY_SCHEMA_VERSION + 1)
     # Fresh options: the per-options prefix memo was built under the old version.
     assert key(options=ProgramOptions(arch=ARCH)) != before
 

@@ -179,7 +179,7 @@ def test_the_compile_layer_never_stores_an_output_under_a_target_it_did_not_make
     """The cache pipeline itself (API path): NVVM IR "to cubin" through the cache was
     compiled by libNVVM to PTX and stored as the cubin entry of its key."""
     from cuforge.compile import Program, ProgramOptions
-    from cuforge.compile.cached import compile_through_cache, pipeline
+    from cuforge.compile.cache import compile_through_cache, pipeline
     from cuforge.storage import InMemoryProgramCache
 
     program = Program(STORE, "nvvm", ProgramOptions(arch="sm_90"))
@@ -190,7 +190,7 @@ def test_the_compile_layer_never_stores_an_output_under_a_target_it_did_not_make
     with pytest.raises(ValueError, match=message):
         pipeline(program, "cubin", (), None, cache)  # what Program.compile calls after its checks
     with pytest.raises(ValueError, match=message):
-        program._compile_uncached("cubin", (), None)
+        program.compile_uncached("cubin", (), None)
     assert len(cache) == 0
     with pytest.raises(ValueError, match=message):
         program.compile("cubin", cache=cache)

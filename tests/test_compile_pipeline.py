@@ -19,8 +19,8 @@ import pytest
 from _cache_workers import ARCH, SRC
 from _redis import free_port
 from cuforge.compile import Program, ProgramOptions
-from cuforge.compile import _cacheio as io
-from cuforge.compile.cached import Compiled, compile_through_cache
+from cuforge.compile.cache import Compiled, compile_through_cache
+from cuforge.compile.cache import _steps as io
 from cuforge.storage import FileStreamProgramCache, InMemoryProgramCache, SQLiteProgramCache, events
 from cuforge.storage.urls import open_cache
 

@@ -11,14 +11,8 @@ import warnings
 
 import pytest
 
-from cuforge.compile import (
-    CompileError,
-    ObjectCode,
-    Program,
-    ProgramOptions,
-    _toolkit,
-    _versions,
-)
+from cuforge.compile import CompileError, ObjectCode, Program, ProgramOptions, _versions
+from cuforge.compile.cache import _toolkit
 
 ARCH = "sm_90"
 SAXPY = r"""

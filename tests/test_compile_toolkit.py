@@ -24,7 +24,8 @@ import numpy as np
 import pytest
 
 from cuforge import _cuda
-from cuforge.compile import CompileError, Program, ProgramOptions, _toolkit, cache_key
+from cuforge.compile import CompileError, Program, ProgramOptions, cache_key
+from cuforge.compile.cache import _toolkit
 from cuforge.storage import FileStreamProgramCache
 from cuforge.utils import make_program_cache_key
 
@@ -353,7 +354,7 @@ def test_without_wheels_on_sys_path_cuda_pathfinder_decides(fresh_headers):
 
 
 def test_the_identity_is_the_same_in_a_fresh_process(fresh_headers):
-    code = "from cuforge.compile import _toolkit; print(_toolkit.toolkit_identity().hex())"
+    code = "from cuforge.compile.cache import _toolkit; print(_toolkit.toolkit_identity().hex())"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert bytes.fromhex(out.stdout.strip()) == _toolkit.toolkit_identity()
 

@@ -23,7 +23,7 @@ import pytest
 
 import cuforge
 from cuforge import _cuda
-from cuforge.compile import _toolkit
+from cuforge.compile.cache import _toolkit
 
 SRC_DIR = Path(cuforge.__file__).resolve().parent
 OTHER = os.environ.get("CUFORGE_OTHER_PYTHON", "")
@@ -53,7 +53,7 @@ def test_the_major_is_the_bindings_read_without_importing_them():
         """
         import json, sys
         from cuforge import _cuda
-        from cuforge.compile import _toolkit
+        from cuforge.compile.cache import _toolkit
         version = _cuda.bindings_version()
         imported = "cuda.bindings" in sys.modules
         import cuda.bindings

@@ -19,16 +19,9 @@ import pytest
 
 from _backends import FACTORIES
 from _cache_workers import ARCH
-from cuforge.compile import (
-    CompileError,
-    Program,
-    ProgramOptions,
-    _manifest,
-    _nvrtc,
-    _tracking,
-    _watch,
-)
-from cuforge.compile._includes import UntrackableInclude, scan
+from cuforge.compile import CompileError, Program, ProgramOptions, _nvrtc
+from cuforge.compile.cache import _manifest, _tracking, _watch
+from cuforge.compile.cache._includes import UntrackableInclude, scan
 from cuforge.storage import FileStreamProgramCache, InMemoryProgramCache
 from cuforge.storage.record import decode_record, encode_record
 from cuforge.utils import explain, fingerprint_headers, make_program_cache_key
@@ -537,9 +530,9 @@ class _Shadowing:
         """Whether every absent candidate of the newest variant is proven absent now
         by its witness and links (the stat shortcut, no stat of the candidate)."""
         program = Program(self.src, "c++", self.opts)
-        roots = _tracking.roots_if_tracked(program)
+        roots = _tracking.roots_if_tracked(program.source)
         assert roots is not None
-        mkey = _tracking.manifest_key(program, "ptx", ())
+        mkey = _tracking.manifest_key(program.source, "ptx", ())
         newest = _tracking.lookup_manifest(self.cache, mkey, roots)[0]
         unproven: list[str] = []
         return (
@@ -719,7 +712,7 @@ def test_rows_an_older_cuforge_wrote_keep_no_witness(shadowing, tmp_path):
     (tmp_path / "else").mkdir()
     (s.first / "sub").symlink_to(tmp_path / "else" / "x")
     s.settle(1)
-    mkey = _tracking.manifest_key(Program(s.src, "c++", s.opts), "ptx", ())
+    mkey = _tracking.manifest_key(Program(s.src, "c++", s.opts).source, "ptx", ())
     entry = s.cache.get_entry(mkey)
     record = decode_record(entry.data, "manifest")
     st = s.first.stat()

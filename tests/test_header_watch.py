@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from _cache_workers import ARCH
-from cuforge.compile import Program, ProgramOptions, _manifest, _watch
+from cuforge.compile import Program, ProgramOptions
+from cuforge.compile.cache import _manifest, _watch
 from cuforge.storage import FileStreamProgramCache, InMemoryProgramCache
 
 pytestmark = pytest.mark.skipif(_watch.watcher() is None, reason="no inotify here")
@@ -128,7 +129,7 @@ def test_forked_child_does_not_steal_the_parents_events(tmp_path: Path) -> None:
 
 
 def test_watch_can_be_turned_off() -> None:
-    code = "from cuforge.compile import _watch; print(_watch.watcher() is None)"
+    code = "from cuforge.compile.cache import _watch; print(_watch.watcher() is None)"
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True,
         env={**os.environ, "CUFORGE_WATCH": "0"}, check=True,

@@ -1,4 +1,4 @@
-"""The identity store (``cuforge.compile._identity_store``): facts are served from disk
+"""The identity store (``cuforge.compile.cache._identity_store``): facts are served from disk
 only while every witness holds, never recorded while racy, kept apart per context,
 and confirmed before anything compiled under them is stored."""
 
@@ -11,7 +11,7 @@ import time
 import pytest
 
 from _cli import isolated_env, run
-from cuforge.compile import _identity_store, _toolkit
+from cuforge.compile.cache import _identity_store, _toolkit
 
 SETTLE_NS = 200_000_000  # the racy window in these tests (ctime cannot be set back)
 

@@ -38,7 +38,7 @@ def _modules_after(statement: str) -> set[str]:
         "import cuforge.utils",
         "import cuforge.storage",
         "import cuforge.storage.filestream",
-        "from cuforge.compile import _identity_store",
+        "from cuforge.compile.cache import _identity_store",
         "import cuforge.cli._direct",
     ],
 )

@@ -964,7 +964,7 @@ def test_a_value_larger_than_the_cap_is_refused_and_evicts_nothing(tmp_path: Pat
 def test_the_compile_pipeline_reports_a_value_larger_than_the_cap(tmp_path: Path) -> None:
     """Through a real compile: a cubin that cannot fit the cap's room for entries is
     reported not stored, why ``too-large`` (what ``cuforge compile`` prints)."""
-    from cuforge.compile.cached import compile_through_cache
+    from cuforge.compile.cache import compile_through_cache
     from cuforge.storage import events
 
     with SQLiteProgramCache(tmp_path / "cache.db", max_size_bytes=50_000) as c:

@@ -92,7 +92,7 @@ def test_compile_hits_over_many_tracked_programs_keep_memory_bounded(tmp_path, s
 
 def test_every_in_process_memo_has_a_bound(tmp_path: Path) -> None:
     """Each memo, driven past its bound, stays within it."""
-    from cuforge.compile import _includes, _manifest, _tracking
+    from cuforge.compile.cache import _includes, _manifest, _tracking
 
     saved = (
         dict(_tracking._scan_memo), dict(_tracking._validated), dict(_includes._analysis),
@@ -112,7 +112,7 @@ def test_every_in_process_memo_has_a_bound(tmp_path: Path) -> None:
 
 
 def _drive_every_memo(tmp_path: Path) -> None:
-    from cuforge.compile import _includes, _manifest, _tracking, _watch
+    from cuforge.compile.cache import _includes, _manifest, _tracking, _watch
     from cuforge.storage import FileStreamProgramCache
     from cuforge.storage.base import KeyLocks
     from cuforge.storage.entry import CacheEntry

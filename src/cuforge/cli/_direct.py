@@ -248,13 +248,16 @@ def _serve_entries(
         return None  # another owner...): the full path opens it again and says why
     if cache is None:
         return None
+    from cuforge.storage import failopen
+
     try:
+        # Looked up uncounted, counted once served: a request this path gives up on is
+        # counted by the full path's own lookups, once.
         found: list[CacheEntry] = []
         for source, output, key, target, arch in outputs:
             start = time.perf_counter()
-            entry = cache.get_entry(key)
+            entry = failopen.lookup(cache, key, count=False)
             if entry is None:
-                _take_back(cache, found)
                 return None
             found.append(entry)
             results.append((source, output, target, arch, entry.data, start))
@@ -264,8 +267,9 @@ def _serve_entries(
             except OSError:
                 written = False
             if not written:  # the full path writes it, or says why not
-                _take_back(cache, found, missed=False)
                 return None
+        for entry in found:
+            failopen.tally(cache, entry)
     finally:
         cache.close()
     from cuforge.cli._report import render
@@ -287,16 +291,6 @@ def _serve_entries(
     return 0
 
 
-def _take_back(cache: ProgramCacheResource, hits: list[CacheEntry], missed: bool = True) -> None:
-    """Undo this path's counts before the full path repeats the same lookups (the
-    statistics must count each request once; cf. ``compile.cached.uncount``)."""
-    stats = cache._stats
-    stats.hits = max(0, stats.hits - len(hits))
-    stats.bytes_read = max(0, stats.bytes_read - sum(len(e.data) for e in hits))
-    if missed:
-        stats.misses = max(0, stats.misses - 1)
-
-
 # -- writing records (after the full path) --------------------------------------------
 def remember(
     digest: str, cache: object, mode: str, done: list[tuple[Any, ...]], url: str | None = None
@@ -306,8 +300,8 @@ def remember(
     output path, binary) per output, all written. Best effort: never raises for the
     file system or a cache server that is down or hung.
     """
+    from cuforge.compile.cache import tracks_headers
     from cuforge.compile.cache_key import program_key
-    from cuforge.compile.cached import tracks_headers
     from cuforge.storage.base import ProgramCacheResource
     from cuforge.storage.entry import entry_id
     from cuforge.storage.filestream import FileStreamProgramCache
@@ -351,7 +345,7 @@ def remember(
             return
         if target == "ptx":
             return  # a PTX hit may warn about the driver (compile.cached): full path only
-        key = program_key("c++", target, program.options, program._code, (), None)
+        key = program_key("c++", target, program.options, program.source.code, (), None)
         try:
             stored = cache.read_entry(entry_id(key))
         except (OSError, ValueError):  # a server that is down or hung: no record, and

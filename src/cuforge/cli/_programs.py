@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from cuforge.compile.program import Program
+    from cuforge.storage.protocol import ProgramCache
 
 __all__ = [
     "CODE_TYPES",
@@ -263,32 +264,19 @@ def check_target(
         raise UsageError(f"{prefix}{kind}, not {target}: {fix}") from None
 
 
-def compile_through(program: Program, target: str, logs: Any, cache: Any) -> tuple[Any, bool, Any]:
+def compile_through(
+    program: Program, target: str, logs: Any, cache: ProgramCache | None
+) -> tuple[Any, bool, Any]:
     """``program.compile(target, logs=logs, cache=cache)``, whether a compiler ran
     (False: the cache served it) and what the store step did (a ``StoreOutcome``:
     stored, or not stored and why; None when nothing was stored or no cache).
 
-    Observed on this Program alone (its uncached compile is wrapped for the call), so
-    it stays right with many compiles sharing one cache handle across threads.
+    The pipeline says both itself (``compile.cache.Compiled``), for this one call,
+    so it stays right with many compiles sharing one cache handle across threads.
     """
-    ran: list[bool] = []
-    uncached = program._compile_uncached
+    if cache is None:
+        return program.compile(target, logs=logs), True, None
+    from cuforge.compile.cache import compile_through_cache
 
-    def counted(*args: Any, **kwargs: Any) -> Any:
-        ran.append(True)
-        return uncached(*args, **kwargs)
-
-    # Shadowed on this instance for the one call (deleted below): deliberate.
-    program._compile_uncached = counted  # type: ignore[method-assign]
-    outcome = None
-    try:
-        if cache is None:
-            obj = program.compile(target, logs=logs)
-        else:
-            from cuforge.compile.cached import compile_through_cache
-
-            done = compile_through_cache(program, target, (), logs, cache)
-            obj, outcome = done.obj, done.store
-    finally:
-        del program._compile_uncached
-    return obj, bool(ran), outcome if ran else None
+    done = compile_through_cache(program, target, (), logs, cache)
+    return done.obj, done.ran, done.store if done.ran else None

@@ -13,16 +13,21 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cuforge.compile import _inputs as inputs
-from cuforge.compile import _manifest, _tracking
-from cuforge.compile._cacheio import lookup_entry
-from cuforge.compile.cache_key import program_key
+from cuforge.compile.cache import _manifest, _tracking
+from cuforge.compile.cache._key import program_key
+from cuforge.compile.cache._steps import lookup_entry
 from cuforge.compile.program import Program
 from cuforge.compile.targets import normalize_target
+from cuforge.storage import failopen
+from cuforge.storage.base import ProgramCacheResource
 from cuforge.storage.entry import entry_id
 from cuforge.storage.record import decode_record
+
+if TYPE_CHECKING:
+    from cuforge.storage.protocol import ProgramCache
 
 __all__ = ["Explanation", "explain"]
 
@@ -47,7 +52,7 @@ class Explanation:
 def explain(
     program: Program,
     target_type: str,
-    cache: Any,
+    cache: ProgramCache,
     name_expressions: Iterable[str | bytes] = (),
 ) -> Explanation:
     """Whether ``program.compile(target_type, name_expressions, cache=cache)`` would hit,
@@ -70,22 +75,26 @@ def explain(
     target = normalize_target(program.code_type, target_type)
     names = inputs.name_tuple(program.code_type, name_expressions)
     inputs.check_target(program.options, target)
-    roots = _tracking.roots_if_tracked(program) if program.code_type == "c++" else None
+    resource = failopen.as_cache(cache)
+    src = program.source
+    roots = _tracking.roots_if_tracked(src) if src.code_type == "c++" else None
     if roots is not None:
-        mkey = _tracking.manifest_key(program, target, names)
-        variants = _tracking.lookup_manifest(cache, mkey, roots)
+        mkey = _tracking.manifest_key(src, target, names)
+        variants = _tracking.lookup_manifest(resource, mkey, roots)
         if variants is not None:
-            return _from_manifest(cache, variants, entry_id(mkey))
+            return _from_manifest(resource, variants, entry_id(mkey))
         key = mkey
     else:
-        key = program_key(program.code_type, target, program.options, program._code, names, None)
-        entry = lookup_entry(cache, key, count=False)
+        key = program_key(src.code_type, target, src.options, src.code, names, None)
+        entry = lookup_entry(resource, key, count=False)
         if entry is not None:
             return Explanation(True, entry_id(key))
-    return _nearest(cache, program, target, names, entry_id(key))
+    return _nearest(resource, program, target, names, entry_id(key))
 
 
-def _from_manifest(cache: Any, variants: list[_manifest.Prepared], mid: str) -> Explanation:
+def _from_manifest(
+    cache: ProgramCacheResource, variants: list[_manifest.Prepared], mid: str
+) -> Explanation:
     reasons: list[str] = []
     for variant in variants:
         problems = _manifest.check(variant, all_problems=True)
@@ -99,7 +108,9 @@ def _from_manifest(cache: Any, variants: list[_manifest.Prepared], mid: str) -> 
     return Explanation(False, mid, reasons)
 
 
-def _program_records(cache: Any, name: str, code_type: str) -> list[tuple[str, dict[str, Any]]]:
+def _program_records(
+    cache: ProgramCacheResource, name: str, code_type: str
+) -> list[tuple[str, dict[str, Any]]]:
     out = []
     for info in cache.iter_entries():
         record = decode_record(info.meta, "program")
@@ -109,7 +120,11 @@ def _program_records(cache: Any, name: str, code_type: str) -> list[tuple[str, d
 
 
 def _nearest(
-    cache: Any, program: Program, target: str, names: tuple[str | bytes, ...], key_id: str
+    cache: ProgramCacheResource,
+    program: Program,
+    target: str,
+    names: tuple[str | bytes, ...],
+    key_id: str,
 ) -> Explanation:
     name = program.options.name or ""
     try:
@@ -133,25 +148,26 @@ def _nearest(
 
 
 def _inputs(program: Program, target: str, names: tuple[str | bytes, ...]) -> dict[str, Any]:
-    from cuforge.compile._records import program_record
+    from cuforge.compile.cache._records import program_record
     from cuforge.compile.object_code import ObjectCode
 
     options = program.options
     headers: list[list[str]] = []
-    roots = _tracking.roots_if_tracked(program) if program.code_type == "c++" else None
+    src = program.source
+    roots = _tracking.roots_if_tracked(src) if src.code_type == "c++" else None
     if roots is not None:
-        from cuforge.compile import _includes
+        from cuforge.compile.cache import _includes
 
         try:
             deps = _includes.resolve(
-                program._code, options.name or "<source>", roots,
+                src.code, options.name or "<source>", roots,
                 options.define_macro or (), options.pre_include or (),
             )  # fmt: skip
             headers = [list(h) for h in deps.header_digests()]
         except ValueError:
             headers = []
     fake = ObjectCode(b"\0", target, symbol_mapping={n: "" for n in names})
-    record = decode_record(program_record(program, target, fake, names, None), "program")
+    record = decode_record(program_record(src, target, fake, names, None), "program")
     assert record is not None
     record["headers"] = headers
     return record

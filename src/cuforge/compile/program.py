@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from cuforge import _warm
 from cuforge.compile import _compilelog, _inputs, _versions
-from cuforge.compile.cached import pipeline
+from cuforge.compile.cache import pipeline
 from cuforge.compile.object_code import ObjectCode
 from cuforge.compile.options import ProgramOptions
 from cuforge.compile.targets import (
@@ -38,6 +38,21 @@ if TYPE_CHECKING:
     from cuforge.storage.base import ProgramCacheResource
 
 _BACKENDS = {"c++": "NVRTC", "nvvm": "NVVM"}
+
+
+class ProgramSource:
+    """What a :class:`Program` is, as the compile cache reads it (the seam between the
+    two, ``Program.source``): ``code_type`` (canonical), ``code`` (bytes), ``options``
+    and ``closed``. Plain attributes, so the cache's hit path reads them at no cost;
+    only the Program changes them (``closed``, at ``close()``)."""
+
+    __slots__ = ("closed", "code", "code_type", "options")
+
+    def __init__(self, code_type: str, code: bytes, options: ProgramOptions) -> None:
+        self.code_type = code_type
+        self.code = code
+        self.options = options
+        self.closed = False
 
 
 class Program:
@@ -60,59 +75,58 @@ class Program:
         self, code: str | bytes | bytearray, code_type: str, options: ProgramOptions | None = None
     ) -> None:
         # Canonical spellings skip normalisation: this is on the cache-hit path.
-        self._code_type = (
-            code_type if code_type in SUPPORTED_TARGETS else normalize_code_type(code_type)
-        )
-        code_bytes = _inputs.code_bytes(code, self._code_type)
+        code_type = code_type if code_type in SUPPORTED_TARGETS else normalize_code_type(code_type)
+        code_bytes = _inputs.code_bytes(code, code_type)
         if options is None:
             options = ProgramOptions()
         elif not isinstance(options, ProgramOptions):
             raise TypeError(f"options must be a ProgramOptions, got {type(options).__name__}")
-        self._code = code_bytes
-        self._options = options
-        self._closed = False
+        #: What the compile cache reads of this program (the seam: ``ProgramSource``).
+        self.source = ProgramSource(code_type, code_bytes, options)
         # Validate now (pure Python): unsupported options fail at construction.
         self._base_flags()
 
     @property
     def code_type(self) -> str:
-        return self._code_type
+        return self.source.code_type
 
     @property
     def options(self) -> ProgramOptions:
-        return self._options
+        return self.source.options
 
     @property
     def backend(self) -> str:
         """ "NVRTC", "NVVM", "nvJitLink" or "driver" (PTX without nvJitLink)."""
-        if self._code_type == "ptx":
+        if self.source.code_type == "ptx":
             from cuforge.compile.linker import linker_backend
 
             return "nvJitLink" if linker_backend() == "nvjitlink" else "driver"
-        return _BACKENDS[self._code_type]
+        return _BACKENDS[self.source.code_type]
 
     def _base_flags(self, closed: bool = False) -> list[bytes]:
-        if self._code_type == "c++":
+        code_type, options = self.source.code_type, self.source.options
+        if code_type == "c++":
             if closed:
-                from cuforge.compile.cache_key import closed_flags
+                from cuforge.compile.cache._key import closed_flags
 
-                return closed_flags(self._options)
-            return self._options.as_nvrtc_options()
-        if self._code_type == "nvvm":
-            return self._options.as_nvvm_options()
+                return closed_flags(options)
+            return options.as_nvrtc_options()
+        if code_type == "nvvm":
+            return options.as_nvvm_options()
         if self.backend == "nvJitLink":
-            return self._options.as_nvjitlink_options()
-        return self._options.as_driver_linker_options()
+            return options.as_nvjitlink_options()
+        return options.as_driver_linker_options()
 
     def _flags(self, target: str, closed: bool = False) -> list[bytes]:
         """The base flags plus the one a target implies (LTO output)."""
         flags = self._base_flags(closed)
+        code_type, options = self.source.code_type, self.source.options
         # The whole rule, pair included: this is the one step every compile (cached or
         # not) reaches before a backend runs, so none can label one kind of output as
         # another (NVVM IR's PTX as a cubin), and no cache can be handed it to store.
-        compile_target(self._code_type, self._options, target)
-        if target == "ltoir" and not self._options.link_time_optimization:
-            flags.append(b"--dlink-time-opt" if self._code_type == "c++" else b"-gen-lto")
+        compile_target(code_type, options, target)
+        if target == "ltoir" and not options.link_time_optimization:
+            flags.append(b"--dlink-time-opt" if code_type == "c++" else b"-gen-lto")
         return flags
 
     def compile(
@@ -141,27 +155,28 @@ class Program:
         command line would use -- ``$CUFORGE_CACHE``, a settings file... as
         docs/cache.md "Which cache" says; none when ``off``); None or False for
         none. A hit returns without compiling; concurrent misses compile once; a
-        failing cache never fails the compile (see ``cuforge.compile.cached``).
+        failing cache never fails the compile (see ``cuforge.compile.cache``).
         Headers the source includes are tracked; inputs no scan can be sure of
         (precompiled headers, NVVM ``use_libdevice``, ``#include_next``, ...) raise
         a ValueError that says what to do instead (docs/headers.md lists them).
         """
+        src = self.source
         target = (
             target_type
-            if target_type in SUPPORTED_TARGETS[self._code_type]
-            else normalize_target(self._code_type, target_type)
+            if target_type in SUPPORTED_TARGETS[src.code_type]
+            else normalize_target(src.code_type, target_type)
         )
-        names = _inputs.name_tuple(self._code_type, name_expressions)
-        _inputs.check_target(self._options, target)  # before a cache hit could hide it
+        names = _inputs.name_tuple(src.code_type, name_expressions)
+        _inputs.check_target(src.options, target)  # before a cache hit could hide it
         if logs is not None and not callable(getattr(logs, "write", None)):
             raise TypeError(f"logs must have a write(str) method, got {type(logs).__name__}")
         if cache is True:  # the default cache, opened once per state of its variables
             cache = default_cache()
         if cache is not None and cache is not False:
             return pipeline(self, target, names, logs, cache)
-        return self._compile_uncached(target, names, logs)
+        return self.compile_uncached(target, names, logs)
 
-    def _compile_uncached(
+    def compile_uncached(
         self,
         target: str,
         name_expressions: tuple[str | bytes, ...],
@@ -170,45 +185,49 @@ class Program:
         headers: dict[str, bytes] | None = None,
         captured: list[str] | None = None,
     ) -> ObjectCode:
-        """Run the backend for ``target`` (already canonical) and wrap the result.
+        """Run the backend for ``target`` (already canonical) and wrap the result: the
+        compile step of the cache pipeline (a seam: ``compile.cache`` calls it on a miss).
 
         ``headers`` (C++ only) makes a closed-world compile: NVRTC gets those files
         in memory and neither the user's include directories nor the source
         directory (see ``cache_key.closed_flags``). ``captured`` receives a
         non-empty compile log (the cache stores it with the entry, to replay on hits).
         """
-        if self._closed:
+        src = self.source
+        if src.closed:
             raise RuntimeError("Program is closed")
         flags = self._flags(target, closed=headers is not None)
-        name = self._options.name or ""
+        code_type, options, code = src.code_type, src.options, src.code
+        name = options.name or ""
         if _warm._state["warm"]:  # a compile in a process that declared itself warm
-            _warm.note_compile("cuforge", name or self._code_type)
+            _warm.note_compile("cuforge", name or code_type)
         mapping: dict[str | bytes, str] = {}
         debug = _compilelog.debug_enabled()
         started = time.perf_counter() if debug else 0.0
-        if self._code_type == "c++":
-            from cuforge.compile import _nvrtc, _toolkit
+        if code_type == "c++":
+            from cuforge.compile import _nvrtc
+            from cuforge.compile.cache import _toolkit
 
             # The one place the toolkit's headers join: last, because NVRTC searches
             # include directories in order and a program's own include_path must win.
             flags += _toolkit.toolkit_include_flags()
             code, log, mapping = _nvrtc.compile_cpp(
-                self._code, name, flags, target, name_expressions, headers
+                code, name, flags, target, name_expressions, headers
             )
-        elif self._code_type == "nvvm":
+        elif code_type == "nvvm":
             from cuforge.compile import _nvvm
 
-            modules = [(self._code, name)]
-            modules += [(src, mod) for mod, src in self._options.extra_sources or ()]
-            code, log = _nvvm.compile_nvvm(modules, flags, bool(self._options.use_libdevice), name)
+            modules = [(code, name)]
+            modules += [(extra, mod) for mod, extra in options.extra_sources or ()]
+            code, log = _nvvm.compile_nvvm(modules, flags, bool(options.use_libdevice), name)
         elif self.backend == "nvJitLink":
             from cuforge.compile import _nvjitlink
 
-            code, log = _nvjitlink.link([(self._code, "ptx", name)], flags, target, name)
+            code, log = _nvjitlink.link([(code, "ptx", name)], flags, target, name)
         else:
             from cuforge.compile import _driver_linker
 
-            code, log = _driver_linker.link_ptx(self._code, flags, name)
+            code, log = _driver_linker.link_ptx(code, flags, name)
         if debug:
             _compilelog.compiled(self.backend, name, target, started, len(code), flags)
         if log.strip():
@@ -226,7 +245,7 @@ class Program:
     def close(self) -> None:
         """Mark the Program closed; ``compile`` then raises RuntimeError. Idempotent.
         (No compiler handle outlives a ``compile`` call, so nothing else is freed.)"""
-        self._closed = True
+        self.source.closed = True
 
     def __enter__(self) -> Program:
         return self
@@ -235,7 +254,8 @@ class Program:
         self.close()
 
     def __repr__(self) -> str:
-        return f"<Program {self._code_type} {self._options.name!r} arch={self._options.arch}>"
+        src = self.source
+        return f"<Program {src.code_type} {src.options.name!r} arch={src.options.arch}>"
 
 
-__all__ = ["Program"]
+__all__ = ["Program"]  # ProgramSource: the seam of compile.cache, not public

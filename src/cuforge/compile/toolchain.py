@@ -10,11 +10,11 @@ function ``cuforge.utils`` exports, resolved on first use.
 from __future__ import annotations
 
 from cuforge import _lazy
-from cuforge.compile import _identity_store
+from cuforge.compile.cache import _identity_store
 
 TYPE_CHECKING = False  # typing is not imported at run time: it costs a cold hit ~5 ms
 if TYPE_CHECKING:
-    from cuforge.compile._toolkit import toolkit_headers as toolkit_headers
+    from cuforge.compile.cache._toolkit import toolkit_headers as toolkit_headers
 
 __all__ = [
     "STATE_ENV_VAR",
@@ -32,7 +32,7 @@ __all__ = [
 STATE_ENV_VAR = _identity_store.ENV_VAR
 
 # public name -> module that defines it
-_EXPORTS = {"toolkit_headers": "cuforge.compile._toolkit"}
+_EXPORTS = {"toolkit_headers": "cuforge.compile.cache._toolkit"}
 
 
 def state_dir() -> str | None:
@@ -48,7 +48,7 @@ def stored_fact(fact: str) -> tuple[bytes, ...] | None:
 def key_facts() -> list[tuple[str, bytes]]:
     """(fact, current value) for each stored fact a plain C++ program's key is made
     from: the NVRTC build and the toolkit header set. Probes them if need be."""
-    from cuforge.compile import _identity, _toolkit
+    from cuforge.compile.cache import _identity, _toolkit
 
     return [
         ("nvrtc_identity", _identity.nvrtc_identity()),
@@ -58,21 +58,21 @@ def key_facts() -> list[tuple[str, bytes]]:
 
 def nvrtc_identity() -> bytes:
     """The exact NVRTC build (raises what the probe raises when NVRTC is missing)."""
-    from cuforge.compile import _identity
+    from cuforge.compile.cache import _identity
 
     return _identity.nvrtc_identity()
 
 
 def nvjitlink_identity() -> bytes:
     """The exact nvJitLink build (raises what the probe raises when it is missing)."""
-    from cuforge.compile import _identity
+    from cuforge.compile.cache import _identity
 
     return _identity.nvjitlink_identity()
 
 
 def nvvm_identity() -> bytes:
     """The exact libNVVM build (raises what the probe raises when it is missing)."""
-    from cuforge.compile import _identity
+    from cuforge.compile.cache import _identity
 
     return _identity.nvvm_identity()
 

@@ -1,31 +1,26 @@
-"""The cache-facing steps of the compile pipeline: lookup, store, single-flight.
+"""The cache-facing steps of the compile pipeline: an entry as an ObjectCode, a
+compile as a stored entry.
 
-Guarantees (the cache never breaks a compile):
+Guarantees (the cache never breaks a compile; both go through ``storage.failopen``):
 - ``lookup`` turns a backend that raises into a miss (one ``CacheReadWarning`` per
   cache handle, a fail-open event), and an entry whose record lacks the requested
-  name mapping into a miss.
+  name mapping into a miss. ``count``/``count_miss`` say how the cache counts it.
 - ``store`` never raises for the backend: a failing write is a warning once per
   handle plus a ``write_failures`` count. It returns what happened as a
-  :class:`StoreOutcome` (stored, or not stored and why), so a caller can report
-  the truth instead of assuming the entry is there.
-- ``single_flight``: concurrent misses of one key fill once; a lock that cannot be
-  had costs a duplicate fill, never a hang or a failed compile.
-
-Statistics count each request once: its first lookup counts a hit only
-(``count_miss=False``), the look-again under the lock counts the answer; a request
-whose lookups are all uncounted (``count=False``) counts its answer with
-``storage.failopen.tally``.
+  :class:`StoreOutcome` (stored, or not stored and why: the cache's own answer), so a
+  caller can report the truth instead of assuming the entry is there. A compiler
+  that changed while this process ran is refused its store (``compiler changed``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from cuforge._log import debug_enabled, get_logger
-from cuforge.compile import _identity_store, _versions
+from cuforge.compile import _versions
 from cuforge.compile._callers import outside_level
-from cuforge.compile._records import stored_log, stored_mapping
+from cuforge.compile.cache import _identity_store
+from cuforge.compile.cache._records import stored_log, stored_mapping
 from cuforge.compile.object_code import ObjectCode
 from cuforge.storage import failopen
 from cuforge.storage.entry import CacheEntry, entry_id
@@ -41,10 +36,7 @@ from cuforge.storage.outcome import (
 )
 
 if TYPE_CHECKING:
-    from typing import TypeVar
-
-    _Found = TypeVar("_Found")
-    _Filled = TypeVar("_Filled")
+    from cuforge.storage.base import ProgramCacheResource
 
 __all__ = [
     "COMPILER_CHANGED",
@@ -59,7 +51,6 @@ __all__ = [
     "StoreOutcome",
     "lookup",
     "lookup_entry",
-    "single_flight",
     "store",
 ]
 
@@ -67,14 +58,14 @@ LOGGER = "cuforge.cache"  # logging is imported only once someone listens (see c
 OVER_CAP = TOO_LARGE  # its name before the backends refused such values
 
 
-def lookup_entry(cache: Any, key: bytes, count: bool = True) -> CacheEntry | None:
+def lookup_entry(cache: ProgramCacheResource, key: bytes, count: bool = True) -> CacheEntry | None:
     """The entry under ``key`` (counted unless ``count`` is False), or None -- also when
     the backend raised (``storage.failopen``)."""
     return failopen.lookup(cache, key, count)
 
 
 def lookup(
-    cache: Any,
+    cache: ProgramCacheResource,
     key: bytes,
     target: str,
     name: str,
@@ -118,7 +109,7 @@ def lookup(
     return obj
 
 
-def store(cache: Any, key: bytes, value: bytes, meta: bytes) -> StoreOutcome:
+def store(cache: ProgramCacheResource, key: bytes, value: bytes, meta: bytes) -> StoreOutcome:
     """The store step: write ``value`` + ``meta`` under ``key``; what happened."""
     if not _identity_store.confirm():
         # The key named a compiler identity kept on disk that a fresh probe now
@@ -135,26 +126,3 @@ def store(cache: Any, key: bytes, value: bytes, meta: bytes) -> StoreOutcome:
             "store %s (%d bytes): %s", entry_id(key)[:12], len(value), outcome.reason
         )
     return outcome
-
-
-def single_flight(
-    cache: Any,
-    lock_key: bytes,
-    lookup: Callable[[bool], _Found | None],
-    fill: Callable[[], _Filled],
-) -> _Found | _Filled:
-    """Look up; on a miss take ``lock_key``'s lock, look again, and fill.
-
-    One request counts one hit or miss: ``lookup(False)`` (the first) counts a hit
-    only; on a miss the look-again under the lock, ``lookup(True)``, counts the
-    request's answer. A lock that cannot be had (or a backend that cannot lock)
-    costs a duplicate fill, never a failed compile.
-    """
-    found = lookup(False)
-    if found is not None:
-        return found
-    with failopen.lock(cache, lock_key):
-        found = lookup(True)
-        if found is not None:
-            return found
-        return fill()

@@ -14,12 +14,12 @@ import hashlib
 import time
 from typing import TYPE_CHECKING, Any
 
-from cuforge.compile.cache_key import _BACKENDS
+from cuforge.compile.cache._key import _BACKENDS
 from cuforge.storage.record import decode_record, encode_record
 
 if TYPE_CHECKING:
     from cuforge.compile.object_code import ObjectCode
-    from cuforge.compile.program import Program
+    from cuforge.compile.program import ProgramSource
 
 __all__ = [
     "LOG_MAX_CHARS",
@@ -77,7 +77,7 @@ def stored_log(meta: bytes) -> str:
 
 
 def program_record(
-    program: Program,
+    src: ProgramSource,
     target: str,
     obj: ObjectCode,
     names: tuple[str | bytes, ...],
@@ -90,22 +90,22 @@ def program_record(
     the compiler's warnings (kept when not empty, up to ``LOG_MAX_CHARS``), written
     to ``logs`` again on every hit.
     """
-    options = program._options
-    backend = _BACKENDS[program._code_type]
+    options = src.options
+    backend = _BACKENDS[src.code_type]
     extra = {"log": log[:LOG_MAX_CHARS]} if log else {}
     return encode_record(
         "program",
         {
             **extra,
             "headers": [list(h) for h in headers or ()],
-            "include_path": list(options.include_path or ()) if program._code_type == "c++" else [],
-            "code_type": program._code_type,
+            "include_path": list(options.include_path or ()) if src.code_type == "c++" else [],
+            "code_type": src.code_type,
             "target": target,
             "arch": options.arch,
             "name": options.name or "",
             "compiler": backend.describe(),
             "options": backend.option_fingerprint(options).decode("utf-8", "replace").split("\0"),
-            "source": hashlib.blake2b(program._code, digest_size=16).hexdigest(),
+            "source": hashlib.blake2b(src.code, digest_size=16).hexdigest(),
             "symbols": _encode_mapping(obj.symbol_mapping) if names else [],
             "created": int(time.time()),
         },

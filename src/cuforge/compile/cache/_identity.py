@@ -24,7 +24,7 @@ import struct
 import threading
 from collections.abc import Callable
 
-from cuforge.compile import _identity_store
+from cuforge.compile.cache import _identity_store
 
 _PT_NOTE = 4
 _NT_GNU_BUILD_ID = 3

@@ -31,16 +31,17 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
 from cuforge._log import debug_enabled, get_logger
-from cuforge.compile import _includes, _manifest, _toolkit, _watch
-from cuforge.compile._cacheio import LOGGER, StoreOutcome, lookup, lookup_entry, store
-from cuforge.compile._records import manifest_record
-from cuforge.compile.cache_key import program_key, source_roots
+from cuforge.compile.cache import _includes, _manifest, _toolkit, _watch
+from cuforge.compile.cache._key import program_key, source_roots
+from cuforge.compile.cache._records import manifest_record
+from cuforge.compile.cache._steps import LOGGER, StoreOutcome, lookup, lookup_entry, store
 from cuforge.storage import failopen
-from cuforge.storage.entry import entry_id
+from cuforge.storage.base import ProgramCacheResource
+from cuforge.storage.entry import CacheEntry, entry_id
 
 if TYPE_CHECKING:
     from cuforge.compile.object_code import ObjectCode
-    from cuforge.compile.program import Program
+    from cuforge.compile.program import ProgramSource
 
 __all__ = [
     "entry_key",
@@ -91,11 +92,11 @@ def _roots(options: Any) -> _includes.Roots:
     return roots
 
 
-def roots_if_tracked(program: Program) -> _includes.Roots | None:
-    """The search roots when ``program`` can read user files; None when it cannot
+def roots_if_tracked(src: ProgramSource) -> _includes.Roots | None:
+    """The search roots when ``src`` can read user files; None when it cannot
     (then the plain key covers every input)."""
-    code = program._code
-    options = program._options
+    code = src.code
+    options = src.options
     if not options.pre_include and not _includes.may_name_files(code):
         return None
     roots = _roots(options)
@@ -106,17 +107,17 @@ def roots_if_tracked(program: Program) -> _includes.Roots | None:
     return None
 
 
-def manifest_key(program: Program, target: str, names: tuple[str | bytes, ...]) -> bytes:
+def manifest_key(src: ProgramSource, target: str, names: tuple[str | bytes, ...]) -> bytes:
     """The key step for a tracked program: the key of its manifest (everything but
     the headers)."""
     return program_key(
-        "c++", target, program._options, program._code, names, None,
+        "c++", target, src.options, src.code, names, None,
         closed=True, label=b"manifest",
     )  # fmt: skip
 
 
 def lookup_manifest(
-    cache: Any, mkey: bytes, roots: _includes.Roots
+    cache: ProgramCacheResource, mkey: bytes, roots: _includes.Roots
 ) -> list[_manifest.Prepared] | None:
     """The variants of the manifest under ``mkey``, prepared for ``roots`` (its
     lookup is not counted as a request); None when there is none."""
@@ -144,10 +145,10 @@ def _remember_valid(mkey: bytes, roots: _includes.Roots, key: bytes, epoch: int)
 
 
 def recall(
-    program: Program,
+    src: ProgramSource,
     target: str,
     names: tuple[str | bytes, ...],
-    cache: Any,
+    cache: ProgramCacheResource,
     roots: _includes.Roots,
     mkey: bytes,
     logs: Any = None,
@@ -156,30 +157,24 @@ def recall(
     """The validate + lookup steps: a hit through a manifest variant that holds
     here (its compile log written to ``logs``); counts a hit, and a miss unless
     ``count_miss`` is False (the first lookup of a request: the look-again counts)."""
-    obj = _recall(program, target, names, cache, roots, mkey, logs)
+    obj = _recall(src, target, names, cache, roots, mkey, logs)
     if obj is not None:
-        failopen.tally(cache, _hit_of(obj))
+        failopen.tally(cache, CacheEntry(obj.code, b""))
     elif count_miss:
         failopen.tally(cache, None)
     return obj
 
 
-def _hit_of(obj: ObjectCode) -> Any:
-    from cuforge.storage.entry import CacheEntry
-
-    return CacheEntry(obj.code, b"")
-
-
 def _recall(
-    program: Program,
+    src: ProgramSource,
     target: str,
     names: tuple[str | bytes, ...],
-    cache: Any,
+    cache: ProgramCacheResource,
     roots: _includes.Roots,
     mkey: bytes,
     logs: Any,
 ) -> ObjectCode | None:
-    name = program._options.name or ""
+    name = src.options.name or ""
     watcher = _watch.watcher()
     if watcher is not None:
         known = _validated.get(mkey)
@@ -221,37 +216,35 @@ def _recall(
     return None
 
 
-def resolve(program: Program, roots: _includes.Roots) -> _includes.DepSet:
+def resolve(src: ProgramSource, roots: _includes.Roots) -> _includes.DepSet:
     """Read every header the compile may read now (under the manifest's lock)."""
-    options = program._options
+    options = src.options
     return _includes.resolve(
-        program._code, options.name or "<source>", roots, options.define_macro or (),
-        options.pre_include or (), _analysis(program._code),
+        src.code, options.name or "<source>", roots, options.define_macro or (),
+        options.pre_include or (), _analysis(src.code),
     )  # fmt: skip
 
 
 def entry_key(
-    program: Program, target: str, names: tuple[str | bytes, ...], deps: _includes.DepSet
+    src: ProgramSource, target: str, names: tuple[str | bytes, ...], deps: _includes.DepSet
 ) -> bytes:
     """The key of the entry a closed-world compile with ``deps`` produces."""
-    return program_key(
-        "c++", target, program._options, program._code, names, None, closed=True, deps=deps
-    )
+    return program_key("c++", target, src.options, src.code, names, None, closed=True, deps=deps)
 
 
 def store_variant(
-    program: Program,
+    src: ProgramSource,
     target: str,
-    cache: Any,
+    cache: ProgramCacheResource,
     mkey: bytes,
     key: bytes,
     deps: _includes.DepSet,
     roots: _includes.Roots,
 ) -> StoreOutcome:
     """Put the variant ``deps`` -> ``key`` in front of the manifest under ``mkey``."""
-    name = program._options.name or ""
+    name = src.options.name or ""
     old = lookup_entry(cache, mkey, count=False)
     previous = None if old is None else _manifest.decode(old.data)
     manifest = _manifest.add_variant(previous, name, key, deps, roots)
-    info = manifest_record(name, target, program._options.arch)
+    info = manifest_record(name, target, src.options.arch)
     return store(cache, mkey, manifest, info)

@@ -49,7 +49,7 @@ import threading
 from typing import Any, NamedTuple
 
 from cuforge import _cuda
-from cuforge.compile import _identity_store
+from cuforge.compile.cache import _identity_store
 
 #: The environment variable that turns the headers off or points to a toolkit.
 ENV_VAR = "CUFORGE_TOOLKIT_HEADERS"

@@ -52,7 +52,7 @@ import time
 from collections import OrderedDict
 from typing import Any, Generic, NamedTuple, TypeVar
 
-from cuforge.compile._includes import ABSOLUTE, DepSet, Roots, file_digest
+from cuforge.compile.cache._includes import ABSOLUTE, DepSet, Roots, file_digest
 from cuforge.storage.record import decode_record, encode_record
 
 __all__ = [
