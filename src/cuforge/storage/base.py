@@ -289,15 +289,16 @@ class ProgramCacheResource(abc.ABC):
     def _tally(self, entry: CacheEntry | None, count: bool = True, rejected: bool = False) -> None:
         """Count one lookup's answer, made without counting (``get_entry(count=False)``)
         by a wrapper or a request that now knows its result: a hit of ``entry``, or a
-        miss; ``rejected``: the entry failed a signature (``signature_failures``, counted
-        whether or not ``count``)."""
-        stats = self._stats
-        if rejected:
-            stats.signature_failures += 1
+        miss -- ``rejected``: because the entry failed its signature (also a
+        ``signature_failure``). Nothing when ``count`` is False: a request counts its
+        answer once, rejection included."""
         if not count:
             return
+        stats = self._stats
         if entry is None:
             stats.misses += 1
+            if rejected:
+                stats.signature_failures += 1
         else:
             stats.hits += 1
             stats.bytes_read += len(entry.data)

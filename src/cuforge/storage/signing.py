@@ -75,7 +75,7 @@ class SignedProgramCache(EntryCache):
 
     Statistics are the inner cache's: a lookup whose entry fails verification is
     counted as a miss and a ``signature_failure`` there (so a shared backend's fleet
-    totals include them). Rejected entries are left in place -- the next fill
+    totals include them), once per request (see :meth:`get_entry`). Rejected entries are left in place -- the next fill
     overwrites them with a signed one -- and ``check_entry`` names the problem.
     ``lock``, deletion, ``len``, ``clear`` and ``total_stats`` are the inner
     cache's. Other public attributes (``path``, ``max_size_bytes``...) read through.
@@ -130,8 +130,9 @@ class SignedProgramCache(EntryCache):
         self, key: CacheKey, *, count: bool = True, count_miss: bool = True
     ) -> CacheEntry | None:
         """The inner cache's entry if its signature verifies; counted on the inner cache
-        as one hit or miss (as ``count`` and ``count_miss`` say), a rejected one also as
-        a ``signature_failure`` (always)."""
+        as one hit or miss (as ``count`` and ``count_miss`` say), a rejected one as a
+        miss and a ``signature_failure`` -- once per request: a request's first lookup
+        (``count_miss=False``) leaves both to its look-again."""
         k = coerce_key(key)
         entry = lookup_of(self._inner, k, False)
         result = None if entry is None else self._verify(key_digest(k), entry)
