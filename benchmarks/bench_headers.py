@@ -195,7 +195,7 @@ def bench_miss(rounds: int = 9) -> dict[str, float]:
         resolve_s = []
         for _ in range(200):
             t0 = time.perf_counter()
-            _includes.resolve(program._code, "<source>", roots)
+            _includes.resolve(program.source.code, "<source>", roots)
             resolve_s.append(time.perf_counter() - t0)
         m = {k: statistics.median(v) * 1e3 for k, v in times.items()}
         extra = [

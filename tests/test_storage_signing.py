@@ -10,7 +10,7 @@ import pytest
 from _backends import FACTORIES, PLAIN
 from _cache_workers import ARCH, SRC
 from cuforge.compile import Program, ProgramOptions
-from cuforge.storage import SignedProgramCache, TieredProgramCache, entry_id
+from cuforge.storage import InMemoryProgramCache, SignedProgramCache, TieredProgramCache, entry_id
 from cuforge.storage.entry import CacheEntry
 from cuforge.utils import make_program_cache_key, open_cache
 
@@ -175,8 +175,10 @@ def test_one_compile_over_an_unsigned_entry_counts_one_signature_failure(backend
 
 
 def test_each_request_counts_its_rejection_once(backend) -> None:
-    """The look-again protocol (``single_flight``): a rejected lookup, the key's lock,
-    a lookup under it -- that is one request. Every other lookup is one of its own."""
+    """The look-again protocol (``compile.cache._pipeline``): a request's first lookup
+    says a miss is not its answer (``count_miss=False``), the look-again under the
+    key's lock counts it -- one rejection per request. Every other lookup is one of
+    its own; an uncounted one (``count=False``: ``explain``) counts nothing."""
     backend.set_entry(b"k", b"planted", b"")
     backend.set_entry(b"j", b"planted", b"")
     signed = SignedProgramCache(backend, SECRET)
@@ -184,22 +186,18 @@ def test_each_request_counts_its_rejection_once(backend) -> None:
     def failures() -> int:
         return signed.stats().signature_failures
 
-    assert signed.get_entry(b"k") is None and failures() == 1
+    assert signed.get_entry(b"k", count_miss=False) is None and failures() == 0
     with signed.lock(b"k"):
         assert signed.get_entry(b"k") is None and failures() == 1  # the look-again
         assert signed.get_entry(b"k") is None and failures() == 2  # a lookup of its own
     assert signed.get_entry(b"k") is None and failures() == 3  # the next request
-    with signed.lock(b"j"):  # no rejected lookup of j just before: counted
+    with signed.lock(b"j"):  # taking a lock counts nothing by itself
         assert signed.get_entry(b"j") is None and failures() == 4
-    assert signed.get_entry(b"k") is None and failures() == 5
-    with signed.lock(b"j"):  # the lock of another key: not k's look-again
-        assert signed.get_entry(b"k") is None and failures() == 6
-    assert signed.get_entry(b"absent") is None
-    with signed.lock(b"k"):  # the last lookup was a plain miss
-        assert signed.get_entry(b"k") is None and failures() == 7
-    # a tier whose lock is another level's says so for this level
-    signed.look_again(b"k")
-    assert signed.get_entry(b"k") is None and failures() == 7
-    assert signed.get_entry(b"k") is None and failures() == 8
-    signed.look_again(b"j")  # not the key this thread's last lookup rejected
-    assert signed.get_entry(b"k") is None and failures() == 9
+    assert signed.get_entry(b"k", count=False) is None and failures() == 4
+    assert signed.stats().misses == 4
+    # a tier asks its levels as it is asked
+    tier = TieredProgramCache(InMemoryProgramCache(), signed)
+    assert tier.get_entry(b"k", count_miss=False) is None and failures() == 4
+    with tier.lock(b"k"):
+        assert tier.get_entry(b"k") is None and failures() == 5
+    assert tier.get_entry(b"k") is None and failures() == 6

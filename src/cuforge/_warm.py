@@ -26,6 +26,7 @@ import threading
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
 __all__ = [
@@ -93,24 +94,17 @@ def note_compile(system: str, name: str, cache: Any = None) -> None:
         )
 
 
+#: How a cache counts a warm compile in the counters it reports for all its users:
+#: set by ``cuforge.storage`` (``base.count_warm_compile``) when it loads -- counters
+#: are storage's to write; a cache exists only once storage is loaded.
+counter: Callable[[Any], None] | None = None
+
+
 def _count_in(cache: Any) -> None:
-    """Add one ``warm_compiles`` to the counters ``cache`` reports for all its users:
-    a wrapper's inner cache, a tier's widest writable level (what ``total_stats``
-    reads), else the handle itself. Never raises."""
-    try:
-        for _ in range(8):  # wrappers nest a few deep at most
-            inner = getattr(cache, "inner", None)
-            if inner is not None and not callable(inner):
-                cache = inner
-                continue
-            levels = getattr(cache, "levels", None)
-            if isinstance(levels, tuple) and levels:
-                ro = set(getattr(cache, "read_only", ()) or ())
-                writable = [lv for i, lv in enumerate(levels) if i not in ro]
-                cache = (writable or list(levels))[-1]
-                continue
-            break
-        stats = cache._stats
-        stats.warm_compiles += 1
-    except Exception:  # a handle without counters: counted in this process only
-        return
+    """Count one ``warm_compiles`` in ``cache``'s counters (through storage). Never raises."""
+    count = counter
+    if count is not None:
+        try:
+            count(cache)
+        except Exception:  # a handle without counters: counted in this process only
+            return

@@ -344,7 +344,7 @@ def remember(
         if program.code_type != "c++" or tracks_headers(program):
             return
         if target == "ptx":
-            return  # a PTX hit may warn about the driver (compile.cached): full path only
+            return  # a PTX hit may warn about the driver (compile.cache): full path only
         key = program_key("c++", target, program.options, program.source.code, (), None)
         try:
             stored = cache.read_entry(entry_id(key))

@@ -41,7 +41,15 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from cuforge._stack import outside_level
-from cuforge.storage.base import CacheReadWarning, CacheWriteWarning, ProgramCacheResource
+from cuforge.storage.base import (
+    CacheReadWarning,
+    CacheWriteWarning,
+    EntryCache,
+    ProgramCacheResource,
+    lookup_of,
+)
+from cuforge.storage.entry import CacheEntry
+from cuforge.storage.outcome import STORED_OUTCOME, StoreOutcome
 from cuforge.storage.record import decode_record, encode_record
 
 __all__ = [
@@ -146,7 +154,7 @@ def _warn(category: type[Warning], what: str) -> None:
 # -- recording -------------------------------------------------------------------------
 
 
-class Recorder(ProgramCacheResource):
+class Recorder(EntryCache):
     """``inner`` as it is, noting the key of every entry read (a hit) or stored.
 
     Everything is ``inner``'s: lookups, stores, locks, counters, listing. ``keys()``
@@ -199,8 +207,12 @@ class Recorder(ProgramCacheResource):
                 _warn(CacheWriteWarning, f"warm set journal: {exc.strerror or exc}; not kept")
 
     # -- reads --------------------------------------------------------------------------
-    def get_entry(self, key: Any) -> Any:
-        entry = self._inner.get_entry(key)
+    def get_entry(
+        self, key: Any, *, count: bool = True, count_miss: bool | None = None
+    ) -> CacheEntry | None:
+        """``inner``'s entry, counted there as this lookup says (``count_miss``: see
+        ``storage.base.EntryCache``)."""
+        entry = lookup_of(self._inner, key, count, count_miss)
         if entry is not None:
             self._note(key)
         return entry
@@ -226,9 +238,11 @@ class Recorder(ProgramCacheResource):
         return data
 
     # -- writes -------------------------------------------------------------------------
-    def set_entry(self, key: Any, value: Any, meta: bytes = b"") -> None:
-        self._inner.set_entry(key, value, meta)
+    def set_entry(self, key: Any, value: Any, meta: bytes = b"") -> StoreOutcome:
+        """``inner``'s store, and its outcome."""
+        outcome = self._inner.set_entry(key, value, meta)
         self._note(key)
+        return outcome or STORED_OUTCOME
 
     def __setitem__(self, key: Any, value: Any) -> None:
         self._inner[key] = value

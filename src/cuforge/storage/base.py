@@ -8,6 +8,7 @@ import threading
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 
+from cuforge import _warm
 from cuforge._hashing import blake2b
 
 from ._values import coerce_key
@@ -310,7 +311,8 @@ class ProgramCacheResource(abc.ABC):
         stats.bytes_written += nbytes
 
     def _tally_failure(self, counter: str) -> None:
-        """Count a failure the caller met (``write_failures``, ``read_failures``)."""
+        """Count one event the caller met (``write_failures``, ``read_failures``,
+        ``warm_compiles``)."""
         setattr(self._stats, counter, getattr(self._stats, counter) + 1)
 
     def zero_stats(self) -> None:
@@ -340,12 +342,16 @@ class EntryCache(ProgramCacheResource):
 
     @abc.abstractmethod
     def get_entry(
-        self, key: CacheKey, *, count: bool = True, count_miss: bool = True
+        self, key: CacheKey, *, count: bool = True, count_miss: bool | None = None
     ) -> CacheEntry | None:
-        """The verified ``(data, meta)`` stored under ``key``, or None on any miss;
-        counted as a hit or a miss, unless ``count`` is False (neither) or
-        ``count_miss`` is (a miss is not counted: the caller looks again, and that
-        lookup counts the request's answer)."""
+        """The verified ``(data, meta)`` stored under ``key``, or None on any miss.
+
+        Counted as a hit when ``count``, as a miss when ``count_miss`` (None: as
+        ``count``): ``count=False`` counts nothing (a lookup inside a request that
+        counts its answer itself); ``count_miss=False`` a hit only (a request's first
+        lookup: on a miss the caller looks again, and that lookup counts);
+        ``count=False, count_miss=True`` a miss only (a look-again whose hit the
+        caller counts itself). A rejected entry counts as its miss does."""
 
     @abc.abstractmethod
     def set_entry(self, key: CacheKey, value: CacheValue, meta: bytes = b"") -> StoreOutcome:
@@ -362,12 +368,35 @@ class EntryCache(ProgramCacheResource):
         return default if entry is None else entry.data
 
 
+def count_warm_compile(cache: ProgramCacheResource) -> None:
+    """Add one ``warm_compiles`` to the counters ``cache`` reports for all its users (a
+    compile after the process declared itself warm, ``cuforge._warm``): a wrapper's
+    inner cache, a tier's widest writable level (what ``total_stats`` reads), else
+    the handle itself."""
+    for _ in range(8):  # wrappers nest a few deep at most
+        inner = getattr(cache, "inner", None)
+        if isinstance(inner, ProgramCacheResource):
+            cache = inner
+            continue
+        levels = getattr(cache, "levels", None)
+        if isinstance(levels, tuple) and levels:
+            ro = set(getattr(cache, "read_only", ()) or ())
+            writable = [lv for i, lv in enumerate(levels) if i not in ro]
+            cache = (writable or list(levels))[-1]
+            continue
+        break
+    cache._tally_failure("warm_compiles")
+
+
+_warm.counter = count_warm_compile  # cuforge._warm counts through storage
+
+
 def lookup_of(
-    cache: ProgramCacheResource, key: CacheKey, count: bool = True, count_miss: bool = True
+    cache: ProgramCacheResource, key: CacheKey, count: bool = True, count_miss: bool | None = None
 ) -> CacheEntry | None:
     """``cache.get_entry(key)`` counted as ``count``/``count_miss`` say where ``cache``
     can be asked so (an :class:`EntryCache`); a cache from elsewhere counts as it does."""
-    if (count and count_miss) or not isinstance(cache, EntryCache):
+    if (count and count_miss is None) or not isinstance(cache, EntryCache):
         return cache.get_entry(key)
     return cache.get_entry(key, count=count, count_miss=count_miss)
 

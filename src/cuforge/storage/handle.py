@@ -6,10 +6,8 @@ moves the bytes. Everything else happens here, once:
 - **Keys.** ``bytes`` or ``str`` (UTF-8), digested once per key and handle: the
   driver's locator is remembered per key (bounded), so a repeat lookup costs one
   dict probe before the driver's read.
-- **Lookups** count one hit or miss (``get_entry(key, count=False)`` counts
-  neither: a lookup inside a request that counts its answer itself;
-  ``count_miss=False`` counts a hit only: the caller looks again on a miss, and
-  that lookup counts). A damaged entry is a
+- **Lookups** count one hit or miss, or as the caller says
+  (``base.EntryCache.get_entry``: ``count``, ``count_miss``). A damaged entry is a
   miss, counted in ``integrity_failures``, logged, and dropped by the driver unless
   it was replaced since it was read.
 - **Stores** return a :class:`~cuforge.storage.outcome.StoreOutcome`. A store the
@@ -129,7 +127,7 @@ class DriverCache(EntryCache):
 
     # -- lookups ------------------------------------------------------------------------
     def get_entry(
-        self, key: CacheKey, *, count: bool = True, count_miss: bool = True
+        self, key: CacheKey, *, count: bool = True, count_miss: bool | None = None
     ) -> CacheEntry | None:
         """The verified ``(data, meta)`` under ``key``, or None on any miss; counted as
         a hit or a miss (see the module docstring for ``count`` and ``count_miss``)."""
@@ -148,7 +146,7 @@ class DriverCache(EntryCache):
             if self._ops >= self._check:
                 self._due()
             return found  # type: ignore[return-value]
-        return self._missed(key, loc, found, count and count_miss)
+        return self._missed(key, loc, found, count if count_miss is None else count_miss)
 
     def _missed(self, key: CacheKey, loc: Any, found: Found, count: bool) -> CacheEntry | None:
         """A lookup that did not hit (None); a damaged entry is counted, logged and

@@ -75,8 +75,9 @@ class SignedProgramCache(EntryCache):
 
     Statistics are the inner cache's: a lookup whose entry fails verification is
     counted as a miss and a ``signature_failure`` there (so a shared backend's fleet
-    totals include them), once per request (see :meth:`get_entry`). Rejected entries are left in place -- the next fill
-    overwrites them with a signed one -- and ``check_entry`` names the problem.
+    totals include them), once per request (see :meth:`get_entry`). Rejected entries
+    are left in place -- the next fill overwrites them with a signed one -- and
+    ``check_entry`` names the problem.
     ``lock``, deletion, ``len``, ``clear`` and ``total_stats`` are the inner
     cache's. Other public attributes (``path``, ``max_size_bytes``...) read through.
     """
@@ -127,17 +128,19 @@ class SignedProgramCache(EntryCache):
 
     # -- mapping and entries ------------------------------------------------------------
     def get_entry(
-        self, key: CacheKey, *, count: bool = True, count_miss: bool = True
+        self, key: CacheKey, *, count: bool = True, count_miss: bool | None = None
     ) -> CacheEntry | None:
         """The inner cache's entry if its signature verifies; counted on the inner cache
         as one hit or miss (as ``count`` and ``count_miss`` say), a rejected one as a
-        miss and a ``signature_failure`` -- once per request: a request's first lookup
-        (``count_miss=False``) leaves both to its look-again."""
+        miss and a ``signature_failure`` -- once per request: where its miss is
+        counted (a request's first lookup, ``count_miss=False``, leaves both to its
+        look-again)."""
         k = coerce_key(key)
         entry = lookup_of(self._inner, k, False)
         result = None if entry is None else self._verify(key_digest(k), entry)
         found = result if type(result) is CacheEntry else None
-        counted = count and (found is not None or count_miss)
+        missed = count if count_miss is None else count_miss
+        counted = count if found is not None else missed
         self._inner._tally(found, counted, rejected=entry is not None and found is None)
         return found
 
@@ -234,4 +237,3 @@ class SignedProgramCache(EntryCache):
 
     def __repr__(self) -> str:
         return f"SignedProgramCache({self._inner!r})"
-

@@ -124,8 +124,7 @@ def pipeline(
     """The steps, in order; a fill tells ``report`` (when given) what it did.
     ``Program.compile`` calls it directly: its hit path is the key, one lookup and
     the ObjectCode, nothing more."""
-    if not isinstance(cache, ProgramCacheResource):
-        cache = failopen.as_cache(cache)  # TypeError for what is no cache at all
+    cache = failopen.as_cache(cache)  # TypeError for what is no cache at all
     src = program.source
     if src.closed:  # a hit must not hide what an uncached compile would raise
         raise RuntimeError("Program is closed")

@@ -58,10 +58,12 @@ LOGGER = "cuforge.cache"  # logging is imported only once someone listens (see c
 OVER_CAP = TOO_LARGE  # its name before the backends refused such values
 
 
-def lookup_entry(cache: ProgramCacheResource, key: bytes, count: bool = True) -> CacheEntry | None:
-    """The entry under ``key`` (counted unless ``count`` is False), or None -- also when
-    the backend raised (``storage.failopen``)."""
-    return failopen.lookup(cache, key, count)
+def lookup_entry(
+    cache: ProgramCacheResource, key: bytes, count: bool = True, count_miss: bool | None = None
+) -> CacheEntry | None:
+    """The entry under ``key`` (counted as ``count``/``count_miss`` say), or None --
+    also when the backend raised (``storage.failopen``)."""
+    return failopen.lookup(cache, key, count, count_miss)
 
 
 def lookup(
@@ -72,7 +74,7 @@ def lookup(
     names: tuple[str | bytes, ...],
     logs: Any = None,
     count: bool = True,
-    count_miss: bool = True,
+    count_miss: bool | None = None,
 ) -> ObjectCode | None:
     """The lookup step: a fresh ObjectCode for the entry under ``key``, or None.
 

@@ -121,11 +121,13 @@ def lookup_manifest(
 ) -> list[_manifest.Prepared] | None:
     """The variants of the manifest under ``mkey``, prepared for ``roots`` (its
     lookup is not counted as a request); None when there is none."""
-    entry = lookup_entry(cache, mkey, count=False)
+    return _variants(lookup_entry(cache, mkey, count=False), roots)
+
+
+def _variants(entry: CacheEntry | None, roots: _includes.Roots) -> list[_manifest.Prepared] | None:
     record = None if entry is None else _manifest.decode(entry.data)
-    if record is None:
+    if record is None or entry is None:
         return None
-    assert entry is not None
     return _manifest.prepare(entry.data, record, roots)
 
 
@@ -156,11 +158,13 @@ def recall(
 ) -> ObjectCode | None:
     """The validate + lookup steps: a hit through a manifest variant that holds
     here (its compile log written to ``logs``); counts a hit, and a miss unless
-    ``count_miss`` is False (the first lookup of a request: the look-again counts)."""
-    obj = _recall(src, target, names, cache, roots, mkey, logs)
+    ``count_miss`` is False (the first lookup of a request: the look-again counts).
+    An absent or rejected manifest is counted by its own lookup (a rejection with
+    its miss); anything else by this request, once its answer is known."""
+    obj, counted = _recall(src, target, names, cache, roots, mkey, logs, count_miss)
     if obj is not None:
         failopen.tally(cache, CacheEntry(obj.code, b""))
-    elif count_miss:
+    elif count_miss and not counted:
         failopen.tally(cache, None)
     return obj
 
@@ -173,7 +177,9 @@ def _recall(
     roots: _includes.Roots,
     mkey: bytes,
     logs: Any,
-) -> ObjectCode | None:
+    count_miss: bool,
+) -> tuple[ObjectCode | None, bool]:
+    """The answer, and whether the manifest's own lookup counted it as a miss."""
     name = src.options.name or ""
     watcher = _watch.watcher()
     if watcher is not None:
@@ -181,8 +187,9 @@ def _recall(
         if known is not None and known[0] == roots and known[2] == watcher.epoch():
             obj = lookup(cache, known[1], target, name, names, logs, count=False)
             if obj is not None:
-                return obj
-    variants = lookup_manifest(cache, mkey, roots)
+                return obj, False
+    manifest = lookup_entry(cache, mkey, count=False, count_miss=count_miss)
+    variants = _variants(manifest, roots)
     if variants is None:
         reason = "no manifest for this source, options and compiler"
     else:
@@ -208,12 +215,12 @@ def _recall(
                     watched = watcher.watch([], [], unproven) and not _manifest.check(variant)
                 if watched:
                     _remember_valid(mkey, roots, variant.key, epoch)
-                return obj
+                return obj, False
             # the entry is gone; a later variant may still hold
             reason = reason or "the entry of a matching variant is gone (evicted?)"
     if debug_enabled(LOGGER):
         get_logger(LOGGER).debug("miss %s %s: %s", entry_id(mkey)[:12], name, reason)
-    return None
+    return None, manifest is None and count_miss
 
 
 def resolve(src: ProgramSource, roots: _includes.Roots) -> _includes.DepSet:

@@ -7,7 +7,7 @@ Named in ``storage.urls``' scheme table and imported only when such a URL is ope
 
 from __future__ import annotations
 
-from ..urls import CacheSpec
+from ..spec import CacheSpec
 from . import FileStreamProgramCache
 
 __all__ = ["open_file"]

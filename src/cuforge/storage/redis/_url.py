@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from ..urls import CacheSpec
+from ..spec import CacheSpec
 
 if TYPE_CHECKING:
     from . import RedisProgramCache

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..urls import CacheSpec
+from ..spec import CacheSpec
 
 if TYPE_CHECKING:
     from . import S3ProgramCache

@@ -6,7 +6,7 @@ Named in ``storage.urls``' scheme table and imported only when such a URL is ope
 
 from __future__ import annotations
 
-from ..urls import CacheSpec
+from ..spec import CacheSpec
 from . import SQLiteProgramCache
 
 __all__ = ["open_sqlite"]

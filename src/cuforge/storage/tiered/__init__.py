@@ -140,7 +140,7 @@ class TieredProgramCache(EntryCache):
 
     # -- reads ------------------------------------------------------------------------------
     def get_entry(
-        self, key: CacheKey, *, count: bool = True, count_miss: bool = True
+        self, key: CacheKey, *, count: bool = True, count_miss: bool | None = None
     ) -> CacheEntry | None:
         """The first level's entry that has one (each level asked in order, counted as
         this lookup is); the writable levels that missed get a copy."""
@@ -156,7 +156,8 @@ class TieredProgramCache(EntryCache):
             if found is not None:
                 break
             missed.append(i)
-        self._tally(found, count and (found is not None or count_miss))
+        miss_counted = count if count_miss is None else count_miss
+        self._tally(found, count if found is not None else miss_counted)
         if found is not None:
             for j in missed:
                 if self._writable[j]:

@@ -159,7 +159,7 @@ class LazyLevel(EntryCache):
 
     # -- reads ----------------------------------------------------------------------------
     def get_entry(
-        self, key: CacheKey, *, count: bool = True, count_miss: bool = True
+        self, key: CacheKey, *, count: bool = True, count_miss: bool | None = None
     ) -> CacheEntry | None:
         level = self._level
         if level is None or self._pending:
