@@ -1,5 +1,5 @@
 """Maintenance reads that are no use: listing and checking entries without touching
-the server's idle clock.
+the server's idle clock (the listing records and by-id reads of a Redis cache).
 
 An entry's "last used" time is the server's idle time of its key (``OBJECT
 IDLETIME``), which every read of the key resets -- so a ``cache ls`` or ``stats``
@@ -24,10 +24,15 @@ on any version.
 
 from __future__ import annotations
 
+import functools
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-__all__ = ["QuietReads", "by_node"]
+from ..entry import EntryInfo
+from ..frame import LISTING_HEAD, Frame
+
+__all__ = ["QuietReads", "by_node", "describe", "quiet_get"]
 
 
 class QuietReads:
@@ -72,3 +77,51 @@ def by_node(client: Any, cluster: bool, names: list[bytes]) -> Iterator[tuple[An
             found = groups[node.name] = (client.get_redis_connection(node), [])
         found[1].append(name)
     yield from groups.values()
+
+
+def describe(
+    node: Any, names: list[bytes], id_of: Callable[[bytes], str | None], quiet: QuietReads,
+    frame: Frame,
+) -> Iterator[EntryInfo]:  # fmt: skip
+    """Listing records of ``names`` (entry names on the one server ``node`` is): one
+    pipelined round trip, plus a GETRANGE per entry whose metadata outgrows the first
+    read. A name gone since the SCAN is left out; a string of any length still there
+    is listed (so ``verify`` names an emptied one). The last use is the key's idle
+    time, which these reads leave as it was."""
+    if not names:
+        return
+
+    def fill(pipe: Any) -> None:
+        for name in names:
+            pipe.object("idletime", name)  # never touches a key
+            pipe.getrange(name, 0, LISTING_HEAD - 1)
+            pipe.strlen(name)
+            pipe.exists(name)  # STRLEN and GETRANGE answer 0 / b"" for a vanished key
+
+    replies = quiet.run(node, fill)
+    now = time.time_ns()
+    for i, name in enumerate(names):
+        idle, head, size, exists = replies[4 * i : 4 * i + 4]
+        eid = id_of(name)
+        if eid is None or isinstance(size, Exception) or exists != 1:
+            continue
+        stored, meta, need = frame.meta_of(head if isinstance(head, bytes) else b"")
+        if meta is None and need:
+            (more,) = quiet.run(node, functools.partial(_getrange, name=name, end=need))
+            if isinstance(more, bytes):
+                stored, meta, _ = frame.meta_of(more)
+        stored = stored or now
+        used = now - int(idle) * 1_000_000_000 if isinstance(idle, int) else stored
+        yield EntryInfo(eid, int(size), stored, max(used, stored), meta)
+
+
+def quiet_get(node: Any, name: bytes, quiet: QuietReads) -> bytes | None:
+    """The value of ``name`` on ``node``, read without touching it."""
+    (value,) = quiet.run(node, lambda pipe: pipe.get(name))
+    if isinstance(value, Exception):
+        raise value
+    return value  # type: ignore[no-any-return]
+
+
+def _getrange(pipe: Any, name: bytes, end: int) -> None:
+    pipe.getrange(name, 0, end - 1)

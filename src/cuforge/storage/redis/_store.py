@@ -21,26 +21,24 @@ The ``{<id>}`` hash tag keeps an entry and its lease in one Redis Cluster slot.
   scripts, so only the token's owner extends or deletes it.
 - **Counters**: what a handle counted since its last flush, as pipelined
   ``HINCRBY``; a failed flush is retried with the next one.
-- **Listings never touch an entry** (``_quiet``: ``CLIENT NO-TOUCH``), so the idle
-  time a listing reports is the last hit's.
+- **Listings never touch an entry** (``_quiet``: ``CLIENT NO-TOUCH``, and the
+  listing records it reads), so the idle time a listing reports is the last hit's.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
 from ..entry import CacheEntry, EntryInfo, is_entry_id
-from ..frame import LISTING_HEAD, PREFIX_SIZE, Frame
+from ..frame import PREFIX_SIZE, Frame
 from ..lease import Held
 from ..ownership import delete_owned
 from ..remote import Store
 from ..stats import CacheStats
-from ._quiet import QuietReads, by_node
+from ._quiet import QuietReads, by_node, describe, quiet_get
 from ._resp import ReplyError, RespClient
 
 __all__ = ["FRAME", "RedisStore", "redis_py"]
@@ -279,46 +277,11 @@ class RedisStore(Store):
     def describe(self, listed: list[tuple[bytes, None]]) -> Iterator[EntryInfo]:
         names = [name for name, _ in listed]
         for node, some in by_node(self.conn(), self.cluster, names):
-            yield from self._describe(node, some)
-
-    def _describe(self, node: Any, names: list[bytes]) -> Iterator[EntryInfo]:
-        """One pipelined round trip (plus a GETRANGE per entry whose metadata outgrows
-        the first read); a name gone since the SCAN is left out, a string of any length
-        still there is listed (so ``verify`` names an emptied one)."""
-        if not names:
-            return
-
-        def fill(pipe: Any) -> None:
-            for name in names:
-                pipe.object("idletime", name)  # never touches a key
-                pipe.getrange(name, 0, LISTING_HEAD - 1)
-                pipe.strlen(name)
-                pipe.exists(name)  # STRLEN and GETRANGE answer 0 / b"" for a vanished key
-
-        replies = self._quiet.run(node, fill)
-        now = time.time_ns()
-        for i, name in enumerate(names):
-            idle, head, size, exists = replies[4 * i : 4 * i + 4]
-            eid = self.id_of(name)
-            if eid is None or isinstance(size, Exception) or exists != 1:
-                continue
-            if not isinstance(head, bytes):
-                head = b""
-            stored, meta, need = FRAME.meta_of(head)
-            if meta is None and need:
-                (more,) = self._quiet.run(node, functools.partial(_getrange, name=name, end=need))
-                if isinstance(more, bytes):
-                    stored, meta, _ = FRAME.meta_of(more)
-            stored = stored or now
-            used = now - int(idle) * 1_000_000_000 if isinstance(idle, int) else stored
-            yield EntryInfo(eid, int(size), stored, max(used, stored), meta)
+            yield from describe(node, some, self.id_of, self._quiet, FRAME)
 
     def quiet_get(self, name: bytes) -> bytes | None:
         ((node, _),) = by_node(self.conn(), self.cluster, [name])
-        (value,) = self._quiet.run(node, lambda pipe: pipe.get(name))
-        if isinstance(value, Exception):
-            raise value
-        return value  # type: ignore[no-any-return]
+        return quiet_get(node, name, self._quiet)
 
     # -- leases ---------------------------------------------------------------------
     def take(self, kd: bytes, entry: bytes, token: str, lease_s: float) -> tuple[Any, bool]:
@@ -374,10 +337,6 @@ class RedisStore(Store):
         self._mutex = threading.Lock()
         if self._fast is not None:
             self._fast.forget()
-
-
-def _getrange(pipe: Any, name: bytes, end: int) -> None:
-    pipe.getrange(name, 0, end - 1)
 
 
 def _ms(seconds: float) -> int:
