@@ -48,7 +48,17 @@ if TYPE_CHECKING:
 
     from .entry import CacheEntry
 
-__all__ = ["MappingCache", "as_cache", "lock", "lookup", "refuse", "store", "tally", "warn_once"]
+__all__ = [
+    "CACHE_TYPES",
+    "MappingCache",
+    "as_cache",
+    "lock",
+    "lookup",
+    "refuse",
+    "store",
+    "tally",
+    "warn_once",
+]
 
 _WARNED_ATTR = "_cuforge_write_warned"
 
@@ -81,9 +91,10 @@ class MappingCache(ProgramCacheResource):
         self.mapping.clear()
 
 
-#: The types already found to be caches, and those that take the counting arguments
+#: The types already found to be caches (a caller's hit path probes this set before it
+#: calls :func:`as_cache`), and those that take the counting arguments
 #: (``EntryCache``): a set probe per call instead of an ABC check (~0.1 us each).
-_CACHES: set[type] = set()
+CACHE_TYPES: set[type] = set()
 _COUNTING: set[type] = set()
 
 
@@ -91,7 +102,7 @@ def _known(kind: type, cache: Any) -> bool:
     """Whether ``cache`` (of ``kind``) is a cache, remembering its type when it is."""
     if not isinstance(cache, ProgramCacheResource):
         return False
-    _CACHES.add(kind)
+    CACHE_TYPES.add(kind)
     if isinstance(cache, EntryCache):
         _COUNTING.add(kind)
     return True
@@ -101,7 +112,7 @@ def as_cache(cache: Any) -> ProgramCacheResource:
     """``cache`` as a :class:`ProgramCacheResource`: itself, or a duck-typed mapping in
     a :class:`MappingCache`. TypeError naming the type for anything else."""
     kind = type(cache)
-    if kind in _CACHES or _known(kind, cache):
+    if kind in CACHE_TYPES or _known(kind, cache):
         return cache  # type: ignore[no-any-return]
     if callable(getattr(cache, "get", None)) and hasattr(cache, "__setitem__"):
         return MappingCache(cache)

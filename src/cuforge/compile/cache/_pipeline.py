@@ -124,22 +124,28 @@ def pipeline(
     """The steps, in order; a fill tells ``report`` (when given) what it did.
     ``Program.compile`` calls it directly: its hit path is the key, one lookup and
     the ObjectCode, nothing more."""
-    cache = failopen.as_cache(cache)  # TypeError for what is no cache at all
+    # A type seen before costs a set probe, no call; anything else is checked (and a
+    # duck-typed mapping wrapped): TypeError for what is no cache at all.
+    resource: ProgramCacheResource = (
+        cache  # type: ignore[assignment]
+        if type(cache) in failopen.CACHE_TYPES
+        else failopen.as_cache(cache)
+    )
     src = program.source
     if src.closed:  # a hit must not hide what an uncached compile would raise
         raise RuntimeError("Program is closed")
     roots = _tracking.roots_if_tracked(src) if src.code_type == "c++" else None
     if roots is not None:
-        return _tracked(program, target, names, logs, cache, roots, report)
+        return _tracked(program, target, names, logs, resource, roots, report)
     key = program_key(src.code_type, target, src.options, src.code, names, None)
     name = src.options.name or ""
-    obj = lookup(cache, key, target, name, names, logs, count_miss=False)
+    obj = lookup(resource, key, target, name, names, logs, count_miss=False)
     if obj is not None:
         return obj
-    with failopen.lock(cache, key):  # single flight: look again, then fill
-        obj = lookup(cache, key, target, name, names, logs)
+    with failopen.lock(resource, key):  # single flight: look again, then fill
+        obj = lookup(resource, key, target, name, names, logs)
         if obj is None:
-            obj = _compile_and_store(program, target, names, logs, cache, key, report)
+            obj = _compile_and_store(program, target, names, logs, resource, key, report)
     return obj
 
 
