@@ -668,3 +668,34 @@ def test_ls_filters_by_name_arch_and_kind(tmp_path, cache):
     assert picked("--name", "nothing*") == []
     bad = cli(tmp_path, "cache", "ls", "--cache", str(cache), "--kind", "cubin")
     assert "invalid choice" in one_line_error(bad, "cuforge cache ls")
+
+
+def test_ls_kind_knows_every_kind_cuforge_writes(tmp_path):
+    """The integrations' entries (JAX's executables, warm sets, the directory mirror's
+    files and indexes) are listed by ``--kind`` like the compile layer's: each kind a
+    writer in src/cuforge uses is one ``cache ls --kind`` accepts."""
+    import cuforge.integrations.cupy as cupy_adapter
+    import cuforge.integrations.inductor as inductor_adapter
+    import cuforge.integrations.jax as jax_adapter
+    from cuforge.integrations import warmsets
+    from cuforge.integrations._cache import ForeignEntries
+    from cuforge.integrations.mirror import Mirror, Profile
+    from cuforge.integrations.mirror.engine import FILE_KIND, INDEX_KIND
+    from cuforge.storage.record import KINDS
+    from cuforge.storage.urls import open_cache
+
+    written = {jax_adapter._KIND, inductor_adapter._KIND, cupy_adapter._KIND, warmsets.KIND,
+               FILE_KIND, INDEX_KIND, "triton", "program", "manifest"}  # fmt: skip
+    assert written == set(KINDS)
+    url = f"file://{tmp_path / 'c'}"
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "k.o").write_bytes(b"object code")
+    profile = Profile(name="plain", env=("PLAIN_DIR",), gpu_dependent=False)
+    with open_cache(url) as cache:
+        ForeignEntries(cache, jax_adapter._KIND).store("jit_f-0123", b"executable", {})
+        warmsets.store(cache, "job", [b"k1"])
+        assert Mirror(profile, cache, tmp_path / "d", version="p==1", settle_s=0).publish().stored
+    for kind, count in (("jax", 1), ("warm-set", 1), ("mirror", 1), ("mirror-index", 1)):
+        rows = _ls(tmp_path, url, "--kind", kind)
+        assert [r["kind"] for r in rows] == [kind] * count, (kind, rows)
+    assert _ls(tmp_path, url, "--kind", "program") == []

@@ -9,10 +9,11 @@
 - ``zero-stats [--json]``: restart those counters from zero (for every process; on
   Redis, for the whole fleet using the prefix).
 - ``ls [--sort size|age|last-used|name] [--limit N] [--reverse] [--name GLOB]
-  [--arch ARCH] [--kind program|manifest|triton|inductor|cupy|raw] [--json]``: one
+  [--arch ARCH] [--kind KIND] [--json]``: one
   line per entry (those every filter given matches): short id, kind, target, arch,
   size, age, last use, source name (an integration's entries: the system's key),
-  compiler.
+  compiler. ``KIND``: one of ``storage.record.KINDS`` (program, manifest, triton,
+  inductor, cupy, jax, warm-set, mirror, mirror-index) or raw.
 - ``show ID-PREFIX [--extract OUT] [--json]``: everything recorded about one entry and
   whether it verifies; ``--extract`` writes its raw payload (a cubin for cuobjdump)
   (``-``: to stdout); the details then go to stderr, so stdout holds the payload only.
@@ -36,6 +37,7 @@ import time
 from cuforge.cli import _entries, _select, _term
 from cuforge.cli._args import UsageError, arch_arg
 from cuforge.storage.config import DEFAULT_ORIGIN
+from cuforge.storage.record import KINDS
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -85,8 +87,8 @@ def register(subparsers: Subparsers) -> Subparsers:
     p.add_argument("--arch", type=arch_arg, metavar="ARCH", help="only entries for ARCH (sm_90)")
     p.add_argument(
         "--kind",
-        choices=("program", "manifest", "triton", "inductor", "cupy", "raw"),
-        help="only entries of this kind",
+        choices=(*KINDS, "raw"),
+        help="only entries of this kind (raw: stored without a record)",
     )
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(handler=_ls)

@@ -13,10 +13,26 @@ TYPE_CHECKING = False  # typing is not imported at run time: it costs a cold hit
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["RECORD_VERSION", "decode_record", "encode_record"]
+__all__ = ["KINDS", "RECORD_VERSION", "decode_record", "encode_record"]
 
 #: The version written; readers accept records of this version only.
 RECORD_VERSION = 1
+
+#: Every ``kind`` cuforge writes: compiled programs and header manifests (the
+#: compile layer); the integrations' entries (``cuforge.integrations``: Triton,
+#: Inductor, CuPy, JAX); warm sets; the directory mirror's files and indexes. A
+#: writer of a new kind adds it here, so ``cuforge cache ls --kind`` offers it.
+KINDS = (
+    "program",
+    "manifest",
+    "triton",
+    "inductor",
+    "cupy",
+    "jax",
+    "warm-set",
+    "mirror",
+    "mirror-index",
+)
 
 # Records are metadata: a few KiB at most. Refuse to parse anything huge.
 _MAX_RECORD_BYTES = 16 << 20
