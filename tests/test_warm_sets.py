@@ -218,3 +218,51 @@ def test_cuforge_warm_env_marks_the_process_warm_from_the_start(tmp_path) -> Non
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     assert out.stdout.strip() == "True"
+
+
+def _stats_json(tmp_path, url: str) -> dict[str, int]:
+    import json
+
+    from _cli import run
+
+    shown = run(tmp_path, "cache", "stats", "--json", "--cache", url)
+    assert shown.returncode == 0, shown.stderr
+    return json.loads(shown.stdout)
+
+
+@pytest.mark.parametrize("backend", ["file", "redis"])
+def test_a_warm_cuforge_compile_counts_in_the_caches_stats(tmp_path, backend, request) -> None:
+    """A ``Program.compile(cache=)`` miss and a ``cuforge compile`` miss in processes
+    marked warm are counted in ``warm_compiles`` of the cache they went through, as
+    every process sees it (``cuforge cache stats``); their hits are not."""
+    import subprocess
+    import sys
+
+    from _cli import SAXPY, isolated_env, run
+
+    if backend == "redis":
+        url = f"{request.getfixturevalue('redis_server').url}?prefix=warmcount:"
+    else:
+        url = f"file://{tmp_path / 'c'}"
+    code = (
+        "import sys, warnings, cuforge\n"
+        "from cuforge.storage.urls import open_cache\n"
+        "warnings.simplefilter('ignore')\n"
+        "src = open(sys.argv[2]).read()\n"
+        "with open_cache(sys.argv[1]) as cache:\n"
+        "    for _ in range(2):  # a miss, then a hit\n"
+        "        p = cuforge.Program(src, 'c++', cuforge.ProgramOptions(arch='sm_80'))\n"
+        "        p.compile('cubin', cache=cache)\n"
+        "print(cuforge.compiles_after_warm())\n"
+    )
+    env = isolated_env(tmp_path, CUFORGE_WARM="1")
+    out = subprocess.run([sys.executable, "-c", code, url, str(SAXPY)], env=env,
+                         capture_output=True, text=True, timeout=240)  # fmt: skip
+    assert out.returncode == 0 and out.stdout.strip() == "1", out.stderr
+    assert _stats_json(tmp_path, url)["warm_compiles"] == 1
+    for _ in range(2):  # the command line: a miss (sm_90), then a hit
+        done = run(tmp_path, "compile", str(SAXPY), "--arch", "sm_90", "--cache", url,
+                   "-o", str(tmp_path / "k.cubin"), env=env)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+    stats = _stats_json(tmp_path, url)
+    assert (stats["warm_compiles"], stats["stores"], stats["hits"]) == (2, 2, 2)

@@ -27,15 +27,19 @@ import threading
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from typing import Any
+    from typing import Any, TypeVar
+
+    T = TypeVar("T")
 
 __all__ = [
     "ENV_WARM",
     "CompileAfterWarmWarning",
     "compiles_after_warm",
+    "compiling_through",
     "is_warm",
     "mark_warm",
     "note_compile",
+    "through",
 ]
 
 #: ``1`` (or ``true``/``yes``/``on``): the process is warm from the start.
@@ -45,6 +49,9 @@ _TRUE = ("1", "true", "yes", "on")
 _lock = threading.Lock()
 _state = {"warm": (os.environ.get(ENV_WARM) or "").strip().lower() in _TRUE, "count": 0}
 _warned: set[tuple[str, str]] = set()
+#: The cache a cuforge compile of this thread goes through (``through``), so its
+#: miss -- compiled where the cache is not passed on -- is counted there.
+_current = threading.local()
 
 
 class CompileAfterWarmWarning(RuntimeWarning):
@@ -98,6 +105,25 @@ def note_compile(system: str, name: str, cache: Any = None) -> None:
 #: set by ``cuforge.storage`` (``base.count_warm_compile``) when it loads -- counters
 #: are storage's to write; a cache exists only once storage is loaded.
 counter: Callable[[Any], None] | None = None
+
+
+def through(cache: Any, run: Callable[[], T]) -> T:
+    """``run()`` with ``cache`` as this thread's :func:`compiling_through` (restored
+    after): a cuforge compile through ``cache`` in a warm process calls it so that a
+    miss's compile is counted in ``cache``'s ``warm_compiles``. Called only when the
+    process is warm, so a hit of a process that is not warm pays nothing."""
+    previous = getattr(_current, "cache", None)
+    _current.cache = cache
+    try:
+        return run()
+    finally:
+        _current.cache = previous
+
+
+def compiling_through() -> Any:
+    """The cache the cuforge compile running in this thread goes through (set by
+    :func:`through`), or None."""
+    return getattr(_current, "cache", None)
 
 
 def _count_in(cache: Any) -> None:

@@ -276,7 +276,11 @@ def compile_through(
     """
     if cache is None:
         return program.compile(target, logs=logs), True, None
+    from cuforge import _warm
     from cuforge.compile.cache import compile_through_cache
 
-    done = compile_through_cache(program, target, (), logs, cache)
+    if not _warm.is_warm():
+        done = compile_through_cache(program, target, (), logs, cache)
+    else:  # a miss's compile counts in this cache's warm_compiles
+        done = _warm.through(cache, lambda: compile_through_cache(program, target, (), logs, cache))
     return done.obj, done.ran, done.store if done.ran else None

@@ -173,6 +173,8 @@ class Program:
         if cache is True:  # the default cache, opened once per state of its variables
             cache = default_cache()
         if cache is not None and cache is not False:
+            if _warm._state["warm"]:  # a miss's compile counts in this cache's warm_compiles
+                return _warm.through(cache, lambda: pipeline(self, target, names, logs, cache))
             return pipeline(self, target, names, logs, cache)
         return self.compile_uncached(target, names, logs)
 
@@ -200,7 +202,7 @@ class Program:
         code_type, options, code = src.code_type, src.options, src.code
         name = options.name or ""
         if _warm._state["warm"]:  # a compile in a process that declared itself warm
-            _warm.note_compile("cuforge", name or code_type)
+            _warm.note_compile("cuforge", name or code_type, _warm.compiling_through())
         mapping: dict[str | bytes, str] = {}
         debug = _compilelog.debug_enabled()
         started = time.perf_counter() if debug else 0.0
