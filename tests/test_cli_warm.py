@@ -160,3 +160,96 @@ def test_warm_into_a_cache_that_stores_nothing_says_so(tmp_path):
     assert result.stdout.splitlines()[-1] == "1 compiled but not stored: read-only"
     stored = run(tmp_path, "warm", str(manifest), "--cache", str(tmp_path / "d"))
     assert "not stored" not in stored.stdout
+
+
+# -- warm --set: a warm set into the local level ------------------------------------------
+META = b'{"kind":"raw","v":1}'
+
+
+def _stored_set(url: str, keys: list[bytes], name: str = "job") -> None:
+    from cuforge.integrations import warmsets
+    from cuforge.storage.urls import open_cache
+
+    with open_cache(url) as cache:
+        for k in keys:
+            cache.set_entry(k, b"payload of " + k, META)
+        assert warmsets.store(cache, name, keys)
+
+
+def _local_holds(path, keys: list[bytes]) -> int:
+    from cuforge.storage.urls import open_cache
+
+    with open_cache(str(path), read_only=True) as alone:
+        return sum(e is not None for e in alone.get_entries(keys))
+
+
+def test_warm_set_fetches_into_the_local_level_of_a_tier(tmp_path, redis_server):
+    keys = [f"k{i}".encode() for i in range(20)]
+    _stored_set(redis_server.url, keys)
+    local = tmp_path / "local"
+    url = f"file://{local},{redis_server.url}"
+    done = run(tmp_path, "warm", "--set", "job", "--cache", url)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(
+        f"warm set job: 20 entries listed, 20 now in the local level file://{local}, 0 missing"
+    ), done.stdout
+    assert _local_holds(local, keys) == 20  # the local level alone serves them now
+    again = run(tmp_path, "warm", "--set", "job", "--cache", url, "--json", "--fail-on-miss")
+    assert again.returncode == 0, again.stderr
+    report = json.loads(again.stdout)["warm_set"]
+    assert (report["listed"], report["present"], report["missing"]) == (20, 20, 0)
+
+
+def test_warm_set_with_a_manifest_fetches_then_compiles(tmp_path, redis_server):
+    _stored_set(redis_server.url, [b"a", b"b"], "both")
+    (tmp_path / "k.cu").write_text('extern "C" __global__ void k(int* p) { *p = 1; }\n')
+    manifest = tmp_path / "m.toml"
+    manifest.write_text('[defaults]\narch = "sm_90"\n[[kernel]]\nsource = "k.cu"\n')
+    local = tmp_path / "local"
+    url = f"file://{local},{redis_server.url}"
+    done = run(tmp_path, "warm", str(manifest), "--set", "both", "--cache", url, "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert (report["compiled"], report["warm_set"]["present"]) == (1, 2)
+    assert _local_holds(local, [b"a", b"b"]) == 2
+
+
+def test_warm_set_on_a_local_cache_checks_it_and_fail_on_miss_counts(tmp_path):
+    """A cache that is one local level has nothing to fetch from: the set is checked
+    against it (what is there, verified), and --fail-on-miss fails a set with gaps."""
+    cache = tmp_path / "c"
+    _stored_set(str(cache), [b"a", b"b", b"c"])
+    from cuforge.integrations import warmsets
+    from cuforge.storage.urls import open_cache
+
+    with open_cache(str(cache)) as opened:  # the set lists one entry the cache lacks
+        warmsets.store(opened, "job", [b"a", b"b", b"c", b"gone"])
+    done = run(tmp_path, "warm", "--set", "job", "--cache", str(cache))
+    assert done.returncode == 0, done.stderr
+    assert "4 entries listed, 3 in the cache (one local level: nothing to fetch from), " \
+        "1 missing" in done.stdout  # fmt: skip
+    strict = run(tmp_path, "warm", "--set", "job", "--cache", str(cache), "--fail-on-miss")
+    assert strict.returncode == 1
+    assert "1 entries of warm set 'job' are in no level (--fail-on-miss)" in strict.stderr
+
+
+def test_warm_set_usage_errors_and_an_absent_set(tmp_path, redis_server):
+    prog = "cuforge warm"
+    neither = run(tmp_path, "warm", "--cache", str(tmp_path / "c"))
+    assert "a manifest or --set NAME is required" in one_line_error(neither, prog)
+    bad = run(tmp_path, "warm", "--set", "a\nb", "--cache", str(tmp_path / "c"))
+    assert "--set: warm set name" in one_line_error(bad, prog)
+    empty = run(tmp_path, "warm", "--set", " ", "--cache", str(tmp_path / "c"))
+    assert "--set: warm set name" in one_line_error(empty, prog)
+    _stored_set(redis_server.url, [b"a"])
+    remote = run(tmp_path, "warm", "--set", "job", "--cache", redis_server.url)
+    line = one_line_error(remote, prog)
+    assert "--set: --cache redis://" in line and "has no local level" in line, line
+    env = isolated_env(tmp_path, CUFORGE_CACHE=f"memory://,{redis_server.url}")
+    memory_only = run(tmp_path, "warm", "--set", "job", env=env)
+    assert "$CUFORGE_CACHE" in one_line_error(memory_only, prog)
+    absent = run(tmp_path, "warm", "--set", "nope", "--cache", f"file://{tmp_path / 'l'},"
+                 f"{redis_server.url}")  # fmt: skip
+    assert absent.returncode == 1 and "Traceback" not in absent.stderr
+    assert "no warm set 'nope' is stored in" in absent.stderr
+    assert not (tmp_path / "c").exists()  # refused before a cache was made

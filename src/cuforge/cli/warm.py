@@ -1,19 +1,30 @@
-"""``cuforge warm MANIFEST [--jobs N] [--fail-on-miss]``: fill a cache ahead of use.
+"""``cuforge warm [MANIFEST] [--set NAME] [--jobs N] [--fail-on-miss]``: fill a cache
+ahead of use.
 
-Compiles every kernel x arch x option set a TOML manifest lists (``_warmfile``)
-into the chosen cache, ``--jobs`` at a time in worker processes (``_pool`` says
-why not threads; ``--threads`` runs them on threads of this process, for
-comparison). Each compile goes through ``Program.compile(cache=)``, so what is
+``MANIFEST``: compiles every kernel x arch x option set a TOML manifest lists
+(``_warmfile``) into the chosen cache, ``--jobs`` at a time in worker processes
+(``_pool`` says why not threads; ``--threads`` runs them on threads of this process,
+for comparison). Each compile goes through ``Program.compile(cache=)``, so what is
 already cached is only looked up, and concurrent misses of one key (from other
-hosts or processes) compile once.
+hosts or processes) compile once. Shows a progress bar on a terminal and one line
+per compile otherwise, then a summary table: compiled, already cached, failed --
+with the first lines of each failure's log.
 
-Shows a progress bar on a terminal and one line per compile otherwise, then a
-summary table: compiled, already cached, failed -- with the first lines of each
-failure's log. ``--fail-on-miss`` makes anything that had to be compiled a failure:
-CI can prove a cache is warm.
+``--set NAME`` (the command-line side of ``cuforge run --warm-set``): fetches every
+entry the warm set ``NAME`` lists (``integrations.warmsets``) into the local level of
+the chosen tier -- its first persistent level, ``file:///local`` of
+``file:///local,redis://shared`` -- in batches, before the manifest (if any) is
+compiled. A cache that is one local level (a directory, a SQLite file) has nothing
+to fetch from: the set is checked against it (how many of its entries are there,
+verified). A cache with no local level (a bare ``redis://``, ``s3://``, a tier whose
+first persistent level is read-only) has nowhere to fetch into: a usage error.
 
-Exit status: 0 all compiled or cached; 1 a compile failed, or (``--fail-on-miss``)
-something was not cached yet; 2 usage errors.
+``--fail-on-miss`` makes anything that had to be compiled, or a set entry that is in
+no level, a failure: CI can prove a cache is warm.
+
+Exit status: 0 all compiled, cached or fetched; 1 a compile failed, no warm set
+``NAME`` is stored, or (``--fail-on-miss``) something was not cached yet; 2 usage
+errors (no manifest and no ``--set``, a bad set name, a cache with no local level).
 """
 
 from __future__ import annotations
@@ -31,6 +42,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from cuforge.cli._args import Subparsers
+    from cuforge.storage.base import ProgramCacheResource
 
 __all__ = ["register"]
 
@@ -40,14 +52,22 @@ _LOG_LINES = 4
 def register(subparsers: Subparsers) -> None:
     p = subparsers.add_parser(
         "warm",
-        help="compile the kernels a TOML manifest lists into the cache",
-        description="Compile every kernel x arch x option set of MANIFEST into the cache.",
+        help="compile a manifest's kernels into the cache; fetch a warm set",
+        description="Compile every kernel x arch x option set of MANIFEST into the cache; "
+        "with --set NAME, first fetch the warm set NAME into the cache's local level.",
     )
-    p.add_argument("manifest", metavar="MANIFEST", help="TOML file (see docs/cli.md)")
+    p.add_argument("manifest", metavar="MANIFEST", nargs="?", help="TOML file (see docs/cli.md)")
+    p.add_argument(
+        "--set", metavar="NAME", dest="warm_set",
+        help="fetch the warm set NAME into the cache's local level",
+    )  # fmt: skip
     p.add_argument("--jobs", "-j", type=_jobs, default=os.cpu_count() or 1, metavar="N",
                    help="compile N at a time (default: the number of CPUs)")  # fmt: skip
     p.add_argument("--threads", action="store_true", help="threads of one process, not processes")
-    p.add_argument("--fail-on-miss", action="store_true", help="exit 1 if anything had to compile")
+    p.add_argument(
+        "--fail-on-miss", action="store_true",
+        help="exit 1 if anything had to compile, or a set entry is in no level",
+    )  # fmt: skip
     p.add_argument("--json", action="store_true", help="print a JSON summary")
     p.set_defaults(handler=_warm)
     _select.add_cache_option(p, can_disable=False)
@@ -65,11 +85,45 @@ def _jobs(text: str) -> int:
 
 # -- the command -------------------------------------------------------------------------
 def _warm(args: argparse.Namespace) -> int:
-    folder, specs = _warmfile.load(args.manifest)
+    if args.manifest is None and args.warm_set is None:
+        raise UsageError("a manifest or --set NAME is required (see cuforge warm --help)")
+    if args.warm_set is not None:
+        from cuforge.integrations.warmsets import set_key
+
+        try:
+            set_key(args.warm_set)
+        except ValueError as exc:
+            raise UsageError(f"--set: {exc}") from None
+    folder, specs = _warmfile.load(args.manifest) if args.manifest is not None else ("", [])
     chosen = _select.choose(args)
     if chosen.url is None:
         raise UsageError(f"caching is off ({chosen.said()}): warm has nothing to fill")
     cache = _select.open_choice(chosen)  # opened here too: bad URLs fail before any work
+    with cache:
+        fetched: dict[str, Any] | None = None
+        if args.warm_set is not None:
+            fetched = _fetch_set(cache, args.warm_set, chosen)
+            if fetched is None:
+                print(
+                    f"cuforge warm: no warm set {args.warm_set!r} is stored in "
+                    f"{chosen.shown()} (cuforge run --warm-set {args.warm_set} records one)",
+                    file=sys.stderr,
+                )
+                return 1
+            if not specs:
+                return _set_summary(fetched, args)
+        return _compile_all(cache, chosen, folder, specs, args, fetched)
+
+
+def _compile_all(
+    cache: ProgramCacheResource,
+    chosen: _select.Choice,
+    folder: str,
+    specs: list[_warmfile.Spec],
+    args: argparse.Namespace,
+    fetched: dict[str, Any] | None,
+) -> int:
+    """Compile every spec of the manifest through ``cache`` (open), then summarise."""
     url = chosen.target()  # what worker processes open (absolute before the chdir)
     os.chdir(folder)  # compile as `cuforge compile` run from the manifest's directory would
     progress = _term.Progress(len(specs), "warming", sys.stderr if args.json else None)
@@ -83,24 +137,100 @@ def _warm(args: argparse.Namespace) -> int:
         progress.item(f"{result['status']:<9}{what} ({result['seconds']:.2f} s)")
 
     jobs = min(args.jobs, len(specs))
-    with cache:
-        if args.threads and jobs > 1:
-            from concurrent.futures import ThreadPoolExecutor, as_completed
+    if args.threads and jobs > 1:
+        from concurrent.futures import ThreadPoolExecutor, as_completed
 
-            with ThreadPoolExecutor(jobs) as pool:
-                futures = {pool.submit(_pool.compile_spec, s, cache): s for s in specs}
-                for future in as_completed(futures):
-                    finished(futures[future], future.result())
-        else:
-            opener = (url, chosen.secret)
-            _pool.run_specs(specs, jobs, cache, opener, lambda i, r: finished(specs[i], r))
+        with ThreadPoolExecutor(jobs) as pool:
+            futures = {pool.submit(_pool.compile_spec, s, cache): s for s in specs}
+            for future in as_completed(futures):
+                finished(futures[future], future.result())
+    else:
+        opener = (url, chosen.secret)
+        _pool.run_specs(specs, jobs, cache, opener, lambda i, r: finished(specs[i], r))
     progress.close()
     wall = time.perf_counter() - start
-    return _summary(results, wall, jobs, args)
+    return _summary(results, wall, jobs, args, fetched)
 
 
+# -- warm sets ---------------------------------------------------------------------------
+def _fetch_set(
+    cache: ProgramCacheResource, name: str, chosen: _select.Choice
+) -> dict[str, Any] | None:
+    """Fetch the warm set ``name`` into ``cache``'s local level (or check it against a
+    cache that is one local level); what was done, or None when no such set is stored.
+    UsageError when ``cache`` has no local level to fetch into."""
+    from cuforge.integrations import warmsets
+    from cuforge.integrations.sessions import is_local
+
+    local = is_local(cache)
+    tier = None if local else warmsets.local_tier(cache)
+    if tier is None and not local:
+        raise UsageError(
+            f"--set: {chosen.where} {chosen.shown()} has no local level to fetch the warm set "
+            "into; give a tier such as file:///local/dir,redis://host/0"
+        )
+    keys = warmsets.load(cache, name)
+    if keys is None:
+        return None
+    done = warmsets.prefetch(tier if tier is not None else cache, keys)
+    return {
+        "name": name,
+        "listed": done.listed,
+        "present": done.fetched,
+        "missing": done.missing,
+        "seconds": round(done.seconds, 3),
+        "into": _local_level(chosen) if tier is not None else None,
+    }
+
+
+def _local_level(chosen: _select.Choice) -> str:
+    """The URL of the chosen tier's first persistent level, for people."""
+    for part in chosen.shown().split(","):
+        if not part.startswith("memory:"):
+            return part
+    return chosen.shown()
+
+
+def _set_line(done: dict[str, Any]) -> str:
+    where = (
+        f"now in the local level {done['into']}"
+        if done["into"] is not None
+        else "in the cache (one local level: nothing to fetch from)"
+    )
+    return (
+        f"warm set {done['name']}: {done['listed']} entries listed, {done['present']} {where}, "
+        f"{done['missing']} missing ({done['seconds']:.2f} s)"
+    )
+
+
+def _set_summary(done: dict[str, Any], args: argparse.Namespace) -> int:
+    if args.json:
+        import json
+
+        print(json.dumps({"warm_set": done}, indent=2))
+    else:
+        print(_set_line(done))
+    return _set_failed(done, args)
+
+
+def _set_failed(done: dict[str, Any] | None, args: argparse.Namespace) -> int:
+    if done is not None and args.fail_on_miss and done["missing"]:
+        print(
+            f"cuforge warm: {done['missing']} entries of warm set {done['name']!r} are in "
+            "no level (--fail-on-miss)",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
+# -- the summary -------------------------------------------------------------------------
 def _summary(
-    results: list[dict[str, Any]], wall: float, jobs: int, args: argparse.Namespace
+    results: list[dict[str, Any]],
+    wall: float,
+    jobs: int,
+    args: argparse.Namespace,
+    fetched: dict[str, Any] | None = None,
 ) -> int:
     counts = {s: sum(r["status"] == s for r in results) for s in ("compiled", "cached", "failed")}
     order = {"failed": 0, "compiled": 1, "cached": 2}
@@ -108,9 +238,12 @@ def _summary(
     if args.json:
         import json
 
+        extra = {} if fetched is None else {"warm_set": fetched}
         print(json.dumps({"wall_seconds": round(wall, 3), "jobs": jobs, **counts,
-                          "results": results}, indent=2))  # fmt: skip
+                          "results": results, **extra}, indent=2))  # fmt: skip
     else:
+        if fetched is not None:
+            print(_set_line(fetched))
         if _term.is_tty(sys.stdout):
             rows = [
                 [_term.paint(r["status"], _colour(r["status"])), r["source"], r["arch"],
@@ -137,7 +270,7 @@ def _summary(
         if why:  # a warm that warmed nothing must not read as if it had
             unstored = sum(bool(r.get("not_stored")) for r in results)
             print(f"{unstored} compiled but not stored: {', '.join(why)}")
-    if counts["failed"]:
+    if counts["failed"] or _set_failed(fetched, args):
         return 1
     if args.fail_on_miss and counts["compiled"]:
         print(

@@ -42,7 +42,7 @@ from . import warmsets
 from ._cache import select_cache
 from ._wiring import Wiring
 
-__all__ = ["Session", "each_mirror", "open_mirrors", "prefetch_set", "session"]
+__all__ = ["Session", "each_mirror", "is_local", "open_mirrors", "prefetch_set", "session"]
 
 #: The variable ``cuforge run`` gives its child: the directory of the run's journals.
 ENV_JOURNAL = "CUFORGE_RUN_JOURNAL"
@@ -162,7 +162,7 @@ def prefetch_set(cache: ProgramCacheResource, name: str) -> warmsets.Prefetched 
         return None
     tier = warmsets.local_tier(cache)
     if tier is None:
-        if _is_local(cache):  # a local cache has nothing to fetch from: nothing to say
+        if is_local(cache):  # a local cache has nothing to fetch from: nothing to say
             return None
         _warn(
             f"warm set {name!r}: the cache has no local level to prefetch into (use a tier "
@@ -172,7 +172,7 @@ def prefetch_set(cache: ProgramCacheResource, name: str) -> warmsets.Prefetched 
     return warmsets.prefetch(tier, keys)
 
 
-def _is_local(cache: ProgramCacheResource) -> bool:
+def is_local(cache: ProgramCacheResource) -> bool:
     """Whether ``cache`` is one local level (a directory or a database file)."""
     from cuforge.storage.filestream import FileStreamProgramCache
     from cuforge.storage.sqlite import SQLiteProgramCache
