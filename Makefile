@@ -57,7 +57,7 @@ test-cu12: $(CU12_STAMP) $(STAMP) redis-server
 INT_VENV := .venv-int
 INT_STAMP := $(INT_VENV)/.installed
 INT_TESTS := tests/test_integrations_cache.py tests/test_integrations_inductor.py \
-	tests/test_integrations_triton.py
+	tests/test_integrations_triton.py tests/test_run_inductor.py
 $(INT_STAMP): pyproject.toml setup.py $(wildcard src/cuforge/_native/*.c)
 	test -x $(INT_VENV)/bin/python || $(PYTHON) -m venv $(INT_VENV)
 	$(INT_VENV)/bin/python -m pip install -q --upgrade pip

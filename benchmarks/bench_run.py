@@ -1,19 +1,33 @@
-"""``cuforge run`` with JAX on the CPU: a fresh process with empty local directories,
-on a shared cache, against stock JAX's cold and warm-local start.
+"""``cuforge run`` against the stock JIT's cold and warm-local start, each a fresh
+process, one run printing every configuration side by side with its ratio.
 
-    .venv-jit/bin/python benchmarks/bench_run.py [--rounds 3]
+    .venv-jit/bin/python benchmarks/bench_run.py [--rounds 3]              # JAX
+    .venv-int/bin/python benchmarks/bench_run.py --jit torch [--rounds 3]  # torch.compile
 
-Each configuration is a fresh process running one jitted function (a few jitted
-modules) to its first result, timed from before ``import jax`` (reported by the
-process itself) and as wall time of the process:
+Each configuration is a fresh process running one compiled function to its first
+result, timed from before the framework's import (reported by the process itself)
+and as wall time of the process (``cuforge run``'s own work included).
 
-- ``stock cold``: JAX's own cache in an empty directory (compiles everything);
-- ``stock warm-local``: JAX's own cache in a directory an earlier process filled;
-- ``cuforge run, shared``: ``cuforge run --cache file:///<empty>,redis://... --warm-set``
-  on a Redis another process filled, its local level empty (no code change).
+JAX (a jitted function of ~25 ops): ``stock cold`` (JAX's own cache in an empty
+directory), ``stock warm-local`` (a directory an earlier process filled),
+``cuforge run, shared`` (``cuforge run --cache file:///<empty>,redis://... --warm-set``
+on a Redis another process filled, its local level empty; no code change).
 
-Prints each configuration's best over the rounds and ``cuforge run / warm-local``
-(goal <= 1.2).
+torch.compile on the CPU (a function of 6 matmul/tanh/sin steps on 64x64, Inductor's
+C++ kernels): ``stock cold`` (an empty ``TORCHINDUCTOR_CACHE_DIR``), ``stock
+warm-local`` (one an earlier process filled), ``remote FX cache only`` (the job wired
+to the cache as ``cuforge run`` wires it -- Inductor's FX-graph and AOT-autograd
+remote caches through cuforge -- without the mirror: what a fresh process got before
+the ``torchinductor`` profile), ``cuforge run`` (the same plus the mirror), each with
+an empty ``TORCHINDUCTOR_CACHE_DIR`` and home on a file+Redis tier whose local level
+is empty; ``cuforge run, fresh $TMPDIR`` (a fresh host: Inductor's precompiled
+header, which it keeps in ``$TMPDIR`` whatever its directory and builds before it looks
+for a library, is built again), and the same with
+``TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS=0`` (no precompiled header: the
+libraries' names do not depend on it, so they still come from the mirror).
+
+Prints each configuration's best over the rounds and its ratio to warm-local (goal
+<= 1.2).
 """
 
 from __future__ import annotations
@@ -64,7 +78,12 @@ def _time(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--jit", choices=("jax", "torch"), default="jax")
     args = ap.parse_args()
+    return _torch(args.rounds) if args.jit == "torch" else _jax(args.rounds)
+
+
+def _jax(rounds: int) -> int:
     from _redis import RedisServer
 
     work = Path(tempfile.mkdtemp(prefix="bench-run-"))
@@ -81,7 +100,7 @@ def main() -> int:
         fill = [cli, "run", "--cache", f"file://{work / 'fill-local'},{shared}",
                 "--warm-set", "bench", "--", py, str(job)]  # fmt: skip
         _time(fill, _env())
-        for r in range(args.rounds):
+        for r in range(rounds):
             cold = work / f"cold-{r}"
             times.setdefault("stock cold", []).append(
                 _time([py, str(job)], _env(JAX_COMPILATION_CACHE_DIR=str(cold)))
@@ -95,7 +114,7 @@ def main() -> int:
             times.setdefault("cuforge run, shared", []).append(_time(cmd, _env()))
             shutil.rmtree(cold, ignore_errors=True)
             shutil.rmtree(local, ignore_errors=True)
-        print(f"jax on the CPU, {args.rounds} rounds, best: first result (process wall time)")
+        print(f"jax on the CPU, {rounds} rounds, best: first result (process wall time)")
         best = {k: (min(a for a, _ in v), min(b for _, b in v)) for k, v in times.items()}
         for name, (first, wall) in best.items():
             print(f"  {name:22s} {first:6.3f} s  ({wall:6.3f} s)")
@@ -103,6 +122,92 @@ def main() -> int:
         wall_ratio = best["cuforge run, shared"][1] / best["stock warm-local"][1]
         print(f"cuforge run / stock warm-local = {ratio:.2f} first result, "
               f"{wall_ratio:.2f} wall (goal <= 1.2)")  # fmt: skip
+    finally:
+        redis.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+TORCH_JOB = """
+import time
+t0 = time.perf_counter()
+import torch
+def f(x, w):
+    for i in range(6):
+        x = torch.tanh(x @ w) + torch.sin(x) * (i + 1)
+    return x.sum(dim=0)
+torch.manual_seed(0)
+x = torch.randn(64, 64)
+w = torch.randn(64, 64) * 0.1
+r = torch.compile(f)(x, w)
+assert torch.allclose(r, f(x, w), rtol=1e-4, atol=1e-3)
+print(time.perf_counter() - t0)
+"""
+
+
+def _torch_env(work: Path, name: str, **extra: str) -> dict[str, str]:
+    """A fresh process's environment: its own empty home and Inductor directory."""
+    home = work / name
+    home.mkdir(parents=True)
+    env = {k: v for k, v in _env().items() if not k.startswith(("TORCHINDUCTOR_", "TRITON_"))}
+    env.update(HOME=str(home), XDG_CACHE_HOME=str(home / ".cache"))
+    env["TORCHINDUCTOR_CACHE_DIR"] = str(home / "inductor")
+    env.update(extra)
+    return env
+
+
+def _torch(rounds: int) -> int:
+    from _redis import RedisServer
+    from cuforge.cli.run import child_env
+
+    work = Path(tempfile.mkdtemp(prefix="bench-run-torch-"))
+    job = work / "job.py"
+    job.write_text(TORCH_JOB)
+    py = sys.executable
+    cli = str(Path(py).with_name("cuforge"))
+    redis = RedisServer(work / "redis")
+    times: dict[str, list[tuple[float, float]]] = {}
+
+    def timed(name: str, cmd: list[str], env: dict[str, str]) -> None:
+        times.setdefault(name, []).append(_time(cmd, env))
+
+    try:
+        shared = redis.url
+        warm_dir = work / "stock-warm"
+        _time([py, str(job)], _torch_env(work, "fill-stock", TORCHINDUCTOR_CACHE_DIR=str(warm_dir)))
+        fill = [cli, "run", "--cache", f"file://{work / 'fill-local'},{shared}", "--",
+                py, str(job)]  # fmt: skip
+        _time(fill, _torch_env(work, "fill-run"))
+        for r in range(rounds):
+            timed("stock cold", [py, str(job)], _torch_env(work, f"cold-{r}"))
+            warm = _torch_env(work, f"warm-{r}", TORCHINDUCTOR_CACHE_DIR=str(warm_dir))
+            timed("stock warm-local", [py, str(job)], warm)
+            url = f"file://{work / f'fx-local-{r}'},{shared}"
+            fx = child_env(_torch_env(work, f"fx-{r}"), url, None, False)  # no mirror
+            timed("remote FX cache only", [py, str(job)], fx)
+            cmd = [cli, "run", "--cache", f"file://{work / f'run-local-{r}'},{shared}", "--",
+                   py, str(job)]  # fmt: skip
+            timed("cuforge run", cmd, _torch_env(work, f"run-{r}"))
+            tmp = work / f"tmp-{r}"
+            tmp.mkdir()
+            cmd = [cli, "run", "--cache", f"file://{work / f'host-local-{r}'},{shared}", "--",
+                   py, str(job)]  # fmt: skip
+            timed("cuforge run, fresh $TMPDIR", cmd, _torch_env(work, f"host-{r}", TMPDIR=str(tmp)))
+            tmp = work / f"tmp-nopch-{r}"
+            tmp.mkdir()
+            cmd = [cli, "run", "--cache", f"file://{work / f'nopch-local-{r}'},{shared}", "--",
+                   py, str(job)]  # fmt: skip
+            env = _torch_env(work, f"nopch-{r}", TMPDIR=str(tmp))
+            env["TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS"] = "0"
+            timed("cuforge run, fresh, no PCH", cmd, env)
+        print(f"torch.compile on the CPU, {rounds} rounds, best: first result "
+              "(process wall time), ratio to stock warm-local")  # fmt: skip
+        best = {k: (min(a for a, _ in v), min(b for _, b in v)) for k, v in times.items()}
+        base = best["stock warm-local"]
+        for name, (first, wall) in best.items():
+            print(f"  {name:28s} {first:6.2f} s ({wall:6.2f} s)   "
+                  f"{first / base[0]:5.2f}x ({wall / base[1]:5.2f}x)")  # fmt: skip
+        print("goal: cuforge run <= 1.2x stock warm-local")
     finally:
         redis.stop()
         shutil.rmtree(work, ignore_errors=True)

@@ -75,13 +75,14 @@ def test_every_builtin_profile_is_data_with_the_jits_variable() -> None:
         "cutile": "CUDA_TILE_CACHE_DIR",
         "tilelang": "TILELANG_CACHE_DIR",
         "vllm": "VLLM_CACHE_ROOT",
+        "torchinductor": "TORCHINDUCTOR_CACHE_DIR",
     }
     assert {n: p.env[0] for n, p in PROFILES.items()} == variables
     for name, profile in PROFILES.items():
         assert profile.name == name and profile.dists and profile.notes
         assert profile.skipped("x.tmp") and profile.skipped("a/b.lock")
         assert profile.skipped(".nfs000123") and not profile.skipped("kernel.o")
-        tested = name in ("warp", "numba")
+        tested = name in ("warp", "numba", "torchinductor")
         assert ("Tested here" in profile.notes) == tested, name
         assert ("Untested here" in profile.notes) != tested, name
     assert not PROFILES["warp"].gpu_dependent and not PROFILES["numba"].gpu_dependent
@@ -162,6 +163,131 @@ def test_a_gpu_dependent_profile_keys_the_gpu_and_is_off_without_one(tmp_path: P
     if not Path("/proc/driver/nvidia/gpus").is_dir():
         unknown = mirror(cache, tmp_path / "d", profile=gpu_profile)
         assert not unknown.active and "GPU" in unknown.reason
+
+
+def _fake_cpuinfo(path: Path, flags: str) -> str:
+    path.write_text(
+        f"processor\t: 0\nvendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: 143\n"
+        f"model name\t: Intel(R) Xeon(R) Platinum 8480+\ncpu MHz\t\t: 2000.0\nflags\t\t: {flags}\n"
+        f"\nprocessor\t: 1\nflags\t\t: other\n"
+    )
+    return str(path)
+
+
+def _compiler(tmp_path: Path, name: str, version: str) -> str:
+    """A compiler executable whose ``--version`` says ``version`` (a real program)."""
+    path = tmp_path / name
+    path.write_text(f"#!/bin/sh\necho '{version}'\necho 'Copyright'\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_the_host_identity_names_cpu_compiler_and_gpus(tmp_path: Path) -> None:
+    from cuforge.integrations.mirror import host_identity
+
+    avx = _fake_cpuinfo(tmp_path / "a", "fpu sse avx512f avx2")
+    same = _fake_cpuinfo(tmp_path / "b", "avx2 avx512f fpu sse")  # the order has no meaning
+    older = _fake_cpuinfo(tmp_path / "c", "fpu sse avx2")  # -march=native: other code
+    gcc12 = _compiler(tmp_path, "g12", "g++ (Debian 12.2.0-14) 12.2.0")
+    gcc13 = _compiler(tmp_path, "g13", "g++ (GCC) 13.1.0")
+    base = host_identity(gcc12, avx, gpus="none")
+    assert base is not None and base.startswith("host-") and len(base) == 21
+    assert host_identity(gcc12, same, gpus="none") == base
+    assert host_identity(gcc12, older, gpus="none") != base
+    assert host_identity(gcc13, avx, gpus="none") != base
+    assert host_identity(gcc12, avx, gpus="NVIDIA H100 80GB HBM3") != base
+    assert host_identity(str(tmp_path / "no-such-cxx"), avx, gpus="none") not in (None, base)
+    assert host_identity(gcc12, str(tmp_path / "no-cpuinfo"), gpus="none") is None
+
+
+def test_a_host_dependent_profile_keys_the_host_and_is_off_without_one(tmp_path: Path) -> None:
+    native = Profile(name="n", env=("N_DIR",), gpu_dependent=False, host_dependent=True)
+    cache = InMemoryProgramCache()
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "k.so").write_bytes(b"built with -march=native")
+    assert mirror(cache, tmp_path / "a", profile=native, host="host-1").publish().stored == 1
+    other = mirror(cache, tmp_path / "b", profile=native, host="host-2")
+    assert other.hydrate().written == 0 and not (tmp_path / "b" / "k.so").exists()
+    assert mirror(cache, tmp_path / "c", profile=native, host="host-1").hydrate().written == 1
+    plain = mirror(cache, tmp_path / "d")  # a profile that is not host-dependent: unchanged
+    assert plain.host is None and "host-" not in plain.prefix
+    # Without a host identity (host_identity() is None where the CPU cannot be read:
+    # see the test above) the mirror stays off.
+    off = mirror(cache, tmp_path / "e", profile=native, host="")
+    assert not off.active and "host cannot be identified" in off.reason
+    assert off.hydrate().active is False and off.publish().active is False
+
+
+def test_only_the_kinds_a_profile_names_are_mirrored(tmp_path: Path) -> None:
+    picky = Profile(name="p", env=("P_DIR",), gpu_dependent=False, only=("*.so", "*.o"))
+    cache, a = InMemoryProgramCache(), tmp_path / "a"
+    (a / "ab").mkdir(parents=True)
+    (a / "ab" / "k.so").write_bytes(b"library")
+    (a / "ab" / "k.o").write_bytes(b"object")
+    (a / "ab" / "k.cpp").write_bytes(b"source the JIT writes itself")
+    (a / "ab" / "graph").write_bytes(b"a pickle")
+    m = mirror(cache, a, profile=picky)
+    result = m.publish()
+    assert (result.stored, result.pending) == (2, 0)
+    assert files_of_profile(cache, tmp_path / "b", picky) == {
+        "ab/k.so": b"library",
+        "ab/k.o": b"object",
+    }
+    # An index listing another kind (planted, or from a profile that mirrored more)
+    # is refused for it.
+    listed = {"ab/x.py": [hashlib.sha256(b"x").hexdigest(), 1]}
+    ForeignEntries(cache, "mirror").store(f"{m.prefix}:ab/x.py", b"x", {})
+    ForeignEntries(cache, "mirror-index").store(
+        m.prefix, json.dumps({"files": listed}).encode(), {}
+    )
+    got = mirror(cache, tmp_path / "c", profile=picky).hydrate()
+    assert (got.refused, got.written) == (1, 0)
+
+
+def files_of_profile(
+    cache: ProgramCacheResource, where: Path, profile: Profile
+) -> dict[str, bytes]:
+    mirror(cache, where, profile=profile).hydrate()
+    return files(where)
+
+
+def test_a_file_is_not_published_while_its_build_marker_is_there(tmp_path: Path) -> None:
+    """Inductor's compiler writes a library in place while ``<stem>_CxxBuild`` exists
+    beside it; a killed build leaves both. Neither is published until the marker goes."""
+    built = Profile(name="b", env=("B_DIR",), gpu_dependent=False, busy_while=("{stem}_CxxBuild",))
+    cache, a = InMemoryProgramCache(), tmp_path / "a"
+    (a / "or").mkdir(parents=True)
+    (a / "or" / "c1.main.so").write_bytes(b"half a libr")  # being written, or killed
+    (a / "or" / "c1.main_CxxBuild").mkdir()
+    (a / "or" / "c2.so").write_bytes(b"a whole library")
+    m = mirror(cache, a, profile=built)
+    first = m.publish()
+    assert (first.stored, first.pending) == (1, 1)
+    assert files_of_profile(cache, tmp_path / "b", built) == {"or/c2.so": b"a whole library"}
+    (a / "or" / "c1.main.so").write_bytes(b"half a library, done")
+    (a / "or" / "c1.main_CxxBuild").rmdir()  # the build finished
+    again = m.publish()
+    assert (again.stored, again.pending) == (1, 0)
+    assert files_of_profile(cache, tmp_path / "c", built)["or/c1.main.so"] == (
+        b"half a library, done"
+    )
+
+
+def test_the_torchinductor_profile_finds_inductors_directory(tmp_path: Path) -> None:
+    inductor = PROFILES["torchinductor"]
+    env = {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "ind")}
+    assert inductor.directory(env, "torch==2.13.0") == str(tmp_path / "ind")
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    assert inductor.directory({"TMPDIR": str(tmp), "USER": "ann"}) == f"{tmp}/torchinductor_ann"
+    assert inductor.directory({"LOGNAME": "a/b", "USER": "x"}) == "/tmp/torchinductor_a_b"
+    assert inductor.host_dependent and not inductor.gpu_dependent
+    assert inductor.included("or/c1.main.so") and inductor.included("or/c1.o")
+    assert not inductor.included("or/c1.cpp") and not inductor.included("iq/c1.py")
+    for rel in ("fxgraph/wt/f1/m2", "aotautograd/a/b", "triton/0/k/cuda_utils.so",
+                "locks/k.lock", "or/c1_CxxBuild/c1.o", "gcc/bin/g++"):  # fmt: skip
+        assert inductor.skipped(rel), rel
+    assert inductor.markers("or/c1.main.so") == ["or/c1.main_CxxBuild"]
 
 
 # -- the engine on plain files ------------------------------------------------------------

@@ -5,7 +5,7 @@ Before the job starts: the cache is chosen as every command chooses it (``_selec
 and opened (a bad one is a usage error, exit 2); the warm set ``NAME``, if there is
 one, is prefetched into the cache's local level (``warmsets``); the directory
 caches of directory-only JITs are hydrated (the mirror profiles active in the
-environment).
+environment: Warp, Numba, Inductor's C++ libraries, ...).
 
 The job's environment (nothing else changes): ``$CUFORGE_CACHE`` and every
 integration's own variable name the chosen cache, ``$CUFORGE_CACHE_SECRET`` holds its

@@ -1,10 +1,10 @@
 """The directory mirror: the cuforge cache behind JITs that have only a directory.
 
-Warp, Numba (``cache=True``), DeepGEMM, FlashInfer, CuTe DSL, cuTile, TileLang and
-vLLM's compile cache keep compiled kernels as files in a directory and have no
-cache hook. The mirror fills that directory from a cuforge cache before the JIT
-runs (*hydrate*) and stores the files the JIT completed (*publish*), so a fresh
-host or container starts warm::
+Warp, Numba (``cache=True``), PyTorch Inductor's C++ code cache, DeepGEMM,
+FlashInfer, CuTe DSL, cuTile, TileLang and vLLM's compile cache keep compiled kernels
+as files in a directory and have no cache hook. The mirror fills that directory from
+a cuforge cache before the JIT runs (*hydrate*) and stores the files the JIT
+completed (*publish*), so a fresh host or container starts warm::
 
     from cuforge.integrations.mirror import PROFILES, Mirror
 
@@ -34,7 +34,9 @@ API (``cuforge run`` calls exactly this):
 Guarantees:
 
 - Keys: profile, the JIT's version (its distributions' versions), the host's OS and
-  machine, the GPU identity (GPU-dependent profiles only), the file's relative path.
+  machine, the GPU identity (GPU-dependent profiles only), the host identity
+  (host-dependent profiles only: native code built for this CPU, C library and C++
+  compiler), the file's relative path.
 - Hydrate writes only files whose bytes verify -- the cache's integrity and, with
   ``$CUFORGE_CACHE_SECRET``, its signature (an unsigned or foreign-signed entry is a
   miss), then the sha256 in the entry's record and in the index -- through a temp
@@ -42,8 +44,10 @@ Guarantees:
   writes over a local file the mirror did not write itself (a newer or differing
   one is kept and counted), and never over one changed since it wrote it.
 - Publish stores only what the JIT completed: a regular file owned by this user, not
-  a temp, lock or build name (the profile's skip globs), the same at two looks
-  ``settle_s`` apart and while it is read whole. A file changed in place after the
+  a temp, lock or build name (the profile's skip globs), of the kinds the profile
+  mirrors (``only``), without a marker saying it is still being built
+  (``busy_while``), the same at two looks ``settle_s`` apart and while it is read
+  whole. A file changed in place after the
   mirror recorded it is tampered with and never published; a directory every user
   can write publishes nothing. Payloads are opaque bytes: cuforge never loads,
   unpickles or runs them.
@@ -60,7 +64,15 @@ each profile's ``notes`` (and docs/integrations.md).
 from __future__ import annotations
 
 from .engine import ENV_CACHE, HydrateResult, Mirror, PublishResult
-from .profiles import ALWAYS_SKIP, PROFILES, Profile, active_profiles, gpu_identity, load_profiles
+from .profiles import (
+    ALWAYS_SKIP,
+    PROFILES,
+    Profile,
+    active_profiles,
+    gpu_identity,
+    host_identity,
+    load_profiles,
+)
 
 __all__ = [
     "ALWAYS_SKIP",
@@ -72,5 +84,6 @@ __all__ = [
     "PublishResult",
     "active_profiles",
     "gpu_identity",
+    "host_identity",
     "load_profiles",
 ]

@@ -36,7 +36,8 @@ from cuforge.storage.record import decode_record
 
 from .._cache import ForeignEntries, select_cache
 from . import _files
-from .profiles import Profile, gpu_identity, platform_tag
+from ._host import gpu_identity, host_identity, platform_tag
+from .profiles import Profile
 from .results import HydrateResult, PublishResult
 
 TYPE_CHECKING = False  # typing is not imported at run time: a runner starts faster
@@ -67,9 +68,12 @@ class Mirror:
     ``directory``: the JIT's directory (default: the profile's, from ``env``).
     ``gpu``: the GPU identity a GPU-dependent profile's keys name (default:
     :func:`~cuforge.integrations.mirror.gpu_identity`; compute it once per job).
-    ``version``: the JIT's version (default: the profile's). A mirror missing any of
-    these is inactive (``reason`` says why): hydrate and publish do nothing. Only a
-    ``cache`` argument the parser refuses raises (ValueError), as everywhere.
+    ``version``: the JIT's version (default: the profile's). ``host``: for a
+    host-dependent profile, the identity its keys name (default:
+    :func:`~cuforge.integrations.mirror.host_identity` with ``$CXX`` of ``env``). A
+    mirror missing any of these is inactive (``reason`` says why): hydrate and publish
+    do nothing. Only a ``cache`` argument the parser refuses raises (ValueError), as
+    everywhere.
     ``settle_s``: how far apart the two looks are that tell a completed file.
     """
 
@@ -81,6 +85,7 @@ class Mirror:
         *,
         gpu: str | None = None,
         version: str | None = None,
+        host: str | None = None,
         settle_s: float = 1.0,
         max_file_bytes: int = 512 << 20,
         env: Mapping[str, str] | None = None,
@@ -92,6 +97,9 @@ class Mirror:
         if gpu is None and profile.gpu_dependent:
             gpu = gpu_identity()
         self.gpu = gpu if profile.gpu_dependent else None
+        if host is None and profile.host_dependent:
+            host = host_identity((env if env is not None else os.environ).get("CXX"))
+        self.host = host if profile.host_dependent else None
         if directory is not None:
             self.directory: str | None = os.path.abspath(os.fspath(directory))
         else:
@@ -102,11 +110,13 @@ class Mirror:
             "no cache" if resolved is None
             else f"{profile.name} is not installed (no version)" if not self.version
             else "the GPU cannot be identified" if profile.gpu_dependent and not self.gpu
+            else "the host cannot be identified" if profile.host_dependent and not self.host
             else f"no directory (set ${profile.env[0]})" if self.directory is None
             else ""
         )  # fmt: skip
+        where = platform_tag() if self.host is None else f"{platform_tag()}+{self.host}"
         self.prefix = ":".join(
-            _q(p) for p in (profile.name, self.version or "", platform_tag(), self.gpu or "any")
+            _q(p) for p in (profile.name, self.version or "", where, self.gpu or "any")
         )
         self._entries = None if resolved is None else ForeignEntries(resolved, FILE_KIND)
         self._index = None if resolved is None else ForeignEntries(resolved, INDEX_KIND)
@@ -146,7 +156,11 @@ class Mirror:
             state = self._load_state(root)
             todo: list[tuple[str, str, int, _files.Sig | None]] = []
             for rel, (sha, size) in sorted(index.items()):
-                if _files.safe_relpath(rel) is None or self.profile.skipped(rel):
+                if (
+                    _files.safe_relpath(rel) is None
+                    or self.profile.skipped(rel)
+                    or not self.profile.included(rel)
+                ):
                     out.refused += 1
                     continue
                 try:
@@ -290,13 +304,13 @@ class Mirror:
                 out.reason = f"{self.directory} is writable by every user: nothing is published"
                 _warn(CacheWriteWarning, self.profile.name, out.reason)
                 return
-            files, out.foreign = _files.scan(root, self.profile.skipped, uid)
+            files, out.foreign = self._scan(root, uid)
             state = self._load_state(root)
             index = self._load_index()
             ready, fresh = self._classify(files, state, index, out)
             if fresh and wait:
                 time.sleep(self.settle_s)
-                again, _ = _files.scan(root, self.profile.skipped, uid)
+                again, _ = self._scan(root, uid)
                 for rel in fresh:
                     if again.get(rel) == files[rel]:
                         ready.append(rel)
@@ -313,6 +327,25 @@ class Mirror:
                 self._save_state(root, state)
         finally:
             os.close(root)
+
+    def _scan(self, root: int, uid: int | None) -> tuple[dict[str, _files.Sig], int]:
+        """The directory's files of the kinds mirrored (not skipped, ``only``)."""
+        files, foreign = _files.scan(root, self.profile.skipped, uid)
+        if self.profile.only:
+            files = {rel: sig for rel, sig in files.items() if self.profile.included(rel)}
+        return files, foreign
+
+    def _building(self, root: int, rel: str) -> bool:
+        """Whether a marker says ``rel`` is still being built in place (``busy_while``),
+        looked at before the file is read: a marker gone by then means the build that
+        wrote the file had finished. A marker that cannot be looked at counts as there."""
+        for marker in self.profile.markers(rel):
+            try:
+                if _files.lstat_at(root, marker) is not None:
+                    return True
+            except OSError:
+                return True
+        return False
 
     def _classify(
         self,
@@ -355,6 +388,9 @@ class Mirror:
         assert self._entries is not None
         added: dict[str, tuple[str, int]] = {}
         for rel in ready:
+            if self.profile.busy_while and self._building(root, rel):
+                out.pending += 1  # published at a later look, once the build is done
+                continue
             got = _files.read_whole(root, rel, self.max_file_bytes)
             if got is None or got[1] != files[rel]:
                 out.pending += 1

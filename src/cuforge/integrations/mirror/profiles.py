@@ -19,6 +19,8 @@ import re
 import sys
 from collections.abc import Mapping
 
+from ._host import gpu_identity, host_identity
+
 __all__ = [
     "ALWAYS_SKIP",
     "PROFILES",
@@ -26,6 +28,7 @@ __all__ = [
     "active_profiles",
     "dist_version",
     "gpu_identity",
+    "host_identity",
     "load_profiles",
 ]
 
@@ -68,17 +71,30 @@ class Profile:
       :data:`ALWAYS_SKIP`).
     - ``gpu_dependent``: whether the files are valid only on the GPU that made them
       (then the key names the GPU, and without one the mirror stays off).
+    - ``only``: globs (fnmatch) a file's *name* must match to be mirrored (empty:
+      every file not skipped), for a directory that holds more than what is worth
+      sharing.
+    - ``busy_while``: names, beside a file (``{stem}``: the file's name without its
+      last suffix), whose presence means the file is still being built in place (a
+      compiler writing its output directly): such a file is not published. A build
+      that was killed leaves its marker, so its file is never published.
+    - ``host_dependent``: whether the files are native code built for this host
+      (``-march=native``, its C++ compiler and C library): then the key names
+      :func:`host_identity`, and without one the mirror stays off.
     - ``notes``: what invalidates the directory, what keys it, what was tested.
     """
 
     __slots__ = (
         "_globs",
+        "busy_while",
         "default",
         "dists",
         "env",
         "gpu_dependent",
+        "host_dependent",
         "name",
         "notes",
+        "only",
         "skip",
         "subdir",
         "version_from",
@@ -95,6 +111,9 @@ class Profile:
         skip: tuple[str, ...] = (),
         gpu_dependent: bool = True,
         notes: str = "",
+        only: tuple[str, ...] = (),
+        busy_while: tuple[str, ...] = (),
+        host_dependent: bool = False,
     ) -> None:
         self.name = name
         self.env = tuple(env)
@@ -105,6 +124,9 @@ class Profile:
         self.skip = tuple(skip)
         self.gpu_dependent = gpu_dependent
         self.notes = notes
+        self.only = tuple(only)
+        self.busy_while = tuple(busy_while)
+        self.host_dependent = host_dependent
         self._globs = ALWAYS_SKIP + self.skip
 
     def _fields(self) -> tuple[object, ...]:
@@ -127,6 +149,21 @@ class Profile:
                 if fnmatch.fnmatchcase(part, glob):
                     return True
         return False
+
+    def included(self, relpath: str) -> bool:
+        """Whether the file ``relpath`` is of the kinds mirrored: its name matches one
+        of ``only`` (always, when ``only`` is empty). Skip globs are separate."""
+        if not self.only:
+            return True
+        name = relpath.rpartition("/")[2]
+        return any(fnmatch.fnmatchcase(name, glob) for glob in self.only)
+
+    def markers(self, relpath: str) -> list[str]:
+        """The paths (beside ``relpath``) whose presence says it is still being built."""
+        folder, _, name = relpath.rpartition("/")
+        stem = name.rpartition(".")[0] or name
+        names = [m.format(stem=stem) for m in self.busy_while]
+        return [f"{folder}/{n}" if folder else n for n in names]
 
     def version(self) -> str | None:
         """The JIT's version as it keys entries (``dist==version`` of each installed
@@ -173,7 +210,7 @@ class Profile:
                 return os.path.join(base, self.subdir.format(version=ver)) if self.subdir else base
         if self.default is None:
             return None
-        return _expand(self.default.format(version=ver), env)
+        return _expand(self.default.format_map(_Fill(env, version=ver)), env)
 
 
 _listings: dict[str, list[str]] = {}
@@ -200,6 +237,44 @@ def dist_version(dist: str) -> str | None:
             if sep and re.sub(r"[-_.]+", "_", project).lower() == want:
                 return version.split("-", 1)[0] or None
     return None
+
+
+class _Fill(dict[str, str]):
+    """``{version}``, and on use ``{tmpdir}`` (Python's temporary directory as
+    ``tempfile`` finds it from ``env``) and ``{user}`` (the user name as
+    ``getpass.getuser()`` finds it, with ``\\/:*?"<>|`` made ``_``: torch's rule)."""
+
+    def __init__(self, env: Mapping[str, str], **given: str) -> None:
+        super().__init__(given)
+        self.env = env
+
+    def __missing__(self, key: str) -> str:
+        if key == "tmpdir":
+            return _tmpdir(self.env)
+        if key == "user":
+            return re.sub(r'[\\/:*?"<>|]', "_", _user(self.env))
+        raise KeyError(key)
+
+
+def _tmpdir(env: Mapping[str, str]) -> str:
+    for var in ("TMPDIR", "TEMP", "TMP"):
+        value = env.get(var) or ""
+        if value and os.path.isdir(value) and os.access(value, os.W_OK | os.X_OK):
+            return value
+    return "/tmp" if os.path.isdir("/tmp") else os.getcwd()
+
+
+def _user(env: Mapping[str, str]) -> str:
+    for var in ("LOGNAME", "USER", "LNAME", "USERNAME"):
+        if env.get(var):
+            return env[var]
+    try:
+        import pwd
+
+        return pwd.getpwuid(os.getuid()).pw_name
+    except (ImportError, KeyError, OSError, AttributeError):
+        getuid = getattr(os, "getuid", None)
+        return f"uid_{getuid()}" if callable(getuid) else "unknown_user"
 
 
 def _bare(version: str) -> str:
@@ -268,6 +343,30 @@ PROFILES: dict[str, Profile] = {
             ),
         ),
         Profile(
+            name="torchinductor",
+            env=("TORCHINDUCTOR_CACHE_DIR",),
+            default="{tmpdir}/torchinductor_{user}",
+            dists=("torch",),
+            only=("*.so", "*.o"),
+            skip=("fxgraph", "aotautograd", "triton", "locks", "gcc", "*_CxxBuild"),
+            busy_while=("{stem}_CxxBuild",),
+            gpu_dependent=False,
+            host_dependent=True,
+            notes=(
+                "PyTorch Inductor's C++ code cache: the kernels and wrappers it builds with "
+                "the host compiler (<2 chars>/c<hash>[.main].so and .o), named by a hash "
+                "of their source and compile command, rebuilt only when absent. Only .so "
+                "and .o files are mirrored; the FX-graph and AOT-autograd caches go "
+                "through cuforge's remote-cache integration (signed, keyed by Inductor), "
+                "Triton's directory through its own. The compiler writes a library in "
+                "place while <stem>_CxxBuild exists beside it: such a file is not "
+                "published (a killed build's never is). Built with -march=native by "
+                "the C++ compiler $CXX (else g++), which the file name does not say: "
+                "entries name the host (host_identity: CPU model and features, C "
+                "library, compiler version, GPUs). Tested here (torch 2.13, CPU)."
+            ),
+        ),
+        Profile(
             name="deepgemm",
             env=("DG_JIT_CACHE_DIR",),
             default="~/.deep_gemm",
@@ -331,6 +430,9 @@ _KEYS: dict[str, type] = {
     "skip": list,
     "gpu_dependent": bool,
     "notes": str,
+    "only": list,
+    "busy_while": list,
+    "host_dependent": bool,
 }
 
 
@@ -401,32 +503,3 @@ def active_profiles(
         if any((env.get(v) or "").strip() for v in profile.env) or profile.installed():
             chosen.append(profile)
     return sorted(chosen, key=lambda p: p.name)
-
-
-def gpu_identity(root: str = "/proc/driver/nvidia/gpus") -> str | None:
-    """The GPUs of this host, without the driver: the sorted distinct ``Model:``
-    names the NVIDIA kernel module lists under ``root`` (``+``-joined), or None when
-    there are none (no NVIDIA driver loaded, not Linux). A few small file reads;
-    ``CUDA_VISIBLE_DEVICES`` is not identity and is ignored (every GPU of the host
-    counts, so a host with mixed GPUs shares only with hosts of the same mix)."""
-    models: set[str] = set()
-    try:
-        names = os.listdir(root)
-    except OSError:
-        return None
-    for name in names:
-        try:
-            with open(os.path.join(root, name, "information"), encoding="utf-8") as f:
-                for line in f:
-                    key, _, value = line.partition(":")
-                    if key.strip() == "Model" and value.strip():
-                        models.add(value.strip())
-        except OSError:
-            continue
-    return "+".join(sorted(models)) or None
-
-
-def platform_tag() -> str:
-    """The host's OS and machine (``linux-x86_64``): native files are valid on these
-    only, so every key names them."""
-    return f"{sys.platform}-{os.uname().machine if hasattr(os, 'uname') else 'unknown'}"
