@@ -154,6 +154,7 @@ def warm_state():
     _warm._warned.clear()
     yield
     _warm._state.update(before)
+    _warm.mark_warm(before["warm"])  # and the compile path it switches
     _warm._warned.clear()
 
 

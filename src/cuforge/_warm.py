@@ -62,6 +62,13 @@ def mark_warm(warm: bool = True) -> None:
     """Declare this process warm (``warm=False``: not warm again). Every compile after
     it is warned about once per kernel and counted (see the module docstring)."""
     _state["warm"] = bool(warm)
+    for switch in tuple(watchers):
+        switch(bool(warm))
+
+
+#: Called with the new state by :func:`mark_warm`: ``compile.program`` switches its
+#: compile path there, so a process that is not warm does no warm-up work on a hit.
+watchers: list[Callable[[bool], None]] = []
 
 
 def is_warm() -> bool:
@@ -109,9 +116,9 @@ counter: Callable[[Any], None] | None = None
 
 def through(cache: Any, run: Callable[[], T]) -> T:
     """``run()`` with ``cache`` as this thread's :func:`compiling_through` (restored
-    after): a cuforge compile through ``cache`` in a warm process calls it so that a
-    miss's compile is counted in ``cache``'s ``warm_compiles``. Called only when the
-    process is warm, so a hit of a process that is not warm pays nothing."""
+    after): a cuforge compile through ``cache`` in a warm process runs in it, so that
+    a miss's compile is counted in ``cache``'s ``warm_compiles``. Only a warm process
+    takes this path (see :data:`watchers`)."""
     previous = getattr(_current, "cache", None)
     _current.cache = cache
     try:

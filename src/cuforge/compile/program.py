@@ -173,9 +173,7 @@ class Program:
         if cache is True:  # the default cache, opened once per state of its variables
             cache = default_cache()
         if cache is not None and cache is not False:
-            if _warm._state["warm"]:  # a miss's compile counts in this cache's warm_compiles
-                return _warm.through(cache, lambda: pipeline(self, target, names, logs, cache))
-            return pipeline(self, target, names, logs, cache)
+            return _run_pipeline(self, target, names, logs, cache)
         return self.compile_uncached(target, names, logs)
 
     def compile_uncached(
@@ -259,5 +257,24 @@ class Program:
         src = self.source
         return f"<Program {src.code_type} {src.options.name!r} arch={src.options.arch}>"
 
+
+def _pipeline_warm(program: Program, target: str, names: Any, logs: Any, cache: Any) -> ObjectCode:
+    """The pipeline of a warm process: a miss's compile is counted in ``cache``'s
+    ``warm_compiles`` (``_warm.through`` tells ``compile_uncached`` the cache)."""
+    return _warm.through(cache, lambda: pipeline(program, target, names, logs, cache))
+
+
+#: ``pipeline``, or ``_pipeline_warm`` while the process is warm: switched by
+#: ``mark_warm`` (``_warm.watchers``), so the hit path of a process that is not warm
+#: is what it was -- one call, no check.
+_run_pipeline = _pipeline_warm if _warm.is_warm() else pipeline
+
+
+def _switch_pipeline(warm: bool) -> None:
+    global _run_pipeline
+    _run_pipeline = _pipeline_warm if warm else pipeline
+
+
+_warm.watchers.append(_switch_pipeline)
 
 __all__ = ["Program"]  # ProgramSource: the seam of compile.cache, not public
