@@ -32,9 +32,11 @@ KERNEL = 'extern "C" __global__ void twice(float* a) { a[threadIdx.x] *= 2; }\n'
 
 
 def _elf_arch(data: bytes) -> str:
-    """The sm_XY a cubin was built for (bits 8-15 of its ELF e_flags)."""
+    """The sm_XY a cubin was built for, from its ELF e_flags: bits 0-7 in the CUDA 12 ABI
+    (EI_ABIVERSION 7), bits 8-15 in the CUDA 13 ABI (EI_ABIVERSION 8)."""
     assert data[:4] == b"\x7fELF", data[:16]
-    return f"sm_{(struct.unpack_from('<I', data, 0x30)[0] >> 8) & 0xFF}"
+    flags = struct.unpack_from("<I", data, 0x30)[0]
+    return f"sm_{(flags if data[8] < 8 else flags >> 8) & 0xFF}"
 
 
 def _records(home: pathlib.Path) -> list[pathlib.Path]:

@@ -287,7 +287,7 @@ def test_a_compiler_of_the_other_major_is_refused_naming_the_extra(tmp_path):
 _FILL = """
     import json
     from cuforge import Program, ProgramOptions, _cuda
-    from cuforge.compile.cache_key import _BACKENDS
+    from cuforge.compile.cache._key import _BACKENDS
     from cuforge.storage import FileStreamProgramCache
     from cuforge.utils import make_program_cache_key
     options = ProgramOptions(arch="sm_90")
