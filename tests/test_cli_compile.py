@@ -38,7 +38,7 @@ def test_second_process_hits_and_counts_in_stats(tmp_path):
     first = run(tmp_path, *args, "-o", str(tmp_path / "a.cubin"))
     second = run(tmp_path, *args, "-o", str(tmp_path / "b.cubin"))
     assert first.returncode == second.returncode == 0, first.stderr + second.stderr
-    assert first.stdout.rstrip().endswith("cache miss (compiled and stored)")
+    assert first.stdout.rstrip().endswith(f"cache miss (compiled and stored in {cache})")
     assert second.stdout.rstrip().endswith("cache hit")
     assert (tmp_path / "a.cubin").read_bytes() == (tmp_path / "b.cubin").read_bytes()
     stats = json.loads(run(tmp_path, "cache", "stats", "--cache", str(cache), "--json").stdout)
@@ -461,7 +461,7 @@ def test_a_miss_says_whether_it_was_stored_and_why_not(tmp_path):
         (report,) = json.loads(compile_with(cache, *extra, "--json").stdout)
         assert (report["cache"], report["stored"], report["not_stored"]) == ("miss", False, code)
     stored = compile_with(str(tmp_path / "ok")).stdout.strip()
-    assert stored.endswith("cache miss (compiled and stored)")
+    assert stored.endswith(f"cache miss (compiled and stored in {tmp_path / 'ok'})")
     stats = json.loads(run(tmp_path, "cache", "stats", "--cache", str(tmp_path / "ok"),
                            "--json").stdout)  # fmt: skip
     assert stats["entries"] == 1

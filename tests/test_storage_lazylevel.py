@@ -217,3 +217,18 @@ def test_a_compile_hit_from_the_front_level_never_opens_redis(redis_server, tmp_
                          text=True, timeout=120, env={**os.environ, **env})  # fmt: skip
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout.strip().splitlines()[-1]) == [True, False, False]
+
+
+def test_a_store_deferred_by_a_lazy_level_says_so(redis_server, tmp_path: Path) -> None:
+    """A store to a level not opened yet is not written yet: its outcome says deferred,
+    and the level holds it until it opens (issue 36: say where an entry went)."""
+    from cuforge.storage.outcome import DEFERRED, STORED
+
+    with open_cache(f"file://{tmp_path / 'fs'},{redis_server.url}") as tier:
+        outcome = tier.set_entry(b"k", b"v")
+        assert outcome.stored and outcome.levels[0].reason == STORED
+        assert outcome.levels[1] is DEFERRED and "deferred" in DEFERRED.detail
+        assert tier.get(b"absent") is None  # the lookup opens the level and writes it
+        assert tier.set_entry(b"k2", b"v").levels[1].detail == ""  # written at once now
+    with RedisProgramCache(redis_server.url) as redis:
+        assert redis.get(b"k") == b"v"

@@ -675,7 +675,7 @@ def test_cli_compile_through_a_sqlite_url(tmp_path: Path) -> None:
     url = f"sqlite://{tmp_path}/cli.db"
     first = _cli("compile", str(src), "--arch", ARCH, "--cache", url + "?max_size=64M")
     assert first.returncode == 0, first.stderr
-    assert "cache miss (compiled and stored)" in first.stdout
+    assert f"cache miss (compiled and stored in {url})" in first.stdout
     second = _cli("compile", str(src), "--arch", ARCH, "--cache", url)
     assert second.returncode == 0 and "cache hit" in second.stdout, second
     with SQLiteProgramCache(tmp_path / "cli.db") as c:

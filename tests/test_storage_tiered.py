@@ -274,3 +274,28 @@ def test_a_value_larger_than_a_levels_cap_is_kept_by_the_levels_that_can(tmp_pat
         stats = tier.stats()
         assert (stats.stores, stats.write_failures, stats.evictions) == (2, 3, 0), stats
         assert tier.get(b"huge") is None and tier.get(b"small") == b"s" * 100
+
+
+def test_a_stores_outcome_says_what_each_level_did(tmp_path: Path) -> None:
+    """A tier said "stored" when one level took the entry, and no more: the CLI could
+    not tell a file level that held it from a Redis level that was down (issue 36)."""
+    from cuforge.storage.outcome import FAILED, READ_ONLY, STORED
+
+    mem, fs = InMemoryProgramCache(), FileStreamProgramCache(tmp_path / "fs")
+    ci = FileStreamProgramCache(tmp_path / "ci")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CacheWriteWarning)
+        with TieredProgramCache(mem, Broken(), fs, ci, read_only=[ci]) as tier:
+            outcome = tier.set_entry(b"k", b"v", b"m")
+            assert outcome.stored and outcome.stored_levels() == (0, 2), outcome
+            reasons = [level.reason for level in outcome.levels]
+            assert reasons == [STORED, FAILED, STORED, READ_ONLY]
+            assert outcome.levels[1].detail == "OSError: backend is broken"
+            why = "not stored in level 1 (Broken) failed: OSError: backend is broken"
+            assert outcome.detail == why
+            assert fs.get(b"k") == b"v" and ci.get(b"k") is None
+            none = TieredProgramCache(Broken(), ci, read_only=[1]).set_entry(b"k2", b"v")
+            assert not none.stored and none.reason == FAILED and none.stored_levels() == ()
+            assert [level.reason for level in none.levels] == [FAILED, READ_ONLY]
+    alone = InMemoryProgramCache().set_entry(b"k", b"v")
+    assert alone.stored and alone.levels == ()  # one level: the outcome is its own

@@ -158,7 +158,7 @@ def test_names_the_terminal_cannot_encode_are_printed_escaped(tmp_path: Path) ->
         answers.append((done.stdout.split(", cache ")[-1].strip(), _served_fast(done)))
     if not (tmp_path / "state" / "cli-hits").is_dir():
         pytest.skip("compiler files changed less than 2 s ago: identity not recorded yet")
-    assert answers[0] == ("miss (compiled and stored)", False)
+    assert answers[0] == (f"miss (compiled and stored in {tmp_path / 'c'})", False)
     assert answers[2] == ("hit", True)
 
 

@@ -16,7 +16,8 @@ dict: ``status`` (``compiled``, ``cached``, ``failed``), ``seconds``, ``log`` (t
 compiler log of a failure), ``code`` (the binary, when asked for), ``bytes``, and
 for a compile through a cache ``stored`` (bool) with ``not_stored`` (why not:
 ``read-only``, ``unreachable``, ``too-large``, ``locked``, ``failed``,
-``compiler changed``).
+``compiler changed``) and ``store_levels``: (reason, detail) per level of the cache
+(``_report.store_fields`` names them).
 """
 
 from __future__ import annotations
@@ -90,6 +91,9 @@ def compile_spec(spec: Spec, cache: Any, want_code: bool = False) -> dict[str, A
             result["stored"] = outcome.stored
             if not outcome.stored:
                 result["not_stored"] = outcome.reason
+            # What each level did (a cache of one level: the outcome is its own).
+            done = outcome.levels or (outcome,)
+            result["store_levels"] = [(level.reason, level.detail) for level in done]
         if want_code:
             result["code"] = obj.code
     except CompileError as exc:

@@ -34,6 +34,7 @@ __all__ = [
     "add_cache_option",
     "choose",
     "explain",
+    "level_names",
     "missing",
     "open_choice",
     "require_existing",
@@ -115,6 +116,25 @@ def open_choice(choice: Choice, *, read_only: bool = False) -> ProgramCacheResou
         return choice.open(read_only=read_only)
     except (ValueError, TypeError, ImportError, OSError) as exc:
         raise UsageError(explain(choice, exc)) from None
+
+
+def level_names(choice: Choice) -> list[tuple[str, bool]]:
+    """Each level of ``choice`` (none when off) as a report names it -- its URL or path
+    without the query, a password shown as ``***`` -- and whether it lives in this
+    process only (``memory://``: gone when the command exits)."""
+    if choice.url is None:
+        return []
+    from cuforge.storage.urls import parse_cache_url
+
+    out = []
+    for spec in parse_cache_url(choice.url):
+        text = spec.text.split("?", 1)[0]
+        scheme, sep, rest = text.rpartition("://")
+        user, at, host = rest.rpartition("@")
+        if at:
+            text = f"{scheme}{sep}{user.partition(':')[0]}:***@{host}"
+        out.append((text, spec.scheme == "memory"))
+    return out
 
 
 def explain(choice: Choice, exc: BaseException) -> str:

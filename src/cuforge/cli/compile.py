@@ -41,7 +41,7 @@ import time
 
 from cuforge.cli import _config, _direct, _pool, _programs, _select
 from cuforge.cli._args import UsageError, size_arg
-from cuforge.cli._report import render
+from cuforge.cli._report import render, store_fields
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -306,6 +306,7 @@ def run(args: argparse.Namespace) -> int:
     inputs = _input_files(args)
     cache = _select.open_choice(choice) if choice.url is not None else None
     url = choice.target() if cache is not None else None  # what worker processes open
+    shown = _select.level_names(choice)  # how the report names the levels a miss went to
 
     def done(i: int, result: dict[str, Any]) -> None:
         jobs[i].result = result
@@ -336,14 +337,13 @@ def run(args: argparse.Namespace) -> int:
                  "cache": status}
             )  # fmt: skip
             if status == "miss":
-                results[-1]["stored"] = r.get("stored", False)
-                if not results[-1]["stored"]:
-                    results[-1]["not_stored"] = r.get("not_stored", "failed")
+                results[-1].update(store_fields(r, shown))
         failed = any(job.result["status"] == "failed" for job in jobs)
         # A compile that printed warnings is answered by the full path, which replays
         # them from the entry: the fast path prints no compiler log.
         warned = any(job.result.get("warnings") for job in jobs)
-        unstored = any(r.get("not_stored") for r in results)  # nothing to serve next time
+        # Nothing to serve next time: not stored, or stored in memory:// only.
+        unstored = any(r.get("not_stored") or r.get("outlives_process") is False for r in results)
         digest = getattr(args, "request_digest", None)
         if fatbin and not failed:
             results.append(_pack(jobs, args.output, inputs))

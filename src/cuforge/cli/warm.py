@@ -8,7 +8,10 @@ for comparison). Each compile goes through ``Program.compile(cache=)``, so what 
 already cached is only looked up, and concurrent misses of one key (from other
 hosts or processes) compile once. Shows a progress bar on a terminal and one line
 per compile otherwise, then a summary table: compiled, already cached, failed --
-with the first lines of each failure's log.
+with the first lines of each failure's log -- and what was not stored where it would
+last: not stored at all, stored in ``memory://`` only (gone when the command exits),
+or not stored in a level that dropped it (``N not stored in redis://h:6379/0:
+unreachable``).
 
 ``--set NAME`` (the command-line side of ``cuforge run --warm-set``): fetches every
 entry the warm set ``NAME`` lists (``integrations.warmsets``) into the local level of
@@ -36,6 +39,7 @@ import time
 
 from cuforge.cli import _pool, _select, _term, _warmfile
 from cuforge.cli._args import UsageError
+from cuforge.cli._report import MEMORY_ONLY, store_fields
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -130,8 +134,13 @@ def _compile_all(
     results: list[dict[str, Any]] = []
     start = time.perf_counter()
 
+    shown = _select.level_names(chosen)  # how the summary names where a compile went
+
     def finished(spec: _warmfile.Spec, result: dict[str, Any]) -> None:
         result.update(source=spec.source, arch=spec.arch, variant=spec.label or "")
+        if "stored" in result:  # compiled: where it was stored, per level
+            result.update(store_fields(result, shown))
+        result.pop("store_levels", None)
         results.append(result)
         what = f"{result['source']} {result['arch']} {result['variant']}".rstrip()
         progress.item(f"{result['status']:<9}{what} ({result['seconds']:.2f} s)")
@@ -270,6 +279,18 @@ def _summary(
         if why:  # a warm that warmed nothing must not read as if it had
             unstored = sum(bool(r.get("not_stored")) for r in results)
             print(f"{unstored} compiled but not stored: {', '.join(why)}")
+        fleeting = sum(r.get("stored") is True and r.get("outlives_process") is False
+                       for r in results)  # fmt: skip
+        if fleeting:  # nor one that only this process's memory holds
+            print(f"{fleeting} compiled and {MEMORY_ONLY}")
+        missed: dict[tuple[str, str], int] = {}  # a level that dropped stores the others took
+        for r in results:
+            for lv in r.get("levels", ()) if r.get("stored") else ():
+                if not lv["stored"] and lv["reason"] != "read-only":
+                    place = (lv["level"], dropped_words(lv["reason"]))
+                    missed[place] = missed.get(place, 0) + 1
+        for (level, words), n in sorted(missed.items()):
+            print(f"{n} not stored in {level}: {words}")
     if counts["failed"] or _set_failed(fetched, args):
         return 1
     if args.fail_on_miss and counts["compiled"]:

@@ -2,9 +2,11 @@
 
 ``set_entry`` answers a :class:`StoreOutcome`: stored, or not stored and why (the
 reasons are ``events``' drop reasons, so a person reads them the same everywhere:
-"not stored: read-only"). A driver's ``read`` answers a :class:`Damaged` for an
-entry that exists but fails its check; the core counts it, logs it and asks the
-driver to drop it.
+"not stored: read-only"). A tier's outcome also says what each of its levels did
+(``levels``): "stored" alone never hides that the Redis behind the disk was down,
+or that only the in-memory level holds the entry. A driver's ``read`` answers a
+:class:`Damaged` for an entry that exists but fails its check; the core counts it,
+logs it and asks the driver to drop it.
 """
 
 from __future__ import annotations
@@ -49,28 +51,48 @@ class StoreOutcome:
     """What a store did: ``reason`` (``STORED``, or why not), ``detail`` (the backend's
     words, or ""), and ``kept``: not written yet but held to be written later (a
     SQLite store deferred while another process holds the write lock), so it counts
-    as a lock timeout, not as a write failure."""
+    as a lock timeout, not as a write failure.
 
-    __slots__ = ("detail", "kept", "reason")
+    ``levels``: for a tiered cache, what each level did, in the tier's order (a
+    read-only level's is ``READ_ONLY``, a level that raised is ``FAILED`` with the
+    error); empty for a cache of one level. A tier is stored when one level took
+    the entry: ``levels`` says which (:meth:`stored_levels`) and which did not."""
 
-    def __init__(self, reason: str, detail: str = "", kept: bool = False) -> None:
+    __slots__ = ("detail", "kept", "levels", "reason")
+
+    def __init__(
+        self,
+        reason: str,
+        detail: str = "",
+        kept: bool = False,
+        levels: tuple[StoreOutcome, ...] = (),
+    ) -> None:
         self.reason = reason
         self.detail = detail
         self.kept = kept
+        self.levels = levels
 
     @property
     def stored(self) -> bool:
         return self.reason == STORED
 
+    def stored_levels(self) -> tuple[int, ...]:
+        """The indices of the levels that took the entry (a tier's; ``()`` otherwise)."""
+        return tuple(i for i, level in enumerate(self.levels) if level.reason == STORED)
+
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, StoreOutcome):
             return NotImplemented
-        return (self.reason, self.detail, self.kept) == (other.reason, other.detail, other.kept)
+        return (self.reason, self.detail, self.kept, self.levels) == (
+            other.reason, other.detail, other.kept, other.levels
+        )  # fmt: skip
 
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
-        return f"StoreOutcome({self.reason!r}{', ' + repr(self.detail) if self.detail else ''})"
+        detail = f", {self.detail!r}" if self.detail else ""
+        levels = f", levels={self.levels!r}" if self.levels else ""
+        return f"StoreOutcome({self.reason!r}{detail}{levels})"
 
 
 #: The one stored outcome without a detail (shared: outcomes are never changed).
@@ -78,6 +100,9 @@ STORED_OUTCOME = StoreOutcome(STORED)
 #: A store found an equal entry already there (a peer stored it first): the entry is
 #: in the cache, nothing was written, and no store is counted.
 PRESENT = StoreOutcome(STORED, "an equal entry was already stored")
+#: A tier level not opened yet holds the store, to write it when the level opens (at
+#: the first lookup or lock that reaches it, at ``close()``, at a normal exit).
+DEFERRED = StoreOutcome(STORED, "deferred: written when this level opens, at the latest at exit")
 
 
 class Damaged(namedtuple("Damaged", ["problem", "token"])):

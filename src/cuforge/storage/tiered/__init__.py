@@ -58,6 +58,9 @@ from ._lazylevel import LazyLevel, opened
 # one in; opened: which level a lazy one opened (the CLI asks).
 __all__ = ["LazyLevel", "TieredProgramCache", "opened"]
 
+#: What a read-only level did with a store: nothing, by design.
+_READ_ONLY_LEVEL = StoreOutcome(READ_ONLY, "a read-only level")
+
 _FAILURE_FIELDS = (
     "evictions",
     "integrity_failures",
@@ -196,42 +199,50 @@ class TieredProgramCache(EntryCache):
         return out
 
     # -- writes -----------------------------------------------------------------------------
-    def _put(self, i: int, key: bytes, data: bytes, meta: bytes, what: str) -> StoreOutcome | None:
-        """Write to level ``i``; what it did (None: it raised, counted and warned)."""
+    def _put(self, i: int, key: bytes, data: bytes, meta: bytes, what: str) -> StoreOutcome:
+        """Write to level ``i``; what it did (a level that raised: ``FAILED`` with the
+        error, counted and warned)."""
         try:
             return self._levels[i].set_entry(key, data, meta) or STORED_OUTCOME
         except Exception as exc:  # isolated per level
             self._level_failed(i, exc, what, "write_failures")
-            return None
+            return StoreOutcome(FAILED, f"{type(exc).__name__}: {exc}")
 
     def set_entry(self, key: CacheKey, value: CacheValue, meta: bytes = b"") -> StoreOutcome:
         """Store in every writable level (each level's failure is its own). Stored, and
         counted as a store, when one level took it; when every level dropped it (a
-        value larger than each level's cap, say), the last level's reason. A level
-        that dropped a store the others took is named in the stored outcome's detail."""
+        value larger than each level's cap, say), the last level's reason. Either
+        way the outcome's ``levels`` say what each level did, and a stored outcome's
+        detail names the levels that dropped it."""
         k = coerce_key(key)
         data = coerce_value(value, "TieredProgramCache.__setitem__")
         check_meta(meta)
         if self._locker_index is None:  # every level is read-only
-            outcome = StoreOutcome(READ_ONLY, "every level is read-only")
+            every = (_READ_ONLY_LEVEL,) * len(self._levels)
+            outcome = StoreOutcome(READ_ONLY, "every level is read-only", levels=every)
             self._tally_failure("write_failures")
             events.note_dropped(outcome.reason, outcome.detail)
             return outcome
-        taken = False
-        dropped: StoreOutcome | None = None
+        levels: list[StoreOutcome] = []
+        dropped: list[int] = []
         for i in range(len(self._levels)):
-            if self._writable[i]:
-                done = self._put(i, k, data, meta, "store an entry")
-                if done is not None and done.reason == STORED:
-                    taken = True
-                elif done is not None:
-                    dropped = done
-        if not taken:
-            return dropped or StoreOutcome(FAILED, "every writable level failed")
+            if not self._writable[i]:
+                levels.append(_READ_ONLY_LEVEL)
+                continue
+            done = self._put(i, k, data, meta, "store an entry")
+            levels.append(done)
+            if done.reason != STORED:
+                dropped.append(i)
+        if len(dropped) == sum(self._writable):
+            last = levels[dropped[-1]]
+            return StoreOutcome(last.reason, last.detail, last.kept, tuple(levels))
         self._tally_store(len(data))
-        if dropped is not None:
-            return StoreOutcome(STORED, f"{dropped.reason}: {dropped.detail}")
-        return STORED_OUTCOME
+        if not dropped:
+            return StoreOutcome(STORED, levels=tuple(levels))
+        why = "; ".join(
+            f"level {i} ({self._kind(i)}) {levels[i].reason}: {levels[i].detail}" for i in dropped
+        )
+        return StoreOutcome(STORED, f"not stored in {why}", levels=tuple(levels))
 
     def __setitem__(self, key: CacheKey, value: CacheValue) -> None:
         self.set_entry(key, value)

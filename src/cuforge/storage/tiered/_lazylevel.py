@@ -10,10 +10,11 @@ Guarantees:
   level (under a lock: racing threads open it once). Statistics of a level never opened
   are zeros; they never open it.
 - **Stores do not open it; none is lost.** A store to a level not yet opened is kept
-  here (the last one per key) and written when the level opens: at the first lookup or
-  lock that reaches it, when more than ``max_pending_bytes`` are waiting, at
-  ``close()``, and at a normal interpreter exit (when the main thread ends, before
-  other threads are joined: a client library can still be imported then). A lookup
+  here (the last one per key; its outcome says so: ``outcome.DEFERRED``) and written
+  when the level opens: at the first lookup or lock that reaches it, when more than
+  ``max_pending_bytes`` are waiting, at ``close()``, and at a normal interpreter exit
+  (when the main thread ends, before other threads are joined: a client library can
+  still be imported then). A lookup
   through this level flushes first, so it never misses what was stored through it. A
   process killed (SIGKILL) before any of these loses the deferred copies in this level
   only: the front levels already hold them.
@@ -48,7 +49,7 @@ from ..base import (
     lookup_of,
 )
 from ..entry import CacheEntry, EntryInfo
-from ..outcome import STORED_OUTCOME, StoreOutcome
+from ..outcome import DEFERRED, STORED_OUTCOME, StoreOutcome
 from ..stats import CacheStats
 
 __all__ = ["LazyLevel", "opened"]
@@ -174,8 +175,8 @@ class LazyLevel(EntryCache):
 
     # -- writes ---------------------------------------------------------------------------
     def set_entry(self, key: CacheKey, value: CacheValue, meta: bytes = b"") -> StoreOutcome:
-        """Store through the open level, or keep the store until the level opens (then
-        it is stored: written at the latest at close or exit)."""
+        """Store through the open level, or keep the store until the level opens:
+        ``DEFERRED`` (written at the latest at close or exit)."""
         level = self._level
         if level is not None and not self._pending:
             return level.set_entry(key, value, meta) or STORED_OUTCOME
@@ -192,7 +193,7 @@ class LazyLevel(EntryCache):
                 self._pending[k] = (data, meta)
                 self._pending_bytes += len(data) + len(meta)
                 if self._pending_bytes <= self._max_pending:
-                    return STORED_OUTCOME
+                    return DEFERRED
         return self.open().set_entry(k, data, meta) or STORED_OUTCOME
 
     def __setitem__(self, key: CacheKey, value: CacheValue) -> None:
