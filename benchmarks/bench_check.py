@@ -3,8 +3,14 @@
 ``make bench-check`` (CPU, in the bench venv) times each hot path beside its peer in
 interleaved rounds (``bench_hotpaths``): the cache key and the FileStream compile hit
 beside cuda.core, FileStream/SQLite ``get`` beside cuda.core/diskcache, the compile
-hit beside a floor (``os.stat`` + read of a 6 KB file) and the 20-header in-memory hit
-beside the plain one. Each ratio is cuforge's median over the peer's. A figure whose
+hit beside a floor (``os.stat`` + read of a 6 KB file), the 20-header in-memory hit
+beside the plain one, and the README's two import lines as whole processes beside
+``python -c pass`` (``import_compile``: ``from cuforge import Program, ProgramOptions``;
+``import_runtime``: ``from cuforge import Device, LaunchConfig, Program,
+ProgramOptions, launch``), alternated, after byte-compiling cuforge as a wheel
+install does. A process is timed by its CPU time (user + system, the kernel's
+accounting of that one process): waiting for a core on a shared machine inflates
+wall time, not this. Each ratio is cuforge's median over the peer's. A figure whose
 ratio exceeds ``max * (1 + tolerance)`` is measured again, and fails the run (exit 1)
 only when the second measurement fails too, so one noisy moment on a shared machine
 does not fail CI, while a real slowdown does.
@@ -18,9 +24,11 @@ fails with one line naming it.
 from __future__ import annotations
 
 import argparse
+import compileall
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -72,7 +80,40 @@ def _floor_us(n: int) -> float:
         os.unlink(path)
 
 
-def measure_cpu(rounds: int, n: int) -> Ratios:
+#: The README's import lines, each a whole process beside ``python -c pass``.
+IMPORT_LINES = {
+    "import_compile": "from cuforge import Program, ProgramOptions",
+    "import_runtime": "from cuforge import Device, LaunchConfig, Program, ProgramOptions, launch",
+}
+
+
+def _process_cpu_s(code: str, env: dict[str, str]) -> float:
+    """CPU seconds (user + system) of one ``python -c code`` process."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, stdout=subprocess.DEVNULL)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def import_ratios(processes: int) -> Ratios:
+    """Each import line's median CPU time over ``python -c pass``'s, the three run in
+    turn ``processes`` times (so a busy moment slows them alike)."""
+    import cuforge
+
+    compileall.compile_dir(os.path.dirname(cuforge.__file__), quiet=1)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CUFORGE_")}
+    times: dict[str, list[float]] = {"pass": [], **{name: [] for name in IMPORT_LINES}}
+    for _ in range(processes):
+        times["pass"].append(_process_cpu_s("pass", env))
+        for name, line in IMPORT_LINES.items():
+            times[name].append(_process_cpu_s(line, env))
+    floor = statistics.median(times["pass"])
+    return {name: statistics.median(times[name]) / floor for name in IMPORT_LINES}
+
+
+def measure_cpu(rounds: int, n: int, processes: int = 40) -> Ratios:
     """One measurement of every CPU figure, peers interleaved with cuforge."""
     import bench_headers
     import bench_hotpaths
@@ -97,6 +138,7 @@ def measure_cpu(rounds: int, n: int) -> Ratios:
         h = bench_headers.bench_hits(n // 4)
         ratios.append(h["memory 20 headers"] / h["memory plain"])
     out["headers_memory"] = statistics.median(ratios)
+    out.update(import_ratios(processes))
     return out
 
 
@@ -169,6 +211,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds per measurement")
     ap.add_argument("--calls", type=int, default=10000, help="calls per round")
+    ap.add_argument(
+        "--processes", type=int, default=40, help="processes per import line (and python -c pass)"
+    )
     _results.add_arguments(ap)
     args = ap.parse_args(argv)
     doc = load_thresholds(args.thresholds)
@@ -177,7 +222,9 @@ def main(argv: list[str] | None = None) -> int:
         ratios, bad = check(lambda: gpu_ratios(*args.gpu), thresholds, retry=False)
     else:
         thresholds = doc.get("cpu", {})
-        ratios, bad = check(lambda: measure_cpu(args.rounds, args.calls), thresholds, retry=True)
+        ratios, bad = check(
+            lambda: measure_cpu(args.rounds, args.calls, args.processes), thresholds, retry=True
+        )
     report(ratios, thresholds, bad)
     _results.write(args.json, "bench_check", {"ratios": ratios, "failed": bad}, args.note)
     if bad:

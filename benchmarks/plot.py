@@ -266,6 +266,11 @@ CLI_CASES = (
     ("python -c pass", "python -c pass (the floor)"),
     ("import cuforge", "python -c 'import cuforge'"),
     ("import cuforge.utils", "python -c 'import cuforge.utils'"),
+    ("from cuforge import Program, ProgramOptions", "the README's import line, compile only"),
+    (
+        "from cuforge import Device, LaunchConfig, Program, ProgramOptions, launch",
+        "the README's import line, with the runtime",
+    ),
     ("compile hit (repeated command)", "cuforge compile: hit, repeated command"),
     ("compile hit (kernel with a header)", "cuforge compile: hit, kernel with a header"),
     ("compile hit (nothing kept: STATE_DIR=off)", "... the same, CUFORGE_STATE_DIR=off"),

@@ -95,3 +95,12 @@ def test_a_figure_fails_only_when_measured_over_its_limit_twice():
     assert bad == ["key"] and ratios["key"] == 0.7
     no_retry = iter([{"key": 0.9}])
     assert bench_check.check(lambda: next(no_retry), limits, retry=False)[1] == ["key"]
+
+
+def test_the_import_lines_are_measured_beside_python_pass_and_have_thresholds():
+    """``make bench-check`` times the README's two import lines as whole processes
+    (issue 36, item 9); here only that it measures them, not how fast they are."""
+    ratios = bench_check.import_ratios(processes=2)
+    assert set(ratios) == set(bench_check.IMPORT_LINES) == {"import_compile", "import_runtime"}
+    assert all(r > 0 for r in ratios.values())
+    assert set(ratios) <= set(bench_check.load_thresholds()["cpu"])

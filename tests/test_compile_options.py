@@ -281,3 +281,114 @@ def test_linker_options_validation_and_flags():
         b"-no-cache",
     ]
     assert LinkerOptions(arch=ARCH) == LinkerOptions(arch=ARCH)
+
+
+# -- ProgramOptions is made without importing dataclasses (issue 36, item 9) ---------------
+def test_program_options_behave_as_the_frozen_dataclass_they_were():
+    """``from cuforge import Program, ProgramOptions`` imported dataclasses (and inspect,
+    ast, dis, tokenize behind it): ~6 ms of every compile-only script. The class is now
+    made by ``cuforge._fields``; everything public a frozen dataclass offered holds."""
+    import copy
+    import dataclasses
+    import inspect
+    import pickle
+
+    opts = ProgramOptions(arch=ARCH, define_macro="N=4", include_path=pathlib.Path("/x"))
+    assert repr(opts).startswith("ProgramOptions(name='<default program>', arch='sm_90', ")
+    assert "define_macro=('N=4',), undefine_macro=None, include_path=('/x',)" in repr(opts)
+    names = [f.name for f in dataclasses.fields(ProgramOptions)]
+    assert names[:3] == ["name", "arch", "relocatable_device_code"] and len(names) == 54
+    assert [f.name for f in dataclasses.fields(opts)] == names
+    assert dataclasses.fields(ProgramOptions)[0].default == "<default program>"
+    assert dataclasses.is_dataclass(opts) and dataclasses.is_dataclass(ProgramOptions)
+    assert dataclasses.fields(ProgramOptions)[1].metadata["emit"]["nvrtc"] == "--gpu-architecture"
+    changed = dataclasses.replace(opts, arch="sm_80", define_macro=("M", "1"))
+    assert (changed.arch, changed.define_macro) == ("sm_80", ("M=1",))
+    assert changed.include_path == ("/x",)
+    with pytest.raises(TypeError, match=r"ProgramOptions\.std"):
+        dataclasses.replace(opts, std=17)  # validated like a new instance
+    assert dataclasses.asdict(opts)["define_macro"] == ("N=4",)
+    assert ProgramOptions.__match_args__ == tuple(names)
+    for attempt in (lambda: setattr(opts, "arch", "sm_80"), lambda: delattr(opts, "arch"),
+                    lambda: setattr(opts, "fresh", 1)):  # fmt: skip
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            attempt()
+    assert opts.arch == ARCH
+    same = ProgramOptions(arch=ARCH, define_macro=["N=4"], include_path="/x")
+    assert opts == same and hash(opts) == hash(same) and opts != changed
+    assert (opts == ("not", "options")) is False
+    assert pickle.loads(pickle.dumps(opts)) == opts == copy.deepcopy(opts)
+    assert ProgramOptions("p", ARCH).name == "p"  # positional, in field order
+    with pytest.raises(TypeError, match=r"ProgramOptions.__init__\(\) got an unexpected keyword"):
+        ProgramOptions(arch=ARCH, no_such_option=True)  # type: ignore[call-arg]
+    params = list(inspect.signature(ProgramOptions).parameters)
+    assert params == names
+    assert inspect.signature(ProgramOptions).parameters["arch"].default is None
+
+
+@pytest.mark.parametrize("options", ["StreamOptions", "EventOptions"])
+def test_runtime_options_stay_frozen_dataclasses(options):
+    import dataclasses
+
+    import cuforge
+
+    cls = getattr(cuforge, options)
+    made = cls()
+    assert dataclasses.is_dataclass(made) and made == cls() and hash(made) == hash(cls())
+    first = dataclasses.fields(cls)[0]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        setattr(made, first.name, first.default)
+    assert repr(made).startswith(f"{options}({first.name}=")
+
+
+def test_a_fields_class_refuses_to_inherit_fields_it_would_drop():
+    """``cuforge._fields`` reads a class's own annotations only: a subclass of such a
+    class (or of a dataclass) is refused rather than made without the base's fields."""
+    import dataclasses
+
+    from cuforge._fields import dataclass
+
+    with pytest.raises(TypeError, match=r"Child: .* cannot inherit fields \(ProgramOptions\)"):
+
+        @dataclass(frozen=True)
+        class Child(ProgramOptions):
+            extra: int = 0
+
+    @dataclasses.dataclass(frozen=True)
+    class Real:
+        a: int = 0
+
+    with pytest.raises(TypeError, match=r"cannot inherit fields \(Real\)"):
+
+        @dataclass(frozen=True)
+        class Other(Real):
+            b: int = 0
+
+
+def test_the_arch_and_macro_checks_read_as_the_patterns_they_replace():
+    """``_validate`` compiled two regular expressions at import (``re``: ~3 ms of a cold
+    process); the checks written out accept exactly what the patterns accepted."""
+    import re
+
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from cuforge.compile import _validate
+
+    arch = re.compile(r"(sm|compute)_(\d{2,3})([af]?)")
+    macro = re.compile(r"[A-Za-z_]\w*(\([\w\s,.]*\))?")
+    pieces = st.sampled_from(
+        ["sm", "compute", "_", "9", "90", "100", "a", "f", "x", "(", ")", ",", ".", " ", "\t",
+         "\u0663", "\u00e9", "N", "_A", "=", "-", "\u2167", "\u00a0"]
+    )  # fmt: skip
+    texts = st.one_of(st.lists(pieces, max_size=8).map("".join), st.text(max_size=12))
+
+    @settings(max_examples=3000, derandomize=True, deadline=None)
+    @given(texts)
+    def same(text: str) -> None:
+        assert _validate.arch_ok(text) is bool(arch.fullmatch(text)), text
+        assert _validate.macro_name_ok(text) is bool(macro.fullmatch(text)), text
+
+    same()
+    for ok in ("sm_90", "sm_90a", "compute_100f", "sm_121", "F(x, y)", "_M", "A1(a.b)"):
+        assert _validate.arch_ok(ok) or _validate.macro_name_ok(ok)

@@ -72,3 +72,50 @@ def test_the_readme_import_line_loads_no_driver_bindings():
         "LaunchConfig(grid=1, block=32)"  # no driver call: validation only
     )
     assert "cuforge.runtime.launch" in found and "cuda.bindings.driver" not in found
+
+
+#: The README's import lines (issue 36, item 9): a script that only compiles, and one
+#: that also launches.
+COMPILE_LINE = "from cuforge import Program, ProgramOptions"
+RUNTIME_LINE = "from cuforge import Device, LaunchConfig, Program, ProgramOptions, launch"
+#: What only a compile through a cache needs: the pipeline, keys, header tracking, the
+#: watcher, the toolkit's headers, the compiler identity, storage.
+PIPELINE = ("cuforge.compile.cache", "cuforge.storage", "cuforge.compile.cache_key",
+            "cuforge._cuda", "cuforge._warm", "cuforge._hashing")  # fmt: skip
+
+
+def test_the_compile_only_line_imports_no_pipeline_and_nothing_heavy():
+    """It imported the whole cache pipeline -- keys, header tracking, the watcher, the
+    toolkit and identity modules, storage -- and with them typing, dataclasses,
+    inspect, re and hashlib: 81-126 ms against python -c pass's 18-25. Those load with
+    the first compile(cache=) now."""
+    found = _modules_after(COMPILE_LINE)
+    assert "cuforge.compile.program" in found and "cuforge.compile.options" in found
+    assert not [m for m in found if m.startswith((*PIPELINE, "cuforge.runtime"))], sorted(found)
+    assert not found & (HEAVY | {"re", "enum", "collections", "contextlib", "threading"})
+
+
+def test_the_runtime_line_imports_nothing_heavy():
+    found = _modules_after(RUNTIME_LINE)
+    assert "cuforge.runtime.launch" in found
+    assert not [m for m in found if m.startswith(PIPELINE[:3])], sorted(found)
+    assert not found & (HEAVY | {"re", "enum", "contextlib"})
+
+
+def test_what_the_import_lines_leave_out_loads_when_used():
+    """The pipeline loads with the first compile(cache=), ctypes with the first packing
+    plan -- and a ctypes argument imported after cuforge still packs as one."""
+    found = _modules_after(
+        f"{RUNTIME_LINE}\n"
+        "from cuforge.runtime.args import pack_args\n"
+        "import ctypes\n"
+        "assert pack_args([ctypes.c_int32(7), 1.5]).sizes == (4, 8)\n"
+        "from cuforge.storage import InMemoryProgramCache\n"
+        "source = 'extern \"C\" __global__ void k(int* p) { *p = 1; }'\n"
+        "options = ProgramOptions(arch='sm_90')\n"
+        "cache = InMemoryProgramCache()\n"
+        "first = Program(source, 'c++', options).compile('cubin', cache=cache)\n"
+        "again = Program(source, 'c++', options).compile('cubin', cache=cache)\n"
+        "assert first.code == again.code and cache.stats().hits == 1"
+    )
+    assert {"cuforge.compile.cache._pipeline", "cuforge.compile.cache._key"} <= found

@@ -221,6 +221,39 @@ def test_cuforge_warm_env_marks_the_process_warm_from_the_start(tmp_path) -> Non
     assert out.stdout.strip() == "True"
 
 
+def test_mark_warm_before_the_first_cached_compile_still_counts_it() -> None:
+    """``Program`` loads the cache pipeline (and ``_warm``) with its first
+    ``compile(cache=)``: a process marked warm before that compile still takes the
+    warm path then, and a process marked not warm again leaves it."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, warnings\n"
+        "from cuforge import Program, ProgramOptions, mark_warm\n"
+        "from cuforge.storage import InMemoryProgramCache\n"
+        "assert 'cuforge.compile.cache._pipeline' not in sys.modules\n"
+        "warnings.simplefilter('ignore')\n"
+        "mark_warm()\n"
+        "cache = InMemoryProgramCache()\n"
+        "def k(n):\n"
+        "    src = 'extern \"C\" __global__ void k(int* p) { *p = %d; }' % n\n"
+        "    Program(src, 'c++', ProgramOptions(arch='sm_80')).compile('cubin', cache=cache)\n"
+        "k(1)\n"
+        "print(cache.stats().warm_compiles)\n"
+        "mark_warm(False)\n"
+        "k(2)\n"
+        "print(cache.stats().warm_compiles, cache.stats().misses)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], env={k: v for k, v in os.environ.items()
+                                           if not k.startswith("CUFORGE_")},
+        capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["1", "1", "2"]
+
+
 def _stats_json(tmp_path, url: str) -> dict[str, int]:
     import json
 

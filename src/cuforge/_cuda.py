@@ -22,21 +22,23 @@ cuforge is written against CUDA 13:
   "nvJitLink", "nvvm"); it knows the sonames of both majors (``libnvrtc.so.12`` /
   ``.13``; libNVVM is ``libnvvm.so`` in the 12.x nvcc wheel).
 
-Guarantee: importing this module imports no CUDA module and loads no library.
-``cuda_major()`` reads the bindings' version file without importing them (the
-CLI's hit path pays a file read, not ~10 ms of imports).
+Guarantee: importing this module imports no CUDA module and loads no library, and
+no ``typing``, ``re``, ``functools`` or ``importlib`` either: every runtime module
+imports it, and ``from cuforge import Device, launch`` costs a cold process only
+what it needs. ``cuda_major()`` reads the bindings' version file without importing
+them (the CLI's hit path pays a file read, not ~10 ms of imports).
 """
 
 from __future__ import annotations
 
-import functools
-import importlib.util
 import os
-import re
 import sys
 import threading
-import types
-from typing import Any, NamedTuple
+
+TYPE_CHECKING = False  # typing is not imported at run time: it costs a cold process ~5 ms
+if TYPE_CHECKING:
+    from types import ModuleType
+    from typing import Any
 
 #: The majors cuforge supports, and the extra that installs each.
 SUPPORTED_MAJORS = (12, 13)
@@ -64,8 +66,8 @@ _EDGE_DATA_ARG = {
     "cuStreamUpdateCaptureDependencies": 2,
 }
 
-_VERSION = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")
-_VERSION_FILE = re.compile(r"""__version__\s*=\s*(?:version\s*=\s*)?['"]([^'"]+)['"]""")
+_VERSION = r"(\d+)\.(\d+)(?:\.(\d+))?"
+_VERSION_FILE = r"""__version__\s*=\s*(?:version\s*=\s*)?['"]([^'"]+)['"]"""
 
 
 class ToolkitNotFoundError(RuntimeError):
@@ -75,21 +77,38 @@ class ToolkitNotFoundError(RuntimeError):
 
 
 def _parse(text: str) -> tuple[int, int, int] | None:
-    match = _VERSION.match(text.strip())
+    import re
+
+    match = re.match(_VERSION, text.strip())
     if match is None:
         return None
     return int(match.group(1)), int(match.group(2)), int(match.group(3) or 0)
 
 
-@functools.cache
+_UNREAD: Any = object()
+_bindings_version: Any = _UNREAD
+
+
 def bindings_version() -> tuple[int, int, int] | None:
     """The installed cuda-bindings' (major, minor, patch), or None without it.
 
     Read from ``cuda/bindings/_version.py`` as ``import`` would find it, without
-    importing the bindings (an already imported copy answers directly)."""
+    importing the bindings (an already imported copy answers directly). Read once
+    per process (the bindings a process runs on do not change under it)."""
+    global _bindings_version
+    if _bindings_version is _UNREAD:
+        _bindings_version = _read_bindings_version()
+    found: tuple[int, int, int] | None = _bindings_version
+    return found
+
+
+def _read_bindings_version() -> tuple[int, int, int] | None:
     loaded = sys.modules.get("cuda.bindings")
     if loaded is not None:
         return _parse(str(loaded.__version__))
+    import importlib.util
+    import re
+
     try:
         spec = importlib.util.find_spec("cuda.bindings")
     except (ImportError, ValueError):
@@ -99,7 +118,7 @@ def bindings_version() -> tuple[int, int, int] | None:
     for location in spec.submodule_search_locations or ():
         try:
             with open(os.path.join(location, "_version.py"), encoding="utf-8") as f:
-                match = _VERSION_FILE.search(f.read())
+                match = re.search(_VERSION_FILE, f.read())
         except OSError:
             continue
         if match is not None:
@@ -119,12 +138,31 @@ def cuda_major() -> int | None:
 # -- header wheels ---------------------------------------------------------------------
 
 
-class HeaderWheel(NamedTuple):
-    """Where one CUDA header set lies in the pip wheel that ships it."""
+class HeaderWheel:
+    """Where one CUDA header set lies in the pip wheel that ships it: ``dist``, the
+    distribution name ("nvidia-cuda-cccl-cu12"); ``include_dirs``, candidate include
+    directories, site-relative, in order; ``record_prefix``, the wheel's header tree,
+    for digesting its RECORD. (A slotted class, not a NamedTuple: ``typing`` costs a
+    cold process ~5 ms.)"""
 
-    dist: str  #: distribution name ("nvidia-cuda-cccl-cu12")
-    include_dirs: tuple[str, ...]  #: candidate include directories, site-relative, in order
-    record_prefix: str  #: the wheel's header tree, for digesting its RECORD
+    __slots__ = ("dist", "include_dirs", "record_prefix")
+
+    def __init__(self, dist: str, include_dirs: tuple[str, ...], record_prefix: str) -> None:
+        self.dist = dist
+        self.include_dirs = include_dirs
+        self.record_prefix = record_prefix
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, HeaderWheel):
+            return NotImplemented
+        return (self.dist, self.include_dirs, self.record_prefix) == (
+            other.dist, other.include_dirs, other.record_prefix
+        )  # fmt: skip
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"HeaderWheel({self.dist!r}, {self.include_dirs!r}, {self.record_prefix!r})"
 
 
 _CU13 = "nvidia/cu13/include"
@@ -158,17 +196,17 @@ def header_wheel(name: str, major: int | None) -> HeaderWheel | None:
 # -- the driver ------------------------------------------------------------------------
 
 _driver_lock = threading.Lock()
-_driver: types.ModuleType | None = None
+_driver: ModuleType | None = None
 
 
-def _driver_namespace() -> types.ModuleType:
+def _driver_namespace() -> ModuleType:
     global _driver
     with _driver_lock:
         if _driver is None:
             from cuda.bindings import driver as real
 
             if cuda_major() == 12:
-                ns = types.ModuleType(real.__name__, real.__doc__)
+                ns = type(sys)(real.__name__, real.__doc__)  # a module (types.ModuleType)
                 ns.__dict__.update(real.__dict__)
                 for name, v2 in RENAMED_ON_12.items():
                     fn = getattr(real, v2)
@@ -263,6 +301,8 @@ def require(library: str) -> None:
     major = version[0]
     shown = ".".join(map(str, version))
     module = library.lower()
+    import importlib.util
+
     if importlib.util.find_spec(f"cuda.bindings.{module}") is None:
         raise ToolkitNotFoundError(
             f"cuda-bindings {shown} has no cuda.bindings.{module}: {what} needs "

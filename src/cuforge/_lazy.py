@@ -10,7 +10,6 @@ propagates unchanged (e.g. ``RedisProgramCache`` without redis-py says what to i
 
 from __future__ import annotations
 
-import importlib
 import sys
 
 TYPE_CHECKING = False  # typing is not imported at run time: it costs a cold process ~5 ms
@@ -32,7 +31,10 @@ def exports(
         module = names.get(name)
         if module is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(module), name)
+        # __import__ and sys.modules, not importlib (whose import costs a cold process
+        # its package and warnings): the same for these absolute module names
+        __import__(module)
+        value = getattr(sys.modules[module], name)
         namespace[name] = value
         return value
 

@@ -40,6 +40,7 @@ __all__ = [
     "mark_warm",
     "note_compile",
     "through",
+    "watch",
 ]
 
 #: ``1`` (or ``true``/``yes``/``on``): the process is warm from the start.
@@ -61,14 +62,28 @@ class CompileAfterWarmWarning(RuntimeWarning):
 def mark_warm(warm: bool = True) -> None:
     """Declare this process warm (``warm=False``: not warm again). Every compile after
     it is warned about once per kernel and counted (see the module docstring)."""
-    _state["warm"] = bool(warm)
-    for switch in tuple(watchers):
-        switch(bool(warm))
+    with _watch_lock:
+        _state["warm"] = bool(warm)
+        for switch in tuple(watchers):
+            switch(bool(warm))
 
 
 #: Called with the new state by :func:`mark_warm`: ``compile.program`` switches its
 #: compile path there, so a process that is not warm does no warm-up work on a hit.
 watchers: list[Callable[[bool], None]] = []
+_watch_lock = threading.Lock()
+
+
+def watch(switch: Callable[[bool], None]) -> None:
+    """Call ``switch`` with the state now, and with the new state at every
+    :func:`mark_warm` after (once, however often it is given). Under the lock
+    ``mark_warm`` holds, which closes the race of a watcher that joins while another
+    thread marks the process warm: it could read the old state, miss that thread's
+    call and keep the old path."""
+    with _watch_lock:
+        if switch not in watchers:
+            watchers.append(switch)
+        switch(bool(_state["warm"]))
 
 
 def is_warm() -> bool:

@@ -18,17 +18,22 @@ Guarantees:
 
 from __future__ import annotations
 
-import dataclasses
-import os
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
-
 from cuforge.compile import _validate as v
-from cuforge.compile._versions import current_device_arch
 
-# A path field accepts str or os.PathLike and is stored as str once validated.
-_Path = str | os.PathLike[str]
+TYPE_CHECKING = False  # typing and dataclasses cost a cold process ~10 ms: not at run time
+if TYPE_CHECKING:
+    import os
+    from collections.abc import Callable
+    from dataclasses import dataclass, field
+    from typing import Any, TypeAlias
+
+    # A path field accepts str or os.PathLike and is stored as str once validated.
+    _Path: TypeAlias = str | os.PathLike[str]
+    # Per backend, a field maps to a flag (formatted by the field's kind) or to a
+    # function value -> [flags].
+    Emit: TypeAlias = str | Callable[[Any], list[str]]
+else:  # the same class, made without importing dataclasses (cuforge._fields)
+    from cuforge._fields import dataclass, field
 # The fields typed Any below accept several forms and hold one normalised form after
 # __post_init__, which the compile code reads: define_macro "N", "N=V", ("N", "V") or a
 # list/tuple of those -> tuple[str, ...]; include_path / pre_include a path or a
@@ -43,10 +48,6 @@ _BACKEND_NAMES = {
     "nvvm": "libNVVM",
     "driver": "driver linker",
 }
-
-# Per backend, a field maps to a flag (formatted by the field's kind) or to a
-# function value -> [flags].
-Emit = str | Callable[[Any], list[str]]
 
 
 def _opt(check: v.Checker, kind: str, **backends: Emit) -> dict[str, Any]:
@@ -266,10 +267,12 @@ class ProgramOptions:
     )
 
     def __post_init__(self) -> None:
-        for f in dataclasses.fields(self):
-            value = f.metadata["check"](f"ProgramOptions.{f.name}", getattr(self, f.name))
-            object.__setattr__(self, f.name, value)
+        values = self.__dict__
+        for name, check, _kind, _emit in _SPECS:
+            values[name] = check(f"ProgramOptions.{name}", values[name])
         if self.arch is None:
+            from cuforge.compile._versions import current_device_arch
+
             arch = current_device_arch()
             if arch is None:
                 raise ValueError(
@@ -292,18 +295,18 @@ class ProgramOptions:
 
     def _compute_flags(self, backend: str, truth: tuple[str, str], code_type: str) -> list[str]:
         out: list[str] = []
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            kind = f.metadata["kind"]
+        values = self.__dict__
+        for name, _check, kind, emits in _SPECS:
+            value = values[name]
             if value is None or kind == "name":
                 continue
-            emit = f.metadata["emit"].get(backend)
+            emit = emits.get(backend)
             if emit is None:
                 # False switches and empty lists ask for nothing, so they are honoured.
                 if value is False or value == ():
                     continue
                 raise ValueError(
-                    f"ProgramOptions.{f.name} is not supported for code_type {code_type!r} "
+                    f"ProgramOptions.{name} is not supported for code_type {code_type!r} "
                     f"({_BACKEND_NAMES[backend]}); unset it for this program"
                 )
             if callable(emit):
@@ -342,5 +345,17 @@ class ProgramOptions:
         ``extra_sources`` add modules rather than flags."""
         return self._flags("nvvm", ("1", "0"), "nvvm")
 
+
+def _specs() -> tuple[tuple[str, v.Checker, str, dict[str, Emit]], ...]:
+    """(name, check, kind, emit per backend) of each field, in declaration order."""
+    from cuforge._fields import fields
+
+    return tuple(
+        (f.name, f.metadata["check"], f.metadata["kind"], f.metadata["emit"])
+        for f in fields(ProgramOptions)
+    )
+
+
+_SPECS = _specs()
 
 __all__ = ["ProgramOptions"]

@@ -17,13 +17,8 @@ Guarantees:
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
 
-from cuforge import _warm
-from cuforge.compile import _compilelog, _inputs, _versions
-from cuforge.compile.cache import pipeline
-from cuforge.compile.object_code import ObjectCode
+from cuforge.compile import _inputs
 from cuforge.compile.options import ProgramOptions
 from cuforge.compile.targets import (
     SUPPORTED_TARGETS,
@@ -31,10 +26,18 @@ from cuforge.compile.targets import (
     normalize_code_type,
     normalize_target,
 )
-from cuforge.storage.config import default_cache
 
+# Importing Program loads what constructing and validating one needs, nothing more:
+# the cache pipeline (keys, header tracking, the watcher, the toolkit's headers, the
+# compiler identity, storage) loads with the first compile(cache=), the compilers with
+# the first compile, so a script that only compiles pays for neither at import.
+TYPE_CHECKING = False  # typing is not imported at run time: it costs a cold process ~5 ms
 if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+    from typing import Any
+
     from cuforge._typing import SupportsWrite
+    from cuforge.compile.object_code import ObjectCode
     from cuforge.storage.base import ProgramCacheResource
 
 _BACKENDS = {"c++": "NVRTC", "nvvm": "NVVM"}
@@ -171,6 +174,8 @@ class Program:
         if logs is not None and not callable(getattr(logs, "write", None)):
             raise TypeError(f"logs must have a write(str) method, got {type(logs).__name__}")
         if cache is True:  # the default cache, opened once per state of its variables
+            from cuforge.storage.config import default_cache
+
             cache = default_cache()
         if cache is not None and cache is not False:
             return _run_pipeline(self, target, names, logs, cache)
@@ -193,6 +198,10 @@ class Program:
         directory (see ``cache_key.closed_flags``). ``captured`` receives a
         non-empty compile log (the cache stores it with the entry, to replay on hits).
         """
+        from cuforge import _warm
+        from cuforge.compile import _compilelog
+        from cuforge.compile.object_code import ObjectCode
+
         src = self.source
         if src.closed:
             raise RuntimeError("Program is closed")
@@ -237,6 +246,7 @@ class Program:
                 captured.append(log)
         obj = ObjectCode(code, target, name=name, symbol_mapping=mapping)
         if target == "ptx":
+            from cuforge.compile import _versions
             from cuforge.compile._callers import outside_level
 
             _versions.warn_if_ptx_unloadable(code, stacklevel=outside_level())
@@ -258,23 +268,47 @@ class Program:
         return f"<Program {src.code_type} {src.options.name!r} arch={src.options.arch}>"
 
 
+def _pipeline_first(program: Program, target: str, names: Any, logs: Any, cache: Any) -> ObjectCode:
+    """The first compile with a cache: loads the pipeline (and ``_warm``), which
+    installs the pipeline this process runs from then on, and runs that."""
+    _load_pipeline()
+    return _run_pipeline(program, target, names, logs, cache)
+
+
 def _pipeline_warm(program: Program, target: str, names: Any, logs: Any, cache: Any) -> ObjectCode:
     """The pipeline of a warm process: a miss's compile is counted in ``cache``'s
     ``warm_compiles`` (``_warm.through`` tells ``compile_uncached`` the cache)."""
-    return _warm.through(cache, lambda: pipeline(program, target, names, logs, cache))
+    run = _pipeline
+    return _through(cache, lambda: run(program, target, names, logs, cache))
 
 
-#: ``pipeline``, or ``_pipeline_warm`` while the process is warm: switched by
-#: ``mark_warm`` (``_warm.watchers``), so the hit path of a process that is not warm
-#: is what it was -- one call, no check.
-_run_pipeline = _pipeline_warm if _warm.is_warm() else pipeline
+#: ``_pipeline_first`` until a compile with a cache has loaded the pipeline; then
+#: ``compile.cache.pipeline``, or ``_pipeline_warm`` while the process is warm --
+#: switched by ``mark_warm`` (``_warm.watch``), so the hit path of a process that is
+#: not warm is what it was: one global lookup, one call, no check.
+_run_pipeline: Callable[..., ObjectCode] = _pipeline_first
+#: ``compile.cache.pipeline`` and ``_warm.through``: set by ``_load_pipeline``, before
+#: anything reads them.
+_pipeline: Callable[..., ObjectCode]
+_through: Callable[[Any, Callable[[], ObjectCode]], ObjectCode]
+
+
+def _load_pipeline() -> None:
+    """Import the pipeline and ``_warm`` (not at import: a script that only compiles
+    pays for neither, nor for the threading module ``_warm`` needs) and join
+    ``_warm``'s watchers, which sets ``_run_pipeline`` for the state the process is
+    in now. Threads that race here import the same modules and join once."""
+    global _pipeline, _through
+    from cuforge import _warm
+    from cuforge.compile.cache import pipeline
+
+    _pipeline, _through = pipeline, _warm.through
+    _warm.watch(_switch_pipeline)
 
 
 def _switch_pipeline(warm: bool) -> None:
     global _run_pipeline
-    _run_pipeline = _pipeline_warm if warm else pipeline
+    _run_pipeline = _pipeline_warm if warm else _pipeline
 
-
-_warm.watchers.append(_switch_pipeline)
 
 __all__ = ["Program"]  # ProgramSource: the seam of compile.cache, not public

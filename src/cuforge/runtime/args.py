@@ -19,13 +19,15 @@ OverflowError naming the position. Thread safe (plans are immutable once cached)
 
 from __future__ import annotations
 
-import ctypes
 import struct
 import sys
-from collections.abc import Callable, Sequence
-from typing import Any
 
 from cuforge.runtime.memory import Buffer
+
+TYPE_CHECKING = False  # typing is not imported at run time: it costs a cold process ~5 ms
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+    from typing import Any
 
 _POINTER = 8
 
@@ -116,8 +118,11 @@ def _handler_for(tp: type) -> _Handler | None:
         if code is not None:
             return (code, None, None)
         return (f"{dt.itemsize}s", "{a}.tobytes()", None)
-    if issubclass(tp, (ctypes._SimpleCData, ctypes.Structure, ctypes.Union)):
-        return (f"{ctypes.sizeof(tp)}s", "bytes({a})", None)
+    # ctypes' scalar, Structure and Union types are _ctypes' (ctypes re-exports them):
+    # none of them exists before _ctypes is imported, so this imports nothing
+    c = sys.modules.get("_ctypes")
+    if c is not None and issubclass(tp, (c._SimpleCData, c.Structure, c.Union)):
+        return (f"{c.sizeof(tp)}s", "bytes({a})", None)
     if hasattr(tp, "__kernel_arg_u64__"):  # e.g. cuforge.graph.Condition
         return ("Q", "{a}.__kernel_arg_u64__()", None)
     if hasattr(tp, "__cuda_array_interface__"):
@@ -206,6 +211,8 @@ class _Plan:
             f"    _pack_into(buf, 0, {ptrs}, {', '.join(values)})\n"
             f"    return {owner_tuple}\n"
         )
+        import ctypes  # here, once per plan: a script that never launches never pays for it
+
         env: dict[str, Any] = {
             "_new": ctypes.c_char * offset,
             "_addr": ctypes.addressof,

@@ -39,8 +39,11 @@ import collections
 import sys
 import threading
 import time
-from collections.abc import Callable
-from typing import Any
+
+TYPE_CHECKING = False  # typing is not imported at run time: it costs a cold process ~5 ms
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
 
 _lock = threading.Lock()
 _drain_lock = threading.Lock()

@@ -8,10 +8,10 @@ a :class:`CUDAError` too, never as cuda.pathfinder's loader exception.
 
 from __future__ import annotations
 
-from typing import Any
-
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # typing is not imported at run time: it costs a cold process ~5 ms
 if TYPE_CHECKING:
+    from typing import Any
+
     from cuda.bindings import driver
 else:  # imported on first use: a script that only compiles never loads the driver
     from cuforge._cuda import bindings_driver as driver

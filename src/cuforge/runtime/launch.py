@@ -33,12 +33,6 @@ from __future__ import annotations
 import operator
 import struct
 import threading
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from cuda.bindings import driver
-else:  # imported on first use: a script that only compiles never loads the driver
-    from cuforge._cuda import bindings_driver as driver
 
 from cuforge.runtime import init
 from cuforge.runtime.args import PackedArgs, _Plan, pack_args, plan_for
@@ -46,6 +40,15 @@ from cuforge.runtime.errors import error_for
 from cuforge.runtime.init import driver_entry as driver_entry
 from cuforge.runtime.module import Kernel
 from cuforge.runtime.stream import Stream
+
+TYPE_CHECKING = False  # typing is not imported at run time: it costs a cold process ~5 ms
+if TYPE_CHECKING:
+    from typing import Any
+
+    from cuda.bindings import driver
+else:  # imported on first use: a script that only compiles never loads the driver
+    from cuforge._cuda import bindings_driver as driver
+
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -20,17 +20,20 @@ from __future__ import annotations
 import abc
 import sys
 import weakref
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from cuda.bindings import driver
-else:  # imported on first use: a script that only compiles never loads the driver
-    from cuforge._cuda import bindings_driver as driver
 
 from cuforge.runtime import capture_guard
 from cuforge.runtime.device import Device
 from cuforge.runtime.errors import check, error_for
 from cuforge.runtime.stream import Stream
+
+TYPE_CHECKING = False  # typing is not imported at run time: it costs a cold process ~5 ms
+if TYPE_CHECKING:
+    from typing import Any
+
+    from cuda.bindings import driver
+else:  # imported on first use: a script that only compiles never loads the driver
+    from cuforge._cuda import bindings_driver as driver
+
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
