@@ -21,7 +21,8 @@ job from the terminal), and what the job added -- the mirrored directories, the
 keys its processes read or stored -- is published every ``--publish-every``
 (default 60 s), so a killed job loses little. When it ends, all is published once
 more; the warm set becomes exactly what this run read or stored when the job
-exited 0, and is added to otherwise.
+exited 0, and is added to otherwise; a job that read or stored nothing through
+the cache leaves it as it was (one warning says so).
 
 Exit status: the job's (128 + N when signal N ended it); 2 for a usage error (no
 command, a command that cannot be started, a bad cache or warm-set name).
@@ -241,6 +242,18 @@ class _Job:
                 if keys:  # a run that recorded nothing leaves the set as it was
                     replace = final and self.ended_ok
                     warmsets.publish(self.cache, self.warm_set, keys, replace=replace)
+                elif final:  # said, so `cuforge warm --set NAME` finding none is no surprise
+                    import warnings
+
+                    from cuforge.storage.base import CacheWriteWarning
+
+                    warnings.warn(
+                        f"warm set {self.warm_set!r}: the job read or stored "
+                        "nothing through the cache, so nothing was recorded (a set "
+                        "stored before is left as it was)",
+                        CacheWriteWarning,
+                        stacklevel=2,
+                    )
 
     def after(self) -> None:
         self._stop.set()

@@ -110,7 +110,8 @@ def _warm(args: argparse.Namespace) -> int:
             if fetched is None:
                 print(
                     f"cuforge warm: no warm set {args.warm_set!r} is stored in "
-                    f"{chosen.shown()} (cuforge run --warm-set {args.warm_set} records one)",
+                    f"{chosen.shown()} (cuforge run --warm-set {args.warm_set} records "
+                    "one from a job that reads or stores entries through this cache)",
                     file=sys.stderr,
                 )
                 return 1

@@ -6,9 +6,12 @@ It wires JAX, Inductor, CuPy and Triton (``_wiring``) to the run's cache --
 that imports none of them opens nothing and pays for one import hook. With
 ``$CUFORGE_RUN_JOURNAL`` (``cuforge run --warm-set``) the cache is wrapped in a
 :class:`~cuforge.integrations.warmsets.Recorder` whose journal is
-``$CUFORGE_RUN_JOURNAL/<pid>.keys``: the parent reads every journal when it
-publishes the warm set, so a process that is killed has already told it what it
-touched. Nothing here raises: a failure is one warning, and the job runs.
+``$CUFORGE_RUN_JOURNAL/<pid>.keys``, and cuforge's own ``compile(cache=True)``
+(the default cache, which ``$CUFORGE_CACHE`` makes the run's) goes through one too,
+journal ``<pid>-compile.keys`` (``storage.config.wrap_default``; opened at the first
+such compile): the parent reads every journal when it publishes the warm set, so a
+process that is killed has already told it what it touched. Nothing here raises: a
+failure is one warning, and the job runs.
 """
 
 from __future__ import annotations
@@ -38,6 +41,19 @@ def _open() -> ProgramCacheResource | None:
     return Recorder(cache, os.path.join(journal, f"{os.getpid()}.keys"))
 
 
+def _record_default(journal: str) -> None:
+    """``compile(cache=True)`` in this process records into ``journal`` (the run's
+    warm set): the default cache is handed out in a Recorder."""
+    from cuforge.storage import config
+
+    def wrap(cache: ProgramCacheResource) -> ProgramCacheResource:
+        from .warmsets import Recorder
+
+        return Recorder(cache, journal)
+
+    config.wrap_default(wrap)
+
+
 def start() -> None:
     """Wire this process's JITs (once per process)."""
     if _started:
@@ -45,6 +61,9 @@ def start() -> None:
     try:
         from ._wiring import SYSTEMS, Wiring
 
+        journal = os.environ.get(ENV_JOURNAL)
+        if journal and os.environ.get(ENV_RUN):
+            _record_default(os.path.join(journal, f"{os.getpid()}-compile.keys"))
         chosen = os.environ.get(ENV_SYSTEMS)
         systems = SYSTEMS if not chosen else tuple(s for s in chosen.split(",") if s in SYSTEMS)
         _started.append(Wiring(_open, systems).start())

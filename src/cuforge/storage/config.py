@@ -69,6 +69,7 @@ __all__ = [
     "secret_from_env",
     "select",
     "selection",
+    "wrap_default",
 ]
 
 _OFF = "off"
@@ -450,6 +451,9 @@ _environment = _environment_reader()
 _mutex = threading.Lock()
 #: (the environment it was opened under, the handle) of :func:`default_cache`.
 _current: tuple[tuple[object, ...], ProgramCacheResource | None] | None = None
+#: What :func:`default_cache` hands out in place of each handle it opens (see
+#: :func:`wrap_default`); None: the handle itself.
+_wrap: Callable[[ProgramCacheResource], ProgramCacheResource] | None = None
 #: :func:`selection`'s answers, by argument, variable and the environment's values.
 _selections: dict[tuple[object, ...], Selection | SelectionError] = {}
 
@@ -521,5 +525,19 @@ def default_cache() -> ProgramCacheResource | None:
                     CacheWriteWarning,
                     stacklevel=outside_level(),
                 )
+        if cache is not None and _wrap is not None:
+            cache = _wrap(cache)
         _current = (env, cache)
         return cache
+
+
+def wrap_default(wrap: Callable[[ProgramCacheResource], ProgramCacheResource]) -> None:
+    """Have :func:`default_cache` hand out ``wrap(handle)`` for every handle it opens
+    from now on -- ``cuforge run --warm-set``'s recorder, so the job's own
+    ``compile(cache=True)`` reads and stores join the warm set. A handle opened
+    before is dropped (the next call opens and wraps one). Costs nothing on the hit
+    path: the wrapped handle is the one remembered."""
+    global _current, _wrap
+    with _mutex:
+        _wrap = wrap
+        _current = None

@@ -1,0 +1,77 @@
+"""The second newcomer pass over the README and docs (issue 36): each test runs the
+installed ``cuforge`` console script in a subprocess, on real caches filled by real
+NVRTC compiles, and fails on the main it was written against.
+
+- ``cuforge run --warm-set`` recorded nothing for cuforge's own ``compile(cache=True)``
+  in the job (only the integrations' caches were wrapped), and ``cuforge warm --set``
+  then told the user to run what they had just run.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+from pathlib import Path
+
+from _cli import SAXPY, run
+from cuforge.integrations import warmsets
+from cuforge.storage.entry import entry_id
+from cuforge.storage.urls import open_cache
+from reliability._figures import record
+
+PY = sys.executable
+
+
+def _ids(home: Path, cache: Path, kind: str = "program") -> list[str]:
+    listed = run(home, "cache", "ls", "--json", "--kind", kind, "--cache", str(cache))
+    assert listed.returncode == 0, listed.stderr
+    return sorted(e["id"] for e in json.loads(listed.stdout))
+
+
+# -- 1. cuforge's own cached compiles join the warm set -------------------------------------
+def test_a_run_records_its_own_cached_compiles_in_the_warm_set(tmp_path: Path) -> None:
+    """``compile(cache=True)`` inside ``cuforge run --warm-set`` stored its entry but no
+    set was recorded; now the miss's store and, in the next run, the hit are both the set."""
+    cache = tmp_path / "cache"
+    job = tmp_path / "job.py"
+    job.write_text(
+        textwrap.dedent(
+            f"""
+            from cuforge import Program, ProgramOptions
+            source = open({str(SAXPY)!r}).read()
+            options = ProgramOptions(arch="sm_90", name="k.cu")
+            Program(source, "c++", options).compile("cubin", cache=True)
+            """
+        )
+    )
+    for attempt in ("miss", "hit"):
+        result = run(tmp_path, "run", "--cache", str(cache), "--warm-set", "job1", "--", PY,
+                     str(job))  # fmt: skip
+        assert result.returncode == 0, (attempt, result.stderr)
+        (program,) = _ids(tmp_path, cache)
+        with open_cache(str(cache)) as opened:
+            listed = warmsets.load(opened, "job1")
+        assert listed is not None, (attempt, result.stderr)
+        assert [entry_id(k) for k in listed] == [program], attempt
+    fetched = run(tmp_path, "warm", "--set", "job1", "--cache", str(cache))
+    assert fetched.returncode == 0, fetched.stderr
+    record(
+        "use", "cli", "cuforge run --warm-set job1 -- python (compile(cache=True) of one "
+        "kernel): a miss, then a hit in a second run", 2,
+        "the set lists exactly the program's entry both times, and warm --set job1 finds it "
+        "(before: no set was recorded, warm --set said 'no warm set')", scale="all",
+    )  # fmt: skip
+
+
+def test_a_run_that_recorded_nothing_says_so(tmp_path: Path) -> None:
+    """A job that reads or stores nothing through the cache records no set: the run says
+    so, and ``warm --set`` does not tell the user to do what they just did."""
+    cache = tmp_path / "cache"
+    result = run(tmp_path, "run", "--cache", str(cache), "--warm-set", "job1", "--", PY, "-c",
+                 "pass")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "warm set 'job1': the job read or stored nothing through the cache" in result.stderr
+    fetched = run(tmp_path, "warm", "--set", "job1", "--cache", str(cache))
+    assert fetched.returncode == 1
+    assert "records one from a job that reads or stores entries" in fetched.stderr, fetched.stderr
