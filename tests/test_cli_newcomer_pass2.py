@@ -5,16 +5,20 @@ NVRTC compiles, and fails on the main it was written against.
 - ``cuforge run --warm-set`` recorded nothing for cuforge's own ``compile(cache=True)``
   in the job (only the integrations' caches were wrapped), and ``cuforge warm --set``
   then told the user to run what they had just run.
+- A warm manifest's kernel with both ``source`` and ``sources`` compiled only
+  ``sources`` (exit 0); ``arch = "compute_90"`` for a cubin said
+  ``ProgramOptions.arch is 'compute_90'``.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import textwrap
 from pathlib import Path
 
-from _cli import SAXPY, run
+from _cli import SAXPY, isolated_env, one_line_error, run
 from cuforge.integrations import warmsets
 from cuforge.storage.entry import entry_id
 from cuforge.storage.urls import open_cache
@@ -75,3 +79,56 @@ def test_a_run_that_recorded_nothing_says_so(tmp_path: Path) -> None:
     fetched = run(tmp_path, "warm", "--set", "job1", "--cache", str(cache))
     assert fetched.returncode == 1
     assert "records one from a job that reads or stores entries" in fetched.stderr, fetched.stderr
+
+
+# -- 2, 6. warm manifests in the manifest's words --------------------------------------------
+def _project(tmp_path: Path, settings: str = "") -> tuple[Path, dict[str, str]]:
+    """A folder with saxpy.cu and relu.cu (and cuforge.toml holding ``settings``), and
+    an environment whose user settings file is absent."""
+    project = tmp_path / "project"
+    project.mkdir()
+    shutil.copy(SAXPY, project / "saxpy.cu")
+    shutil.copy(SAXPY, project / "relu.cu")
+    if settings:
+        (project / "cuforge.toml").write_text(settings)
+    return project, isolated_env(tmp_path, XDG_CONFIG_HOME=str(tmp_path / "no-config"))
+
+
+MANIFESTS = [
+    ('source = "saxpy.cu"\nsources = ["relu.cu"]\narch = "sm_90"',
+     'm.toml kernel 1: give source = "FILE" or sources = [...], not both'),
+    ('source = "saxpy.cu"\narch = "compute_90"',
+     "m.toml kernel 1: saxpy.cu: arch 'compute_90' is a virtual architecture and has no "
+     'cubin: set arch = "sm_90", or target = "ptx"'),
+    ('source = "saxpy.cu"\nvariants = [{arch = "compute_90"}]',
+     "m.toml kernel 1 variant 1: saxpy.cu: arch 'compute_90' is a virtual architecture"),
+]  # fmt: skip
+
+
+def test_warm_manifest_mistakes_are_usage_errors_in_its_words(tmp_path: Path) -> None:
+    """``source`` beside ``sources`` compiled relu.cu alone, exit 0 (saxpy.cu silently
+    dropped); a virtual arch for a cubin said ``ProgramOptions.arch is 'compute_90'``."""
+    project, env = _project(tmp_path)
+    for n, (kernel, said) in enumerate(MANIFESTS):
+        (project / "m.toml").write_text(f"[[kernel]]\n{kernel}\n")
+        cache = tmp_path / f"c{n}"
+        result = run(tmp_path, "warm", "m.toml", "--cache", str(cache), cwd=project, env=env)
+        line = one_line_error(result, "cuforge warm")
+        assert line.startswith(f"cuforge warm: error: {said}"), line
+        assert "ProgramOptions" not in line, line
+        assert result.stdout == "" and not cache.exists()  # nothing compiled, nothing opened
+    # the virtual arch from a settings file: said where it came from
+    (project / "cuforge.toml").write_text('arch = "compute_90"\n')
+    (project / "m.toml").write_text('[[kernel]]\nsource = "saxpy.cu"\n')
+    result = run(tmp_path, "warm", "m.toml", "--cache", str(tmp_path / "cs"), cwd=project,
+                 env=env)  # fmt: skip
+    line = one_line_error(result, "cuforge warm")
+    assert "arch 'compute_90' (from arch in project config " in line, line
+    assert 'set arch = "sm_90", or target = "ptx"' in line, line
+    record(
+        "inputs", "cli", "warm manifests: source and sources in one kernel; arch compute_90 "
+        "for a cubin (a kernel's, a variant's, a settings file's)", len(MANIFESTS) + 1,
+        "every one: exit 2 before anything compiles, one line naming the kernel and key in "
+        "the manifest's words (before: source dropped silently, exit 0; 'ProgramOptions.arch "
+        "is compute_90')", scale="all",
+    )  # fmt: skip

@@ -14,7 +14,7 @@
     source = "saxpy.cu"           # relative to the manifest's directory
 
     [[kernel]]
-    sources = ["a.cu", "b.cu"]    # several sources with the same settings
+    sources = ["a.cu", "b.cu"]    # several sources with the same settings (not with source)
     arch = "sm_90"                # replaces the default
     variants = [                  # option sets: each adds to the kernel's settings
       { defines = ["BLOCK=128"] },
@@ -31,7 +31,8 @@ as the cache is chosen), as ``cuforge compile`` without ``--arch`` would.
 
 Before anything compiles or is stored, a UsageError naming the file, the kernel
 (and variant) and the key, in the manifest's words: unknown keys, wrong types,
-missing sources, no arch, a value ``ProgramOptions`` refuses (``arch = "sm90"``,
+missing sources, both ``source`` and ``sources``, no arch, a virtual arch
+(``compute_90``) for a cubin, a value ``ProgramOptions`` refuses (``arch = "sm90"``,
 ``defines = ["1BAD"]``, ``std = "c++18"``), an arch NVRTC does not compile for
 (its ``nvrtcGetSupportedArchs``: ``sm_999``; for CUDA C++ sources -- PTX and NVVM
 IR archs are checked for their form only), C++ options on another code type, and
@@ -153,13 +154,21 @@ def _check_arch(arch: str, code_type: str, where: str, origin: str) -> None:
     )
 
 
-def _check_target(source: str, arch: str, target: str, where: str) -> None:
+def _check_target(source: str, arch: str, target: str, where: str, origin: str = "") -> None:
     """UsageError, before anything compiles, for a target ``source`` (by its suffix, as
     ``cuforge compile`` reads it) does not compile to: the rule ``cuforge compile``
-    applies (``_programs.check_target``)."""
+    applies (``_programs.check_target``). A virtual arch (``compute_90``) for a cubin
+    is said in the manifest's keys, as ``compile --arch compute_90`` says it in flags."""
     from cuforge.cli._programs import CODE_TYPES, check_target
     from cuforge.compile.options import ProgramOptions
 
+    if target == "cubin" and arch.startswith("compute_"):
+        said = f" (from {origin})" if origin and origin != where else ""
+        real = "sm_" + arch[len("compute_") :]
+        raise UsageError(
+            f"{where}: {source}: arch {arch!r}{said} is a virtual architecture and has "
+            f'no cubin: set arch = "{real}", or target = "ptx"'
+        )
     options = ProgramOptions(arch=arch)  # checked by _check_layer or the settings file
     code_type = CODE_TYPES.get(os.path.splitext(source)[1].lower(), "c++")
     check_target(source, code_type, options, target, where=where)
@@ -212,6 +221,11 @@ def load(path: str) -> tuple[str, list[Spec]]:
     for i, kernel in enumerate(kernels, 1):
         where = f"{path} kernel {i}"
         _check_keys(kernel, _KERNEL_KEYS, where)
+        if "source" in kernel and "sources" in kernel:  # one would be dropped unsaid
+            raise UsageError(
+                f'{where}: give source = "FILE" or sources = [...], not both '
+                "(list every file in sources)"
+            )
         sources = _strings(kernel.get("sources", kernel.get("source", [])), where, "source")
         if not sources:
             raise UsageError(f'{where}: needs source = "FILE" (or sources = [...])')
@@ -245,7 +259,7 @@ def load(path: str) -> tuple[str, list[Spec]]:
                     )
                 for arch in archs:
                     _check_arch(arch, code_type, vwhere, origin)
-                    _check_target(source, arch, settings["target"], vwhere)
+                    _check_target(source, arch, settings["target"], vwhere, origin)
                     spec = Spec(
                         source=source,
                         arch=arch,
