@@ -8,17 +8,22 @@ NVRTC compiles, and fails on the main it was written against.
 - A warm manifest's kernel with both ``source`` and ``sources`` compiled only
   ``sources`` (exit 0); ``arch = "compute_90"`` for a cubin said
   ``ProgramOptions.arch is 'compute_90'``.
+- ``cache explain`` read entries as a use: under relatime their access time (the
+  entry's last use, which ``prune --unused-for`` and eviction go by) jumped to now.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 import textwrap
 from pathlib import Path
 
-from _cli import SAXPY, isolated_env, one_line_error, run
+import pytest
+
+from _cli import EXAMPLES, SAXPY, isolated_env, one_line_error, run
 from cuforge.integrations import warmsets
 from cuforge.storage.entry import entry_id
 from cuforge.storage.urls import open_cache
@@ -131,4 +136,65 @@ def test_warm_manifest_mistakes_are_usage_errors_in_its_words(tmp_path: Path) ->
         "every one: exit 2 before anything compiles, one line naming the kernel and key in "
         "the manifest's words (before: source dropped silently, exit 0; 'ProgramOptions.arch "
         "is compute_90')", scale="all",
+    )  # fmt: skip
+
+
+# -- 3. explain is not a use -----------------------------------------------------------------
+_WEEK_NS = 7 * 86400 * 10**9
+
+
+def _payloads(cache: Path) -> list[Path]:
+    """A directory cache's entry payloads (whose access time is the entry's last use)."""
+    return sorted(p for p in (cache / "entries").rglob("*") if p.is_file() and not p.suffix)
+
+
+def _age(files: list[Path]) -> dict[Path, int]:
+    """Set each file's access and modification times a week back (an entry stored and
+    last used a week ago); the access times set."""
+    ages = {}
+    for path in files:
+        then = path.stat().st_mtime_ns - _WEEK_NS
+        os.utime(path, ns=(then, then))
+        ages[path] = path.stat().st_atime_ns
+    return ages
+
+
+def _reads_move_atime(folder: Path) -> bool:
+    """Whether a plain read of a week-old file moves its atime here (relatime, strictatime)."""
+    probe = folder / "atime-probe"
+    probe.write_bytes(b"x")
+    (before,) = _age([probe]).values()
+    probe.read_bytes()
+    return probe.stat().st_atime_ns != before
+
+
+@pytest.mark.parametrize("source", ["saxpy.cu", "scale.cu"])  # scale.cu: a header manifest
+def test_explain_leaves_every_entrys_use_time(tmp_path: Path, source: str) -> None:
+    """``cache explain`` (documented as compiling and counting nothing) moved a week-old
+    entry's access time to now, keeping it alive against ``prune --unused-for``."""
+    if not _reads_move_atime(tmp_path):
+        pytest.skip("reads do not move access times on this file system (noatime)")
+    project = tmp_path / "project"
+    shutil.copytree(EXAMPLES, project)
+    cache = tmp_path / "cache"
+    c = ("--arch", "sm_90", "--cache", str(cache))
+    built = run(tmp_path, "compile", source, *c, "-o", "out.cubin", cwd=project)
+    assert built.returncode == 0, built.stderr
+    payloads = _payloads(cache)
+    assert len(payloads) == (2 if source == "scale.cu" else 1), payloads  # entry (+ manifest)
+    before = _age(payloads)
+    for args in ((), ("--json",)):
+        answer = run(tmp_path, "cache", "explain", source, *c, *args, cwd=project)
+        assert answer.returncode == 0, answer.stderr  # a hit
+        assert {p: p.stat().st_atime_ns for p in payloads} == before, args
+    # the same entries are still "unused for 5 days": prune --dry-run would remove them
+    pruned = run(tmp_path, "cache", "prune", "--unused-for", "5d", "--dry-run", "--json",
+                 "--cache", str(cache))  # fmt: skip
+    assert pruned.returncode == 0, pruned.stderr
+    assert len(json.loads(pruned.stdout)["removed"]) == len(payloads), pruned.stdout
+    record(
+        "use", "cli", f"cache explain (text and --json) of {source} whose entry files' "
+        "access times were a week old, on relatime ext4", 2,
+        "every access time unchanged, and prune --unused-for 5d --dry-run still selects "
+        "them (before: explain's read moved them to now, a use)", scale="all",
     )  # fmt: skip

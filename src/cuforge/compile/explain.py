@@ -1,12 +1,15 @@
 """Would this compile hit the cache? If not, which input changed?
 
 :func:`explain` answers without compiling and without touching the cache's
-statistics. For a C++ program that reads headers it checks the manifest's newest
-variant and names each header that was edited, deleted or is now shadowed by a
-new file. When there is no entry (or manifest) for these inputs at all, it
-compares them with the nearest entry of the same source name (the one that
-differs in the fewest inputs) and names what differs: the source, an option, the
-compiler build, target or arch, name expressions, a header.
+statistics or its entries' use: entries are read as maintenance (by id, as ``cuforge
+cache show`` reads them), so no access time or recency moves and an entry explain
+looked at is not kept alive against ``prune --unused-for`` or eviction. For a C++
+program that reads headers it checks the manifest's newest variant and names each
+header that was edited, deleted or is now shadowed by a new file. When there is no
+entry (or manifest) for these inputs at all, it compares them with the nearest entry
+of the same source name (the one that differs in the fewest inputs) and names what
+differs: the source, an option, the compiler build, target or arch, name
+expressions, a header.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from cuforge.compile import _inputs as inputs
 from cuforge.compile.cache import _manifest, _tracking
 from cuforge.compile.cache._key import program_key
-from cuforge.compile.cache._steps import lookup_entry
+from cuforge.compile.cache._steps import peek_entry
 from cuforge.compile.program import Program
 from cuforge.compile.targets import normalize_target
 from cuforge.storage import failopen
@@ -59,12 +62,13 @@ def explain(
     and if not, why.
 
     Nothing is compiled, stored or counted (the cache's hit/miss statistics are left
-    as they were). On a hit the :class:`Explanation` names the entry that would be
-    served. On a miss its ``reasons`` name what changed: for a program that reads
-    headers, each header edited, deleted or newly shadowed since the manifest's
-    variants were recorded; otherwise the inputs that differ from the nearest entry
-    of the same source name (``nearest``) -- source, an option, the compiler build,
-    target, arch, name expressions -- or that no entry of that name exists.
+    as they were), and no entry's use time moves (maintenance reads). On a hit the
+    :class:`Explanation` names the entry that would be served. On a miss its
+    ``reasons`` name what changed: for a program that reads headers, each header
+    edited, deleted or newly shadowed since the manifest's variants were recorded;
+    otherwise the inputs that differ from the nearest entry of the same source name
+    (``nearest``) -- source, an option, the compiler build, target, arch, name
+    expressions -- or that no entry of that name exists.
 
     ``cache``: any ``ProgramCacheResource`` (``open_cache(url)`` for a URL). A cache
     that cannot be read counts as a miss; it never raises for that.
@@ -80,13 +84,13 @@ def explain(
     roots = _tracking.roots_if_tracked(src) if src.code_type == "c++" else None
     if roots is not None:
         mkey = _tracking.manifest_key(src, target, names)
-        variants = _tracking.lookup_manifest(resource, mkey, roots)
+        variants = _tracking.lookup_manifest(resource, mkey, roots, peek=True)
         if variants is not None:
             return _from_manifest(resource, variants, entry_id(mkey))
         key = mkey
     else:
         key = program_key(src.code_type, target, src.options, src.code, names, None)
-        entry = lookup_entry(resource, key, count=False)
+        entry = peek_entry(resource, key)
         if entry is not None:
             return Explanation(True, entry_id(key))
     return _nearest(resource, program, target, names, entry_id(key))
@@ -99,7 +103,7 @@ def _from_manifest(
     for variant in variants:
         problems = _manifest.check(variant, all_problems=True)
         if not problems:
-            entry = lookup_entry(cache, variant.key, count=False)
+            entry = peek_entry(cache, variant.key)
             if entry is not None:
                 return Explanation(True, entry_id(variant.key))
             reasons.append("the headers match a compile whose entry is gone (evicted)")

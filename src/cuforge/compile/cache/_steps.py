@@ -51,6 +51,7 @@ __all__ = [
     "StoreOutcome",
     "lookup",
     "lookup_entry",
+    "peek_entry",
     "store",
 ]
 
@@ -64,6 +65,22 @@ def lookup_entry(
     """The entry under ``key`` (counted as ``count``/``count_miss`` say), or None --
     also when the backend raised (``storage.failopen``)."""
     return failopen.lookup(cache, key, count, count_miss)
+
+
+def peek_entry(cache: ProgramCacheResource, key: bytes) -> CacheEntry | None:
+    """The verified entry under ``key`` read as maintenance, not as a use: by its id
+    (``read_entry``: no access time or recency moved, nothing counted), so a question
+    such as ``explain`` never keeps an entry alive against ``prune --unused-for`` or
+    eviction. A cache that cannot read by id (one from elsewhere) is asked
+    ``get_entry`` uncounted; a cache that raises is a miss (warned once, as
+    :func:`lookup_entry`)."""
+    try:
+        return cache.read_entry(entry_id(key))
+    except NotImplementedError:
+        return failopen.lookup(cache, key, count=False)
+    except Exception as exc:
+        failopen.warn_once(cache, f"cache lookup failed ({type(exc).__name__}: {exc})", True)
+        return None
 
 
 def lookup(

@@ -34,7 +34,14 @@ from cuforge._log import debug_enabled, get_logger
 from cuforge.compile.cache import _includes, _manifest, _toolkit, _watch
 from cuforge.compile.cache._key import program_key, source_roots
 from cuforge.compile.cache._records import manifest_record
-from cuforge.compile.cache._steps import LOGGER, StoreOutcome, lookup, lookup_entry, store
+from cuforge.compile.cache._steps import (
+    LOGGER,
+    StoreOutcome,
+    lookup,
+    lookup_entry,
+    peek_entry,
+    store,
+)
 from cuforge.storage import failopen
 from cuforge.storage.base import ProgramCacheResource
 from cuforge.storage.entry import CacheEntry, entry_id
@@ -117,11 +124,13 @@ def manifest_key(src: ProgramSource, target: str, names: tuple[str | bytes, ...]
 
 
 def lookup_manifest(
-    cache: ProgramCacheResource, mkey: bytes, roots: _includes.Roots
+    cache: ProgramCacheResource, mkey: bytes, roots: _includes.Roots, *, peek: bool = False
 ) -> list[_manifest.Prepared] | None:
     """The variants of the manifest under ``mkey``, prepared for ``roots`` (its
-    lookup is not counted as a request); None when there is none."""
-    return _variants(lookup_entry(cache, mkey, count=False), roots)
+    lookup is not counted as a request); None when there is none. ``peek``: read it
+    as maintenance, not a use (``_steps.peek_entry``; ``explain``)."""
+    found = peek_entry(cache, mkey) if peek else lookup_entry(cache, mkey, count=False)
+    return _variants(found, roots)
 
 
 def _variants(entry: CacheEntry | None, roots: _includes.Roots) -> list[_manifest.Prepared] | None:
