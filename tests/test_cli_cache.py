@@ -335,7 +335,8 @@ def test_clear_refuses_without_a_terminal_or_yes(tmp_path, cache):
     assert "without --yes" in one_line_error(refused, "cuforge cache clear")
     assert len(_ls(tmp_path, cache)) == 4
     done = cli(tmp_path, "cache", "clear", "--cache", str(cache), "--yes")
-    assert done.returncode == 0 and "cleared" in done.stdout
+    assert done.returncode == 0 and "removed 4 entries" in done.stdout
+    assert done.stdout.endswith(f" from {cache}\n"), done.stdout
     assert _ls(tmp_path, cache) == []
 
 
@@ -367,7 +368,7 @@ def test_clear_asks_on_a_terminal(tmp_path, cache):
     assert code == 1 and "Remove all 4 entries" in text and "not cleared" in text
     assert len(_ls(tmp_path, cache)) == 4
     code, text = _on_terminal(tmp_path, ["cache", "clear", "--cache", str(cache)], "y")
-    assert code == 0 and "cleared" in text
+    assert code == 0 and "removed 4 entries" in text
     assert _ls(tmp_path, cache) == []
 
 

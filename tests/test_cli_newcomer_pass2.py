@@ -10,6 +10,10 @@ NVRTC compiles, and fails on the main it was written against.
   ``ProgramOptions.arch is 'compute_90'``.
 - ``cache explain`` read entries as a use: under relatime their access time (the
   entry's last use, which ``prune --unused-for`` and eviction go by) jumped to now.
+- ``cache clear`` on a read-only mount printed ``error: [Errno 30] Read-only file
+  system: '/.../entries/4a/d2ca...'`` where cli.md promises a line saying how many
+  stayed; and it printed only ``cleared DIR``, also on an empty cache, though cli.md
+  says it counts the entries that went.
 """
 
 from __future__ import annotations
@@ -17,13 +21,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 
-from _cli import EXAMPLES, SAXPY, isolated_env, one_line_error, run
+from _cli import EXAMPLES, SAXPY, SCRIPT, isolated_env, one_line_error, run
 from cuforge.integrations import warmsets
 from cuforge.storage.entry import entry_id
 from cuforge.storage.urls import open_cache
@@ -197,4 +202,83 @@ def test_explain_leaves_every_entrys_use_time(tmp_path: Path, source: str) -> No
         "access times were a week old, on relatime ext4", 2,
         "every access time unchanged, and prune --unused-for 5d --dry-run still selects "
         "them (before: explain's read moved them to now, a use)", scale="all",
+    )  # fmt: skip
+
+
+# -- 4, 11. clear says what it did ---------------------------------------------------------
+def _filled(tmp_path: Path, archs: str = "sm_80,sm_90") -> Path:
+    cache = tmp_path / "cache"
+    built = run(tmp_path, "compile", str(SAXPY), "--arch", archs, "--outdir",
+                str(tmp_path / "out"), "--cache", str(cache))  # fmt: skip
+    assert built.returncode == 0, built.stderr
+    return cache
+
+
+def test_clear_counts_what_went(tmp_path: Path) -> None:
+    """``clear --yes`` printed only ``cleared DIR``, also on an already empty cache."""
+    cache = _filled(tmp_path)
+    size = sum(e["size"] for e in json.loads(
+        run(tmp_path, "cache", "ls", "--json", "--cache", str(cache)).stdout))  # fmt: skip
+    from cuforge.storage.units import format_size
+
+    cleared = run(tmp_path, "cache", "clear", "--yes", "--cache", str(cache))
+    assert cleared.returncode == 0, cleared.stderr
+    assert cleared.stdout == f"removed 2 entries ({format_size(size)}) from {cache}\n"
+    again = run(tmp_path, "cache", "clear", "--yes", "--cache", str(cache))
+    assert again.stdout == f"removed 0 entries (0 B) from {cache}\n", again.stdout
+    _filled(tmp_path, "sm_90")
+    reported = run(tmp_path, "cache", "clear", "--yes", "--json", "--cache", str(cache))
+    report = json.loads(reported.stdout)
+    assert (report["removed"], report["not_removed"], report["cleared"]) == (1, 0, True)
+    assert report["removed_bytes"] > 0
+    record(
+        "use", "cli", "cache clear --yes on 2 entries, then on the empty cache, then --json on "
+        "1 entry", 3,
+        "'removed 2 entries (SIZE) from DIR', 'removed 0 entries (0 B) from DIR', --json "
+        "removed 1 with removed_bytes (before: 'cleared DIR' every time)", scale="all",
+    )  # fmt: skip
+
+
+def _read_only(cache: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``cuforge ARGS`` with ``cache`` a read-only bind mount of itself, in a mount
+    namespace of its own (gone with the process); skipped where mounts cannot be made."""
+    script = (
+        'mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" || exit 99; '
+        'shift; exec "$@"'
+    )
+    env = isolated_env(cache.parent)
+    result = subprocess.run(
+        ["unshare", "--mount", "sh", "-c", script, "sh", str(cache), str(SCRIPT), *args],
+        capture_output=True, text=True, env=env, timeout=240,
+    )  # fmt: skip
+    if result.returncode == 99 or "unshare: " in result.stderr:
+        pytest.skip(f"no read-only bind mount here: {result.stderr.strip()}")
+    return result
+
+
+def test_clear_on_a_read_only_mount_says_how_many_stayed(tmp_path: Path) -> None:
+    """It printed ``[Errno 30] Read-only file system: '/.../entries/4a/d2ca...'``."""
+    if shutil.which("unshare") is None:
+        pytest.skip("no unshare(1) to make a private read-only mount")
+    cache = _filled(tmp_path)
+    for args in ((), ("--json",)):
+        result = _read_only(cache, "cache", "clear", "--yes", "--cache", str(cache), *args)
+        assert result.returncode == 1, result.stdout + result.stderr
+        assert result.stderr == (
+            f"cuforge cache clear: could not remove 2 of 2 entries of {cache} "
+            "(Read-only file system)\n"
+        ), result.stderr
+        assert "Traceback" not in result.stderr and "entries/" not in result.stderr
+        if args:
+            report = json.loads(result.stdout)
+            assert (report["cleared"], report["removed"], report["not_removed"]) == (False, 0, 2)
+        else:
+            assert result.stdout == f"removed 0 entries (0 B) from {cache}\n"
+    assert len(_ids(tmp_path, cache)) == 2
+    record(
+        "use", "cli", "cache clear --yes (text and --json) on a read-only bind mount of a "
+        "cache of 2 entries", 2,
+        "exit 1, 'removed 0 entries', and one stderr line 'could not remove 2 of 2 entries of "
+        "DIR (Read-only file system)'; both entries still there (before: 'error: [Errno 30] "
+        "Read-only file system: <a file inside the cache>')", scale="all",
     )  # fmt: skip

@@ -203,7 +203,8 @@ def test_every_command_that_reports_takes_json(tmp_path, cache):
     cleared = run(tmp_path, "cache", "clear", "--yes", "--json", *c)
     assert cleared.returncode == 0, cleared.stderr
     assert json.loads(cleared.stdout) == {
-        "cache": str(cache), "cleared": True, "removed": 0, "not_removed": 0
+        "cache": str(cache), "cleared": True, "removed": 0, "removed_bytes": 0,
+        "not_removed": 0,
     }  # fmt: skip
     record(
         "inputs", "cli",

@@ -16,7 +16,10 @@
   them. Exit 1 when an entry could not be removed (a read-only cache): the summary
   counts only what went.
 - ``clear [--yes] [--json]``: remove every entry; asks on a terminal, refuses without
-  ``--yes`` when there is none to ask (exit 2); exit 1 when entries remain.
+  ``--yes`` when there is none to ask (exit 2); says how many entries (and bytes)
+  went; exit 1 when entries remain, with a line saying how many stayed and why (a
+  read-only file system: the error the removal met, not a traceback or a path inside
+  the cache).
 
 None of these creates a cache: a path that does not exist is a usage error (exit 2),
 and so is a directory that is not a cuforge cache (``verify`` without ``--fix`` opens
@@ -243,9 +246,8 @@ def _clear(args: argparse.Namespace) -> int:
                 raise UsageError(f"refusing to clear {where} without --yes (no terminal to ask)")
             try:
                 listed = _entries.rows(cache)
-                what = (
-                    f"all {len(listed)} entries ({format_size(sum(r.info.size for r in listed))})"
-                )
+                size = format_size(sum(r.info.size for r in listed))
+                what = f"all {_count(len(listed), 'entry')} ({size})"
             except UsageError:
                 what = "every entry"
             sys.stderr.write(f"Remove {what} from {where}? [y/N] ")
@@ -255,27 +257,42 @@ def _clear(args: argparse.Namespace) -> int:
                 if args.json:
                     print(json.dumps({"cache": where, "cleared": False}, indent=2))
                 return 1
-        before: list[str] | None
+        before: list[_entries.Row] | None
         try:
-            before = [r.id for r in _entries.rows(cache)]
+            before = _entries.rows(cache)
         except UsageError:  # a backend that cannot list: its clear() is taken at its word
             before = None
-        cache.clear()
-        stuck = [i for i in before or () if _still_there(cache, i)]
+        failure: OSError | None = None
+        try:
+            cache.clear()
+        except OSError as exc:  # a read-only mount, another user's files: counted below
+            if before is None:
+                raise
+            failure = exc
+        stuck = [r for r in before or () if _still_there(cache, r.id)]
+    kept = {r.id for r in stuck}
+    went = [r for r in before or () if r.id not in kept]
+    freed = sum(r.info.size for r in went)
     if args.json:
         report = {
             "cache": where, "cleared": not stuck,
-            "removed": None if before is None else len(before) - len(stuck),
+            "removed": None if before is None else len(went),
+            "removed_bytes": None if before is None else freed,
             "not_removed": len(stuck),
         }  # fmt: skip
         print(json.dumps(report, indent=2))
+    elif before is None:
+        print(f"cleared {where} (it cannot list its entries, so none were counted)")
+    else:
+        print(f"removed {_count(len(went), 'entry')} ({format_size(freed)}) from {where}")
     if stuck:
+        why = "read-only, or another user's?"
+        if failure is not None:  # what the removal met, without a path inside the cache
+            why = failure.strerror or type(failure).__name__
         print(
             f"cuforge cache clear: could not remove {len(stuck)} of "
-            f"{_count(len(before or ()), 'entry')} of {where} (read-only, or another user's?)",
+            f"{_count(len(before or ()), 'entry')} of {where} ({why})",
             file=sys.stderr,
         )
         return 1
-    if not args.json:
-        print(f"cleared {where}")
     return 0
