@@ -14,6 +14,8 @@ NVRTC compiles, and fails on the main it was written against.
   system: '/.../entries/4a/d2ca...'`` where cli.md promises a line saying how many
   stayed; and it printed only ``cleared DIR``, also on an empty cache, though cli.md
   says it counts the entries that went.
+- ``--cache 'file:///DIR?mode=777'`` said ``use a group mode such as 0o2770, or pass
+  trust_shared=True``: the Python API's words on the command line.
 """
 
 from __future__ import annotations
@@ -281,4 +283,34 @@ def test_clear_on_a_read_only_mount_says_how_many_stayed(tmp_path: Path) -> None
         "exit 1, 'removed 0 entries', and one stderr line 'could not remove 2 of 2 entries of "
         "DIR (Read-only file system)'; both entries still there (before: 'error: [Errno 30] "
         "Read-only file system: <a file inside the cache>')", scale="all",
+    )  # fmt: skip
+
+
+# -- 5. the command line's words for a world-writable ?mode= -------------------------------
+def test_a_world_writable_mode_is_refused_in_the_url_words(tmp_path: Path) -> None:
+    """``?mode=777`` was refused with ``... or pass trust_shared=True``."""
+    cache = tmp_path / "c"
+    url = f"file://{cache}?mode=777"
+    given = run(tmp_path, "compile", str(SAXPY), "--arch", "sm_90", "-o",
+                str(tmp_path / "x.cubin"), "--cache", url)  # fmt: skip
+    from_env = run(tmp_path, "compile", str(SAXPY), "--arch", "sm_90", "-o",
+                   str(tmp_path / "x.cubin"),
+                   env=isolated_env(tmp_path, CUFORGE_CACHE=url))  # fmt: skip
+    for result, where in ((given, "--cache"), (from_env, "$CUFORGE_CACHE")):
+        line = one_line_error(result, "cuforge compile")
+        assert line == (
+            f"cuforge compile: error: {where}: ?mode=777 lets every user write the cache (and "
+            "plant programs this process runs); use a group mode such as ?mode=2770, or add "
+            "?trust=shared to the cache URL"
+        ), line
+    assert not cache.exists() and not (tmp_path / "x.cubin").exists()
+    shared = run(tmp_path, "compile", str(SAXPY), "--arch", "sm_90", "-o",
+                 str(tmp_path / "x.cubin"), "--cache", url + "&trust=shared")  # fmt: skip
+    assert shared.returncode == 0, shared.stderr  # the way out it names works
+    record(
+        "inputs", "cli", "compile --cache file:///DIR?mode=777, and the same URL in "
+        "$CUFORGE_CACHE", 2,
+        "each: exit 2, one line in the URL's words (?mode=777, ?mode=2770, ?trust=shared; "
+        "before: mode=0o777, 0o2770, pass trust_shared=True), and ?trust=shared compiles",
+        scale="all",
     )  # fmt: skip

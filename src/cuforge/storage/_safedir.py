@@ -54,6 +54,8 @@ _TRUST_HINT = (
 )
 _GROUP_HINT = "open it with mode=0o2770"
 _NO_GROUP = "the cache was not opened with a group mode="
+#: The way out of a ``mode=`` that lets every user write (``filestream``'s refusal).
+WORLD_MODE_HINT = "use a group mode such as 0o2770, or pass trust_shared=True"
 
 #: The ways out these messages name, as the Python API spells them, and as a cache
 #: URL and the command line do (:func:`in_url_words`).
@@ -65,6 +67,7 @@ _URL_WORDS = (
     ),
     (_GROUP_HINT, "add ?mode=2770 to the cache URL"),
     (_NO_GROUP, "the cache URL sets no group ?mode="),
+    (WORLD_MODE_HINT, "use a group mode such as ?mode=2770, or add ?trust=shared to the cache URL"),
 )
 
 
@@ -75,6 +78,10 @@ def in_url_words(message: str) -> str:
     ``open_cache(secret=)``, ``mode=0o2770``): what ``cuforge`` prints."""
     for api, url in _URL_WORDS:
         message = message.replace(api, url)
+    if WORLD_MODE_HINT not in message and "lets every user write" in message:
+        import re  # only for that message: "mode=0o777" is "?mode=777" in a URL
+
+        message = re.sub(r"\bmode=0o([0-7]+) lets every", r"?mode=\1 lets every", message)
     return message
 
 

@@ -26,7 +26,7 @@ from contextlib import AbstractContextManager
 
 from .._fsutil import check_mode
 from .._integrity import SIDECAR_SIZE, SIDECAR_SUFFIX, key_seed, sidecar_for
-from .._safedir import DirRules
+from .._safedir import WORLD_MODE_HINT, DirRules
 from ..driver import Driver
 from ..outcome import FAILED, STORED_OUTCOME, TOO_LARGE, Damaged, StoreOutcome
 from ..units import check_max_size
@@ -79,8 +79,7 @@ class FileStreamDriver(Driver):
         if mode is not None and mode & 0o002 and not trust_shared:
             raise ValueError(
                 f"mode={oct(mode)} lets every user write the cache (and plant programs "
-                "this process runs); use a group mode such as 0o2770, or pass "
-                "trust_shared=True"
+                f"this process runs); {WORLD_MODE_HINT}"
             )
         rules = DirRules.for_process(mode is not None and bool(mode & 0o070), trust_shared)
         # The root's proof is kept for every deletion (see _owned); a root that is a
