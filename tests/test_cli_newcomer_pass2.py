@@ -16,6 +16,9 @@ NVRTC compiles, and fails on the main it was written against.
   says it counts the entries that went.
 - ``--cache 'file:///DIR?mode=777'`` said ``use a group mode such as 0o2770, or pass
   trust_shared=True``: the Python API's words on the command line.
+- ``arch = []`` in cuforge.toml said ``arch must be an architecture such as 'sm_90'
+  (or 'sm_80,sm_90'), got ''`` -- neither what the file says nor its documented form;
+  ``arch = ["sm_80", ""]`` compiled sm_80 alone, silently.
 """
 
 from __future__ import annotations
@@ -313,4 +316,30 @@ def test_a_world_writable_mode_is_refused_in_the_url_words(tmp_path: Path) -> No
         "each: exit 2, one line in the URL's words (?mode=777, ?mode=2770, ?trust=shared; "
         "before: mode=0o777, 0o2770, pass trust_shared=True), and ?trust=shared compiles",
         scale="all",
+    )  # fmt: skip
+
+
+# -- 7. a settings file's arch, quoted as the file writes it -------------------------------
+SETTINGS_ARCHS = [("[]", "[]"), ('""', '""'), ('["sm_80", ""]', '["sm_80", ""]'),
+                  ("[1]", "[1]"), ('["sm_80,sm_90"]', '["sm_80,sm_90"]')]  # fmt: skip
+
+
+def test_a_bad_settings_arch_is_quoted_as_the_file_writes_it(tmp_path: Path) -> None:
+    project, env = _project(tmp_path)
+    for written, quoted in SETTINGS_ARCHS:
+        (project / "cuforge.toml").write_text(f"arch = {written}\n")
+        result = run(tmp_path, "compile", "saxpy.cu", "--outdir", "out", "--cache",
+                     str(tmp_path / "c"), cwd=project, env=env)  # fmt: skip
+        line = one_line_error(result, "cuforge compile")
+        assert line == (
+            f"cuforge compile: error: {project / 'cuforge.toml'}: arch must be an "
+            f'architecture such as "sm_90", or a list such as ["sm_80", "sm_90"], got {quoted}'
+        ), line
+        assert not (project / "out").exists()
+    record(
+        "inputs", "cli", 'cuforge.toml arch = [], "", ["sm_80", ""], [1], ["sm_80,sm_90"]',
+        len(SETTINGS_ARCHS),
+        "each: exit 2, one line naming the file, the documented list form and the value as "
+        "the file writes it (before: got '' for [] and \"\"; ['sm_80', ''] compiled sm_80 "
+        "alone)", scale="all",
     )  # fmt: skip

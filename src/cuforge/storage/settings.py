@@ -41,7 +41,7 @@ KEYS = {
     "cache": "a cache URL or directory, or 'off'",
     "max_size": "a size such as '20G'",
     "secret_file": "a file holding the signing secret",
-    "arch": "an architecture such as 'sm_90' (or 'sm_80,sm_90')",
+    "arch": 'an architecture such as "sm_90", or a list such as ["sm_80", "sm_90"]',
 }
 _PROJECT_NAMES = ("cuforge.toml", "pyproject.toml")
 
@@ -154,10 +154,15 @@ def _read(path: str, origin: str) -> dict[str, Setting]:
             raise ValueError(f"{where}: unknown key {key!r} (known: {', '.join(KEYS)})")
         if key == "max_size" and isinstance(value, int) and not isinstance(value, bool):
             value = str(value)
-        if key == "arch" and isinstance(value, list) and all(isinstance(v, str) for v in value):
+        written = value
+        if (
+            key == "arch"
+            and isinstance(value, list)
+            and all(isinstance(v, str) and v.strip() and "," not in v for v in value)
+        ):
             value = ",".join(value)
         if not isinstance(value, str) or not value.strip():
-            raise ValueError(f"{where}: {key} must be {KEYS[key]}, got {value!r}")
+            raise ValueError(f"{where}: {key} must be {KEYS[key]}, got {_as_written(written)}")
         value = value.strip()
         if key == "secret_file":
             value = os.path.normpath(os.path.join(folder, os.path.expanduser(value)))
@@ -167,6 +172,17 @@ def _read(path: str, origin: str) -> dict[str, Setting]:
             value = absolute_paths(value, folder)
         out[key] = Setting(value, origin, path)
     return out
+
+
+def _as_written(value: Any) -> str:
+    """``value`` as TOML writes it (``[]``, ``"sm_90"``, ``["sm_80", ""]``, ``20``), so a
+    message quotes what the file says, not Python's repr of it."""
+    import json  # only for a message
+
+    try:
+        return json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):  # a TOML date or time
+        return str(value)
 
 
 def read_secret(found: Setting) -> str:
