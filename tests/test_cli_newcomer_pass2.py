@@ -19,6 +19,11 @@ NVRTC compiles, and fails on the main it was written against.
 - ``arch = []`` in cuforge.toml said ``arch must be an architecture such as 'sm_90'
   (or 'sm_80,sm_90'), got ''`` -- neither what the file says nor its documented form;
   ``arch = ["sm_80", ""]`` compiled sm_80 alone, silently.
+- Exit statuses: ``CUFORGE_TOOLKIT_HEADERS=/nonexist`` made ``compile`` say "compile
+  failed" (exit 1), ``--arch sm_999`` (and a settings file's) reached NVRTC (exit 1,
+  ``invalid value for --gpu-architecture``) where ``warm`` refused it as a usage
+  error, and ``-include nothere.h`` was an NVRTC catastrophic error (exit 1) where a
+  missing source is exit 2.
 """
 
 from __future__ import annotations
@@ -247,10 +252,7 @@ def test_clear_counts_what_went(tmp_path: Path) -> None:
 def _read_only(cache: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """``cuforge ARGS`` with ``cache`` a read-only bind mount of itself, in a mount
     namespace of its own (gone with the process); skipped where mounts cannot be made."""
-    script = (
-        'mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" || exit 99; '
-        'shift; exec "$@"'
-    )
+    script = 'mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" || exit 99; shift; exec "$@"'
     env = isolated_env(cache.parent)
     result = subprocess.run(
         ["unshare", "--mount", "sh", "-c", script, "sh", str(cache), str(SCRIPT), *args],
@@ -342,4 +344,68 @@ def test_a_bad_settings_arch_is_quoted_as_the_file_writes_it(tmp_path: Path) -> 
         "each: exit 2, one line naming the file, the documented list form and the value as "
         "the file writes it (before: got '' for [] and \"\"; ['sm_80', ''] compiled sm_80 "
         "alone)", scale="all",
+    )  # fmt: skip
+
+
+# -- 8. what compile would refuse is a usage error before anything compiles -----------------
+def _no_output(project: Path) -> None:
+    assert not (project / "x.cubin").exists() and not (project / "c").exists()
+
+
+def test_bad_environment_arch_and_include_are_usage_errors(tmp_path: Path) -> None:
+    project, env = _project(tmp_path)
+    out = ("-o", "x.cubin", "--cache", "c")
+    cases: list[tuple[list[str], dict[str, str], str]] = [
+        (["--arch", "sm_90"], {"CUFORGE_TOOLKIT_HEADERS": "/nonexist"},
+         "CUFORGE_TOOLKIT_HEADERS='/nonexist': no cuda_runtime.h under /nonexist/include"),
+        (["--arch", "sm_999"], {}, "--arch sm_999 is not one NVRTC "),
+        (["--arch", "sm_90", "-include", "nothere.h"], {},
+         "-include nothere.h: no such file (looked in the working directory, the -I "
+         "directories, the sources' directories and the CUDA headers)"),
+        (["--arch", "sm_90", "-include", str(tmp_path / "nothere.h")], {},
+         f"-include {tmp_path / 'nothere.h'}: no such file"),
+    ]  # fmt: skip
+    for args, extra, said in cases:
+        for command in (["compile", "saxpy.cu", *args, *out],
+                        ["cache", "explain", "saxpy.cu", *args, "--cache", "c"]):  # fmt: skip
+            result = run(tmp_path, *command, cwd=project, env={**env, **extra})
+            prog = "cuforge " + " ".join(command[:2] if command[0] == "cache" else command[:1])
+            line = one_line_error(result, prog)
+            assert said in line, line
+            _no_output(project)
+    # a settings file's arch: named with its file, by compile, explain and doctor
+    (project / "cuforge.toml").write_text('arch = "sm_999"\n')
+    toml = project / "cuforge.toml"
+    said = f"arch 'sm_999' in project config {toml} is not one NVRTC "
+    for command in (["compile", "saxpy.cu", *out], ["cache", "explain", "saxpy.cu"]):
+        line = one_line_error(run(tmp_path, *command, cwd=project, env=env),
+                              "cuforge " + " ".join(command[:2] if command[0] == "cache"
+                                                    else command[:1]))  # fmt: skip
+        assert said in line, line
+        _no_output(project)
+    doctor = run(tmp_path, "doctor", "--json", cwd=project, env=env)
+    assert doctor.returncode == 1, doctor.stdout + doctor.stderr
+    assert any(said in p for p in json.loads(doctor.stdout)["problems"]), doctor.stdout
+    toml.unlink()
+    # a warm manifest's pre_include that is not there
+    (project / "m.toml").write_text('[[kernel]]\nsource = "saxpy.cu"\narch = "sm_90"\n'
+                                    'pre_include = ["nothere.h"]\n')  # fmt: skip
+    line = one_line_error(run(tmp_path, "warm", "m.toml", "--cache", "c", cwd=project, env=env),
+                          "cuforge warm")  # fmt: skip
+    assert "m.toml kernel 1: pre_include nothere.h: no such file (looked in the manifest's" in line
+    _no_output(project)
+    # what the compiler does find still compiles: the CUDA headers, an -I directory
+    (project / "inc").mkdir()
+    (project / "inc" / "pre.h").write_text("#define PRE 1\n")
+    found = run(tmp_path, "compile", "saxpy.cu", "--arch", "sm_90", "-include", "cuda_fp16.h",
+                "-include", "pre.h", "-I", "inc", *out, cwd=project, env=env)  # fmt: skip
+    assert found.returncode == 0, found.stderr
+    record(
+        "inputs", "cli", "compile and explain with CUFORGE_TOOLKIT_HEADERS=/nonexist, --arch "
+        "sm_999, arch = sm_999 in cuforge.toml (and doctor), -include of a missing relative "
+        "and absolute file; warm's pre_include of a missing file", 12,
+        "every one: exit 2 before anything compiles, one line naming the variable, flag, "
+        "file or key (before: compile failed, exit 1: NVRTC's invalid value for "
+        "--gpu-architecture, a catastrophic error); doctor lists the arch as a problem; "
+        "-include of a CUDA header or a file on -I still compiles", scale="all",
     )  # fmt: skip

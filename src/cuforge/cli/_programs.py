@@ -37,6 +37,9 @@ __all__ = [
     "SourceFile",
     "add_compile_options",
     "check_arch",
+    "check_environment",
+    "check_pre_includes",
+    "check_supported_arch",
     "check_target",
     "compile_through",
     "in_words",
@@ -181,6 +184,79 @@ def check_arch(where: str, arch: str) -> None:
         ProgramOptions(arch=arch)
     except (TypeError, ValueError) as exc:
         raise UsageError(str(exc).replace("ProgramOptions.arch", where, 1)) from None
+
+
+def check_supported_arch(arch: str, subject: str) -> None:
+    """UsageError ``SUBJECT is not one NVRTC 13.5 compiles for (it compiles for sm_75,
+    ...)`` when NVRTC's own list (``nvrtcGetSupportedArchs``) lacks ``arch``'s compute
+    capability -- for CUDA C++ (the caller checks the code type: a PTX or NVVM IR arch
+    is checked for its form only). ``subject`` names the value as the user gave it
+    (``--arch sm_999``, ``arch 'sm_999' in project config PATH``, a manifest's kernel).
+    Skipped when NVRTC cannot be loaded: the compile then says that."""
+    from cuforge.compile.toolchain import nvrtc_supported_archs
+
+    number = re.search(r"[0-9]+", arch)
+    if number is None:
+        return
+    known = nvrtc_supported_archs()
+    if known is None or int(number.group()) in known[1]:
+        return
+    (major, minor), supported = known
+    raise UsageError(
+        f"{subject} is not one NVRTC {major}.{minor} compiles for "
+        f"(it compiles for {', '.join(f'sm_{n}' for n in supported)})"
+    )
+
+
+def check_environment() -> None:
+    """UsageError, before anything compiles, for an environment value a CUDA C++
+    compile would refuse: ``CUFORGE_TOOLKIT_HEADERS`` naming a directory that holds no
+    toolkit (the line names the variable; a compile failure, exit 1, before)."""
+    from cuforge.compile.toolchain import check_toolkit_setting
+
+    try:
+        check_toolkit_setting()
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def check_pre_includes(
+    names: list[str], includes: list[str], sources: list[str], folder: str = "", key: str = ""
+) -> None:
+    """UsageError naming ``-include FILE`` (or a warm manifest's ``pre_include``,
+    ``key`` its words) for a file no compile could find -- a file the user named is
+    a usage error, as a missing source is, not a compiler failure. Looked for as the
+    compiler does: an absolute path; else in the working directory (``folder``: the
+    manifest's), each ``-I`` directory, the sources' directories, then the CUDA
+    header directories (located only when nothing else has it)."""
+    base = folder or os.curdir
+    dirs = [base, *(os.path.join(base, d) for d in includes)]
+    dirs += [os.path.join(base, os.path.dirname(s)) for s in sources]
+    toolkit: tuple[str, ...] | None = None
+    for name in names:
+        if os.path.isabs(name):
+            if os.path.isfile(name):
+                continue
+        elif any(os.path.isfile(os.path.join(d, name)) for d in dirs):
+            continue
+        else:
+            if toolkit is None:
+                from cuforge.compile.toolchain import toolkit_include_dirs
+
+                try:
+                    toolkit = toolkit_include_dirs()
+                except ValueError:  # said by check_environment
+                    toolkit = ()
+            if any(os.path.isfile(os.path.join(d, name)) for d in toolkit):
+                continue
+        said, dirs_word = (f"{key} {name}", "includes") if key else (f"-include {name}", "-I")
+        if os.path.isabs(name):
+            raise UsageError(f"{said}: no such file")
+        place = "the manifest's" if folder else "the working"
+        raise UsageError(
+            f"{said}: no such file (looked in {place} directory, the {dirs_word} directories, "
+            "the sources' directories and the CUDA headers)"
+        )
 
 
 #: The ProgramOptions fields a warm manifest sets, and its keys for them.

@@ -35,14 +35,15 @@ missing sources, both ``source`` and ``sources``, no arch, a virtual arch
 (``compute_90``) for a cubin, a value ``ProgramOptions`` refuses (``arch = "sm90"``,
 ``defines = ["1BAD"]``, ``std = "c++18"``), an arch NVRTC does not compile for
 (its ``nvrtcGetSupportedArchs``: ``sm_999``; for CUDA C++ sources -- PTX and NVVM
-IR archs are checked for their form only), C++ options on another code type, and
-a target a source's code type does not compile to (NVVM IR to cubin, PTX to PTX).
+IR archs are checked for their form only), C++ options on another code type, a
+``pre_include`` file that is not there, a ``CUFORGE_TOOLKIT_HEADERS`` without a
+toolkit, and a target a source's code type does not compile to (NVVM IR to cubin,
+PTX to PTX).
 """
 
 from __future__ import annotations
 
 import os
-import re
 import sys
 
 from cuforge.cli._args import UsageError
@@ -137,21 +138,13 @@ def _check_arch(arch: str, code_type: str, where: str, origin: str) -> None:
     """UsageError for an arch NVRTC does not compile for (``nvrtcGetSupportedArchs``),
     for a CUDA C++ source; for PTX and NVVM IR only the arch's form is checked (no
     library lists what it takes). Skipped when NVRTC cannot be loaded: the compile
-    then says that."""
+    then says that. The rule ``cuforge compile`` applies (``_programs``)."""
     if code_type != "c++":
         return
-    from cuforge.compile.toolchain import nvrtc_supported_archs
+    from cuforge.cli._programs import check_supported_arch
 
-    known = nvrtc_supported_archs()
-    number = re.search(r"[0-9]+", arch)
-    if known is None or number is None or int(number.group()) in known[1]:
-        return
-    (major, minor), supported = known
     said = f" (from {origin})" if origin != where else ""
-    raise UsageError(
-        f"{where}: arch {arch!r}{said} is not one NVRTC {major}.{minor} compiles for "
-        f"(it compiles for {', '.join(f'sm_{n}' for n in supported)})"
-    )
+    check_supported_arch(arch, f"{where}: arch {arch!r}{said}")
 
 
 def _check_target(source: str, arch: str, target: str, where: str, origin: str = "") -> None:
@@ -218,6 +211,7 @@ def load(path: str) -> tuple[str, list[Spec]]:
     folder = os.path.dirname(os.path.abspath(path))
     specs: dict[tuple[object, ...], Spec] = {}
     fallback: tuple[list[str], str] | None = None  # the settings files' arch, read once
+    checked_environment = False
     for i, kernel in enumerate(kernels, 1):
         where = f"{path} kernel {i}"
         _check_keys(kernel, _KERNEL_KEYS, where)
@@ -250,6 +244,17 @@ def load(path: str) -> tuple[str, list[Spec]]:
             if not archs:
                 fallback = fallback or _settings_archs(vwhere)
                 archs, origin = fallback
+            cpp = [source for source in sources if _code_type(source) == "c++"]
+            if cpp and not checked_environment:
+                from cuforge.cli._programs import check_environment
+
+                check_environment()  # CUFORGE_TOOLKIT_HEADERS, once
+                checked_environment = True
+            if cpp and settings["pre_include"]:
+                from cuforge.cli._programs import check_pre_includes
+
+                check_pre_includes(settings["pre_include"], settings["includes"], cpp, folder,
+                                   f"{vwhere}: pre_include")  # fmt: skip
             for source in sources:
                 code_type = _code_type(source)
                 if code_type != "c++" and any(settings[k] for k in (*_LISTS, "std")):

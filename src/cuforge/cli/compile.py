@@ -234,6 +234,27 @@ def requested_archs(args: argparse.Namespace) -> list[str | None]:
     return list(dict.fromkeys(given)) if given else [None]
 
 
+def arch_words(args: argparse.Namespace, arch: str) -> str:
+    """``arch`` as the user gave it, for a message: ``--arch sm_999``, or ``arch
+    'sm_999' in project config PATH`` when a settings file named it."""
+    if args.arch:
+        return f"--arch {arch}"
+    return f"arch {arch!r} in {_config.default_archs()[0].origin}"
+
+
+def check_cpp_inputs(args: argparse.Namespace, archs: list[str | None], sources: list[str]) -> None:
+    """UsageError, before anything compiles, for what a CUDA C++ compile of ``sources``
+    would refuse that the options' own checks do not see: an arch NVRTC does not
+    compile for (its ``nvrtcGetSupportedArchs``), an ``-include`` file that is not
+    there, a ``CUFORGE_TOOLKIT_HEADERS`` without a toolkit (each a compile failure,
+    exit 1, before)."""
+    _programs.check_environment()
+    for arch in archs:
+        if arch is not None:
+            _programs.check_supported_arch(arch, arch_words(args, arch))
+    _programs.check_pre_includes(list(args.pre_include), list(args.includes), sources)
+
+
 def _several_outputs(args: argparse.Namespace, archs: list[str | None]) -> str:
     """Why ``-o`` cannot name the outputs: several files, or several archs -- saying
     which settings file named them when ``--arch`` did not."""
@@ -296,6 +317,9 @@ def plan(args: argparse.Namespace) -> list[Job]:
                 raise UsageError(f"{other} and {path} would both be written to {job.output}")
             jobs.append(job)
     _check_not_an_input(args, jobs, _input_files(args))
+    cpp = list(dict.fromkeys(j.source.path for j in jobs if j.source.code_type == "c++"))
+    if cpp:  # last: these may ask NVRTC or locate the CUDA headers (state records)
+        check_cpp_inputs(args, archs, cpp)
     return jobs
 
 

@@ -219,7 +219,7 @@ _NOT_SET = {"value": "-", "from": "not set"}
 def _settings(report: dict[str, Any], choice: _select.Choice | None) -> dict[str, dict[str, str]]:
     """Each setting's value and the level that set it (docs/cache.md, "Which cache");
     ``arch`` checked as ``compile`` checks it."""
-    from cuforge.cli import _config
+    from cuforge.cli import _config, _programs
     from cuforge.cli._args import UsageError
 
     try:
@@ -237,6 +237,8 @@ def _settings(report: dict[str, Any], choice: _select.Choice | None) -> dict[str
         shown["secret_file"] = _NOT_SET
     try:
         archs = _config.default_archs()
+        for found in archs:  # as compile checks it for a CUDA C++ source
+            _programs.check_supported_arch(found.value, f"arch {found.value!r} in {found.origin}")
     except UsageError as exc:
         shown["arch"] = {"value": files["arch"].value, "from": files["arch"].origin}
         shown["arch_error"] = {"value": str(exc), "from": "-"}

@@ -6,7 +6,9 @@ A thin wrapper around ``cuforge.utils.explain``: the program is built exactly as
 statistics are untouched. It names the option, header, source or compiler build
 that differs from the nearest entry with the same source name.
 
-Exit status: 0 it would hit; 1 it would miss; 2 usage errors.
+Exit status: 0 it would hit; 1 it would miss; 2 usage errors -- also what ``cuforge
+compile`` refuses before compiling (an arch NVRTC does not compile for, a missing
+``-include`` file, a ``CUFORGE_TOOLKIT_HEADERS`` without a toolkit).
 """
 
 from __future__ import annotations
@@ -46,7 +48,15 @@ def _explain(args: argparse.Namespace) -> int:
     source = _programs.read_source(args.file)
     if args.arch:
         _programs.check_arch("--arch", args.arch)
-    arch = args.arch or next((a.value for a in _config.default_archs()), None)
+    configured = None if args.arch else next(iter(_config.default_archs()), None)
+    arch = args.arch or (configured.value if configured is not None else None)
+    if source.code_type == "c++":  # what a compile would refuse, refused as compile does
+        _programs.check_environment()
+        if arch is not None:
+            origin = None if configured is None else configured.origin
+            said = f"--arch {arch}" if origin is None else f"arch {arch!r} in {origin}"
+            _programs.check_supported_arch(arch, said)
+        _programs.check_pre_includes(list(args.pre_include), list(args.includes), [args.file])
     fields = _programs.option_fields(
         source, arch, args.defines, args.includes, args.std, args.pre_include
     )

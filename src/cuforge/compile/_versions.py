@@ -27,21 +27,6 @@ def nvrtc_version() -> tuple[int, int]:
 
 
 @functools.cache
-def nvrtc_supported_archs() -> tuple[int, ...] | None:
-    """The compute capabilities NVRTC compiles for (``nvrtcGetSupportedArchs``: 75, 80,
-    ..., 121 for 13.x), or None when NVRTC cannot be loaded or cannot say."""
-    try:
-        from cuda.bindings import nvrtc
-
-        err, archs = nvrtc.nvrtcGetSupportedArchs()
-    except Exception:
-        return None
-    if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
-        return None
-    return tuple(int(a) for a in archs)
-
-
-@functools.cache
 def nvjitlink_version() -> tuple[int, int] | None:
     """nvJitLink's (major, minor), or None when the library cannot be loaded."""
     try:

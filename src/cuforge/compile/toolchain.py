@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "STATE_ENV_VAR",
+    "check_toolkit_setting",
     "key_facts",
     "nvjitlink_identity",
     "nvrtc_identity",
@@ -26,6 +27,7 @@ __all__ = [
     "state_dir",
     "stored_fact",
     "toolkit_headers",
+    "toolkit_include_dirs",
 ]
 
 #: The variable that moves (or, set to ``off``, disables) cuforge's state directory.
@@ -77,15 +79,37 @@ def nvvm_identity() -> bytes:
     return _identity.nvvm_identity()
 
 
+def check_toolkit_setting() -> None:
+    """ValueError naming ``CUFORGE_TOOLKIT_HEADERS`` when it names a directory that
+    holds no toolkit (what the first C++ compile would raise); a few ``stat`` calls."""
+    from cuforge.compile.cache import _toolkit
+
+    _toolkit.check_setting()
+
+
+def toolkit_include_dirs() -> tuple[str, ...]:
+    """The CUDA header directories NVRTC searches after a program's own (located once
+    per process); ValueError for a ``CUFORGE_TOOLKIT_HEADERS`` without a toolkit."""
+    from cuforge.compile.cache import _toolkit
+
+    return _toolkit.toolkit_include_dirs()
+
+
 def nvrtc_supported_archs() -> tuple[tuple[int, int], tuple[int, ...]] | None:
     """NVRTC's (version, the compute capabilities it compiles for:
     ``nvrtcGetSupportedArchs``), or None when NVRTC cannot be loaded or cannot say.
-    Loads NVRTC (no driver): for checks made before compiles that will load it anyway
-    (``cuforge warm``'s manifest)."""
-    from cuforge.compile import _versions
+    Kept by the identity store like the NVRTC build (a record read once known), so a
+    check before a compile or a cache hit costs no bindings import."""
+    from cuforge.compile.cache import _identity
 
-    archs = _versions.nvrtc_supported_archs()
-    return None if archs is None else (_versions.nvrtc_version(), archs)
+    said = _identity.nvrtc_supported_archs()
+    version, sep, listed = said.partition(b":")
+    try:
+        major, minor = (int(n) for n in version.split(b"."))
+        archs = tuple(int(a) for a in listed.split(b",") if a)
+    except ValueError:  # b"unavailable:..." (no NVRTC), or a record of another form
+        return None
+    return ((major, minor), archs) if sep and archs else None
 
 
 __getattr__, __dir__ = _lazy.exports(__name__, _EXPORTS)

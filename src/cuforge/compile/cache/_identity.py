@@ -151,6 +151,24 @@ def nvrtc_identity() -> bytes:
 
 
 @_fail_closed
+def nvrtc_supported_archs() -> bytes:
+    """NVRTC's version and the compute capabilities it compiles for
+    (``nvrtcGetSupportedArchs``), as ``b"13.5:75,80,...,121"``: kept like the identity,
+    so a command that checks an arch before compiling pays a record read, not the
+    ~80 ms of importing the bindings."""
+    import ctypes  # on use, as _call_version
+
+    path = _loaded_library("nvrtc")
+    major, minor = _call_version(path, "nvrtcVersion", 2)
+    (count,) = _call_version(path, "nvrtcGetNumSupportedArchs", 1)
+    archs = (ctypes.c_int * count)()
+    status = ctypes.CDLL(path).nvrtcGetSupportedArchs(archs)
+    if status != 0:
+        raise RuntimeError(f"nvrtcGetSupportedArchs failed with status {status}")
+    return f"{major}.{minor}:{','.join(str(a) for a in archs)}".encode()
+
+
+@_fail_closed
 def nvjitlink_identity() -> bytes:
     """nvJitLink version plus the build of libnvJitLink."""
     path = _loaded_library("nvJitLink")

@@ -321,11 +321,30 @@ def _locate(setting: str) -> ToolkitHeaders:
             else:
                 sets.append(found)
         if "runtime" in missing:
-            raise ValueError(
-                f"{ENV_VAR}={setting!r}: no cuda_runtime.h under {root}/include; set it to "
-                "a CUDA toolkit root, to 0 for no CUDA headers, or unset it"
-            )
+            raise _no_toolkit(setting, root)
     return _report(setting, mode, sets, missing)
+
+
+def _no_toolkit(setting: str, root: str) -> ValueError:
+    return ValueError(
+        f"{ENV_VAR}={setting!r}: no cuda_runtime.h under {root}/include; set it to "
+        "a CUDA toolkit root, to 0 for no CUDA headers, or unset it"
+    )
+
+
+def check_setting() -> None:
+    """ValueError -- the one the first C++ compile or key would raise -- when
+    ``CUFORGE_TOOLKIT_HEADERS`` names a directory that holds no toolkit; a few
+    ``stat`` calls, nothing located or digested (for a command line that says so
+    before it compiles anything). Unset, ``auto`` or ``off``: nothing to check."""
+    setting = os.environ.get(ENV_VAR, "")
+    value = setting.strip()
+    if value.lower() in _OFF or value.lower() in _AUTO:
+        return
+    root = os.path.abspath(os.path.expanduser(value))
+    runtime = _SPECS[0]  # the set a toolkit root must hold (as _locate requires)
+    if not any(os.path.isfile(os.path.join(root, d, runtime.marker)) for d in runtime.toolkit_dirs):
+        raise _no_toolkit(setting, root)
 
 
 def _report(setting: str, mode: str, sets: list[HeaderSet], missing: list[str]) -> ToolkitHeaders:
@@ -459,6 +478,7 @@ __all__ = [
     "ENV_VAR",
     "HeaderSet",
     "ToolkitHeaders",
+    "check_setting",
     "toolkit_headers",
     "toolkit_identity",
     "toolkit_include_dirs",
