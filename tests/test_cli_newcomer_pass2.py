@@ -409,3 +409,32 @@ def test_bad_environment_arch_and_include_are_usage_errors(tmp_path: Path) -> No
         "--gpu-architecture, a catastrophic error); doctor lists the arch as a problem; "
         "-include of a CUDA header or a file on -I still compiles", scale="all",
     )  # fmt: skip
+
+
+def test_a_settings_files_virtual_arch_is_named_as_the_file_wrote_it(tmp_path: Path) -> None:
+    """``arch = "compute_90"`` in cuforge.toml made compile say ``--arch compute_90 is a
+    virtual architecture`` (no --arch was given) and explain ``ProgramOptions.arch is
+    'compute_90'``; ``explain --arch compute_90`` said the latter too."""
+    project, env = _project(tmp_path, 'arch = "compute_90"\n')
+    toml = project / "cuforge.toml"
+    said = (f"arch 'compute_90' in project config {toml} is a virtual architecture and has "
+            'no cubin: set arch = "sm_90" there, pass --arch sm_90, or --target ptx')  # fmt: skip
+    for command, prog in ((["compile", "saxpy.cu", "-o", "x.cubin"], "cuforge compile"),
+                          (["cache", "explain", "saxpy.cu"], "cuforge cache explain")):  # fmt: skip
+        line = one_line_error(run(tmp_path, *command, "--cache", "c", cwd=project, env=env), prog)
+        assert line == f"{prog}: error: {said}", line
+        _no_output(project)
+    toml.unlink()
+    flag = run(tmp_path, "cache", "explain", "saxpy.cu", "--arch", "compute_90", "--cache", "c",
+               cwd=project, env=env)  # fmt: skip
+    assert one_line_error(flag, "cuforge cache explain") == (
+        "cuforge cache explain: error: --arch compute_90 is a virtual architecture and has no "
+        "cubin: use --arch sm_90, or --target ptx"
+    )
+    record(
+        "inputs", "cli", 'compile and explain with arch = "compute_90" in cuforge.toml; explain '
+        "--arch compute_90", 3,
+        "each: exit 2, one line naming the value where it was set and the fix there (before: "
+        "'--arch compute_90' for a flag never given; explain: 'ProgramOptions.arch is "
+        "compute_90')", scale="all",
+    )  # fmt: skip

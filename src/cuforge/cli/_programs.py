@@ -41,6 +41,7 @@ __all__ = [
     "check_pre_includes",
     "check_supported_arch",
     "check_target",
+    "check_virtual_arch",
     "compile_through",
     "in_words",
     "make_program",
@@ -206,6 +207,21 @@ def check_supported_arch(arch: str, subject: str) -> None:
         f"{subject} is not one NVRTC {major}.{minor} compiles for "
         f"(it compiles for {', '.join(f'sm_{n}' for n in supported)})"
     )
+
+
+def check_virtual_arch(arch: str, target: str, said: str) -> None:
+    """UsageError for a virtual architecture (``compute_XY``) asked for a cubin: only a
+    real one (``sm_XY``) has machine code; PTX is what a virtual one makes. ``said``
+    names the value as the user gave it (``--arch compute_90``, or ``arch
+    'compute_90' in project config PATH``: then the file is the setting to change)."""
+    if target == "cubin" and arch.startswith("compute_"):
+        real = "sm_" + arch[len("compute_") :]
+        fix = f"use --arch {real}"
+        if not said.startswith("--arch"):  # a settings file's: change it, or override it
+            fix = f'set arch = "{real}" there, pass --arch {real}'
+        raise UsageError(
+            f"{said} is a virtual architecture and has no cubin: {fix}, or --target ptx"
+        )
 
 
 def check_environment() -> None:

@@ -114,17 +114,6 @@ def _check_output(output: str) -> None:
         raise UsageError(f"-o {output}: is a directory; name a file (or use --outdir)")
 
 
-def _check_arch_target(arch: str | None, target: str) -> None:
-    """UsageError for a virtual architecture (``compute_XY``) asked for a cubin: only a
-    real one (``sm_XY``) has machine code; PTX is what a virtual one makes."""
-    if target == "cubin" and arch and arch.startswith("compute_"):
-        real = "sm_" + arch[len("compute_") :]
-        raise UsageError(
-            f"--arch {arch} is a virtual architecture and has no cubin: "
-            f"use --arch {real}, or --target ptx"
-        )
-
-
 def _identity(path: str) -> tuple[int, int] | None:
     """(st_dev, st_ino) of the file ``path`` names, through links; None if none."""
     try:
@@ -303,7 +292,8 @@ def plan(args: argparse.Namespace) -> list[Job]:
             target = args.target
             if fatbin:  # a virtual arch goes in as PTX, a real one as its cubin
                 target = "ptx" if (arch or "").startswith("compute_") else "cubin"
-            _check_arch_target(program.options.arch, target)
+            if arch is not None:
+                _programs.check_virtual_arch(arch, target, arch_words(args, arch))
             part = args.output if fatbin else ""
             _programs.check_target(path, program.code_type, program.options, target, part)
             spec = _pool.Spec(

@@ -50,11 +50,13 @@ def _explain(args: argparse.Namespace) -> int:
         _programs.check_arch("--arch", args.arch)
     configured = None if args.arch else next(iter(_config.default_archs()), None)
     arch = args.arch or (configured.value if configured is not None else None)
+    origin = None if configured is None else configured.origin
+    said = f"--arch {arch}" if origin is None else f"arch {arch!r} in {origin}"
+    if arch is not None:
+        _programs.check_virtual_arch(arch, args.target, said)
     if source.code_type == "c++":  # what a compile would refuse, refused as compile does
         _programs.check_environment()
         if arch is not None:
-            origin = None if configured is None else configured.origin
-            said = f"--arch {arch}" if origin is None else f"arch {arch!r} in {origin}"
             _programs.check_supported_arch(arch, said)
         _programs.check_pre_includes(list(args.pre_include), list(args.includes), [args.file])
     fields = _programs.option_fields(
