@@ -24,6 +24,8 @@ NVRTC compiles, and fails on the main it was written against.
   ``invalid value for --gpu-architecture``) where ``warm`` refused it as a usage
   error, and ``-include nothere.h`` was an NVRTC catastrophic error (exit 1) where a
   missing source is exit 2.
+- A signed entry listed without the secret was ``raw`` in ``cache ls`` and ``1 raw`` in
+  ``stats``, though raw means "stored without a record".
 """
 
 from __future__ import annotations
@@ -437,4 +439,39 @@ def test_a_settings_files_virtual_arch_is_named_as_the_file_wrote_it(tmp_path: P
         "each: exit 2, one line naming the value where it was set and the fix there (before: "
         "'--arch compute_90' for a flag never given; explain: 'ProgramOptions.arch is "
         "compute_90')", scale="all",
+    )  # fmt: skip
+
+
+# -- 9. a signed entry listed without the secret --------------------------------------------
+def test_a_signed_entry_without_the_secret_is_listed_as_signed(tmp_path: Path) -> None:
+    secret = "0123456789abcdef0123456789abcdef"
+    cache = str(tmp_path / "c")
+    signed_env = isolated_env(tmp_path, CUFORGE_CACHE_SECRET=secret)
+    built = run(tmp_path, "compile", str(SAXPY), "--arch", "sm_90", "-o",
+                str(tmp_path / "x.cubin"), "--cache", cache, env=signed_env)  # fmt: skip
+    assert built.returncode == 0, built.stderr
+    c = ("--cache", cache)
+    (entry,) = json.loads(run(tmp_path, "cache", "ls", "--json", *c).stdout)
+    assert entry["kind"] == "signed", entry
+    assert run(tmp_path, "cache", "ls", *c).stdout.split("\t")[1] == "signed"
+    stats = run(tmp_path, "cache", "stats", *c)
+    assert "entries             1 (1 signed)" in stats.stdout, stats.stdout
+    assert json.loads(run(tmp_path, "cache", "stats", "--json", *c).stdout)["kinds"] == {
+        "signed": 1
+    }
+    only = json.loads(run(tmp_path, "cache", "ls", "--json", "--kind", "signed", *c).stdout)
+    assert [e["id"] for e in only] == [entry["id"]]
+    assert json.loads(run(tmp_path, "cache", "ls", "--json", "--kind", "raw", *c).stdout) == []
+    shown = run(tmp_path, "cache", "show", entry["id"][:12], *c)
+    assert "kind            signed\n" in shown.stdout, shown.stdout
+    assert "signature not checked: the entry is signed and no secret is set" in shown.stdout
+    # with the secret: what it is
+    (known,) = json.loads(run(tmp_path, "cache", "ls", "--json", *c, env=signed_env).stdout)
+    assert (known["kind"], known["name"]) == ("program", "saxpy.cu")
+    record(
+        "use", "cli", "cache ls (text, --json, --kind signed/raw), stats (text, --json) and show "
+        "of a signed entry without the secret; ls with it", 7,
+        "listed as signed, counted '1 signed', show says the record is not read and the "
+        "signature not checked; with the secret: program saxpy.cu (before: raw, '1 raw', "
+        "though raw means stored without a record)", scale="all",
     )  # fmt: skip

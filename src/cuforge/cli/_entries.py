@@ -3,8 +3,10 @@
 Every backend lists entries through ``ProgramCacheResource.iter_entries`` with their
 metadata record (``cuforge.storage.record``): ``program`` entries (a compiled
 binary: target, arch, source name, compiler build), ``manifest`` entries (header
-manifests of tracked C++ compiles: which header versions made which entry), and
-``raw`` entries stored by other code with no record.
+manifests of tracked C++ compiles: which header versions made which entry), the
+integrations' kinds, ``raw`` entries stored by other code with no record, and
+``signed`` entries listed without the secret: stored signed, their record inside the
+signature envelope and unverified, so not read as one (:data:`SIGNED`).
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ if TYPE_CHECKING:
 __all__ = [
     "COMPILER_NAMES",
     "SHORT",
+    "SIGNED",
+    "SIGNED_NOTE",
     "Row",
     "compiler_matcher",
     "find",
@@ -33,20 +37,33 @@ __all__ = [
 ]
 
 
+#: The kind of an entry stored signed, listed by a command that has no secret.
+SIGNED = "signed"
+#: What ``show`` says of such an entry's record ("verifies" is then its integrity only).
+SIGNED_NOTE = (
+    "not read, and the signature not checked: the entry is signed and no secret is set "
+    "(CUFORGE_CACHE_SECRET or secret_file)"
+)
+
 #: Hex digits of an entry id shown everywhere (ls, show, explain, prune, the logger);
 #: ``show`` takes any unique prefix.
 SHORT = 12
 
 
 class Row:
-    """One listed entry with its decoded record (``{}`` for raw entries)."""
+    """One listed entry with its decoded record (``{}`` for raw and signed entries)."""
 
     __slots__ = ("info", "kind", "record")
 
     def __init__(self, info: EntryInfo, record: dict[str, Any] | None) -> None:
         self.info = info
         self.record = record or {}
-        self.kind = self.record.get("kind", "raw") if record else "raw"
+        if record:
+            self.kind = self.record.get("kind", "raw")
+        else:
+            from cuforge.storage.signing import is_signed
+
+            self.kind = SIGNED if is_signed(info.meta) else "raw"
 
     @property
     def id(self) -> str:

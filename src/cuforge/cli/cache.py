@@ -13,7 +13,8 @@
   line per entry (those every filter given matches): short id, kind, target, arch,
   size, age, last use, source name (an integration's entries: the system's key),
   compiler. ``KIND``: one of ``storage.record.KINDS`` (program, manifest, triton,
-  inductor, cupy, jax, warm-set, mirror, mirror-index) or raw.
+  inductor, cupy, jax, warm-set, mirror, mirror-index), raw (no record) or signed
+  (stored signed, listed without the secret: its record is not read).
 - ``show ID-PREFIX [--extract OUT] [--json]``: everything recorded about one entry and
   whether it verifies; ``--extract`` writes its raw payload (a cubin for cuobjdump)
   (``-``: to stdout); the details then go to stderr, so stdout holds the payload only.
@@ -87,8 +88,9 @@ def register(subparsers: Subparsers) -> Subparsers:
     p.add_argument("--arch", type=arch_arg, metavar="ARCH", help="only entries for ARCH (sm_90)")
     p.add_argument(
         "--kind",
-        choices=(*KINDS, "raw"),
-        help="only entries of this kind (raw: stored without a record)",
+        choices=(*KINDS, "raw", _entries.SIGNED),
+        help="only entries of this kind (raw: stored without a record; signed: stored "
+        "signed, listed without the secret)",
     )
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(handler=_ls)
@@ -341,6 +343,8 @@ def _show(args: argparse.Namespace) -> int:
     }
     if problem is not None:
         details["problem"] = problem
+    if row.kind == _entries.SIGNED:
+        details["record"] = _entries.SIGNED_NOTE
     details.update({k: v for k, v in row.record.items() if k not in ("v", "kind")})
     if row.kind == "manifest" and entry is not None:
         details["variants"] = _variants(entry.data)

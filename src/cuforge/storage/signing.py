@@ -43,7 +43,7 @@ from .handle import DriverCache
 from .outcome import STORED_OUTCOME, StoreOutcome
 from .stats import CacheStats
 
-__all__ = ["MIN_SECRET_BYTES", "SignedProgramCache", "secret_bytes"]
+__all__ = ["MIN_SECRET_BYTES", "SignedProgramCache", "is_signed", "secret_bytes"]
 
 _MAGIC = b"CFSG"
 _VERSION = 1
@@ -54,6 +54,13 @@ _DOMAIN = b"cuforge-sig-1\0"
 _LEN = struct.Struct("<Q")
 #: Shorter secrets are refused: 32 random bytes (``openssl rand -hex 32``) is the advice.
 MIN_SECRET_BYTES = 16
+
+
+def is_signed(meta: bytes | None) -> bool:
+    """Whether ``meta`` (an entry's stored metadata, as a listing without the secret
+    shows it) carries a signature envelope: the entry was stored signed. Says nothing
+    about whether the signature is good -- only the secret can."""
+    return meta is not None and len(meta) >= _ENVELOPE and meta[:4] == _MAGIC
 
 
 def secret_bytes(secret: bytes | str, source: str = "secret") -> bytes:
