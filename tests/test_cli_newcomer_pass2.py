@@ -26,6 +26,8 @@ NVRTC compiles, and fails on the main it was written against.
   missing source is exit 2.
 - A signed entry listed without the secret was ``raw`` in ``cache ls`` and ``1 raw`` in
   ``stats``, though raw means "stored without a record".
+- ``cache show 1`` with three entries starting with 1 said ``1 matches 3 entries (a,
+  b, c...)``: the ``...`` promised more than it showed.
 """
 
 from __future__ import annotations
@@ -474,4 +476,36 @@ def test_a_signed_entry_without_the_secret_is_listed_as_signed(tmp_path: Path) -
         "listed as signed, counted '1 signed', show says the record is not read and the "
         "signature not checked; with the secret: program saxpy.cu (before: raw, '1 raw', "
         "though raw means stored without a record)", scale="all",
+    )  # fmt: skip
+
+
+# -- 10. an ambiguous prefix names its matches, and "..." only for more ----------------------
+def test_an_ambiguous_prefix_says_dots_only_when_matches_are_left_out(tmp_path: Path) -> None:
+    cache = tmp_path / "c"
+    wanted = {"1": 3, "a": 6}
+    found: dict[str, list[str]] = {p: [] for p in wanted}
+    with open_cache(str(cache)) as opened:
+        n = 0
+        while any(len(found[p]) < k for p, k in wanted.items()):
+            key = f"key-{n}".encode()
+            n += 1
+            eid = entry_id(key)
+            if eid[0] in found and len(found[eid[0]]) < wanted[eid[0]]:
+                opened.set_entry(key, b"payload", b"")
+                found[eid[0]].append(eid)
+    three = one_line_error(run(tmp_path, "cache", "show", "1", "--cache", str(cache)),
+                           "cuforge cache show")  # fmt: skip
+    listed = three.split("(", 1)[1].split(")", 1)[0]
+    assert sorted(listed.split(", ")) == sorted(e[:12] for e in found["1"]), three
+    assert three.endswith("1 matches 3 entries (" + listed + "): give more digits"), three
+    assert "..." not in three
+    six = one_line_error(run(tmp_path, "cache", "show", "a", "--cache", str(cache)),
+                         "cuforge cache show")  # fmt: skip
+    names = six.split("(", 1)[1].split(")", 1)[0].split(", ")
+    assert "a matches 6 entries (" in six and names[-1] == "...", six
+    assert len(names) == 5 and all(x[:12] in {e[:12] for e in found["a"]} for x in names[:4])
+    record(
+        "use", "cli", "cache show with a prefix 3 entries share, then one 6 share", 2,
+        "the 3 named with no '...'; 4 of the 6 named, then '...' (before: '...' after all 3)",
+        scale="all",
     )  # fmt: skip

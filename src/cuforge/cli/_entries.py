@@ -48,6 +48,8 @@ SIGNED_NOTE = (
 #: Hex digits of an entry id shown everywhere (ls, show, explain, prune, the logger);
 #: ``show`` takes any unique prefix.
 SHORT = 12
+#: How many of an ambiguous prefix's matches ``find`` names.
+_SHOWN = 4
 
 
 class Row:
@@ -109,8 +111,11 @@ def find(cache: ProgramCacheResource, prefix: str) -> Row:
     if not matches:
         raise UsageError(f"no entry id starts with {wanted}")
     if len(matches) > 1:
-        shown = ", ".join(r.id[:SHORT] for r in matches[:4])
-        raise UsageError(f"{wanted} matches {len(matches)} entries ({shown}...): give more digits")
+        shown = ", ".join(r.id[:SHORT] for r in matches[:_SHOWN])
+        more = ", ..." if len(matches) > _SHOWN else ""  # only when some are not shown
+        raise UsageError(
+            f"{wanted} matches {len(matches)} entries ({shown}{more}): give more digits"
+        )
     return matches[0]
 
 
