@@ -28,6 +28,8 @@ NVRTC compiles, and fails on the main it was written against.
   ``stats``, though raw means "stored without a record".
 - ``cache show 1`` with three entries starting with 1 said ``1 matches 3 entries (a,
   b, c...)``: the ``...`` promised more than it showed.
+- ``cache stats --json`` named the cache ``"path"`` where ``zero-stats``, ``clear`` and
+  ``dir --json`` call it ``"cache"``.
 """
 
 from __future__ import annotations
@@ -509,3 +511,14 @@ def test_an_ambiguous_prefix_says_dots_only_when_matches_are_left_out(tmp_path: 
         "the 3 named with no '...'; 4 of the 6 named, then '...' (before: '...' after all 3)",
         scale="all",
     )  # fmt: skip
+
+
+# -- 13. one key names the cache in every --json ----------------------------------------------
+def test_every_json_names_the_cache_by_one_key(tmp_path: Path) -> None:
+    cache = str(_filled(tmp_path, "sm_90"))
+    c = ("--cache", cache)
+    stats = json.loads(run(tmp_path, "cache", "stats", "--json", *c).stdout)
+    assert stats["cache"] == cache and stats["path"] == cache  # "path": the deprecated alias
+    for action in (["dir"], ["zero-stats"], ["clear", "--yes"]):
+        said = json.loads(run(tmp_path, "cache", *action, "--json", *c).stdout)
+        assert said["cache"] == cache, (action, said)

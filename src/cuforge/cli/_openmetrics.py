@@ -67,7 +67,7 @@ def _labels(labels: Mapping[str, str]) -> str:
 
 def render(report: Mapping[str, Any]) -> str:
     """The exposition for one ``stats`` report (the dict ``--json`` prints)."""
-    base = {"cache": str(report["path"]), "backend": str(report["backend"])}
+    base = {"cache": str(report["cache"]), "backend": str(report["backend"])}
     at = _labels(base)
     out: list[str] = []
 

@@ -191,7 +191,8 @@ def _stats(args: argparse.Namespace) -> int:
         kinds[row.kind] = kinds.get(row.kind, 0) + 1
     lookups = counters["hits"] + counters["misses"]
     report: dict[str, Any] = {
-        "path": choice.shown(),
+        "cache": choice.shown(),  # as zero-stats, clear and dir --json name it
+        "path": choice.shown(),  # deprecated: the same, under its first name
         "backend": type(cache).__name__,
         "entries": None if listed is None else len(listed),
         "kinds": kinds,
@@ -222,7 +223,7 @@ def _stats(args: argparse.Namespace) -> int:
         size = f"{format_size(disk)} on disk (entries {size})"
     rate = "-" if report["hit_rate"] is None else f"{report['hit_rate'] * 100:.1f} %"
     lines = [
-        ("cache", f"{report['path']} ({report['backend']}){_NOT_YET if chosen.not_yet else ''}"),
+        ("cache", f"{report['cache']} ({report['backend']}){_NOT_YET if chosen.not_yet else ''}"),
         ("entries", entries),
         ("size", size + (f" of {format_size(cap)} cap" if cap else " (no cap set)")),
         ("hit rate", f"{rate} ({_count(counters['hits'], 'hit')} / {_count(lookups, 'lookup')})"),
