@@ -30,6 +30,11 @@ NVRTC compiles, and fails on the main it was written against.
   b, c...)``: the ``...`` promised more than it showed.
 - ``cache stats --json`` named the cache ``"path"`` where ``zero-stats``, ``clear`` and
   ``dir --json`` call it ``"cache"``.
+- Papercuts: ``--older-than -5d`` said "expected one argument"; ``--cache ''`` meant
+  the default cache, unsaid; ``--arch``'s help left out the settings files; ``cache
+  show`` said ``size 4161`` for a 3720-byte cubin; unknown options ended ``(see
+  --help)``; a read-only cache's store warning named a writer's temp file; ``doctor``
+  saw no problem in ``CUFORGE_STATE_DIR=/etc/passwd``.
 """
 
 from __future__ import annotations
@@ -522,3 +527,124 @@ def test_every_json_names_the_cache_by_one_key(tmp_path: Path) -> None:
     for action in (["dir"], ["zero-stats"], ["clear", "--yes"]):
         said = json.loads(run(tmp_path, "cache", *action, "--json", *c).stdout)
         assert said["cache"] == cache, (action, said)
+
+
+# -- 12. papercuts -------------------------------------------------------------------------
+NEGATIVE = [
+    (["cache", "prune", "--older-than", "-5d"], "--older-than", "-5d", "5d"),
+    (["cache", "prune", "--older-than=-5d"], "--older-than", "-5d", "5d"),
+    (["cache", "prune", "--unused-for", "-0.5d"], "--unused-for", "-0.5d", "0.5d"),
+    (["cache", "prune", "--max-size", "-1G"], "--max-size", "-1G", "1G"),
+    (["cache", "prune", "--max-size=-1G"], "--max-size", "-1G", "1G"),
+    (["compile", str(SAXPY), "--arch", "sm_90", "--max-size", "-1G"], "--max-size", "-1G", "1G"),
+]  # fmt: skip
+
+
+def test_negative_durations_and_sizes_are_said_as_such(tmp_path: Path) -> None:
+    cache = _filled(tmp_path, "sm_90")
+    for args, flag, value, bare in NEGATIVE:
+        result = run(tmp_path, *args, "--cache", str(cache))
+        prog = "cuforge " + " ".join(args[:2] if args[0] == "cache" else args[:1])
+        line = one_line_error(result, prog)
+        assert line == (
+            f"{prog}: error: argument {flag}: {value} is negative: give a value above zero, "
+            f"such as {bare} (see {prog} --help)"
+        ), line
+    assert len(_ids(tmp_path, cache)) == 1  # nothing pruned
+    record(
+        "inputs", "cli", "--older-than -5d, --older-than=-5d, --unused-for -0.5d, --max-size "
+        "-1G (prune, compile), --max-size=-1G", len(NEGATIVE),
+        "each: exit 2, one line saying the value is negative and what to write (before: "
+        "'expected one argument', or 'not a duration'); nothing removed", scale="all",
+    )  # fmt: skip
+
+
+def test_an_empty_cache_flag_is_a_usage_error(tmp_path: Path) -> None:
+    """``--cache ''`` compiled into the default cache while ``-o ''`` was an error."""
+    out = tmp_path / "x.cubin"
+    for command in (["compile", str(SAXPY), "--arch", "sm_90", "-o", str(out)],
+                    ["cache", "stats"], ["cache", "ls"], ["doctor"]):  # fmt: skip
+        prog = "cuforge " + " ".join(command[:2] if command[0] == "cache" else command[:1])
+        result = run(tmp_path, *command, "--cache", "")
+        if command == ["doctor"]:  # doctor lists it as the problem it is
+            assert result.returncode == 1 and "--cache needs a cache URL" in result.stdout
+            continue
+        line = one_line_error(result, prog)
+        assert line == (
+            f"{prog}: error: --cache needs a cache URL or directory (it was given an empty "
+            "one); leave --cache out for the default cache"
+        ), line
+    assert not out.exists() and not (tmp_path / "xdg").exists()  # no default cache made
+    bare = run(tmp_path, "compile", str(SAXPY), "--arch", "sm_90", "-o", str(out), "--cache")
+    assert bare.returncode == 0, bare.stderr  # --cache alone: as if not given (documented)
+    assert "stored in " + str(tmp_path / "xdg") in bare.stdout
+    unset = run(tmp_path, "cache", "dir", env=isolated_env(tmp_path, CUFORGE_CACHE=""))
+    assert unset.stdout.strip() == str(tmp_path / "xdg" / "cuforge" / "program-cache")
+
+
+def test_arch_help_names_the_settings_files(tmp_path: Path) -> None:
+    for command in (["compile"], ["cache", "explain"]):
+        text = " ".join(run(tmp_path, *command, "--help").stdout.split())
+        assert "arch in the settings files -- cuforge.toml, then your config.toml -- else " \
+               "this GPU's" in text, text  # fmt: skip
+
+
+def test_show_labels_the_stored_size_and_the_artifacts(tmp_path: Path) -> None:
+    cache = _filled(tmp_path, "sm_90")
+    (eid,) = _ids(tmp_path, cache)
+    cubin = (tmp_path / "out" / "saxpy.cubin").read_bytes()
+    stored = json.loads(run(tmp_path, "cache", "ls", "--json", "--cache", str(cache)).stdout)
+    size = stored[0]["size"]
+    assert size > len(cubin)
+    shown = run(tmp_path, "cache", "show", eid[:12], "--cache", str(cache))
+    assert f"size            {size} B stored (artifact: {len(cubin)} B)\n" in shown.stdout
+    as_json = json.loads(run(tmp_path, "cache", "show", eid[:12], "--json", "--cache",
+                             str(cache)).stdout)  # fmt: skip
+    assert (as_json["size"], as_json["artifact_bytes"]) == (size, len(cubin))
+
+
+def test_every_usage_error_points_at_the_commands_help(tmp_path: Path) -> None:
+    for command in (["compile", str(SAXPY), "--bogus"], ["cache", "ls", "--bogus"],
+                    ["cache", "prune", "--older-than", "1d", "--bogus"]):  # fmt: skip
+        prog = "cuforge " + " ".join(command[:2] if command[0] == "cache" else command[:1])
+        line = one_line_error(run(tmp_path, *command), prog)
+        assert line == f"{prog}: error: unrecognized arguments: --bogus (see {prog} --help)"
+
+
+def test_a_read_only_caches_store_warning_names_the_cache_not_a_temp(tmp_path: Path) -> None:
+    if shutil.which("unshare") is None:
+        pytest.skip("no unshare(1) to make a private read-only mount")
+    cache = _filled(tmp_path, "sm_80")
+    result = _read_only(cache, "compile", str(SAXPY), "--arch", "sm_90", "-o",
+                        str(tmp_path / "y.cubin"), "--cache", str(cache))  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "cache miss (compiled; not stored: failed)" in result.stdout
+    assert result.stderr.startswith(
+        f"cuforge: warning: cuforge program cache {cache}: could not store an entry "
+        "(Read-only file system); the result is still returned"
+    ), result.stderr
+    assert ".alive" not in result.stderr and ".new" not in result.stderr
+
+
+def test_doctor_flags_a_state_dir_that_cannot_keep_records(tmp_path: Path) -> None:
+    afile = tmp_path / "a-file"
+    afile.write_text("not a directory\n")
+    for state, said in ((afile, f"state dir {afile} is not a directory"),
+                        (afile / "sub", f"state dir {afile / 'sub'} cannot be made: {afile} "
+                                        "is not a directory")):  # fmt: skip
+        env = isolated_env(tmp_path, CUFORGE_STATE_DIR=str(state))
+        doctor = run(tmp_path, "doctor", "--json", env=env)
+        assert doctor.returncode == 1, doctor.stdout + doctor.stderr
+        problems = json.loads(doctor.stdout)["problems"]
+        assert any(p.startswith(said) and "CUFORGE_STATE_DIR" in p for p in problems), problems
+    fine = run(tmp_path, "doctor", "--json")
+    assert not any("state dir" in p for p in json.loads(fine.stdout)["problems"]), fine.stdout
+    record(
+        "inputs", "cli", "papercuts: --cache '' (compile, stats, ls, doctor); --arch help; cache "
+        "show's sizes; unknown options' help pointer; a read-only cache's store warning; "
+        "doctor with CUFORGE_STATE_DIR a file or under one", 11,
+        "--cache '': exit 2 naming the flag, no default cache made (doctor: the problem); the "
+        "help names the settings files; show 'N B stored (artifact: M B)'; '(see cuforge CMD "
+        "--help)'; the warning names the cache and 'Read-only file system', no temp file; "
+        "doctor lists the state dir (before: each silent or in other words)", scale="all",
+    )  # fmt: skip

@@ -185,7 +185,7 @@ def _dispatch(argv: list[str], digest: str | None) -> int:
         if extra:  # named against the command they were given to, not the top level
             raise UsageError(
                 _misplaced(parser, argv)
-                or f"unrecognized arguments: {' '.join(extra)} (see --help)"
+                or f"unrecognized arguments: {' '.join(extra)} (see {_prog(argv)} --help)"
             )
         handler = getattr(args, "handler", None)
         if handler is None:

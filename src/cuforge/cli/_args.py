@@ -10,6 +10,7 @@ unit on the command line (``30d``, ``2G``, ``512B``): a plain number is refused.
 from __future__ import annotations
 
 import argparse
+import re
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -44,9 +45,30 @@ class Parser(argparse.ArgumentParser):
         return super().parse_known_args(args, namespace)
 
     def error(self, message: str) -> NoReturn:
+        negative = _negative(self._argv, message)
+        if negative is not None:
+            raise UsageError(f"{negative} (see {self.prog} --help)", self.prog)
         raise UsageError(
             f"{message}{_swallowed(self._argv, message)} (see {self.prog} --help)", self.prog
         )
+
+
+_NEGATIVE = "{value} is negative: give a value above zero, such as {bare}"
+
+
+def _negative(argv: list[str], message: str) -> str | None:
+    """The line for ``--older-than -5d``: argparse takes ``-5d`` for an option and says
+    "expected one argument"; a negative duration or size is what was given, and is
+    never one (None when that is not the mistake)."""
+    found = re.fullmatch(r"argument (--[\w-]+): expected one argument", message)
+    if found is None:
+        return None
+    flag = found.group(1)
+    for i, word in enumerate(argv[:-1]):
+        value = argv[i + 1]
+        if word == flag and re.fullmatch(r"-[0-9.]\S*", value):
+            return f"argument {flag}: {_NEGATIVE.format(value=value, bare=value[1:])}"
+    return None
 
 
 def _swallowed(argv: list[str], message: str) -> str:
@@ -62,10 +84,19 @@ def _swallowed(argv: list[str], message: str) -> str:
     return ""
 
 
+def _refuse_negative(text: str) -> None:
+    """``--max-size=-1G``: said as ``--max-size -1G`` is (``_negative``), not as "not a
+    size", which hides why."""
+    if text.strip().startswith("-"):
+        value = text.strip()
+        raise argparse.ArgumentTypeError(_NEGATIVE.format(value=value, bare=value[1:]))
+
+
 def size_arg(text: str) -> int:
     """``500M``/``2GiB`` -> bytes, for ``type=``."""
     from cuforge.storage.units import parse_size
 
+    _refuse_negative(text)
     try:
         return parse_size(text)
     except ValueError as exc:
@@ -76,6 +107,7 @@ def duration_arg(text: str) -> float:
     """``90s``/``12h``/``7d`` -> seconds, for ``type=``."""
     from cuforge.storage.units import parse_duration
 
+    _refuse_negative(text)
     try:
         return parse_duration(text)
     except ValueError as exc:

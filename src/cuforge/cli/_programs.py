@@ -68,11 +68,12 @@ def add_compile_options(parser: argparse.ArgumentParser, several_archs: bool = T
         metavar="ARCH",
         help="target architecture, e.g. sm_90"
         + (" (repeat, or separate with commas, for several)" if several_archs else "")
+        + f" (default: {'' if several_archs else 'the first '}arch in the settings files"
+        " -- cuforge.toml, then your config.toml -- else this GPU's"
         + (
-            " (default: this GPU's; only a named arch lets a repeated command take the fast"
-            " hit path)"
+            "; only a named arch lets a repeated command take the fast hit path)"
             if several_archs
-            else " (default: this GPU's)"
+            else ")"
         ),
     )
     parser.add_argument(

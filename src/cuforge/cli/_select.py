@@ -5,7 +5,8 @@ integration make -- given ``--cache`` (``--no-cache`` is ``--cache off``) and
 ``--max-size``; docs/cache.md ("Which cache") has the rules: ``--cache``, then
 ``$CUFORGE_CACHE``, ``$CUFORGE_CACHE_DIR``, the project's and the user's settings
 file, the user cache directory; ``off`` anywhere is no cache. ``--cache`` alone means
-"as if not given".
+"as if not given"; ``--cache ''`` is a usage error (as ``-o ''`` is), while an empty
+variable is unset (docs/cache.md).
 
 Every failure is a :class:`UsageError` (exit 2) starting with where the value came
 from: a URL that does not parse, a bad settings file, size or secret, a path that is
@@ -49,12 +50,16 @@ _DEFAULT_HELP = (
 )
 
 
+#: ``--cache`` given no value (as if not given); a NUL can never be a typed argument.
+_BARE = "\0"
+
+
 def add_cache_option(parser: argparse.ArgumentParser, can_disable: bool) -> None:
     """``--cache [URL|DIR|off]`` (and ``--no-cache`` where running uncached makes sense)."""
     parser.add_argument(
         "--cache",
         nargs="?",
-        const="",
+        const=_BARE,
         default=None,
         metavar="URL|DIR",
         help=f"cache URL or directory (default: {_DEFAULT_HELP})",
@@ -67,7 +72,14 @@ def choose(args: argparse.Namespace, max_size: int | None = None) -> Choice:
     """The cache ``args`` (``--cache``, ``--no-cache``), the environment and the
     settings files choose, with its secret and cap (``max_size``: compile's
     ``--max-size``). UsageError naming where a bad value came from."""
-    given = getattr(args, "cache", None) or None  # bare --cache: as if not given
+    given = getattr(args, "cache", None)
+    if given == _BARE:  # bare --cache: as if not given
+        given = None
+    elif given is not None and not given.strip():  # --cache '': not the default, unsaid
+        raise UsageError(
+            "--cache needs a cache URL or directory (it was given an empty one); leave "
+            "--cache out for the default cache"
+        )
     origin = "--cache"
     if getattr(args, "no_cache", False):
         if given is not None:

@@ -16,7 +16,8 @@
   inductor, cupy, jax, warm-set, mirror, mirror-index), raw (no record) or signed
   (stored signed, listed without the secret: its record is not read).
 - ``show ID-PREFIX [--extract OUT] [--json]``: everything recorded about one entry and
-  whether it verifies; ``--extract`` writes its raw payload (a cubin for cuobjdump)
+  whether it verifies, its size as stored and the artifact's (what compile and
+  ``--extract`` count); ``--extract`` writes its raw payload (a cubin for cuobjdump)
   (``-``: to stdout); the details then go to stderr, so stdout holds the payload only.
 - ``dir [--default] [--json]``: the cache in use (a directory's path, else its URL
   without a password, else ``caching is off (...)``: exit 0, ``--json`` ``null``);
@@ -333,11 +334,12 @@ def _show(args: argparse.Namespace) -> int:
             raise UsageError(f"entry {row.id[: _entries.SHORT]} was removed meanwhile") from None
         except NotImplementedError:
             problem = None
-        entry = cache.read_entry(row.id) if args.extract or row.kind == "manifest" else None
+        entry = cache.read_entry(row.id)  # a maintenance read: not a use
     details: dict[str, Any] = {
         "id": row.id,
         "kind": row.kind,
-        "size": row.info.size,
+        "size": row.info.size,  # stored: the artifact with its record and checks
+        "artifact_bytes": None if entry is None else len(entry.data),
         "stored": _when(row.info.stored_ns),
         "last_used": _when(row.info.used_ns),
         "verifies": problem is None,
@@ -358,6 +360,10 @@ def _show(args: argparse.Namespace) -> int:
             details["created"] = _when(details["created"] * 1_000_000_000)
         if isinstance(details.get("variants"), list):
             details["variants"] = [_variant_line(v) for v in details["variants"]]
+        # compile and --extract count the artifact's bytes; the listing, what is stored
+        stored = f"{details['size']} B stored"
+        artifact = details.pop("artifact_bytes")
+        details["size"] = stored if artifact is None else f"{stored} (artifact: {artifact} B)"
         if details.get("compiler"):  # as ls prints it (what prune --compiler matches)
             raw = details["compiler"]
             details["compiler"] = f"{_entries.short_compiler(raw)} ({raw})"

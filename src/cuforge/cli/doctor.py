@@ -18,7 +18,8 @@ tells whether creating works there (``/proc``, a read-only mount, root's rights)
 
 Exit status: 0 when nothing is wrong (no GPU is not a problem: compiling and
 caching work without one); 1 when a problem was found -- the cache or a setting
-that a command would refuse, NVRTC not available, the CUDA headers not found --
+that a command would refuse, NVRTC not available, the CUDA headers not found, a
+state directory that cannot keep records (``$CUFORGE_STATE_DIR=/etc/passwd``) --
 each listed under ``problems`` (so CI can run it); 2 usage errors.
 """
 
@@ -204,6 +205,12 @@ def _doctor(args: argparse.Namespace) -> int:
     report.update(cache)
     state = toolchain.state_dir()
     report["state_dir"] = state or f"off (${toolchain.STATE_ENV_VAR})"
+    unusable = None if state is None else _state_problem(state)
+    if unusable is not None:
+        report["state_dir_problem"] = (
+            f"state dir {unusable}, so no identity or hit records are kept (every "
+            f"command works, slower); set ${toolchain.STATE_ENV_VAR} to a directory, or off"
+        )
     report["settings"] = _settings(report, choice)
     report["problems"] = _problems(report)
     if args.json:
@@ -275,6 +282,24 @@ def _max_size(found: Any, choice: _select.Choice | None, cap: int | None) -> dic
     return _NOT_SET
 
 
+def _state_problem(path: str) -> str | None:
+    """Why the state directory ``path`` cannot keep records (``/etc/passwd is not a
+    directory``; not made yet: why it cannot be, from its nearest existing parent), or
+    None. As the process's user: what it cannot write, it cannot keep records in."""
+    found = path
+    while not os.path.lexists(found):
+        parent = os.path.dirname(found)
+        if parent == found:
+            return None
+        found = parent
+    made = "" if found == path else f"{path} cannot be made: "
+    if not os.path.isdir(found):
+        return f"{made}{found} is not a directory"
+    if not os.access(found, os.W_OK | os.X_OK):
+        return f"{made}{found} is not writable"
+    return None
+
+
 def _problems(report: dict[str, Any]) -> list[str]:
     """One line per thing that stops cuforge compiling or caching here: for the
     cache and the settings, the line the commands would exit 2 with."""
@@ -284,6 +309,8 @@ def _problems(report: dict[str, Any]) -> list[str]:
         found.append(f"NVRTC is {nvrtc['status']}")
     if isinstance(report["cuda_headers"], str):
         found.append(f"CUDA headers: {report['cuda_headers']}")
+    if "state_dir_problem" in report:
+        found.append(report["state_dir_problem"])
     settings = [report["settings"][k]["value"] for k in ("error", "arch_error")
                 if k in report["settings"]]  # fmt: skip
     # A bad settings file fails the cache's choice too: listed once, as the file's.

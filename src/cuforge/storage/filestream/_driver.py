@@ -173,13 +173,13 @@ class FileStreamDriver(Driver):
                 names.shard, name, name + SIDECAR_SUFFIX, data, side, self._durable
             )
         except OSError as exc:
-            return StoreOutcome(FAILED, str(exc))
+            return StoreOutcome(FAILED, _why(exc))
         try:
             total = self._ledger_add(len(data) + len(side) - old)
             if self.cap is not None and total > self.cap:
                 self._evict(names.payload)
         except OSError as exc:  # stored, but its size could not be accounted for
-            self.reports.dropped(StoreOutcome(FAILED, str(exc)))
+            self.reports.dropped(StoreOutcome(FAILED, _why(exc)))
         return STORED_OUTCOME
 
     def remove(self, names: PairNames) -> bool:
@@ -312,3 +312,10 @@ class FileStreamDriver(Driver):
             self._ledger.close()
         self._anchor.close()
         self._writer.close()
+
+
+def _why(exc: OSError) -> str:
+    """What stopped a store, for a message that already names the cache (its label):
+    the error (``Read-only file system``), not the internal file it met (a writer's
+    ``tmp/<pid>-<tag>.alive.new``, a shard), which says nothing to a user."""
+    return exc.strerror or type(exc).__name__
