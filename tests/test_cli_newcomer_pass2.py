@@ -91,6 +91,9 @@ def test_a_run_records_its_own_cached_compiles_in_the_warm_set(tmp_path: Path) -
         assert [entry_id(k) for k in listed] == [program], attempt
     fetched = run(tmp_path, "warm", "--set", "job1", "--cache", str(cache))
     assert fetched.returncode == 0, fetched.stderr
+    assert fetched.stdout.startswith("warm set job1: 1 entry listed, 1 in the cache"), (
+        fetched.stdout
+    )
     record(
         "use", "cli", "cuforge run --warm-set job1 -- python (compile(cache=True) of one "
         "kernel): a miss, then a hit in a second run", 2,

@@ -208,7 +208,8 @@ def _set_line(done: dict[str, Any]) -> str:
         else "in the cache (one local level: nothing to fetch from)"
     )
     return (
-        f"warm set {done['name']}: {done['listed']} entries listed, {done['present']} {where}, "
+        f"warm set {done['name']}: {done['listed']} {'entry' if done['listed'] == 1 else 'entries'}"
+        f" listed, {done['present']} {where}, "
         f"{done['missing']} missing ({done['seconds']:.2f} s)"
     )
 
