@@ -22,7 +22,7 @@ The persistent caches are shared, as on a real machine: the API in both processe
 the CLI and the second process of :meth:`Oracle.second_process_writes` use the same
 FileStream directory; both processes share the SQLite file and the tier's file level.
 Every CLI run goes through ``tests/_fake_device.py`` (device 0 reports the world's
-device arch); in process, and in the child, ``options.current_device_arch`` is
+device arch); in process, and in the child, ``_versions.current_device_arch`` is
 stood in for the same way (:func:`device`). Nothing else is faked.
 
 ``CUFORGE_TOOLKIT_HEADERS`` is read once per process, so a change of it reaches the
@@ -105,14 +105,14 @@ class Outcome:
 def device(arch: str) -> Iterator[None]:
     """Device 0 reports ``arch`` to ``ProgramOptions`` (the one stand-in: no machine
     here can change its GPU; cf. tests/_fake_device.py for the CLI)."""
-    from cuforge.compile import options
+    from cuforge.compile import _versions  # ProgramOptions looks it up there at each call
 
-    real = options.current_device_arch
-    options.current_device_arch = lambda: arch
+    real = _versions.current_device_arch
+    _versions.current_device_arch = lambda: arch
     try:
         yield
     finally:
-        options.current_device_arch = real
+        _versions.current_device_arch = real
 
 
 @contextlib.contextmanager

@@ -22,7 +22,7 @@ string in the binary (``oracle{...}``, see :func:`describe`): a failure shows
 ``VALUE=103`` where ``VALUE=104`` was expected, not two blobs.
 
 The compile inputs a step can change -- the device's arch (the one query a test
-may stand in for: ``options.current_device_arch`` in process, ``TEST_DEVICE0_ARCH``
+may stand in for: ``_versions.current_device_arch`` in process, ``TEST_DEVICE0_ARCH``
 through ``tests/_fake_device.py`` for the CLI), an explicit ``--arch``, the include
 path and its spelling, the working directory, ``-D``, ``--std`` and
 ``CUFORGE_TOOLKIT_HEADERS`` -- are plain fields here; :meth:`World.jobs` turns them
