@@ -42,7 +42,16 @@ from ._entries import find_row, list_rows, remove_row
 from ._evict import checkpoint, delete_all, vacuum
 from ._lock import LockFile
 from ._open import mark_damaged, open_database, refuse_unless_ours
-from ._schema import SQL, ForeignDatabaseError, is_corruption, rid_of, row_check
+from ._schema import (
+    SQL,
+    Counters,
+    ForeignDatabaseError,
+    NewerSchemaError,
+    counter_columns,
+    is_corruption,
+    rid_of,
+    row_check,
+)
 from ._space import Budget, Space
 from ._writes import Writes
 
@@ -105,10 +114,14 @@ class SQLiteDriver(Driver):
             opened = open_database(sqlite3, self._conns, self._lockfile, path, self._timeout)
         except BaseException as exc:
             self._conns.close_all()
-            self._lockfile.release(remove_if_created=isinstance(exc, ForeignDatabaseError))
+            refused = isinstance(exc, (ForeignDatabaseError, NewerSchemaError))
+            self._lockfile.release(remove_if_created=refused)
             raise
         self._w.broken = opened.broken
         self._w.read_only = opened.read_only  # hits only: stores are dropped (one warning)
+        if opened.broken is None:
+            with contextlib.suppress(self._error):  # unreadable: the next write-back meets it
+                self._w.counters = Counters(counter_columns(self._conns.get()))
         if opened.notice is not None:
             tail = "; this handle serves misses (compiles still work)" if opened.broken else ""
             self._warn_recovery(f"{self.label}: {opened.notice}{tail}")
@@ -356,7 +369,7 @@ class SQLiteDriver(Driver):
         self._w.housekeep(True)
         unflushed = self._w.unflushed(stats)
         try:
-            stored = list(self._conns.get().execute(SQL.read_stats).fetchall()[0])
+            stored = list(self._conns.get().execute(self._w.counters.read).fetchall()[0])
         except (self._error, IndexError):
             stored = []
         stored += [0] * (len(unflushed) - len(stored))  # counters kept per handle only
@@ -373,7 +386,7 @@ class SQLiteDriver(Driver):
             try:
                 conn = self._conns.get()
                 with self._conns.full_wait(conn):
-                    immediate(conn, SQL.zero_stats)
+                    immediate(conn, self._w.counters.zero)
             except self._error as exc:
                 if is_corruption(exc):
                     self._damaged(exc)

@@ -24,7 +24,7 @@ from ..outcome import FAILED, LOCKED, READ_ONLY, STORED_OUTCOME, StoreOutcome
 from ..stats import CacheStats
 from ._conn import Connections
 from ._deferred import DeferredStores, Row, batches
-from ._schema import SQL, STAT_COLUMNS, is_busy, is_corruption
+from ._schema import SQL, STAT_COLUMNS, Counters, is_busy, is_corruption
 from ._space import Space
 
 TYPE_CHECKING = False
@@ -58,6 +58,8 @@ class Writes:
         self.flushed = CacheStats()  # the counters the database has of this handle
         self.read_only = False  # the file system or file: stores are refused
         self.broken: str | None = None  # why the handle serves misses only
+        # The counter columns the file has (``_schema.Counters``): set once it is open.
+        self.counters = Counters(len(STAT_COLUMNS))
         self.reports: Reports
         self.damaged: Callable[[BaseException], None]
 
@@ -169,7 +171,7 @@ class Writes:
         try:
             snap = self.reports.counts().copy()
             deltas = [a - b for a, b in zip(snap._values(), self.flushed._values(), strict=True)]
-            del deltas[len(STAT_COLUMNS) :]  # counters the table has columns for
+            del deltas[self.counters.n :]  # counters the table has columns for
             pending, self.pending = self.pending, {}
             batch = self.space.budget.rows  # each use rewrites a page: bound the WAL
             if len(pending) > batch:
@@ -187,7 +189,7 @@ class Writes:
                         now = time.time_ns()
                         conn.executemany(SQL.touch, [(ns, r, ns, now) for r, ns in pending.items()])
                     if any(deltas):
-                        conn.execute(SQL.add_stats, deltas)
+                        conn.execute(self.counters.add, deltas)
                     conn.execute("COMMIT")
                 except BaseException:
                     if conn.in_transaction:
