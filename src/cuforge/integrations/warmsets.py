@@ -189,6 +189,11 @@ class Recorder(EntryCache):
         with self._mutex:
             return set(self._seen)
 
+    def note(self, key: bytes) -> None:
+        """Note ``key`` as used by this job though it was neither read nor stored
+        through here (a mirrored file that was already in its directory)."""
+        self._note(key)
+
     def _note(self, key: Any) -> None:
         k = key if type(key) is bytes else _coerce(key)
         if k in self._seen:

@@ -17,7 +17,7 @@ import fnmatch
 import os
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from ._host import gpu_identity, host_identity
 
@@ -165,19 +165,22 @@ class Profile:
         names = [m.format(stem=stem) for m in self.busy_while]
         return [f"{folder}/{n}" if folder else n for n in names]
 
-    def version(self) -> str | None:
+    def version(self, path: Sequence[str] | None = None) -> str | None:
         """The JIT's version as it keys entries (``dist==version`` of each installed
-        distribution, ``+``-joined), or None when the JIT is not installed."""
+        distribution, ``+``-joined), or None when the JIT is not installed. ``path``:
+        another interpreter's ``sys.path`` (the job's Python, when it is not this
+        one); a ``version_from`` profile has no version there (it would be read by
+        importing the JIT in this Python)."""
         found: list[str] = []
         for i, dist in enumerate(self.dists):
-            ver = dist_version(dist)
+            ver = dist_version(dist, path)
             if ver is None and i == 0:
                 break
             if ver is not None:
                 found.append(f"{dist}=={ver}")
         if found:
             return "+".join(found)
-        if self.version_from is None:
+        if self.version_from is None or path is not None:
             return None
         import importlib
 
@@ -190,9 +193,10 @@ class Profile:
             return None
         return f"{module}=={value}" if isinstance(value, str) and value else None
 
-    def installed(self) -> bool:
-        """Whether the JIT's first distribution is installed (no import)."""
-        return bool(self.dists) and dist_version(self.dists[0]) is not None
+    def installed(self, path: Sequence[str] | None = None) -> bool:
+        """Whether the JIT's first distribution is installed (no import) -- on
+        ``path``, another interpreter's ``sys.path``, when given."""
+        return bool(self.dists) and dist_version(self.dists[0], path) is not None
 
     def directory(
         self, env: Mapping[str, str] | None = None, version: str | None = None
@@ -216,13 +220,14 @@ class Profile:
 _listings: dict[str, list[str]] = {}
 
 
-def dist_version(dist: str) -> str | None:
+def dist_version(dist: str, path: Sequence[str] | None = None) -> str | None:
     """The installed version of distribution ``dist``, from the name of its
-    ``<name>-<version>.dist-info`` (or ``.egg-info``) directory on ``sys.path``: the
-    first one found, as the import system finds its package. One directory listing
-    per path entry and process (``importlib.metadata`` costs ~10 ms a name)."""
+    ``<name>-<version>.dist-info`` (or ``.egg-info``) directory on ``path`` (default
+    ``sys.path``): the first one found, as the import system finds its package. One
+    directory listing per path entry and process (``importlib.metadata`` costs ~10
+    ms a name)."""
     want = re.sub(r"[-_.]+", "_", dist).lower()
-    for entry in sys.path:
+    for entry in sys.path if path is None else path:
         names = _listings.get(entry)
         if names is None:
             try:
@@ -492,14 +497,17 @@ def load_profiles(extra: Mapping[str, Mapping[str, object]] | None = None) -> di
 
 
 def active_profiles(
-    env: Mapping[str, str] | None = None, profiles: Mapping[str, Profile] | None = None
+    env: Mapping[str, str] | None = None,
+    profiles: Mapping[str, Profile] | None = None,
+    path: Sequence[str] | None = None,
 ) -> list[Profile]:
     """The profiles (of ``profiles``, default :data:`PROFILES`) whose JIT is installed
-    or whose variable is set in ``env`` (default ``os.environ``), in name order.
-    Reads distribution metadata only; imports no JIT."""
+    (on ``path``: another interpreter's ``sys.path``; default this one's) or whose
+    variable is set in ``env`` (default ``os.environ``), in name order. Reads
+    distribution metadata only; imports no JIT."""
     env = os.environ if env is None else env
     chosen = []
     for profile in (PROFILES if profiles is None else profiles).values():
-        if any((env.get(v) or "").strip() for v in profile.env) or profile.installed():
+        if any((env.get(v) or "").strip() for v in profile.env) or profile.installed(path):
             chosen.append(profile)
     return sorted(chosen, key=lambda p: p.name)
