@@ -77,12 +77,14 @@ def test_every_builtin_profile_is_data_with_the_jits_variable() -> None:
         "vllm": "VLLM_CACHE_ROOT",
         "torchinductor": "TORCHINDUCTOR_CACHE_DIR",
     }
-    assert {n: p.env[0] for n, p in PROFILES.items()} == variables
+    # Inductor's precompiled header lives where $TMPDIR says, whatever its variable.
+    assert {n: p.env[0] for n, p in PROFILES.items() if p.env} == variables
+    assert [n for n, p in PROFILES.items() if not p.env] == ["torchinductor-pch"]
     for name, profile in PROFILES.items():
         assert profile.name == name and profile.dists and profile.notes
         assert profile.skipped("x.tmp") and profile.skipped("a/b.lock")
         assert profile.skipped(".nfs000123") and not profile.skipped("kernel.o")
-        tested = name in ("warp", "numba", "torchinductor")
+        tested = name in ("warp", "numba", "torchinductor", "torchinductor-pch")
         assert ("Tested here" in profile.notes) == tested, name
         assert ("Untested here" in profile.notes) != tested, name
     assert not PROFILES["warp"].gpu_dependent and not PROFILES["numba"].gpu_dependent
@@ -288,6 +290,43 @@ def test_the_torchinductor_profile_finds_inductors_directory(tmp_path: Path) -> 
                 "locks/k.lock", "or/c1_CxxBuild/c1.o", "gcc/bin/g++"):  # fmt: skip
         assert inductor.skipped(rel), rel
     assert inductor.markers("or/c1.main.so") == ["or/c1.main_CxxBuild"]
+
+
+def test_the_torchinductor_pch_profile_finds_the_precompiled_header(tmp_path: Path) -> None:
+    pch = PROFILES["torchinductor-pch"]
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    where = f"{tmp}/torchinductor_ann/precompiled_headers"
+    assert pch.directory({"TMPDIR": str(tmp), "USER": "ann"}) == where
+    # Inductor's own directory elsewhere does not move the header.
+    assert pch.directory({"TMPDIR": str(tmp), "USER": "ann", "TORCHINDUCTOR_CACHE_DIR": "/x"}) == (
+        where
+    )
+    assert pch.host_dependent and not pch.gpu_dependent
+    assert pch.included("ck42h4.h.gch") and not pch.included("ck42h4.h")
+    assert pch.skipped("locks/ck42h4.lock") and pch.skipped("ck42h4.h_CxxBuild/x")
+    assert pch.markers("ck42h4.h.gch") == ["ck42h4.h_CxxBuild"]  # GCC writes it in place
+
+
+def test_a_new_only_profile_publishes_only_what_was_written_after_it_started(
+    tmp_path: Path,
+) -> None:
+    """A directory other installs share ($TMPDIR's precompiled headers): files there
+    before the mirror started are another torch's, never published; the job's are."""
+    shared = Profile(name="shared", env=("SHARED_DIR",), gpu_dependent=False, new_only=True)
+    a = tmp_path / "a"
+    a.mkdir()
+    (a / "old.gch").write_bytes(b"another install's header")
+    time.sleep(0.05)
+    m = mirror(InMemoryProgramCache(), a, profile=shared)
+    time.sleep(0.05)
+    (a / "new.gch").write_bytes(b"this job's header")
+    result = m.publish()
+    assert result.stored == 1
+    assert "new.gch" in m._load_index() and "old.gch" not in m._load_index()
+    assert load_profiles({"shared": {"env": "S", "dists": ["x"], "new_only": True}})[
+        "shared"
+    ].new_only
 
 
 # -- the engine on plain files ------------------------------------------------------------

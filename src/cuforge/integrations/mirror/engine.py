@@ -111,7 +111,8 @@ class Mirror:
             else f"{profile.name} is not installed (no version)" if not self.version
             else "the GPU cannot be identified" if profile.gpu_dependent and not self.gpu
             else "the host cannot be identified" if profile.host_dependent and not self.host
-            else f"no directory (set ${profile.env[0]})" if self.directory is None
+            else f"no directory (set ${(profile.env or ('its variable',))[0]})"
+            if self.directory is None
             else ""
         )  # fmt: skip
         where = platform_tag() if self.host is None else f"{platform_tag()}+{self.host}"
@@ -122,6 +123,7 @@ class Mirror:
         self._index = None if resolved is None else ForeignEntries(resolved, INDEX_KIND)
         self._state_name = f"{_files.TEMP_PREFIX}{profile.name}.json"
         self._seen: dict[str, _files.Sig] = {}  # the previous look at each file
+        self._started_ns = time.time_ns()  # a new_only profile publishes what is newer
         self._busy = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -349,6 +351,8 @@ class Mirror:
         files, foreign = _files.scan(root, self.profile.skipped, uid)
         if self.profile.only:
             files = {rel: sig for rel, sig in files.items() if self.profile.included(rel)}
+        if self.profile.new_only:  # sig[2]: the change time, which utime cannot set back
+            files = {rel: sig for rel, sig in files.items() if sig[2] >= self._started_ns}
         return files, foreign
 
     def _building(self, root: int, rel: str) -> bool:

@@ -81,6 +81,10 @@ class Profile:
     - ``host_dependent``: whether the files are native code built for this host
       (``-march=native``, its C++ compiler and C library): then the key names
       :func:`host_identity`, and without one the mirror stays off.
+    - ``new_only``: publish only files written after the mirror started (their
+      change time is later), for a directory other installs share (Inductor's
+      precompiled headers in ``$TMPDIR``: another torch's would be published under
+      this one's version, ~150 MB each, for no host to use).
     - ``notes``: what invalidates the directory, what keys it, what was tested.
     """
 
@@ -93,6 +97,7 @@ class Profile:
         "gpu_dependent",
         "host_dependent",
         "name",
+        "new_only",
         "notes",
         "only",
         "skip",
@@ -114,8 +119,10 @@ class Profile:
         only: tuple[str, ...] = (),
         busy_while: tuple[str, ...] = (),
         host_dependent: bool = False,
+        new_only: bool = False,
     ) -> None:
         self.name = name
+        self.new_only = new_only
         self.env = tuple(env)
         self.subdir = subdir
         self.default = default
@@ -372,6 +379,34 @@ PROFILES: dict[str, Profile] = {
             ),
         ),
         Profile(
+            name="torchinductor-pch",
+            env=(),
+            default="{tmpdir}/torchinductor_{user}/precompiled_headers",
+            dists=("torch",),
+            only=("*.gch",),
+            skip=("locks", "*_CxxBuild"),
+            busy_while=("{stem}_CxxBuild",),
+            gpu_dependent=False,
+            host_dependent=True,
+            new_only=True,
+            notes=(
+                "PyTorch Inductor's precompiled C++ header (c<hash>.h.gch, ~150 MB), which "
+                "it keeps in $TMPDIR/torchinductor_<user>/precompiled_headers whatever "
+                "TORCHINDUCTOR_CACHE_DIR says, and builds on a fresh host before it loads "
+                "any library -- even one the torchinductor profile hydrated. The name is a "
+                "hash of the header, its preprocessed text (the torch install's paths), the "
+                "compile command and the compiler's version; entries also name the host "
+                "(host_identity), and GCC checks a header against the compiler and flags "
+                "itself (one it cannot use is ignored, and the header parsed instead). GCC "
+                "writes it in place while <name>_CxxBuild exists beside it: such a file is "
+                "not published, nor a killed build's. Hydrated files are verified whole "
+                "before they are linked into place: a truncated one would fail every "
+                "compile that includes it. The directory is shared by every torch the "
+                "user runs, so only headers made during the job are published. Tested "
+                "here (torch 2.13, CPU)."
+            ),
+        ),
+        Profile(
             name="deepgemm",
             env=("DG_JIT_CACHE_DIR",),
             default="~/.deep_gemm",
@@ -438,6 +473,7 @@ _KEYS: dict[str, type] = {
     "only": list,
     "busy_while": list,
     "host_dependent": bool,
+    "new_only": bool,
 }
 
 
