@@ -272,3 +272,13 @@ def test_read_only_handle_refuses_each_store_of_a_batch(tmp_path: Path) -> None:
     assert [o.reason for o in outcomes] == ["read-only", "read-only"]
     assert ro.stats().write_failures == 2
     ro.close()
+
+
+def test_a_durable_filestream_batch_stores_every_entry(tmp_path: Path) -> None:
+    """``durable=True``: each payload fsync'd as one store does, and each shard the
+    batch renamed into synced once at its end."""
+    c = FileStreamProgramCache(tmp_path / "fs", durable=True)
+    items = [(b"k%d" % i, os.urandom(1000), b"m") for i in range(20)]
+    assert [o.reason for o in c.set_entries(items)] == [STORED] * 20
+    assert c.get_entries([k for k, _, _ in items]) == [CacheEntry(v, m) for _, v, m in items]
+    c.close()

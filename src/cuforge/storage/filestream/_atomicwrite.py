@@ -178,7 +178,10 @@ class PairWriter:
         are opened once, and the writer's ``.alive`` lock is checked once. A pair
         whose write fails with those descriptors (a directory removed or replaced
         meanwhile) is written once more by :meth:`write_pair`, which opens them
-        afresh -- so a batch answers what one write after another would.
+        afresh -- so a batch answers what one write after another would. With
+        ``durable``, each shard the batch renamed into is fsync'd once at the end, so
+        the new names survive a host crash too (one write after another syncs no
+        directory: after a crash such an entry may be absent, never torn).
         """
         if not DIR_FD or len(items) < 2:
             return [self._answer(item, durable) for item in items]
@@ -201,6 +204,10 @@ class PairWriter:
         except OSError:
             out.extend(self._answer(item, durable) for item in items[len(out) :])
         finally:
+            if durable:
+                for fd in shards.values():
+                    with contextlib.suppress(OSError):  # best effort: the entries are stored
+                        os.fsync(fd)
             for fd in (*shards.values(), efd, tfd):
                 if fd >= 0:
                     os.close(fd)
