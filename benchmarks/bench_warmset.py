@@ -1,20 +1,28 @@
 """Warm-set prefetch against one bulk transfer of the same bytes, and against one get
 after another, from a real redis-server and a real SeaweedFS S3 on loopback.
 
-    python benchmarks/bench_warmset.py [--entries 1000] [--size 32768] [--rounds 3]
+    python benchmarks/bench_warmset.py [--entries 1000] [--size 32768] [--rounds 5]
+        [--only redis|s3] [--local file|sqlite] [--rtt MS]
 
 Each round, for each backend: N entries of SIZE random bytes are in the shared cache
-and a warm set lists them. Three ways to bring them into an empty local directory:
+and a warm set lists them. The ways to bring them into an empty local level, one
+after another in each round (so a noisy moment hits them alike):
 
 - ``bulk``: the same N x SIZE bytes as ONE value/object (a Redis GET, an S3 GET),
   written to one local file -- the floor a tarball-style restore cannot beat;
+- ``floor``: the N entries' bytes written into an empty directory as the FileStream
+  layout's files (payload and sidecar, in shard directories), with no fetch and no
+  check -- what any per-entry local cache pays this file system (``--local file``);
 - ``prefetch``: ``cuforge.integrations.warmsets.prefetch`` through the tier
-  ``file:///<empty dir>,<shared>`` (the set loaded first, included in the time);
+  ``<local>,<shared>`` (the set loaded first, included in the time);
 - ``one by one``: ``get_entry`` of each key in turn through the same kind of tier
   (what a job without a warm set does as it asks).
 
-Prints each configuration's best time over the rounds and the ratios
-``prefetch / bulk`` (goal <= 2) and ``one by one / prefetch`` (goal >= 10).
+``--rtt MS`` puts a relay that holds each chunk back MS/2 each way in front of the
+servers (``_delay.py``): a network's round trip instead of loopback's. Prints each
+configuration's median (and best) over the rounds and the ratios of medians
+``prefetch / bulk`` (goal <= 2), ``one by one / prefetch`` (goal >= 10) and
+``prefetch / floor``.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ import argparse
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -32,6 +41,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 sys.path.insert(0, os.path.join(HERE, "..", "src"))
 
+META = b'{"kind":"raw","v":1}'
+
 
 def _fill(url: str, n: int, size: int) -> list[bytes]:
     from cuforge.integrations import warmsets
@@ -39,18 +50,22 @@ def _fill(url: str, n: int, size: int) -> list[bytes]:
 
     keys = [b"bench-warm\0" + str(i).encode() for i in range(n)]
     with open_cache(url) as cache:
-        for k in keys:
-            cache.set_entry(k, os.urandom(size), b'{"kind":"raw","v":1}')
+        for at in range(0, n, 64):
+            cache.set_entries([(k, os.urandom(size), META) for k in keys[at : at + 64]])
         warmsets.store(cache, "bench", keys)
     return keys
 
 
-def _prefetch(shared: str, local: str) -> float:
+def _level(local: str, kind: str) -> str:
+    return f"file://{local}" if kind == "file" else f"sqlite://{local}/cache.db"
+
+
+def _prefetch(shared: str, local: str, kind: str) -> float:
     from cuforge.integrations import warmsets
     from cuforge.storage.urls import open_cache
 
     start = time.perf_counter()
-    with open_cache(f"file://{local},{shared}") as cache:
+    with open_cache(f"{_level(local, kind)},{shared}") as cache:
         tier = warmsets.local_tier(cache)
         assert tier is not None
         keys = warmsets.load(cache, "bench")
@@ -61,15 +76,37 @@ def _prefetch(shared: str, local: str) -> float:
     return took
 
 
-def _one_by_one(shared: str, local: str, keys: list[bytes]) -> float:
+def _one_by_one(shared: str, local: str, kind: str, keys: list[bytes]) -> float:
     from cuforge.storage.urls import open_cache
 
     start = time.perf_counter()
-    with open_cache(f"file://{local},{shared}") as cache:
+    with open_cache(f"{_level(local, kind)},{shared}") as cache:
         got = sum(cache.get_entry(k) is not None for k in keys)
     took = time.perf_counter() - start
     assert got == len(keys)
     return took
+
+
+def _floor(local: str, n: int, size: int, payloads: list[bytes]) -> float:
+    """N entries as plain files of the FileStream layout: no fetch, no check."""
+    side = os.urandom(76)
+    start = time.perf_counter()
+    entries = os.path.join(local, "entries")
+    os.mkdir(entries)
+    made: set[str] = set()
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+    for i in range(n):
+        name = os.urandom(32).hex()
+        shard = os.path.join(entries, name[:2])
+        if shard not in made:
+            os.mkdir(shard)
+            made.add(shard)
+        base = f"{shard}/{name[2:]}"
+        for path, data in ((base + ".cfsum", side), (base, payloads[i])):
+            fd = os.open(path, flags, 0o600)
+            os.write(fd, data)
+            os.close(fd)
+    return time.perf_counter() - start
 
 
 def _bulk_redis(client: object, local: str) -> float:
@@ -90,64 +127,105 @@ def _bulk_s3(store: object, local: str) -> float:
     return time.perf_counter() - start
 
 
+def _relay(port: int, one_way_ms: float) -> tuple[subprocess.Popen[str], int]:
+    """A delay relay (``_delay.py``) in front of ``port``; the relay's port."""
+    from _redis import free_port
+
+    listen = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, os.path.join(HERE, "_delay.py"), str(listen), str(port), str(one_way_ms)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    return proc, listen
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--entries", type=int, default=1000)
     ap.add_argument("--size", type=int, default=32 << 10)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--only", choices=("redis", "s3"), default=None)
+    ap.add_argument("--local", choices=("file", "sqlite"), default="file")
+    ap.add_argument("--rtt", type=float, default=0.0, metavar="MS")
     args = ap.parse_args()
     from _redis import RedisServer
     from _s3 import SeaweedServer
 
     work = Path(tempfile.mkdtemp(prefix="bench-warmset-"))
     servers: list[object] = []
+    relays: list[subprocess.Popen[str]] = []
     results: dict[str, dict[str, list[float]]] = {}
+    nbytes = args.entries * args.size
     try:
         backends: dict[str, tuple[str, object, object]] = {}
         if args.only in (None, "redis"):
             redis = RedisServer(work / "redis")
             servers.append(redis)
-            client = redis.client()
-            client.set(b"bench-bulk", os.urandom(args.entries * args.size))
-            backends["redis"] = (redis.url, client, _bulk_redis)
+            port = redis.port
+            if args.rtt:
+                relay, port = _relay(port, args.rtt / 2)
+                relays.append(relay)
+            import redis as redis_py
+
+            client = redis_py.Redis(host="127.0.0.1", port=port)
+            client.set(b"bench-bulk", os.urandom(nbytes))
+            backends["redis"] = (f"redis://127.0.0.1:{port}/0", client, _bulk_redis)
         if args.only in (None, "s3"):
             (work / "s3").mkdir()
             s3 = SeaweedServer(work / "s3")
             servers.append(s3)
             os.environ.update(SeaweedServer.client_env())
+            if args.rtt:
+                relay, port = _relay(s3.ports["s3"], args.rtt / 2)
+                relays.append(relay)
+                s3.ports["s3"] = port  # clients go through the relay
             import obstore
 
             raw = s3.raw()
-            obstore.put(raw, "bench-bulk", os.urandom(args.entries * args.size))
+            obstore.put(raw, "bench-bulk", os.urandom(nbytes))
             backends["s3"] = (s3.url(), raw, _bulk_s3)
         keys = {name: _fill(url, args.entries, args.size) for name, (url, _, _) in backends.items()}
+        payloads = [os.urandom(args.size) for _ in range(args.entries)]
+        ways = ["bulk", "prefetch", "one by one"] + (["floor"] if args.local == "file" else [])
         for r in range(args.rounds):
             for name, (url, handle, bulk) in backends.items():
                 times = results.setdefault(name, {})
-                for what in ("bulk", "prefetch", "one by one"):
+                for what in ways:
                     local = tempfile.mkdtemp(dir=work, prefix=f"local-{r}-")
                     if what == "bulk":
                         took = bulk(handle, local)  # type: ignore[operator]
+                    elif what == "floor":
+                        took = _floor(local, args.entries, args.size, payloads)
                     elif what == "prefetch":
-                        took = _prefetch(url, local)
+                        took = _prefetch(url, local, args.local)
                     else:
-                        took = _one_by_one(url, local, keys[name])
+                        took = _one_by_one(url, local, args.local, keys[name])
                     times.setdefault(what, []).append(took)
                     shutil.rmtree(local, ignore_errors=True)
-        mib = args.entries * args.size / (1 << 20)
-        print(f"{args.entries} entries x {args.size // 1024} KiB = {mib:.1f} MiB, "
-              f"{args.rounds} rounds, best (median) seconds")  # fmt: skip
+        where = f"{args.rtt:g} ms round trip (relay)" if args.rtt else "loopback"
+        print(
+            f"{args.entries} entries x {args.size // 1024} KiB = {nbytes / (1 << 20):.1f} MiB "
+            f"into an empty {args.local}:// level, {where}, {args.rounds} rounds; "
+            "median (best) seconds"
+        )
         for name, times in results.items():
-            best = {w: min(t) for w, t in times.items()}
             med = {w: statistics.median(t) for w, t in times.items()}
-            cells = "  ".join(f"{w}: {best[w]:.3f} ({med[w]:.3f})" for w in best)
+            cells = "  ".join(f"{w}: {med[w]:.3f} ({min(t):.3f})" for w, t in times.items())
             print(f"{name:6s} {cells}")
+            floor = ""
+            if "floor" in med:
+                floor = f"; prefetch / floor = {med['prefetch'] / med['floor']:.2f}"
             print(
-                f"{name:6s} prefetch / bulk = {best['prefetch'] / best['bulk']:.2f} (goal <= 2); "
-                f"one by one / prefetch = {best['one by one'] / best['prefetch']:.1f} (goal >= 10)"
+                f"{name:6s} prefetch / bulk = {med['prefetch'] / med['bulk']:.2f} (goal <= 2); "
+                f"one by one / prefetch = {med['one by one'] / med['prefetch']:.1f} (goal >= 10)"
+                + floor
             )
     finally:
+        for relay in relays:
+            relay.kill()
+            relay.wait()
         for server in servers:
             server.stop() if hasattr(server, "stop") else server.kill()  # type: ignore[attr-defined]
         shutil.rmtree(work, ignore_errors=True)

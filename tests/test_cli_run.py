@@ -227,3 +227,41 @@ def test_a_warm_set_is_prefetched_before_the_job_starts(tmp_path, redis_server) 
     result = run(tmp_path, "run", "--cache", url, "--warm-set", "job", "--", PY, job)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "20"
+
+
+def _venv_without_cuforge(tmp_path) -> str:
+    """Another Python: a fresh virtual environment of this interpreter's base, with
+    nothing installed (no cuforge, no JIT)."""
+    where = tmp_path / "other-venv"
+    subprocess.run([PY, "-m", "venv", "--without-pip", str(where)], check=True, timeout=120)
+    python = where / "bin" / "python"
+    assert python.exists()
+    return str(python)
+
+
+def test_a_job_python_without_cuforge_is_said_once_and_the_job_runs(tmp_path) -> None:
+    """``cuforge run -- /other/venv/bin/python job.py`` where that Python has no cuforge:
+    the job runs unwired (its exit status kept), and ``cuforge run`` says so in one
+    line -- not one line from every Python process of the job."""
+    other = _venv_without_cuforge(tmp_path)
+    job = _script(
+        tmp_path,
+        """
+        import subprocess, sys
+        subprocess.run([sys.executable, "-c", "print('child ran')"], check=True)
+        print("job ran"); sys.exit(5)
+        """,
+    )
+    result = run(tmp_path, "run", "--cache", str(tmp_path / "c"), "--", other, job)
+    assert result.returncode == 5, result.stderr
+    assert result.stdout.split("\n")[:2] == ["child ran", "job ran"]
+    said = [line for line in result.stderr.splitlines() if "cannot import cuforge" in line]
+    assert len(said) == 1, result.stderr
+    assert said[0].startswith(f"cuforge run: {other} cannot import cuforge")
+    assert "not wired" in said[0] and "install cuforge" in said[0]
+
+
+def test_this_python_is_not_asked_about_itself(tmp_path) -> None:
+    result = run(tmp_path, "run", "--cache", str(tmp_path / "c"), "--", PY, "-c", "print(1)")
+    assert result.returncode == 0 and result.stdout.strip() == "1"
+    assert "cuforge run:" not in result.stderr, result.stderr

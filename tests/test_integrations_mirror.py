@@ -77,12 +77,14 @@ def test_every_builtin_profile_is_data_with_the_jits_variable() -> None:
         "vllm": "VLLM_CACHE_ROOT",
         "torchinductor": "TORCHINDUCTOR_CACHE_DIR",
     }
-    assert {n: p.env[0] for n, p in PROFILES.items()} == variables
+    # Inductor's precompiled header lives where $TMPDIR says, whatever its variable.
+    assert {n: p.env[0] for n, p in PROFILES.items() if p.env} == variables
+    assert [n for n, p in PROFILES.items() if not p.env] == ["torchinductor-pch"]
     for name, profile in PROFILES.items():
         assert profile.name == name and profile.dists and profile.notes
         assert profile.skipped("x.tmp") and profile.skipped("a/b.lock")
         assert profile.skipped(".nfs000123") and not profile.skipped("kernel.o")
-        tested = name in ("warp", "numba", "torchinductor")
+        tested = name in ("warp", "numba", "torchinductor", "torchinductor-pch")
         assert ("Tested here" in profile.notes) == tested, name
         assert ("Untested here" in profile.notes) != tested, name
     assert not PROFILES["warp"].gpu_dependent and not PROFILES["numba"].gpu_dependent
@@ -288,6 +290,43 @@ def test_the_torchinductor_profile_finds_inductors_directory(tmp_path: Path) -> 
                 "locks/k.lock", "or/c1_CxxBuild/c1.o", "gcc/bin/g++"):  # fmt: skip
         assert inductor.skipped(rel), rel
     assert inductor.markers("or/c1.main.so") == ["or/c1.main_CxxBuild"]
+
+
+def test_the_torchinductor_pch_profile_finds_the_precompiled_header(tmp_path: Path) -> None:
+    pch = PROFILES["torchinductor-pch"]
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    where = f"{tmp}/torchinductor_ann/precompiled_headers"
+    assert pch.directory({"TMPDIR": str(tmp), "USER": "ann"}) == where
+    # Inductor's own directory elsewhere does not move the header.
+    assert pch.directory({"TMPDIR": str(tmp), "USER": "ann", "TORCHINDUCTOR_CACHE_DIR": "/x"}) == (
+        where
+    )
+    assert pch.host_dependent and not pch.gpu_dependent
+    assert pch.included("ck42h4.h.gch") and not pch.included("ck42h4.h")
+    assert pch.skipped("locks/ck42h4.lock") and pch.skipped("ck42h4.h_CxxBuild/x")
+    assert pch.markers("ck42h4.h.gch") == ["ck42h4.h_CxxBuild"]  # GCC writes it in place
+
+
+def test_a_new_only_profile_publishes_only_what_was_written_after_it_started(
+    tmp_path: Path,
+) -> None:
+    """A directory other installs share ($TMPDIR's precompiled headers): files there
+    before the mirror started are another torch's, never published; the job's are."""
+    shared = Profile(name="shared", env=("SHARED_DIR",), gpu_dependent=False, new_only=True)
+    a = tmp_path / "a"
+    a.mkdir()
+    (a / "old.gch").write_bytes(b"another install's header")
+    time.sleep(0.05)
+    m = mirror(InMemoryProgramCache(), a, profile=shared)
+    time.sleep(0.05)
+    (a / "new.gch").write_bytes(b"this job's header")
+    result = m.publish()
+    assert result.stored == 1
+    assert "new.gch" in m._load_index() and "old.gch" not in m._load_index()
+    assert load_profiles({"shared": {"env": "S", "dists": ["x"], "new_only": True}})[
+        "shared"
+    ].new_only
 
 
 # -- the engine on plain files ------------------------------------------------------------
@@ -525,6 +564,75 @@ def test_another_users_files_are_never_published(tmp_path: Path) -> None:
     os.chown(a / "theirs.o", 65534, 65534)
     result = mirror(InMemoryProgramCache(), a).publish()
     assert (result.stored, result.foreign) == (1, 1)
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="needs root to chown")
+def test_hydrate_refuses_a_directory_owned_by_another_user(tmp_path: Path) -> None:
+    """A directory of another user is never written: one line, nothing in it (no file,
+    no state file, no folder), the cached files left for its owner's own run."""
+    cache, a, b = InMemoryProgramCache(), tmp_path / "a", tmp_path / "b"
+    (a / "mod").mkdir(parents=True)
+    (a / "mod" / "k.o").write_bytes(b"code")
+    assert mirror(cache, a).publish().stored == 1
+    b.mkdir()
+    os.chown(b, 65534, 65534)
+    before = os.stat(b)
+    with pytest.warns(CacheReadWarning, match="belongs to another user") as caught:
+        got = mirror(cache, b).hydrate()
+    assert (got.written, got.errors) == (0, 0)
+    assert "uid 65534" in got.reason and "\n" not in str(caught[0].message)
+    assert os.listdir(b) == [] and os.stat(b).st_mtime_ns == before.st_mtime_ns
+    os.chown(b, os.geteuid(), os.getegid())  # its owner's own run hydrates it
+    assert mirror(cache, b).hydrate().written == 1
+
+
+def test_the_mirrors_entries_join_a_recorded_warm_set(tmp_path: Path) -> None:
+    """Through a warm set's recorder (``cuforge run --warm-set``), every entry a mirror
+    publishes, hydrates, or finds already in place is noted -- with the index -- so a
+    fresh host's prefetch fetches them before hydrating."""
+    from cuforge.integrations.warmsets import Recorder
+
+    cache, a, b = InMemoryProgramCache(), tmp_path / "a", tmp_path / "b"
+    (a / "mod").mkdir(parents=True)
+    (a / "mod" / "k.o").write_bytes(b"code")
+    (a / "top.bin").write_bytes(b"data")
+    names = [f"{mirror(cache, a).prefix}:{rel}" for rel in ("mod/k.o", "top.bin")]
+    entries = ForeignEntries(cache, "mirror")
+    wanted = {entries.key(n) for n in names}
+    index = ForeignEntries(cache, "mirror-index").key(mirror(cache, a).prefix)
+    published = Recorder(cache)
+    assert mirror(published, a).publish().stored == 2
+    assert wanted | {index} <= published.keys()
+    hydrated = Recorder(cache)
+    assert mirror(hydrated, b).hydrate().written == 2
+    assert wanted | {index} <= hydrated.keys()
+    in_place = Recorder(cache)  # a later run: the files are there, nothing is read
+    got = mirror(in_place, b).hydrate()
+    assert (got.written, got.present) == (0, 2)
+    assert wanted <= in_place.keys()
+    unchanged = Recorder(cache)  # a later publish: nothing stored again
+    assert mirror(unchanged, a).publish().unchanged == 2
+    assert wanted <= unchanged.keys()
+
+
+def test_mirrors_read_the_jobs_python_for_installed_jits_and_versions(tmp_path: Path) -> None:
+    """``cuforge run -- /other/venv/bin/python``: the mirrors see the JITs installed in
+    that Python's ``sys.path`` and key their versions -- never this Python's."""
+    from cuforge.integrations.sessions import open_mirrors
+
+    site = tmp_path / "other-site-packages"
+    (site / "warp_lang-9.8.7.dist-info").mkdir(parents=True)
+    (site / "warp_lang-9.8.7.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: warp-lang\nVersion: 9.8.7\n"
+    )
+    env = {"WARP_CACHE_PATH": str(tmp_path / "w"), "NUMBA_CACHE_DIR": str(tmp_path / "n")}
+    mirrors = open_mirrors(InMemoryProgramCache(), env, path=[str(site)])
+    assert [m.profile.name for m in mirrors] == ["warp"]  # numba: set, but not installed there
+    (warp,) = mirrors
+    assert warp.version == "warp-lang==9.8.7" and warp.active
+    assert warp.directory == str(tmp_path / "w" / "9.8.7")  # the job's variable, its version
+    assert "warp-lang==9.8.7" in warp.prefix
+    assert open_mirrors(InMemoryProgramCache(), env, path=[]) == []  # a Python with no JIT
 
 
 class _Broken(InMemoryProgramCache):

@@ -74,9 +74,9 @@ def world(tmp_path: Path) -> Path:
 
 def _host(world: Path, name: str, url: str, **extra: str) -> tuple[dict[str, Any], list[str]]:
     """One job on a fresh host through ``cuforge run``: its result and the libraries
-    the compiler built into Inductor's directory (``-o <dir>/...so`` or ``.o``; not
-    the preprocessing and precompiled header Inductor makes in ``$TMPDIR`` every time
-    it starts on a fresh host, outside the directory)."""
+    the compiler built into Inductor's directory (``-o <dir>/...so`` or ``.o``) or its
+    precompiled header (``-o $TMPDIR/.../precompiled_headers/...h.gch``), which it
+    keeps outside that directory; not the preprocessing it runs at every start."""
     home = world / name
     (home / "tmp").mkdir(parents=True)
     log = home / "builds.log"
@@ -100,7 +100,8 @@ def _host(world: Path, name: str, url: str, **extra: str) -> tuple[dict[str, Any
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
     assert proc.returncode == 0 and lines, proc.stdout[-2000:] + proc.stderr[-4000:]
     commands = log.read_text().splitlines() if log.exists() else []
-    built = re.compile(rf" -o {re.escape(str(inductor))}/\S+\.(so|o)( |$)")
+    pch = re.escape(str(home / "tmp")) + r"/torchinductor_\S+/precompiled_headers/\S+\.gch"
+    built = re.compile(rf" -o ({re.escape(str(inductor))}/\S+\.(so|o)|{pch})( |$)")
     return json.loads(lines[-1][len("RESULT ") :]), [c for c in commands if built.search(c)]
 
 
@@ -111,16 +112,21 @@ def test_a_fresh_host_runs_torch_compile_without_building_and_another_compiler_b
     first, builds = _host(world, "host1", url)
     assert first["same_as_eager"] and first["fx"].get("fxgraph_cache_miss", 0) >= 1
     assert builds, "Inductor built no C++ library: nothing for the mirror to carry"
+    assert any(".gch" in c for c in builds), "Inductor built no precompiled header here"
 
     second, builds = _host(world, "host2", url)
     assert second["same_as_eager"]
     assert second["fx"].get("fxgraph_cache_hit", 0) >= 1  # the remote FX-graph cache
-    assert builds == []  # every library came from the mirror: the compiler never ran
+    # Every library and the precompiled header came from the mirror: no build ran.
+    assert builds == []
     libraries = list((world / "host2" / "inductor").rglob("*.so"))
     assert libraries and all(p.stat().st_size > 0 for p in libraries)
+    headers = list((world / "host2" / "tmp").rglob("precompiled_headers/*.gch"))
+    assert headers and all(p.stat().st_size > 1 << 20 for p in headers)
 
     # The same compiler path, another compiler behind it (another host's g++): the
     # libraries it built here are never handed over; Inductor builds its own.
     third, builds = _host(world, "host3", url, CXX_VERSION_LINE="g++ (Other) 99.1.0")
     assert third["same_as_eager"]
     assert builds, "a library built by another compiler reached this host"
+    assert any(".gch" in c for c in builds), "another compiler's precompiled header reached it"

@@ -138,3 +138,52 @@ def test_a_killed_run_keeps_what_its_periodic_publish_stored(tmp_path: Path) -> 
     second, stdout = _run(url, job, _host(tmp_path, "host2", warp_dir=True))
     assert "(cached)" in stdout and "(compiled)" not in stdout
     assert (second["numba"]["hits"], second["numba"]["misses"]) == (1, 0)
+
+
+def _mirror_keys(url: str) -> set[bytes]:
+    """The cache keys of every mirrored file and index in the cache (their records
+    name them)."""
+    from cuforge.integrations._cache import ForeignEntries
+    from cuforge.storage.record import decode_record
+    from cuforge.storage.urls import open_cache
+
+    keys: set[bytes] = set()
+    with open_cache(url) as cache:
+        for info in cache.iter_entries():
+            for kind in ("mirror", "mirror-index"):
+                record = decode_record(info.meta or b"", kind)
+                if record is not None:
+                    keys.add(ForeignEntries(cache, kind).key(str(record["key"])))
+    return keys
+
+
+def test_the_warm_set_lists_the_mirrored_files_and_a_fresh_host_prefetches_them(
+    tmp_path: Path, redis_server: Any
+) -> None:
+    """``cuforge run --warm-set``: Warp's and Numba's mirrored files (and the indexes)
+    join the set, so a fresh host's prefetch brings them into its local level before
+    the mirror hydrates from it."""
+    from cuforge.integrations import warmsets
+    from cuforge.storage.urls import open_cache
+
+    job = _job(tmp_path)
+    shared = f"{redis_server.url}?prefix=ws:"
+    url = f"file://{tmp_path / 'local-1'},{shared}"
+    proc = subprocess.run(
+        [str(SCRIPT), "run", "--cache", url, "--warm-set", "job", "--",
+         sys.executable, str(job)],
+        env=_host(tmp_path, "host1", warp_dir=True), capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    mirrored = _mirror_keys(shared)
+    assert len(mirrored) >= 7  # Warp's module files, Numba's index and data, two indexes
+    with open_cache(shared) as cache:
+        listed = set(warmsets.load(cache, "job") or [])
+    assert mirrored <= listed, mirrored - listed
+    with open_cache(f"file://{tmp_path / 'local-2'},{shared}") as cache:
+        tier = warmsets.local_tier(cache)
+        assert tier is not None
+        done = warmsets.prefetch(tier, sorted(listed))
+    assert done.missing == 0
+    with open_cache(f"file://{tmp_path / 'local-2'}") as local:  # now in the local level
+        assert all(local.get_entry(k) is not None for k in mirrored)

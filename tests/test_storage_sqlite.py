@@ -320,11 +320,13 @@ def test_foreign_database_is_refused_and_left_untouched(tmp_path: Path) -> None:
 
 
 def test_schema_version_mismatch_rebuilds_our_tables_only(tmp_path: Path) -> None:
+    """An older layout (version 1) is rebuilt; a newer one is refused instead
+    (test_storage_sqlite_schema.py): rebuilding it would drop a newer cuforge's data."""
     db = tmp_path / "cache.db"
     with SQLiteProgramCache(db) as c:
         c["k"] = b"v" * 1000
     with raw(db) as conn:
-        conn.execute("PRAGMA user_version = 99")
+        conn.execute("PRAGMA user_version = 1")
         conn.execute("CREATE TABLE cuforge_legacy (x)")
         conn.execute("CREATE TABLE notes (x)")  # not ours: kept
     with warnings.catch_warnings():
@@ -577,9 +579,9 @@ def test_statistics_are_kept_in_the_database(tmp_path: Path) -> None:
         c.get("k")
         total = c.total_stats()
     assert (total.stores, total.hits, total.misses, total.bytes_read) == (2, 3, 2, 30)
-    # the schema's ten counters are CacheStats' first ten, in order; a counter added
-    # later (lock_timeouts) is kept per handle until a schema version adds its column
-    assert list(STAT_COLUMNS) == list(CacheStats().as_dict())[:10] and len(STAT_COLUMNS) == 10
+    # the schema's counters are CacheStats' fields, in order (revision 3: all twelve); a
+    # counter added later is kept per handle until a schema revision adds its column
+    assert list(STAT_COLUMNS) == list(CacheStats().as_dict())[:12] and len(STAT_COLUMNS) == 12
 
 
 def test_zero_stats_restarts_the_shared_counters(tmp_path: Path) -> None:

@@ -36,6 +36,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 
@@ -139,15 +140,46 @@ def _run(args: argparse.Namespace) -> int:
     url = chosen.target()  # with a settings file's cap, as compile applies it
     with cache:
         job = _Job(cache, args.warm_set, args.publish_every)
-        job.before()
+        other = _other_python(command, child_env(dict(os.environ), url, None, False))
+        job.before(None if other is None else other.path)
         try:
             env = child_env(dict(os.environ), url, job.journal, args.warm, chosen.secret)
+            if other is not None and not other.cuforge:
+                env["CUFORGE_RUN_QUIET"] = "1"  # said once above, not by every process
             proc = _start(command, env)
             job.start_publishing()
             rc = _wait(proc, job)
         finally:
             job.after()
         return rc
+
+
+def _other_python(command: list[str], env: dict[str, str]) -> Any:
+    """The job's interpreter when the command starts another Python than this one
+    (``_jobpython``): a ``JobPython`` whose ``path`` the mirrors read, with an empty
+    ``path`` (mirrors off) when it cannot be asked; None for this Python or a command
+    that is not one. What it means for the job is said in one line on stderr."""
+    from cuforge.cli import _jobpython
+
+    python = _jobpython.job_python(command, env)
+    if python is None:
+        return None
+    found = _jobpython.probe(python, env)
+    if isinstance(found, str):
+        print(
+            f"cuforge run: could not ask {python} which packages it has ({found}); "
+            "directory mirrors are off for this job",
+            file=sys.stderr,
+        )
+        return _jobpython.JobPython(python, [], cuforge=True)
+    if not found.cuforge:
+        print(
+            f"cuforge run: {python} cannot import cuforge: Triton, Inductor, JAX and CuPy "
+            "in this job are not wired to the cache (install cuforge in that environment); "
+            "directory mirrors and the warm set still work, for the JITs installed there",
+            file=sys.stderr,
+        )
+    return found
 
 
 def _start(command: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
@@ -204,23 +236,33 @@ class _Job:
         self.warm_set = warm_set
         self.every = every
         self.journal: str | None = None
+        self.recorder: Any = None
         self.mirrors: list[Any] = []
         self.ended_ok = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
 
-    def before(self) -> None:
+    def before(self, path: list[str] | None = None) -> None:
+        """Prefetch the warm set and hydrate the mirrors; ``path``: the job's Python's
+        ``sys.path`` when it is another interpreter (the mirrors read its JITs)."""
         from cuforge._log import get_logger
         from cuforge.integrations.sessions import each_mirror, open_mirrors, prefetch_set
 
         log = get_logger("cuforge.run")
+        mirrored = self.cache
         if self.warm_set is not None:
+            from cuforge.integrations.warmsets import Recorder
+
             self.journal = tempfile.mkdtemp(prefix="cuforge-run-")
             done = prefetch_set(self.cache, self.warm_set)
             if done is not None:
                 log.info("warm set %r: %r", self.warm_set, done)
-        self.mirrors = open_mirrors(self.cache)
+            # The mirrors' entries (hydrated, published, or already in place) join the set.
+            self.recorder = mirrored = Recorder(
+                self.cache, os.path.join(self.journal, "mirror.keys")
+            )
+        self.mirrors = open_mirrors(mirrored, path=path)
         each_mirror(self.mirrors, "hydrate")
 
     def start_publishing(self) -> None:
@@ -262,5 +304,7 @@ class _Job:
         try:
             self.publish(final=True)
         finally:
+            if self.recorder is not None:
+                self.recorder.close()
             if self.journal is not None:
                 shutil.rmtree(self.journal, ignore_errors=True)  # made by mkdtemp above

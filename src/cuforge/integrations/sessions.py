@@ -53,16 +53,31 @@ def _warn(what: str) -> None:
     warnings.warn(f"cuforge: {what}", CacheWriteWarning, stacklevel=outside_level())
 
 
-def open_mirrors(cache: ProgramCacheResource, env: dict[str, str] | None = None) -> list[Any]:
+def open_mirrors(
+    cache: ProgramCacheResource,
+    env: dict[str, str] | None = None,
+    path: list[str] | None = None,
+) -> list[Any]:
     """A ``Mirror`` on ``cache`` for each mirror profile active in ``env`` (default:
-    this environment); [] when the mirror module is not there or finds none."""
+    this environment); [] when the mirror module is not there or finds none.
+    ``path``: the ``sys.path`` of the job's Python when it is another interpreter
+    (``cuforge run -- /other/venv/bin/python ...``): which JITs are installed, and
+    their versions (what the entries' keys name), are read there -- never this
+    Python's, whose JIT versions may differ."""
     try:
         from cuforge.integrations import mirror
     except ImportError:
         return []
     try:
-        profiles = mirror.active_profiles(dict(os.environ if env is None else env))
-        return [mirror.Mirror(profile, cache) for profile in profiles]
+        profiles = mirror.active_profiles(dict(os.environ if env is None else env), path=path)
+        if path is None:
+            return [mirror.Mirror(profile, cache, env=env) for profile in profiles]
+        versions = {p.name: p.version(path) for p in profiles}
+        return [
+            mirror.Mirror(p, cache, version=versions[p.name], env=env)
+            for p in profiles
+            if versions[p.name]
+        ]
     except Exception as exc:  # a mirror never fails the job
         _warn(f"directory mirrors are not used ({type(exc).__name__}: {exc})")
         return []
@@ -116,8 +131,8 @@ class Session:
             self.prefetched = prefetch_set(cache, self.warm_set)
             self.recorder = warmsets.Recorder(cache)
             cache = self.recorder
-        if self._use_mirrors:
-            self.mirrors = open_mirrors(base)
+        if self._use_mirrors:  # through the recorder: mirrored entries join the warm set
+            self.mirrors = open_mirrors(cache)
             each_mirror(self.mirrors, "hydrate")
         self.wiring = Wiring(cache, self._systems).start()
         self._thread = threading.Thread(target=self._periodic, name="cuforge-publish", daemon=True)

@@ -20,13 +20,15 @@ job) the run's keys are added to the set.
 
 **Prefetching.** :func:`prefetch` reads every listed entry into the local level of
 a tier -- the first persistent level of ``file:///local,redis://shared`` -- in
-batches on a few threads, through the tier's own ``get_entries`` (each level asked
-in one batch for what the faster ones missed; a hit behind the local level is
-written into it, verified first). On Redis each batch is one MGET, and batches run
-on concurrent connections; a backend whose ``get_entries`` asks one key at a time
-(S3) gets concurrency from the threads. An entry absent or damaged is skipped (a
-miss the job may compile), a level that fails is a counted failure: prefetching
-never fails the job.
+batches on a few threads, through the tier's own ``get_entries``: each level is
+asked in one batch for what the faster ones missed (Redis: one MGET; S3: concurrent
+GETs, ``s3._store.GET_CONCURRENCY`` at a time), every entry verified, and what a
+batch found is written into the local level in one batch write (``set_entries``:
+FileStream opens its directories once and updates its size ledger once per batch,
+each entry still staged and renamed on its own, so a crash leaves it whole or a
+miss; SQLite writes the batch in one transaction). An entry absent or damaged is
+skipped (a miss the job may compile), a level that fails is a counted failure:
+prefetching never fails the job.
 """
 
 from __future__ import annotations
@@ -187,6 +189,11 @@ class Recorder(EntryCache):
         with self._mutex:
             return set(self._seen)
 
+    def note(self, key: bytes) -> None:
+        """Note ``key`` as used by this job though it was neither read nor stored
+        through here (a mirrored file that was already in its directory)."""
+        self._note(key)
+
     def _note(self, key: Any) -> None:
         k = key if type(key) is bytes else _coerce(key)
         if k in self._seen:
@@ -243,6 +250,14 @@ class Recorder(EntryCache):
         outcome = self._inner.set_entry(key, value, meta)
         self._note(key)
         return outcome or STORED_OUTCOME
+
+    def set_entries(self, items: Iterable[tuple[Any, Any, bytes]]) -> list[StoreOutcome]:
+        """``inner``'s batch store, and its outcomes."""
+        batch = list(items)
+        outcomes = self._inner.set_entries(batch)
+        for key, _, _ in batch:
+            self._note(key)
+        return [o or STORED_OUTCOME for o in outcomes]
 
     def __setitem__(self, key: Any, value: Any) -> None:
         self._inner[key] = value

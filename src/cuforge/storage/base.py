@@ -5,7 +5,7 @@ from __future__ import annotations
 import abc
 import contextlib
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 
 from cuforge import _warm
@@ -250,6 +250,14 @@ class ProgramCacheResource(abc.ABC):
         self[key] = value
         return None
 
+    def set_entries(
+        self, items: Iterable[tuple[CacheKey, CacheValue, bytes]]
+    ) -> Sequence[StoreOutcome | None]:
+        """``set_entry`` of each ``(key, value, meta)``, in order; each one's outcome.
+        Backends that can write together do (``DriverCache``: the driver's batch
+        write); this default stores one at a time."""
+        return [self.set_entry(key, value, meta) for key, value, meta in items]
+
     # -- listing and maintenance (the command line's view) ----------------------
     def iter_entries(self) -> Iterator[EntryInfo]:
         """Every entry, unverified, in no particular order (a snapshot as it goes)."""
@@ -356,6 +364,12 @@ class EntryCache(ProgramCacheResource):
     @abc.abstractmethod
     def set_entry(self, key: CacheKey, value: CacheValue, meta: bytes = b"") -> StoreOutcome:
         """Store ``value`` with ``meta`` under ``key``; what happened."""
+
+    def set_entries(
+        self, items: Iterable[tuple[CacheKey, CacheValue, bytes]]
+    ) -> Sequence[StoreOutcome]:
+        """``set_entry`` of each ``(key, value, meta)``, in order; each one's outcome."""
+        return [self.set_entry(key, value, meta) for key, value, meta in items]
 
     def __getitem__(self, key: CacheKey) -> bytes:
         entry = self.get_entry(key)

@@ -63,8 +63,10 @@ class Driver:
     flush_interval_s = 0.0
     lease: Callable[[Any, float | None], AbstractContextManager[bool]] | None = None
     #: Batch variants, where the medium answers many keys at once (None: one by one).
+    #: ``write_many`` takes ``(loc, data, meta)`` triples and answers one outcome per
+    #: triple, in order, each what ``write`` would have answered for it.
     read_many: Callable[[Sequence[Any]], list[Found]] | None = None
-    write_many: Callable[[Sequence[tuple[Any, bytes]]], StoreOutcome] | None = None
+    write_many: Callable[[Sequence[tuple[Any, bytes, bytes]]], list[StoreOutcome]] | None = None
     reports: Reports
 
     def bind(self, reports: Reports) -> None:

@@ -214,6 +214,30 @@ class DriverCache(EntryCache):
         """Store ``value`` (see :meth:`set_entry`)."""
         self.set_entry(key, value)
 
+    def set_entries(
+        self, items: Iterable[tuple[CacheKey, CacheValue, bytes]]
+    ) -> list[StoreOutcome]:
+        """``set_entry`` of each ``(key, value, meta)``, in order, with the same checks,
+        counters and outcomes; the driver's batch write stores them together where
+        the medium can. Bad arguments raise before anything is stored."""
+        batch: list[tuple[Any, bytes, bytes]] = []
+        for key, value, meta in items:
+            loc = self._loc(key)
+            data = coerce_value(value, f"{type(self).__name__}.set_entries")
+            batch.append((loc, data, check_meta(meta)))
+        self._check_open()
+        driver = self._driver
+        if driver.read_only:
+            refused = StoreOutcome(READ_ONLY, f"{driver.label} was opened read-only")
+            outcomes = [refused] * len(batch)
+        elif driver.write_many is None or len(batch) < 2:
+            outcomes = [driver.write(loc, data, meta) for loc, data, meta in batch]
+        else:
+            outcomes = driver.write_many(batch)
+        for (_, data, _), outcome in zip(batch, outcomes, strict=True):
+            self._account(outcome, 1, len(data))
+        return outcomes
+
     def update(
         self,
         items: Mapping[CacheKey, CacheValue] | Iterable[tuple[CacheKey, CacheValue]],
@@ -228,18 +252,20 @@ class DriverCache(EntryCache):
             return
         self._check_open()
         pairs = items.items() if isinstance(items, Mapping) else items
-        batch: list[tuple[Any, bytes]] = []
+        batch: list[tuple[Any, bytes, bytes]] = []
         try:
             for key, value in pairs:
-                batch.append((self._loc(key), coerce_value(value, f"{type(self).__name__}.update")))
+                data = coerce_value(value, f"{type(self).__name__}.update")
+                batch.append((self._loc(key), data, b""))
         finally:
             if batch:
-                nbytes = sum(len(data) for _, data in batch)
                 if self._driver.read_only:
-                    outcome = StoreOutcome(READ_ONLY, f"{self._driver.label} was opened read-only")
+                    refused = StoreOutcome(READ_ONLY, f"{self._driver.label} was opened read-only")
+                    outcomes = [refused] * len(batch)
                 else:
-                    outcome = many(batch)
-                self._account(outcome, len(batch), nbytes)
+                    outcomes = many(batch)
+                for (_, data, _), outcome in zip(batch, outcomes, strict=True):
+                    self._account(outcome, 1, len(data))
 
     def _account(self, outcome: StoreOutcome, n: int, nbytes: int) -> None:
         """Count ``n`` stores (``nbytes`` of payload) that ended as ``outcome``."""

@@ -76,7 +76,9 @@ class Store:
     errors: tuple[type[BaseException], ...] = (OSError,)
     #: Seconds between the first polls for a lease, and the most between two.
     poll_first, poll_most = 0.005, 0.1
-    get_many: Any = None  # (names) -> values, one round trip; None: one by one
+    #: (names) -> [(value or None, token)] as ``get`` answers each, fetched together
+    #: (one round trip, or concurrent requests); None: one by one.
+    get_many: Any = None
     put_many: Any = None  # (pairs of name and value) -> None; None: one by one
 
     def name(self, kd: bytes) -> Any:
@@ -251,7 +253,9 @@ class RemoteDriver(Driver):
         return found if type(found) is CacheEntry else Damaged(found, (value, token))
 
     def _read_many(self, locs: Sequence[tuple[bytes, Any]]) -> list[Found]:
-        """Every key in one round trip; a server fault makes each a counted miss."""
+        """Every key at once (one round trip, or concurrent requests); a server fault
+        makes each a counted miss. Each value keeps the token ``get`` would give it,
+        so a damaged one is dropped only as it was read."""
         values = None
         if self._allow():
             try:
@@ -264,8 +268,8 @@ class RemoteDriver(Driver):
             self.reports.unreachable(len(locs))
             return [None] * len(locs)
         return [
-            None if v is None else self._verify(kd, v, None)
-            for (kd, _), v in zip(locs, values, strict=True)
+            None if v is None else self._verify(kd, v, token)
+            for (kd, _), (v, token) in zip(locs, values, strict=True)
         ]
 
     def drop(self, loc: tuple[bytes, Any], damaged: Damaged) -> None:
@@ -292,14 +296,15 @@ class RemoteDriver(Driver):
         entry = CacheEntry(data, meta)
         return self._put([(name, self.frame.pack(kd, data, meta, time.time_ns()), entry)])
 
-    def _write_many(self, batch: Sequence[tuple[tuple[bytes, Any], bytes]]) -> StoreOutcome:
+    def _write_many(
+        self, batch: Sequence[tuple[tuple[bytes, Any], bytes, bytes]]
+    ) -> list[StoreOutcome]:
+        """Every entry in one request (a pipeline): one outcome, the same for each."""
         now = time.time_ns()
-        return self._put(
-            [
-                (name, self.frame.pack(kd, d, b"", now), CacheEntry(d, b""))
-                for (kd, name), d in batch
-            ]
+        outcome = self._put(
+            [(name, self.frame.pack(kd, d, m, now), CacheEntry(d, m)) for (kd, name), d, m in batch]
         )
+        return [outcome] * len(batch)
 
     def _put(self, batch: list[tuple[Any, bytes, CacheEntry]]) -> StoreOutcome:
         store = self.store

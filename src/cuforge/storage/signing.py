@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import struct
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -178,6 +178,20 @@ class SignedProgramCache(EntryCache):
         check_meta(meta)
         envelope = b"".join((_MAGIC, bytes((_VERSION,)), self._sign(key_digest(k), data, meta)))
         return self._inner.set_entry(k, data, envelope + meta) or STORED_OUTCOME
+
+    def set_entries(
+        self, items: Iterable[tuple[CacheKey, CacheValue, bytes]]
+    ) -> Sequence[StoreOutcome]:
+        """Sign each and store them through the inner cache's batch write; their
+        outcomes."""
+        signed: list[tuple[CacheKey, CacheValue, bytes]] = []
+        for key, value, meta in items:
+            k = coerce_key(key)
+            data = coerce_value(value, f"{type(self._inner).__name__}.set_entries")
+            check_meta(meta)
+            envelope = b"".join((_MAGIC, bytes((_VERSION,)), self._sign(key_digest(k), data, meta)))
+            signed.append((k, data, envelope + meta))
+        return [o or STORED_OUTCOME for o in self._inner.set_entries(signed)]
 
     def __setitem__(self, key: CacheKey, value: CacheValue) -> None:
         self.set_entry(key, value)

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 
 __all__ = [
     "Sig",
+    "foreign_owner",
     "read_whole",
     "remove_own",
     "safe_relpath",
@@ -100,6 +101,22 @@ def open_root(root: str, create: bool = False) -> int:
     if create:
         os.makedirs(root, exist_ok=True)
     return os.open(root, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
+
+
+def foreign_owner(root: str | int) -> int | None:
+    """The owner's uid when the directory ``root`` (a path, or a descriptor of it)
+    exists and belongs to another user than this process's effective one; None when
+    it is ours, absent, or the platform has no owners. A hydrate never writes into
+    such a directory: the files would be ours in another user's cache, and the JIT of
+    that user would load what we put there."""
+    euid = getattr(os, "geteuid", None)
+    if euid is None:
+        return None
+    try:
+        st = os.fstat(root) if isinstance(root, int) else os.stat(root)
+    except OSError:
+        return None
+    return None if st.st_uid == euid() else st.st_uid
 
 
 def scan(

@@ -111,7 +111,8 @@ class Mirror:
             else f"{profile.name} is not installed (no version)" if not self.version
             else "the GPU cannot be identified" if profile.gpu_dependent and not self.gpu
             else "the host cannot be identified" if profile.host_dependent and not self.host
-            else f"no directory (set ${profile.env[0]})" if self.directory is None
+            else f"no directory (set ${(profile.env or ('its variable',))[0]})"
+            if self.directory is None
             else ""
         )  # fmt: skip
         where = platform_tag() if self.host is None else f"{platform_tag()}+{self.host}"
@@ -122,6 +123,7 @@ class Mirror:
         self._index = None if resolved is None else ForeignEntries(resolved, INDEX_KIND)
         self._state_name = f"{_files.TEMP_PREFIX}{profile.name}.json"
         self._seen: dict[str, _files.Sig] = {}  # the previous look at each file
+        self._started_ns = time.time_ns()  # a new_only profile publishes what is newer
         self._busy = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -151,10 +153,23 @@ class Mirror:
         index = self._load_index()
         if not index:
             return
+        owner = _files.foreign_owner(self.directory)
+        if owner is not None:
+            out.reason = (
+                f"{self.directory} belongs to another user (uid {owner}): nothing is hydrated "
+                "(give this job a directory of its own)"
+            )
+            _warn(CacheReadWarning, self.profile.name, out.reason)
+            return
         root = _files.open_root(self.directory, create=True)
         try:
+            if _files.foreign_owner(root) is not None:  # replaced since it was looked at
+                out.reason = f"{self.directory} belongs to another user: nothing is hydrated"
+                _warn(CacheReadWarning, self.profile.name, out.reason)
+                return
             state = self._load_state(root)
             todo: list[tuple[str, str, int, _files.Sig | None]] = []
+            present: list[str] = []  # listed, and the directory has those very bytes
             for rel, (sha, size) in sorted(index.items()):
                 if (
                     _files.safe_relpath(rel) is None
@@ -178,8 +193,10 @@ class Mirror:
                 mine = state.get(rel)
                 if mine is not None and tuple(mine[:4]) == sig and mine[4] == sha:
                     out.present += 1
+                    present.append(rel)
                 elif st.st_size == size and self._local_sha(root, rel, sig) == sha:
                     out.present += 1
+                    present.append(rel)
                     state[rel] = [*sig, sha, 0]
                 elif mine is not None and tuple(mine[:4]) == sig and mine[5]:
                     todo.append((rel, sha, size, sig))  # the mirror's own older copy
@@ -187,6 +204,7 @@ class Mirror:
                     out.skipped_newer += 1
             for start in range(0, len(todo), _BATCH):
                 self._fetch(root, todo[start : start + _BATCH], state, out)
+            self._note(present)
             if out.written or out.present:
                 self._save_state(root, state)
         finally:
@@ -333,6 +351,8 @@ class Mirror:
         files, foreign = _files.scan(root, self.profile.skipped, uid)
         if self.profile.only:
             files = {rel: sig for rel, sig in files.items() if self.profile.included(rel)}
+        if self.profile.new_only:  # sig[2]: the change time, which utime cannot set back
+            files = {rel: sig for rel, sig in files.items() if sig[2] >= self._started_ns}
         return files, foreign
 
     def _building(self, root: int, rel: str) -> bool:
@@ -363,6 +383,7 @@ class Mirror:
             if known is not None and tuple(known[:4]) == sig:
                 if index.get(rel, ("",))[0] == known[4]:
                     out.unchanged += 1
+                    self._note([rel])
                     continue
             elif known is not None and known[3] == sig[3]:
                 out.tampered += 1  # the same inode changed in place: never published
@@ -399,6 +420,7 @@ class Mirror:
             sha = hashlib.sha256(data).hexdigest()
             if index.get(rel) == (sha, len(data)):
                 out.unchanged += 1
+                self._note([rel])
             else:
                 fields: dict[str, str | int | None] = {
                     "name": _shown(f"{self.profile.name}:{rel}"),
@@ -421,6 +443,17 @@ class Mirror:
                 1 if own is not None and tuple(own[:4]) == sig and own[5] else 0,
             ]
         return added
+
+    def _note(self, rels: list[str]) -> None:
+        """Tell a recording cache (a warm set's ``Recorder``: ``cuforge run --warm-set``)
+        that this job uses the entries of ``rels`` though it did not read them (their
+        files were there already): a fresh host's prefetch then fetches them too.
+        Entries read or stored are noted by the recorder itself."""
+        assert self._entries is not None
+        note = getattr(self._entries.cache, "note", None)
+        if callable(note):
+            for rel in rels:
+                note(self._entries.key(f"{self.prefix}:{rel}"))
 
     # -- the index -------------------------------------------------------------------
     def _load_index(self) -> dict[str, tuple[str, int]]:

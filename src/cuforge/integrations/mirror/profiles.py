@@ -17,7 +17,7 @@ import fnmatch
 import os
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from ._host import gpu_identity, host_identity
 
@@ -81,6 +81,10 @@ class Profile:
     - ``host_dependent``: whether the files are native code built for this host
       (``-march=native``, its C++ compiler and C library): then the key names
       :func:`host_identity`, and without one the mirror stays off.
+    - ``new_only``: publish only files written after the mirror started (their
+      change time is later), for a directory other installs share (Inductor's
+      precompiled headers in ``$TMPDIR``: another torch's would be published under
+      this one's version, ~150 MB each, for no host to use).
     - ``notes``: what invalidates the directory, what keys it, what was tested.
     """
 
@@ -93,6 +97,7 @@ class Profile:
         "gpu_dependent",
         "host_dependent",
         "name",
+        "new_only",
         "notes",
         "only",
         "skip",
@@ -114,8 +119,10 @@ class Profile:
         only: tuple[str, ...] = (),
         busy_while: tuple[str, ...] = (),
         host_dependent: bool = False,
+        new_only: bool = False,
     ) -> None:
         self.name = name
+        self.new_only = new_only
         self.env = tuple(env)
         self.subdir = subdir
         self.default = default
@@ -165,19 +172,22 @@ class Profile:
         names = [m.format(stem=stem) for m in self.busy_while]
         return [f"{folder}/{n}" if folder else n for n in names]
 
-    def version(self) -> str | None:
+    def version(self, path: Sequence[str] | None = None) -> str | None:
         """The JIT's version as it keys entries (``dist==version`` of each installed
-        distribution, ``+``-joined), or None when the JIT is not installed."""
+        distribution, ``+``-joined), or None when the JIT is not installed. ``path``:
+        another interpreter's ``sys.path`` (the job's Python, when it is not this
+        one); a ``version_from`` profile has no version there (it would be read by
+        importing the JIT in this Python)."""
         found: list[str] = []
         for i, dist in enumerate(self.dists):
-            ver = dist_version(dist)
+            ver = dist_version(dist, path)
             if ver is None and i == 0:
                 break
             if ver is not None:
                 found.append(f"{dist}=={ver}")
         if found:
             return "+".join(found)
-        if self.version_from is None:
+        if self.version_from is None or path is not None:
             return None
         import importlib
 
@@ -190,9 +200,10 @@ class Profile:
             return None
         return f"{module}=={value}" if isinstance(value, str) and value else None
 
-    def installed(self) -> bool:
-        """Whether the JIT's first distribution is installed (no import)."""
-        return bool(self.dists) and dist_version(self.dists[0]) is not None
+    def installed(self, path: Sequence[str] | None = None) -> bool:
+        """Whether the JIT's first distribution is installed (no import) -- on
+        ``path``, another interpreter's ``sys.path``, when given."""
+        return bool(self.dists) and dist_version(self.dists[0], path) is not None
 
     def directory(
         self, env: Mapping[str, str] | None = None, version: str | None = None
@@ -216,13 +227,14 @@ class Profile:
 _listings: dict[str, list[str]] = {}
 
 
-def dist_version(dist: str) -> str | None:
+def dist_version(dist: str, path: Sequence[str] | None = None) -> str | None:
     """The installed version of distribution ``dist``, from the name of its
-    ``<name>-<version>.dist-info`` (or ``.egg-info``) directory on ``sys.path``: the
-    first one found, as the import system finds its package. One directory listing
-    per path entry and process (``importlib.metadata`` costs ~10 ms a name)."""
+    ``<name>-<version>.dist-info`` (or ``.egg-info``) directory on ``path`` (default
+    ``sys.path``): the first one found, as the import system finds its package. One
+    directory listing per path entry and process (``importlib.metadata`` costs ~10
+    ms a name)."""
     want = re.sub(r"[-_.]+", "_", dist).lower()
-    for entry in sys.path:
+    for entry in sys.path if path is None else path:
         names = _listings.get(entry)
         if names is None:
             try:
@@ -367,6 +379,34 @@ PROFILES: dict[str, Profile] = {
             ),
         ),
         Profile(
+            name="torchinductor-pch",
+            env=(),
+            default="{tmpdir}/torchinductor_{user}/precompiled_headers",
+            dists=("torch",),
+            only=("*.gch",),
+            skip=("locks", "*_CxxBuild"),
+            busy_while=("{stem}_CxxBuild",),
+            gpu_dependent=False,
+            host_dependent=True,
+            new_only=True,
+            notes=(
+                "PyTorch Inductor's precompiled C++ header (c<hash>.h.gch, ~150 MB), which "
+                "it keeps in $TMPDIR/torchinductor_<user>/precompiled_headers whatever "
+                "TORCHINDUCTOR_CACHE_DIR says, and builds on a fresh host before it loads "
+                "any library -- even one the torchinductor profile hydrated. The name is a "
+                "hash of the header, its preprocessed text (the torch install's paths), the "
+                "compile command and the compiler's version; entries also name the host "
+                "(host_identity), and GCC checks a header against the compiler and flags "
+                "itself (one it cannot use is ignored, and the header parsed instead). GCC "
+                "writes it in place while <name>_CxxBuild exists beside it: such a file is "
+                "not published, nor a killed build's. Hydrated files are verified whole "
+                "before they are linked into place: a truncated one would fail every "
+                "compile that includes it. The directory is shared by every torch the "
+                "user runs, so only headers made during the job are published. Tested "
+                "here (torch 2.13, CPU)."
+            ),
+        ),
+        Profile(
             name="deepgemm",
             env=("DG_JIT_CACHE_DIR",),
             default="~/.deep_gemm",
@@ -433,6 +473,7 @@ _KEYS: dict[str, type] = {
     "only": list,
     "busy_while": list,
     "host_dependent": bool,
+    "new_only": bool,
 }
 
 
@@ -492,14 +533,17 @@ def load_profiles(extra: Mapping[str, Mapping[str, object]] | None = None) -> di
 
 
 def active_profiles(
-    env: Mapping[str, str] | None = None, profiles: Mapping[str, Profile] | None = None
+    env: Mapping[str, str] | None = None,
+    profiles: Mapping[str, Profile] | None = None,
+    path: Sequence[str] | None = None,
 ) -> list[Profile]:
     """The profiles (of ``profiles``, default :data:`PROFILES`) whose JIT is installed
-    or whose variable is set in ``env`` (default ``os.environ``), in name order.
-    Reads distribution metadata only; imports no JIT."""
+    (on ``path``: another interpreter's ``sys.path``; default this one's) or whose
+    variable is set in ``env`` (default ``os.environ``), in name order. Reads
+    distribution metadata only; imports no JIT."""
     env = os.environ if env is None else env
     chosen = []
     for profile in (PROFILES if profiles is None else profiles).values():
-        if any((env.get(v) or "").strip() for v in profile.env) or profile.installed():
+        if any((env.get(v) or "").strip() for v in profile.env) or profile.installed(path):
             chosen.append(profile)
     return sorted(chosen, key=lambda p: p.name)

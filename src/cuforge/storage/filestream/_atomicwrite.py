@@ -20,6 +20,7 @@ import itertools
 import os
 import stat as stat_mod
 import time
+from collections.abc import Sequence
 
 from .._filelock import try_lock
 from .._fsutil import (
@@ -151,15 +152,84 @@ class PairWriter:
         if not DIR_FD:  # Windows
             return self._write_pair_by_path(shard, name, sidecar, data, side, durable)
         tfd = self._anchor(self._tmp)
-        tmp_payload: str | None = None
-        tmp_side: str | None = None
         efd = sfd = -1
         try:
             self._ensure_alive(tfd)
-            tmp_payload = self._write_temp(tfd, data, durable)
-            tmp_side = self._write_temp(tfd, side, False)
             efd = self._anchor(self._entries)
             sfd = self._shard(efd, shard)
+            return self._stage_publish(tfd, sfd, name, sidecar, data, side, durable)
+        finally:
+            for fd in (sfd, efd, tfd):
+                if fd >= 0:
+                    os.close(fd)
+
+    def write_pairs(
+        self, items: Sequence[tuple[str, str, str, bytes, bytes]], durable: bool
+    ) -> list[int | OSError]:
+        """:meth:`write_pair` of each ``(shard, name, sidecar, data, side)``, in order;
+        each one's answer: the bytes its replaced pair occupied, or the ``OSError``
+        that stopped it (no temp of it left behind; the others go on).
+
+        Each pair is staged and published exactly as :meth:`write_pair` does it -- its
+        own temps, fsync'd with ``durable``, sidecar renamed before payload -- so a
+        crash at any point leaves each entry whole and verifying, or absent, or its
+        previous pair: never a new payload with an old sidecar that matches. What the
+        batch shares is only the descriptors: ``tmp/``, ``entries/`` and each shard
+        are opened once, and the writer's ``.alive`` lock is checked once. A pair
+        whose write fails with those descriptors (a directory removed or replaced
+        meanwhile) is written once more by :meth:`write_pair`, which opens them
+        afresh -- so a batch answers what one write after another would. With
+        ``durable``, each shard the batch renamed into is fsync'd once at the end, so
+        the new names survive a host crash too (one write after another syncs no
+        directory: after a crash such an entry may be absent, never torn).
+        """
+        if not DIR_FD or len(items) < 2:
+            return [self._answer(item, durable) for item in items]
+        out: list[int | OSError] = []
+        tfd = efd = -1
+        shards: dict[str, int] = {}
+        try:
+            tfd = self._anchor(self._tmp)
+            self._ensure_alive(tfd)
+            efd = self._anchor(self._entries)
+            for item in items:
+                shard, name, sidecar, data, side = item
+                try:
+                    sfd = shards.get(shard)
+                    if sfd is None:
+                        sfd = shards[shard] = self._shard(efd, shard)
+                    out.append(self._stage_publish(tfd, sfd, name, sidecar, data, side, durable))
+                except OSError:
+                    out.append(self._answer(item, durable))  # afresh, as one write
+        except OSError:
+            out.extend(self._answer(item, durable) for item in items[len(out) :])
+        finally:
+            if durable:
+                for fd in shards.values():
+                    with contextlib.suppress(OSError):  # best effort: the entries are stored
+                        os.fsync(fd)
+            for fd in (*shards.values(), efd, tfd):
+                if fd >= 0:
+                    os.close(fd)
+        return out
+
+    def _answer(self, item: tuple[str, str, str, bytes, bytes], durable: bool) -> int | OSError:
+        try:
+            return self.write_pair(*item, durable)
+        except OSError as exc:
+            return exc
+
+    def _stage_publish(
+        self, tfd: int, sfd: int, name: str, sidecar: str, data: bytes, side: bytes, durable: bool
+    ) -> int:
+        """Stage both files in ``tmp/`` (``tfd``), then rename the sidecar, then the
+        payload into the shard (``sfd``); the bytes the replaced pair occupied. Raises
+        ``OSError``, leaving no temp behind."""
+        tmp_payload: str | None = None
+        tmp_side: str | None = None
+        try:
+            tmp_payload = self._write_temp(tfd, data, durable)
+            tmp_side = self._write_temp(tfd, side, False)
             old = 0
             for dst in (name, sidecar):
                 with contextlib.suppress(OSError):
@@ -175,9 +245,6 @@ class PairWriter:
                 if leftover is not None:
                     with contextlib.suppress(OSError):
                         os.unlink(leftover, dir_fd=tfd)
-            for fd in (sfd, efd, tfd):
-                if fd >= 0:
-                    os.close(fd)
 
     def _anchor(self, path: str) -> int:
         """A no-follow descriptor on ``tmp/`` or ``entries/``, recreated if deleted."""

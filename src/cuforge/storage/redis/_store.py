@@ -215,7 +215,11 @@ class RedisStore(Store):
             self._refresh_ms = None
             return client.get(name), None
 
-    def _get_many(self, names: list[bytes]) -> list[Any]:
+    def _get_many(self, names: list[bytes]) -> list[tuple[Any, None]]:
+        """``get`` of each of ``names``, in one round trip."""
+        return [(value, None) for value in self._values(names)]
+
+    def _values(self, names: list[bytes]) -> list[Any]:
         """The values of ``names`` in one round trip: one MGET, or -- when reads renew
         the TTL -- one pipeline of GETEX (a replica refusing it: an MGET)."""
         refresh = self._refresh_ms

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -47,6 +48,8 @@ MAINTENANCE_TIMEOUT = 60.0
 #: Objects per bulk DELETE: S3 allows 1,000, but a loaded server can take longer than
 #: the request timeout to delete that many; 100 keep each request short.
 DELETE_BATCH = 100
+#: GET requests of one batched read in flight at once.
+GET_CONCURRENCY = 16
 # The process that started obstore's I/O runtime: its threads do not survive fork().
 _RUNTIME_PID: list[int] = []
 _FORKED = (
@@ -97,6 +100,9 @@ class S3Store(Store):
             _RUNTIME_PID.append(os.getpid())
         # Forked from a process that used S3: fail open at once, never hang.
         self.broken = _FORKED if _RUNTIME_PID[0] != os.getpid() else None
+        self._pool: Any = None  # the threads of batched reads, made on first use
+        self._pool_mutex = threading.Lock()
+        self.get_many = self._get_many
 
     @property
     def mstore(self) -> Any:
@@ -141,6 +147,28 @@ class S3Store(Store):
         except FileNotFoundError as exc:
             self._absent(exc)
             return None, None
+
+    def _get_many(self, paths: list[str]) -> list[tuple[bytes | None, Any]]:
+        """``get`` of each of ``paths``, at most ``GET_CONCURRENCY`` requests in flight
+        (S3 has no batched GET); the first request that fails raises, as one ``get``
+        would (the caller counts the whole batch as misses)."""
+        if len(paths) < 2:
+            return [self.get(p) for p in paths]
+        pool = self._pool
+        if pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            with self._pool_mutex:
+                if self._pool is None:
+                    self._pool = ThreadPoolExecutor(GET_CONCURRENCY, "cuforge-s3-get")
+                pool = self._pool
+        return list(pool.map(self.get, paths))
+
+    def close(self) -> None:
+        """Let the GET threads go (a batched read made them)."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=False)
 
     def put(self, path: str, value: bytes, entry: CacheEntry) -> bool:
         """A conditional create; an entry that exists with other contents (a manifest
@@ -319,6 +347,7 @@ class S3Store(Store):
 
     def after_fork(self) -> None:
         self.broken = _FORKED
+        self._pool = None  # the parent's threads: not in this process
 
 
 def make_client(obs: Any, bucket: str, region: str, options: dict[str, Any],

@@ -18,7 +18,7 @@ import os
 from ..handle import SharedCache
 from ._driver import SQLiteDriver
 from ._open import default_db_path
-from ._schema import ForeignDatabaseError  # noqa: F401  (raised by the constructor)
+from ._schema import ForeignDatabaseError, NewerSchemaError  # noqa: F401  (raised by the constructor)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -55,6 +55,9 @@ class SQLiteProgramCache(SharedCache):
       before anything is created beside it. A damaged cuforge database (its header's
       application id proves it) is moved to ``<path>.corrupt-<timestamp>`` (only while
       no other process uses it) and the cache starts empty (:class:`CacheRecoveryWarning`).
+      A cuforge database of a newer layout than this cuforge reads raises
+      ``NewerSchemaError`` and is never written; one of an older revision is brought
+      up to date in place (``_schema``: no entry or counter lost).
     - **Cap on real disk use**: ``max_size_bytes`` bounds database + WAL + index; LRU
       eviction walks an index on last use, vacuums and checkpoints (no table scans); a
       value that cannot fit is refused (``events.TOO_LARGE``), nothing evicted for it.

@@ -33,7 +33,7 @@ from .._integrity import key_seed
 from .._safedir import prepare_db_file
 from ..driver import Driver
 from ..entry import CacheEntry, EntryInfo
-from ..outcome import TOO_LARGE, Damaged, StoreOutcome
+from ..outcome import STORED_OUTCOME, TOO_LARGE, Damaged, StoreOutcome
 from ..stats import CacheStats
 from ..units import check_max_size
 from ._conn import Connections, check_timeout, immediate, load_sqlite3, pragmas
@@ -42,7 +42,16 @@ from ._entries import find_row, list_rows, remove_row
 from ._evict import checkpoint, delete_all, vacuum
 from ._lock import LockFile
 from ._open import mark_damaged, open_database, refuse_unless_ours
-from ._schema import SQL, ForeignDatabaseError, is_corruption, rid_of, row_check
+from ._schema import (
+    SQL,
+    Counters,
+    ForeignDatabaseError,
+    NewerSchemaError,
+    counter_columns,
+    is_corruption,
+    rid_of,
+    row_check,
+)
 from ._space import Budget, Space
 from ._writes import Writes
 
@@ -105,10 +114,14 @@ class SQLiteDriver(Driver):
             opened = open_database(sqlite3, self._conns, self._lockfile, path, self._timeout)
         except BaseException as exc:
             self._conns.close_all()
-            self._lockfile.release(remove_if_created=isinstance(exc, ForeignDatabaseError))
+            refused = isinstance(exc, (ForeignDatabaseError, NewerSchemaError))
+            self._lockfile.release(remove_if_created=refused)
             raise
         self._w.broken = opened.broken
         self._w.read_only = opened.read_only  # hits only: stores are dropped (one warning)
+        if opened.broken is None:
+            with contextlib.suppress(self._error):  # unreadable: the next write-back meets it
+                self._w.counters = Counters(counter_columns(self._conns.get()))
         if opened.notice is not None:
             tail = "; this handle serves misses (compiles still work)" if opened.broken else ""
             self._warn_recovery(f"{self.label}: {opened.notice}{tail}")
@@ -116,6 +129,7 @@ class SQLiteDriver(Driver):
         self._finalizer = weakref.finalize(self, _release, self._conns, self._lockfile)
         self._finalizer.atexit = False  # the exit flush needs them; the OS frees them after
         self.read_many = self._read_many
+        self.write_many = self._write_many
         self.lease = self._hold
 
     def bind(self, reports: Reports) -> None:
@@ -212,14 +226,46 @@ class SQLiteDriver(Driver):
         size = len(data) + len(meta)
         budget = w.space.budget
         if size > budget.share:  # could never fit: refused, nothing evicted
-            share = max(int(budget.share), 0)
-            return StoreOutcome(
-                TOO_LARGE,
-                f"{self.path}: {size} bytes, larger than the cache's size cap "
-                f"({budget.cap} bytes, {share} of them for entries)",
-            )
+            return self._too_large(size)
         now = time.time_ns()
         return self._w.store((rid, kd, row_check(seed, data, meta), size, now, now, meta, data))
+
+    def _write_many(self, batch: Sequence[tuple[Loc, bytes, bytes]]) -> list[StoreOutcome]:
+        """:meth:`write` of each, in order, the rows that fit written in one
+        transaction (as many as the WAL's allowance lets) after one wait for the write
+        lock, instead of one transaction -- one commit, one WAL sync with
+        ``durable`` -- each. A transaction commits whole or not at all, so after a
+        crash each row is there and verifying, or absent."""
+        w = self._w
+        if w.broken or w.read_only:
+            failed = w.failed(w.broken or "the file system or file is read-only")
+            return [failed] * len(batch)
+        out: list[StoreOutcome] = []
+        rows: list[tuple[Any, ...]] = []
+        at: list[int] = []
+        budget = w.space.budget
+        now = time.time_ns()
+        for (kd, rid, seed), data, meta in batch:
+            size = len(data) + len(meta)
+            if size > budget.share:  # could never fit: refused, nothing evicted
+                out.append(self._too_large(size))
+                continue
+            at.append(len(out))
+            out.append(STORED_OUTCOME)
+            rows.append((rid, kd, row_check(seed, data, meta), size, now, now, meta, data))
+        if rows:
+            for n, outcome in zip(at, w.store_many(rows), strict=True):
+                out[n] = outcome
+        return out
+
+    def _too_large(self, size: int) -> StoreOutcome:
+        budget = self._w.space.budget
+        share = max(int(budget.share), 0)
+        return StoreOutcome(
+            TOO_LARGE,
+            f"{self.path}: {size} bytes, larger than the cache's size cap "
+            f"({budget.cap} bytes, {share} of them for entries)",
+        )
 
     def remove(self, loc: Any) -> bool:
         """``loc`` of a key: its row and any store of it kept back; of an id
@@ -323,7 +369,7 @@ class SQLiteDriver(Driver):
         self._w.housekeep(True)
         unflushed = self._w.unflushed(stats)
         try:
-            stored = list(self._conns.get().execute(SQL.read_stats).fetchall()[0])
+            stored = list(self._conns.get().execute(self._w.counters.read).fetchall()[0])
         except (self._error, IndexError):
             stored = []
         stored += [0] * (len(unflushed) - len(stored))  # counters kept per handle only
@@ -340,7 +386,7 @@ class SQLiteDriver(Driver):
             try:
                 conn = self._conns.get()
                 with self._conns.full_wait(conn):
-                    immediate(conn, SQL.zero_stats)
+                    immediate(conn, self._w.counters.zero)
             except self._error as exc:
                 if is_corruption(exc):
                     self._damaged(exc)

@@ -13,10 +13,22 @@ schema version; auto_vacuum is INCREMENTAL and the journal is WAL)::
     triggers keeping cuforge_state.entries / total_bytes equal to the table's count
     and sum of sizes, whoever inserts, replaces or deletes rows
 
-A file is judged before it is used: absent or empty (new), ours, ours at another
-schema version (stale: our tables are dropped and rebuilt), a valid SQLite database
-that is not ours (foreign: refused, never written), or damaged (not SQLite, shorter
-than its header says, or unreadable through SQLite).
+A file is judged before it is used: absent or empty (new), ours, ours at an older
+schema version (stale: our tables are dropped and rebuilt), ours at a newer one
+(refused, never written: :class:`NewerSchemaError`), a valid SQLite database that is
+not ours (foreign: refused, never written), or damaged (not SQLite, shorter than its
+header says, or unreadable through SQLite).
+
+**Versions.** ``user_version`` is the layout's version (:data:`SCHEMA_VERSION`, 2):
+every cuforge since version 2 rebuilds -- drops -- a file of any other version, so it
+changes only when the layout cannot be read as before. Additions an older cuforge
+can live with change :data:`SCHEMA_REVISION` instead, and are made in place on the
+first writable open: revision 3 adds the ``lock_timeouts`` and ``warm_compiles``
+counter columns (``ALTER TABLE ... ADD COLUMN``, under the write lock, entries and
+counters kept). An older cuforge opening a revision-3 file sees version 2 and keeps
+working (it writes the counters it knows; the new columns keep their values); this
+cuforge opening a revision-2 file it cannot write (a read-only handle) uses the
+columns there are, and keeps the others per handle (:class:`Counters`).
 
 Ours means provably ours: the header carries :data:`APPLICATION_ID`
 (``ownership.SQLITE_APPLICATION_ID``, the mark cuforge has always written), or the
@@ -39,10 +51,14 @@ from ..stats import CacheStats
 
 __all__ = [
     "APPLICATION_ID",
+    "SCHEMA_REVISION",
     "SCHEMA_VERSION",
     "SQL",
     "STAT_COLUMNS",
+    "Counters",
     "ForeignDatabaseError",
+    "NewerSchemaError",
+    "counter_columns",
     "ensure_schema",
     "file_problem",
     "inspect",
@@ -59,10 +75,12 @@ __all__ = [
 #: proof that lets the cache move a damaged file aside.
 APPLICATION_ID = ownership.SQLITE_APPLICATION_ID
 
-SCHEMA_VERSION = 2  # 2: signature_failures and read_failures counters
-# The counters the table persists, in field order: fixed by the schema (a counter
-# added to CacheStats later is kept per handle only; adding a column is a new schema).
-STAT_COLUMNS = tuple(CacheStats().as_dict())[:10]
+SCHEMA_VERSION = 2  # user_version: 2: signature_failures and read_failures counters
+SCHEMA_REVISION = 3  # 3: lock_timeouts and warm_compiles counters (version 2, added in place)
+# The counters the state table persists, in CacheStats order: a file has columns for
+# a prefix of them (revision 2: the first 10; revision 3: all 12). A counter added to
+# CacheStats later is kept per handle only until a revision adds its column.
+STAT_COLUMNS = tuple(CacheStats().as_dict())[:12]
 _TABLES = ("cuforge_entries", "cuforge_state")
 
 _DDL = (
@@ -113,14 +131,49 @@ class SQL:
     #: (a clock that was ahead: re-stamped with the real time). Parameters: use, rid,
     #: use, now.
     touch = "UPDATE cuforge_entries SET used_ns = ? WHERE rid = ? AND (used_ns < ? OR used_ns > ?)"
-    add_stats = "UPDATE cuforge_state SET " + ", ".join(
-        f"{c} = max(0, {c} + ?)" for c in STAT_COLUMNS
-    )
-    zero_stats = "UPDATE cuforge_state SET " + ", ".join(f"{c} = 0" for c in STAT_COLUMNS)
-    read_stats = f"SELECT {', '.join(STAT_COLUMNS)} FROM cuforge_state"
     _list = "SELECT rid, digest, size, stored_ns, used_ns, meta FROM cuforge_entries WHERE rid "
     list_first = _list + ">= ? ORDER BY rid LIMIT 256"
     list_next = _list + "> ? ORDER BY rid LIMIT 256"
+
+
+class Counters:
+    """The statements over the counter columns one file has: the first ``n`` of
+    :data:`STAT_COLUMNS` (``counter_columns``). ``add`` takes that many deltas."""
+
+    __slots__ = ("add", "n", "read", "zero")
+
+    def __init__(self, n: int) -> None:
+        cols = STAT_COLUMNS[:n]
+        self.n = n
+        self.add = "UPDATE cuforge_state SET " + ", ".join(f"{c} = max(0, {c} + ?)" for c in cols)
+        self.zero = "UPDATE cuforge_state SET " + ", ".join(f"{c} = 0" for c in cols)
+        self.read = f"SELECT {', '.join(cols)} FROM cuforge_state"
+
+
+def counter_columns(conn: Any) -> int:
+    """How many of :data:`STAT_COLUMNS`, in order, the file's state table has (the
+    first missing one ends the count)."""
+    have = {r[1] for r in conn.execute("PRAGMA table_info(cuforge_state)").fetchall()}
+    n = 0
+    while n < len(STAT_COLUMNS) and STAT_COLUMNS[n] in have:
+        n += 1
+    return n
+
+
+class NewerSchemaError(CachePathError, ValueError):
+    """The file is a cuforge cache of a newer layout than this cuforge reads (its
+    ``user_version`` is above :data:`SCHEMA_VERSION`). Nothing was written: rebuilding
+    it would drop the entries every newer cuforge sharing it uses. ``str()`` is one
+    line naming the path, both versions and the fix."""
+
+    def __init__(self, path: str, version: int) -> None:
+        super().__init__(
+            path,
+            f"was written by a newer cuforge (SQLite cache schema version {version}; this "
+            f"cuforge reads version {SCHEMA_VERSION}); nothing was changed -- upgrade "
+            "cuforge, or give this one a database path of its own",
+            kind="file",
+        )
 
 
 _MAGIC = b"SQLite format 3\x00"
@@ -206,7 +259,8 @@ def file_problem(path: str) -> str | None:
 
 def inspect(conn: Any) -> tuple[str, str]:
     """``(kind, detail)``: kind is "empty", "ours", "legacy" (ours and current, to be
-    marked with APPLICATION_ID), "stale" (ours, another schema version) or "foreign".
+    marked with APPLICATION_ID), "stale" (ours, an older schema version), "newer"
+    (ours, a newer schema version; detail: the version) or "foreign".
 
     Ours: our application id, or no application id and both of our
     tables. Empty: no user version and no table, and no application id or ours (a new
@@ -235,6 +289,8 @@ def inspect(conn: Any) -> tuple[str, str]:
     if app == APPLICATION_ID or (app == 0 and all(t in tables for t in _TABLES)):
         if version == SCHEMA_VERSION and all(t in tables for t in _TABLES):
             return ("ours", "") if app == APPLICATION_ID else ("legacy", "")
+        if version > SCHEMA_VERSION and app == APPLICATION_ID:
+            return "newer", str(version)
         return "stale", f"schema version {version}, expected {SCHEMA_VERSION}"
     shown = ", ".join(tables[:5]) + (", ..." if len(tables) > 5 else "")
     return "foreign", f"application_id {app:#x}, tables: {shown or 'none'}"
@@ -248,26 +304,28 @@ def probe(conn: Any) -> None:
 
 def ensure_schema(conn: Any, path: str, wait_s: float) -> str:
     """Make the database ours and current; what was done: "ok", "created", "marked"
-    (a legacy cache given our application id) or "rebuilt".
+    (a legacy cache given our application id), "migrated" (revision 3's columns
+    added in place) or "rebuilt".
 
-    Raises ForeignDatabaseError (before writing anything) for a database that is
-    not ours. Creation, marking and rebuild run under the write lock, so concurrent
-    openers do it once. Waits at most ``wait_s`` for peers' locks (then raises busy).
+    Raises ForeignDatabaseError or NewerSchemaError (before writing anything) for a
+    database that is not ours or of a newer layout. Creation, marking, migration and
+    rebuild run under the write lock, so concurrent openers do it once (each looks
+    again under the lock). Waits at most ``wait_s`` for peers' locks (then raises busy).
     """
     kind, detail = inspect(conn)
-    if kind == "foreign":
-        raise _foreign(path, detail)
+    _refuse(kind, detail, path)
     if kind == "empty":  # both only take effect before the first table
         conn.execute("PRAGMA page_size = 4096")
         conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
     _switch_to_wal(conn, wait_s, mark=kind == "empty")
     if kind == "ours":
-        return "ok"
+        return "ok" if counter_columns(conn) == len(STAT_COLUMNS) else _migrate(conn, path)
     conn.execute("BEGIN IMMEDIATE")
     try:
         kind, detail = inspect(conn)  # again, under the lock: a peer may have done it
-        if kind == "foreign":
-            raise _foreign(path, detail)
+        _refuse(kind, detail, path)
+        if kind in ("ours", "legacy"):
+            _add_counter_columns(conn)
         if kind == "stale":  # ours (proven by inspect): only our own tables go
             for (name,) in conn.execute(
                 "SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'cuforge!_%' "
@@ -286,7 +344,7 @@ def ensure_schema(conn: Any, path: str, wait_s: float) -> str:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
         raise
-    if kind == "ours":
+    if kind == "ours":  # a peer made it ours meanwhile
         return "ok"
     if kind != "legacy" and (
         kind == "stale" or conn.execute("PRAGMA auto_vacuum").fetchall()[0][0] != 2
@@ -296,6 +354,51 @@ def ensure_schema(conn: Any, path: str, wait_s: float) -> str:
         conn.execute("VACUUM")
     _header_now(conn)
     return {"stale": "rebuilt", "legacy": "marked"}.get(kind, "created")
+
+
+def _migrate(conn: Any, path: str) -> str:
+    """Bring a revision-2 file to revision 3 in place (``_add_counter_columns``, under
+    the write lock, looked at again there); "migrated", or "ok" when nothing was left
+    to add or a peer held the write lock past the connection's timeout (this handle
+    then uses the columns there are, and a later open adds the rest: an upgrade
+    never makes a cache unusable)."""
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+    except Exception as exc:  # sqlite3.OperationalError
+        if is_busy(exc):
+            return "ok"
+        raise
+    try:
+        kind, detail = inspect(conn)
+        _refuse(kind, detail, path)
+        added = kind in ("ours", "legacy") and _add_counter_columns(conn)
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    return "migrated" if added else "ok"
+
+
+def _refuse(kind: str, detail: str, path: str) -> None:
+    """Raise for a file this cuforge must not write: another program's, or a newer
+    cuforge's layout."""
+    if kind == "foreign":
+        raise _foreign(path, detail)
+    if kind == "newer":
+        raise NewerSchemaError(path, int(detail))
+
+
+def _add_counter_columns(conn: Any) -> bool:
+    """Add the counter columns a revision-2 file lacks (revision 3), in order, in the
+    caller's write transaction: one ``ALTER TABLE ... ADD COLUMN`` each, which SQLite
+    makes without rewriting a row (a default of 0), so entries and counters stay.
+    Whether any was added."""
+    have = {r[1] for r in conn.execute("PRAGMA table_info(cuforge_state)").fetchall()}
+    missing = [c for c in STAT_COLUMNS if c not in have]
+    for column in missing:
+        conn.execute(f"ALTER TABLE cuforge_state ADD COLUMN {column} INTEGER NOT NULL DEFAULT 0")
+    return bool(missing)
 
 
 def _header_now(conn: Any) -> None:

@@ -24,7 +24,7 @@ from ..outcome import FAILED, LOCKED, READ_ONLY, STORED_OUTCOME, StoreOutcome
 from ..stats import CacheStats
 from ._conn import Connections
 from ._deferred import DeferredStores, Row, batches
-from ._schema import SQL, STAT_COLUMNS, is_busy, is_corruption
+from ._schema import SQL, STAT_COLUMNS, Counters, is_busy, is_corruption
 from ._space import Space
 
 TYPE_CHECKING = False
@@ -58,6 +58,8 @@ class Writes:
         self.flushed = CacheStats()  # the counters the database has of this handle
         self.read_only = False  # the file system or file: stores are refused
         self.broken: str | None = None  # why the handle serves misses only
+        # The counter columns the file has (``_schema.Counters``): set once it is open.
+        self.counters = Counters(len(STAT_COLUMNS))
         self.reports: Reports
         self.damaged: Callable[[BaseException], None]
 
@@ -65,16 +67,27 @@ class Writes:
     def store(self, row: Row) -> StoreOutcome:
         """Write ``row`` (and the deferred rows after it); what became of ``row``."""
         self.pending.pop(row[0], None)
-        return self.rows(self.deferred.with_new(row), self.deferred.wait_now_ms(), row)
+        return self.rows(self.deferred.with_new(row), self.deferred.wait_now_ms(), (row,))[0]
 
-    def rows(self, rows: list[Row], wait_ms: int, new: Row | None) -> StoreOutcome:
+    def store_many(self, new: list[Row]) -> list[StoreOutcome]:
+        """Write ``new`` (and the deferred rows after them) in as few transactions as
+        the WAL's allowance lets (one for a prefetch batch); what became of each, as
+        :meth:`store` of one after another would answer (a later row of the same id
+        wins). One wait for the write lock for them all."""
+        for row in new:
+            self.pending.pop(row[0], None)
+        ids = {row[0] for row in new}
+        rows = new + [r for rid, r in self.deferred.rows.items() if rid not in ids]
+        return self.rows(rows, self.deferred.wait_now_ms(), tuple(new))
+
+    def rows(self, rows: list[Row], wait_ms: int, new: tuple[Row, ...]) -> list[StoreOutcome]:
         """Write ``rows`` (``new`` first), waiting at most ``wait_ms`` for the write lock;
-        the outcome of ``new`` (stored when None). The other rows written are told to
-        the core as stores; those that fail, as dropped stores."""
+        the outcome of each of ``new``. The other rows written are told to the core as
+        stores; those that fail, as dropped stores."""
         conn = self.conns.get()
         self.conns.set_busy(conn, wait_ms)  # maintenance waits longer (full_wait)
         left = list(rows)
-        outcome = STORED_OUTCOME
+        mine = {id(r) for r in new}
         budget = self.space.budget
         for batch in batches(rows, budget.rows, budget.wal // 4):
             try:
@@ -89,36 +102,39 @@ class Writes:
             except self.error as exc:
                 return self._stopped(exc, left, new)
             del left[: len(batch)]
-            others = [r for r in batch if r is not new]
+            others = [r for r in batch if id(r) not in mine]
             for row in batch:  # written: an older deferred row of its id goes too
                 self.deferred.forget(row[0])
             if others:
                 self.reports.stored(len(others), sum(len(r[7]) for r in others))
         self.deferred.written()
-        return outcome
+        return [STORED_OUTCOME] * len(new)
 
-    def _stopped(self, exc: BaseException, left: list[Row], new: Row | None) -> StoreOutcome:
-        """A write of ``left`` (``new`` among them unless written) failed with ``exc``.
-        A store that waited its bound keeps what is left for later; anything else
-        drops it."""
-        pending_new = new is not None and any(r is new for r in left)
-        keep = new is not None and is_busy(exc)
-        if keep and (not pending_new or self.deferred.keep(new)):  # type: ignore[arg-type]
+    def _stopped(
+        self, exc: BaseException, left: list[Row], new: tuple[Row, ...]
+    ) -> list[StoreOutcome]:
+        """A write of ``left`` (those of ``new`` among them not written) failed with
+        ``exc``. A store that waited its bound keeps what is left for later; anything
+        else drops it."""
+        unwritten = {id(r) for r in left}
+        pending_new = [r for r in new if id(r) in unwritten]
+        if new and is_busy(exc) and all(self.deferred.keep(r) for r in pending_new):
             self.deferred.timed_out()
             detail = (
                 f"another process holds the write lock for more than "
                 f"{self.deferred.wait_ms} ms; kept in memory until the write lock is free"
             )
-            if pending_new:
-                return StoreOutcome(LOCKED, detail, kept=True)
-            self.reports.lock_busy(detail)
-            return STORED_OUTCOME
+            if not pending_new:
+                self.reports.lock_busy(detail)
+            kept = StoreOutcome(LOCKED, detail, kept=True)
+            return [kept if id(r) in unwritten else STORED_OUTCOME for r in new]
         self.deferred.clear()
         outcome = self.failed(exc)
+        mine = {id(r) for r in new}
         for row in left:
-            if row is not new:
+            if id(row) not in mine:
                 self.reports.dropped(outcome)
-        return outcome if pending_new else STORED_OUTCOME
+        return [outcome if id(r) in unwritten else STORED_OUTCOME for r in new]
 
     def failed(self, why: BaseException | str) -> StoreOutcome:
         """The outcome of a store that ``why`` stopped (told of damage)."""
@@ -130,7 +146,7 @@ class Writes:
 
     def write_deferred(self, wait_ms: int) -> None:
         if self.deferred.rows and not self.broken:
-            self.rows(list(self.deferred.rows.values()), wait_ms, None)
+            self.rows(list(self.deferred.rows.values()), wait_ms, ())
 
     # -- eviction ---------------------------------------------------------------------
     def make_room(self, db: int, wal: int, wait_ms: int = 0) -> None:
@@ -155,7 +171,7 @@ class Writes:
         try:
             snap = self.reports.counts().copy()
             deltas = [a - b for a, b in zip(snap._values(), self.flushed._values(), strict=True)]
-            del deltas[len(STAT_COLUMNS) :]  # counters the table has columns for
+            del deltas[self.counters.n :]  # counters the table has columns for
             pending, self.pending = self.pending, {}
             batch = self.space.budget.rows  # each use rewrites a page: bound the WAL
             if len(pending) > batch:
@@ -173,7 +189,7 @@ class Writes:
                         now = time.time_ns()
                         conn.executemany(SQL.touch, [(ns, r, ns, now) for r, ns in pending.items()])
                     if any(deltas):
-                        conn.execute(SQL.add_stats, deltas)
+                        conn.execute(self.counters.add, deltas)
                     conn.execute("COMMIT")
                 except BaseException:
                     if conn.in_transaction:

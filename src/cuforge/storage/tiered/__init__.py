@@ -29,7 +29,7 @@ level's failure counters; ``level_stats()`` gives each level's own counters;
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
@@ -169,8 +169,9 @@ class TieredProgramCache(EntryCache):
 
     def get_entries(self, keys: Iterable[CacheKey]) -> list[CacheEntry | None]:
         """Level by level, fastest first, each level asked in one batch for the keys
-        the faster levels missed; an entry found is back-filled into the writable
-        levels that missed it, as ``get_entry`` does."""
+        the faster levels missed; the entries a level found are back-filled into the
+        writable levels that missed them, as ``get_entry`` does, in one batch write
+        per level (``set_entries``)."""
         ks = [coerce_key(key) for key in keys]
         out: list[CacheEntry | None] = [None] * len(ks)
         todo = list(range(len(ks)))
@@ -184,14 +185,17 @@ class TieredProgramCache(EntryCache):
                 self._level_failed(i, exc, "look up entries", "read_failures")
                 found = [None] * len(todo)
             rest = []
+            backfill: list[tuple[CacheKey, CacheValue, bytes]] = []  # one batch per level
             for n, entry in zip(todo, found, strict=True):
                 if entry is None:
                     rest.append(n)
                     continue
                 out[n] = entry
+                backfill.append((ks[n], entry.data, entry.meta))
+            if backfill:
                 for j in missed_by:
                     if self._writable[j]:
-                        self._put(j, ks[n], entry.data, entry.meta, "store a backfill")
+                        self._put_many(j, backfill, "store a backfill")
             todo = rest
             missed_by.append(i)
         for entry in out:
@@ -208,6 +212,19 @@ class TieredProgramCache(EntryCache):
             self._level_failed(i, exc, what, "write_failures")
             return StoreOutcome(FAILED, f"{type(exc).__name__}: {exc}")
 
+    def _put_many(
+        self, i: int, items: Sequence[tuple[CacheKey, CacheValue, bytes]], what: str
+    ) -> list[StoreOutcome]:
+        """Write ``items`` to level ``i`` in one batch (its ``set_entries``); what it did
+        with each (a level that raised: ``FAILED`` each, counted and warned once, as
+        :meth:`_put` does)."""
+        try:
+            done = self._levels[i].set_entries(items)
+        except Exception as exc:  # isolated per level
+            self._level_failed(i, exc, what, "write_failures")
+            return [StoreOutcome(FAILED, f"{type(exc).__name__}: {exc}")] * len(items)
+        return [STORED_OUTCOME if o is None else o for o in done]
+
     def set_entry(self, key: CacheKey, value: CacheValue, meta: bytes = b"") -> StoreOutcome:
         """Store in every writable level (each level's failure is its own). Stored, and
         counted as a store, when one level took it; when every level dropped it (a
@@ -218,25 +235,56 @@ class TieredProgramCache(EntryCache):
         data = coerce_value(value, "TieredProgramCache.__setitem__")
         check_meta(meta)
         if self._locker_index is None:  # every level is read-only
-            every = (_READ_ONLY_LEVEL,) * len(self._levels)
-            outcome = StoreOutcome(READ_ONLY, "every level is read-only", levels=every)
-            self._tally_failure("write_failures")
-            events.note_dropped(outcome.reason, outcome.detail)
-            return outcome
-        levels: list[StoreOutcome] = []
-        dropped: list[int] = []
-        for i in range(len(self._levels)):
-            if not self._writable[i]:
-                levels.append(_READ_ONLY_LEVEL)
-                continue
-            done = self._put(i, k, data, meta, "store an entry")
-            levels.append(done)
-            if done.reason != STORED:
-                dropped.append(i)
+            return self._nowhere()
+        levels = [
+            self._put(i, k, data, meta, "store an entry") if self._writable[i] else _READ_ONLY_LEVEL
+            for i in range(len(self._levels))
+        ]
+        return self._combined(levels, len(data))
+
+    def set_entries(
+        self, items: Iterable[tuple[CacheKey, CacheValue, bytes]]
+    ) -> list[StoreOutcome]:
+        """``set_entry`` of each ``(key, value, meta)``, in order, with the same
+        outcomes (each level's among them) and counters; each writable level takes
+        them in one batch write (its ``set_entries``). Bad arguments raise before
+        anything is stored."""
+        batch = [
+            (coerce_key(k), coerce_value(v, "TieredProgramCache.set_entries"), check_meta(m))
+            for k, v, m in items
+        ]
+        if self._locker_index is None:
+            return [self._nowhere() for _ in batch]
+        per_level = [
+            self._put_many(i, batch, "store an entry")
+            if self._writable[i]
+            else [_READ_ONLY_LEVEL] * len(batch)
+            for i in range(len(self._levels))
+        ]
+        return [
+            self._combined([done[n] for done in per_level], len(data))
+            for n, (_, data, _) in enumerate(batch)
+        ]
+
+    def _nowhere(self) -> StoreOutcome:
+        """A store into a tier whose every level is read-only: counted and noted."""
+        every = (_READ_ONLY_LEVEL,) * len(self._levels)
+        outcome = StoreOutcome(READ_ONLY, "every level is read-only", levels=every)
+        self._tally_failure("write_failures")
+        events.note_dropped(outcome.reason, outcome.detail)
+        return outcome
+
+    def _combined(self, levels: Sequence[StoreOutcome], nbytes: int) -> StoreOutcome:
+        """One store's outcome from what each level did (``levels``, one per level):
+        stored, and counted, when one writable level took it; else the last writable
+        level's reason."""
+        dropped = [
+            i for i, done in enumerate(levels) if self._writable[i] and done.reason != STORED
+        ]
         if len(dropped) == sum(self._writable):
             last = levels[dropped[-1]]
             return StoreOutcome(last.reason, last.detail, last.kept, tuple(levels))
-        self._tally_store(len(data))
+        self._tally_store(nbytes)
         if not dropped:
             return StoreOutcome(STORED, levels=tuple(levels))
         why = "; ".join(

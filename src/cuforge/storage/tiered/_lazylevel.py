@@ -30,7 +30,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import warnings
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -195,6 +195,16 @@ class LazyLevel(EntryCache):
                 if self._pending_bytes <= self._max_pending:
                     return DEFERRED
         return self.open().set_entry(k, data, meta) or STORED_OUTCOME
+
+    def set_entries(
+        self, items: Iterable[tuple[CacheKey, CacheValue, bytes]]
+    ) -> Sequence[StoreOutcome]:
+        """The open level's batch write; until it opens, each is kept as ``set_entry``
+        keeps it."""
+        level = self._level
+        if level is not None and not self._pending:
+            return [o or STORED_OUTCOME for o in level.set_entries(items)]
+        return [self.set_entry(key, value, meta) for key, value, meta in items]
 
     def __setitem__(self, key: CacheKey, value: CacheValue) -> None:
         self.set_entry(key, value)
