@@ -18,6 +18,9 @@
   exists (the test changes the world meanwhile, e.g. kills Redis), then compiles the
   same kernel and one with another block size; ``cubins`` lists the three sizes.
 
+Before reporting, it waits for the stores written behind (``cuforge.integrations.flush``)
+unless ``$NO_FLUSH`` is set (they then land at exit).
+
 With BARRIER, it writes ``BARRIER.ready.PID`` once triton is imported and has
 hashed itself, and waits
 until BARRIER exists, so many processes reach the cache at once. The environment
@@ -160,6 +163,10 @@ def main() -> None:
         report["max_error"] = float((out - (x * 2 + y)).abs().max())
     report["seconds"] = time.perf_counter() - t0
     report["hits"] = hits
+    if "cuforge.integrations.triton" in sys.modules and not os.environ.get("NO_FLUSH"):
+        from cuforge.integrations import flush
+
+        flush()  # the counters below then include the stores written behind
     if "cuforge.integrations.triton" in sys.modules:
         from cuforge.integrations import triton as integration
 

@@ -15,19 +15,22 @@ Each submodule adapts one system and imports it only when used, so neither
   ``cuforge run`` does for a command).
 
 What they share (choosing the cache, entries with a metadata record for payloads
-cuforge treats as opaque bytes) is in ``_cache``.
+cuforge treats as opaque bytes) is in ``_cache``. Triton's files and Inductor's
+values are written behind (``_behind``): the compile goes on while a writer thread
+stores them; :func:`flush` waits until they have landed (done for you at exit).
 """
 
 from __future__ import annotations
 
 from cuforge import _lazy
 
-__all__ = ["Session", "session"]
+__all__ = ["Session", "flush", "session"]
 
 __getattr__, __dir__ = _lazy.exports(
     __name__,
     {
         "session": "cuforge.integrations.sessions",
         "Session": "cuforge.integrations.sessions",
+        "flush": "cuforge.integrations._behind",
     },
 )

@@ -33,7 +33,10 @@ import warnings
 
 from cuforge._stack import outside_level
 from cuforge.storage import config
+
+from . import _behind
 from cuforge.storage.base import CacheReadWarning, CacheWriteWarning, ProgramCacheResource
+from cuforge.storage.entry import CacheEntry
 from cuforge.storage.record import decode_record, encode_record
 
 __all__ = ["ForeignEntries", "caching_off", "select_cache"]
@@ -166,17 +169,23 @@ class ForeignEntries:
         return b"cuforge-foreign\0" + self.kind.encode() + b"\0" + name.encode("utf-8")
 
     def load(self, name: str) -> bytes | None:
-        """The payload stored for ``name``, or None (a miss, also when reading failed)."""
-        try:
-            entry = self.cache.get_entry(self.key(name))
-        except Exception as exc:  # a cache fault is a miss, never the host's failure
-            warnings.warn(
-                f"cuforge {self.kind} cache: lookup failed ({type(exc).__name__}: {exc}); "
-                "treated as a miss",
-                CacheReadWarning,
-                stacklevel=outside_level(),
-            )
-            return None
+        """The payload stored for ``name``, or None (a miss, also when reading failed);
+        a deferred store of this process not landed yet is read back (read your writes)."""
+        key = self.key(name)
+        queued = _behind.pending(self.cache, key) if _behind.queued else None
+        if queued is not None:
+            entry = CacheEntry(*queued)
+        else:
+            try:
+                entry = self.cache.get_entry(key)
+            except Exception as exc:  # a cache fault is a miss, never the host's failure
+                warnings.warn(
+                    f"cuforge {self.kind} cache: lookup failed ({type(exc).__name__}: {exc}); "
+                    "treated as a miss",
+                    CacheReadWarning,
+                    stacklevel=outside_level(),
+                )
+                return None
         if entry is None:
             return None
         record = decode_record(entry.meta, self.kind)
@@ -184,20 +193,31 @@ class ForeignEntries:
             return None
         return bytes(entry.data)
 
-    def store(self, name: str, data: bytes, fields: dict[str, str | int | None]) -> bool:
-        """Store ``data`` for ``name`` with a record of ``fields``; False when dropped."""
+    def store(
+        self, name: str, data: bytes, fields: dict[str, str | int | None], *, defer: bool = False
+    ) -> bool:
+        """Store ``data`` for ``name`` with a record of ``fields``; False when dropped.
+        ``defer``: hand the store to the write-behind queue (``_behind``) and return True
+        at once; it lands in the background (flushed at exit), and a failure is the
+        same warning, then."""
         meta = encode_record(self.kind, {"key": name, "name": _short(name), **fields})
+        if defer:
+            _behind.submit(self.cache, self.key(name), bytes(data), meta, self._store_failed)
+            return True
         try:
             self.cache.set_entry(self.key(name), bytes(data), meta)
         except Exception as exc:  # a cache fault never fails the host's compile
-            warnings.warn(
-                f"cuforge {self.kind} cache: store failed ({type(exc).__name__}: {exc}); "
-                "the result is used but not cached",
-                CacheWriteWarning,
-                stacklevel=outside_level(),
-            )
+            self._store_failed(exc)
             return False
         return True
+
+    def _store_failed(self, exc: Exception) -> None:
+        warnings.warn(
+            f"cuforge {self.kind} cache: store failed ({type(exc).__name__}: {exc}); "
+            "the result is used but not cached",
+            CacheWriteWarning,
+            stacklevel=outside_level(),
+        )
 
 
 def _short(name: str, limit: int = 80) -> str:

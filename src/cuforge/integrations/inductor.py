@@ -95,7 +95,8 @@ def _backend_class() -> type:
                 raise TypeError(f"Inductor value for {key!r}: expected bytes, got {type(data)}")
             if _warm._state["warm"] and self._which == "fx_graph":  # stored after a compile
                 _warm.note_compile("inductor", key, self._entries.cache)
-            self._entries.store(key, bytes(data), {"cache": self._which})
+            # Written behind (``_behind``): the compile does not wait for the store.
+            self._entries.store(key, bytes(data), {"cache": self._which}, defer=True)
 
     return CuforgeInductorBackend
 

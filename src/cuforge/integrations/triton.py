@@ -21,8 +21,13 @@ again; a cache that cannot be opened is one warning, and Triton's own cache serv
 A group miss takes the cache's per-key lock until the group is stored (or, when the
 compile fails, until the manager is collected), so N processes missing one kernel
 compile it once; a native module (``.so``) Triton is about to build is locked the
-same way until it is stored. A cache fault never fails a compile: a lookup that
-raises is a miss and a store that raises is dropped (both warn).
+same way until it is stored. Stores are written behind (``_behind``): ``put`` writes
+the local copy Triton reads and returns, the cuforge entry lands from a writer
+thread, and the kernel's lock is let go only after its group -- queued after its
+files -- has landed; this process reads its own queued files back, and the queue is
+flushed at exit (``cuforge.integrations.flush`` waits for it). A cache fault never
+fails a compile: a lookup that raises is a miss and a store that raises is dropped
+(both warn).
 Triton's dump and override modes are Triton's own: they go to its file manager.
 
 Importing this module imports triton; ``RuntimeError`` (one line) when the installed
@@ -32,6 +37,7 @@ triton's extension points differ from the ones this module implements.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import stat
@@ -47,6 +53,7 @@ from cuforge import _warm
 from cuforge._stack import outside_level
 from cuforge.storage.base import CacheReadWarning, CacheWriteWarning, ProgramCacheResource
 
+from . import _behind
 from ._cache import caching_off, select_cache
 from ._wiring import triton_override
 
@@ -86,10 +93,48 @@ _children_seen: dict[tuple[str, str], list[str]] = {}
 #: for the kernel's lock, or could not take it, and compiled without it).
 counters: dict[str, int] = {"hits": 0, "misses": 0, "stored": 0, "replaced": 0, "unlocked": 0}
 
+
+
+class _Held:
+    """A kernel's single-flight lock as a manager holds it -- and then the stores that
+    will let it go once they land (``_behind``). ``close`` lets go once, from any
+    thread; ``disown`` (a forked child) forgets the parent's lock without letting go."""
+
+    __slots__ = ("_guard", "_stack")
+
+    def __init__(self, stack: contextlib.ExitStack) -> None:
+        self._stack: contextlib.ExitStack | None = stack
+        self._guard = threading.Lock()
+
+    def close(self) -> None:
+        with self._guard:
+            stack, self._stack = self._stack, None
+        if stack is not None:
+            stack.close()
+
+    def disown(self) -> None:
+        stack, self._stack = self._stack, None  # the child runs alone: no guard needed
+        if stack is not None:
+            _behind.orphans.append(stack)  # its finalizers would unlock the parent's lock
+
+
 #: (cache, lock key) -> (thread, lock) of a manager holding that kernel's single-flight
-#: lock in this process; see ``CuforgeCacheManager._take_lock``.
-_holders: dict[tuple[int, bytes], tuple[int, contextlib.ExitStack]] = {}
+#: lock in this process, or of its stores still queued; see ``_take_lock``.
+_holders: dict[tuple[int, bytes], tuple[int, _Held]] = {}
 _holders_guard = threading.Lock()
+
+
+def _forget_holders_in_child() -> None:
+    """A forked child holds none of its parent's kernel locks: never let them go."""
+    global _holders_guard
+    _holders_guard = threading.Lock()
+    for _, held in _holders.values():
+        held.disown()
+    _holders.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_holders_in_child)
 
 
 def _check_version() -> None:
@@ -153,24 +198,38 @@ class _Files:
         self.key = key
 
     def load_many(self, filenames: list[str]) -> list[bytes | None]:
-        """The verified bytes of each file (None: absent, damaged, foreign, or a fault)."""
-        try:
-            entries = self.cache.get_entries([_entry_key(self.key, f) for f in filenames])
-        except Exception as exc:  # a cache fault is a miss, never Triton's failure
-            _warn(CacheReadWarning, f"lookup failed ({type(exc).__name__}: {exc})")
-            return [None] * len(filenames)
+        """The verified bytes of each file (None: absent, damaged, foreign, or a fault);
+        a file this process stored whose store has not landed yet is read back from the
+        write-behind queue (read your writes)."""
+        keys = [_entry_key(self.key, f) for f in filenames]
+        queued = [_behind.pending(self.cache, k) for k in keys] if _behind.queued else None
+        entries: list[Any]
+        if queued is not None and None not in queued:
+            entries = queued
+        else:
+            try:
+                entries = self.cache.get_entries(keys)
+            except Exception as exc:  # a cache fault is a miss, never Triton's failure
+                _warn(CacheReadWarning, f"lookup failed ({type(exc).__name__}: {exc})")
+                entries = [None] * len(keys)
+            if queued is not None:
+                entries = [e if q is None else q for e, q in zip(entries, queued, strict=True)]
         out: list[bytes | None] = []
         for name, entry in zip(filenames, entries, strict=True):
-            ok = entry is not None and entry.meta == _record(self.key, name)
-            out.append(entry.data if ok and entry is not None else None)
+            ok = entry is not None and entry[1] == _record(self.key, name)
+            out.append(entry[0] if ok else None)
         return out
 
-    def store(self, filename: str, data: bytes) -> None:
-        meta = _record(self.key, filename)
-        try:
-            self.cache.set_entry(_entry_key(self.key, filename), data, meta)
-        except Exception as exc:  # a cache fault never fails the compile
-            _warn(CacheWriteWarning, f"store failed ({type(exc).__name__}: {exc})")
+    def store(self, filename: str, data: bytes, after: Any = None) -> None:
+        """Store in the background (``_behind``); ``after`` runs once it landed."""
+        _behind.submit(
+            self.cache, _entry_key(self.key, filename), data, _record(self.key, filename),
+            _store_failed, after,
+        )  # fmt: skip
+
+
+def _store_failed(exc: Exception) -> None:
+    _warn(CacheWriteWarning, f"store failed ({type(exc).__name__}: {exc})")
 
 
 def _warn(category: type[Warning], what: str) -> None:
@@ -338,7 +397,7 @@ class CuforgeCacheManager(CacheManager):  # type: ignore[misc]
         self._local = FileCacheManager(key, override=override, dump=dump)
         cache = None if (override or dump) else triton_cache()
         self._files = None if cache is None else _Files(cache, key)
-        self._held: contextlib.ExitStack | None = None
+        self._held: _Held | None = None
         self._held_name: str | None = None  # the entry whose lock is held
         self._release: weakref.finalize | None = None  # type: ignore[type-arg]
 
@@ -369,12 +428,9 @@ class CuforgeCacheManager(CacheManager):  # type: ignore[misc]
         if files is None:
             return self._local.put(data, filename, binary=binary)  # type: ignore[no-any-return]
         raw = _as_bytes(data)
-        try:
-            files.store(filename, raw)
-            return _materialize(self.cache_dir, filename, raw)
-        finally:
-            if self._held_name == filename:
-                self._unlock()
+        # A native module whose lock this manager holds: let go once it has landed.
+        files.store(filename, raw, self._hand_over() if self._held_name == filename else None)
+        return _materialize(self.cache_dir, filename, raw)
 
     # -- groups (one compiled kernel) ---------------------------------------------------
     def get_group(self, filename: str) -> dict[str, str] | None:
@@ -420,10 +476,11 @@ class CuforgeCacheManager(CacheManager):  # type: ignore[misc]
             held = bool(stack.enter_context(files.cache.lock(lock_key)))
         except Exception as exc:  # a lock fault costs a duplicate compile, no more
             _warn(CacheReadWarning, f"lock failed ({type(exc).__name__}: {exc})")
+        holder = _Held(stack)
         with _holders_guard:
-            _holders[slot] = (me, stack)
-        self._held, self._held_name = stack, entry
-        self._release = weakref.finalize(self, _let_go, stack, slot)
+            _holders[slot] = (me, holder)
+        self._held, self._held_name = holder, entry
+        self._release = weakref.finalize(self, _let_go, holder, slot)
         return held
 
     def _load_group(self, files: _Files, filename: str) -> dict[str, str] | None:
@@ -456,27 +513,38 @@ class CuforgeCacheManager(CacheManager):  # type: ignore[misc]
         files = self._files
         if files is None:
             return self._local.put_group(filename, group)  # type: ignore[no-any-return]
+        release = self._hand_over()
         try:
             raw = json.dumps({"child_paths": sorted(group)}).encode()
-            files.store(_GROUP + filename, raw)
-            counters["stored"] += 1
-            return _materialize(self.cache_dir, _GROUP + filename, raw)
-        finally:
-            self._unlock()
+        except BaseException:
+            if release is not None:
+                release()
+            raise
+        # The kernel's lock goes once the group -- queued after its files -- has landed.
+        files.store(_GROUP + filename, raw, release)
+        counters["stored"] += 1
+        return _materialize(self.cache_dir, _GROUP + filename, raw)
+
+    def _hand_over(self) -> Any:
+        """The release of the lock this manager holds, taken from it (None: none held):
+        whoever calls it lets go, once; the manager's collection no longer does."""
+        release, self._release, self._held, self._held_name = self._release, None, None, None
+        detached = None if release is None else release.detach()
+        return None if detached is None else functools.partial(detached[1], *detached[2])
 
     def _unlock(self) -> None:
-        release, self._release, self._held, self._held_name = self._release, None, None, None
+        release = self._hand_over()
         if release is not None:
             release()
 
 
-def _let_go(stack: contextlib.ExitStack, slot: tuple[int, bytes]) -> None:
+def _let_go(holder: _Held, slot: tuple[int, bytes]) -> None:
     """Let go of a kernel's lock and forget its holder (unless another took its place)."""
     with _holders_guard:
-        holder = _holders.get(slot)
-        if holder is not None and holder[1] is stack:
+        current = _holders.get(slot)
+        if current is not None and current[1] is holder:
             del _holders[slot]
-    stack.close()
+    holder.close()
 
 
 def _group_children(raw: bytes | None) -> list[str] | None:
@@ -530,5 +598,6 @@ class CuforgeRemoteCacheBackend(RemoteCacheBackend):  # type: ignore[misc]
         return {n: d for n, d in zip(names, datas, strict=True) if d is not None}
 
     def put(self, filename: str, data: bytes) -> None:
+        """Store ``data`` (in the background: ``_behind``)."""
         if self._files is not None:
             self._files.store(filename, _as_bytes(data))

@@ -49,6 +49,7 @@ from .base import (
     CacheValue,
     CacheWriteWarning,
     EntryCache,
+    KeyLocks,
     check_meta,
 )
 from .entry import CacheEntry, EntryInfo, entry_id, key_digest
@@ -444,8 +445,11 @@ class DriverCache(EntryCache):
             self._driver.at_exit()
 
     def _after_fork_in_child(self) -> None:
-        # The parent's counts are the parent's to report.
+        # The parent's counts are the parent's to report; so are the per-key locks its
+        # threads hold (a child that kept them would wait out the timeout for a key the
+        # parent has long let go, and must take the driver's lease like any process).
         self._stats = CacheStats()
+        self._key_locks = KeyLocks()
         self._ops = 0
         self._driver.after_fork()
 

@@ -1,0 +1,209 @@
+"""Write-behind: the integrations' stores land after the compile that made them.
+
+A JIT's store (a Triton file, an Inductor value) is handed to one writer thread per
+process and the compile goes on at once; the thread makes the stores in the order
+they came, each through the cache's own ``set_entry`` (integrity, signing and
+counting as ever), then runs what waited for it: a Triton kernel's single-flight
+lock is let go only once the kernel's files are stored, so a peer that waited for
+the lock finds them.
+
+- **Read your writes.** A lookup in this process sees a store that has not landed
+  (:func:`pending`), so a process never compiles again what it just compiled.
+- **Flushed before the process ends**: at interpreter exit (``atexit``, before the
+  caches' own exit hooks, which were registered earlier), at the end of a
+  ``multiprocessing`` child (its finalizers: a pool worker leaves through
+  ``os._exit``, which runs no ``atexit``), and by :func:`flush`. A process killed
+  first (SIGKILL, a crash, a pool terminating its workers) loses the stores still
+  queued -- the next process that misses them compiles again -- and never leaves a
+  damaged entry: each store is the backend's atomic one, which a reader sees whole
+  or not at all.
+- **Bounded.** Past ``MAX_QUEUED_BYTES`` of queued payload a store waits for room,
+  so a slow medium slows the compile as it did before rather than filling memory.
+- **fork.** The fork waits for the store in hand (never for more than
+  ``FORK_WAIT_S``), and the child starts with an empty queue: what the parent
+  queued is the parent's, so the child never stores it nor runs what waited for it
+  (a parent's lock is never let go by its child); those callbacks are kept alive,
+  unrun, in the child.
+- A store that raises is dropped: ``on_error`` (the integration's warning) is told,
+  as a synchronous store's failure was. Nothing raises into the compile.
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import contextlib
+import os
+import sys
+import threading
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from cuforge.storage.base import ProgramCacheResource
+
+__all__ = ["MAX_QUEUED_BYTES", "flush", "orphans", "pending", "queued", "submit"]
+
+#: Queued payload bytes past which a new store waits for the writer.
+MAX_QUEUED_BYTES = 64 << 20
+#: The longest a fork waits for the store the writer has in hand.
+FORK_WAIT_S = 10.0
+
+
+class _Item:
+    """One store and what runs once it is made."""
+
+    __slots__ = ("after", "cache", "data", "key", "meta", "on_error")
+
+    def __init__(
+        self,
+        cache: ProgramCacheResource,
+        key: bytes,
+        data: bytes,
+        meta: bytes,
+        on_error: Callable[[Exception], None],
+        after: Callable[[], None] | None,
+    ) -> None:
+        self.cache, self.key, self.data, self.meta = cache, key, data, meta
+        self.on_error, self.after = on_error, after
+
+
+class _State:
+    """This process's queue, its writer and what it has not stored yet."""
+
+    def __init__(self) -> None:
+        self.cv = threading.Condition(threading.Lock())
+        #: Held while the writer makes a store and runs its callback: fork takes it.
+        self.busy = threading.Lock()
+        self.queue: collections.deque[_Item] = collections.deque()
+        self.queued_bytes = 0
+        self.unfinished = 0  # submitted, not yet stored and called back
+        self.thread: threading.Thread | None = None
+        self.hooked = False  # exit hooks registered in this process
+
+
+_state = _State()
+#: (id(cache), key) -> the newest store of that key queued and not yet made (read
+#: your writes); empty when nothing is queued, so a lookup tests it before calling
+#: :func:`pending`.
+queued: dict[tuple[int, bytes], _Item] = {}
+#: What must outlive a fork unrun: in a forked child, the parent's queued stores and
+#: callbacks, and its kernel locks (their finalizers would let go of the parent's).
+orphans: list[object] = []
+
+
+def pending(cache: ProgramCacheResource, key: bytes) -> tuple[bytes, bytes] | None:
+    """``(data, meta)`` of the newest store of ``key`` in ``cache`` this process has
+    queued and not yet made, or None."""
+    item = queued.get((id(cache), key))
+    return None if item is None else (item.data, item.meta)
+
+
+def submit(
+    cache: ProgramCacheResource,
+    key: bytes,
+    data: bytes,
+    meta: bytes,
+    on_error: Callable[[Exception], None],
+    after: Callable[[], None] | None = None,
+) -> None:
+    """Queue ``cache.set_entry(key, data, meta)``; ``after`` runs once it is made (or
+    dropped). Waits only while more than ``MAX_QUEUED_BYTES`` are queued."""
+    item = _Item(cache, key, data, meta, on_error, after)
+    st = _state
+    with st.cv:
+        while st.queued_bytes > MAX_QUEUED_BYTES and st.queue:
+            st.cv.wait()
+        if st.thread is None:
+            _start(st)
+        st.queue.append(item)
+        queued[(id(cache), key)] = item
+        st.queued_bytes += len(data)
+        st.unfinished += 1
+        st.cv.notify_all()
+
+
+def flush(timeout: float | None = None) -> bool:
+    """Wait until every store the integrations of this process queued has landed (or
+    was dropped, with its warning) and what waited for it ran; True then, False when
+    ``timeout`` seconds passed first. Called for you at exit; call it before reading
+    a cache's counters that should include this process's stores."""
+    st = _state
+    if st.thread is threading.current_thread():  # a callback of the writer itself
+        return st.unfinished == 0
+    with st.cv:
+        return st.cv.wait_for(lambda: st.unfinished == 0, timeout)
+
+
+def _start(st: _State) -> None:
+    """The writer thread, and the hooks that flush at exit (the caller holds ``st.cv``)."""
+    thread = threading.Thread(target=_write, args=(st,), name="cuforge-write-behind", daemon=True)
+    thread.start()
+    st.thread = thread
+    if not st.hooked:
+        st.hooked = True
+        atexit.register(flush)
+        mp_util = sys.modules.get("multiprocessing.util")
+        if mp_util is not None:  # a pool worker ends with os._exit: its finalizers run
+            mp_util.Finalize(None, flush, exitpriority=0)
+
+
+def _write(st: _State) -> None:
+    """The writer: each store in order, then its callback, then the next."""
+    while True:
+        with st.cv:
+            while not st.queue:
+                st.cv.wait()
+        with st.busy:
+            with st.cv:
+                if not st.queue:
+                    continue
+                item = st.queue.popleft()
+            try:
+                item.cache.set_entry(item.key, item.data, item.meta)
+            except Exception as exc:  # dropped, as a synchronous store would have been
+                with contextlib.suppress(Exception):
+                    item.on_error(exc)
+            if item.after is not None:
+                with contextlib.suppress(Exception):
+                    item.after()
+            with st.cv:
+                slot = (id(item.cache), item.key)
+                if queued.get(slot) is item:
+                    del queued[slot]
+                st.queued_bytes -= len(item.data)
+                st.unfinished -= 1
+                st.cv.notify_all()
+
+
+_fork_held = False  # the fork's thread took ``busy`` (it did not time out)
+
+
+def _before_fork() -> None:
+    global _fork_held
+    _fork_held = _state.busy.acquire(timeout=FORK_WAIT_S)  # a hung store: fork anyway
+
+
+def _after_fork_in_parent() -> None:
+    global _fork_held
+    if _fork_held:
+        _fork_held = False
+        _state.busy.release()
+
+
+def _after_fork_in_child() -> None:
+    global _state, _fork_held
+    _fork_held = False
+    old = _state
+    orphans.extend(old.queue)  # the parent's stores: never made, never called back here
+    queued.clear()
+    _state = _State()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(
+        before=_before_fork,
+        after_in_parent=_after_fork_in_parent,
+        after_in_child=_after_fork_in_child,
+    )
