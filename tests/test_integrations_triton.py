@@ -560,6 +560,7 @@ def test_the_record_is_the_one_encode_record_makes(name: str) -> None:
 def test_the_remote_backend_answers_a_group_whole_or_not_at_all(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from cuforge.integrations import flush
     from cuforge.integrations.triton import CuforgeRemoteCacheBackend
 
     db = tmp_path / "c.db"
@@ -573,6 +574,7 @@ def test_the_remote_backend_answers_a_group_whole_or_not_at_all(
         "k.json": b'{"name": "k"}',
     }
     assert CuforgeRemoteCacheBackend("KEYB").get(["k.json"]) == {}  # another key's files
+    flush()  # the stores land behind: then they are in the database
     _flip_stored(db, "k.cubin")
     # triton 3.6 takes a partial group for a hit: one bad file makes it all a miss.
     assert backend.get(["k.cubin", "k.json"]) == {}
@@ -582,6 +584,7 @@ def test_the_remote_backend_answers_a_group_whole_or_not_at_all(
 def test_a_group_read_before_is_one_round_trip_and_its_stored_list_decides(
     redis_server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from cuforge.integrations import flush
     from cuforge.integrations.triton import CuforgeCacheManager
 
     monkeypatch.setenv("CUFORGE_TRITON_CACHE", f"{redis_server.url}?prefix=g:")
@@ -590,6 +593,7 @@ def test_a_group_read_before_is_one_round_trip_and_its_stored_list_decides(
     writer = CuforgeCacheManager("GROUPKEY")
     paths = {n: writer.put(b"data of " + n.encode(), n) for n in ("k.cubin", "k.json")}
     writer.put_group("k.json", paths)
+    flush()  # landed: the reads below go to Redis, not to this process's queue
     admin = redis_server.client()
     first = CuforgeCacheManager("GROUPKEY").get_group("k.json")
     assert first is not None and sorted(first) == ["k.cubin", "k.json"]
@@ -601,6 +605,7 @@ def test_a_group_read_before_is_one_round_trip_and_its_stored_list_decides(
     # The group is stored again with another file: the stored list decides, not the memo.
     writer.put(b"ptx", "k.ptx")
     writer.put_group("k.json", {**paths, "k.ptx": ""})
+    flush()
     changed = CuforgeCacheManager("GROUPKEY").get_group("k.json")
     assert changed is not None and sorted(changed) == ["k.cubin", "k.json", "k.ptx"]
     assert Path(changed["k.ptx"]).read_bytes() == b"ptx"

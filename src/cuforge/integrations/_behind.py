@@ -2,28 +2,33 @@
 
 A JIT's store (a Triton file, an Inductor value) is handed to one writer thread per
 process and the compile goes on at once; the thread makes the stores in the order
-they came, each through the cache's own ``set_entry`` (integrity, signing and
-counting as ever), then runs what waited for it: a Triton kernel's single-flight
+they came, each through the cache's own ``set_entry`` (framing, integrity, signing
+and counting as ever), then runs what waited for it: a Triton kernel's single-flight
 lock is let go only once the kernel's files are stored, so a peer that waited for
 the lock finds them.
 
 - **Read your writes.** A lookup in this process sees a store that has not landed
   (:func:`pending`), so a process never compiles again what it just compiled.
-- **Flushed before the process ends**: at interpreter exit (``atexit``, before the
-  caches' own exit hooks, which were registered earlier), at the end of a
-  ``multiprocessing`` child (its finalizers: a pool worker leaves through
-  ``os._exit``, which runs no ``atexit``), and by :func:`flush`. A process killed
-  first (SIGKILL, a crash, a pool terminating its workers) loses the stores still
-  queued -- the next process that misses them compiles again -- and never leaves a
-  damaged entry: each store is the backend's atomic one, which a reader sees whole
-  or not at all.
+- **Flushed before the process ends**: at interpreter exit (``atexit``, registered
+  when the first store is queued, so it runs before the caches' own exit hooks,
+  registered when they opened), at the end of a ``multiprocessing`` child (its
+  finalizers: a pool worker leaves through ``os._exit``, which runs no ``atexit``),
+  when a pool worker is sent SIGTERM (how Inductor's compile-worker pool ends its
+  workers; see :func:`_hook_terminate`), and by :func:`flush`.
+- **A crash loses, never damages.** A process killed otherwise (SIGKILL, a crash,
+  SIGTERM to a process that is not a pool worker) loses the stores still queued --
+  the next process that misses them compiles again -- and leaves no damaged entry:
+  each store is the backend's atomic one, which a reader sees whole or not at all,
+  and a lookup verifies what it reads.
 - **Bounded.** Past ``MAX_QUEUED_BYTES`` of queued payload a store waits for room,
   so a slow medium slows the compile as it did before rather than filling memory.
-- **fork.** The fork waits for the store in hand (never for more than
-  ``FORK_WAIT_S``), and the child starts with an empty queue: what the parent
-  queued is the parent's, so the child never stores it nor runs what waited for it
-  (a parent's lock is never let go by its child); those callbacks are kept alive,
-  unrun, in the child.
+  The thread ends after ``IDLE_S`` without work (and starts again at the next store),
+  so a process that has stopped compiling forks without it.
+- **fork.** The fork waits for the store in hand (never more than ``FORK_WAIT_S``),
+  so no cache handle is copied mid-store; the child starts with an empty queue:
+  what the parent queued is the parent's, so the child never stores it nor runs what
+  waited for it (a parent's lock is never let go by its child); those callbacks are
+  kept alive, unrun, in the child (:data:`orphans`).
 - A store that raises is dropped: ``on_error`` (the integration's warning) is told,
   as a synchronous store's failure was. Nothing raises into the compile.
 """
@@ -36,10 +41,12 @@ import contextlib
 import os
 import sys
 import threading
+import time
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from typing import Any
 
     from cuforge.storage.base import ProgramCacheResource
 
@@ -49,6 +56,10 @@ __all__ = ["MAX_QUEUED_BYTES", "flush", "orphans", "pending", "queued", "submit"
 MAX_QUEUED_BYTES = 64 << 20
 #: The longest a fork waits for the store the writer has in hand.
 FORK_WAIT_S = 10.0
+#: The longest a pool worker sent SIGTERM waits for its queue before it dies.
+TERM_FLUSH_S = 10.0
+#: Seconds without work after which the writer thread ends.
+IDLE_S = 1.0
 
 
 class _Item:
@@ -86,7 +97,7 @@ class _State:
 _state = _State()
 #: (id(cache), key) -> the newest store of that key queued and not yet made (read
 #: your writes); empty when nothing is queued, so a lookup tests it before calling
-#: :func:`pending`.
+#: :func:`pending`. A queued item holds its cache, so the id is not reused meanwhile.
 queued: dict[tuple[int, bytes], _Item] = {}
 #: What must outlive a fork unrun: in a forked child, the parent's queued stores and
 #: callbacks, and its kernel locks (their finalizers would let go of the parent's).
@@ -113,33 +124,47 @@ def submit(
     item = _Item(cache, key, data, meta, on_error, after)
     st = _state
     with st.cv:
-        while st.queued_bytes > MAX_QUEUED_BYTES and st.queue:
-            st.cv.wait()
-        if st.thread is None:
-            _start(st)
-        st.queue.append(item)
-        queued[(id(cache), key)] = item
-        st.queued_bytes += len(data)
-        st.unfinished += 1
-        st.cv.notify_all()
+        while st.queued_bytes > MAX_QUEUED_BYTES and st.queue and st.thread is not None:
+            st.cv.wait(1.0)
+        behind = st.thread is not None or _start(st)
+        if behind:
+            st.queue.append(item)
+            queued[(id(cache), key)] = item
+            st.queued_bytes += len(data)
+            st.unfinished += 1
+            st.cv.notify_all()
+    if not behind:  # no thread can start (interpreter shutdown): stored here, now
+        _store(item)
 
 
 def flush(timeout: float | None = None) -> bool:
     """Wait until every store the integrations of this process queued has landed (or
     was dropped, with its warning) and what waited for it ran; True then, False when
-    ``timeout`` seconds passed first. Called for you at exit; call it before reading
-    a cache's counters that should include this process's stores."""
+    ``timeout`` seconds passed first. Called for you at exit; call it before another
+    process must see this one's stores, or before reading a cache's counters that
+    should include them."""
     st = _state
     if st.thread is threading.current_thread():  # a callback of the writer itself
         return st.unfinished == 0
+    deadline = None if timeout is None else time.monotonic() + timeout
     with st.cv:
-        return st.cv.wait_for(lambda: st.unfinished == 0, timeout)
+        while st.unfinished:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return False
+            st.cv.wait(1.0 if left is None else min(left, 1.0))
+        return True
 
 
-def _start(st: _State) -> None:
-    """The writer thread, and the hooks that flush at exit (the caller holds ``st.cv``)."""
+def _start(st: _State) -> bool:
+    """Start the writer thread, and register the hooks that flush before the process
+    ends (the caller holds ``st.cv``); False when no thread can start (interpreter
+    shutdown)."""
     thread = threading.Thread(target=_write, args=(st,), name="cuforge-write-behind", daemon=True)
-    thread.start()
+    try:
+        thread.start()
+    except RuntimeError:
+        return False
     st.thread = thread
     if not st.hooked:
         st.hooked = True
@@ -147,34 +172,84 @@ def _start(st: _State) -> None:
         mp_util = sys.modules.get("multiprocessing.util")
         if mp_util is not None:  # a pool worker ends with os._exit: its finalizers run
             mp_util.Finalize(None, flush, exitpriority=0)
+        _hook_terminate()
+    return True
 
 
 def _write(st: _State) -> None:
-    """The writer: each store in order, then its callback, then the next."""
+    """The writer: each store in order, then its callback, then the next; ends after
+    ``IDLE_S`` with nothing queued."""
+    me = threading.current_thread()
     while True:
         with st.cv:
             while not st.queue:
-                st.cv.wait()
+                st.cv.wait(IDLE_S)
+                if not st.queue:
+                    if st.thread is me:
+                        st.thread = None
+                    st.cv.notify_all()
+                    return
         with st.busy:
             with st.cv:
                 if not st.queue:
                     continue
                 item = st.queue.popleft()
             try:
-                item.cache.set_entry(item.key, item.data, item.meta)
-            except Exception as exc:  # dropped, as a synchronous store would have been
-                with contextlib.suppress(Exception):
-                    item.on_error(exc)
-            if item.after is not None:
-                with contextlib.suppress(Exception):
-                    item.after()
-            with st.cv:
-                slot = (id(item.cache), item.key)
-                if queued.get(slot) is item:
-                    del queued[slot]
-                st.queued_bytes -= len(item.data)
-                st.unfinished -= 1
-                st.cv.notify_all()
+                _store(item)
+            finally:
+                with st.cv:
+                    slot = (id(item.cache), item.key)
+                    if queued.get(slot) is item:
+                        del queued[slot]
+                    st.queued_bytes -= len(item.data)
+                    st.unfinished -= 1
+                    st.cv.notify_all()
+
+
+def _store(item: _Item) -> None:
+    """Make one store and run what waited for it; nothing raises out."""
+    try:
+        item.cache.set_entry(item.key, item.data, item.meta)
+    except Exception as exc:  # dropped, as a synchronous store would have been
+        with contextlib.suppress(Exception):
+            item.on_error(exc)
+    if item.after is not None:
+        with contextlib.suppress(Exception):
+            item.after()
+
+
+def _hook_terminate() -> None:
+    """In a ``multiprocessing`` child's main thread whose SIGTERM does what it does by
+    default (end the process), flush for at most ``TERM_FLUSH_S`` on SIGTERM, then end
+    the process by the same signal (its parent sees what it would have seen).
+
+    Inductor's compile-worker pool ends its idle workers with SIGTERM; without this,
+    the stores of the last kernels a worker compiled could be lost on every run that
+    ends soon after compiling. Any other disposition (the host's own handler, ignored)
+    is left alone, and so is every process that is not a pool worker: there, SIGTERM
+    loses the queue like a crash (module docstring). The wait polls rather than taking
+    the queue's lock, which the interrupted main thread may hold.
+    """
+    import signal
+
+    mp = sys.modules.get("multiprocessing")
+    if mp is None or mp.parent_process() is None:
+        return
+    if threading.current_thread() is not threading.main_thread():
+        return
+    with contextlib.suppress(ValueError, OSError):
+        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, _on_terminate)
+
+
+def _on_terminate(signum: int, frame: Any) -> None:
+    import signal
+
+    deadline = time.monotonic() + TERM_FLUSH_S
+    while _state.unfinished and time.monotonic() < deadline:
+        time.sleep(0.002)
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
 
 
 _fork_held = False  # the fork's thread took ``busy`` (it did not time out)
@@ -182,7 +257,8 @@ _fork_held = False  # the fork's thread took ``busy`` (it did not time out)
 
 def _before_fork() -> None:
     global _fork_held
-    _fork_held = _state.busy.acquire(timeout=FORK_WAIT_S)  # a hung store: fork anyway
+    if _state.thread is not None:  # a hung store: fork anyway after the bound
+        _fork_held = _state.busy.acquire(timeout=FORK_WAIT_S)
 
 
 def _after_fork_in_parent() -> None:

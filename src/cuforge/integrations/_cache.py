@@ -33,11 +33,11 @@ import warnings
 
 from cuforge._stack import outside_level
 from cuforge.storage import config
-
-from . import _behind
 from cuforge.storage.base import CacheReadWarning, CacheWriteWarning, ProgramCacheResource
 from cuforge.storage.entry import CacheEntry
 from cuforge.storage.record import decode_record, encode_record
+
+from . import _behind
 
 __all__ = ["ForeignEntries", "caching_off", "select_cache"]
 
@@ -173,6 +173,7 @@ class ForeignEntries:
         a deferred store of this process not landed yet is read back (read your writes)."""
         key = self.key(name)
         queued = _behind.pending(self.cache, key) if _behind.queued else None
+        entry: CacheEntry | None
         if queued is not None:
             entry = CacheEntry(*queued)
         else:

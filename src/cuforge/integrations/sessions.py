@@ -38,7 +38,7 @@ from typing import Any
 from cuforge._stack import outside_level
 from cuforge.storage.base import CacheWriteWarning, ProgramCacheResource
 
-from . import warmsets
+from . import _behind, warmsets
 from ._cache import select_cache
 from ._wiring import Wiring
 
@@ -156,7 +156,9 @@ class Session:
                     warmsets.publish(self.cache, self.warm_set, keys, replace=final and ok)
 
     def close(self, ok: bool = True) -> None:
-        """Publish a last time and unwire; idempotent."""
+        """Let the stores written behind land, publish a last time and unwire;
+        idempotent."""
+        _behind.flush()  # the warm set and the mirrors then include every store
         self._stop.set()
         if self._thread is not None:
             self._thread.join()

@@ -94,7 +94,6 @@ _children_seen: dict[tuple[str, str], list[str]] = {}
 counters: dict[str, int] = {"hits": 0, "misses": 0, "stored": 0, "replaced": 0, "unlocked": 0}
 
 
-
 class _Held:
     """A kernel's single-flight lock as a manager holds it -- and then the stores that
     will let it go once they land (``_behind``). ``close`` lets go once, from any

@@ -1,0 +1,187 @@
+"""Stores written behind (``cuforge.integrations._behind``), with real caches and processes.
+
+A paused redis-server (SIGSTOP) holds a store in flight for as long as a test needs:
+the store cannot land until the server is resumed, so what a test observes meanwhile
+(the compile went on, the process waits at exit, a worker waits on SIGTERM) is the
+write-behind's doing, not a race.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import _behind_child
+from cuforge.integrations import _behind, flush, session, warmsets
+from cuforge.integrations._cache import ForeignEntries
+from cuforge.storage.urls import open_cache
+
+CHILD = str(Path(__file__).with_name("_behind_child.py"))
+SECRET = "behind-test-secret-0123456789abcdef"
+
+
+def _url(server, prefix: str, timeout: float = 30.0) -> str:  # type: ignore[no-untyped-def]
+    """The server's URL with a socket timeout past any pause a test makes."""
+    return f"{server.url}?prefix={prefix}&timeout={timeout}&connect_timeout={timeout}"
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CUFORGE_")}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    return env
+
+
+def _wait_for(path: Path) -> None:
+    deadline = time.monotonic() + 60
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.01)
+
+
+def test_a_store_behind_returns_at_once_and_is_read_back_before_it_lands(redis_server) -> None:
+    cache = open_cache(_url(redis_server, "a:"), secret=SECRET)
+    entries = ForeignEntries(cache, "inductor")
+    assert entries.load("warm-up") is None  # connected
+    redis_server.pause()
+    try:
+        assert entries.store("k", b"value", {"cache": "fx_graph"}, defer=True)
+        # Returned with the server stopped: the store is queued, not made, and this
+        # process reads it back (a lookup of the server would wait for the pause).
+        assert _behind.pending(cache, entries.key("k")) is not None
+        assert entries.load("k") == b"value"
+    finally:
+        redis_server.resume()
+    assert flush(timeout=60)
+    assert _behind.pending(cache, entries.key("k")) is None
+    assert cache.stats().stores == 1
+    with open_cache(_url(redis_server, "a:"), secret=SECRET) as other:
+        assert ForeignEntries(other, "inductor").load("k") == b"value"  # landed, signed
+
+
+def test_stores_queued_when_a_process_ends_land_before_it_is_gone(
+    redis_server, tmp_path: Path
+) -> None:
+    url = _url(redis_server, "x:")
+    go = tmp_path / "go"
+    proc = subprocess.Popen(
+        [sys.executable, CHILD, "exit", url, "3", str(go)],
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "connected", proc.stderr.read()  # type: ignore[union-attr]
+    redis_server.pause()
+    try:
+        go.touch()
+        assert proc.stdout.readline().strip() == "queued"  # main() has returned
+        time.sleep(0.5)  # the interpreter is ending meanwhile, its stores in flight
+    finally:
+        redis_server.resume()
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err[-3000:]
+    assert "Warning" not in err, err[-3000:]
+    with open_cache(url, secret=None) as cache:
+        entries = ForeignEntries(cache, "inductor")
+        for i in range(3):
+            assert entries.load(_behind_child.name(i)) == _behind_child.payload(i)
+
+
+def test_a_pool_worker_ended_by_sigterm_stores_its_queue_first(
+    redis_server, tmp_path: Path
+) -> None:
+    # Inductor's compile-worker pool ends idle workers with SIGTERM.
+    url = _url(redis_server, "w:")
+    with open_cache(url, secret=None) as cache:
+        assert cache.get_entry(b"warm-up") is None
+    ready = tmp_path / "ready"
+    ctx = multiprocessing.get_context("spawn")
+    redis_server.pause()
+    try:
+        worker = ctx.Process(target=_behind_child.pool_worker, args=(url, str(ready)))
+        worker.start()
+        _wait_for(ready)
+        worker.terminate()  # SIGTERM, the store still in flight
+        time.sleep(0.5)
+    finally:
+        redis_server.resume()
+    worker.join(60)
+    assert worker.exitcode == -signal.SIGTERM  # ended by the signal, as its parent expects
+    with open_cache(url, secret=None) as cache:
+        got = ForeignEntries(cache, "inductor").load(_behind_child.name(0))
+    assert got == _behind_child.payload(0)
+
+
+def test_a_process_killed_while_storing_behind_leaves_no_damaged_entry(tmp_path: Path) -> None:
+    # A crash loses the queued stores; what it leaves verifies, signature included.
+    root = tmp_path / "fs"
+    stored = 0
+    for rounds, kill_after in enumerate((1, 7, 40, 120)):
+        proc = subprocess.Popen(
+            [sys.executable, CHILD, "churn", str(root), SECRET],
+            env=_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        assert proc.stdout is not None
+        for _ in range(kill_after):
+            assert proc.stdout.readline(), proc.stderr.read()[-3000:]  # type: ignore[union-attr]
+        proc.kill()
+        proc.communicate(timeout=60)
+        with open_cache(f"file://{root}", secret=SECRET) as cache:
+            infos = list(cache.iter_entries())
+            assert all(cache.check_entry(info.id) is None for info in infos), rounds
+            entries = ForeignEntries(cache, "inductor")
+            found = [i for i in range(kill_after + 1) if entries.load(_behind_child.name(i))]
+            for i in found:
+                assert entries.load(_behind_child.name(i)) == _behind_child.payload(i)
+            stored = max(stored, len(found))
+    assert stored  # some stores landed before a kill: the check above looked at entries
+
+
+def test_a_forked_child_starts_with_an_empty_queue(tmp_path: Path) -> None:
+    cache = open_cache(f"file://{tmp_path / 'fs'}", secret=None)
+    entries = ForeignEntries(cache, "inductor")
+    for i in range(200):  # enough that some are still queued at the fork
+        entries.store(_behind_child.name(i), _behind_child.payload(i), {}, defer=True)
+    queued_at_fork = len(_behind.queued)
+    pid = os.fork()
+    if pid == 0:  # the child: nothing of the parent's to store, wait for or read back
+        code = 0 if flush(timeout=5) and not _behind.queued else 1
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert queued_at_fork  # the fork did happen with stores queued
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert flush(timeout=60)
+    assert cache.stats().stores == 200  # each made once, by the parent
+
+
+def test_a_session_publishes_its_warm_set_after_the_stores_behind_landed(
+    redis_server,
+) -> None:
+    url = _url(redis_server, "s:")
+    with session(url, warm_set="job", systems=(), mirrors=False) as s:
+        assert s.recorder is not None
+        entries = ForeignEntries(s.recorder, "inductor")
+        assert entries.load("warm-up") is None
+        redis_server.pause()
+        entries.store("k", b"value", {"cache": "fx_graph"}, defer=True)
+        threading.Timer(0.5, redis_server.resume).start()
+    # The session's end waited for the store, so the set names its key.
+    with open_cache(url, secret=None) as cache:
+        assert warmsets.load(cache, "job") == [entries.key("k")]
+
+
+@pytest.fixture(autouse=True)
+def _nothing_left_queued():
+    yield
+    assert flush(timeout=60)
