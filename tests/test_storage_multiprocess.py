@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -184,6 +185,41 @@ def test_lock_timeout_falls_through_with_live_holder(tmp_path: Path) -> None:
     finally:
         holder.kill()
         holder.join(5)
+
+
+def test_a_forked_child_takes_a_key_its_parents_thread_held_at_the_fork(tmp_path: Path) -> None:
+    # A thread of the parent holds the key at the fork. The child must wait only for
+    # the cross-process lock, never for that thread's in-process hold: the thread does
+    # not exist in the child, so the child waited out its whole timeout and compiled
+    # unlocked. The write-behind holds a kernel's lock until its stores land, which
+    # makes a fork meanwhile likely.
+    c = FileStreamProgramCache(tmp_path / "c")
+    held, release = threading.Event(), threading.Event()
+
+    def holder() -> None:
+        with c.lock("hot-key", timeout=5) as got:
+            assert got
+            held.set()
+            release.wait(60)
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    assert held.wait(60)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: wait until the parent let go, then take the key
+        os.close(w)
+        os.read(r, 1)
+        with c.lock("hot-key", timeout=10) as got:
+            os._exit(0 if got else 1)
+    os.close(r)
+    release.set()
+    thread.join()
+    os.write(w, b"x")
+    os.close(w)
+    _, status = os.waitpid(pid, 0)
+    c.close()
+    assert os.waitstatus_to_exitcode(status) == 0
 
 
 @pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="needs root")
