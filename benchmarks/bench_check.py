@@ -15,9 +15,17 @@ ratio exceeds ``max * (1 + tolerance)`` is measured again, and fails the run (ex
 only when the second measurement fails too, so one noisy moment on a shared machine
 does not fail CI, while a real slowdown does.
 
-``--gpu launch.json graph.json`` checks the GPU figures instead, from the JSON that
-``bench_launch.py`` and ``bench_graph.py`` wrote (scripts/gpu-test --bench). A
-threshold the results lack a figure for, or a peer missing from the bench venv,
+``triton_cold`` is cuforge's first compile beside stock Triton's: N real Triton
+kernels compiled cold through cuforge's cache manager vs Triton's own, in fresh
+processes, alternated pairs (``bench_coldtriton.py``); it runs under the Python given
+by ``--triton-python`` (``make bench-check`` passes the integrations venv's, which
+holds the triton wheel).
+
+``--gpu FILE...`` checks the GPU figures instead, from the JSON that
+``bench_launch.py``, ``bench_graph.py`` and ``bench_coldstart.py`` wrote
+(scripts/gpu-test --bench); each file is known by its ``bench`` field, and only the
+figures of the benches given are checked (``launch_*``, ``graph_*``, ``coldstart_*``).
+A threshold the results lack a figure for, or a peer missing from the bench venv,
 fails with one line naming it.
 """
 
@@ -113,7 +121,26 @@ def import_ratios(processes: int) -> Ratios:
     return {name: statistics.median(times[name]) / floor for name in IMPORT_LINES}
 
 
-def measure_cpu(rounds: int, n: int, processes: int = 40) -> Ratios:
+def triton_cold(python: str | None) -> Ratios:
+    """``triton_cold``: ``bench_coldtriton.py`` under ``python`` (a Python with the
+    triton wheel); nothing -- the figure then fails as missing -- when there is none."""
+    if not python or not os.path.exists(python):
+        print(f"triton_cold: no Python with triton ({python or 'no --triton-python'})")
+        return {}
+    with tempfile.TemporaryDirectory(prefix="bench-check-") as tmp:
+        out = os.path.join(tmp, "coldtriton.json")
+        script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench_coldtriton.py")
+        done = subprocess.run([python, script, "--json", out], timeout=900)
+        if done.returncode != 0 or not os.path.exists(out):
+            print(f"triton_cold: bench_coldtriton.py failed (exit {done.returncode})")
+            return {}
+        with open(out) as f:
+            return {"triton_cold": float(json.load(f)["results"]["ratio"])}
+
+
+def measure_cpu(
+    rounds: int, n: int, processes: int = 40, triton_python: str | None = None
+) -> Ratios:
     """One measurement of every CPU figure, peers interleaved with cuforge."""
     import bench_headers
     import bench_hotpaths
@@ -139,15 +166,48 @@ def measure_cpu(rounds: int, n: int, processes: int = 40) -> Ratios:
         ratios.append(h["memory 20 headers"] / h["memory plain"])
     out["headers_memory"] = statistics.median(ratios)
     out.update(import_ratios(processes))
+    out.update(triton_cold(triton_python))
     return out
 
 
-def gpu_ratios(launch_json: str, graph_json: str) -> Ratios:
-    """The GPU figures from bench_launch / bench_graph result files (cuforge / cuda.core)."""
-    with open(launch_json) as f:
-        launch = json.load(f)["results"]["per_launch_us"]
-    with open(graph_json) as f:
-        graph = json.load(f)["results"]["nodes"]
+def _gpu_file(path: str) -> tuple[str, dict[str, Any]]:
+    """``(family, results)`` of a GPU result file: its figures' name prefix (launch,
+    graph, coldstart), known by its ``bench`` field, else by what its results hold."""
+    with open(path) as f:
+        doc = json.load(f)
+    results = doc["results"]
+    bench = doc.get("bench")
+    if bench == "bench_launch" or "per_launch_us" in results:
+        return "launch", results
+    if bench == "bench_graph" or "nodes" in results:
+        return "graph", results
+    if bench == "bench_coldstart" or "figures" in results:
+        return "coldstart", results
+    raise SystemExit(f"{path}: not a bench_launch, bench_graph or bench_coldstart result")
+
+
+def gpu_families(*files: str) -> set[str]:
+    """The figure families (name prefixes) these GPU result files hold."""
+    return {_gpu_file(path)[0] for path in files}
+
+
+def gpu_ratios(*files: str) -> Ratios:
+    """The GPU figures from bench_launch / bench_graph / bench_coldstart result files:
+    cuforge / cuda.core, and cuforge / stock for the first compile (bench_coldstart's
+    own ``figures``)."""
+    out: Ratios = {}
+    for path in files:
+        family, results = _gpu_file(path)
+        if family == "launch":
+            out.update(_launch_ratios(results["per_launch_us"]))
+        elif family == "graph":
+            out.update(_graph_ratios(results["nodes"]))
+        else:
+            out.update({k: float(v) for k, v in results["figures"].items()})
+    return out
+
+
+def _launch_ratios(launch: dict[str, Any]) -> Ratios:
     out: Ratios = {}
     for kind, label in (("empty", "launch_empty"), ("4 args", "launch_4args")):
         peer = next(
@@ -155,6 +215,11 @@ def gpu_ratios(launch_json: str, graph_json: str) -> Ratios:
         )
         if peer is not None:
             out[label] = launch[f"cuforge {kind}"]["median"] / peer["median"]
+    return out
+
+
+def _graph_ratios(graph: dict[str, Any]) -> Ratios:
+    out: Ratios = {}
     for nodes, row in graph.items():
         if "cuda.core_us" not in row:  # the peer was skipped: its figures stay missing
             continue
@@ -205,9 +270,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--thresholds", default=THRESHOLDS, help="the thresholds file (TOML)")
     ap.add_argument(
         "--gpu",
-        nargs=2,
-        metavar=("LAUNCH_JSON", "GRAPH_JSON"),
-        help="check the GPU figures from these bench_launch / bench_graph results",
+        nargs="+",
+        metavar="JSON",
+        help="check the GPU figures from these bench_launch / bench_graph / bench_coldstart "
+        "results",
+    )
+    ap.add_argument(
+        "--only",
+        help="check only these figures (comma-separated names of thresholds.toml)",
+    )
+    ap.add_argument(
+        "--triton-python",
+        metavar="PYTHON",
+        help="the Python (with triton) that measures triton_cold; without it the figure fails",
     )
     ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds per measurement")
     ap.add_argument("--calls", type=int, default=10000, help="calls per round")
@@ -217,14 +292,26 @@ def main(argv: list[str] | None = None) -> int:
     _results.add_arguments(ap)
     args = ap.parse_args(argv)
     doc = load_thresholds(args.thresholds)
-    if args.gpu:
-        thresholds = doc.get("gpu", {})
+    thresholds = doc.get("gpu" if args.gpu else "cpu", {})
+    if args.only:
+        names = [n.strip() for n in args.only.split(",") if n.strip()]
+        unknown = [n for n in names if n not in thresholds]
+        if unknown:
+            ap.error(f"--only: no threshold named {', '.join(unknown)} in {args.thresholds}")
+        thresholds = {n: thresholds[n] for n in names}
+    if args.gpu:  # the families of the benches that ran (each file is one bench's)
+        families = gpu_families(*args.gpu)
+        thresholds = {n: t for n, t in thresholds.items() if n.split("_", 1)[0] in families}
         ratios, bad = check(lambda: gpu_ratios(*args.gpu), thresholds, retry=False)
     else:
-        thresholds = doc.get("cpu", {})
-        ratios, bad = check(
-            lambda: measure_cpu(args.rounds, args.calls, args.processes), thresholds, retry=True
-        )
+        py = args.triton_python if "triton_cold" in thresholds else None
+
+        def measure() -> Ratios:
+            if set(thresholds) == {"triton_cold"}:  # --only triton_cold: nothing else to time
+                return triton_cold(py)
+            return measure_cpu(args.rounds, args.calls, args.processes, py)
+
+        ratios, bad = check(measure, thresholds, retry=True)
     report(ratios, thresholds, bad)
     _results.write(args.json, "bench_check", {"ratios": ratios, "failed": bad}, args.note)
     if bad:

@@ -37,7 +37,18 @@ def _results(tmp_path, graph_scale: float = 1.0, launch_scale: float = 1.0):
     lp, gp = tmp_path / "launch.json", tmp_path / "graph.json"
     lp.write_text(json.dumps({"results": {"per_launch_us": launch}}))
     gp.write_text(json.dumps({"results": {"nodes": nodes}}))
-    return str(lp), str(gp)
+    return str(lp), str(gp), _coldstart(tmp_path)
+
+
+def _coldstart(tmp_path, cold: float = 1.01, modes=("autotune", "default")) -> str:
+    """A bench_coldstart result file (the ratios it computed, by threshold name)."""
+    figures = {}
+    for mode in modes:
+        figures[f"coldstart_{mode}_cold"] = cold
+        figures[f"coldstart_{mode}_fresh_host"] = 1.05
+    path = tmp_path / "coldstart.json"
+    path.write_text(json.dumps({"bench": "bench_coldstart", "results": {"figures": figures}}))
+    return str(path)
 
 
 def test_every_threshold_has_a_limit_a_tolerance_and_a_reason():
@@ -73,8 +84,39 @@ def test_the_gpu_check_passes_within_the_limits_and_fails_naming_a_slow_figure(t
     assert "FAILED: launch_empty, launch_4args over threshold" in slow.stdout
 
 
+def test_only_the_figures_of_the_benches_given_are_checked(tmp_path):
+    _, _, cp = _results(tmp_path)
+    alone = subprocess.run(
+        [sys.executable, os.path.join(BENCH, "bench_check.py"), "--gpu", cp],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert alone.returncode == 0, alone.stdout + alone.stderr
+    assert "coldstart_autotune_cold" in alone.stdout and "launch_empty" not in alone.stdout
+    slow = subprocess.run(
+        [sys.executable, os.path.join(BENCH, "bench_check.py"), "--gpu",
+         _coldstart(tmp_path, cold=1.2, modes=("default",))],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert slow.returncode == 1
+    assert (
+        "FAILED: coldstart_autotune_cold, coldstart_autotune_fresh_host, "
+        "coldstart_default_cold over threshold" in slow.stdout
+    )  # one mode too slow, the other missing
+
+
+def test_triton_cold_without_a_python_with_triton_fails_naming_it(tmp_path):
+    done = subprocess.run(
+        [sys.executable, os.path.join(BENCH, "bench_check.py"), "--only", "triton_cold",
+         "--triton-python", str(tmp_path / "no-such-python")],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert f"triton_cold: no Python with triton ({tmp_path / 'no-such-python'})" in done.stdout
+    assert "FAILED: triton_cold over threshold" in done.stdout
+
+
 def test_a_figure_missing_from_the_results_fails(tmp_path):
-    lp, gp = _results(tmp_path)
+    lp, gp, _ = _results(tmp_path)
     with open(gp) as f:
         doc = json.load(f)
     del doc["results"]["nodes"]["1000"]["cuda.core_us"]  # the peer was skipped there
