@@ -36,9 +36,9 @@ the lock finds them.
 from __future__ import annotations
 
 import atexit
-import collections
 import contextlib
 import os
+import queue
 import sys
 import threading
 import time
@@ -81,17 +81,32 @@ class _Item:
 
 
 class _State:
-    """This process's queue, its writer and what it has not stored yet."""
+    """This process's queue, its writer and what it has not stored yet.
+
+    The compiling threads never wait for a lock the writer holds: a store is put on a
+    ``SimpleQueue`` under ``submit_lock``, which only submitting threads take (and the
+    writer, once per store to retire its read-your-writes slot, and when it ends). A
+    thread blocked on a lock another thread holds while that one waits for the GIL
+    would pay a GIL hand-over per store, which on a busy machine costs more than the
+    store itself.
+    """
 
     def __init__(self) -> None:
-        self.cv = threading.Condition(threading.Lock())
+        self.queue: queue.SimpleQueue[_Item] = queue.SimpleQueue()
+        self.submit_lock = threading.Lock()
+        #: Progress: the writer notifies under it once a store is done, when a
+        #: :func:`flush` or a store waiting for room is waiting (``waiters``).
+        self.done_cv = threading.Condition(threading.Lock())
+        self.waiters = 0
         #: Held while the writer makes a store and runs its callback: fork takes it.
         self.busy = threading.Lock()
-        self.queue: collections.deque[_Item] = collections.deque()
-        self.queued_bytes = 0
-        self.unfinished = 0  # submitted, not yet stored and called back
+        self.submitted = self.submitted_bytes = 0  # under ``submit_lock``
+        self.done = self.done_bytes = 0  # the writer's alone
         self.thread: threading.Thread | None = None
         self.hooked = False  # exit hooks registered in this process
+
+    def unfinished(self) -> int:
+        return self.submitted - self.done
 
 
 _state = _State()
@@ -123,16 +138,15 @@ def submit(
     dropped). Waits only while more than ``MAX_QUEUED_BYTES`` are queued."""
     item = _Item(cache, key, data, meta, on_error, after)
     st = _state
-    with st.cv:
-        while st.queued_bytes > MAX_QUEUED_BYTES and st.queue and st.thread is not None:
-            st.cv.wait(1.0)
+    if st.submitted_bytes - st.done_bytes > MAX_QUEUED_BYTES:
+        _wait(st, lambda: st.submitted_bytes - st.done_bytes <= MAX_QUEUED_BYTES, None)
+    with st.submit_lock:
         behind = st.thread is not None or _start(st)
         if behind:
-            st.queue.append(item)
             queued[(id(cache), key)] = item
-            st.queued_bytes += len(data)
-            st.unfinished += 1
-            st.cv.notify_all()
+            st.submitted += 1
+            st.submitted_bytes += len(data)
+            st.queue.put(item)
     if not behind:  # no thread can start (interpreter shutdown): stored here, now
         _store(item)
 
@@ -145,21 +159,33 @@ def flush(timeout: float | None = None) -> bool:
     should include them."""
     st = _state
     if st.thread is threading.current_thread():  # a callback of the writer itself
-        return st.unfinished == 0
+        return st.unfinished() == 0
+    target = st.submitted
+    return _wait(st, lambda: st.done >= target, timeout)
+
+
+def _wait(st: _State, ready: Callable[[], bool], timeout: float | None) -> bool:
+    """Wait for the writer's progress to make ``ready()`` true, or for ``timeout``."""
     deadline = None if timeout is None else time.monotonic() + timeout
-    with st.cv:
-        while st.unfinished:
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                return False
-            st.cv.wait(1.0 if left is None else min(left, 1.0))
-        return True
+    with st.done_cv:
+        st.waiters += 1
+        try:
+            while not ready():
+                if st.thread is None and st.unfinished():  # pragma: no cover - a dead writer
+                    return False
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                st.done_cv.wait(0.5 if left is None else min(left, 0.5))
+        finally:
+            st.waiters -= 1
+    return True
 
 
 def _start(st: _State) -> bool:
     """Start the writer thread, and register the hooks that flush before the process
-    ends (the caller holds ``st.cv``); False when no thread can start (interpreter
-    shutdown)."""
+    ends (the caller holds ``st.submit_lock``); False when no thread can start
+    (interpreter shutdown)."""
     thread = threading.Thread(target=_write, args=(st,), name="cuforge-write-behind", daemon=True)
     try:
         thread.start()
@@ -181,29 +207,28 @@ def _write(st: _State) -> None:
     ``IDLE_S`` with nothing queued."""
     me = threading.current_thread()
     while True:
-        with st.cv:
-            while not st.queue:
-                st.cv.wait(IDLE_S)
-                if not st.queue:
+        try:
+            item = st.queue.get(timeout=IDLE_S)
+        except queue.Empty:
+            with st.submit_lock:  # a submitter sees the thread gone, or this sees its item
+                if st.queue.empty():
                     if st.thread is me:
                         st.thread = None
-                    st.cv.notify_all()
                     return
+            continue
         with st.busy:
-            with st.cv:
-                if not st.queue:
-                    continue
-                item = st.queue.popleft()
             try:
                 _store(item)
             finally:
-                with st.cv:
-                    slot = (id(item.cache), item.key)
+                slot = (id(item.cache), item.key)
+                with st.submit_lock:
                     if queued.get(slot) is item:
                         del queued[slot]
-                    st.queued_bytes -= len(item.data)
-                    st.unfinished -= 1
-                    st.cv.notify_all()
+                st.done += 1
+                st.done_bytes += len(item.data)
+                if st.waiters:
+                    with st.done_cv:
+                        st.done_cv.notify_all()
 
 
 def _store(item: _Item) -> None:
@@ -246,7 +271,7 @@ def _on_terminate(signum: int, frame: Any) -> None:
     import signal
 
     deadline = time.monotonic() + TERM_FLUSH_S
-    while _state.unfinished and time.monotonic() < deadline:
+    while _state.unfinished() and time.monotonic() < deadline:
         time.sleep(0.002)
     signal.signal(signum, signal.SIG_DFL)
     os.kill(os.getpid(), signum)
@@ -272,7 +297,9 @@ def _after_fork_in_child() -> None:
     global _state, _fork_held
     _fork_held = False
     old = _state
-    orphans.extend(old.queue)  # the parent's stores: never made, never called back here
+    with contextlib.suppress(queue.Empty):
+        while True:  # the parent's stores: never made, never called back here
+            orphans.append(old.queue.get_nowait())
     queued.clear()
     _state = _State()
 
