@@ -77,7 +77,9 @@ def _emit(label: str, seconds: float) -> None:
         _pid[:] = [pid]
         path = os.path.join(os.environ[ENV], f"{pid}.tsv")
         _fd[:] = [os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)]
-    thread = "behind" if threading.current_thread().name == "cuforge-write-behind" else "inline"
+    behind = sys.modules.get("cuforge.integrations._behind")
+    writer = getattr(behind, "writer_ident", None)
+    thread = "behind" if writer is not None and writer() == threading.get_ident() else "inline"
     os.write(_fd[0], f"{label}\t{thread}\t{seconds:.9f}\n".encode())
 
 

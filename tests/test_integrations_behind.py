@@ -181,6 +181,24 @@ def test_a_session_publishes_its_warm_set_after_the_stores_behind_landed(
         assert warmsets.load(cache, "job") == [entries.key("k")]
 
 
+def test_the_writer_ends_when_idle_and_starts_again_for_the_next_store(tmp_path: Path) -> None:
+    # A process that has stopped compiling keeps no thread (a later fork is then made
+    # without one); a store after that starts a writer again and lands.
+    cache = open_cache(f"file://{tmp_path / 'fs'}", secret=SECRET)
+    entries = ForeignEntries(cache, "inductor")
+    entries.store("a", b"first", {}, defer=True)
+    assert flush(timeout=60)
+    deadline = time.monotonic() + 60
+    while _behind.writer_ident() is not None:
+        assert time.monotonic() < deadline, "the writer never ended"
+        time.sleep(0.05)
+    entries.store("b", b"second", {}, defer=True)
+    assert _behind.writer_ident() is not None
+    assert flush(timeout=60)
+    with open_cache(f"file://{tmp_path / 'fs'}", secret=SECRET) as other:
+        assert ForeignEntries(other, "inductor").load("b") == b"second"
+
+
 @pytest.fixture(autouse=True)
 def _nothing_left_queued():
     yield

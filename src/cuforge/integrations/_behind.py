@@ -35,6 +35,7 @@ the lock finds them.
 
 from __future__ import annotations
 
+import _thread
 import atexit
 import contextlib
 import os
@@ -50,7 +51,15 @@ if TYPE_CHECKING:
 
     from cuforge.storage.base import ProgramCacheResource
 
-__all__ = ["MAX_QUEUED_BYTES", "flush", "orphans", "pending", "queued", "submit"]
+__all__ = [
+    "MAX_QUEUED_BYTES",
+    "flush",
+    "orphans",
+    "pending",
+    "queued",
+    "submit",
+    "writer_ident",
+]
 
 #: Queued payload bytes past which a new store waits for the writer.
 MAX_QUEUED_BYTES = 64 << 20
@@ -102,7 +111,8 @@ class _State:
         self.busy = threading.Lock()
         self.submitted = self.submitted_bytes = 0  # under ``submit_lock``
         self.done = self.done_bytes = 0  # the writer's alone
-        self.thread: threading.Thread | None = None
+        #: The writer's thread id (``threading.get_ident``), None when it is not running.
+        self.thread: int | None = None
         self.hooked = False  # exit hooks registered in this process
 
     def unfinished(self) -> int:
@@ -158,7 +168,7 @@ def flush(timeout: float | None = None) -> bool:
     process must see this one's stores, or before reading a cache's counters that
     should include them."""
     st = _state
-    if st.thread is threading.current_thread():  # a callback of the writer itself
+    if st.thread == threading.get_ident():  # a callback of the writer itself
         return st.unfinished() == 0
     target = st.submitted
     return _wait(st, lambda: st.done >= target, timeout)
@@ -171,7 +181,7 @@ def _wait(st: _State, ready: Callable[[], bool], timeout: float | None) -> bool:
         st.waiters += 1
         try:
             while not ready():
-                if st.thread is None and st.unfinished():  # pragma: no cover - a dead writer
+                if st.thread is None and st.unfinished():  # the writer died: nothing comes
                     return False
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
@@ -185,13 +195,14 @@ def _wait(st: _State, ready: Callable[[], bool], timeout: float | None) -> bool:
 def _start(st: _State) -> bool:
     """Start the writer thread, and register the hooks that flush before the process
     ends (the caller holds ``st.submit_lock``); False when no thread can start
-    (interpreter shutdown)."""
-    thread = threading.Thread(target=_write, args=(st,), name="cuforge-write-behind", daemon=True)
+    (interpreter shutdown). A bare ``_thread`` thread: ``threading.Thread.start``
+    waits until the new thread runs, which on a busy machine costs the compile
+    milliseconds; this one never waits (and, like a daemon thread, is not joined at
+    exit -- the exit hooks wait for the queue instead)."""
     try:
-        thread.start()
+        st.thread = _thread.start_new_thread(_write, (st,))
     except RuntimeError:
         return False
-    st.thread = thread
     if not st.hooked:
         st.hooked = True
         atexit.register(flush)
@@ -202,33 +213,45 @@ def _start(st: _State) -> bool:
     return True
 
 
+def writer_ident() -> int | None:
+    """The writer thread's id (``threading.get_ident()``), None when none runs."""
+    return _state.thread
+
+
 def _write(st: _State) -> None:
     """The writer: each store in order, then its callback, then the next; ends after
-    ``IDLE_S`` with nothing queued."""
-    me = threading.current_thread()
-    while True:
-        try:
-            item = st.queue.get(timeout=IDLE_S)
-        except queue.Empty:
-            with st.submit_lock:  # a submitter sees the thread gone, or this sees its item
-                if st.queue.empty():
-                    if st.thread is me:
-                        st.thread = None
-                    return
-            continue
-        with st.busy:
+    ``IDLE_S`` with nothing queued (or, should anything escape, at once: a waiter
+    then sees no writer and stops waiting)."""
+    me = threading.get_ident()
+    try:
+        while True:
             try:
-                _store(item)
-            finally:
-                slot = (id(item.cache), item.key)
-                with st.submit_lock:
-                    if queued.get(slot) is item:
-                        del queued[slot]
-                st.done += 1
-                st.done_bytes += len(item.data)
-                if st.waiters:
-                    with st.done_cv:
-                        st.done_cv.notify_all()
+                item = st.queue.get(timeout=IDLE_S)
+            except queue.Empty:
+                with st.submit_lock:  # a submitter sees the thread gone, or this its item
+                    if st.queue.empty():
+                        st.thread = None
+                        return
+                continue
+            with st.busy:
+                try:
+                    _store(item)
+                finally:
+                    slot = (id(item.cache), item.key)
+                    with st.submit_lock:
+                        if queued.get(slot) is item:
+                            del queued[slot]
+                    st.done += 1
+                    st.done_bytes += len(item.data)
+                    if st.waiters:
+                        with st.done_cv:
+                            st.done_cv.notify_all()
+    finally:
+        with st.submit_lock:
+            if st.thread == me:
+                st.thread = None
+        with st.done_cv:
+            st.done_cv.notify_all()
 
 
 def _store(item: _Item) -> None:
