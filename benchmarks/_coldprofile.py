@@ -10,9 +10,10 @@ ledger), the single-flight lock, the local copy Triton reads, the write-behind q
 Only cuforge's modules are touched, each wrapped right after it is first imported;
 a process that never imports cuforge pays nothing but the hook.
 
-Each call appends one line ``label<TAB>thread<TAB>seconds`` to ``DIR/<pid>.tsv`` (one
-``write`` per call, so a process ended by a signal keeps what it measured); thread is
-``behind`` for the write-behind thread, else ``inline`` (the compile waits for it).
+Each call appends one line ``label<TAB>thread<TAB>wall s<TAB>CPU s`` to
+``DIR/<pid>.tsv`` (one ``write`` per call, so a process ended by a signal keeps what it
+measured; CPU is the calling thread's); thread is ``behind`` for the write-behind
+thread, else ``inline`` (the compile waits for it).
 Times are inclusive: a store's parts are inside its total. :func:`summarize` folds
 the files into one table per process role (the process that compiled, and the
 processes it started: Inductor's compile workers). A profile run is slower than a
@@ -71,7 +72,7 @@ _fd: list[int] = []  # this process's file (reopened after a fork)
 _pid: list[int] = []
 
 
-def _emit(label: str, seconds: float) -> None:
+def _emit(label: str, seconds: float, cpu: float = 0.0) -> None:
     pid = os.getpid()
     if not _pid or _pid[0] != pid:
         _pid[:] = [pid]
@@ -80,7 +81,7 @@ def _emit(label: str, seconds: float) -> None:
     behind = sys.modules.get("cuforge.integrations._behind")
     writer = getattr(behind, "writer_ident", None)
     thread = "behind" if writer is not None and writer() == threading.get_ident() else "inline"
-    os.write(_fd[0], f"{label}\t{thread}\t{seconds:.9f}\n".encode())
+    os.write(_fd[0], f"{label}\t{thread}\t{seconds:.9f}\t{cpu:.9f}\n".encode())
 
 
 def _timed(fn: Any, label: str) -> Any:
@@ -88,13 +89,15 @@ def _timed(fn: Any, label: str) -> Any:
     if getattr(fn, "__wrapped_by_coldprofile__", False):
         return fn
 
+    cpu_clock = time.thread_time
+
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        t0 = clock()
+        c0, t0 = cpu_clock(), clock()
         try:
             return fn(*args, **kwargs)
         finally:
-            _emit(label, clock() - t0)
+            _emit(label, clock() - t0, cpu_clock() - c0)
 
     wrapper.__wrapped_by_coldprofile__ = True  # type: ignore[attr-defined]
     return wrapper
@@ -134,10 +137,10 @@ class _Hook:
             return None
 
         def exec_module(module: Any) -> None:
-            t0 = time.perf_counter()
+            c0, t0 = time.thread_time(), time.perf_counter()
             run(module)
             if name == "cuforge.integrations.triton":
-                _emit(IMPORT_LABEL, time.perf_counter() - t0)
+                _emit(IMPORT_LABEL, time.perf_counter() - t0, time.thread_time() - c0)
             _patch(module, name)
 
         loader.exec_module = exec_module  # type: ignore[union-attr]
@@ -170,31 +173,40 @@ def summarize(directory: str, main_pid: int) -> dict[str, Any]:
         with open(os.path.join(directory, entry)) as f:
             for line in f:
                 parts = line.rstrip("\n").split("\t")
-                if len(parts) != 3:
+                if len(parts) != 4:
                     continue  # a line cut by a kill
-                label, thread, seconds = parts
-                row = out[role].setdefault(label, {"calls": 0, "inline_s": 0.0, "behind_s": 0.0})
+                label, thread, seconds, cpu = parts
+                row = out[role].setdefault(
+                    label,
+                    {"calls": 0, "inline_s": 0.0, "behind_s": 0.0, "inline_cpu_s": 0.0,
+                     "behind_cpu_s": 0.0},
+                )  # fmt: skip
                 row["calls"] += 1
                 row[f"{thread}_s"] += float(seconds)
+                row[f"{thread}_cpu_s"] += float(cpu)
     return out
 
 
 def table(summary: dict[str, Any]) -> str:
-    """The summary as text: per role, each label's calls, inline and behind ms."""
+    """The summary as text: per role, each label's calls, and its wall and CPU ms in
+    the compiling threads (inline) and in the writer thread (behind)."""
     lines = []
     for role in ("main", "workers"):
         rows = summary.get(role) or {}
         if not rows:
             continue
         lines.append(f"  {role} process{'es' if role == 'workers' else ''}:")
-        head = f"{'calls':>6s} {'inline ms':>10s} {'behind ms':>10s} {'us/call':>9s}"
+        head = (
+            f"{'calls':>6s} {'inline ms':>10s} {'inline CPU':>10s} {'behind ms':>10s} "
+            f"{'behind CPU':>10s}"
+        )
         lines.append(f"    {'':44s} {head}")
         for label in sorted(rows, key=_order):
             r = rows[label]
-            per = 1e6 * (r["inline_s"] + r["behind_s"]) / max(r["calls"], 1)
             lines.append(
                 f"    {label:44s} {r['calls']:6d} {1e3 * r['inline_s']:10.2f} "
-                f"{1e3 * r['behind_s']:10.2f} {per:9.1f}"
+                f"{1e3 * r['inline_cpu_s']:10.2f} {1e3 * r['behind_s']:10.2f} "
+                f"{1e3 * r['behind_cpu_s']:10.2f}"
             )
     return "\n".join(lines)
 

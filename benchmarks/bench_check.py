@@ -17,9 +17,11 @@ does not fail CI, while a real slowdown does.
 
 ``triton_cold`` is cuforge's first compile beside stock Triton's: N real Triton
 kernels compiled cold through cuforge's cache manager vs Triton's own, in fresh
-processes, alternated pairs (``bench_coldtriton.py``); it runs under the Python given
-by ``--triton-python`` (``make bench-check`` passes the integrations venv's, which
-holds the triton wheel).
+processes, alternated pairs, the CPU time of the compile's critical path (the
+compiling thread and ``ptxas``); ``triton_cold_total`` is all the process's CPU until
+its stores have landed, the writer thread's included (``bench_coldtriton.py``). They
+run under the Python given by ``--triton-python`` (``make bench-check`` passes the
+integrations venv's, which holds the triton wheel).
 
 ``--gpu FILE...`` checks the GPU figures instead, from the JSON that
 ``bench_launch.py``, ``bench_graph.py`` and ``bench_coldstart.py`` wrote
@@ -122,8 +124,9 @@ def import_ratios(processes: int) -> Ratios:
 
 
 def triton_cold(python: str | None) -> Ratios:
-    """``triton_cold``: ``bench_coldtriton.py`` under ``python`` (a Python with the
-    triton wheel); nothing -- the figure then fails as missing -- when there is none."""
+    """``triton_cold`` and ``triton_cold_total``: ``bench_coldtriton.py`` under
+    ``python`` (a Python with the triton wheel); nothing -- the figures then fail as
+    missing -- when there is none."""
     if not python or not os.path.exists(python):
         print(f"triton_cold: no Python with triton ({python or 'no --triton-python'})")
         return {}
@@ -135,7 +138,11 @@ def triton_cold(python: str | None) -> Ratios:
             print(f"triton_cold: bench_coldtriton.py failed (exit {done.returncode})")
             return {}
         with open(out) as f:
-            return {"triton_cold": float(json.load(f)["results"]["ratio"])}
+            results = json.load(f)["results"]
+        return {
+            "triton_cold": float(results["ratio"]),
+            "triton_cold_total": float(results["total_ratio"]),
+        }
 
 
 def measure_cpu(
@@ -304,10 +311,11 @@ def main(argv: list[str] | None = None) -> int:
         thresholds = {n: t for n, t in thresholds.items() if n.split("_", 1)[0] in families}
         ratios, bad = check(lambda: gpu_ratios(*args.gpu), thresholds, retry=False)
     else:
-        py = args.triton_python if "triton_cold" in thresholds else None
+        triton = {"triton_cold", "triton_cold_total"}
+        py = args.triton_python if triton & set(thresholds) else None
 
         def measure() -> Ratios:
-            if set(thresholds) == {"triton_cold"}:  # --only triton_cold: nothing else to time
+            if set(thresholds) <= triton:  # --only triton_cold...: nothing else to time
                 return triton_cold(py)
             return measure_cpu(args.rounds, args.calls, args.processes, py)
 

@@ -29,6 +29,8 @@ flushed at exit (``cuforge.integrations.flush`` waits for it). A cache fault nev
 fails a compile: a lookup that raises is a miss and a store that raises is dropped
 (both warn).
 Triton's dump and override modes are Triton's own: they go to its file manager.
+The local copies are written by ``_tritonlocal`` (what stands at a file's place
+decides: see there).
 
 Importing this module imports triton; ``RuntimeError`` (one line) when the installed
 triton's extension points differ from the ones this module implements.
@@ -40,9 +42,7 @@ import contextlib
 import functools
 import json
 import os
-import stat
 import sysconfig
-import tempfile
 import threading
 import warnings
 import weakref
@@ -55,6 +55,9 @@ from cuforge.storage.base import CacheReadWarning, CacheWriteWarning, ProgramCac
 
 from . import _behind
 from ._cache import caching_off, select_cache
+from ._tritonlocal import counters
+from ._tritonlocal import materialize as _materialize
+from ._tritonlocal import put_local as _put_local
 from ._wiring import triton_override
 
 try:
@@ -68,14 +71,6 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 __all__ = ["CuforgeCacheManager", "CuforgeRemoteCacheBackend", "counters", "triton_cache"]
 
 KIND = "triton"
-#: How a local copy is opened for comparison: never through a link, never waiting on
-#: a FIFO or device (see ``_local_state``).
-_READ = (
-    os.O_RDONLY
-    | getattr(os, "O_NOFOLLOW", 0)
-    | getattr(os, "O_NONBLOCK", 0)
-    | getattr(os, "O_CLOEXEC", 0)
-)
 ENV_CACHE = "CUFORGE_TRITON_CACHE"
 #: The suffix of the native modules Triton builds (launchers, driver utilities).
 _EXT_SUFFIX = str(sysconfig.get_config_var("EXT_SUFFIX") or ".so")
@@ -86,12 +81,6 @@ _REMOTE_API = frozenset({"get", "put"})
 
 #: The file names of groups this process has read, by (Triton key, group file).
 _children_seen: dict[tuple[str, str], list[str]] = {}
-
-#: This process's group lookups: ``hits``, ``misses`` (a compile follows),
-#: ``stored`` (groups stored), ``replaced`` (local copies that differed from the
-#: verified bytes and were rewritten), ``unlocked`` (misses that gave up waiting
-#: for the kernel's lock, or could not take it, and compiled without it).
-counters: dict[str, int] = {"hits": 0, "misses": 0, "stored": 0, "replaced": 0, "unlocked": 0}
 
 
 class _Held:
@@ -239,151 +228,6 @@ def _warn(category: type[Warning], what: str) -> None:
     )
 
 
-_ABSENT, _SAME, _DIFFERS, _FOREIGN = range(4)
-
-#: Per key directory, this process's private directory for files whose own place
-#: holds an object Triton's cache did not write (see ``_materialize``).
-_aside: dict[str, str] = {}
-#: The paths of such objects already warned about (one warning each per process).
-_foreign_seen: set[str] = set()
-
-
-def _local_state(path: str, data: bytes) -> int:
-    """What stands at ``path``: nothing, a regular file holding exactly ``data``, a
-    regular file holding anything else, or an object that is not a regular file (a
-    link, FIFO, device, socket, directory). Never blocks (``O_NONBLOCK``: a FIFO or
-    device opens at once and is closed unread), never follows a link (``O_NOFOLLOW``);
-    only a regular file is read."""
-    try:
-        fd = os.open(path, _READ)
-    except FileNotFoundError:
-        return _ABSENT
-    except OSError:  # a link (ELOOP), a socket (ENXIO), unreadable: look without opening
-        try:
-            return _DIFFERS if stat.S_ISREG(os.lstat(path).st_mode) else _FOREIGN
-        except FileNotFoundError:
-            return _ABSENT
-        except OSError:
-            return _FOREIGN
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return _FOREIGN
-        return _SAME if os.read(fd, len(data) + 1) == data else _DIFFERS
-    except OSError:
-        return _DIFFERS  # a regular file that cannot be read back: rewritten
-    finally:
-        os.close(fd)
-
-
-def _materialize(directory: str, filename: str, data: bytes) -> str:
-    """A path holding exactly ``data`` for Triton to read: ``directory/filename`` when
-    that is free or a regular file (an equal file is kept, any other -- tampered,
-    truncated -- is Triton's cache copy and is replaced atomically: a reader never
-    sees a partial file).
-
-    Any other object there (a link, FIFO, device, socket, directory) is not a file
-    Triton's cache wrote, so it is left exactly as it is -- never followed, waited on,
-    moved or deleted -- and ``data`` is written instead to this process's private
-    directory beside it (``directory/.cuforge-aside-*``, made by ``mkdtemp``), whose
-    path is returned; one :class:`CacheWriteWarning` per object says so.
-
-    The hit path costs what it did (open, read, close; no ``fstat``): the open never
-    waits (``O_NONBLOCK``) nor follows a link (``O_NOFOLLOW``), and the read is a
-    ``pread``, which a FIFO or socket refuses (ESPIPE) without losing a byte, as a
-    directory does (EISDIR); only a device node answering exactly ``data`` (non-empty)
-    could pass for the file, and whoever can make one there can as well swap any file
-    between this check and Triton's read, a race stock Triton has too. The check and
-    the rename are two steps as well (POSIX has no "replace only a regular file"): an
-    object put there between them is replaced, as Triton's own ``put`` would.
-    """
-    path = os.path.join(directory, filename)
-    try:
-        fd = os.open(path, _READ)
-    except OSError:
-        pass
-    else:
-        try:
-            if data and os.pread(fd, len(data) + 1, 0) == data:
-                return path
-        except OSError:  # a FIFO or socket (ESPIPE), a directory (EISDIR): see below
-            pass
-        finally:
-            os.close(fd)
-    return _rewrite(directory, filename, path, data)
-
-
-def _rewrite(directory: str, filename: str, path: str, data: bytes) -> str:
-    """``_materialize`` once the local copy is not plainly ``data``: see there."""
-    state = _local_state(path, data)
-    if state == _SAME:
-        return path
-    if state == _DIFFERS:
-        counters["replaced"] += 1
-    elif state == _FOREIGN:
-        _warn_foreign(path)
-        directory = _aside_dir(directory, fresh=False)
-        path = os.path.join(directory, filename)
-        state = _local_state(path, data)
-        if state == _SAME:
-            return path
-        if state == _FOREIGN:  # only this user can write there; a new one is empty
-            directory = _aside_dir(os.path.dirname(directory), fresh=True)
-            path = os.path.join(directory, filename)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{filename[:80]}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    return path
-
-
-def _aside_dir(directory: str, fresh: bool) -> str:
-    """This process's private directory (0700, ``mkdtemp``) in the key ``directory``:
-    made at first need, again when ``fresh`` or when it is no longer a directory."""
-    aside = _aside.get(directory)
-    if aside is not None and not fresh:
-        with contextlib.suppress(OSError):
-            if stat.S_ISDIR(os.lstat(aside).st_mode):
-                return aside
-    if len(_aside) >= 4096:
-        _aside.clear()
-    aside = _aside[directory] = tempfile.mkdtemp(prefix=".cuforge-aside-", dir=directory)
-    return aside
-
-
-def _warn_foreign(path: str) -> None:
-    if path in _foreign_seen:
-        return
-    if len(_foreign_seen) >= 4096:
-        _foreign_seen.clear()
-    _foreign_seen.add(path)
-    try:
-        what = _KINDS.get(stat.S_IFMT(os.lstat(path).st_mode), "an object that is not a file")
-    except OSError:
-        what = "an object that cannot be examined"
-    warnings.warn(
-        f"cuforge triton cache: {path} is {what}, not a file Triton's cache wrote; it is "
-        "left as it is, and Triton reads the verified bytes from a private directory "
-        "beside it",
-        CacheWriteWarning,
-        stacklevel=outside_level(),
-    )
-
-
-_KINDS = {
-    stat.S_IFLNK: "a symbolic link",
-    stat.S_IFIFO: "a FIFO",
-    stat.S_IFDIR: "a directory",
-    stat.S_IFSOCK: "a socket",
-    stat.S_IFCHR: "a character device",
-    stat.S_IFBLK: "a block device",
-}
-
-
 class CuforgeCacheManager(CacheManager):  # type: ignore[misc]
     """A Triton ``CacheManager`` on a cuforge cache (see the module docstring).
 
@@ -429,7 +273,7 @@ class CuforgeCacheManager(CacheManager):  # type: ignore[misc]
         raw = _as_bytes(data)
         # A native module whose lock this manager holds: let go once it has landed.
         files.store(filename, raw, self._hand_over() if self._held_name == filename else None)
-        return _materialize(self.cache_dir, filename, raw)
+        return _put_local(self.cache_dir, filename, raw)
 
     # -- groups (one compiled kernel) ---------------------------------------------------
     def get_group(self, filename: str) -> dict[str, str] | None:
@@ -522,7 +366,7 @@ class CuforgeCacheManager(CacheManager):  # type: ignore[misc]
         # The kernel's lock goes once the group -- queued after its files -- has landed.
         files.store(_GROUP + filename, raw, release)
         counters["stored"] += 1
-        return _materialize(self.cache_dir, _GROUP + filename, raw)
+        return _put_local(self.cache_dir, _GROUP + filename, raw)
 
     def _hand_over(self) -> Any:
         """The release of the lock this manager holds, taken from it (None: none held):
