@@ -25,11 +25,12 @@ hit, cuforge stored and served), so a figure never measures the wrong thing.
         [--modes max-autotune-no-cudagraphs,default] [--width 1024] [--profile] [--json PATH]
 
 The environment gives the defaults (``COLDSTART_PAIRS``, ``COLDSTART_MODES``,
-``COLDSTART_WIDTH``, ``COLDSTART_PROFILE=1``), so ``scripts/gpu-test --bench
-coldstart`` can be narrowed without editing it. ``--profile`` runs, per mode, one
-profiled process of stock cold, cuforge cold and cuforge fresh host instead and
-prints where cuforge's time went, in the compiling process and in the compile
-workers (``_coldprofile``); its times are not figures.
+``COLDSTART_WIDTH``, ``COLDSTART_PROFILE=1``, ``COLDSTART_CUFORGE_ENV``: more
+environment for the cuforge processes, such as ``CUFORGE_WRITE_BEHIND=0``), so
+``scripts/gpu-test --bench coldstart`` can be narrowed without editing it.
+``--profile`` runs, per mode, one profiled process of stock cold, cuforge cold and
+cuforge fresh host instead, and prints where cuforge's time went, in the compiling
+process and in the compile workers (``_coldprofile``); its times are not figures.
 
 ``scripts/gpu-test --bench`` runs it on the GPU machine and checks the ratios with
 ``bench_check.py --gpu`` against ``benchmarks/thresholds.toml``. On a CPU
@@ -42,6 +43,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -71,6 +73,11 @@ GPU_SWITCHES = (
     "TORCHINDUCTOR_BUNDLED_AUTOTUNE_REMOTE_CACHE",
 )
 CHILD_TIMEOUT_S = 600
+
+
+#: More environment for the cuforge processes (``$COLDSTART_CUFORGE_ENV``, ``K=V ...``),
+#: e.g. ``CUFORGE_WRITE_BEHIND=0`` to measure synchronous stores.
+CUFORGE_EXTRA: dict[str, str] = {}
 
 
 def _env(
@@ -108,6 +115,7 @@ def _env(
         )
         if device != "cpu":
             env.update(dict.fromkeys(GPU_SWITCHES, "1"))
+        env.update(CUFORGE_EXTRA)
     return env
 
 
@@ -279,13 +287,29 @@ def main(argv: list[str] | None = None) -> int:
         default=env.get("COLDSTART_PROFILE", "") not in ("", "0"),
         help="profiled processes instead of the figures ($COLDSTART_PROFILE=1)",
     )
+    ap.add_argument(
+        "--cuforge-env",
+        default=env.get("COLDSTART_CUFORGE_ENV", ""),
+        help="more environment for the cuforge processes, 'K=V K2=V2' "
+        "($COLDSTART_CUFORGE_ENV; e.g. CUFORGE_WRITE_BEHIND=0)",
+    )
     _results.add_arguments(ap)
     args = ap.parse_args(argv)
+    for word in shlex.split(args.cuforge_env):
+        name, eq, value = word.partition("=")
+        if not eq or not name:
+            ap.error(f"--cuforge-env / $COLDSTART_CUFORGE_ENV: {word!r} is not NAME=VALUE")
+        CUFORGE_EXTRA[name] = value
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     if args.pairs < 1 or not modes or args.width < 1:
         ap.error("--pairs and --width must be >= 1 and --modes must name at least one mode")
     tmp = Path(tempfile.mkdtemp(prefix="bench-coldstart-"))
-    results: dict[str, Any] = {"device": args.device, "width": args.width, "modes": {}}
+    results: dict[str, Any] = {
+        "device": args.device,
+        "width": args.width,
+        "cuforge_env": CUFORGE_EXTRA,
+        "modes": {},
+    }
     try:
         # Untimed: the page cache holds torch, triton and Inductor before pair 0.
         warm = _env(tmp / "warmup", None, args.width, args.device)

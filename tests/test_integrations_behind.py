@@ -22,6 +22,7 @@ import pytest
 import _behind_child
 from cuforge.integrations import _behind, flush, session, warmsets
 from cuforge.integrations._cache import ForeignEntries
+from cuforge.storage.base import CacheWriteWarning
 from cuforge.storage.urls import open_cache
 
 CHILD = str(Path(__file__).with_name("_behind_child.py"))
@@ -187,16 +188,49 @@ def test_the_writer_ends_when_idle_and_starts_again_for_the_next_store(tmp_path:
     cache = open_cache(f"file://{tmp_path / 'fs'}", secret=SECRET)
     entries = ForeignEntries(cache, "inductor")
     entries.store("a", b"first", {}, defer=True)
-    assert flush(timeout=60)
-    deadline = time.monotonic() + 60
-    while _behind.writer_ident() is not None:
-        assert time.monotonic() < deadline, "the writer never ended"
-        time.sleep(0.05)
+    _wait_for_idle_writer()
     entries.store("b", b"second", {}, defer=True)
     assert _behind.writer_ident() is not None
     assert flush(timeout=60)
     with open_cache(f"file://{tmp_path / 'fs'}", secret=SECRET) as other:
         assert ForeignEntries(other, "inductor").load("b") == b"second"
+
+
+def test_write_behind_off_stores_in_the_callers_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _wait_for_idle_writer()
+    monkeypatch.setenv("CUFORGE_WRITE_BEHIND", "0")
+    cache = open_cache(f"file://{tmp_path / 'fs'}", secret=SECRET)
+    entries = ForeignEntries(cache, "inductor")
+    assert entries.store("k", b"value", {}, defer=True)
+    assert _behind.writer_ident() is None  # no thread: the store was made here
+    assert cache.stats().stores == 1
+    with open_cache(f"file://{tmp_path / 'fs'}", secret=SECRET) as other:
+        assert ForeignEntries(other, "inductor").load("k") == b"value"
+
+
+def test_a_write_behind_value_that_is_no_switch_warns_once_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CUFORGE_WRITE_BEHIND", "sometimes")
+    entries = ForeignEntries(open_cache(f"file://{tmp_path / 'fs'}", secret=SECRET), "inductor")
+    with pytest.warns(CacheWriteWarning) as record:
+        entries.store("a", b"1", {}, defer=True)
+        entries.store("b", b"2", {}, defer=True)
+    assert [str(w.message) for w in record] == [
+        "$CUFORGE_WRITE_BEHIND='sometimes' is not 0 or 1; stores are written behind (the default)"
+    ]
+    assert _behind.writer_ident() is not None
+
+
+def _wait_for_idle_writer() -> None:
+    """Until this process's writer thread has ended (it does after a second idle)."""
+    assert flush(timeout=60)
+    deadline = time.monotonic() + 60
+    while _behind.writer_ident() is not None:
+        assert time.monotonic() < deadline, "the writer never ended"
+        time.sleep(0.05)
 
 
 @pytest.fixture(autouse=True)

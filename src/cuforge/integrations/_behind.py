@@ -31,6 +31,15 @@ the lock finds them.
   kept alive, unrun, in the child (:data:`orphans`).
 - A store that raises is dropped: ``on_error`` (the integration's warning) is told,
   as a synchronous store's failure was. Nothing raises into the compile.
+- ``$CUFORGE_WRITE_BEHIND=0`` makes every store here synchronous again (the thread is
+  then never started); ``1`` (the default) writes behind. Another value is one
+  :class:`CacheWriteWarning` naming the variable, and the default.
+
+What it costs: the writer is a Python thread, so its work needs the GIL; it runs in
+the compile's waits (``ptxas``, file and process waits) and otherwise takes the GIL
+for a slice every switch interval. Its system calls -- most of a directory store --
+overlap the compile, its Python does not; a store that waits on a network or a slow
+disk is taken off the compile whole. docs/performance.md, "The first compile".
 """
 
 from __future__ import annotations
@@ -43,6 +52,7 @@ import queue
 import sys
 import threading
 import time
+import warnings
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -52,7 +62,9 @@ if TYPE_CHECKING:
     from cuforge.storage.base import ProgramCacheResource
 
 __all__ = [
+    "ENV",
     "MAX_QUEUED_BYTES",
+    "enabled",
     "flush",
     "orphans",
     "pending",
@@ -69,6 +81,34 @@ FORK_WAIT_S = 10.0
 TERM_FLUSH_S = 10.0
 #: Seconds without work after which the writer thread ends.
 IDLE_S = 1.0
+#: ``0``: stores are made at once, in the caller's thread; ``1`` (default): behind.
+ENV = "CUFORGE_WRITE_BEHIND"
+_ON = {"", "1", "on", "yes", "true"}
+_OFF = {"0", "off", "no", "false"}
+_warned: set[str] = set()
+
+
+def enabled() -> bool:
+    """Whether stores are written behind (``$CUFORGE_WRITE_BEHIND``; read at every
+    store, so a test or a session can change it); a value that is not a switch is one
+    warning per value, and the default (on)."""
+    raw = os.environ.get(ENV, "").strip().lower()
+    if raw in _ON:
+        return True
+    if raw in _OFF:
+        return False
+    if raw not in _warned:
+        _warned.add(raw)
+        from cuforge._stack import outside_level
+        from cuforge.storage.base import CacheWriteWarning
+
+        warnings.warn(
+            f"${ENV}={os.environ.get(ENV)!r} is not 0 or 1; stores are written behind "
+            "(the default)",
+            CacheWriteWarning,
+            stacklevel=outside_level(),
+        )
+    return True
 
 
 class _Item:
@@ -145,8 +185,12 @@ def submit(
     after: Callable[[], None] | None = None,
 ) -> None:
     """Queue ``cache.set_entry(key, data, meta)``; ``after`` runs once it is made (or
-    dropped). Waits only while more than ``MAX_QUEUED_BYTES`` are queued."""
+    dropped). Waits only while more than ``MAX_QUEUED_BYTES`` are queued. With
+    ``$CUFORGE_WRITE_BEHIND=0``, makes the store (and runs ``after``) now."""
     item = _Item(cache, key, data, meta, on_error, after)
+    if not enabled():
+        _store(item)
+        return
     st = _state
     if st.submitted_bytes - st.done_bytes > MAX_QUEUED_BYTES:
         _wait(st, lambda: st.submitted_bytes - st.done_bytes <= MAX_QUEUED_BYTES, None)
