@@ -26,7 +26,8 @@ integrations venv's, which holds the triton wheel).
 ``--gpu FILE...`` checks the GPU figures instead, from the JSON that
 ``bench_launch.py``, ``bench_graph.py`` and ``bench_coldstart.py`` wrote
 (scripts/gpu-test --bench); each file is known by its ``bench`` field, and only the
-figures of the benches given are checked (``launch_*``, ``graph_*``, ``coldstart_*``).
+figures of the benches given are checked (``launch_*``, ``graph_*``, and
+``coldstart_<mode>_*`` for each compile mode bench_coldstart ran).
 A threshold the results lack a figure for, or a peer missing from the bench venv,
 fails with one line naming it.
 """
@@ -194,8 +195,23 @@ def _gpu_file(path: str) -> tuple[str, dict[str, Any]]:
 
 
 def gpu_families(*files: str) -> set[str]:
-    """The figure families (name prefixes) these GPU result files hold."""
-    return {_gpu_file(path)[0] for path in files}
+    """The figure families these GPU result files hold: ``launch``, ``graph``, and per
+    compile mode bench_coldstart ran, ``coldstart_<mode>`` (a run narrowed to one mode
+    is checked on that mode's figures)."""
+    out = set()
+    for path in files:
+        family, results = _gpu_file(path)
+        if family == "coldstart":
+            out |= {_family(name) for name in results["figures"]}
+        else:
+            out.add(family)
+    return out
+
+
+def _family(name: str) -> str:
+    """A GPU figure's family: its first word, two for ``coldstart_<mode>_...``."""
+    parts = name.split("_")
+    return "_".join(parts[:2]) if parts[0] == "coldstart" else parts[0]
 
 
 def gpu_ratios(*files: str) -> Ratios:
@@ -308,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
         thresholds = {n: thresholds[n] for n in names}
     if args.gpu:  # the families of the benches that ran (each file is one bench's)
         families = gpu_families(*args.gpu)
-        thresholds = {n: t for n, t in thresholds.items() if n.split("_", 1)[0] in families}
+        thresholds = {n: t for n, t in thresholds.items() if _family(n) in families}
         ratios, bad = check(lambda: gpu_ratios(*args.gpu), thresholds, retry=False)
     else:
         triton = {"triton_cold", "triton_cold_total"}

@@ -97,11 +97,9 @@ def test_only_the_figures_of_the_benches_given_are_checked(tmp_path):
          _coldstart(tmp_path, cold=1.2, modes=("default",))],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
-    assert slow.returncode == 1
-    assert (
-        "FAILED: coldstart_autotune_cold, coldstart_autotune_fresh_host, "
-        "coldstart_default_cold over threshold" in slow.stdout
-    )  # one mode too slow, the other missing
+    assert slow.returncode == 1  # the mode that ran is checked, the other is not
+    assert "FAILED: coldstart_default_cold over threshold" in slow.stdout
+    assert "coldstart_autotune_cold" not in slow.stdout
 
 
 def test_triton_cold_without_a_python_with_triton_fails_naming_it(tmp_path):
