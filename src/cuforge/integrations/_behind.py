@@ -266,6 +266,7 @@ def _write(st: _State) -> None:
     ``IDLE_S`` with nothing queued (or, should anything escape, at once: a waiter
     then sees no writer and stops waiting)."""
     me = threading.get_ident()
+    _not_here()
     try:
         while True:
             try:
@@ -292,6 +293,19 @@ def _write(st: _State) -> None:
                 st.thread = None
         with st.done_cv:
             st.done_cv.notify_all()
+
+
+def _not_here() -> None:
+    """Block SIGTERM and SIGINT in the writer thread, so the kernel delivers them to a
+    thread that handles them: one delivered here would not interrupt the main thread's
+    blocking call (a pool worker waiting for its next job), and Python would run its
+    handler -- the exit flush of :func:`_hook_terminate`, a KeyboardInterrupt -- only
+    when that call returned."""
+    import signal
+
+    if hasattr(signal, "pthread_sigmask"):
+        with contextlib.suppress(OSError, ValueError):
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
 
 
 def _retire(item: _Item) -> None:
