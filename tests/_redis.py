@@ -162,9 +162,15 @@ class RedisServer:
 
 
 class RedisCluster:
-    """Three primaries on loopback ports, each owning a third of the slots."""
+    """Three primaries on loopback ports, each owning a third of the slots.
 
-    def __init__(self, workdir: Path, nodes: int = 3, binary: str | None = None) -> None:
+    ``via_cli``: joined by ``redis-cli --cluster create`` (as an operator would; it
+    waits a second or two for the nodes to agree) instead of the same steps made
+    directly (``CLUSTER ADDSLOTSRANGE`` + ``MEET``, no fixed waits)."""
+
+    def __init__(
+        self, workdir: Path, nodes: int = 3, binary: str | None = None, via_cli: bool = False
+    ) -> None:
         self.servers: list[RedisServer] = []
         try:
             for i in range(nodes):
@@ -176,20 +182,32 @@ class RedisCluster:
                 ]  # fmt: skip
                 node = RedisServer(Path(workdir) / f"node{i}", *options, binary=binary)
                 self.servers.append(node)
-            self._join()
+            if via_cli:
+                self._create_with_cli()
+            self._join(assign=not via_cli)
         except BaseException:
             self.stop()
             raise
 
-    def _join(self) -> None:
+    def _create_with_cli(self) -> None:
+        cli = shutil.which("redis-cli") or "/usr/bin/redis-cli"
+        nodes = [f"127.0.0.1:{s.port}" for s in self.servers]
+        subprocess.run(
+            [cli, "--cluster", "create", *nodes, "--cluster-replicas", "0", "--cluster-yes"],
+            check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60,
+        )  # fmt: skip
+
+    def _join(self, assign: bool = True) -> None:
         # What `redis-cli --cluster create` does, without its fixed one-second waits:
         # split the 16384 slots evenly, introduce the nodes, wait until all agree.
         clients = [s.client() for s in self.servers]
         n = len(clients)
-        for i, c in enumerate(clients):
-            c.execute_command("CLUSTER", "ADDSLOTSRANGE", 16384 * i // n, 16384 * (i + 1) // n - 1)
-        for s in self.servers[1:]:
-            clients[0].execute_command("CLUSTER", "MEET", "127.0.0.1", s.port)
+        if assign:
+            for i, c in enumerate(clients):
+                lo, hi = 16384 * i // n, 16384 * (i + 1) // n - 1
+                c.execute_command("CLUSTER", "ADDSLOTSRANGE", lo, hi)
+            for s in self.servers[1:]:
+                clients[0].execute_command("CLUSTER", "MEET", "127.0.0.1", s.port)
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             infos = [c.execute_command("CLUSTER", "INFO") for c in clients]

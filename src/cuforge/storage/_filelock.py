@@ -8,7 +8,9 @@ one byte per key, byte 0 shared by every process using the database). Windows ha
 locked files stay readable) and no shared locks: a shared one is always granted.
 
 The OS drops every one of them when its process exits or is killed, which is how a
-dead holder is detected: no pid files, no heartbeats. :func:`poll` waits for one.
+dead holder is detected: no pid files, no heartbeats. :func:`poll` waits for one by
+trying again; :func:`wait_lock` (POSIX, whole-file) blocks in the kernel until the
+holder lets go, with a timeout.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-__all__ = ["poll", "try_lock", "unlock"]
+__all__ = ["poll", "try_lock", "unlock", "wait_lock"]
 
 if sys.platform == "win32":  # pragma: no cover - exercised on Windows only
     import msvcrt
@@ -43,6 +45,13 @@ if sys.platform == "win32":  # pragma: no cover - exercised on Windows only
         os.lseek(fd, _WIN_WHOLE_FILE if offset is None else offset, os.SEEK_SET)
         msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
 
+    def wait_lock(fd: int, timeout: float | None) -> bool:
+        """As on POSIX, by trying again (``poll``); at the timeout ``fd`` is closed."""
+        if poll(lambda: try_lock(fd), timeout):
+            return True
+        os.close(fd)
+        return False
+
 else:
     import fcntl
 
@@ -63,6 +72,37 @@ else:
             fcntl.flock(fd, fcntl.LOCK_UN)
         else:
             fcntl.lockf(fd, fcntl.LOCK_UN, 1, offset)
+
+    def wait_lock(fd: int, timeout: float | None) -> bool:
+        """Take the whole-file exclusive lock on ``fd``, waiting for its holder at most
+        ``timeout`` seconds (None: no limit) without polling: a daemon thread blocks in
+        ``flock`` (a lock belongs to the open file, not to a thread). True: held, and
+        ``fd`` is the caller's. False at the timeout: ``fd`` is no longer the caller's
+        (the thread closes it, releasing the lock if it got it later). POSIX only."""
+        import threading
+
+        answered = threading.Event()
+        mutex = threading.Lock()
+        held, left = [False], [False]  # the thread got it; the caller gave up
+
+        def block() -> None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                ok = True
+            except OSError:  # EINTR, EBADF...: not had
+                ok = False
+            with mutex:
+                if left[0] or not ok:
+                    os.close(fd)  # not the caller's any more: let go at once
+                else:
+                    held[0] = True
+                answered.set()
+
+        threading.Thread(target=block, name="cuforge-file-lock", daemon=True).start()
+        answered.wait(timeout)
+        with mutex:
+            left[0] = not held[0]
+            return held[0]
 
 
 def poll(attempt: Callable[[], bool], timeout: float | None) -> bool:

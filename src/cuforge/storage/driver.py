@@ -48,7 +48,10 @@ class Driver:
     a warning) and nothing is deleted; ``remote``: the driver warns about its own
     failures (``storage.remote``: with the back-off it chose), so the core does not.
     ``lease`` (None here): ``lease(loc, timeout) -> context manager yielding whether
-    the cross-process lock is held``, for drivers whose medium can lock.
+    the cross-process lock is held``, for drivers whose medium can lock. ``claim``
+    (None here): the same lock yielding ``(held, found)``, where ``found`` is the
+    entry when the wait for the lock ended because a peer stored it and the answer
+    carried it (a remote driver's; the core counts it as a hit).
     """
 
     label = "cuforge program cache"
@@ -62,6 +65,7 @@ class Driver:
     flush_every = 1 << 62
     flush_interval_s = 0.0
     lease: Callable[[Any, float | None], AbstractContextManager[bool]] | None = None
+    claim: Callable[[Any, float | None], AbstractContextManager[tuple[bool, Found]]] | None = None
     #: Batch variants, where the medium answers many keys at once (None: one by one).
     #: ``write_many`` takes ``(loc, data, meta)`` triples and answers one outcome per
     #: triple, in order, each what ``write`` would have answered for it.

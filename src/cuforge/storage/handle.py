@@ -22,6 +22,8 @@ moves the bytes. Everything else happens here, once:
 - **Locks.** ``lock(key)`` queues this process's threads on a per-key lock, then
   takes the driver's cross-process lease (if it has one) with what is left of the
   timeout; a lock that cannot be had yields False, never blocks for good.
+  ``claim(key)`` is the same lock, also handing over the entry when the wait ended
+  because a peer stored it and the driver read it (counted as a hit).
 - **Lifetime.** A closed handle raises ValueError; fork and exit are told to every
   open handle (counters of a parent are never reported by its child).
 
@@ -99,6 +101,20 @@ class DriverCache(EntryCache):
     def in_memory(self) -> bool:
         """Whether the entries live in this process only (nothing is persisted)."""
         return self._driver.in_memory
+
+    @property
+    def host_lock(self) -> bool:
+        """Whether :meth:`lock` holds every process of this host, and talks to no
+        server (a writable cache on local files): a tier's host level."""
+        driver = self._driver
+        return driver.lease is not None and not driver.remote and not driver.read_only
+
+    @property
+    def hands_over(self) -> bool:
+        """Whether :meth:`claim` asks the medium for the entry before it takes the
+        lock: then it hands the entry over when it is there, and holds the lock only
+        when it is not (a remote driver's claim)."""
+        return self._driver.claim is not None and not self._driver.read_only
 
     @property
     def max_size_bytes(self) -> int | None:
@@ -374,6 +390,42 @@ class DriverCache(EntryCache):
         loc = self._loc(key)
         self._check_open()
         return self._hold(key_digest(coerce_key(key)), loc, timeout)
+
+    def claim(
+        self, key: CacheKey, timeout: float | None = DEFAULT_LOCK_TIMEOUT
+    ) -> AbstractContextManager[tuple[bool, CacheEntry | None]]:
+        """:meth:`lock`, yielding ``(held, entry)``: ``entry`` is the verified entry
+        (counted as a hit, ``held`` False) when the wait ended because a peer stored
+        it and the driver's answer carried it -- nothing to fill, nothing to look up
+        again -- else None (look again as after ``lock``). A driver that cannot hand
+        entries over (no ``claim``) yields ``(held, None)``."""
+        loc = self._loc(key)
+        self._check_open()
+        return self._claim(key_digest(coerce_key(key)), loc, timeout)
+
+    @contextmanager
+    def _claim(
+        self, kd: bytes, loc: Any, timeout: float | None
+    ) -> Iterator[tuple[bool, CacheEntry | None]]:
+        driver = self._driver
+        claim = driver.claim
+        if claim is None or driver.read_only:
+            with self._hold(kd, loc, timeout) as held:
+                yield held, None
+            return
+        start = monotonic()
+        with self._key_locks.hold(kd, timeout) as local:
+            if not local:
+                yield False, None
+                return
+            left = None if timeout is None else max(0.0, timeout - (monotonic() - start))
+            with claim(loc, left) as (held, found):
+                if not found:  # None, or a damaged entry: the look-again drops it
+                    yield held, None
+                    return
+                self._tally(found, True)  # type: ignore[arg-type]
+                self._tick()
+                yield held, found  # type: ignore[misc]
 
     @contextmanager
     def _hold(self, kd: bytes, loc: Any, timeout: float | None) -> Iterator[bool]:

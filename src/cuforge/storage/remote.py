@@ -18,8 +18,11 @@ terms. What is the same for every server is here, once:
   from. Maintenance calls (listing, ``len``, ``clear``, totals) raise one
   ``ConnectionError`` naming the server and the cause instead.
 - **Single flight across hosts** (``storage.lease``): a lease taken per key,
-  renewed while held, released only if still ours; a waiter stops as soon as the
-  entry is stored.
+  renewed while held, released only if still ours. A waiter waits on the store's
+  terms (Redis: the holder's notification; S3: checks sized from the expected fill
+  time), costs O(1) requests per fill, stops as soon as the entry is stored -- and
+  when the try that found it also read it, hands it over (``claim``: a tier puts it
+  in its local levels, so nobody asks the server again).
 - **Fleet counters.** What this handle counted since its last flush is sent to
   the server on the core's schedule, at close and at exit (never while backing
   off); ``total_stats()`` reads the fleet's sum. A read-only handle writes nothing
@@ -51,6 +54,7 @@ if TYPE_CHECKING:
 
     from .driver import Found
     from .frame import Frame
+    from .lease import Busy, Claim
 
 __all__ = ["RemoteCache", "RemoteDriver", "Store"]
 
@@ -74,8 +78,6 @@ class Store:
     broken: str | None = None
     #: What maintenance calls turn into ConnectionError.
     errors: tuple[type[BaseException], ...] = (OSError,)
-    #: Seconds between the first polls for a lease, and the most between two.
-    poll_first, poll_most = 0.005, 0.1
     #: (names) -> [(value or None, token)] as ``get`` answers each, fetched together
     #: (one round trip, or concurrent requests); None: one by one.
     get_many: Any = None
@@ -118,9 +120,25 @@ class Store:
         """A maintenance read of ``name`` (not a use); None when absent."""
         raise NotImplementedError
 
-    def take(self, kd: bytes, entry: Any, token: str, lease_s: float) -> tuple[Any, bool]:
-        """One try at ``kd``'s lease: ``(held lease, False)``, or ``(None, whether the
-        entry ``entry`` exists now)``."""
+    def take(
+        self, kd: bytes, entry: Any, token: str, lease_s: float, expect_s: float | None,
+        entry_first: bool,
+    ) -> Claim:  # fmt: skip
+        """One try at ``kd``'s lease (a ``lease.Claim``): held (ours now), stored (the
+        entry ``entry`` is there: with its value when the try read it), or busy (who
+        holds it, and until when: its ``expires`` includes ``lease.expiry_jitter``).
+        ``entry_first``: an entry that is there is the answer (read, handed over, no
+        lease taken); else a free lease is taken whether or not the entry is there
+        (``lock``'s contract) and the entry is only looked at when the lease is busy.
+        ``expect_s``: how long this process's fills take (a hint for waiters), or None."""
+        raise NotImplementedError
+
+    def await_fill(
+        self, kd: bytes, entry: Any, busy: Busy, deadline: float, expect_s: float | None
+    ) -> Claim | None:
+        """Wait until ``busy``'s holder stored the entry (a stored Claim), or return None
+        by ``busy.expires`` or ``deadline`` (monotonic), whichever is first: the lease
+        may be free, take again. Never a fixed fast poll (``storage.lease``)."""
         raise NotImplementedError
 
     def renew(self, held: Any, lease_s: float) -> bool:
@@ -182,12 +200,16 @@ class RemoteDriver(Driver):
         )
         self._lease_s = positive_seconds("lock_lease", lock_lease)
         self._flushed = CacheStats()  # what the fleet has of this handle's counts
+        #: How long the last fill this handle saw took (its own, or a holder's that a
+        #: wait measured), in seconds: the hint its leases give waiters.
+        self.fill_s: float | None = None
         if store.get_many is not None:
             self.read_many = self._read_many
         if store.put_many is not None:
             self.write_many = self._write_many
         if not read_only:
             self.lease = self._lease
+            self.claim = self._claim
 
     # -- failures -------------------------------------------------------------------
     def _allow(self) -> bool:
@@ -366,40 +388,68 @@ class RemoteDriver(Driver):
     # -- single flight --------------------------------------------------------------
     @contextmanager
     def _lease(self, loc: tuple[bytes, Any], timeout: float | None) -> Iterator[bool]:
-        """The key's lease, yielding whether it is held: False at once when the server
-        cannot be reached, as soon as the entry is stored (look again), or at the
-        timeout."""
+        """The key's lease, yielding whether it is held (see :meth:`_claim`); an entry
+        the wait read is left for the caller's look-again."""
+        with self._claim(loc, timeout, False) as (held, _):
+            yield held
+
+    @contextmanager
+    def _claim(
+        self, loc: tuple[bytes, Any], timeout: float | None, entry_first: bool = True
+    ) -> Iterator[tuple[bool, Found]]:
+        """The key's lease, yielding ``(held, found)``: ``(True, None)`` while this
+        process fills the key; ``(False, entry)`` when the entry was there or stored
+        while this one waited and the answer carried it (verified here; damaged is
+        None: the look-again drops it); ``(False, None)`` when it was stored but not
+        read, at once when the server cannot be reached (or a request fails: warned,
+        counted), and at the timeout. ``entry_first``: see ``Store.take``. The lease
+        is renewed while held and released after, only if still ours."""
         import secrets
 
         kd, name = loc
-        store, lease_s = self.store, self._lease_s
+        store, lease_s, expect = self.store, self._lease_s, self.fill_s
         deadline = float("inf") if timeout is None else time.monotonic() + timeout
         token = secrets.token_hex(16)
-        held = None
+        got = None
         if self._allow():
             try:
-                held, _ = wait_for(
-                    lambda: store.take(kd, name, token, lease_s),
-                    deadline, store.poll_first, store.poll_most,
-                )  # fmt: skip
+                got = wait_for(
+                    lambda: store.take(kd, name, token, lease_s, expect, entry_first),
+                    lambda busy, until: store.await_fill(kd, name, busy, until, expect),
+                    deadline,
+                )
                 self._breaker.success()
             except Exception as exc:  # no lease: compile unlocked
                 self._failed(exc, "lock")
+        held = None if got is None else got.held
         if held is None:
-            yield False
+            found: Found = None
+            if got is not None:
+                if got.fill_s is not None:
+                    self._learn(got.fill_s)
+                if got.value is not None:
+                    found = self._verify(kd, got.value, None) or None
+            yield False, found
             return
+        began = time.monotonic()
         renewal = Renewal(
             lambda: store.renew(held, lease_s), lease_s / 3, f"cuforge-{store.kind.lower()}-lease"
         )
         try:
-            yield True
+            yield True, None
         finally:
             renewal.stop()
+            self._learn(time.monotonic() - began)
             with contextlib.suppress(Exception):  # else it expires after one lease
                 delete_owned(
                     [held.name], lambda n: n == held.name, lambda _: store.release(held),
                     held.name,
                 )  # fmt: skip
+
+    def _learn(self, seconds: float) -> None:
+        """One fill took ``seconds``: the hint is the mean of it and the last one."""
+        last = self.fill_s
+        self.fill_s = seconds if last is None else (last + seconds) / 2
 
     # -- counters -------------------------------------------------------------------
     def flush(self, stats: CacheStats, final: bool) -> None:

@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 
-from .._filelock import try_lock, unlock
+from .._filelock import try_lock, unlock, wait_lock
 from .._fsutil import O_NOFOLLOW, PRIVATE_FILE, fingerprint
 from ._owned import is_lock_file, remake_dir, unlink_owned
 
@@ -74,6 +74,12 @@ class FileKeyLock:
     notices (the path no longer names its inode) and tries again. The deletion goes
     through the ownership gate (``owned``: the root's proof; the name must be
     ``<64 hex>.lock``); when it is refused the file stays, which costs nothing.
+
+    A waiter blocks in the kernel (POSIX: ``flock`` in a helper thread, bounded by
+    the timeout), so it takes the lock the moment its holder lets go -- the ranks of
+    a host that wait for one compile pass the lock on in microseconds each, without
+    polling; at the timeout it gives up (the helper lets go of a lock it gets later).
+    Windows polls, 0.5 ms apart at first, doubling to 50 ms.
     """
 
     def __init__(
@@ -122,7 +128,16 @@ class FileKeyLock:
             if self._file_mode is not None:
                 with suppress(OSError, AttributeError):
                     os.fchmod(fd, self._file_mode)
-            if try_lock(fd):
+            got = try_lock(fd)
+            if not got and os.name != "nt":
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    os.close(fd)
+                    return None
+                if not wait_lock(fd, left):
+                    return None  # the helper closes fd
+                got = True
+            if got:
                 if os.name == "nt" or _names_inode(path, fd):
                     return fd
                 unlock(fd)

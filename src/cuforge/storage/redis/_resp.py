@@ -4,9 +4,10 @@ redis-py costs a fresh process ~80-150 ms to import (most of it ``redis.asyncio`
 which every release imports); a short-lived process that only looks an entry up --
 the command line, a pytest worker, one rank of a job -- would pay that for a 1 ms
 GET. This client speaks just what such a process needs with its own keys: ``GET``,
-``GETEX … PX``, and the pipelined ``HINCRBY`` of the fleet counters at close.
-Everything else (stores, locks, scans, scripts, Redis Cluster) stays with redis-py,
-imported on first use.
+``GETEX … PX``, the pipelined ``HINCRBY`` of the fleet counters at close, and the
+lease scripts (``EVALSHA``) and blocking wait (``BLMOVE``) of single flight, so a
+rank that waits for a peer's compile never imports redis-py either. Everything else
+(stores, scans, Redis Cluster) stays with redis-py, imported on first use.
 
 - Connects on first use: TCP (``redis://``) or TLS (``rediss://``, with the URL's
   ``ssl_ca_certs`` / ``ssl_certfile`` / ``ssl_keyfile`` / ``ssl_cert_reqs``, host
@@ -127,13 +128,17 @@ class RespClient:
         self._mutex = threading.Lock()
 
     # -- commands -------------------------------------------------------------------------
-    def call(self, *args: bytes | str | int) -> object:
+    def call(self, *args: bytes | str | int, timeout: float | None = None) -> object:
         """One command's reply (bytes, int, None, or a list); see :meth:`pipeline`."""
-        return self.pipeline([args])[0]
+        return self.pipeline([args], timeout)[0]
 
-    def pipeline(self, commands: Sequence[Sequence[bytes | str | int]]) -> list[object]:
+    def pipeline(
+        self, commands: Sequence[Sequence[bytes | str | int]], timeout: float | None = None
+    ) -> list[object]:
         """Send ``commands`` in one write and read their replies in order, on an idle
         connection (a new one if none is idle: threads never wait for each other).
+        ``timeout``: seconds the replies may take instead of the client's (a blocking
+        command's).
 
         Raises OSError when the connection fails (it is closed, never reused),
         ReplyError for the first error reply (after every reply has been read, so the
@@ -144,7 +149,13 @@ class RespClient:
         if conn is None:
             conn = self._connect()
         try:
-            replies = conn.roundtrip(commands)
+            if timeout is not None:
+                conn.sock.settimeout(timeout)
+            try:
+                replies = conn.roundtrip(commands)
+            finally:
+                if timeout is not None:
+                    conn.sock.settimeout(self._timeout)
         except ReplyError:
             self._give_back(conn)
             raise

@@ -2,11 +2,13 @@
 
 Keys on the server, for an entry whose id (``entry.entry_id``) is ``<id>``::
 
-    <prefix>{<id>}          the entry: one string, a frame with magic ``CFRE``
-    <prefix>{<id>}:lock     its single-flight lease while someone compiles it
-    <prefix>stats           fleet counters: a hash, one field per CacheStats counter
+    <prefix>{<id>}                  the entry: one string, a frame with magic ``CFRE``
+    <prefix>{<id>}:lock             its single-flight lease while someone compiles it
+    <prefix>{<id>}:done:<token>     the holder's notice to waiters: a list, one element
+    <prefix>stats                   fleet counters: a hash, one field per CacheStats counter
 
-The ``{<id>}`` hash tag keeps an entry and its lease in one Redis Cluster slot.
+The ``{<id>}`` hash tag keeps an entry, its lease and its notices in one Redis
+Cluster slot (one node), so every script touches one slot.
 
 - **Lookups** are one ``GET`` (``GETEX … PX`` when reads renew a TTL; a replica
   that refuses it makes the handle read without renewing), through the small
@@ -16,9 +18,18 @@ The ``{<id>}`` hash tag keeps an entry and its lease in one Redis Cluster slot.
   hex digits>}``) and unlinked by a script only while they hold a string; a damaged
   value goes only if its header is still the one read. The prefix may hold other
   programs' keys: they stay.
-- **Leases**: ``SET NX PX`` with a random token, one pipelined round trip per poll
-  together with ``EXISTS`` on the entry; renewed and released by compare-and-set
-  scripts, so only the token's owner extends or deletes it.
+- **Leases and waiting** (one script call each, so a waiter costs three requests
+  per fill: take, wait, read): the take script returns the entry if it is there
+  (a warm fleet: the one request of a lookup), else sets the lease ``NX PX`` with a
+  random token, else answers the holder's token and the lease's time left. A waiter
+  then blocks in ``BLMOVE <done> <done> RIGHT LEFT <time left + jitter>`` on the
+  holder's notice list; the holder's release script deletes its lease (only with its
+  token) and pushes one element, ``stored`` or ``free``: a list moved onto itself
+  keeps its element, so one push wakes every waiter blocked on it and every late
+  one, and it expires after a lease. A holder that dies pushes nothing: its waiters
+  wake at the lease's expiry and take again (one wins, ``SET NX``). Renewal is a
+  compare-and-set script too. Servers without ``BLMOVE`` (before 6.2) are waited on
+  by taking again every 0.1 s.
 - **Counters**: what a handle counted since its last flush, as pipelined
   ``HINCRBY``; a failed flush is retried with the next one.
 - **Listings never touch an entry** (``_quiet``: ``CLIENT NO-TOUCH``, and the
@@ -28,13 +39,15 @@ The ``{<id>}`` hash tag keeps an entry and its lease in one Redis Cluster slot.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
 from ..entry import CacheEntry, EntryInfo, is_entry_id
 from ..frame import PREFIX_SIZE, Frame
-from ..lease import Held
+from ..lease import Busy, Claim, Held, expiry_jitter
 from ..ownership import delete_owned
 from ..remote import Store
 from ..stats import CacheStats
@@ -58,11 +71,37 @@ _DEL_IF_SAME = (
     "if redis.call('getrange', KEYS[1], 0, ARGV[2]) == ARGV[1] then "
     "return redis.call('del', KEYS[1]) end return 0"
 )
-_RELEASE = """
-if redis.call('get', KEYS[1]) == ARGV[1] then
-    return redis.call('del', KEYS[1])
+#: KEYS: entry, lock; ARGV: token, lease ms, TTL ms to renew a hit's (0: none), 1 to
+#: answer an entry that is there first (else a free lease is taken regardless).
+#: {1, value}: stored (read); {1}: stored; {2}: the lease is ours; {0, holder's
+#: token, ms left}: busy.
+_TAKE = """
+if ARGV[4] == '1' then
+    local v = redis.call('get', KEYS[1])
+    if v then
+        if ARGV[3] ~= '0' then redis.call('pexpire', KEYS[1], ARGV[3]) end
+        return {1, v}
+    end
 end
-return 0
+if redis.call('set', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then
+    return {2}
+end
+if ARGV[4] ~= '1' and redis.call('exists', KEYS[1]) == 1 then
+    return {1}
+end
+return {0, redis.call('get', KEYS[2]) or '', redis.call('pttl', KEYS[2])}
+"""
+#: KEYS: lock, entry, done list; ARGV: token, ms the notice stays. Only our lease.
+_RELEASE = """
+if redis.call('get', KEYS[1]) ~= ARGV[1] then
+    return 0
+end
+redis.call('del', KEYS[1])
+local what = 'free'
+if redis.call('exists', KEYS[2]) == 1 then what = 'stored' end
+redis.call('rpush', KEYS[3], what)
+redis.call('pexpire', KEYS[3], ARGV[2])
+return 1
 """
 _RENEW = """
 if redis.call('get', KEYS[1]) == ARGV[1] then
@@ -70,6 +109,12 @@ if redis.call('get', KEYS[1]) == ARGV[1] then
 end
 return 0
 """
+
+_SHA = {body: hashlib.sha1(body.encode()).hexdigest() for body in (_TAKE, _RELEASE, _RENEW)}
+#: A notice stays at least this long (ms): a waiter between its take and its wait.
+_NOTICE_MS = 5000
+#: Without BLMOVE (Redis before 6.2): take again this often while waiting.
+_NO_NOTICE_POLL_S = 0.1
 
 _redis: Any = None  # redis-py, imported on first need (see _resp for why)
 
@@ -96,7 +141,6 @@ class RedisStore(Store):
 
     kind = "Redis"
     frame = FRAME
-    poll_first, poll_most = 0.002, 0.05
 
     def __init__(
         self,
@@ -120,6 +164,7 @@ class RedisStore(Store):
         self._quiet = QuietReads()  # maintenance reads never count as a use
         self._mutex = threading.Lock()
         self._scripts: dict[str, Any] = {}
+        self._notices = True  # the server has BLMOVE (until it says otherwise)
         self.stats_name = self._pre + b"stats"
         if not cluster:  # a cluster's keys lie in different slots: one by one
             self.get_many = self._get_many
@@ -288,20 +333,85 @@ class RedisStore(Store):
         return quiet_get(node, name, self._quiet)
 
     # -- leases ---------------------------------------------------------------------
-    def take(self, kd: bytes, entry: bytes, token: str, lease_s: float) -> tuple[Any, bool]:
+    def _eval(self, body: str, keys: list[bytes], args: list[Any]) -> Any:
+        """Run a script: through the small client (``EVALSHA``, ``EVAL`` the first time
+        a server has not seen it) where it serves the URL, else redis-py's."""
+        fast = self._fast
+        if fast is None:
+            return self._script(body)(keys=keys, args=args)
+        try:
+            return fast.call(b"EVALSHA", _SHA[body], len(keys), *keys, *args)
+        except ReplyError as exc:
+            if not str(exc).startswith("NOSCRIPT"):
+                raise
+            return fast.call(b"EVAL", body, len(keys), *keys, *args)
+
+    def take(
+        self, kd: bytes, entry: bytes, token: str, lease_s: float, expect_s: float | None,
+        entry_first: bool,
+    ) -> Claim:  # fmt: skip
         lock_name = entry + b":lock"
-        pipe = self.conn().pipeline(transaction=False)
-        pipe.set(lock_name, token, nx=True, px=_ms(lease_s))
-        pipe.exists(entry)
-        got, exists = pipe.execute()
-        return (Held(lock_name, token) if got else None), bool(exists)
+        args = [token, _ms(lease_s), self._refresh_ms or 0, int(entry_first)]
+        reply = self._eval(_TAKE, [entry, lock_name], args)
+        kind = int(reply[0])
+        if kind == 1:
+            return Claim(stored=True, value=bytes(reply[1]) if len(reply) > 1 else None)
+        if kind == 2:
+            return Claim(held=Held(lock_name, token, extra=max(_ms(lease_s), _NOTICE_MS)))
+        holder, left_ms = bytes(reply[1]), int(reply[2])
+        left = left_ms / 1000 if left_ms > 0 else lease_s  # no expiry: not ours to judge
+        expires = time.monotonic() + left + expiry_jitter(lease_s)
+        return Claim(busy=Busy(expires, tag=entry + b":done:" + holder if holder else None))
+
+    def await_fill(
+        self, kd: bytes, entry: bytes, busy: Busy, deadline: float, expect_s: float | None
+    ) -> Claim | None:
+        """Block on the holder's notice until its lease's expiry (plus jitter) or the
+        deadline: ``stored`` ends the wait (the caller reads the entry), ``free`` or
+        nothing means take again."""
+        wait = min(busy.expires, deadline) - time.monotonic()
+        if wait < 0.001:
+            return None
+        if busy.tag is None or not self._notices:
+            time.sleep(min(wait, _NO_NOTICE_POLL_S))
+            return None
+        args = (b"BLMOVE", busy.tag, busy.tag, b"RIGHT", b"LEFT", b"%.3f" % wait)
+        try:
+            got = self._block(args, wait)
+        except Exception as exc:
+            if "unknown command" not in str(exc).lower():
+                raise
+            self._notices = False  # before Redis 6.2
+            return None
+        return Claim(stored=True) if got == b"stored" else None
+
+    def _block(self, args: tuple[bytes, ...], wait: float) -> Any:
+        """A blocking command that may take ``wait`` seconds: its reply may take that
+        plus one command timeout (then the connection is dropped)."""
+        read_s = wait + self._timeouts[0]
+        fast = self._fast
+        if fast is not None:
+            return fast.call(*args, timeout=read_s)
+        client = self.conn()
+        if self.cluster:  # the node that owns the list's slot
+            client = client.get_redis_connection(client.get_node_from_key(args[1]))
+        pool = client.connection_pool
+        conn = pool.get_connection(args[0].decode())
+        try:
+            conn.send_command(*args)
+            return conn.read_response(timeout=read_s)
+        finally:
+            pool.release(conn)
 
     def renew(self, held: Held, lease_s: float) -> bool:
-        return bool(self._script(_RENEW)(keys=[held.name], args=[held.token, _ms(lease_s)]))
+        return bool(self._eval(_RENEW, [held.name], [held.token, _ms(lease_s)]))
 
     def release(self, held: Held) -> int:
-        """Only this lease's own name, and (on the server) only with our token."""
-        return int(self._script(_RELEASE)(keys=[held.name], args=[held.token]))
+        """Only this lease's own name, and (on the server) only with our token; the
+        waiters are told whether the entry is there."""
+        entry = held.name[: -len(b":lock")]
+        done = entry + b":done:" + held.token.encode()
+        return int(self._eval(_RELEASE, [held.name, entry, done], [held.token, held.extra]))
 
     # -- counters -------------------------------------------------------------------
     def send(self, counts: CacheStats, final: bool) -> None:

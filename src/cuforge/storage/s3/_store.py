@@ -10,11 +10,21 @@ Objects under the handle's ``prefix``, for an entry whose id is ``<id>``::
   racing writers one uploads and the rest learn it from a 412; an entry that exists
   with other contents is replaced only with ``If-Match`` on the ETag just read, and
   an equal one is left as it is.
-- **Leases** are objects ``<expiry_ns> <token>`` (the holder's wall clock): taken by
+- **Leases** are objects ``<expiry_ns> <token> <start_ns> <expect_ms>`` (the holder's
+  wall clock; the last two are when it took the lease and how long its last fill
+  took, 0 if it knows none; older cuforge wrote the first two only): taken by
   conditional create, taken over when expired by a conditional overwrite naming the
   ETag read (of several waiters exactly one wins), renewed with ``If-Match`` on the
   holder's own ETag (a holder whose lease was taken over learns it and stops),
   deleted only while still ours. Keep hosts' clocks within a fraction of a lease.
+- **Waiting** without a notification: a try is the conditional create of the lease,
+  a GET of it when that fails, and a HEAD of the entry (a claim's try GETs the entry
+  first instead: there, its bytes are handed over and no lease is taken).
+  A waiter then GETs the entry on ``lease.Backoff``'s schedule from the holder's
+  start, sized by the holder's hint (else this process's last fill, else 1 s),
+  and takes again at the lease's expiry: about ``1 + log2(C / E)`` GETs for a fill
+  of C seconds expected to take E. An entry found tells how long its fill took
+  (its store time minus the lease's start, both the holder's clock): the next hint.
 - **Deletes are proven**: only exact entry paths of this prefix, counter objects and
   this handle's own lease; the prefix is a folder of a bucket that may hold anything.
 - **Timeouts, no retries**: a lookup's request times out after ``timeout`` (the
@@ -34,7 +44,7 @@ from typing import Any
 
 from ..entry import CacheEntry, EntryInfo, is_entry_id
 from ..frame import LISTING_HEAD, Frame
-from ..lease import Held
+from ..lease import DEFAULT_FILL_S, Backoff, Busy, Claim, Held, expiry_jitter
 from ..ownership import delete_owned
 from ..remote import Store
 from ..stats import CacheStats
@@ -74,6 +84,33 @@ def _expired(body: bytes) -> bool:
     head = body.split(b" ", 1)[0]
     # A lease body that does not parse (damaged, foreign) counts as expired.
     return not head.isdigit() or int(head) < time.time_ns()
+
+
+def _lease_body(now_ns: int, lease_s: float, token: str, extra: tuple[int, int]) -> bytes:
+    """``<expiry_ns> <token> <start_ns> <expect_ms>`` (module docstring)."""
+    return b"%d %s %d %d" % (now_ns + int(lease_s * 1e9), token.encode(), extra[0], extra[1])
+
+
+def _busy(body: bytes, lease_s: float) -> Busy:
+    """What a live lease's body says, in this process's monotonic clock: when to take
+    again (its expiry plus jitter), when the holder started, its hint; ``tag``: the
+    start in the holder's clock (to measure the fill by its entry's store time)."""
+    fields = body.split(b" ")
+    now, wall = time.monotonic(), time.time_ns()
+    expires = now + max(0, int(fields[0]) - wall) / 1e9 + expiry_jitter(lease_s)
+    start_ns = int(fields[2]) if len(fields) > 2 and fields[2].isdigit() else 0
+    expect_ms = int(fields[3]) if len(fields) > 3 and fields[3].isdigit() else 0
+    started = None if not start_ns else now - min(max(0, wall - start_ns) / 1e9, lease_s * 4)
+    return Busy(expires, started, expect_ms / 1000 if expect_ms else None, start_ns or None)
+
+
+def _fill_of(value: bytes, start_ns: int | None) -> float | None:
+    """How long the fill that stored ``value`` took (seconds, the holder's clock), or
+    None when the lease said no start or the value is no frame."""
+    peeked = FRAME.peek(value[:64])
+    if start_ns is None or peeked is None or peeked[0] <= start_ns:
+        return None
+    return (peeked[0] - start_ns) / 1e9
 
 
 class S3Store(Store):
@@ -254,49 +291,81 @@ class S3Store(Store):
             return None
 
     # -- leases ---------------------------------------------------------------------
-    def _take(self, path: str, token: str, lease_s: float) -> str | None:
-        """The new lease's ETag when this call took it, else None."""
+    def _take(self, path: str, token: str, body: bytes) -> tuple[str | None, bytes | None]:
+        """``(the new lease's ETag, None)`` when this call took it, else ``(None, the
+        lease's body as read)`` (None: no answer, or released meanwhile)."""
         obs, exc = self.obs, self.obs.exceptions
-        body = b"%d %s" % (time.time_ns() + int(lease_s * 1e9), token.encode())
         try:
-            return str(obs.put(self.store, path, body, mode="create")["e_tag"])
+            return str(obs.put(self.store, path, body, mode="create")["e_tag"]), None
         except exc.AlreadyExistsError:
             pass
         except exc.GenericError:
             # No answer in time: some servers (SeaweedFS) hold racing conditional PUTs
             # of one object for a second or more. Not taken -- unless it was, which the
-            # next poll sees by our token in the body.
-            return None
+            # next try sees by our token in the body.
+            return None, None
         try:
             found = obs.get(self.store, path)
         except FileNotFoundError:
-            return None  # released meanwhile: the next poll creates it
+            return None, None  # released meanwhile: the next try creates it
         held = bytes(found.bytes())
-        if held.endswith(b" " + token.encode()):
-            return str(found.meta["e_tag"])  # our create went through after all
+        fields = held.split(b" ")
+        if len(fields) > 1 and fields[1] == token.encode():
+            return str(found.meta["e_tag"]), None  # our create went through after all
         if not _expired(held):
-            return None
+            return None, held
         try:
-            return str(
-                obs.put(self.store, path, body, mode={"e_tag": found.meta["e_tag"]})["e_tag"]
-            )
+            return str(obs.put(self.store, path, body, mode={"e_tag": found.meta["e_tag"]})[
+                "e_tag"
+            ]), None  # fmt: skip
         except (exc.PreconditionError, exc.AlreadyExistsError, FileNotFoundError):
-            return None  # another waiter took it over first
+            return None, None  # another waiter took it over first
 
-    def take(self, kd: bytes, entry: str, token: str, lease_s: float) -> tuple[Any, bool]:
+    def take(
+        self, kd: bytes, entry: str, token: str, lease_s: float, expect_s: float | None,
+        entry_first: bool,
+    ) -> Claim:  # fmt: skip
+        if entry_first:
+            value, _ = self.get(entry)
+            if value is not None:
+                return Claim(stored=True, value=value)
         path = f"{self.prefix}locks/{kd.hex()}"
-        etag = self._take(path, token, lease_s)
+        now = time.time_ns()
+        extra = (now, 0 if expect_s is None else max(1, int(expect_s * 1000)))
+        etag, seen = self._take(path, token, _lease_body(now, lease_s, token, extra))
         if etag is not None:
-            return Held(path, token, etag), False
-        try:
-            self.obs.head(self.store, entry)
-            return None, True
-        except FileNotFoundError:
-            return None, False
+            return Claim(held=Held(path, token, etag, extra))
+        if not entry_first:
+            try:
+                self.obs.head(self.store, entry)
+                return Claim(stored=True)
+            except FileNotFoundError as exc:
+                self._absent(exc)
+        return Claim() if seen is None else Claim(busy=_busy(seen, lease_s))
+
+    def await_fill(
+        self, kd: bytes, entry: str, busy: Busy, deadline: float, expect_s: float | None
+    ) -> Claim | None:
+        """GET the entry on the back-off schedule (module docstring) until it is there,
+        the lease's expiry (plus jitter: take again) or the deadline."""
+        now = time.monotonic()
+        start = now if busy.started is None else busy.started
+        expect = busy.expect or expect_s or DEFAULT_FILL_S
+        schedule = Backoff(start, expect, self._lease_s / 4)
+        while True:
+            at = schedule.next(now)
+            if at >= busy.expires or at >= deadline:
+                time.sleep(max(0.0, min(busy.expires, deadline) - now))
+                return None
+            time.sleep(at - now)
+            value, _ = self.get(entry)
+            if value is not None:
+                return Claim(stored=True, value=value, fill_s=_fill_of(value, busy.tag))
+            now = time.monotonic()
 
     def renew(self, held: Held, lease_s: float) -> bool:
         exc = self.obs.exceptions
-        body = b"%d %s" % (time.time_ns() + int(lease_s * 1e9), held.token.encode())
+        body = _lease_body(time.time_ns(), lease_s, held.token, held.extra)
         try:
             put = self.obs.put(self.store, held.name, body, mode={"e_tag": held.tag})
         except (exc.PreconditionError, FileNotFoundError):
@@ -323,8 +392,10 @@ class S3Store(Store):
         if sum(len(page) for page in listed) <= _counters.FOLD_OVER:
             return
         lock = f"{self.prefix}locks/stats"
-        held = Held(lock, os.urandom(16).hex())
-        held.tag = self._take(lock, held.token, self._lease_s)
+        token = os.urandom(16).hex()
+        extra = (time.time_ns(), 0)
+        held = Held(lock, token, None, extra)
+        held.tag = self._take(lock, token, _lease_body(extra[0], self._lease_s, token, extra))[0]
         if held.tag is None:
             return  # another process is folding
         try:

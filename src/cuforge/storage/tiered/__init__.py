@@ -15,6 +15,15 @@
   FileStream) count their own failures.
 - **Single-flight** uses the lock of the widest writable level (the last one):
   where the result will be shared is where concurrent fillers must meet.
+- **One waiter per host.** When the first persistent level is a writable local one
+  (FileStream, SQLite: its lock holds every process of the host) with levels behind
+  it, that is the *host level*: ``lock(key)`` takes its lock first, then the widest
+  level's, so of the processes of one host that miss a key only one talks to the
+  levels behind (the fleet) while the others wait on the local lock, then hit
+  locally. A request's first lookup (``count_miss=False``: a look-again under the
+  lock follows a miss) stops at the host level; the look-again asks every level. An
+  entry the widest level's wait handed over (``DriverCache.claim``) is put in the
+  levels before it at once, so the look-again hits there.
 - **Lazy levels.** ``open_cache`` opens the levels up to the first persistent one
   and wraps those behind it in a :class:`~cuforge.storage.tiered._lazylevel.LazyLevel`:
   imported and connected the first time a lookup (or lock) reaches it, so a hit in
@@ -31,6 +40,8 @@ from __future__ import annotations
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
+from threading import get_ident
+from time import monotonic
 from typing import Any
 
 from cuforge._stack import outside_level
@@ -100,7 +111,22 @@ class TieredProgramCache(EntryCache):
         self._writable = tuple(i not in ro for i in range(len(levels)))
         widest = max((i for i in range(len(levels)) if self._writable[i]), default=None)
         self._locker_index = widest
+        self._host = self._host_level()
+        # What a request's first lookup asks: up to the host level (module docstring).
+        self._front = levels if self._host is None else levels[: self._host + 1]
+        # Keys whose widest level a thread's claim just found empty (and took the
+        # lease of), for the look-again under that lock: key -> the thread's id.
+        self._empty_behind: dict[bytes, int] = {}
         self._warned = False
+
+    def _host_level(self) -> int | None:
+        """The host level's index (module docstring), or None."""
+        for i, level in enumerate(self._levels):
+            if isinstance(level, DriverCache) and level.in_memory:
+                continue
+            local = isinstance(level, DriverCache) and level.host_lock
+            return i if local and self._writable[i] and i < len(self._levels) - 1 else None
+        return None
 
     @property
     def levels(self) -> tuple[ProgramCacheResource, ...]:
@@ -146,11 +172,15 @@ class TieredProgramCache(EntryCache):
         self, key: CacheKey, *, count: bool = True, count_miss: bool | None = None
     ) -> CacheEntry | None:
         """The first level's entry that has one (each level asked in order, counted as
-        this lookup is); the writable levels that missed get a copy."""
+        this lookup is); the writable levels that missed get a copy. A request's first
+        lookup (``count_miss=False``) stops at the host level."""
         k = coerce_key(key)
         missed: list[int] = []
         found = None
-        for i, level in enumerate(self._levels):
+        skip = self._skip(k) if self._empty_behind else -1
+        for i, level in enumerate(self._front if count_miss is False else self._levels):
+            if i == skip:
+                continue  # this thread's claim found it empty and holds its lease
             try:
                 found = lookup_of(level, k, count, count_miss)
             except Exception as exc:  # one level never hides the others
@@ -364,10 +394,11 @@ class TieredProgramCache(EntryCache):
     def lock(
         self, key: CacheKey, timeout: float | None = DEFAULT_LOCK_TIMEOUT
     ) -> AbstractContextManager[bool]:
-        """The widest writable level's lock (threads of this process if none is writable).
-        (The look-again a caller makes under the lock passes ``count=False``, which
-        the levels are asked with too: a fill counts one miss at each level, as it
-        does on a single backend.)"""
+        """The widest writable level's lock (threads of this process if none is
+        writable), behind the host level's when there is one (module docstring); one
+        ``timeout`` bounds both waits. (The look-again a caller makes under the lock
+        passes ``count=False``, which the levels are asked with too: a fill counts one
+        miss at each level, as it does on a single backend.)"""
         k = coerce_key(key)
         return self._hold(k, timeout)
 
@@ -378,10 +409,65 @@ class TieredProgramCache(EntryCache):
             with self._key_locks.hold(key, timeout) as held:
                 yield held
             return
+        host = self._host
+        if host is None or host == widest:
+            with self._lock_level(widest, key, timeout) as held:
+                yield held
+            return
+        start = monotonic()
+        with self._lock_level(host, key, timeout) as local:
+            if not local:  # not had within the timeout (or failed): compile unlocked
+                yield False
+                return
+            if self._filled_here(host, key):  # a process of this host filled it meanwhile
+                yield True
+                return
+            left = None if timeout is None else max(0.0, timeout - (monotonic() - start))
+            try:
+                guard = _claim(self._levels[widest], key, left)
+            except Exception as exc:  # no fleet lock: the host's holds for this host
+                self._level_failed(widest, exc, "lock", "read_failures")
+                yield False
+                return
+            with guard as (held, entry):
+                if entry is not None:  # handed over: the look-again hits in front
+                    for j in range(widest):
+                        if self._writable[j]:
+                            self._put(j, key, entry.data, entry.meta, "store a backfill")
+                inner = opened(self._levels[widest])
+                if not held or not (isinstance(inner, DriverCache) and inner.hands_over):
+                    yield held
+                    return
+                # A core handle's claim takes the lease only where the entry is not:
+                # the look-again under this lock need not ask that level again.
+                self._empty_behind[key] = get_ident()
+                try:
+                    yield held
+                finally:
+                    self._empty_behind.pop(key, None)
+
+    def _skip(self, key: bytes) -> int:
+        """The widest level's index when this thread's claim found ``key`` absent
+        there (it holds the lease: nobody else stores it), else -1."""
+        if self._empty_behind.get(key) != get_ident() or self._locker_index is None:
+            return -1
+        return self._locker_index
+
+    def _filled_here(self, host: int, key: bytes) -> bool:
+        """Whether the host level has the entry now (an uncounted lookup: the caller's
+        look-again counts), so the levels behind need not be asked."""
         try:
-            guard = self._levels[widest].lock(key, timeout)
+            return lookup_of(self._levels[host], key, False) is not None
+        except Exception:  # the look-again meets it and counts it
+            return False
+
+    @contextmanager
+    def _lock_level(self, i: int, key: bytes, timeout: float | None) -> Iterator[bool]:
+        """Level ``i``'s lock; False (counted, warned once) when taking it raises."""
+        try:
+            guard = self._levels[i].lock(key, timeout)
         except Exception as exc:  # no lock: the caller compiles unlocked
-            self._level_failed(widest, exc, "lock", "read_failures")
+            self._level_failed(i, exc, "lock", "read_failures")
             yield False
             return
         with guard as held:
@@ -464,3 +550,20 @@ class TieredProgramCache(EntryCache):
             for i, lv in enumerate(self._levels)
         )
         return f"TieredProgramCache({inner})"
+
+
+@contextmanager
+def _as_claim(guard: AbstractContextManager[bool]) -> Iterator[tuple[bool, CacheEntry | None]]:
+    with guard as held:
+        yield held, None
+
+
+def _claim(
+    level: ProgramCacheResource, key: bytes, timeout: float | None
+) -> AbstractContextManager[tuple[bool, CacheEntry | None]]:
+    """``level``'s lock as ``(held, entry handed over)``: a storage core handle's
+    ``claim``, any other cache's ``lock`` (never hands over). Opens a lazy level."""
+    inner = level.open() if isinstance(level, LazyLevel) else level
+    if isinstance(inner, DriverCache):
+        return inner.claim(key, timeout)
+    return _as_claim(inner.lock(key, timeout))
