@@ -135,12 +135,13 @@ class Backoff:
 
     With ``E`` the expected fill time (the holder's hint, else this process's last
     fill, else :data:`DEFAULT_FILL_S`) and ``t0`` when the holder started, the
-    checks fall at ``t0 + E * 2**k`` (k = 0, 1, 2, ...: the first after now), each
-    moved later by a random 0-20 % of its distance from ``t0`` (so waiters that
-    started together spread out), with no two checks more than ``most`` seconds
-    apart (a quarter of the lease). A fill of C seconds costs a waiter about
-    ``1 + log2(C / E)`` checks: one when the hint is right, never a fixed fast poll.
-    At the lease's expiry (:meth:`due`) the caller takes again instead of looking.
+    checks fall at ``t0 + E * (2**k + 1) / 2`` -- E, 1.5 E, 2.5 E, 4.5 E, ... (the
+    first after now): a fill a little slower than its hint costs half a hint, not
+    a whole one -- each moved later by a random 0-20 % of its distance from ``t0``
+    (so waiters that started together spread out), with no two checks more than
+    ``most`` seconds apart (a quarter of the lease). A fill of C seconds costs a
+    waiter one check when the hint is right, about ``2 + log2(C / E)`` when it is
+    low: never a fixed fast poll. Past the lease's expiry the caller takes again.
     """
 
     __slots__ = ("_expect", "_k", "_last", "_most", "_start")
@@ -156,7 +157,7 @@ class Backoff:
         """The monotonic time of the next check after ``now``."""
         at = max(self._last, now) + self._most  # never further apart than `most`
         while self._k < 60:
-            point = self._start + self._expect * (1 << self._k)
+            point = self._start + self._expect * ((1 << self._k) + 1) / 2
             if point > now:
                 at = min(at, point)
                 break

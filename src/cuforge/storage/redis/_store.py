@@ -163,7 +163,6 @@ class RedisStore(Store):
         self._refresh_ms = None if read_only else ttl_ms
         self._quiet = QuietReads()  # maintenance reads never count as a use
         self._mutex = threading.Lock()
-        self._scripts: dict[str, Any] = {}
         self._notices = True  # the server has BLMOVE (until it says otherwise)
         self.stats_name = self._pre + b"stats"
         if not cluster:  # a cluster's keys lie in different slots: one by one
@@ -207,12 +206,6 @@ class RedisStore(Store):
             # Discovers the slot map now: raises if no node answers (caught by callers).
             return redis.cluster.RedisCluster.from_url(url, **options)
         return redis.Redis.from_url(url, **options)
-
-    def _script(self, body: str) -> Any:
-        found = self._scripts.get(body)
-        if found is None:
-            found = self._scripts[body] = self.conn().register_script(body)
-        return found
 
     def problem(self, exc: BaseException) -> tuple[str, bool]:
         # An error answer (read-only replica, OOM) is no outage; a down cluster is.
@@ -337,8 +330,12 @@ class RedisStore(Store):
         """Run a script: through the small client (``EVALSHA``, ``EVAL`` the first time
         a server has not seen it) where it serves the URL, else redis-py's."""
         fast = self._fast
-        if fast is None:
-            return self._script(body)(keys=keys, args=args)
+        if fast is None:  # one request to the key's node (a cluster's too), never a
+            client = self.conn()  # SCRIPT LOAD to every node
+            try:
+                return client.evalsha(_SHA[body], len(keys), *keys, *args)
+            except _redis.exceptions.NoScriptError:
+                return client.eval(body, len(keys), *keys, *args)
         try:
             return fast.call(b"EVALSHA", _SHA[body], len(keys), *keys, *args)
         except ReplyError as exc:
@@ -396,7 +393,7 @@ class RedisStore(Store):
         if self.cluster:  # the node that owns the list's slot
             client = client.get_redis_connection(client.get_node_from_key(args[1]))
         pool = client.connection_pool
-        conn = pool.get_connection(args[0].decode())
+        conn = pool.get_connection()
         try:
             conn.send_command(*args)
             return conn.read_response(timeout=read_s)

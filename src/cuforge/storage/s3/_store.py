@@ -19,7 +19,9 @@ Objects under the handle's ``prefix``, for an entry whose id is ``<id>``::
   deleted only while still ours. Keep hosts' clocks within a fraction of a lease.
 - **Waiting** without a notification: a try is the conditional create of the lease,
   a GET of it when that fails, and a HEAD of the entry (a claim's try GETs the entry
-  first instead: there, its bytes are handed over and no lease is taken).
+  first instead: there, its bytes are handed over and no lease is taken; a claim
+  that takes the lease GETs the entry once more, as a holder may have stored it and
+  let go between the two requests).
   A waiter then GETs the entry on ``lease.Backoff``'s schedule from the holder's
   start, sized by the holder's hint (else this process's last fill, else 1 s),
   and takes again at the lease's expiry: about ``1 + log2(C / E)`` GETs for a fill
@@ -334,7 +336,17 @@ class S3Store(Store):
         extra = (now, 0 if expect_s is None else max(1, int(expect_s * 1000)))
         etag, seen = self._take(path, token, _lease_body(now, lease_s, token, extra))
         if etag is not None:
-            return Claim(held=Held(path, token, etag, extra))
+            held = Held(path, token, etag, extra)
+            if entry_first:
+                # The GET above and the create are two requests: a holder may have
+                # stored the entry and released its lease between them (SeaweedFS
+                # holds racing creates for a second), so look once more before
+                # filling -- one GET per fill, not per waiter.
+                value, _ = self.get(entry)
+                if value is not None:
+                    delete_owned([path], lambda n: n == path, lambda _: self.release(held), path)
+                    return Claim(stored=True, value=value)
+            return Claim(held=held)
         if not entry_first:
             try:
                 self.obs.head(self.store, entry)
