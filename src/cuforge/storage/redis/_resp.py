@@ -4,10 +4,11 @@ redis-py costs a fresh process ~80-150 ms to import (most of it ``redis.asyncio`
 which every release imports); a short-lived process that only looks an entry up --
 the command line, a pytest worker, one rank of a job -- would pay that for a 1 ms
 GET. This client speaks just what such a process needs with its own keys: ``GET``,
-``GETEX … PX``, the pipelined ``HINCRBY`` of the fleet counters at close, and the
-lease scripts (``EVALSHA``) and blocking wait (``BLMOVE``) of single flight, so a
-rank that waits for a peer's compile never imports redis-py either. Everything else
-(stores, scans, Redis Cluster) stays with redis-py, imported on first use.
+``GETEX … PX``, the pipelined ``HINCRBY`` of the fleet counters at close, the lease
+scripts (``EVALSHA``) and blocking wait (``BLMOVE``) of single flight, and the
+``SET`` of a fill, so neither a rank that waits for a peer's compile nor the peer
+(whose waiters wait for its store) imports redis-py. Everything else (scans,
+deletes, Redis Cluster) stays with redis-py, imported on first use.
 
 - Connects on first use: TCP (``redis://``) or TLS (``rediss://``, with the URL's
   ``ssl_ca_certs`` / ``ssl_certfile`` / ``ssl_keyfile`` / ``ssl_cert_reqs``, host

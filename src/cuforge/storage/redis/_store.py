@@ -12,8 +12,9 @@ Cluster slot (one node), so every script touches one slot.
 
 - **Lookups** are one ``GET`` (``GETEX … PX`` when reads renew a TTL; a replica
   that refuses it makes the handle read without renewing), through the small
-  client ``_resp`` where it serves the URL: a process that only hits never imports
-  redis-py. Stores, leases, listings and scripts use redis-py, imported on use.
+  client ``_resp`` where it serves the URL, as are stores, leases and the waits of
+  single flight: a process that hits, fills or waits never imports redis-py.
+  Listings, deletes and a cluster use redis-py, imported on use.
 - **Names it deletes** are proven first (``id_of``: exactly ``<prefix>{<64 lowercase
   hex digits>}``) and unlinked by a script only while they hold a string; a damaged
   value goes only if its header is still the one read. The prefix may hold other
@@ -286,10 +287,22 @@ class RedisStore(Store):
         return list(client.mget(names))
 
     def put(self, name: bytes, value: bytes, entry: CacheEntry) -> bool:
+        fast = self._fast
+        if fast is not None:  # a fill's store: the waiters wait for it, not for an import
+            fast.call(*self._set(name, value))
+            return True
         self.conn().set(name, value, px=self.ttl_ms)
         return True
 
+    def _set(self, name: bytes, value: bytes) -> tuple[bytes | int, ...]:
+        ttl = self.ttl_ms
+        return (b"SET", name, value) if ttl is None else (b"SET", name, value, b"PX", ttl)
+
     def _put_many(self, pairs: list[tuple[bytes, bytes]]) -> None:
+        fast = self._fast
+        if fast is not None:
+            fast.pipeline([self._set(name, value) for name, value in pairs])
+            return
         pipe = self.conn().pipeline(transaction=False)
         for name, value in pairs:
             pipe.set(name, value, px=self.ttl_ms)
