@@ -2,54 +2,52 @@
 against one Redis, one Redis Cluster (3 masters, made by ``redis-cli --cluster
 create``) and one SeaweedFS (S3), ranks grouped ``--per-host`` to a simulated host.
 
-Each client is its own Python process: it imports cuforge, opens the tier
-``file:///<its host's directory>,<server>`` (the deployment cache.md recommends: a
-local level per host in front of the fleet's), says it is ready and blocks on a
-file lock the harness holds; the harness lets every client go at once (the common
-start, after imports) and each client compiles the K kernels in the same order
-(``--order shuffled``: each its own order), real NVRTC compiles of templated,
-unrolled kernels. Recorded per server:
+Each client is its own Python process (``tests/_herd.py``): it opens the tier
+``file://<its host's directory>,<server>`` (the deployment docs/cache.md recommends:
+a local level per host in front of the fleet's), says it is ready and blocks; the
+harness lets every client go at once (the common start, after imports) and each
+compiles the K kernels in the same order (``--order shuffled``: each its own), real
+NVRTC compiles. Recorded per server and N:
 
-- **compiles**: real NVRTC compiles in the whole herd (each one appends a line);
-  must be K (K + 1 with ``--kill``: the killed holder's and its replacement's);
-- **wrong bytes**: (client, kernel) pairs whose cubin differs from a lone client's
-  cold compile; must be 0;
-- **time to all K ready** per client, from the common start: p50, p99, max, and the
-  ratio of p99 to one lone client's time to compile all K cold through the same
-  server (measured first, on a fresh prefix);
-- **server requests per client per kernel** and **per host per kernel**, from the
-  common start until every client has all K (Redis: ``INFO commandstats`` of every
-  node before and after; S3: every request each client's obstore calls made,
-  counted in the client), with the connections' set-up commands (``HELLO``,
-  ``CLIENT SETINFO``, ``CLUSTER SLOTS``, ``COMMAND``) apart, and the server's CPU
-  time per request (``/proc/<pid>/stat``);
-- with ``--kill``: the holder of one kernel is SIGKILLed in the middle of its compile
-  (its compile sleeps until killed); the time from the kill to the replacement's
+- **compiles**: real NVRTC compiles in the whole herd; must be K (K + 1 with
+  ``--kill``: the killed holder's and its replacement's);
+- **wrong bytes**: (client, kernel) pairs whose cubin differs from a lone client's;
+- **time to all K** per client from the common start: p50, p99, max, and p99 over
+  one lone client's time to compile all K cold through the same server (measured
+  first, on a fresh prefix; it also shows the server its scripts);
+- **requests per client per kernel** and **per host per kernel**: every request the
+  clients sent until they had all K, counted in each client (every command through
+  both Redis clients; every obstore call), a connection's one-time set-up
+  (``HELLO``, ``CLIENT SETINFO``, ``CLUSTER SLOTS``, ``COMMAND``) apart; for Redis
+  also the servers' ``INFO commandstats`` before and after (script-internal calls
+  included there), and the servers' CPU time per request (``/proc/<pid>/stat``);
+- with ``--kill``: the holder of one kernel is SIGKILLed 0.3 s into its compile
+  (the compile hangs until killed); the time from the kill to the replacement's
   compile start, against ``lock_lease + 1 s``.
 
 Run (the machine's 24 GiB hold 200 clients; each is a Python process of ~60 MB)::
 
     python benchmarks/bench_herd.py                          # 200 clients, 8 kernels, 8 per host
     python benchmarks/bench_herd.py --clients 25,50,100,200 --per-host 1   # the scale sweep
-    python benchmarks/bench_herd.py --kill --lease 5         # a holder SIGKILLed mid-compile
+    python benchmarks/bench_herd.py --kill --lease 5 --clients 50          # a holder killed
     python benchmarks/bench_herd.py --servers redis --quick  # 24 clients, 4 kernels
-    python benchmarks/bench_herd.py --capacity               # each server's request capacity
+    python benchmarks/bench_herd.py --capacity               # each server's request rate
 
-Not part of ``make test`` (minutes, hundreds of processes); the correctness of the
-same paths at CI scale is ``tests/test_storage_herd.py``. docs/scaling.md has the
-numbers and the model to 1,000-100,000 ranks.
+``make bench-herd`` runs the sweep, the 8-per-host run and the kill. Not part of
+``make test`` (minutes, hundreds of processes); the same paths at CI scale are
+``tests/test_storage_herd.py``. docs/scaling.md has the numbers and the model to
+1,000-100,000 ranks.
 """
 
 from __future__ import annotations
 
 import argparse
-import fcntl
-import hashlib
+import concurrent.futures
+import contextlib
 import json
+import math
 import os
-import random
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -60,164 +58,16 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent / "tests"))  # the servers' helpers
+sys.path.insert(0, str(HERE.parent / "tests"))  # the herd's client and the servers
 
-import _results
-
-ARCH = "sm_90"
-#: What a connection sends once, before its first request (not per kernel).
-SETUP_COMMANDS = ("hello", "client", "cluster", "command", "readonly", "ping", "auth", "select")
-S3_CALLS = ("get", "get_range", "put", "head", "delete", "list")
-
-
-def kernel_source(i: int, unroll: int) -> str:
-    """A real kernel whose compile takes ~0.4 s (unroll 16) to ~1 s (32) here."""
-    return f"""
-template <int N> struct Poly {{
-    __device__ static float at(float x) {{ return Poly<N - 1>::at(x) * x + {i + 1}.0f / N; }}
-}};
-template <> struct Poly<0> {{ __device__ static float at(float) {{ return 1.0f; }} }};
-extern "C" __global__ void herd_{i}(float* out, const float* in, int n) {{
-    int t = blockIdx.x * blockDim.x + threadIdx.x;
-    if (t >= n) return;
-    float x = in[t];
-    #pragma unroll
-    for (int j = 0; j < {unroll}; ++j) x = Poly<24>::at(x) + sinf(x * {i + 2}.0f + j);
-    out[t] = x;
-}}
-"""
-
-
-# -- the client ------------------------------------------------------------------------
-def _block_on(path: str) -> None:
-    """Wait (no polling) until the harness lets go of its exclusive lock on ``path``."""
-    fd = os.open(path, os.O_RDONLY)
-    fcntl.flock(fd, fcntl.LOCK_SH)
-    fcntl.flock(fd, fcntl.LOCK_UN)
-    os.close(fd)
-
-
-def _count_s3(counts: dict[str, int]) -> None:
-    """Count every obstore request this process makes (the S3 backend's only client)."""
-    import obstore
-
-    for name in S3_CALLS:
-        real = getattr(obstore, name)
-
-        def counted(*a: Any, _real: Any = real, _name: str = name, **kw: Any) -> Any:
-            counts[_name] = counts.get(_name, 0) + 1
-            return _real(*a, **kw)
-
-        setattr(obstore, name, counted)
-
-
-def _name(command: Any) -> str:
-    raw = command[0] if command else b"?"
-    name = raw.decode() if isinstance(raw, bytes) else str(raw)
-    return name.lower() if " " not in name else name.split()[0].lower()
-
-
-def _count_redis(counts: dict[str, int]) -> None:
-    """Count every command this process sends to Redis (a pipeline of n: n), through
-    the small client and through redis-py (patched when the backend imports it)."""
-    from cuforge.storage.redis import _resp, _store
-
-    def tally(commands: Any) -> None:
-        for command in commands:
-            key = _name(command)
-            counts[key] = counts.get(key, 0) + 1
-
-    roundtrip = _resp._Conn.roundtrip
-
-    def counted_roundtrip(self: Any, commands: Any) -> Any:
-        tally(commands)
-        return roundtrip(self, commands)
-
-    _resp._Conn.roundtrip = counted_roundtrip  # type: ignore[method-assign]
-    real_import = _store.redis_py
-
-    def redis_py() -> Any:
-        module = real_import()
-        cls = module.connection.AbstractConnection
-        if not getattr(cls, "_herd_counted", False):
-            send, pack_many = cls.send_command, cls.pack_commands
-
-            def send_command(self: Any, *args: Any, **kw: Any) -> Any:
-                tally([args])
-                return send(self, *args, **kw)
-
-            def pack_commands(self: Any, commands: Any) -> Any:
-                commands = list(commands)
-                tally(commands)
-                return pack_many(self, commands)
-
-            cls.send_command, cls.pack_commands = send_command, pack_commands
-            cls._herd_counted = True
-        return module
-
-    _store.redis_py = redis_py
-
-
-def client(job: dict[str, Any]) -> None:
-    """One rank: open the cache, wait for the start, compile every kernel, report."""
-    from cuforge import Program, ProgramOptions
-    from cuforge.compile import _nvrtc
-    from cuforge.utils import open_cache
-
-    sent: dict[str, int] = {}  # requests this client sent, by command
-    if job["s3"]:
-        _count_s3(sent)
-    else:
-        _count_redis(sent)
-    real = _nvrtc.compile_cpp
-    victim = job.get("victim")
-
-    def counted(source: bytes, *a: Any, **kw: Any) -> Any:
-        start = time.monotonic()
-        if victim is not None and b"herd_%d(" % victim in source:
-            try:  # the first compile of the victim kernel hangs until it is killed
-                os.close(os.open(job["victim_mark"], os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-                with open(job["counter"], "a") as f:
-                    f.write(f"{os.getpid()} {victim} {start} victim\n")
-                while True:
-                    time.sleep(60)
-            except FileExistsError:
-                pass
-        out = real(source, *a, **kw)
-        kernel = source.split(b"herd_", 1)[1].split(b"(", 1)[0].decode()
-        with open(job["counter"], "a") as f:
-            f.write(f"{os.getpid()} {kernel} {start} {time.monotonic()}\n")
-        return out
-
-    _nvrtc.compile_cpp = counted
-    order = list(range(job["kernels"]))
-    if job["order"] == "shuffled":
-        random.Random(job["i"]).shuffle(order)
-    sources = {k: kernel_source(k, job["unroll"]) for k in order}
-    cache = open_cache(job["url"])
-    opts = ProgramOptions(arch=ARCH)
-    Path(job["dir"], f"ready.{job['i']}").touch()
-    _block_on(job["go"])
-    cpu0 = time.process_time()
-    shas = {}
-    for k in order:
-        obj = Program(sources[k], "c++", options=opts).compile("cubin", cache=cache)
-        shas[k] = hashlib.sha256(obj.code).hexdigest()
-    done = time.monotonic()
-    result = {"i": job["i"], "pid": os.getpid(), "done": done, "shas": shas,
-              "cpu_s": time.process_time() - cpu0,
-              "sent": dict(sent), "stats": cache.stats().as_dict()}  # fmt: skip
-    tmp = Path(job["dir"], f".result.{job['i']}")
-    tmp.write_text(json.dumps(result))
-    tmp.rename(Path(job["dir"], f"result.{job['i']}"))
-    _block_on(job["exit"])
-    cache.close()
-    Path(job["dir"], f"left.{job['i']}").write_text(json.dumps(dict(sent)))
-
+import _herd  # noqa: E402
+import _results  # noqa: E402
 
 # -- servers ---------------------------------------------------------------------------
+
+
 class Servers:
-    """The three servers of a run, started on loopback ports and stopped after."""
+    """The servers of a run, started on loopback ports and stopped after."""
 
     def __init__(self, work: Path, which: list[str]) -> None:
         from _redis import RedisCluster, RedisServer
@@ -225,36 +75,45 @@ class Servers:
         self.urls: dict[str, str] = {}
         self.pids: dict[str, list[int]] = {}
         self.nodes: dict[str, list[Any]] = {}
+        self.ports: dict[str, list[int]] = {}
         self.env = dict(os.environ)
+        self.weed: Any = None
         self._stops: list[Any] = []
-        if "redis" in which:
-            server = RedisServer(work / "redis", "--maxclients", "20000")
-            self._stops.append(server.stop)
-            self.urls["redis"] = server.url
-            self.pids["redis"] = [server.proc.pid]  # type: ignore[union-attr]
-            self.nodes["redis"] = [server.client()]
-        if "cluster" in which:
-            cluster = RedisCluster(work / "cluster", via_cli=True)
-            self._stops.append(cluster.stop)
-            self.urls["cluster"] = cluster.url
-            self.pids["cluster"] = [s.proc.pid for s in cluster.servers]  # type: ignore[union-attr]
-            self.nodes["cluster"] = [s.client() for s in cluster.servers]
-        if "s3" in which:
-            from _s3 import SeaweedServer
+        try:
+            if "redis" in which:
+                server = RedisServer(work / "redis", "--maxclients", "10000")
+                self._stops.append(server.stop)
+                self.urls["redis"] = server.url
+                self.pids["redis"] = [server.proc.pid]  # type: ignore[union-attr]
+                self.nodes["redis"] = [server.client()]
+                self.ports["redis"] = [server.port]
+            if "cluster" in which:
+                cluster = RedisCluster(work / "cluster", via_cli=True)
+                self._stops.append(cluster.stop)
+                for s in cluster.servers:
+                    s.client().config_set("maxclients", 10000)
+                self.urls["cluster"] = cluster.url
+                self.pids["cluster"] = [s.proc.pid for s in cluster.servers]  # type: ignore[union-attr]
+                self.nodes["cluster"] = [s.client() for s in cluster.servers]
+                self.ports["cluster"] = [s.port for s in cluster.servers]
+            if "s3" in which:
+                from _s3 import SeaweedServer
 
-            weed = SeaweedServer(work / "s3")
-            self._stops.append(weed.stop)
-            self.urls["s3"] = weed.url(prefix="herd")
-            self.pids["s3"] = [weed.proc.pid]  # type: ignore[union-attr]
-            self.env = weed.client_env()
+                weed = SeaweedServer(work / "s3")
+                self._stops.append(weed.stop)
+                weed.create_bucket("cuforge-test")
+                self.weed = weed
+                self.pids["s3"] = [weed.proc.pid]  # type: ignore[union-attr]
+                self.env = weed.client_env()
+        except BaseException:
+            self.stop()
+            raise
 
     def url(self, server: str, prefix: str, lease: float) -> str:
         """The server's cache URL under a fresh ``prefix``, with the lease given."""
-        base = self.urls[server]
         if server == "s3":
-            head, _, query = base.partition("?")
-            return f"{head.rsplit('/', 1)[0]}/{prefix}?{query}&lock_lease={lease:g}s"
-        return f"{base}?prefix={prefix}:&lock_lease={lease:g}s"
+            return str(self.weed.url(prefix=prefix, lock_lease=f"{lease:g}s"))
+        return f"{self.urls[server]}?prefix={prefix}:&lock_lease={lease:g}s"
 
     def commands(self, server: str) -> dict[str, int]:
         """Commands each Redis node served so far, summed (``INFO commandstats``)."""
@@ -283,7 +142,7 @@ class Servers:
 def _delta(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
     out = {k: v - before.get(k, 0) for k, v in after.items()}
     out.pop("info", None)  # the harness's own
-    return {k: v for k, v in out.items() if v}
+    return {k: v for k, v in sorted(out.items()) if v}
 
 
 def _sum(counts: Any) -> dict[str, int]:
@@ -295,213 +154,211 @@ def _sum(counts: Any) -> dict[str, int]:
 
 
 def _pct(values: list[float], p: float) -> float:
+    """The nearest-rank percentile."""
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(p / 100 * len(ordered)) - 1))]
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(len(ordered) * p / 100) - 1))]
 
 
 def run_herd(
     servers: Servers, server: str, clients: int, per_host: int, kernels: int, unroll: int,
-    lease: float, order: str, kill: bool = False, timeout: float = 900,
+    lease: float, order: str, kill: bool = False,
 ) -> dict[str, Any]:  # fmt: skip
     """One cold start of ``clients`` processes; the measurements (module docstring)."""
     work = Path(tempfile.mkdtemp(prefix=f"herd-{server}-"))
-    prefix = f"h{os.getpid()}-{time.monotonic_ns()}"
-    url = servers.url(server, prefix, lease)
-    go, leave = work / "go.lock", work / "exit.lock"
-    go_fd = os.open(go, os.O_CREAT | os.O_RDWR, 0o600)
-    exit_fd = os.open(leave, os.O_CREAT | os.O_RDWR, 0o600)
-    fcntl.flock(go_fd, fcntl.LOCK_EX)
-    fcntl.flock(exit_fd, fcntl.LOCK_EX)
-    counter = work / "compiles"
-    counter.touch()
-    procs: list[subprocess.Popen[bytes]] = []
-    victim = kernels // 2 if kill else None
+    url = servers.url(server, f"h{os.getpid()}-{time.monotonic_ns()}", lease)
+    marks: dict[str, tuple[dict[str, int], float]] = {}
+
+    def mark(when: str) -> None:
+        marks[when] = (servers.commands(server), servers.cpu_s(server))
+
     try:
-        for i in range(clients):
-            host = work / f"host{i // per_host}"
-            job = {
-                "i": i, "url": f"file://{host},{url}", "dir": str(work), "go": str(go),
-                "exit": str(leave), "counter": str(counter), "kernels": kernels,
-                "unroll": unroll, "order": order, "s3": server == "s3", "victim": victim,
-                "victim_mark": str(work / "victim"),
-            }  # fmt: skip
-            log = open(work / f"log.{i}", "wb")  # noqa: SIM115 - closed with the process
-            procs.append(
-                subprocess.Popen(
-                    [sys.executable, __file__, "--client", json.dumps(job)],
-                    stdout=log, stderr=subprocess.STDOUT, env=servers.env,
-                )  # fmt: skip
-            )
-        deadline = time.monotonic() + timeout
-        while sum(1 for n in os.listdir(work) if n.startswith("ready.")) < clients:
-            if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
-                raise RuntimeError(f"a client failed to start: {_first_log(work, procs)}")
-            time.sleep(0.05)
-        before, cpu0 = servers.commands(server), servers.cpu_s(server)
-        t_go = time.monotonic()
-        fcntl.flock(go_fd, fcntl.LOCK_UN)
-        t_kill = victim_pid = None
-        alive = clients
-        while sum(1 for n in os.listdir(work) if n.startswith("result.")) < alive:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"the herd did not finish: {_first_log(work, procs)}")
-            if kill and t_kill is None:
-                for line in counter.read_text().splitlines():
-                    if line.endswith("victim"):
-                        victim_pid = int(line.split()[0])
-                        time.sleep(0.3)  # in the middle of its compile
-                        os.kill(victim_pid, signal.SIGKILL)
-                        t_kill = time.monotonic()
-                        alive -= 1
-            dead = [p for p in procs if p.poll() not in (None, -signal.SIGKILL)]
-            if dead:
-                raise RuntimeError(f"a client failed: {_first_log(work, procs)}")
-            time.sleep(0.02)
-        t_all = time.monotonic()
-        during, cpu1 = servers.commands(server), servers.cpu_s(server)
-        fcntl.flock(exit_fd, fcntl.LOCK_UN)
-        for p in procs:
-            p.wait(timeout=120)
-        after = servers.commands(server)
-        results = [json.loads((work / n).read_text()) for n in os.listdir(work)
-                   if n.startswith("result.")]  # fmt: skip
-        exits = [json.loads((work / n).read_text()) for n in os.listdir(work)
-                 if n.startswith("left.")]  # fmt: skip
-        lines = [line.split() for line in counter.read_text().splitlines()]
+        got = _herd.run(
+            work, lambda host: f"file://{work}/host{host},{url}", clients, per_host, kernels,
+            unroll, s3=server == "s3", env=servers.env, order=order,
+            victim=kernels // 2 if kill else None, timeout=1800, mark=mark,
+        )  # fmt: skip
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-        os.close(go_fd)
-        os.close(exit_fd)
-    compiles = [ln for ln in lines if ln[-1] != "victim"]
+        shutil.rmtree(work, ignore_errors=True)
+    done = got.finished()
+    hosts = -(-clients // per_host)
+    times = sorted(r["done"] - got.t_go for r in got.results)
     out: dict[str, Any] = {
-        "server": server, "clients": clients, "per_host": per_host,
-        "hosts": -(-clients // per_host), "kernels": kernels, "order": order,
-        "lease_s": lease, "compiles": len(compiles) + (1 if kill else 0),
-        "compile_s_median": statistics.median(float(ln[3]) - float(ln[2]) for ln in compiles),
-        "wall_s": t_all - t_go,
+        "server": server, "clients": clients, "per_host": per_host, "hosts": hosts,
+        "kernels": kernels, "unroll": unroll, "order": order, "lease_s": lease,
+        "compiles": len(got.compiles), "wall_s": got.t_all - got.t_go,
+        "compile_s_median": statistics.median(c[3] - c[2] for c in done),  # type: ignore[operator]
+        "compile_timeline": sorted(
+            (c[1], round(c[2] - got.t_go, 3), round(c[3] - got.t_go, 3)) for c in done  # type: ignore[operator]
+        ),
+        "client_cpu_ms_per_kernel": 1000 * statistics.median(r["cpu_s"] for r in got.results)
+        / kernels,
+        "times_s": [round(t, 4) for t in times],
+        "p50_s": _pct(times, 50), "p99_s": _pct(times, 99), "max_s": times[-1],
+        "_shas": [r["shas"] for r in got.results],
     }  # fmt: skip
-    out["compile_timeline"] = sorted(
-        (int(ln[1]), round(float(ln[2]) - t_go, 3), round(float(ln[3]) - t_go, 3))
-        for ln in compiles
-    )
-    out["client_cpu_ms_per_kernel"] = 1000 * statistics.median(r["cpu_s"] for r in results) / kernels
-    out["times_s"] = sorted(r["done"] - t_go for r in results)
-    out["p50_s"] = _pct(out["times_s"], 50)
-    out["p99_s"] = _pct(out["times_s"], 99)
-    out["max_s"] = out["times_s"][-1]
-    out["_shas"] = [r["shas"] for r in results]
     if kill:
-        t_new = min(float(ln[2]) for ln in compiles if int(ln[1]) == victim)
-        out["takeover_s"] = t_new - (t_kill or 0)
-        out["killed_pid"] = victim_pid
-    out["requests"] = _sum(r["sent"] for r in results)  # until all K ready
-    out["requests_with_exit"] = _sum(exits)  # and the counters' flush at close
-    if server != "s3":
-        out["commandstats"] = _delta(during, before)  # script-internal calls included
-    setup = sum(v for k, v in out["requests"].items() if k in SETUP_COMMANDS)
-    work_reqs = sum(out["requests"].values()) - setup
-    out["setup_requests"] = setup
-    out["per_client_kernel"] = work_reqs / (clients * kernels)
-    out["per_host_kernel"] = work_reqs / (out["hosts"] * kernels)
-    out["server_cpu_s"] = cpu1 - cpu0
-    total_reqs = sum(out["requests"].values())
-    out["server_us_per_request"] = 1e6 * (cpu1 - cpu0) / total_reqs if total_reqs else None
-    del after
-    shutil.rmtree(work, ignore_errors=True)
+        victim = kernels // 2
+        t_new = min(c[2] for c in done if c[1] == victim)
+        out["takeover_s"] = t_new - (got.t_kill or 0.0)
+        out["takeover_limit_s"] = lease + 1.0
+    out["requests"] = _sum(r["sent"] for r in got.results)
+    work_reqs = got.requests()
+    out["setup_requests"] = sum(out["requests"].values()) - work_reqs
+    out["per_client_kernel"] = work_reqs / (len(got.results) * kernels)
+    out["per_host_kernel"] = work_reqs / (hosts * kernels)
+    per_client = [_herd.work_requests(r["sent"]) / kernels for r in got.results]
+    out["per_client_kernel_max"] = max(per_client)
+    if server != "s3":  # script-internal calls included
+        out["commandstats"] = _delta(marks["all"][0], marks["go"][0])
+    cpu = marks["all"][1] - marks["go"][1]
+    out["server_cpu_s"] = cpu
+    total = sum(out["requests"].values())
+    out["server_us_per_request"] = 1e6 * cpu / total if total else None
     return out
-
-
-def _first_log(work: Path, procs: list[subprocess.Popen[bytes]]) -> str:
-    for i, p in enumerate(procs):
-        if p.poll() not in (None, 0, -signal.SIGKILL):
-            return f"client {i} exited {p.returncode}:\n" + (work / f"log.{i}").read_text()[-3000:]
-    return "(no client log)"
 
 
 def lone(servers: Servers, server: str, kernels: int, unroll: int, lease: float) -> dict[str, Any]:
     """One client alone, cold, on a fresh prefix: its time and the reference bytes."""
     got = run_herd(servers, server, 1, 1, kernels, unroll, lease, "same")
-    return {"time_s": got["p50_s"], "shas": got["_shas"][0], "compiles": got["compiles"]}
+    return {"time_s": got["p50_s"], "shas": got["_shas"][0], "compiles": got["compiles"],
+            "per_kernel": got["per_client_kernel"]}  # fmt: skip
 
 
-def check(got: dict[str, Any], ref: dict[str, Any], lone_s: float) -> dict[str, Any]:
+def check(got: dict[str, Any], ref: dict[str, Any]) -> dict[str, Any]:
     """Wrong bytes against the lone client's, and the p99 ratio."""
     shas = got.pop("_shas")
     got["wrong_bytes"] = sum(
         1 for client_shas in shas for k, sha in client_shas.items() if ref["shas"][k] != sha
     )
-    got["lone_s"] = lone_s
-    got["p99_over_lone"] = got["p99_s"] / lone_s
+    got["lone_s"] = ref["time_s"]
+    got["p99_over_lone"] = got["p99_s"] / ref["time_s"]
     return got
 
 
 def print_row(r: dict[str, Any]) -> None:
-    kill = f"  takeover {r['takeover_s']:.2f} s (lease {r['lease_s']:g} s)" if "takeover_s" in r else ""
+    kill = ""
+    if "takeover_s" in r:
+        kill = f"  takeover {r['takeover_s']:.2f} s (lease + 1 s = {r['takeover_limit_s']:g} s)"
     print(
         f"{r['server']:8} N={r['clients']:4} hosts={r['hosts']:4} K={r['kernels']} "
         f"compiles={r['compiles']:3} wrong={r['wrong_bytes']}  p50 {r['p50_s']:6.2f} s  "
         f"p99 {r['p99_s']:6.2f} s  lone {r['lone_s']:5.2f} s  p99/lone {r['p99_over_lone']:.2f}  "
-        f"req/client/kernel {r['per_client_kernel']:.2f}  req/host/kernel "
-        f"{r['per_host_kernel']:.2f}  setup {r['setup_requests']}  "
+        f"req/client/kernel {r['per_client_kernel']:.2f} (max {r['per_client_kernel_max']:.2f})  "
+        f"req/host/kernel {r['per_host_kernel']:.2f}  setup {r['setup_requests']}  "
         f"server {r['server_us_per_request'] or 0:.1f} us/req  "
         f"client cpu {r['client_cpu_ms_per_kernel']:.1f} ms/kernel{kill}",
         flush=True,
     )
     print(f"         requests: {r['requests']}", flush=True)
+    if "commandstats" in r:
+        print(f"         commandstats: {r['commandstats']}", flush=True)
     print(f"         compiles (kernel, start, end): {r['compile_timeline']}", flush=True)
 
 
 # -- capacity --------------------------------------------------------------------------
-def capacity(servers: Servers) -> dict[str, Any]:
-    """Requests per second each server sustains on this machine, and its CPU per request."""
+def _redis_rate(port: int, cluster: bool, command: list[str], clients: int) -> float:
+    """Requests per second ``redis-benchmark`` gets for ``command`` (100,000 of them)."""
+    bench = shutil.which("redis-benchmark") or "/usr/bin/redis-benchmark"
+    args = [bench, "-p", str(port), "-n", "100000", "-c", str(clients), "--csv"]
+    if cluster:
+        args.append("--cluster")
+    got = subprocess.run([*args, *command], capture_output=True, text=True, timeout=600)
+    row = [line for line in got.stdout.splitlines() if line and not line.startswith('"test"')]
+    return float(row[-1].split(",")[1].strip('"'))
+
+
+def capacity(servers: Servers, value_kib: int = 40) -> dict[str, Any]:
+    """Requests per second each server answers on this machine (the load generator on
+    the same 2 cores), for the requests a herd sends: a waiter's take of a held lease,
+    a read of an entry of ``value_kib`` KiB; and the server's CPU per request."""
+    import redis
+
     out: dict[str, Any] = {}
-    bench = shutil.which("redis-benchmark")
+    tag = "{" + "ab" * 32 + "}"
     for server in ("redis", "cluster"):
-        if server not in servers.urls or bench is None:
+        if server not in servers.urls:
             continue
-        port = servers.urls[server].rsplit(":", 1)[1].split("/")[0]
+        ports = servers.ports[server]
+        cluster = server == "cluster"
+        # A held lease and an entry, as a waiter finds them mid-fill.
+        client: Any = (
+            redis.cluster.RedisCluster(host="127.0.0.1", port=ports[0]) if cluster
+            else redis.Redis(host="127.0.0.1", port=ports[0])
+        )  # fmt: skip
+        entry, lock = f"cap:{tag}", f"cap:{tag}:lock"
+        client.set(entry, os.urandom(value_kib * 1024))
+        client.set(lock, "holder", px=600_000)
+        from cuforge.storage.redis._store import _SHA, _TAKE
+
+        sha = client.script_load(_TAKE) if not cluster else None
+        if cluster:
+            for node in servers.nodes[server]:
+                sha = node.script_load(_TAKE)
+        assert sha == _SHA[_TAKE]
         row: dict[str, Any] = {}
-        for name, cmd in (("get", ["GET", "cuforge:{k}"]),
-                          ("evalsha_take", None), ("set_100k", ["SET", "cuforge:{k}", "x" * 100_000])):  # fmt: skip
-            if cmd is None:
-                continue
-            args = [bench, "-p", port, "-n", "100000", "-c", "50", "-q"]
-            if server == "cluster":
-                args.append("--cluster")
-            got = subprocess.run([*args, *cmd], capture_output=True, text=True, timeout=300)
-            text = got.stdout.strip().splitlines()[-1] if got.stdout.strip() else got.stderr
-            row[name] = text
+        for name, cmd in (
+            ("take_busy", ["EVALSHA", sha, "2", f"cap:{tag}:none", lock, "tok", "30000", "0", "1"]),
+            (f"get_{value_kib}k", ["GET", entry]),
+        ):
+            cpu0 = servers.cpu_s(server)
+            rate = _redis_rate(ports[0], cluster, cmd, 50)
+            row[name + "_per_s"] = rate
+            row[name + "_server_us"] = 1e6 * (servers.cpu_s(server) - cpu0) / 100_000
         out[server] = row
+    if servers.weed is not None:
+        out["s3"] = _s3_rate(servers, value_kib)
     return out
 
 
+def _s3_rate(
+    servers: Servers, value_kib: int, threads: int = 32, seconds: float = 10.0
+) -> dict[str, Any]:
+    """GETs of one entry-sized object and of a missing one from ``threads`` threads."""
+    import obstore
+
+    store = servers.weed.raw("cuforge-test")
+    obstore.put(store, "cap/entry", os.urandom(value_kib * 1024))
+    row: dict[str, Any] = {}
+    for name, path in ((f"get_{value_kib}k", "cap/entry"), ("get_missing", "cap/none")):
+        stop = time.monotonic() + seconds
+        cpu0 = servers.cpu_s("s3")
+
+        def loop(path: str = path, stop: float = stop) -> int:
+            n = 0
+            while time.monotonic() < stop:
+                with contextlib.suppress(FileNotFoundError):
+                    obstore.get(store, path).bytes()
+                n += 1
+            return n
+
+        with concurrent.futures.ThreadPoolExecutor(threads) as pool:
+            done = sum(pool.map(lambda _: loop(), range(threads)))
+        row[name + "_per_s"] = done / seconds
+        row[name + "_server_us"] = 1e6 * (servers.cpu_s("s3") - cpu0) / done
+    return row
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--clients", default="200", help="client counts, comma-separated (200)")
     ap.add_argument("--per-host", type=int, default=8, help="ranks per simulated host (8)")
     ap.add_argument("--kernels", type=int, default=8, help="distinct kernels K (8)")
-    ap.add_argument("--unroll", type=int, default=16, help="kernel size: 16 ~0.4 s, 32 ~1 s")
+    ap.add_argument("--unroll", type=int, default=16, help="kernel size (16: ~0.3 s here)")
     ap.add_argument("--servers", default="redis,cluster,s3", help="redis,cluster,s3")
     ap.add_argument("--lease", type=float, default=30.0, help="lock_lease seconds (30)")
     ap.add_argument("--order", choices=("same", "shuffled"), default="same")
     ap.add_argument("--kill", action="store_true", help="SIGKILL one kernel's holder")
     ap.add_argument("--capacity", action="store_true", help="measure each server's capacity")
     ap.add_argument("--quick", action="store_true", help="24 clients, 4 kernels")
-    ap.add_argument("--client", help=argparse.SUPPRESS)
     _results.add_arguments(ap)
     args = ap.parse_args(argv)
-    if args.client:
-        client(json.loads(args.client))
-        return 0
     counts = [24] if args.quick else [int(n) for n in args.clients.split(",")]
     kernels = 4 if args.quick else args.kernels
     which = args.servers.split(",")
     work = Path(tempfile.mkdtemp(prefix="herd-servers-"))
     servers = Servers(work, which)
     rows: list[dict[str, Any]] = []
+    lones: dict[str, Any] = {}
     try:
         if args.capacity:
             cap = capacity(servers)
@@ -510,17 +367,19 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         for server in which:
             ref = lone(servers, server, kernels, args.unroll, args.lease)
+            lones[server] = {k: v for k, v in ref.items() if k != "shas"}
             print(f"{server}: lone client, {kernels} kernels cold: {ref['time_s']:.2f} s "
-                  f"({ref['compiles']} compiles)", flush=True)  # fmt: skip
+                  f"({ref['compiles']} compiles, {ref['per_kernel']:.2f} requests a kernel)",
+                  flush=True)  # fmt: skip
             for n in counts:
                 got = run_herd(servers, server, n, args.per_host, kernels, args.unroll,
                                args.lease, args.order, kill=args.kill)  # fmt: skip
-                rows.append(check(got, ref, ref["time_s"]))
+                rows.append(check(got, ref))
                 print_row(rows[-1])
     finally:
         servers.stop()
         shutil.rmtree(work, ignore_errors=True)
-    _results.write(args.json, "bench_herd", {"runs": rows}, args.note)
+    _results.write(args.json, "bench_herd", {"lone": lones, "runs": rows}, args.note)
     return 0
 
 

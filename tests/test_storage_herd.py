@@ -1,0 +1,264 @@
+"""The herd (issue 35) at CI scale: a dozen real client processes cold-start on the
+same real kernels through a tier ``file://<host dir>,<fleet server>`` against a real
+redis-server, a Redis Cluster of 3 masters made by ``redis-cli --cluster create``,
+and SeaweedFS (S3). Each client counts every request it sends to the server
+(``tests/_herd.py``); no timing is asserted (``benchmarks/bench_herd.py`` measures
+it, docs/scaling.md has the numbers).
+
+- every kernel is compiled exactly once in the herd, every client gets the bytes a
+  lone compile makes;
+- a waiter costs O(1) requests per kernel: at most 3 per client per kernel on Redis
+  and on a cluster (take, blocking wait, read), at most 6 on S3;
+- ranks of one host send the fleet no more than one rank does (one waiter per host);
+- a holder SIGKILLed in the middle of its compile is replaced by exactly one new
+  holder: the kernel is compiled twice in all;
+- on a cluster an entry's lease and notices live in its slot;
+- the lock file a waiter blocks on in the kernel is let go when it gives up.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+import _herd
+from _redis import RedisCluster
+from cuforge.compile import Program, ProgramOptions
+from cuforge.storage import lease
+from cuforge.storage._filelock import try_lock, unlock, wait_lock
+
+pytestmark = pytest.mark.skipif(os.name == "nt", reason="POSIX processes and file locks")
+
+KERNELS = 2
+UNROLL = 8
+
+
+@pytest.fixture(scope="module")
+def reference() -> dict[int, str]:
+    """The sha256 of each kernel's cubin, compiled alone without a cache."""
+    return {
+        k: hashlib.sha256(
+            Program(_herd.kernel_source(k, UNROLL), "c++", ProgramOptions(arch=_herd.ARCH))
+            .compile("cubin")
+            .code
+        ).hexdigest()
+        for k in range(KERNELS)
+    }
+
+
+def herd(tmp_path: Path, fleet: str, clients: int, per_host: int = 1, **kw) -> _herd.Herd:
+    return _herd.run(
+        tmp_path / "herd",
+        lambda host: f"file://{tmp_path}/herd/host{host},{fleet}",
+        clients, per_host, KERNELS, UNROLL, s3=fleet.startswith("s3://"), **kw,
+    )  # fmt: skip
+
+
+def warm_scripts(tmp_path: Path, server_url: str) -> None:
+    """One lone client first, on a prefix of its own: the server (each node of a
+    cluster that owns a kernel's slot) has seen the lease scripts, as every server
+    has after its first compile. A script's first use costs one more round trip
+    (EVALSHA answers NOSCRIPT, then EVAL), which the herd must not show."""
+    _herd.run(
+        tmp_path / "lone", lambda _: f"file://{tmp_path}/lone/host,{server_url}?prefix=lone:",
+        1, 1, KERNELS, UNROLL, s3=False,
+    )  # fmt: skip
+
+
+def check_bytes(got: _herd.Herd, reference: dict[int, str]) -> None:
+    for result in got.results:
+        assert {int(k): v for k, v in result["shas"].items()} == reference
+
+
+def sent(got: _herd.Herd, command: str) -> int:
+    return sum(r["sent"].get(command, 0) for r in got.results)
+
+
+def served(nodes) -> tuple[dict[str, dict[str, int]], Callable[[str], None]]:
+    """A ``mark`` for the harness that records, at the herd's start and end, how many
+    EVALSHA and BLMOVE calls the servers served (scripts never make these calls)."""
+    seen: dict[str, dict[str, int]] = {}
+
+    def mark(when: str) -> None:
+        stats = [node.info("commandstats") for node in nodes]
+        seen[when] = {
+            c: sum(int(s.get(f"cmdstat_{c}", {}).get("calls", 0)) for s in stats)
+            for c in ("evalsha", "blmove")
+        }
+
+    return seen, mark
+
+
+def check_served(seen: dict[str, dict[str, int]], got: _herd.Herd) -> None:
+    """The client-side count saw every script call and wait the servers served."""
+    for command in ("evalsha", "blmove"):
+        assert seen["all"][command] - seen["go"][command] == sent(got, command) > 0
+
+
+def test_a_redis_herd_compiles_each_kernel_once_at_three_requests_a_kernel(
+    redis_server, tmp_path, reference
+) -> None:
+    clients = 12
+    warm_scripts(tmp_path, redis_server.url)
+    seen, mark = served([redis_server.client()])
+    got = herd(tmp_path, redis_server.url + "?prefix=herd:", clients, mark=mark)
+    assert len(got.finished()) == KERNELS, got.compiles
+    assert {c[1] for c in got.finished()} == set(range(KERNELS))
+    check_bytes(got, reference)
+    # Waiters block on the holder's notice: take, wait, read -- no polling.
+    assert got.requests() <= 3 * clients * KERNELS, got.results
+    check_served(seen, got)
+
+
+def test_ranks_of_one_host_send_the_fleet_what_one_rank_does(
+    redis_server, tmp_path, reference
+) -> None:
+    clients, per_host = 12, 4
+    warm_scripts(tmp_path, redis_server.url)
+    got = herd(tmp_path, redis_server.url + "?prefix=hosts:", clients, per_host)
+    assert len(got.finished()) == KERNELS
+    check_bytes(got, reference)
+    for host in range(clients // per_host):
+        ranks = [r for r in got.results if r["host"] == host]
+        assert len(ranks) == per_host
+        assert got.requests(host) <= 3 * KERNELS, ranks
+        # The other ranks of the host waited on the local lock and read the local level.
+        assert sum(1 for r in ranks if _herd.work_requests(r["sent"]) == 0) >= per_host - KERNELS
+
+
+def test_a_herd_on_a_redis_cluster_made_by_redis_cli(tmp_path, reference) -> None:
+    cluster = RedisCluster(tmp_path / "cluster", via_cli=True)
+    try:
+        clients = 8
+        warm_scripts(tmp_path, cluster.url)
+        nodes = [s.client() for s in cluster.servers]
+        seen, mark = served(nodes)
+        got = herd(tmp_path, cluster.url + "?prefix=herd:", clients, mark=mark)
+        assert len(got.finished()) == KERNELS, got.compiles
+        check_bytes(got, reference)
+        assert got.requests() <= 3 * clients * KERNELS, got.results
+        check_served(seen, got)
+        # Each entry's keys (the entry, and the notices its holder left) live on one node.
+        where: dict[bytes, set[int]] = {}
+        for i, node in enumerate(nodes):
+            for name in node.scan_iter(match="herd:*"):
+                if b"{" in name:
+                    tag = name.split(b"{", 1)[1].split(b"}", 1)[0]
+                    where.setdefault(tag, set()).add(i)
+        assert len(where) == KERNELS
+        for tag, found in where.items():
+            assert len(found) == 1, (tag, found)
+            keys = [k for k in nodes[found.pop()].scan_iter(match=b"*{" + tag + b"}*")]
+            assert any(b":done:" in k for k in keys), keys
+            slots = {nodes[0].execute_command("CLUSTER", "KEYSLOT", k) for k in keys}
+            assert len(slots) == 1
+    finally:
+        cluster.stop()
+
+
+def test_an_s3_herd_compiles_each_kernel_once_at_six_requests_a_kernel(
+    s3_server, tmp_path, reference
+) -> None:
+    clients = 8
+    got = herd(tmp_path, s3_server.url(), clients, env=s3_server.client_env())
+    assert len(got.finished()) == KERNELS, got.compiles
+    check_bytes(got, reference)
+    assert got.requests() <= 6 * clients * KERNELS, got.results
+
+
+@pytest.mark.parametrize("fleet", ["redis", "s3"])
+def test_a_holder_killed_mid_compile_is_replaced_once(fleet, request, tmp_path, reference) -> None:
+    if fleet == "redis":
+        server = request.getfixturevalue("redis_server")
+        url, env = server.url + "?prefix=kill:&lock_lease=1s", None
+    else:
+        server = request.getfixturevalue("s3_server")
+        url, env = server.url(lock_lease="2s"), server.client_env()
+    got = herd(tmp_path, url, 6, per_host=2, victim=0, env=env)
+    assert got.t_kill is not None
+    victims = [c for c in got.compiles if c[3] is None]
+    assert len(victims) == 1 and victims[0][0] == got.victim_pid
+    # The killed holder's compile and exactly one more of its kernel; one of the other.
+    assert sorted(c[1] for c in got.finished()) == list(range(KERNELS))
+    assert len(got.compiles) == KERNELS + 1
+    assert len(got.results) == 5
+    check_bytes(got, reference)
+
+
+# -- the pieces ---------------------------------------------------------------------------
+def test_a_waiter_that_gave_up_lets_go_of_the_lock_it_gets_later(tmp_path) -> None:
+    path = tmp_path / "k.lock"
+    holder = os.open(path, os.O_RDWR | os.O_CREAT)
+    assert try_lock(holder)
+    waiter = os.open(path, os.O_RDWR)
+    assert not wait_lock(waiter, 0.05)  # given up; its helper thread still blocks
+    unlock(holder)
+    # The helper gets the lock now and, its caller gone, closes it: it is free again.
+    third = os.open(path, os.O_RDWR)
+    try:
+        assert lease_free(third), "the helper of a waiter that gave up kept the lock"
+    finally:
+        os.close(third)
+        os.close(holder)
+
+
+def lease_free(fd: int) -> bool:
+    """Whether ``fd``'s lock can be had (waiting for it without polling, bounded)."""
+    if not wait_lock(fd, 30):
+        return False
+    unlock(fd)
+    return True
+
+
+def test_a_blocked_waiter_takes_the_lock_when_its_holder_lets_go(tmp_path) -> None:
+    path = tmp_path / "k.lock"
+    holder = os.open(path, os.O_RDWR | os.O_CREAT)
+    assert try_lock(holder)
+    waiter = os.open(path, os.O_RDWR)
+    got: list[bool] = []
+    thread = threading.Thread(target=lambda: got.append(wait_lock(waiter, None)))
+    thread.start()
+    thread.join(0.1)
+    assert thread.is_alive() and not got  # blocked while the holder holds
+    unlock(holder)
+    thread.join(30)
+    assert got == [True]
+    other = os.open(path, os.O_RDWR)
+    try:
+        assert not try_lock(other)  # the waiter holds it now
+    finally:
+        os.close(other)
+        unlock(waiter)
+        os.close(waiter)
+        os.close(holder)
+
+
+def test_s3_checks_follow_the_hint_and_never_stop_for_longer_than_most() -> None:
+    lease._random.seed(1)
+    for expect, fill, most in [(1.0, 1.0, 100.0), (0.5, 8.0, 100.0), (1.0, 60.0, 7.5)]:
+        schedule = lease.Backoff(0.0, expect, most)
+        now, checks, last = 0.0, 0, 0.0
+        while now < fill:
+            at = schedule.next(now)
+            assert at > now and at - last <= most * 1.2 + 1e-9
+            last = now = at
+            checks += 1
+        # One check when the hint is right; a few doublings when it is low.
+        if fill <= expect * 1.2:
+            assert checks <= 2
+        assert checks <= 2 + math.log2(2 * fill / expect) + fill / most, (expect, fill, checks)
+        # Never a fast poll: the first check is a hint after the start.
+        assert lease.Backoff(0.0, expect, most).next(0.0) >= expect
+
+
+def test_expiry_jitter_is_a_small_share_of_the_lease() -> None:
+    values = [lease.expiry_jitter(30.0) for _ in range(200)]
+    assert all(0 <= v <= lease.MAX_EXPIRY_JITTER_S for v in values)
+    assert len(set(values)) > 100  # processes that wake together spread out
+    assert all(0 <= lease.expiry_jitter(1.0) <= 0.05 for _ in range(50))
