@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-all test-cu12 test-dist test-integrations test-jit bench-mirror dist lint bench bench-check docs plots clean redis-server
+.PHONY: demo test test-all test-cu12 test-dist test-integrations test-jit bench-mirror bench-herd dist lint bench bench-check docs plots clean redis-server
 
 $(STAMP): pyproject.toml setup.py $(wildcard src/cuforge/_native/*.c)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -133,6 +133,13 @@ $(BENCH_STAMP): pyproject.toml setup.py $(wildcard src/cuforge/_native/*.c)
 # BENCH_ARGS: e.g. --json benchmarks/results/run-cpu-DATE.json --note "..." (make plots)
 bench: $(BENCH_STAMP) redis-server
 	$(BENCH_VENV)/bin/python benchmarks/run.py $(BENCH_ARGS)
+
+# The herd (docs/scaling.md): hundreds of real client processes cold-start on the same
+# kernels against Redis, a Redis Cluster and SeaweedFS -- the scale sweep (1 rank per
+# host), 200 ranks 8 per host, and a holder SIGKILLed mid-compile. ~15 min on 2 cores,
+# ~12 GiB of memory at 200 clients. BENCH_HERD_ARGS: e.g. --json benchmarks/results/...
+bench-herd: $(STAMP) redis-server
+	$(PY) benchmarks/bench_herd.py --suite $(BENCH_HERD_ARGS)
 
 # The benchmark guard (~1 min on a 2-core machine; the first run also builds .bench-venv
 # and the integrations venv): the CPU hot paths as ratios to their peers measured in one

@@ -32,8 +32,10 @@ Run (the machine's 24 GiB hold 200 clients; each is a Python process of ~60 MB):
     python benchmarks/bench_herd.py --kill --lease 5 --clients 50          # a holder killed
     python benchmarks/bench_herd.py --servers redis --quick  # 24 clients, 4 kernels
     python benchmarks/bench_herd.py --capacity               # each server's request rate
+    python benchmarks/bench_herd.py --suite --json ...       # docs/scaling.md's runs
 
-``make bench-herd`` runs the sweep, the 8-per-host run and the kill. Not part of
+Each herd run is preceded by its lone client (the machine's load, shared with other
+jobs, moves between minutes). ``make bench-herd`` runs ``--suite``. Not part of
 ``make test`` (minutes, hundreds of processes); the same paths at CI scale are
 ``tests/test_storage_herd.py``. docs/scaling.md has the numbers and the model to
 1,000-100,000 ranks.
@@ -48,6 +50,7 @@ import json
 import math
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -62,6 +65,14 @@ sys.path.insert(0, str(HERE.parent / "tests"))  # the herd's client and the serv
 
 import _herd  # noqa: E402
 import _results  # noqa: E402
+
+#: ``--keep``: a run that compiled more than K leaves its clients' logs behind.
+KEEP = False
+#: ``--timeout``: the clients' request timeout (the URLs' ``timeout``). 200 ranks, the
+#: servers and other jobs share 2 cores here: a request can wait longer than the
+#: default 0.5 s for a core, and a lease request that times out compiles unlocked
+#: (fail-open, as designed) -- a measure of this machine, not of the herd.
+TIMEOUT_S = 2.0
 
 # -- servers ---------------------------------------------------------------------------
 
@@ -110,10 +121,13 @@ class Servers:
             raise
 
     def url(self, server: str, prefix: str, lease: float) -> str:
-        """The server's cache URL under a fresh ``prefix``, with the lease given."""
+        """The server's cache URL under a fresh ``prefix``, with the lease and the
+        request ``TIMEOUT_S`` given."""
         if server == "s3":
-            return str(self.weed.url(prefix=prefix, lock_lease=f"{lease:g}s"))
-        return f"{self.urls[server]}?prefix={prefix}:&lock_lease={lease:g}s"
+            return str(
+                self.weed.url(prefix=prefix, lock_lease=f"{lease:g}s", timeout=f"{TIMEOUT_S:g}s")
+            )
+        return f"{self.urls[server]}?prefix={prefix}:&lock_lease={lease:g}s&timeout={TIMEOUT_S:g}s"
 
     def commands(self, server: str) -> dict[str, int]:
         """Commands each Redis node served so far, summed (``INFO commandstats``)."""
@@ -177,7 +191,13 @@ def run_herd(
             unroll, s3=server == "s3", env=servers.env, order=order,
             victim=kernels // 2 if kill else None, timeout=1800, mark=mark,
         )  # fmt: skip
+        kept = len(got.compiles) != kernels + (1 if kill else 0) and KEEP
     finally:
+        if not KEEP:
+            shutil.rmtree(work, ignore_errors=True)
+    if kept:
+        print(f"         (the clients' logs are in {work})", flush=True)
+    else:
         shutil.rmtree(work, ignore_errors=True)
     done = got.finished()
     hosts = -(-clients // per_host)
@@ -185,6 +205,7 @@ def run_herd(
     out: dict[str, Any] = {
         "server": server, "clients": clients, "per_host": per_host, "hosts": hosts,
         "kernels": kernels, "unroll": unroll, "order": order, "lease_s": lease,
+        "timeout_s": TIMEOUT_S,
         "compiles": len(got.compiles), "wall_s": got.t_all - got.t_go,
         "compile_s_median": statistics.median(c[3] - c[2] for c in done),  # type: ignore[operator]
         "compile_timeline": sorted(
@@ -220,8 +241,10 @@ def run_herd(
 def lone(servers: Servers, server: str, kernels: int, unroll: int, lease: float) -> dict[str, Any]:
     """One client alone, cold, on a fresh prefix: its time and the reference bytes."""
     got = run_herd(servers, server, 1, 1, kernels, unroll, lease, "same")
-    return {"time_s": got["p50_s"], "shas": got["_shas"][0], "compiles": got["compiles"],
-            "per_kernel": got["per_client_kernel"]}  # fmt: skip
+    return {
+        "time_s": got["p50_s"], "shas": got["_shas"][0], "compiles": got["compiles"],
+        "per_kernel": got["per_client_kernel"], "timeline": got["compile_timeline"],
+    }  # fmt: skip
 
 
 def check(got: dict[str, Any], ref: dict[str, Any]) -> dict[str, Any]:
@@ -231,6 +254,7 @@ def check(got: dict[str, Any], ref: dict[str, Any]) -> dict[str, Any]:
         1 for client_shas in shas for k, sha in client_shas.items() if ref["shas"][k] != sha
     )
     got["lone_s"] = ref["time_s"]
+    got["lone_timeline"] = ref["timeline"]
     got["p99_over_lone"] = got["p99_s"] / ref["time_s"]
     return got
 
@@ -348,38 +372,55 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lease", type=float, default=30.0, help="lock_lease seconds (30)")
     ap.add_argument("--order", choices=("same", "shuffled"), default="same")
     ap.add_argument("--kill", action="store_true", help="SIGKILL one kernel's holder")
+    ap.add_argument(
+        "--suite", action="store_true",
+        help="the runs of docs/scaling.md: 25,50,100,200 clients 1 per host; 200 8 per "
+        "host; 50 8 per host with a holder killed (lease 5 s)",
+    )  # fmt: skip
     ap.add_argument("--capacity", action="store_true", help="measure each server's capacity")
     ap.add_argument("--quick", action="store_true", help="24 clients, 4 kernels")
+    ap.add_argument("--keep", action="store_true", help="keep the logs of a run gone wrong")
+    ap.add_argument("--timeout", type=float, default=TIMEOUT_S, help="request timeout (2 s)")
     _results.add_arguments(ap)
     args = ap.parse_args(argv)
-    counts = [24] if args.quick else [int(n) for n in args.clients.split(",")]
+    global KEEP, TIMEOUT_S
+    KEEP, TIMEOUT_S = args.keep, args.timeout
+    # A SIGTERM unwinds like an exception: the clients and the servers are stopped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     kernels = 4 if args.quick else args.kernels
+    counts = [24] if args.quick else [int(n) for n in args.clients.split(",")]
+    plans = [(n, args.per_host, args.kill, args.lease) for n in counts]
+    if args.suite:
+        plans = [(n, 1, False, args.lease) for n in (25, 50, 100, 200)]
+        plans += [(200, 8, False, args.lease), (50, 8, True, 5.0)]
     which = args.servers.split(",")
     work = Path(tempfile.mkdtemp(prefix="herd-servers-"))
     servers = Servers(work, which)
     rows: list[dict[str, Any]] = []
-    lones: dict[str, Any] = {}
     try:
         if args.capacity:
             cap = capacity(servers)
             print(json.dumps(cap, indent=1))
             _results.write(args.json, "bench_herd", {"capacity": cap}, args.note)
             return 0
+        shas: dict[str, Any] = {}
         for server in which:
-            ref = lone(servers, server, kernels, args.unroll, args.lease)
-            lones[server] = {k: v for k, v in ref.items() if k != "shas"}
-            print(f"{server}: lone client, {kernels} kernels cold: {ref['time_s']:.2f} s "
-                  f"({ref['compiles']} compiles, {ref['per_kernel']:.2f} requests a kernel)",
-                  flush=True)  # fmt: skip
-            for n in counts:
-                got = run_herd(servers, server, n, args.per_host, kernels, args.unroll,
-                               args.lease, args.order, kill=args.kill)  # fmt: skip
+            for n, per_host, kill, lease in plans:
+                # The lone client runs right before its herd: the same machine load.
+                ref = lone(servers, server, kernels, args.unroll, lease)
+                if shas.setdefault(server, ref["shas"]) != ref["shas"]:
+                    raise RuntimeError(f"{server}: two lone compiles made different bytes")
+                print(f"{server}: lone client, {kernels} kernels cold: {ref['time_s']:.2f} s "
+                      f"({ref['compiles']} compiles, {ref['per_kernel']:.2f} requests a "
+                      "kernel)", flush=True)  # fmt: skip
+                got = run_herd(servers, server, n, per_host, kernels, args.unroll, lease,
+                               args.order, kill=kill)  # fmt: skip
                 rows.append(check(got, ref))
                 print_row(rows[-1])
     finally:
         servers.stop()
         shutil.rmtree(work, ignore_errors=True)
-    _results.write(args.json, "bench_herd", {"lone": lones, "runs": rows}, args.note)
+    _results.write(args.json, "bench_herd", {"runs": rows}, args.note)
     return 0
 
 

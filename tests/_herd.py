@@ -5,11 +5,13 @@ waiting paths) and ``benchmarks/bench_herd.py`` (hundreds, the numbers of
 docs/scaling.md). Run as ``python tests/_herd.py '<job json>'``; each client is its
 own Python process:
 
-- it imports cuforge, opens its cache URL (a tier ``file://<its host's dir>,<fleet
-  server>``: ranks of one simulated host share the directory), counts every request
-  it sends to the fleet server (Redis: each command through the small client and
-  through redis-py; S3: each obstore call), says it is ready and blocks on a file
-  lock the harness holds -- the harness lets every client go at once;
+- it imports cuforge (and the server's client library: obstore for S3, redis-py for
+  a cluster; a plain Redis is served by cuforge's own small client), opens its cache
+  URL (a tier ``file://<its host's dir>,<fleet server>``: ranks of one simulated host
+  share the directory), counts every request it sends to the fleet server (Redis:
+  each command through the small client and through redis-py; S3: each obstore
+  call), says it is ready and blocks on a file lock the harness holds -- the harness
+  lets every client go at once;
 - it compiles the K kernels (real NVRTC compiles; each one appends a line to the
   ``compiles`` file), records the sha256 of every cubin and when it had all K,
   writes its result and blocks again until the harness lets it close its cache.
@@ -142,6 +144,8 @@ def client(job: dict[str, Any]) -> None:
 
     sent: dict[str, int] = {}  # requests this client sent, by command
     (count_s3 if job["s3"] else count_redis)(sent)
+    if "+cluster" in job["url"]:  # the start is after imports: a cluster's client's too
+        import redis.cluster  # noqa: F401
     real = _nvrtc.compile_cpp
     victim = job.get("victim")
 

@@ -32,6 +32,7 @@ from _redis import RedisCluster
 from cuforge.compile import Program, ProgramOptions
 from cuforge.storage import lease
 from cuforge.storage._filelock import try_lock, unlock, wait_lock
+from reliability._figures import record
 
 pytestmark = pytest.mark.skipif(os.name == "nt", reason="POSIX processes and file locks")
 
@@ -114,6 +115,13 @@ def test_a_redis_herd_compiles_each_kernel_once_at_three_requests_a_kernel(
     # Waiters block on the holder's notice: take, wait, read -- no polling.
     assert got.requests() <= 3 * clients * KERNELS, got.results
     check_served(seen, got)
+    record(
+        "herd", "redis", f"{clients} processes x {KERNELS} kernels cold at once, 1 per host "
+        "(file://<host>,redis://)", clients * KERNELS,
+        f"{len(got.finished())} compiles, 0 wrong bytes; {got.requests()} requests = "
+        f"{got.requests() / (clients * KERNELS):.2f} per client per kernel (polling: 609)",
+        scale="all",
+    )  # fmt: skip
 
 
 def test_ranks_of_one_host_send_the_fleet_what_one_rank_does(
@@ -130,6 +138,14 @@ def test_ranks_of_one_host_send_the_fleet_what_one_rank_does(
         assert got.requests(host) <= 3 * KERNELS, ranks
         # The other ranks of the host waited on the local lock and read the local level.
         assert sum(1 for r in ranks if _herd.work_requests(r["sent"]) == 0) >= per_host - KERNELS
+    hosts = clients // per_host
+    record(
+        "herd", "redis", f"{clients} processes x {KERNELS} kernels cold, {per_host} per host",
+        clients * KERNELS,
+        f"{len(got.finished())} compiles, 0 wrong bytes; "
+        f"{got.requests() / (hosts * KERNELS):.2f} fleet requests per host per kernel "
+        "(one waiter per host; polling: 216 for one host)", scale="all",
+    )  # fmt: skip
 
 
 def test_a_herd_on_a_redis_cluster_made_by_redis_cli(tmp_path, reference) -> None:
@@ -158,6 +174,13 @@ def test_a_herd_on_a_redis_cluster_made_by_redis_cli(tmp_path, reference) -> Non
             assert any(b":done:" in k for k in keys), keys
             slots = {nodes[0].execute_command("CLUSTER", "KEYSLOT", k) for k in keys}
             assert len(slots) == 1
+        record(
+            "herd", "redis cluster", f"{clients} processes x {KERNELS} kernels cold at once on "
+            "3 masters made by redis-cli --cluster create", clients * KERNELS,
+            f"{len(got.finished())} compiles, 0 wrong bytes; "
+            f"{got.requests() / (clients * KERNELS):.2f} requests per client per kernel "
+            "(polling: 337 in all); each entry's keys on one node", scale="all",
+        )  # fmt: skip
     finally:
         cluster.stop()
 
@@ -170,18 +193,25 @@ def test_an_s3_herd_compiles_each_kernel_once_at_six_requests_a_kernel(
     assert len(got.finished()) == KERNELS, got.compiles
     check_bytes(got, reference)
     assert got.requests() <= 6 * clients * KERNELS, got.results
+    record(
+        "herd", "s3", f"{clients} processes x {KERNELS} kernels cold at once, 1 per host "
+        "(file://<host>,s3://, SeaweedFS)", clients * KERNELS,
+        f"{len(got.finished())} compiles, 0 wrong bytes; "
+        f"{got.requests() / (clients * KERNELS):.2f} requests per client per kernel "
+        "(polling: 289 in all)", scale="all",
+    )  # fmt: skip
 
 
 @pytest.mark.parametrize("fleet", ["redis", "s3"])
 def test_a_holder_killed_mid_compile_is_replaced_once(fleet, request, tmp_path, reference) -> None:
+    lease_s = 1.0 if fleet == "redis" else 2.0
     if fleet == "redis":
         server = request.getfixturevalue("redis_server")
-        url, env = server.url + "?prefix=kill:&lock_lease=1s", None
+        url, env = server.url + f"?prefix=kill:&lock_lease={lease_s:g}s", None
     else:
         server = request.getfixturevalue("s3_server")
-        url, env = server.url(lock_lease="2s"), server.client_env()
+        url, env = server.url(lock_lease=f"{lease_s:g}s"), server.client_env()
     got = herd(tmp_path, url, 6, per_host=2, victim=0, env=env)
-    assert got.t_kill is not None
     victims = [c for c in got.compiles if c[3] is None]
     assert len(victims) == 1 and victims[0][0] == got.victim_pid
     # The killed holder's compile and exactly one more of its kernel; one of the other.
@@ -189,6 +219,15 @@ def test_a_holder_killed_mid_compile_is_replaced_once(fleet, request, tmp_path, 
     assert len(got.compiles) == KERNELS + 1
     assert len(got.results) == 5
     check_bytes(got, reference)
+    assert got.t_kill is not None
+    again = min(c[2] for c in got.finished() if c[1] == 0) - got.t_kill
+    record(
+        "herd", fleet, f"the holder of a kernel SIGKILLed 0.3 s into its compile, 6 processes "
+        f"2 per host, lock_lease {lease_s:g} s", 1,
+        f"{len(got.compiles)} compiles of {KERNELS} kernels (the killed one's and one "
+        f"more); 0 wrong bytes; the replacement started {again:.2f} s after the kill",
+        scale="all",
+    )  # fmt: skip
 
 
 # -- the pieces ---------------------------------------------------------------------------
