@@ -17,15 +17,16 @@ Objects under the handle's ``prefix``, for an entry whose id is ``<id>``::
   ETag read (of several waiters exactly one wins), renewed with ``If-Match`` on the
   holder's own ETag (a holder whose lease was taken over learns it and stops),
   deleted only while still ours. Keep hosts' clocks within a fraction of a lease.
-- **Waiting** without a notification: a try is the conditional create of the lease,
-  a GET of it when that fails, and a HEAD of the entry (a claim's try GETs the entry
-  first instead: there, its bytes are handed over and no lease is taken; a claim
-  that takes the lease GETs the entry once more, as a holder may have stored it and
-  let go between the two requests).
+- **Waiting** without a notification: a try GETs the lease, and creates it (a
+  conditional PUT) only when there is none, so waiting for a held lease costs one GET
+  and PUTs stay ~one per fill; a lock's try HEADs the entry when the lease is busy,
+  a claim's try GETs the entry first instead (there, its bytes are handed over and
+  no lease is taken; a claim that takes the lease GETs the entry once more, as a
+  holder may have stored it and let go between the two requests).
   A waiter then GETs the entry on ``lease.Backoff``'s schedule from the holder's
   start, sized by the holder's hint (else this process's last fill, else 1 s),
-  and takes again at the lease's expiry: about ``1 + log2(C / E)`` GETs for a fill
-  of C seconds expected to take E. An entry found tells how long its fill took
+  and takes again at the lease's expiry: one GET when the fill takes the E
+  expected, about ``2 + log2(C / E)`` for a fill of C seconds. An entry found tells how long its fill took
   (its store time minus the lease's start, both the holder's clock): the next hint.
 - **Deletes are proven**: only exact entry paths of this prefix, counter objects and
   this handle's own lease; the prefix is a folder of a bucket that may hold anything.
@@ -295,33 +296,52 @@ class S3Store(Store):
     # -- leases ---------------------------------------------------------------------
     def _take(self, path: str, token: str, body: bytes) -> tuple[str | None, bytes | None]:
         """``(the new lease's ETag, None)`` when this call took it, else ``(None, the
-        lease's body as read)`` (None: no answer, or released meanwhile)."""
+        lease's body as read)`` (None: no answer, or taken over by another meanwhile).
+
+        The lease is read first and created only when there is none (taken over with
+        ``If-Match`` when it expired): a waiter's try is one GET, and of the hosts
+        that wait for one kernel only those that find no lease PUT -- S3 allows a key
+        fewer PUTs than GETs per second."""
         obs, exc = self.obs, self.obs.exceptions
+        mine = token.encode()
+        found = self._read_lease(path)
+        if found is not None:
+            held, tag = found
+            fields = held.split(b" ")
+            if len(fields) > 1 and fields[1] == mine:
+                return tag, None  # an earlier create of ours went through after all
+            if not _expired(held):
+                return None, held
+            try:
+                return str(obs.put(self.store, path, body, mode={"e_tag": tag})["e_tag"]), None
+            except (exc.PreconditionError, exc.AlreadyExistsError, FileNotFoundError):
+                return None, None  # another waiter took it over first
         try:
             return str(obs.put(self.store, path, body, mode="create")["e_tag"]), None
         except exc.AlreadyExistsError:
-            pass
+            pass  # created between the GET and the PUT: read whose it is
         except exc.GenericError:
             # No answer in time: some servers (SeaweedFS) hold racing conditional PUTs
             # of one object for a second or more. Not taken -- unless it was, which the
             # next try sees by our token in the body.
             return None, None
-        try:
-            found = obs.get(self.store, path)
-        except FileNotFoundError:
+        found = self._read_lease(path)
+        if found is None:
             return None, None  # released meanwhile: the next try creates it
-        held = bytes(found.bytes())
+        held, tag = found
         fields = held.split(b" ")
-        if len(fields) > 1 and fields[1] == token.encode():
-            return str(found.meta["e_tag"]), None  # our create went through after all
-        if not _expired(held):
-            return None, held
+        if len(fields) > 1 and fields[1] == mine:
+            return tag, None
+        return None, held
+
+    def _read_lease(self, path: str) -> tuple[bytes, str] | None:
+        """The lease's body and ETag, or None when there is none."""
         try:
-            return str(obs.put(self.store, path, body, mode={"e_tag": found.meta["e_tag"]})[
-                "e_tag"
-            ]), None  # fmt: skip
-        except (exc.PreconditionError, exc.AlreadyExistsError, FileNotFoundError):
-            return None, None  # another waiter took it over first
+            found = self.obs.get(self.store, path)
+        except FileNotFoundError as exc:
+            self._absent(exc)
+            return None
+        return bytes(found.bytes()), str(found.meta["e_tag"])
 
     def take(
         self, kd: bytes, entry: str, token: str, lease_s: float, expect_s: float | None,
