@@ -18,7 +18,9 @@ NVRTC compiles. Recorded per server and N:
 - **requests per client per kernel** and **per host per kernel**: every request the
   clients sent until they had all K, counted in each client (every command through
   both Redis clients; every obstore call), a connection's one-time set-up
-  (``HELLO``, ``CLIENT SETINFO``, ``CLUSTER SLOTS``, ``COMMAND``) apart; for Redis
+  (``HELLO``, ``CLIENT SETINFO``, ``CLUSTER SLOTS``, ``COMMAND``) and the fleet
+  counters a handle sends every 10 s (``HINCRBY``, an S3 ``stats/`` object) apart
+  and shown beside; for Redis
   also the servers' ``INFO commandstats`` before and after (script-internal calls
   included there), and the servers' CPU time per request (``/proc/<pid>/stat``);
 - with ``--kill``: the holder of one kernel is SIGKILLed 0.3 s into its compile
@@ -99,7 +101,9 @@ class Servers:
                 self.nodes["redis"] = [server.client()]
                 self.ports["redis"] = [server.port]
             if "cluster" in which:
-                cluster = RedisCluster(work / "cluster", via_cli=True)
+                # Redis's default node timeout: at 200 clients on 2 cores a node's
+                # heartbeats can be late past the tests' 500 ms (then: CLUSTERDOWN).
+                cluster = RedisCluster(work / "cluster", via_cli=True, node_timeout_ms=15000)
                 self._stops.append(cluster.stop)
                 for s in cluster.servers:
                     s.client().config_set("maxclients", 10000)
@@ -224,7 +228,8 @@ def run_herd(
         out["takeover_limit_s"] = lease + 1.0
     out["requests"] = _sum(r["sent"] for r in got.results)
     work_reqs = got.requests()
-    out["setup_requests"] = sum(out["requests"].values()) - work_reqs
+    out["counter_requests"] = sum(_herd.counter_requests(r["sent"]) for r in got.results)
+    out["setup_requests"] = sum(out["requests"].values()) - work_reqs - out["counter_requests"]
     out["per_client_kernel"] = work_reqs / (len(got.results) * kernels)
     out["per_host_kernel"] = work_reqs / (hosts * kernels)
     per_client = [_herd.work_requests(r["sent"]) / kernels for r in got.results]
@@ -269,6 +274,7 @@ def print_row(r: dict[str, Any]) -> None:
         f"p99 {r['p99_s']:6.2f} s  lone {r['lone_s']:5.2f} s  p99/lone {r['p99_over_lone']:.2f}  "
         f"req/client/kernel {r['per_client_kernel']:.2f} (max {r['per_client_kernel_max']:.2f})  "
         f"req/host/kernel {r['per_host_kernel']:.2f}  setup {r['setup_requests']}  "
+        f"counters {r['counter_requests']}  "
         f"server {r['server_us_per_request'] or 0:.1f} us/req  "
         f"client cpu {r['client_cpu_ms_per_kernel']:.1f} ms/kernel{kill}",
         flush=True,

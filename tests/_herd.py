@@ -41,6 +41,9 @@ from typing import Any
 ARCH = "sm_90"
 #: What a connection sends once, before its first request (not per kernel).
 SETUP_COMMANDS = ("hello", "client", "cluster", "command", "readonly", "ping", "auth", "select")
+#: The fleet counters a handle sends every 64 operations or 10 s and at close (Redis
+#: ``HINCRBY``; an S3 object under ``stats/``): per process and time, not per kernel.
+COUNTER_REQUESTS = ("hincrby", "put stats")
 #: The obstore calls the S3 backend makes.
 S3_CALLS = ("get", "get_range", "put", "head", "delete", "list")
 
@@ -116,15 +119,23 @@ def count_s3(counts: dict[str, int]) -> None:
         real = getattr(obstore, name)
 
         def counted(*a: Any, _real: Any = real, _name: str = name, **kw: Any) -> Any:
-            counts[_name] = counts.get(_name, 0) + 1
+            path = a[1] if len(a) > 1 else kw.get("path", "")
+            key = f"{_name} stats" if isinstance(path, str) and "/stats/" in path else _name
+            counts[key] = counts.get(key, 0) + 1
             return _real(*a, **kw)
 
         setattr(obstore, name, counted)
 
 
 def work_requests(sent: dict[str, int]) -> int:
-    """Requests of ``sent`` that are not a connection's one-time set-up."""
-    return sum(v for k, v in sent.items() if k not in SETUP_COMMANDS)
+    """Requests of ``sent`` for the kernels: not a connection's one-time set-up, not the
+    periodic fleet counters."""
+    return sum(v for k, v in sent.items() if k not in SETUP_COMMANDS + COUNTER_REQUESTS)
+
+
+def counter_requests(sent: dict[str, int]) -> int:
+    """Requests of ``sent`` that carried the fleet counters."""
+    return sum(v for k, v in sent.items() if k in COUNTER_REQUESTS)
 
 
 # -- the client -------------------------------------------------------------------------

@@ -166,19 +166,23 @@ class RedisCluster:
 
     ``via_cli``: joined by ``redis-cli --cluster create`` (as an operator would; it
     waits a second or two for the nodes to agree) instead of the same steps made
-    directly (``CLUSTER ADDSLOTSRANGE`` + ``MEET``, no fixed waits)."""
+    directly (``CLUSTER ADDSLOTSRANGE`` + ``MEET``, no fixed waits).
+    ``node_timeout_ms``: how long a node may miss heartbeats before the others mark it
+    failed (then the cluster answers CLUSTERDOWN). Tests take 500 ms, which also
+    shortens the wait before a node serves; a benchmark that starves the machine's
+    cores takes Redis's default, 15 s."""
 
     def __init__(
-        self, workdir: Path, nodes: int = 3, binary: str | None = None, via_cli: bool = False
-    ) -> None:
+        self, workdir: Path, nodes: int = 3, binary: str | None = None, via_cli: bool = False,
+        node_timeout_ms: int = 500,
+    ) -> None:  # fmt: skip
         self.servers: list[RedisServer] = []
         try:
             for i in range(nodes):
-                # A short node timeout also shortens the wait before a node serves.
                 options = [
                     "--cluster-enabled", "yes",
                     "--cluster-config-file", "nodes.conf",
-                    "--cluster-node-timeout", "500",
+                    "--cluster-node-timeout", str(node_timeout_ms),
                 ]  # fmt: skip
                 node = RedisServer(Path(workdir) / f"node{i}", *options, binary=binary)
                 self.servers.append(node)
