@@ -404,6 +404,15 @@ def main(argv: list[str] | None = None) -> int:
         plans = [(n, 1, False, args.lease) for n in (25, 50, 100, 200)]
         plans += [(200, 8, False, args.lease), (50, 8, True, 5.0)]
     which = args.servers.split(",")
+    # Each client is a fresh interpreter: with PYTHONDONTWRITEBYTECODE set (or a tree
+    # just edited), every one would compile cuforge's changed modules from source --
+    # tens of ms each, on every one of hundreds of ranks. A deployed cuforge has its
+    # bytecode; so has this run.
+    import compileall
+
+    import cuforge
+
+    compileall.compile_dir(os.path.dirname(cuforge.__file__), quiet=1)
     work = Path(tempfile.mkdtemp(prefix="herd-servers-"))
     servers = Servers(work, which)
     rows: list[dict[str, Any]] = []
