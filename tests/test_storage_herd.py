@@ -32,6 +32,7 @@ from _redis import RedisCluster
 from cuforge.compile import Program, ProgramOptions
 from cuforge.storage import lease
 from cuforge.storage._filelock import try_lock, unlock, wait_lock
+from cuforge.utils import open_cache
 from reliability._figures import record
 
 pytestmark = pytest.mark.skipif(os.name == "nt", reason="POSIX processes and file locks")
@@ -148,6 +149,26 @@ def test_ranks_of_one_host_send_the_fleet_what_one_rank_does(
     )  # fmt: skip
 
 
+def test_signed_ranks_of_one_host_also_send_the_fleet_what_one_rank_does(
+    redis_server, tmp_path, reference
+) -> None:
+    # With CUFORGE_CACHE_SECRET every persistent level is signed (SignedProgramCache):
+    # the local level is still the host's lock, the fleet's wait still hands over.
+    clients, per_host = 8, 4
+    warm_scripts(tmp_path, redis_server.url)
+    env = dict(os.environ, CUFORGE_CACHE_SECRET="herd-test-" + "ab" * 16)
+    got = herd(tmp_path, redis_server.url + "?prefix=signed:", clients, per_host, env=env)
+    assert len(got.finished()) == KERNELS, got.compiles
+    check_bytes(got, reference)
+    for host in range(clients // per_host):
+        assert got.requests(host) <= 3 * KERNELS, [r for r in got.results if r["host"] == host]
+    for r in got.results:
+        assert r["stats"]["signature_failures"] == 0
+    raw = redis_server.client()
+    values = [raw.get(name) for name in raw.scan_iter(match="signed:{*}")]
+    assert len(values) == KERNELS and all(b"CFSG" in v[:200] for v in values)
+
+
 def test_a_herd_on_a_redis_cluster_made_by_redis_cli(tmp_path, reference) -> None:
     cluster = RedisCluster(tmp_path / "cluster", via_cli=True)
     try:
@@ -231,6 +252,29 @@ def test_a_holder_killed_mid_compile_is_replaced_once(fleet, request, tmp_path, 
 
 
 # -- the pieces ---------------------------------------------------------------------------
+def test_an_entry_a_wait_hands_over_is_served_only_when_its_signature_verifies(
+    redis_server, tmp_path
+) -> None:
+    url = redis_server.url + "?prefix=forged:"
+    with open_cache(url, secret="another-fleet-" + "cd" * 16) as other:
+        other[b"k"] = b"planted under another secret"
+    tier = open_cache(f"file://{tmp_path}/host,{url}", secret="this-fleet-" + "ab" * 16)
+    try:
+        assert tier.get_entry(b"k", count_miss=False) is None  # the host level only
+        with tier.lock(b"k") as held:  # the fleet's claim reads the entry: refused
+            assert held is False
+            assert tier.get_entry(b"k") is None  # the look-again (counted, as a compile's)
+        stats = tier.stats()
+        assert (stats.signature_failures, stats.misses, stats.hits) == (1, 1, 0)
+        local = open_cache(f"file://{tmp_path}/host", secret=None)
+        assert local.get(b"k") is None  # nothing was written to the host's level
+        local.close()
+        tier[b"k"] = b"ours"  # a fill under this secret replaces it
+        assert tier.get(b"k") == b"ours"
+    finally:
+        tier.close()
+
+
 def test_a_waiter_that_gave_up_lets_go_of_the_lock_it_gets_later(tmp_path) -> None:
     path = tmp_path / "k.lock"
     holder = os.open(path, os.O_RDWR | os.O_CREAT)

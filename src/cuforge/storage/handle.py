@@ -392,20 +392,21 @@ class DriverCache(EntryCache):
         return self._hold(key_digest(coerce_key(key)), loc, timeout)
 
     def claim(
-        self, key: CacheKey, timeout: float | None = DEFAULT_LOCK_TIMEOUT
+        self, key: CacheKey, timeout: float | None = DEFAULT_LOCK_TIMEOUT, *, count: bool = True
     ) -> AbstractContextManager[tuple[bool, CacheEntry | None]]:
         """:meth:`lock`, yielding ``(held, entry)``: ``entry`` is the verified entry
         (counted as a hit, ``held`` False) when the wait ended because a peer stored
         it and the driver's answer carried it -- nothing to fill, nothing to look up
         again -- else None (look again as after ``lock``). A driver that cannot hand
-        entries over (no ``claim``) yields ``(held, None)``."""
+        entries over (no ``claim``) yields ``(held, None)``. ``count=False``: the entry
+        is not counted (a wrapper that checks it more counts it, ``_tally``)."""
         loc = self._loc(key)
         self._check_open()
-        return self._claim(key_digest(coerce_key(key)), loc, timeout)
+        return self._claim(key_digest(coerce_key(key)), loc, timeout, count)
 
     @contextmanager
     def _claim(
-        self, kd: bytes, loc: Any, timeout: float | None
+        self, kd: bytes, loc: Any, timeout: float | None, count: bool = True
     ) -> Iterator[tuple[bool, CacheEntry | None]]:
         driver = self._driver
         claim = driver.claim
@@ -423,7 +424,8 @@ class DriverCache(EntryCache):
                 if not found:  # None, or a damaged entry: the look-again drops it
                     yield held, None
                     return
-                self._tally(found, True)  # type: ignore[arg-type]
+                if count:
+                    self._tally(found, True)  # type: ignore[arg-type]
                 self._tick()
                 yield held, found  # type: ignore[misc]
 

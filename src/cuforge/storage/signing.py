@@ -25,7 +25,7 @@ import hashlib
 import hmac
 import struct
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 from ._values import coerce_key, coerce_value
@@ -239,6 +239,30 @@ class SignedProgramCache(EntryCache):
         self, key: CacheKey, timeout: float | None = DEFAULT_LOCK_TIMEOUT
     ) -> AbstractContextManager[bool]:
         return self._inner.lock(key, timeout)
+
+    def claim(
+        self, key: CacheKey, timeout: float | None = DEFAULT_LOCK_TIMEOUT
+    ) -> AbstractContextManager[tuple[bool, CacheEntry | None]]:
+        """The inner cache's ``claim`` (``lock`` where it has none), yielding ``(held,
+        entry)``: an entry it hands over is returned only when its signature verifies
+        (then counted as a hit); a rejected one is left for the look-again, which
+        counts it once as a miss and a ``signature_failure``."""
+        return self._claim(coerce_key(key), timeout)
+
+    @contextmanager
+    def _claim(self, k: bytes, timeout: float | None) -> Iterator[tuple[bool, CacheEntry | None]]:
+        inner = self._inner
+        if not isinstance(inner, DriverCache):
+            with inner.lock(k, timeout) as held:
+                yield held, None
+            return
+        with inner.claim(k, timeout, count=False) as (held, entry):
+            result = None if entry is None else self._verify(key_digest(k), entry)
+            if type(result) is not CacheEntry:
+                yield held, None
+                return
+            inner._tally(result, True)
+            yield held, result
 
     def stats(self) -> CacheStats:
         return self._inner.stats()

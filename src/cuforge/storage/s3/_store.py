@@ -26,8 +26,9 @@ Objects under the handle's ``prefix``, for an entry whose id is ``<id>``::
   A waiter then GETs the entry on ``lease.Backoff``'s schedule from the holder's
   start, sized by the holder's hint (else this process's last fill, else 1 s),
   and takes again at the lease's expiry: one GET when the fill takes the E
-  expected, about ``2 + log2(C / E)`` for a fill of C seconds. An entry found tells how long its fill took
-  (its store time minus the lease's start, both the holder's clock): the next hint.
+  expected, about ``2 + log2(C / E)`` for a fill of C seconds. An entry found tells
+  how long its fill took (its store time minus the lease's start, both the holder's
+  clock): the next hint.
 - **Deletes are proven**: only exact entry paths of this prefix, counter objects and
   this handle's own lease; the prefix is a folder of a bucket that may hold anything.
 - **Timeouts, no retries**: a lookup's request times out after ``timeout`` (the

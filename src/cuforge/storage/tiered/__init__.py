@@ -22,8 +22,10 @@
   levels behind (the fleet) while the others wait on the local lock, then hit
   locally. A request's first lookup (``count_miss=False``: a look-again under the
   lock follows a miss) stops at the host level; the look-again asks every level. An
-  entry the widest level's wait handed over (``DriverCache.claim``) is put in the
-  levels before it at once, so the look-again hits there.
+  entry the widest level's wait handed over (``DriverCache.claim``; a signed level's
+  only once its signature verifies) is put in the levels before it at once, so the
+  look-again hits there. Signed levels (``SignedProgramCache``) count as the handle
+  they sign.
 - **Lazy levels.** ``open_cache`` opens the levels up to the first persistent one
   and wraps those behind it in a :class:`~cuforge.storage.tiered._lazylevel.LazyLevel`:
   imported and connected the first time a lookup (or lock) reaches it, so a hit in
@@ -62,6 +64,7 @@ from ..base import (
 from ..entry import CacheEntry, EntryInfo
 from ..handle import DriverCache
 from ..outcome import FAILED, READ_ONLY, STORED, STORED_OUTCOME, StoreOutcome
+from ..signing import SignedProgramCache
 from ..stats import CacheStats
 from ._lazylevel import LazyLevel, opened
 
@@ -124,7 +127,8 @@ class TieredProgramCache(EntryCache):
         for i, level in enumerate(self._levels):
             if isinstance(level, DriverCache) and level.in_memory:
                 continue
-            local = isinstance(level, DriverCache) and level.host_lock
+            handle = _handle_of(level)
+            local = handle is not None and handle.host_lock
             return i if local and self._writable[i] and i < len(self._levels) - 1 else None
         return None
 
@@ -434,8 +438,8 @@ class TieredProgramCache(EntryCache):
                     for j in range(widest):
                         if self._writable[j]:
                             self._put(j, key, entry.data, entry.meta, "store a backfill")
-                inner = opened(self._levels[widest])
-                if not held or not (isinstance(inner, DriverCache) and inner.hands_over):
+                handle = _handle_of(opened(self._levels[widest]))
+                if not held or handle is None or not handle.hands_over:
                     yield held
                     return
                 # A core handle's claim takes the lease only where the entry is not:
@@ -558,12 +562,20 @@ def _as_claim(guard: AbstractContextManager[bool]) -> Iterator[tuple[bool, Cache
         yield held, None
 
 
+def _handle_of(level: ProgramCacheResource | None) -> DriverCache | None:
+    """The storage core handle ``level`` is, or signs (``SignedProgramCache``), else
+    None (a lazy level not open, any other cache)."""
+    inner = level.inner if isinstance(level, SignedProgramCache) else level
+    return inner if isinstance(inner, DriverCache) else None
+
+
 def _claim(
     level: ProgramCacheResource, key: bytes, timeout: float | None
 ) -> AbstractContextManager[tuple[bool, CacheEntry | None]]:
     """``level``'s lock as ``(held, entry handed over)``: a storage core handle's
-    ``claim``, any other cache's ``lock`` (never hands over). Opens a lazy level."""
+    ``claim`` (a signed one's: the entry verified), any other cache's ``lock`` (never
+    hands over). Opens a lazy level."""
     inner = level.open() if isinstance(level, LazyLevel) else level
-    if isinstance(inner, DriverCache):
+    if isinstance(inner, (DriverCache, SignedProgramCache)):
         return inner.claim(key, timeout)
     return _as_claim(inner.lock(key, timeout))
