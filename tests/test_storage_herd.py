@@ -275,6 +275,32 @@ def test_an_entry_a_wait_hands_over_is_served_only_when_its_signature_verifies(
         tier.close()
 
 
+def test_an_entry_the_fleet_hands_over_counts_one_hit_where_it_was_found(
+    redis_server, tmp_path
+) -> None:
+    url = redis_server.url + "?prefix=counted:"
+    with open_cache(url, secret=None) as peer:
+        peer[b"k"] = b"from the fleet"
+    tier = open_cache(f"file://{tmp_path}/host,{url}", secret=None)
+    try:
+        assert tier.get_entry(b"k", count_miss=False) is None  # the host level only
+        with tier.lock(b"k") as held:  # the claim reads it from the fleet: handed over
+            assert held is False
+            assert tier.get(b"k") == b"from the fleet"  # the look-again, from the host's level
+        local, fleet = tier.level_stats()
+        assert (local.hits, local.misses) == (0, 0)  # it was not there when asked
+        assert (fleet.hits, fleet.misses) == (1, 0)
+        assert (tier.stats().hits, tier.stats().misses) == (1, 0)
+        # a fill counts one miss at each level, the claim's level included
+        with tier.lock(b"new") as held:
+            assert held is True and tier.get(b"new") is None
+            tier[b"new"] = b"filled"
+        local, fleet = tier.level_stats()
+        assert (local.misses, fleet.misses, tier.stats().misses) == (1, 1, 1)
+    finally:
+        tier.close()
+
+
 def test_a_waiter_that_gave_up_lets_go_of_the_lock_it_gets_later(tmp_path) -> None:
     path = tmp_path / "k.lock"
     holder = os.open(path, os.O_RDWR | os.O_CREAT)

@@ -117,9 +117,10 @@ class TieredProgramCache(EntryCache):
         self._host = self._host_level()
         # What a request's first lookup asks: up to the host level (module docstring).
         self._front = levels if self._host is None else levels[: self._host + 1]
-        # Keys whose widest level a thread's claim just found empty (and took the
-        # lease of), for the look-again under that lock: key -> the thread's id.
-        self._empty_behind: dict[bytes, int] = {}
+        # Keys a thread's claim on the widest level just answered, for the look-again
+        # under that lock: key -> (the thread's id, whether the entry was handed over
+        # -- else the claim found it absent and took the lease).
+        self._claimed: dict[bytes, tuple[int, bool]] = {}
         self._warned = False
 
     def _host_level(self) -> int | None:
@@ -181,12 +182,18 @@ class TieredProgramCache(EntryCache):
         k = coerce_key(key)
         missed: list[int] = []
         found = None
-        skip = self._skip(k) if self._empty_behind else -1
+        skip, quiet = self._after_claim(k) if self._claimed else (-1, False)
         for i, level in enumerate(self._front if count_miss is False else self._levels):
-            if i == skip:
-                continue  # this thread's claim found it empty and holds its lease
-            try:
-                found = lookup_of(level, k, count, count_miss)
+            if i == skip:  # this thread's claim found it absent and holds its lease:
+                self._missed_behind(level, count if count_miss is None else count_miss)
+                missed.append(i)  # a miss there, counted as the lookup would count it
+                continue
+            try:  # (an entry handed over was counted where it was found, not here)
+                found = (
+                    lookup_of(level, k, False, None)
+                    if quiet
+                    else lookup_of(level, k, count, count_miss)
+                )
             except Exception as exc:  # one level never hides the others
                 self._level_failed(i, exc, "look up an entry", "read_failures")
                 found = None
@@ -434,28 +441,41 @@ class TieredProgramCache(EntryCache):
                 yield False
                 return
             with guard as (held, entry):
+                handle = _handle_of(opened(self._levels[widest]))
                 if entry is not None:  # handed over: the look-again hits in front
                     for j in range(widest):
                         if self._writable[j]:
                             self._put(j, key, entry.data, entry.meta, "store a backfill")
-                handle = _handle_of(opened(self._levels[widest]))
-                if not held or handle is None or not handle.hands_over:
+                elif not held or handle is None or not handle.hands_over:
                     yield held
                     return
                 # A core handle's claim takes the lease only where the entry is not:
                 # the look-again under this lock need not ask that level again.
-                self._empty_behind[key] = get_ident()
+                self._claimed[key] = (get_ident(), entry is not None)
                 try:
                     yield held
                 finally:
-                    self._empty_behind.pop(key, None)
+                    self._claimed.pop(key, None)
 
-    def _skip(self, key: bytes) -> int:
-        """The widest level's index when this thread's claim found ``key`` absent
-        there (it holds the lease: nobody else stores it), else -1."""
-        if self._empty_behind.get(key) != get_ident() or self._locker_index is None:
-            return -1
-        return self._locker_index
+    @staticmethod
+    def _missed_behind(level: ProgramCacheResource, counted: bool) -> None:
+        """Count the miss a lookup of the level this thread's claim found empty would
+        have counted (a fill counts one miss at each level), without asking it."""
+        handle = _handle_of(opened(level))
+        if handle is not None:
+            handle._tally(None, counted)
+
+    def _after_claim(self, key: bytes) -> tuple[int, bool]:
+        """For a look-again under this thread's claim of ``key``: the widest level's
+        index when the claim found it absent there (it holds the lease: nobody else
+        stores it), else -1; and whether the claim handed the entry over (counted as
+        a hit where it was found: the levels it was put in do not count it again)."""
+        mark = self._claimed.get(key)
+        if mark is None or mark[0] != get_ident():
+            return -1, False
+        if mark[1]:
+            return -1, True
+        return (-1 if self._locker_index is None else self._locker_index), False
 
     def _filled_here(self, host: int, key: bytes) -> bool:
         """Whether the host level has the entry now (an uncounted lookup: the caller's
