@@ -64,8 +64,8 @@ from ..base import (
 from ..entry import CacheEntry, EntryInfo
 from ..handle import DriverCache
 from ..outcome import FAILED, READ_ONLY, STORED, STORED_OUTCOME, StoreOutcome
-from ..signing import SignedProgramCache
 from ..stats import CacheStats
+from ._claims import claim_of, handle_of
 from ._lazylevel import LazyLevel, opened
 
 # LazyLevel: what ``urls.open_tiered`` wraps the levels behind the first persistent
@@ -128,7 +128,7 @@ class TieredProgramCache(EntryCache):
         for i, level in enumerate(self._levels):
             if isinstance(level, DriverCache) and level.in_memory:
                 continue
-            handle = _handle_of(level)
+            handle = handle_of(level)
             local = handle is not None and handle.host_lock
             return i if local and self._writable[i] and i < len(self._levels) - 1 else None
         return None
@@ -435,13 +435,13 @@ class TieredProgramCache(EntryCache):
                 return
             left = None if timeout is None else max(0.0, timeout - (monotonic() - start))
             try:
-                guard = _claim(self._levels[widest], key, left)
+                guard = claim_of(self._levels[widest], key, left)
             except Exception as exc:  # no fleet lock: the host's holds for this host
                 self._level_failed(widest, exc, "lock", "read_failures")
                 yield False
                 return
             with guard as (held, entry):
-                handle = _handle_of(opened(self._levels[widest]))
+                handle = handle_of(opened(self._levels[widest]))
                 if entry is not None:  # handed over: the look-again hits in front
                     for j in range(widest):
                         if self._writable[j]:
@@ -461,7 +461,7 @@ class TieredProgramCache(EntryCache):
     def _missed_behind(level: ProgramCacheResource, counted: bool) -> None:
         """Count the miss a lookup of the level this thread's claim found empty would
         have counted (a fill counts one miss at each level), without asking it."""
-        handle = _handle_of(opened(level))
+        handle = handle_of(opened(level))
         if handle is not None:
             handle._tally(None, counted)
 
@@ -574,28 +574,3 @@ class TieredProgramCache(EntryCache):
             for i, lv in enumerate(self._levels)
         )
         return f"TieredProgramCache({inner})"
-
-
-@contextmanager
-def _as_claim(guard: AbstractContextManager[bool]) -> Iterator[tuple[bool, CacheEntry | None]]:
-    with guard as held:
-        yield held, None
-
-
-def _handle_of(level: ProgramCacheResource | None) -> DriverCache | None:
-    """The storage core handle ``level`` is, or signs (``SignedProgramCache``), else
-    None (a lazy level not open, any other cache)."""
-    inner = level.inner if isinstance(level, SignedProgramCache) else level
-    return inner if isinstance(inner, DriverCache) else None
-
-
-def _claim(
-    level: ProgramCacheResource, key: bytes, timeout: float | None
-) -> AbstractContextManager[tuple[bool, CacheEntry | None]]:
-    """``level``'s lock as ``(held, entry handed over)``: a storage core handle's
-    ``claim`` (a signed one's: the entry verified), any other cache's ``lock`` (never
-    hands over). Opens a lazy level."""
-    inner = level.open() if isinstance(level, LazyLevel) else level
-    if isinstance(inner, (DriverCache, SignedProgramCache)):
-        return inner.claim(key, timeout)
-    return _as_claim(inner.lock(key, timeout))
