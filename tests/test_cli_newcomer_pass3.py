@@ -2,6 +2,8 @@
 installed ``cuforge`` console script in a subprocess, on real caches filled by real
 NVRTC compiles, and fails on the main it was written against.
 
+- A symbolic link where a shard belongs (``ln -s /etc/passwd CACHE/entries/ab``) made
+  every command on the cache exit 2, ``compile`` included: it is a foreign object now.
 - ``cache verify`` said ``entries/cd: a file where a cache file belongs`` for a file
   standing where a shard directory belongs.
 """
@@ -58,4 +60,58 @@ def test_verify_says_a_shard_directory_belongs_where_a_file_stands(tmp_path: Pat
         "'entries/cd: a file where a shard directory belongs', '.../fff...: a FIFO where an "
         "entry file belongs'; --fix removed both (before: 'where a cache file belongs' for "
         "each)", scale="all",
+    )  # fmt: skip
+
+
+# -- 1. a link where a shard belongs is a foreign object, not a refusal -------------------
+def test_a_link_for_a_shard_is_never_followed_and_never_fails_a_command(tmp_path: Path) -> None:
+    """``ln -s /etc/passwd CACHE/entries/ab`` made every command exit 2 (compile too),
+    ``cache directory .../entries/ab: is a symbolic link``; verify could not list it."""
+    cache = _filled(tmp_path)
+    shard = _shard_of(cache)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    os.rename(shard, outside / shard.name)  # the entry, whole, now outside the cache
+    shard.symlink_to(outside / shard.name, target_is_directory=True)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("not the cache's\n")
+    other = "ab" if shard.name != "ab" else "cd"
+    (cache / "entries" / other).symlink_to(victim)
+    before = {p: p.read_bytes() for p in (outside / shard.name).iterdir()}
+    for args in (("cache", "ls"), ("cache", "stats"), ("cache", "ls", "--json")):
+        result = run(tmp_path, *args, "--cache", str(cache))
+        assert result.returncode == 0, (args, result.stderr)
+        assert "symbolic link" not in result.stderr, result.stderr
+    assert json.loads(result.stdout) == []  # the entry behind the link is not the cache's
+    listed = run(tmp_path, "cache", "verify", "--cache", str(cache))
+    assert listed.returncode == 1, listed.stdout + listed.stderr
+    assert sorted(listed.stdout.splitlines()[:2]) == sorted(
+        f"entries/{name}: a symbolic link where a shard directory belongs"
+        for name in (shard.name, other)
+    ), listed.stdout
+    out = tmp_path / "again.cubin"
+    built = run(tmp_path, "compile", str(SAXPY), "--arch", "sm_90", "-o", str(out),
+                "--cache", str(cache))  # fmt: skip
+    assert built.returncode == 0, built.stderr
+    assert "cache miss (compiled and stored in" in built.stdout, built.stdout
+    assert out.read_bytes() == (tmp_path / "sm_90.cubin").read_bytes()
+    assert shard.is_dir() and not shard.is_symlink()  # the link replaced, not written through
+    assert {p: p.read_bytes() for p in (outside / shard.name).iterdir()} == before
+    fixed = run(tmp_path, "cache", "verify", "--fix", "--cache", str(cache))
+    assert fixed.returncode == 1, fixed.stdout + fixed.stderr
+    assert fixed.stdout.endswith("1 foreign object, 1 removed\n"), fixed.stdout
+    assert not os.path.lexists(cache / "entries" / other)
+    assert victim.read_text() == "not the cache's\n"
+    assert run(tmp_path, "cache", "verify", "--cache", str(cache)).returncode == 0
+    hit = run(tmp_path, "compile", str(SAXPY), "--arch", "sm_90", "-o", str(out),
+              "--cache", str(cache))  # fmt: skip
+    assert "cache hit" in hit.stdout, hit.stdout
+    record(
+        "inputs", "cli", "links where shards belong (one to a copy of the entry outside the "
+        "cache, one to a file): ls, ls --json, stats, verify, compile, verify --fix", 6,
+        "none exits 2; ls lists nothing behind the link; verify names both 'a symbolic link "
+        "where a shard directory belongs'; compile misses and its store replaces the link (the "
+        "outside copy byte-identical); --fix removes the other link, its target untouched "
+        "(before: every command exit 2, 'cache directory .../entries/ab: is a symbolic link')",
+        scale="all",
     )  # fmt: skip
