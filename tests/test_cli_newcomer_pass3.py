@@ -6,15 +6,19 @@ NVRTC compiles, and fails on the main it was written against.
   every command on the cache exit 2, ``compile`` included: it is a foreign object now.
 - ``cache verify`` said ``entries/cd: a file where a cache file belongs`` for a file
   standing where a shard directory belongs.
+- ``cache show ID --extract ''`` wrote nothing and exited 0; ``--extract nodir/k.cubin``
+  and ``--extract DIR`` printed every detail, then failed; ``--extract saxpy.cu``
+  wrote over the source.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
-from _cli import SAXPY, run
+from _cli import SAXPY, one_line_error, run
 from reliability._figures import record
 
 
@@ -114,4 +118,41 @@ def test_a_link_for_a_shard_is_never_followed_and_never_fails_a_command(tmp_path
         "outside copy byte-identical); --fix removes the other link, its target untouched "
         "(before: every command exit 2, 'cache directory .../entries/ab: is a symbolic link')",
         scale="all",
+    )  # fmt: skip
+
+
+# -- 3. show --extract checks OUT first, and never writes over a file unasked ------------
+def test_extract_checks_its_output_first_and_keeps_existing_files(tmp_path: Path) -> None:
+    """``--extract ''`` was silently ignored (exit 0), a missing folder or a directory
+    failed only after every detail was printed, and an existing source was overwritten."""
+    cache = _filled(tmp_path)
+    (entry,) = json.loads(run(tmp_path, "cache", "ls", "--json", "--cache", str(cache)).stdout)
+    source = tmp_path / "saxpy.cu"
+    shutil.copy(SAXPY, source)
+    prog = "cuforge cache show"
+    refused = {
+        "": "--extract needs a file name (it was given an empty one); - is standard output",
+        str(tmp_path / "nodir" / "k.cubin"): f"the directory {tmp_path / 'nodir'} does not exist",
+        str(tmp_path): "is a directory; name a file",
+        str(source): "the file exists; give --force to write over it",
+    }
+    for out, said in refused.items():
+        result = run(tmp_path, "cache", "show", entry["id"], "--extract", out, "--cache",
+                     str(cache))  # fmt: skip
+        line = one_line_error(result, prog)  # one line: no details printed before it
+        assert line.endswith(said), (out, line)
+        assert result.stdout == ""
+    assert source.read_bytes() == SAXPY.read_bytes()
+    assert not (tmp_path / "nodir").exists()
+    forced = run(tmp_path, "cache", "show", entry["id"], "--extract", str(source), "--force",
+                 "--cache", str(cache))  # fmt: skip
+    assert forced.returncode == 0, forced.stderr
+    assert source.read_bytes() == (tmp_path / "sm_90.cubin").read_bytes()
+    record(
+        "inputs", "cli", "cache show --extract '', into a missing folder, a directory, an "
+        "existing source file; then that file with --force", 5,
+        "each refusal: exit 2, one line naming --extract and what to do, nothing printed "
+        "before it, the source byte-identical; --force wrote the payload (before: '' exit 0 "
+        "writing nothing, the folder and directory refused after every detail, the source "
+        "overwritten)", scale="all",
     )  # fmt: skip
