@@ -9,6 +9,9 @@ NVRTC compiles, and fails on the main it was written against.
 - ``cache show ID --extract ''`` wrote nothing and exited 0; ``--extract nodir/k.cubin``
   and ``--extract DIR`` printed every detail, then failed; ``--extract saxpy.cu``
   wrote over the source.
+- A compile through a read-only mount said ``not stored: failed`` where cli.md lists
+  ``read-only``, and its warning said later failures are counted in ``cuforge cache
+  stats (write failures)``, which showed 0: a read-only cache records no counter.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import os
 import shutil
 from pathlib import Path
 
-from _cli import SAXPY, one_line_error, run
+from _cli import SAXPY, one_line_error, read_only_run, run
 from reliability._figures import record
 
 
@@ -155,4 +158,38 @@ def test_extract_checks_its_output_first_and_keeps_existing_files(tmp_path: Path
         "before it, the source byte-identical; --force wrote the payload (before: '' exit 0 "
         "writing nothing, the folder and directory refused after every detail, the source "
         "overwritten)", scale="all",
+    )  # fmt: skip
+
+
+# -- 4. a read-only mount: "read-only", and no promise of counters it cannot keep --------
+def test_a_read_only_mount_says_read_only_and_promises_no_counts(tmp_path: Path) -> None:
+    """``not stored: failed``, and a warning promising ``cuforge cache stats (write
+    failures)`` counts that ``stats`` then showed as 0."""
+    cache = _filled(tmp_path, "sm_80")
+    args = ("compile", str(SAXPY), "--arch", "sm_90", "-o", str(tmp_path / "y.cubin"),
+            "--cache", str(cache))  # fmt: skip
+    for _ in range(2):
+        result = read_only_run(cache, *args)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.endswith("cache miss (compiled; not stored: read-only)\n")
+        (warning,) = result.stderr.splitlines()
+        assert warning == (
+            f"cuforge: warning: cuforge program cache {cache}: could not store an entry "
+            "(Read-only file system); the result is still returned, only not cached. The "
+            "cache still serves hits; later stores of this handle are dropped without a "
+            "warning, and nothing is recorded on a read-only file system, counters included."
+        ), warning
+    reported = json.loads(read_only_run(cache, *args, "--json").stdout)
+    assert reported[0]["not_stored"] == "read-only"
+    assert [lv["reason"] for lv in reported[0]["levels"]] == ["read-only"]
+    stats = json.loads(read_only_run(cache, "cache", "stats", "--json", "--cache", str(cache))
+                       .stdout)  # fmt: skip
+    assert stats["write_failures"] == 0  # what the warning said: nothing recorded there
+    record(
+        "use", "cli", "compile through a read-only bind mount (text twice, --json), then cache "
+        "stats", 4,
+        "'not stored: read-only' (--json not_stored and the level's reason 'read-only'); the "
+        "warning says nothing is recorded there, counters included, and stats shows 0 write "
+        "failures (before: 'not stored: failed', and a warning promising the failures in "
+        "cuforge cache stats)", scale="all",
     )  # fmt: skip
