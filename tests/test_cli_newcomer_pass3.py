@@ -12,6 +12,9 @@ NVRTC compiles, and fails on the main it was written against.
 - A compile through a read-only mount said ``not stored: failed`` where cli.md lists
   ``read-only``, and its warning said later failures are counted in ``cuforge cache
   stats (write failures)``, which showed 0: a read-only cache records no counter.
+- ``CUFORGE_CACHE=file:// cuforge cache dir`` (``sqlite://``, ``redis://h:port``)
+  printed the URL, exit 0, while compile refused it; ``cache stats`` said ``there is
+  no cache at  (nothing was created)``.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import os
 import shutil
 from pathlib import Path
 
-from _cli import SAXPY, one_line_error, read_only_run, run
+from _cli import SAXPY, isolated_env, one_line_error, read_only_run, run
 from reliability._figures import record
 
 
@@ -192,4 +195,35 @@ def test_a_read_only_mount_says_read_only_and_promises_no_counts(tmp_path: Path)
         "warning says nothing is recorded there, counters included, and stats shows 0 write "
         "failures (before: 'not stored: failed', and a warning promising the failures in "
         "cuforge cache stats)", scale="all",
+    )  # fmt: skip
+
+
+# -- 5. every command refuses a cache URL that cannot open, in the same words ----------------
+URLS = {
+    "file://": "file:// needs a directory (file:///path/to/cache)",
+    "sqlite://": "sqlite:// needs a database file (sqlite:///path/to/cache.db)",
+    "redis://h:port": "port 'port' is not a number",
+}
+
+
+def test_a_url_that_cannot_open_is_refused_by_cache_dir_and_stats(tmp_path: Path) -> None:
+    """``cache dir`` printed the URL (exit 0) and ``stats`` blamed an empty path."""
+    checked = 0
+    for url, reason in URLS.items():
+        env = isolated_env(tmp_path, CUFORGE_CACHE=url)
+        said = f"$CUFORGE_CACHE: cache URL {url!r}: {reason}"
+        compiled = run(tmp_path, "compile", str(SAXPY), "--arch", "sm_90", "-o",
+                       str(tmp_path / "k.cubin"), env=env)  # fmt: skip
+        assert one_line_error(compiled, "cuforge compile").endswith(said)
+        for args in (("cache", "dir"), ("cache", "dir", "--json"), ("cache", "stats")):
+            line = one_line_error(run(tmp_path, *args, env=env), f"cuforge {' '.join(args[:2])}")
+            assert line == f"cuforge {' '.join(args[:2])}: error: {said}", (url, args, line)
+            checked += 1
+    assert not (tmp_path / "xdg").exists()  # no default cache made instead
+    record(
+        "inputs", "cli", "CUFORGE_CACHE=file://, sqlite://, redis://h:port x cache dir, dir "
+        "--json, stats", checked,
+        "each: exit 2, one line with compile's words (file:// needs a directory, port 'port' is "
+        "not a number; before: dir printed the URL, exit 0, and stats said 'there is no cache "
+        "at  (nothing was created)')", scale="all",
     )  # fmt: skip
