@@ -15,6 +15,8 @@ NVRTC compiles, and fails on the main it was written against.
 - ``CUFORGE_CACHE=file:// cuforge cache dir`` (``sqlite://``, ``redis://h:port``)
   printed the URL, exit 0, while compile refused it; ``cache stats`` said ``there is
   no cache at  (nothing was created)``.
+- ``cuforge warm --set job1 --cache ./nothere`` made a whole new cache at the mistyped
+  path before saying no set was stored.
 """
 
 from __future__ import annotations
@@ -226,4 +228,31 @@ def test_a_url_that_cannot_open_is_refused_by_cache_dir_and_stats(tmp_path: Path
         "each: exit 2, one line with compile's words (file:// needs a directory, port 'port' is "
         "not a number; before: dir printed the URL, exit 0, and stats said 'there is no cache "
         "at  (nothing was created)')", scale="all",
+    )  # fmt: skip
+
+
+# -- 6. warm --set on a cache that is not there creates nothing -------------------------
+def test_warm_set_on_a_missing_cache_creates_nothing(tmp_path: Path) -> None:
+    """A mistyped ``--cache`` path became a new cache (CACHEDIR.TAG, entries/, ...)."""
+    nothere = tmp_path / "nothere"
+    manifest = tmp_path / "m.toml"
+    manifest.write_text(f'[[kernel]]\nsource = "{SAXPY}"\narch = "sm_90"\n')
+    for extra in ((), (str(manifest),)):
+        result = run(tmp_path, "warm", *extra, "--set", "job1", "--cache", str(nothere))
+        assert result.returncode == 1, result.stdout + result.stderr
+        assert result.stderr == (
+            f"cuforge warm: no warm set 'job1' is stored in {nothere}: there is no cache at "
+            f"{nothere} (nothing was created; cuforge run --warm-set job1 records one from a "
+            "job that reads or stores entries through this cache)\n"
+        ), result.stderr
+        assert not nothere.exists()
+    cache = _filled(tmp_path)  # an existing cache says only that the set is not there
+    there = run(tmp_path, "warm", "--set", "job1", "--cache", str(cache))
+    assert there.returncode == 1 and "there is no cache" not in there.stderr, there.stderr
+    assert f"no warm set 'job1' is stored in {cache} (cuforge run" in there.stderr
+    record(
+        "inputs", "cli", "warm --set job1 (with and without a manifest) --cache at a path "
+        "that does not exist", 2,
+        "exit 1, 'no warm set ... there is no cache at PATH (nothing was created ...)', the "
+        "path still absent (before: a new cache made there first)", scale="all",
     )  # fmt: skip
