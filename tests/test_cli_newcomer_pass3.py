@@ -17,12 +17,15 @@ NVRTC compiles, and fails on the main it was written against.
   no cache at  (nothing was created)``.
 - ``cuforge warm --set job1 --cache ./nothere`` made a whole new cache at the mistyped
   path before saying no set was stored.
+- The 'no warm set' hint printed the name unquoted: ``(cuforge run --warm-set bad
+  name/../ records one ...)``, a command that records another set.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 from pathlib import Path
 
@@ -255,4 +258,33 @@ def test_warm_set_on_a_missing_cache_creates_nothing(tmp_path: Path) -> None:
         "that does not exist", 2,
         "exit 1, 'no warm set ... there is no cache at PATH (nothing was created ...)', the "
         "path still absent (before: a new cache made there first)", scale="all",
+    )  # fmt: skip
+
+
+# -- 7. the hint's command is one a shell runs as written --------------------------------
+def test_the_no_set_hint_quotes_the_name_as_a_shell_reads_it(tmp_path: Path) -> None:
+    """``cuforge run --warm-set bad name/../ records one``: pasted, that command names
+    the set ``bad`` and runs ``name/../``."""
+    cache = _filled(tmp_path)
+    name = "bad name/../"
+    result = run(tmp_path, "warm", "--set", name, "--cache", str(cache))
+    assert result.returncode == 1, result.stdout + result.stderr
+    hint = result.stderr.split(" (", 1)[1].split(" records one", 1)[0]
+    assert hint == "cuforge run --warm-set 'bad name/../'", result.stderr
+    assert shlex.split(hint)[-1] == name  # the set the warning is about
+    # run records under that very name (the same rule accepts and refuses names)
+    done = run(tmp_path, "run", "--warm-set", name, "--cache", str(cache), "--", "true")
+    assert done.returncode == 0, done.stderr
+    for refused in ("a\nb", " "):
+        warm = one_line_error(run(tmp_path, "warm", "--set", refused, "--cache", str(cache)),
+                              "cuforge warm")  # fmt: skip
+        ran = one_line_error(run(tmp_path, "run", "--warm-set", refused, "--cache", str(cache),
+                                 "--", "true"), "cuforge run")  # fmt: skip
+        assert warm.split("warm set name: ")[1] == ran.split("warm set name: ")[1]
+    record(
+        "inputs", "cli", "warm --set 'bad name/../' on a cache without that set; warm --set and "
+        "run --warm-set with the names run refuses", 5,
+        "the hint reads cuforge run --warm-set 'bad name/../' (shlex gives back the name); both "
+        "commands refuse the same names in the same words (before: the name unquoted)",
+        scale="all",
     )  # fmt: skip

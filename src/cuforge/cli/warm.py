@@ -174,11 +174,13 @@ def _set_stored(chosen: _select.Choice, args: argparse.Namespace) -> bool:
 def _no_set(args: argparse.Namespace, chosen: _select.Choice, absent: str = "") -> int:
     """Say that no warm set of that name is stored (``absent``: the cache, or level,
     that does not exist and was not created); exit 1."""
+    import shlex  # the command to run, as a shell reads it: 'bad name/../'
+
     why = f": there is no cache at {absent} (nothing was created; " if absent else " ("
+    record = f"cuforge run --warm-set {shlex.quote(args.warm_set)}"
     print(
         f"cuforge warm: no warm set {args.warm_set!r} is stored in {chosen.shown()}{why}"
-        f"cuforge run --warm-set {args.warm_set} records one from a job that reads or "
-        "stores entries through this cache)",
+        f"{record} records one from a job that reads or stores entries through this cache)",
         file=sys.stderr,
     )
     return 1
