@@ -540,8 +540,9 @@ def test_negative_durations_and_sizes_are_said_as_such(tmp_path: Path) -> None:
         result = run(tmp_path, *args, "--cache", str(cache))
         prog = "cuforge " + " ".join(args[:2] if args[0] == "cache" else args[:1])
         line = one_line_error(result, prog)
+        kind = "size" if flag == "--max-size" else "duration"
         assert line == (
-            f"{prog}: error: argument {flag}: {value} is negative: give a value above zero, "
+            f"{prog}: error: argument {flag}: {value} is negative: give a {kind} above zero, "
             f"such as {bare} (see {prog} --help)"
         ), line
     assert len(_ids(tmp_path, cache)) == 1  # nothing pruned

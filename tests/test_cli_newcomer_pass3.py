@@ -19,6 +19,9 @@ NVRTC compiles, and fails on the main it was written against.
   path before saying no set was stored.
 - The 'no warm set' hint printed the name unquoted: ``(cuforge run --warm-set bad
   name/../ records one ...)``, a command that records another set.
+- ``max_size = "-1G"`` in cuforge.toml said ``not a size: '-1G' (expected e.g. 500M...)``
+  where ``--max-size -1G`` says ``-1G is negative: give a value above zero``; now both
+  (and a URL's ``?max_size=-1G``) say ``give a size above zero``.
 """
 
 from __future__ import annotations
@@ -287,4 +290,40 @@ def test_the_no_set_hint_quotes_the_name_as_a_shell_reads_it(tmp_path: Path) -> 
         "the hint reads cuforge run --warm-set 'bad name/../' (shlex gives back the name); both "
         "commands refuse the same names in the same words (before: the name unquoted)",
         scale="all",
+    )  # fmt: skip
+
+
+# -- 8. a negative size is said the same way wherever it was written ---------------------
+def test_a_negative_size_is_said_alike_in_a_flag_a_settings_file_and_a_url(
+    tmp_path: Path,
+) -> None:
+    """The settings file's ``max_size = "-1G"`` was "not a size", the flag's "negative"."""
+    project, env = tmp_path / "project", isolated_env(tmp_path)
+    project.mkdir()
+    (project / "cuforge.toml").write_text('max_size = "-1G"\n')
+    out = ("-o", str(tmp_path / "k.cubin"))
+    said = "-1G is negative: give a size above zero, such as 1G"
+    lines = {
+        "settings": one_line_error(run(tmp_path, "compile", str(SAXPY), "--arch", "sm_90", *out,
+                                       cwd=project, env=env), "cuforge compile"),
+        "flag": one_line_error(run(tmp_path, "compile", str(SAXPY), "--arch", "sm_90", *out,
+                                   "--max-size", "-1G"), "cuforge compile"),
+        "flag=": one_line_error(run(tmp_path, "compile", str(SAXPY), "--arch", "sm_90", *out,
+                                    "--max-size=-1G"), "cuforge compile"),
+        "url": one_line_error(run(tmp_path, "cache", "dir", env=isolated_env(
+            tmp_path, CUFORGE_CACHE=f"file://{tmp_path / 'c'}?max_size=-1G")), "cuforge cache dir"),
+    }  # fmt: skip
+    assert lines["settings"] == (
+        f"cuforge compile: error: max_size in project config {project / 'cuforge.toml'}: {said}"
+    )
+    for where in ("flag", "flag="):
+        assert f"argument --max-size: {said} (see" in lines[where], lines[where]
+    assert lines["url"].endswith(f"?max_size=-1G': max_size: {said}"), lines["url"]
+    assert not (tmp_path / "k.cubin").exists()
+    record(
+        "inputs", "cli", "max_size = \"-1G\" in cuforge.toml; --max-size -1G and --max-size=-1G; "
+        "?max_size=-1G in $CUFORGE_CACHE", 4,
+        "each: exit 2, one line '-1G is negative: give a size above zero, such as 1G' after "
+        "the file, flag or URL (before: the settings file and the URL said 'not a size: "
+        "'-1G' (expected e.g. 500M, 2G, 64KiB)')", scale="all",
     )  # fmt: skip
