@@ -22,6 +22,8 @@ NVRTC compiles, and fails on the main it was written against.
 - ``max_size = "-1G"`` in cuforge.toml said ``not a size: '-1G' (expected e.g. 500M...)``
   where ``--max-size -1G`` says ``-1G is negative: give a value above zero``; now both
   (and a URL's ``?max_size=-1G``) say ``give a size above zero``.
+- A warm manifest holding only ``kernel = 5`` said ``no [[kernel]] tables``, as an
+  empty one does; a single ``[kernel]`` table said so too.
 """
 
 from __future__ import annotations
@@ -326,4 +328,37 @@ def test_a_negative_size_is_said_alike_in_a_flag_a_settings_file_and_a_url(
         "each: exit 2, one line '-1G is negative: give a size above zero, such as 1G' after "
         "the file, flag or URL (before: the settings file and the URL said 'not a size: "
         "'-1G' (expected e.g. 500M, 2G, 64KiB)')", scale="all",
+    )  # fmt: skip
+
+
+# -- 9. a manifest's wrong type is named in TOML's words --------------------------------------
+KERNELS = {
+    "kernel = 5": "m.toml: kernel must be an array of tables, each a [[kernel]] naming a "
+    "source; got an integer (5)",
+    'kernel = "saxpy.cu"': "m.toml: kernel must be an array of tables, each a [[kernel]] "
+    'naming a source; got a string ("saxpy.cu")',
+    '[kernel]\nsource = "saxpy.cu"': "m.toml: kernel must be an array of tables, each a "
+    "[[kernel]] naming a source; got a table ([kernel]: write [[kernel]])",
+    "kernel = [1]": "m.toml kernel 1 must be a table, got an integer (1)",
+    "defaults = 5\n[[kernel]]\nsource = 'saxpy.cu'": "m.toml [defaults] must be a table, got "
+    "an integer (5)",
+    "": "m.toml: no [[kernel]] tables (each names a source)",
+}
+
+
+def test_a_manifests_wrong_types_are_named(tmp_path: Path) -> None:
+    """``kernel = 5`` said ``no [[kernel]] tables``, the words of an empty manifest."""
+    shutil.copy(SAXPY, tmp_path / "saxpy.cu")
+    for text, said in KERNELS.items():
+        (tmp_path / "m.toml").write_text(text + "\n")
+        result = run(tmp_path, "warm", "m.toml", "--cache", str(tmp_path / "c"), cwd=tmp_path)
+        assert one_line_error(result, "cuforge warm") == f"cuforge warm: error: {said}", text
+    assert not (tmp_path / "c").exists()
+    record(
+        "inputs", "cli", "warm manifests: kernel = 5, kernel = \"saxpy.cu\", one [kernel] table, "
+        "kernel = [1], defaults = 5, an empty file", len(KERNELS),
+        "each: exit 2, one line naming the key and what it is in TOML's words (an integer (5), "
+        "a table ([kernel]: write [[kernel]])); the empty file alone 'no [[kernel]] tables' "
+        "(before: that for the first three too, and 'must be a table' with no type)",
+        scale="all",
     )  # fmt: skip
