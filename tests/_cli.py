@@ -52,3 +52,22 @@ def one_line_error(result: subprocess.CompletedProcess[str], prog: str) -> str:
     assert lines[0].startswith(f"{prog}: error: "), lines[0]
     assert "Traceback" not in result.stderr
     return lines[0]
+
+
+def read_only_run(cache: pathlib.Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``cuforge ARGS`` with ``cache`` a read-only bind mount of itself, in a mount
+    namespace of its own (gone with the process); skipped where mounts cannot be made."""
+    import shutil
+
+    import pytest
+
+    if shutil.which("unshare") is None:
+        pytest.skip("no unshare(1) to make a private read-only mount")
+    script = 'mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" || exit 99; shift; exec "$@"'
+    result = subprocess.run(
+        ["unshare", "--mount", "sh", "-c", script, "sh", str(cache), str(SCRIPT), *args],
+        capture_output=True, text=True, env=isolated_env(cache.parent), timeout=240,
+    )  # fmt: skip
+    if result.returncode == 99 or "unshare: " in result.stderr:
+        pytest.skip(f"no read-only bind mount here: {result.stderr.strip()}")
+    return result

@@ -49,7 +49,7 @@ from pathlib import Path
 
 import pytest
 
-from _cli import EXAMPLES, SAXPY, SCRIPT, isolated_env, one_line_error, run
+from _cli import EXAMPLES, SAXPY, isolated_env, one_line_error, read_only_run, run
 from cuforge.integrations import warmsets
 from cuforge.storage.entry import entry_id
 from cuforge.storage.urls import open_cache
@@ -264,17 +264,8 @@ def test_clear_counts_what_went(tmp_path: Path) -> None:
 
 
 def _read_only(cache: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """``cuforge ARGS`` with ``cache`` a read-only bind mount of itself, in a mount
-    namespace of its own (gone with the process); skipped where mounts cannot be made."""
-    script = 'mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" || exit 99; shift; exec "$@"'
-    env = isolated_env(cache.parent)
-    result = subprocess.run(
-        ["unshare", "--mount", "sh", "-c", script, "sh", str(cache), str(SCRIPT), *args],
-        capture_output=True, text=True, env=env, timeout=240,
-    )  # fmt: skip
-    if result.returncode == 99 or "unshare: " in result.stderr:
-        pytest.skip(f"no read-only bind mount here: {result.stderr.strip()}")
-    return result
+    """``cuforge ARGS`` on a read-only bind mount of ``cache`` (``_cli.read_only_run``)."""
+    return read_only_run(cache, *args)
 
 
 def test_clear_on_a_read_only_mount_says_how_many_stayed(tmp_path: Path) -> None:
@@ -549,8 +540,9 @@ def test_negative_durations_and_sizes_are_said_as_such(tmp_path: Path) -> None:
         result = run(tmp_path, *args, "--cache", str(cache))
         prog = "cuforge " + " ".join(args[:2] if args[0] == "cache" else args[:1])
         line = one_line_error(result, prog)
+        kind = "size" if flag == "--max-size" else "duration"
         assert line == (
-            f"{prog}: error: argument {flag}: {value} is negative: give a value above zero, "
+            f"{prog}: error: argument {flag}: {value} is negative: give a {kind} above zero, "
             f"such as {bare} (see {prog} --help)"
         ), line
     assert len(_ids(tmp_path, cache)) == 1  # nothing pruned
@@ -621,7 +613,7 @@ def test_a_read_only_caches_store_warning_names_the_cache_not_a_temp(tmp_path: P
     result = _read_only(cache, "compile", str(SAXPY), "--arch", "sm_90", "-o",
                         str(tmp_path / "y.cubin"), "--cache", str(cache))  # fmt: skip
     assert result.returncode == 0, result.stderr
-    assert "cache miss (compiled; not stored: failed)" in result.stdout
+    assert "cache miss (compiled; not stored: read-only)" in result.stdout
     assert result.stderr.startswith(
         f"cuforge: warning: cuforge program cache {cache}: could not store an entry "
         "(Read-only file system); the result is still returned"

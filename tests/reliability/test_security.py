@@ -213,19 +213,49 @@ def _outside_with_a_decoy(tmp_path: Path) -> tuple[Path, Path]:
     return outside, decoy
 
 
-@pytest.mark.parametrize("which", ["entries", "tmp", "locks", "stats", "shard"])
+@pytest.mark.parametrize("which", ["entries", "tmp", "locks", "stats"])
 def test_a_linked_directory_below_the_root_is_refused_at_open(tmp_path, which) -> None:
     root = tmp_path / "cache"
     with FileStreamProgramCache(root) as c:
         c[b"k"] = b"v"
-        shard = Path(c._loc(b"k").payload).parent
     outside, _ = _outside_with_a_decoy(tmp_path)
-    target = shard if which == "shard" else root / which
+    target = root / which
     subprocess.run(["rm", "-rf", str(target)], check=True)
     target.symlink_to(outside, target_is_directory=True)
     with pytest.raises(UnsafeCacheError) as info:
         FileStreamProgramCache(root)
     assert_one_line_naming(info.value, target, "symbolic link", "real directory")
+    # the cache is named, and what in it is a link: not a "cache directory" of its own
+    assert str(info.value).startswith(f"cache directory {root}: its {which}/ is a symbolic link")
+    assert info.value.path == str(target)
+
+
+def test_a_shard_that_is_a_link_at_open_is_a_foreign_object(tmp_path: Path) -> None:
+    """A link at a shard's name is not refused at open (it made every command of the
+    cache fail): it is never followed -- a miss, a store replaces the link itself --
+    listed by ``foreign_objects()`` and removed, never its target."""
+    root = tmp_path / "cache"
+    with FileStreamProgramCache(root) as c:
+        c[b"k"] = b"v"
+        c[b"j"] = b"w"
+        shard, other = (Path(c._loc(k).payload).parent for k in (b"k", b"j"))
+    assert shard != other
+    outside, decoy = _outside_with_a_decoy(tmp_path)
+    for linked in (shard, other):
+        subprocess.run(["rm", "-rf", str(linked)], check=True)
+    shard.symlink_to(outside / "ab", target_is_directory=True)
+    other.symlink_to(decoy)
+    with FileStreamProgramCache(root) as c:
+        assert c.get(b"k") is None and c.get(b"j") is None and len(c) == 0
+        assert sorted(c.foreign_objects()) == sorted(
+            (p.name, "a symbolic link") for p in (shard, other)
+        )
+        c[b"k"] = b"again"
+        assert not shard.is_symlink() and c.get(b"k") == b"again"
+        assert c.remove_foreign_object(other.name) and not os.path.lexists(other)
+        assert c.foreign_objects() == []
+    assert sorted(p.name for p in outside.rglob("*")) == ["ab", "c" * 62]
+    assert decoy.read_bytes() == b"the victim's file"
 
 
 def test_entries_replaced_by_a_link_after_open_is_never_written_listed_or_cleared(tmp_path):

@@ -45,7 +45,7 @@ class Parser(argparse.ArgumentParser):
         return super().parse_known_args(args, namespace)
 
     def error(self, message: str) -> NoReturn:
-        negative = _negative(self._argv, message)
+        negative = _negative(self._argv, message, self._option_string_actions)
         if negative is not None:
             raise UsageError(f"{negative} (see {self.prog} --help)", self.prog)
         raise UsageError(
@@ -53,21 +53,29 @@ class Parser(argparse.ArgumentParser):
         )
 
 
-_NEGATIVE = "{value} is negative: give a value above zero, such as {bare}"
-
-
-def _negative(argv: list[str], message: str) -> str | None:
+def _negative(argv: list[str], message: str, actions: dict[str, argparse.Action]) -> str | None:
     """The line for ``--older-than -5d``: argparse takes ``-5d`` for an option and says
     "expected one argument"; a negative duration or size is what was given, and is
-    never one (None when that is not the mistake)."""
+    never one (None when that is not the mistake). ``actions``: the parser's options,
+    whose ``type`` says whether the flag takes a size or a duration."""
     found = re.fullmatch(r"argument (--[\w-]+): expected one argument", message)
     if found is None:
         return None
+    from cuforge.storage.units import NEGATIVE  # the one wording (settings files, URLs)
+
     flag = found.group(1)
+    action = actions.get(flag)
+    taken = getattr(action, "type", None)
+    if taken is size_arg:
+        kind = "size"
+    elif taken is duration_arg:
+        kind = "duration"
+    else:
+        return None
     for i, word in enumerate(argv[:-1]):
         value = argv[i + 1]
         if word == flag and re.fullmatch(r"-[0-9.]\S*", value):
-            return f"argument {flag}: {_NEGATIVE.format(value=value, bare=value[1:])}"
+            return f"argument {flag}: {NEGATIVE.format(value=value, kind=kind, bare=value[1:])}"
     return None
 
 
@@ -84,21 +92,12 @@ def _swallowed(argv: list[str], message: str) -> str:
     return ""
 
 
-def _refuse_negative(text: str) -> None:
-    """``--max-size=-1G``: said as ``--max-size -1G`` is (``_negative``), not as "not a
-    size", which hides why."""
-    if text.strip().startswith("-"):
-        value = text.strip()
-        raise argparse.ArgumentTypeError(_NEGATIVE.format(value=value, bare=value[1:]))
-
-
 def size_arg(text: str) -> int:
     """``500M``/``2GiB`` -> bytes, for ``type=``."""
     from cuforge.storage.units import parse_size
 
-    _refuse_negative(text)
     try:
-        return parse_size(text)
+        return parse_size(text)  # --max-size=-1G: "-1G is negative", as -1G alone says
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
@@ -107,7 +106,6 @@ def duration_arg(text: str) -> float:
     """``90s``/``12h``/``7d`` -> seconds, for ``type=``."""
     from cuforge.storage.units import parse_duration
 
-    _refuse_negative(text)
     try:
         return parse_duration(text)
     except ValueError as exc:

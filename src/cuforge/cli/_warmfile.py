@@ -85,9 +85,26 @@ def _strings(value: Any, where: str, key: str) -> list[str]:
     return list(value)
 
 
+def _a_toml(value: Any) -> str:
+    """What ``value`` is in TOML's words, with the value as TOML writes it: ``an
+    integer (5)``, ``a string ("x")``, ``a table ([kernel])``."""
+    import json  # only for a message
+
+    kinds = ((bool, "a boolean"), (int, "an integer"), (float, "a float"), (str, "a string"),
+             (list, "an array"), (dict, "a table"))  # fmt: skip
+    kind = next((word for t, word in kinds if isinstance(value, t)), "a date or time")
+    if isinstance(value, dict):
+        return kind
+    try:
+        shown = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):  # a TOML date or time
+        shown = str(value)
+    return f"{kind} ({shown if len(shown) <= 40 else shown[:37] + '...'})"
+
+
 def _check_keys(table: Any, allowed: set[str], where: str) -> dict[str, Any]:
     if not isinstance(table, dict):
-        raise UsageError(f"{where} must be a table")
+        raise UsageError(f"{where} must be a table, got {_a_toml(table)}")
     unknown = sorted(set(table) - allowed)
     if unknown:
         raise UsageError(
@@ -206,7 +223,15 @@ def load(path: str) -> tuple[str, list[Spec]]:
     )
     _check_layer(layer, where)
     kernels = data.get("kernel", [])
-    if not isinstance(kernels, list) or not kernels:
+    if not isinstance(kernels, list):  # kernel = 5, or one [kernel] table
+        got = _a_toml(kernels)
+        if isinstance(kernels, dict):
+            got += " ([kernel]: write [[kernel]])"
+        raise UsageError(
+            f"{path}: kernel must be an array of tables, each a [[kernel]] naming a source; "
+            f"got {got}"
+        )
+    if not kernels:
         raise UsageError(f"{path}: no [[kernel]] tables (each names a source)")
     folder = os.path.dirname(os.path.abspath(path))
     specs: dict[tuple[object, ...], Spec] = {}

@@ -15,10 +15,13 @@
   compiler. ``KIND``: one of ``storage.record.KINDS`` (program, manifest, triton,
   inductor, cupy, jax, warm-set, mirror, mirror-index), raw (no record) or signed
   (stored signed, listed without the secret: its record is not read).
-- ``show ID-PREFIX [--extract OUT] [--json]``: everything recorded about one entry and
-  whether it verifies, its size as stored and the artifact's (what compile and
-  ``--extract`` count); ``--extract`` writes its raw payload (a cubin for cuobjdump)
-  (``-``: to stdout); the details then go to stderr, so stdout holds the payload only.
+- ``show ID-PREFIX [--extract OUT [--force]] [--json]``: everything recorded about one
+  entry and whether it verifies, its size as stored and the artifact's (what compile
+  and ``--extract`` count); ``--extract`` writes its raw payload (a cubin for
+  cuobjdump) (``-``: to stdout); the details then go to stderr, so stdout holds the
+  payload only. ``OUT`` is checked before anything is printed (an empty name, a
+  missing folder, a directory: usage errors), and an existing file is never written
+  over without ``--force`` (it may be a source, or another entry's extract).
 - ``dir [--default] [--json]``: the cache in use (a directory's path, else its URL
   without a password, else ``caching is off (...)``: exit 0, ``--json`` ``null``);
   ``--default``: the default directory, whatever is chosen.
@@ -33,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 
@@ -100,6 +104,7 @@ def register(subparsers: Subparsers) -> Subparsers:
     p = actions.add_parser("show", help="one entry's metadata; --extract its payload")
     p.add_argument("prefix", metavar="ID-PREFIX", help="the entry id or its first digits")
     p.add_argument("--extract", metavar="OUT", help="write the raw payload to OUT (-: stdout)")
+    p.add_argument("--force", action="store_true", help="let --extract write over a file")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(handler=_show)
     _select.add_cache_option(p, can_disable=False)
@@ -325,7 +330,47 @@ def _ls(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_extract(out: str | None, force: bool) -> bool:
+    """UsageError, before the cache is opened or anything printed, when ``--extract
+    OUT`` cannot or must not be written: an empty name, a folder that is missing, a
+    directory, an existing file without ``force``. Whether OUT is to be replaced
+    (an existing object: a file with ``force``, a device, a FIFO)."""
+    if force and out is None:
+        raise UsageError("--force goes with --extract OUT (it lets it write over a file)")
+    if out is None or out == "-":
+        return False
+    if out == "":
+        raise UsageError(
+            "--extract needs a file name (it was given an empty one); - is standard output"
+        )
+    folder = os.path.dirname(out) or "."
+    if not os.path.isdir(folder):
+        raise UsageError(f"--extract {out}: the directory {folder} does not exist")
+    if os.path.isdir(out):
+        raise UsageError(f"--extract {out}: is a directory; name a file")
+    if not os.path.lexists(out):
+        return False
+    if os.path.isfile(out) and not force:
+        raise UsageError(_exists(out))
+    return True
+
+
+def _exists(out: str) -> str:
+    return f"--extract {out}: the file exists; give --force to write over it"
+
+
+def _write_extract(out: str, data: bytes, replace: bool) -> None:
+    """Write ``data`` to ``out``; a new file is created exclusively, so a file that
+    appeared after :func:`_check_extract` looked is not written over either."""
+    try:
+        with open(out, "wb" if replace else "xb") as f:
+            f.write(data)
+    except FileExistsError:
+        raise UsageError(_exists(out)) from None
+
+
 def _show(args: argparse.Namespace) -> int:
+    replace = _check_extract(args.extract, args.force)
     with opened(args, read_only=True) as cache:
         row = _entries.find(cache, args.prefix)
         try:
@@ -380,8 +425,7 @@ def _show(args: argparse.Namespace) -> int:
                 sys.stdout.buffer.write(entry.data)
                 sys.stdout.buffer.flush()
             else:
-                with open(args.extract, "wb") as f:
-                    f.write(entry.data)
+                _write_extract(args.extract, entry.data, replace)
         except BrokenPipeError:  # --extract - read by a reader that went away: exit 1
             raise
         except OSError as exc:

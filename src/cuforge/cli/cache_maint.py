@@ -114,7 +114,8 @@ def _verify(args: argparse.Namespace) -> int:
         for row, problem in bad:
             print(f"{_label(row)}: {_term.paint(problem, 'red')}")
         for path, what in foreign:
-            note = f"{what} where a cache file belongs"
+            place = "an entry file" if "/" in path else "a shard directory"
+            note = f"{what} where {place} belongs"
             print(f"entries/{path}: {_term.paint(note, 'red')}")
         summary = f"checked {_count(checked, 'entry')}: {len(bad)} bad"
         if foreign:

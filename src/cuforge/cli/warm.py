@@ -102,19 +102,16 @@ def _warm(args: argparse.Namespace) -> int:
     chosen = _select.choose(args)
     if chosen.url is None:
         raise UsageError(f"caching is off ({chosen.said()}): warm has nothing to fill")
+    absent = _select.missing(chosen)
+    if args.warm_set is not None and absent is not None and not _set_stored(chosen, args):
+        return _no_set(args, chosen, absent.location)
     cache = _select.open_choice(chosen)  # opened here too: bad URLs fail before any work
     with cache:
         fetched: dict[str, Any] | None = None
         if args.warm_set is not None:
             fetched = _fetch_set(cache, args.warm_set, chosen)
             if fetched is None:
-                print(
-                    f"cuforge warm: no warm set {args.warm_set!r} is stored in "
-                    f"{chosen.shown()} (cuforge run --warm-set {args.warm_set} records "
-                    "one from a job that reads or stores entries through this cache)",
-                    file=sys.stderr,
-                )
-                return 1
+                return _no_set(args, chosen)
             if not specs:
                 return _set_summary(fetched, args)
         return _compile_all(cache, chosen, folder, specs, args, fetched)
@@ -163,6 +160,32 @@ def _compile_all(
 
 
 # -- warm sets ---------------------------------------------------------------------------
+def _set_stored(chosen: _select.Choice, args: argparse.Namespace) -> bool:
+    """Whether the warm set ``args.warm_set`` is stored in ``chosen``, looked up through
+    a read-only handle: a cache (or level) that does not exist yet is not created --
+    a mistyped ``--cache`` path made a whole new cache before saying no set was there.
+    """
+    from cuforge.integrations import warmsets
+
+    with _select.open_choice(chosen, read_only=True) as looking:
+        return warmsets.load(looking, args.warm_set) is not None
+
+
+def _no_set(args: argparse.Namespace, chosen: _select.Choice, absent: str = "") -> int:
+    """Say that no warm set of that name is stored (``absent``: the cache, or level,
+    that does not exist and was not created); exit 1."""
+    import shlex  # the command to run, as a shell reads it: 'bad name/../'
+
+    why = f": there is no cache at {absent} (nothing was created; " if absent else " ("
+    record = f"cuforge run --warm-set {shlex.quote(args.warm_set)}"
+    print(
+        f"cuforge warm: no warm set {args.warm_set!r} is stored in {chosen.shown()}{why}"
+        f"{record} records one from a job that reads or stores entries through this cache)",
+        file=sys.stderr,
+    )
+    return 1
+
+
 def _fetch_set(
     cache: ProgramCacheResource, name: str, chosen: _select.Choice
 ) -> dict[str, Any] | None:

@@ -11,8 +11,12 @@ a cache is opened:
   root may belong to another user of one of the caller's groups, and a directory
   below it to any user, if its group is the root's (setgid directories give every
   member's new directories that group);
-- every directory below the root is a real directory, never a symbolic link (the
-  root itself may be one: it is resolved once, when the cache is opened).
+- ``entries/``, ``tmp/``, ``stats/`` and ``locks/`` are real directories, never
+  symbolic links (the root itself may be one: it is resolved once, when the cache is
+  opened). A link at a shard's name under ``entries/`` is not refused: it is a
+  foreign object (``filestream._anchor``), never followed -- its entries are misses,
+  a store replaces the link itself with a real shard, ``cuforge cache verify`` lists
+  it and ``--fix`` removes it (never its target).
 
 ``trust_shared=True`` lifts the first rule (the caller trusts everyone who can
 write there, or its entries are signed -- ``open_cache`` passes it when a secret is
@@ -214,12 +218,17 @@ def _check_below(path: str, rules: DirRules, cache_gid: int) -> bool:
     except OSError as exc:
         raise _oserror(path, exc, "checked") from None
     if stat_mod.S_ISLNK(st.st_mode):
-        raise UnsafeCacheError(
-            path,
-            "is a symbolic link: cuforge never follows links below the cache root (the "
-            "root itself may be one); fix: replace it with a real directory",
+        # Named as a part of the cache (the root is what the user chose), not as a
+        # cache directory of its own.
+        root, name = os.path.split(path)
+        refused = UnsafeCacheError(
+            root,
+            f"its {name}/ is a symbolic link: cuforge never follows links inside a cache "
+            f"(only the root may be one); fix: replace {path} with a real directory",
             errno.ELOOP,
         )
+        refused.path = path
+        raise refused
     if not stat_mod.S_ISDIR(st.st_mode):
         return False
     problem = _problem(st, rules, cache_gid)
@@ -263,6 +272,8 @@ def check_cache_dirs(
                     st = e.stat(follow_symlinks=False)
                 except OSError:
                     continue
+                if stat_mod.S_ISLNK(st.st_mode):
+                    continue  # a foreign object, never followed (module docstring)
                 plain = stat_mod.S_ISDIR(st.st_mode) and st.st_uid in trusted
                 if plain and (rules.trust_shared or not st.st_mode & unsafe):
                     continue

@@ -313,7 +313,7 @@ def select(
                 max_size_origin, f"applies to a cache, and caching is off ({where})", True
             )
         return Selection(None, where, value)
-    from .urls import absolute_paths, parse_cache_url
+    from .urls import absolute_paths, check_levels, parse_cache_url
 
     chosen = Selection(None, where, value)
     try:
@@ -321,6 +321,7 @@ def select(
             specs = parse_cache_url(value)  # what was written: errors show it
             for spec in specs:
                 spec.size("max_size")  # the cap is weighed below: its value first
+            check_levels(specs)  # what opening at once would refuse in the URL itself
         except ValueError as exc:
             raise SelectionError(_where(where), str(exc), where == origin) from None
         cap = _cap(specs, where, max_size, max_size_origin)

@@ -319,6 +319,22 @@ class DriverCache(EntryCache):
             return
         if outcome.reason == READ_ONLY and driver.read_only:
             return  # by design: nothing to report
+        if outcome.reason == READ_ONLY:  # a writable handle on a read-only file system
+            events.fail_open(
+                self, events.WRITE, "%s: could not store an entry (%s); counted in "
+                "stats().write_failures", driver.label, outcome.detail,
+            )  # fmt: skip
+            # Not "counted in stats()": the cache's shared counters live on the same
+            # read-only file system, so `cuforge cache stats` never sees these.
+            self._warn_once(
+                "write",
+                CacheWriteWarning,
+                f"{driver.label}: could not store an entry ({outcome.detail}); the result "
+                "is still returned, only not cached. The cache still serves hits; later "
+                "stores of this handle are dropped without a warning, and nothing is "
+                "recorded on a read-only file system, counters included.",
+            )
+            return
         events.fail_open(
             self, events.WRITE,
             "%s: could not store an entry (%s); the result is still returned, only not "

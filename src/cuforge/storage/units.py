@@ -15,7 +15,18 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["check_max_size", "format_size", "parse_duration", "parse_size", "positive_seconds"]
+__all__ = [
+    "NEGATIVE",
+    "check_max_size",
+    "format_size",
+    "parse_duration",
+    "parse_size",
+    "positive_seconds",
+]
+
+#: What a negative size or duration is told, wherever it was written (the command
+#: line's ``--max-size -1G``, which argparse takes for an option, says it too).
+NEGATIVE = "{value} is negative: give a {kind} above zero, such as {bare}"
 
 _SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*", re.IGNORECASE)
 _SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
@@ -30,6 +41,7 @@ def parse_size(text: str, *, bare: bool = False) -> int:
     (binary multiples; ``KiB``, ``KB`` and ``K`` all mean 1024) -- computed exactly
     and rounded down. Must be > 0 and fit in 63 bits. A plain number is bytes only
     with ``bare`` (cache URLs); otherwise it is refused, naming the units."""
+    _refuse_negative(text, "size")
     match = _SIZE.fullmatch(text) if isinstance(text, str) else None
     if match is None or match.group(3).lower() not in ("", "b", "ib"):
         raise ValueError(f"not a size: {text!r} (expected e.g. 500M, 2G, 64KiB)")
@@ -55,6 +67,7 @@ def parse_duration(text: str, *, bare: bool = False) -> float:
     """Seconds in ``text``: a number with a ms/s/m/h/d/w unit. Must be > 0 and at
     most 100 years. A plain number is seconds only with ``bare`` (cache URLs);
     otherwise it is refused, naming the units."""
+    _refuse_negative(text, "duration")
     match = _DURATION.fullmatch(text) if isinstance(text, str) else None
     if match is None:
         raise ValueError(f"not a duration: {text!r} (expected e.g. 500ms, 90s, 30m, 12h, 7d)")
@@ -67,6 +80,14 @@ def parse_duration(text: str, *, bare: bool = False) -> float:
     if not value <= _MAX_DURATION:  # also inf from a huge digit string
         raise ValueError(f"duration too large: {text!r} (at most 100 years)")
     return value
+
+
+def _refuse_negative(text: object, kind: str) -> None:
+    """``-1G``, ``-5d``: said as negative (:data:`NEGATIVE`), not as "not a size",
+    which hides why."""
+    if isinstance(text, str) and text.strip().startswith("-") and text.strip() != "-":
+        value = text.strip()
+        raise ValueError(NEGATIVE.format(value=value, kind=kind, bare=value[1:]))
 
 
 def format_size(n: int) -> str:

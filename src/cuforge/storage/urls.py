@@ -51,6 +51,8 @@ __all__ = [
     "SCHEMES",
     "CacheSpec",
     "absolute_paths",
+    "check_level",
+    "check_levels",
     "open_cache",
     "open_level",
     "open_tiered",
@@ -94,6 +96,18 @@ SCHEMES: dict[str, tuple[str, frozenset[str]]] = {
         frozenset({"endpoint", "region", "path_style", "timeout", "connect_timeout"})
         | frozenset({"lock_lease", "retry_after"}),
     ),
+}
+
+#: What each scheme's opener refuses in the URL itself, checked without opening or
+#: connecting (:func:`check_level`): ``"module:function"``, imported when used.
+CHECKS: dict[str, str] = {
+    "file": "cuforge.storage.filestream._url:check_file",
+    "sqlite": "cuforge.storage.sqlite._url:check_sqlite",
+    **dict.fromkeys(
+        ("redis", "rediss", "redis+cluster", "rediss+cluster"),
+        "cuforge.storage.redis._url:check_redis",
+    ),
+    "s3": "cuforge.storage.s3._url:check_s3",
 }
 
 # Openers resolved or registered: scheme -> _Scheme.
@@ -177,6 +191,35 @@ def _parse_level(text: str) -> CacheSpec:
         params[name] = unquote(value)
     spec = CacheSpec(scheme, unquote(location), params, False, text)
     return CacheSpec(scheme, spec.location, params, spec.flag("ro"), text)
+
+
+def check_level(spec: CacheSpec) -> None:
+    """Raise the ValueError opening ``spec`` would raise for the URL itself -- a
+    missing directory, database, host or bucket, a port or database that is no
+    number, a bad parameter value -- without opening, connecting or creating
+    anything: what ``config.select`` runs on the levels opened at once
+    (:func:`check_levels`), so a value that cannot open is refused the same way by
+    every command (``cuforge cache dir`` too). A scheme registered from outside
+    (:func:`register_scheme`) is checked by its opener only."""
+    if spec.scheme == "memory":
+        _check_memory(spec)
+        return
+    target = CHECKS.get(spec.scheme)
+    if target is None:
+        return
+    module, _, function = target.partition(":")
+    getattr(importlib.import_module(module), function)(spec)
+
+
+def check_levels(specs: Sequence[CacheSpec]) -> None:
+    """:func:`check_level` of the levels :func:`open_cache` opens at once -- up to the
+    first persistent one (see :func:`open_tiered`); a level behind it is checked when
+    it is first reached, as it is opened then (a hit from the front level never
+    imports the backend of a level behind it)."""
+    for spec in specs:
+        check_level(spec)
+        if spec.scheme != "memory":
+            return
 
 
 def parse_cache_url(url: str) -> list[CacheSpec]:
@@ -290,11 +333,16 @@ def open_cache(
     return open_level(specs[0], secret)
 
 
+def _check_memory(spec: CacheSpec) -> None:
+    if spec.location:
+        raise spec.error("memory:// takes no location (use memory://?max_size=64M)")
+    spec.size("max_size")
+
+
 def _open_memory(spec: CacheSpec) -> ProgramCacheResource:
     from .memory import InMemoryProgramCache
 
-    if spec.location:
-        raise spec.error("memory:// takes no location (use memory://?max_size=64M)")
+    _check_memory(spec)
     return InMemoryProgramCache(max_size_bytes=spec.size("max_size"))
 
 

@@ -86,9 +86,11 @@ class FileStreamProgramCache(SharedCache):
       a root or any directory below it that users other than its owner (and the
       group, with a group ``mode=``) can write, or that another user owns -- they
       could plant programs this process runs -- unless ``trust_shared=True`` (or
-      entries are signed; see ``_safedir``). A directory below the root that is a
-      symbolic link is refused too, and writes, scans and deletions never follow
-      one; the root itself may be a link (resolved once, at open).
+      entries are signed; see ``_safedir``). ``entries/``, ``tmp/``, ``stats/`` or
+      ``locks/`` that is a symbolic link is refused too; a link where a shard
+      belongs is a foreign object (:meth:`foreign_objects`). Writes, scans and
+      deletions never follow one; the root itself may be a link (resolved once, at
+      open).
     - **Group sharing.** ``mode=0o2770`` (for example) creates directories with
       that mode and setgid and files group read/write (``0o660``), whatever the
       umask, so all members of the directory's group can use the cache.

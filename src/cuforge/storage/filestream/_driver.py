@@ -18,6 +18,7 @@ read-only driver creates, writes and deletes nothing.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import threading
 import time
@@ -28,7 +29,7 @@ from .._fsutil import check_mode
 from .._integrity import SIDECAR_SIZE, SIDECAR_SUFFIX, key_seed, sidecar_for
 from .._safedir import WORLD_MODE_HINT, DirRules
 from ..driver import Driver
-from ..outcome import FAILED, STORED_OUTCOME, TOO_LARGE, Damaged, StoreOutcome
+from ..outcome import FAILED, READ_ONLY, STORED_OUTCOME, TOO_LARGE, Damaged, StoreOutcome
 from ..units import check_max_size
 from ._anchor import EntriesAnchor
 from ._atomicwrite import PairWriter, sweep_temps
@@ -174,7 +175,7 @@ class FileStreamDriver(Driver):
                 names.shard, name, name + SIDECAR_SUFFIX, data, side, self._durable
             )
         except OSError as exc:
-            return StoreOutcome(FAILED, _why(exc))
+            return _not_written(exc)
         try:
             total = self._ledger_add(len(data) + len(side) - old)
             if self.cap is not None and total > self.cap:
@@ -208,7 +209,7 @@ class FileStreamDriver(Driver):
         for n, item, answer in zip(at, todo, self._writer.write_pairs(todo, self._durable),
                                    strict=True):  # fmt: skip
             if isinstance(answer, OSError):
-                out[n] = StoreOutcome(FAILED, str(answer))
+                out[n] = _not_written(answer)
                 continue
             delta += len(item[3]) + len(item[4]) - answer
             stored += 1
@@ -360,3 +361,11 @@ def _why(exc: OSError) -> str:
     the error (``Read-only file system``), not the internal file it met (a writer's
     ``tmp/<pid>-<tag>.alive.new``, a shard), which says nothing to a user."""
     return exc.strerror or type(exc).__name__
+
+
+def _not_written(exc: OSError) -> StoreOutcome:
+    """A store the file system refused: ``READ_ONLY`` when it is mounted read-only
+    (EROFS: nothing can be written there, by whoever mounted it so -- "not stored:
+    read-only", as a handle opened read-only says), else ``FAILED``; the detail is
+    :func:`_why`'s."""
+    return StoreOutcome(READ_ONLY if exc.errno == errno.EROFS else FAILED, _why(exc))

@@ -17,16 +17,20 @@ from ..spec import CacheSpec
 if TYPE_CHECKING:
     from . import RedisProgramCache
 
-__all__ = ["open_redis"]
+__all__ = ["check_redis", "open_redis"]
 
 _SSL_PARAMS = {"ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_cert_reqs"}
 _DURATIONS = ("ttl", "timeout", "connect_timeout", "lock_lease", "retry_after")
 
 
-def open_redis(spec: CacheSpec) -> RedisProgramCache:
-    """The RedisProgramCache ``spec`` names; ValueError naming the bad part."""
-    from . import RedisProgramCache
+def check_redis(spec: CacheSpec) -> None:
+    """What :func:`open_redis` refuses in the URL itself, checked without opening or
+    connecting (``storage.urls.check_level``): ValueError naming the bad part."""
+    _parsed(spec)
 
+
+def _parsed(spec: CacheSpec) -> tuple[str, str, bool, dict[str, Any], dict[str, Any]]:
+    """``(url without the database, database, cluster, TLS options, durations)``."""
     rest = spec.text.split("?", 1)[0].partition("://")[2]
     parts = urlsplit("redis://" + rest)
     try:
@@ -49,6 +53,14 @@ def open_redis(spec: CacheSpec) -> RedisProgramCache:
         options[name] = spec.params[name]
     durations: dict[str, Any] = {n: v for n in _DURATIONS if (v := spec.duration(n)) is not None}
     url = f"{'rediss' if tls else 'redis'}{'+cluster' if cluster else ''}://{parts.netloc}"
+    return url, path, cluster, options, durations
+
+
+def open_redis(spec: CacheSpec) -> RedisProgramCache:
+    """The RedisProgramCache ``spec`` names; ValueError naming the bad part."""
+    from . import RedisProgramCache
+
+    url, path, cluster, options, durations = _parsed(spec)
     try:
         return RedisProgramCache(
             url + ("" if cluster else f"/{path or 0}"),

@@ -15,15 +15,21 @@ from ..spec import CacheSpec
 if TYPE_CHECKING:
     from . import S3ProgramCache
 
-__all__ = ["PARAMS", "open_s3"]
+__all__ = ["PARAMS", "check_s3", "open_s3"]
 
 _DURATIONS = ("timeout", "connect_timeout", "lock_lease", "retry_after")
 #: The query parameters ``s3://`` accepts (besides ``ro``).
 PARAMS = frozenset({"endpoint", "region", "path_style", *_DURATIONS})
 
 
-def open_s3(spec: CacheSpec) -> S3ProgramCache:
-    """The S3ProgramCache ``spec`` names; ValueError naming the bad part."""
+def check_s3(spec: CacheSpec) -> None:
+    """What :func:`open_s3` refuses in the URL itself, checked without opening
+    (``storage.urls.check_level``): ValueError naming the bad part."""
+    _parsed(spec)
+
+
+def _parsed(spec: CacheSpec) -> tuple[str, str, dict[str, Any]]:
+    """``(bucket, prefix, options)``."""
     bucket, _, prefix = spec.location.partition("/")
     if "@" in bucket:
         shown = f"s3://***@{bucket.rpartition('@')[2]}"  # never echo the secret
@@ -36,8 +42,14 @@ def open_s3(spec: CacheSpec) -> S3ProgramCache:
     options: dict[str, Any] = {n: v for n in _DURATIONS if (v := spec.duration(n)) is not None}
     if "path_style" in spec.params:
         options["path_style"] = spec.flag("path_style")
+    return bucket, prefix, options
+
+
+def open_s3(spec: CacheSpec) -> S3ProgramCache:
+    """The S3ProgramCache ``spec`` names; ValueError naming the bad part."""
     from . import S3ProgramCache
 
+    bucket, prefix, options = _parsed(spec)
     try:
         return S3ProgramCache(
             bucket,

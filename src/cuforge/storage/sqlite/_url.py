@@ -9,13 +9,24 @@ from __future__ import annotations
 from ..spec import CacheSpec
 from . import SQLiteProgramCache
 
-__all__ = ["open_sqlite"]
+__all__ = ["check_sqlite", "open_sqlite"]
+
+
+def check_sqlite(spec: CacheSpec) -> None:
+    """What :func:`open_sqlite` refuses in the URL itself, checked without opening
+    (``storage.urls.check_level``): ValueError naming the bad part."""
+    if not spec.location:
+        raise spec.error("sqlite:// needs a database file (sqlite:///path/to/cache.db)")
+    # each raises for a value that does not parse
+    spec.size("max_size")
+    spec.flag("durable")
+    spec.duration("timeout")
+    spec.trust_shared()
 
 
 def open_sqlite(spec: CacheSpec) -> SQLiteProgramCache:
     """The SQLiteProgramCache ``spec`` names; ValueError naming the bad part."""
-    if not spec.location:
-        raise spec.error("sqlite:// needs a database file (sqlite:///path/to/cache.db)")
+    check_sqlite(spec)
     timeout = spec.duration("timeout")
     return SQLiteProgramCache(
         spec.location,
