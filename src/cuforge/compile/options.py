@@ -18,22 +18,26 @@ Guarantees:
 
 from __future__ import annotations
 
+import os
+
 from cuforge.compile import _validate as v
 
 TYPE_CHECKING = False  # typing and dataclasses cost a cold process ~10 ms: not at run time
 if TYPE_CHECKING:
-    import os
     from collections.abc import Callable
     from dataclasses import dataclass, field
     from typing import Any, TypeAlias
 
-    # A path field accepts str or os.PathLike and is stored as str once validated.
-    _Path: TypeAlias = str | os.PathLike[str]
     # Per backend, a field maps to a flag (formatted by the field's kind) or to a
     # function value -> [flags].
     Emit: TypeAlias = str | Callable[[Any], list[str]]
 else:  # the same class, made without importing dataclasses (cuforge._fields)
     from cuforge._fields import dataclass, field
+
+# A path field accepts str or os.PathLike and is stored as str once validated. Defined at
+# run time (os is loaded by every interpreter's start-up; the union costs no import) so
+# the API docs can expand it.
+_Path = str | os.PathLike[str]
 # The fields typed Any below accept several forms and hold one normalised form after
 # __post_init__, which the compile code reads: define_macro "N", "N=V", ("N", "V") or a
 # list/tuple of those -> tuple[str, ...]; include_path / pre_include a path or a
