@@ -7,9 +7,9 @@ defer=True)``, the way Inductor's values go), prints ``queued`` and returns from
 ``main``: the stores must land before the interpreter is gone.
 
 ``python _behind_child.py churn DIR SECRET`` stores entries behind into the
-directory cache DIR without end, printing each index once it is queued, until it is
-killed; every payload is :func:`payload` of its index, so a reader knows what each
-entry must hold.
+directory cache DIR without end, printing each index once it is queued (entry 0 once
+it has landed), until it is killed; every payload is :func:`payload` of its index,
+so a reader knows what each entry must hold.
 
 :func:`pool_worker` is a ``multiprocessing`` target: it queues one store and then
 waits like an idle pool worker, until it is sent SIGTERM.
@@ -61,8 +61,16 @@ def main() -> None:
             entries.store(name(i), payload(i), {"cache": "fx_graph"}, defer=True)
         print("queued", flush=True)
     elif mode == "churn":
+        from cuforge.integrations import flush
+
         entries = _entries(f"file://{sys.argv[2]}", secret=sys.argv[3])
-        i = 0
+        # Entry 0 lands before anything is printed, so every kill comes after at least one
+        # store landed (the reader's check then always has an entry to look at); the
+        # rest are queued and killed at whatever point the writer has reached.
+        entries.store(name(0), payload(0), {"cache": "fx_graph"}, defer=True)
+        assert flush(60)
+        os.write(1, b"0\n")
+        i = 1
         while True:
             entries.store(name(i), payload(i), {"cache": "fx_graph"}, defer=True)
             os.write(1, f"{i}\n".encode())
