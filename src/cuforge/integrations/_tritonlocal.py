@@ -164,15 +164,7 @@ def _write_new(directory: str, filename: str, path: str, data: bytes) -> str | N
             continue
         except OSError:
             return None
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-        return path
+        return _fill_and_replace(fd, tmp, path, data)
     return None
 
 
@@ -194,6 +186,13 @@ def _rewrite(directory: str, filename: str, path: str, data: bytes) -> str:
             directory = _aside_dir(os.path.dirname(directory), fresh=True)
             path = os.path.join(directory, filename)
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{filename[:80]}.", suffix=".tmp")
+    return _fill_and_replace(fd, tmp, path, data)
+
+
+def _fill_and_replace(fd: int, tmp: str, path: str, data: bytes) -> str:
+    """Write ``data`` to the new temp file ``tmp`` (open as ``fd``) and rename it over
+    ``path``: a reader sees the old file or the whole new one, never a part. On any
+    failure the temp file is removed and the error raised."""
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
