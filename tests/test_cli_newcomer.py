@@ -333,7 +333,7 @@ def test_doctor_names_where_a_cache_that_cannot_be_used_came_from_and_says_each_
     report, text = _doctor(tmp_path, project, env)
     assert len(report["problems"]) == 1, report["problems"]  # it was listed twice
     assert report["problems"][0] == f"{settings}: unknown key 'bogus' (known: cache, " \
-        "max_size, secret_file, arch)"  # fmt: skip
+        "max_size, secret_file, arch, mirror)"  # fmt: skip
     assert sum(ln.startswith("problem") for ln in text.splitlines()) == 1, text
     record(
         "inputs", "cli", "doctor with cuforge.toml naming a cache and a missing secret_file; "

@@ -6,9 +6,10 @@ user's ``config.toml``) and their keys are ``storage.settings``'; which cache, i
 cap and its secret are chosen by ``storage.config`` (through ``_select``), the same
 function the Python API and the integrations use. This module adds what only the
 command line reads -- ``arch``, the default ``--arch`` -- and turns a bad file into a
-:class:`UsageError` naming it. :func:`fingerprint` identifies the files' state for the
-fast hit path (``_direct``), so it never answers with a record made under other
-settings.
+:class:`UsageError` naming it. The files' ``[mirror.<name>]`` tables are parsed by
+``integrations.mirror.configured_profiles`` (``run``, ``doctor``). :func:`fingerprint`
+identifies the files' state for the fast hit path (``_direct``), so it never answers
+with a record made under other settings.
 """
 
 from __future__ import annotations
@@ -19,7 +20,15 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from cuforge.cli._args import UsageError
 
-__all__ = ["KEYS", "Setting", "default_archs", "fingerprint", "settings", "user_file"]
+__all__ = [
+    "KEYS",
+    "Setting",
+    "default_archs",
+    "fingerprint",
+    "mirror_tables",
+    "settings",
+    "user_file",
+]
 
 
 def _usage(message: str) -> UsageError:
@@ -36,6 +45,17 @@ def settings() -> dict[str, Setting]:
 
     try:
         return files.settings()
+    except ValueError as exc:
+        raise _usage(str(exc)) from None
+
+
+def mirror_tables() -> list[tuple[str, str, object]]:
+    """``(path, where, tables)`` of each file setting ``mirror`` (the user's, then the
+    project's), unparsed; UsageError naming a bad file."""
+    from cuforge.storage import settings as files
+
+    try:
+        return files.tables("mirror")
     except ValueError as exc:
         raise _usage(str(exc)) from None
 

@@ -9,18 +9,20 @@ records). Each probe that fails says why in its line: doctor reports, it never s
 at the first problem.
 
 The cache and the settings are checked by the functions the commands run
-(``_select.choose``, ``_select.open_choice``, ``_config.default_archs``), so doctor
-lists as a problem exactly the line ``cuforge compile`` would exit 2 with, and
-nothing else. It changes nothing: an existing cache is opened read-only; for one
+(``_select.choose``, ``_select.open_choice``, ``_config.default_archs``,
+``mirror.configured_profiles``), so doctor lists as a problem exactly the line
+``cuforge compile`` (or, for a mirror profile, ``cuforge run``) would exit 2 with,
+and nothing else. It changes nothing: an existing cache is opened read-only; for one
 that does not exist yet -- which compile would create -- an empty directory of a
 unique name is made and removed in its nearest existing parent, because only trying
 tells whether creating works there (``/proc``, a read-only mount, root's rights).
 
 Exit status: 0 when nothing is wrong (no GPU is not a problem: compiling and
 caching work without one); 1 when a problem was found -- the cache or a setting
-that a command would refuse, NVRTC not available, the CUDA headers not found, a
-state directory that cannot keep records (``$CUFORGE_STATE_DIR=/etc/passwd``) --
-each listed under ``problems`` (so CI can run it); 2 usage errors.
+(a mirror profile included) that a command would refuse, NVRTC not available, the
+CUDA headers not found, a state directory that cannot keep records
+(``$CUFORGE_STATE_DIR=/etc/passwd``) -- each listed under ``problems`` (so CI can run
+it); 2 usage errors.
 """
 
 from __future__ import annotations
@@ -252,10 +254,28 @@ def _settings(report: dict[str, Any], choice: _select.Choice | None) -> dict[str
     else:
         value = ",".join(a.value for a in archs)
         shown["arch"] = {"value": value, "from": archs[0].origin} if archs else _NOT_SET
+    shown.update(_mirror_profiles())
     user = _config.user_file()
-    used = sorted({f.path for f in files.values()})
+    used = sorted({f.path for f in files.values()} | {p for p, _, _ in _config.mirror_tables()})
     shown["files"] = {"value": ", ".join(used) or f"none (user file: {user})", "from": "-"}
     return shown
+
+
+def _mirror_profiles() -> dict[str, dict[str, str]]:
+    """The settings files' mirror profiles (new or changing a built-in), read by the
+    function ``cuforge run`` reads them with; its refusal as ``mirror_error``."""
+    from cuforge.cli import _config
+    from cuforge.integrations.mirror import PROFILES, configured_profiles
+
+    try:
+        found = configured_profiles()
+    except ValueError as exc:
+        return {"mirror_error": {"value": str(exc), "from": "-"}}
+    names = [name for name, profile in found.items() if PROFILES.get(name) != profile]
+    if not names:
+        return {"mirror_profiles": _NOT_SET}
+    where = ", ".join(w for _, w, _ in _config.mirror_tables())
+    return {"mirror_profiles": {"value": ", ".join(sorted(names)), "from": where}}
 
 
 def _max_size(found: Any, choice: _select.Choice | None, cap: int | None) -> dict[str, str]:
@@ -311,7 +331,7 @@ def _problems(report: dict[str, Any]) -> list[str]:
         found.append(f"CUDA headers: {report['cuda_headers']}")
     if "state_dir_problem" in report:
         found.append(report["state_dir_problem"])
-    settings = [report["settings"][k]["value"] for k in ("error", "arch_error")
+    settings = [report["settings"][k]["value"] for k in ("error", "arch_error", "mirror_error")
                 if k in report["settings"]]  # fmt: skip
     # A bad settings file fails the cache's choice too: listed once, as the file's.
     if "problem" in report and report["problem"] not in settings:
@@ -359,7 +379,7 @@ def _print(report: dict[str, Any]) -> None:
     for key, item in report["settings"].items():
         if key == "files":
             line("settings files", item["value"])
-        elif key not in ("cache", "error", "arch_error"):
+        elif key not in ("cache", "error", "arch_error", "mirror_error"):
             source = "not set" if item is _NOT_SET else f"from {item['from']}"
             line(key.replace("_", " "), f"{item['value']}  ({source})")
     for problem in report["problems"]:

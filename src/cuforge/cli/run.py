@@ -5,7 +5,9 @@ Before the job starts: the cache is chosen as every command chooses it (``_selec
 and opened (a bad one is a usage error, exit 2); the warm set ``NAME``, if there is
 one, is prefetched into the cache's local level (``warmsets``); the directory
 caches of directory-only JITs are hydrated (the mirror profiles active in the
-environment: Warp, Numba, Inductor's C++ libraries, ...).
+environment: Warp, Numba, Inductor's C++ libraries, ..., and the settings files'
+``[mirror.<name>]`` profiles: ``mirror.configured_profiles``, read before the job
+starts; a bad one is a usage error naming the file and the key).
 
 The job's environment (nothing else changes): ``$CUFORGE_CACHE`` and every
 integration's own variable name the chosen cache, ``$CUFORGE_CACHE_SECRET`` holds its
@@ -25,7 +27,8 @@ exited 0, and is added to otherwise; a job that read or stored nothing through
 the cache leaves it as it was (one warning says so).
 
 Exit status: the job's (128 + N when signal N ended it); 2 for a usage error (no
-command, a command that cannot be started, a bad cache or warm-set name).
+command, a command that cannot be started, a bad cache or warm-set name, a bad
+mirror profile in a settings file).
 """
 
 from __future__ import annotations
@@ -133,13 +136,14 @@ def _run(args: argparse.Namespace) -> int:
             set_key(args.warm_set)
         except ValueError as exc:
             raise UsageError(f"--warm-set: {exc}") from None
+    profiles = _profiles()
     chosen = _select.choose(args)
     if chosen.url is None:  # caching off: the job runs as it would without cuforge
         return _wait(_start(command, dict(os.environ)), None)
     cache = _select.open_choice(chosen)
     url = chosen.target()  # with a settings file's cap, as compile applies it
     with cache:
-        job = _Job(cache, args.warm_set, args.publish_every)
+        job = _Job(cache, args.warm_set, args.publish_every, profiles)
         other = _other_python(command, child_env(dict(os.environ), url, None, False))
         job.before(None if other is None else other.path)
         try:
@@ -152,6 +156,18 @@ def _run(args: argparse.Namespace) -> int:
         finally:
             job.after()
         return rc
+
+
+def _profiles() -> dict[str, Any]:
+    """The mirror profiles (``mirror.configured_profiles``: the built-ins and the
+    settings files' ``[mirror.<name>]`` tables, the set every entry point uses);
+    UsageError naming the file and the key for a bad one, before the job starts."""
+    from cuforge.integrations.mirror import configured_profiles
+
+    try:
+        return configured_profiles()
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _other_python(command: list[str], env: dict[str, str]) -> Any:
@@ -231,8 +247,15 @@ def _terminal_delivered() -> bool:
 class _Job:
     """The parent's side: prefetch and hydrate before, publish periodically and after."""
 
-    def __init__(self, cache: ProgramCacheResource, warm_set: str | None, every: float) -> None:
+    def __init__(
+        self,
+        cache: ProgramCacheResource,
+        warm_set: str | None,
+        every: float,
+        profiles: dict[str, Any] | None = None,
+    ) -> None:
         self.cache = cache
+        self.profiles = profiles
         self.warm_set = warm_set
         self.every = every
         self.journal: str | None = None
@@ -262,7 +285,7 @@ class _Job:
             self.recorder = mirrored = Recorder(
                 self.cache, os.path.join(self.journal, "mirror.keys")
             )
-        self.mirrors = open_mirrors(mirrored, path=path)
+        self.mirrors = open_mirrors(mirrored, path=path, profiles=self.profiles)
         each_mirror(self.mirrors, "hydrate")
 
     def start_publishing(self) -> None:

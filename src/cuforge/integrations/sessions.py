@@ -12,10 +12,12 @@ this process (for code that cannot be wrapped in a command).
 On entry: the cache is opened (``cache=``, else ``$CUFORGE_CACHE``, else cuforge's
 default); the warm set, if named, is prefetched into the cache's local level
 (:mod:`~cuforge.integrations.warmsets`); the directory caches of JITs that only
-have a directory (the mirror profiles ``cuforge.integrations.mirror`` finds active)
-are hydrated from the cache; and JAX, Inductor, CuPy and Triton are wired to the
-cache (:mod:`~cuforge.integrations._wiring`: now for systems already imported, at
-their import for the others). While it runs, what the job added is published every
+have a directory (the mirror profiles ``cuforge.integrations.mirror`` finds active,
+of ``configured_profiles()``: the built-ins and the settings files'
+``[mirror.<name>]`` tables, as ``cuforge run`` reads them) are hydrated from the
+cache; and JAX, Inductor, CuPy and Triton are wired to the cache
+(:mod:`~cuforge.integrations._wiring`: now for systems already imported, at their
+import for the others). While it runs, what the job added is published every
 ``publish_every`` seconds (mirrors and the warm set), so a killed job loses little.
 On exit: published once more -- the warm set made exactly what this job read or
 stored when the block ended without an exception, added to otherwise -- and the
@@ -23,7 +25,7 @@ integrations unwired.
 
 Nothing here fails the job: a cache that cannot be opened is one warning and the
 systems run as without cuforge; a prefetch, hydration or publish that fails is a
-warning.
+warning, and so is a bad ``[mirror.<name>]`` table (then no directory is mirrored).
 """
 
 from __future__ import annotations
@@ -57,25 +59,29 @@ def open_mirrors(
     cache: ProgramCacheResource,
     env: dict[str, str] | None = None,
     path: list[str] | None = None,
+    profiles: dict[str, Any] | None = None,
 ) -> list[Any]:
     """A ``Mirror`` on ``cache`` for each mirror profile active in ``env`` (default:
     this environment); [] when the mirror module is not there or finds none.
     ``path``: the ``sys.path`` of the job's Python when it is another interpreter
     (``cuforge run -- /other/venv/bin/python ...``): which JITs are installed, and
     their versions (what the entries' keys name), are read there -- never this
-    Python's, whose JIT versions may differ."""
+    Python's, whose JIT versions may differ. ``profiles``: the profile set (default
+    ``mirror.configured_profiles()``, the built-ins and the settings files'; a bad
+    settings file is then a warning and no mirror, as any fault here)."""
     try:
         from cuforge.integrations import mirror
     except ImportError:
         return []
     try:
-        profiles = mirror.active_profiles(dict(os.environ if env is None else env), path=path)
+        environ = dict(os.environ if env is None else env)
+        active = mirror.active_profiles(environ, profiles, path=path)
         if path is None:
-            return [mirror.Mirror(profile, cache, env=env) for profile in profiles]
-        versions = {p.name: p.version(path) for p in profiles}
+            return [mirror.Mirror(profile, cache, env=env) for profile in active]
+        versions = {p.name: p.version(path) for p in active}
         return [
             mirror.Mirror(p, cache, version=versions[p.name], env=env)
-            for p in profiles
+            for p in active
             if versions[p.name]
         ]
     except Exception as exc:  # a mirror never fails the job

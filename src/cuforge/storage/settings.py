@@ -3,8 +3,9 @@
 Two optional TOML files, the project's over the user's:
 
 - the project's: the nearest ``cuforge.toml``, or ``pyproject.toml`` with a
-  ``[tool.cuforge]`` table, in the working directory or a parent (the first
-  directory holding either; ``cuforge.toml`` wins there);
+  ``[tool.cuforge]`` table (or a ``[tool.cuforge.<...>]`` one), in the working
+  directory or a parent (the first directory holding either; ``cuforge.toml`` wins
+  there);
 - the user's: ``$XDG_CONFIG_HOME/cuforge/config.toml`` (``~/.config/cuforge/...``).
 
 Keys (all optional)::
@@ -14,7 +15,13 @@ Keys (all optional)::
     secret_file = "cache-secret"       # the signing secret, read from this file
     arch = "sm_90"                     # the command line's default --arch
 
-Relative paths (``cache``, ``secret_file``) are relative to the file's directory.
+    [mirror.myjit]                     # a directory-mirror profile (tables, below)
+    env = ["MYJIT_CACHE_DIR"]
+
+Tables (:data:`TABLES`: ``mirror``) are kept as the file writes them, each file's
+apart (:func:`tables`): the layer that uses one parses and checks it
+(``integrations.mirror.profiles.configured_profiles``), so a bad one fails only what
+uses it. Relative paths (``cache``, ``secret_file``) are relative to the file's directory.
 Where these rank against flags, variables and arguments is ``storage.config``'s
 (docs/cache.md, "Which cache"). An unknown key, a value of the wrong type or a file
 that is not TOML is a ValueError naming the file (and the key); values are checked
@@ -34,7 +41,17 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["KEYS", "Setting", "fingerprint", "read_secret", "setting", "settings", "user_file"]
+__all__ = [
+    "KEYS",
+    "TABLES",
+    "Setting",
+    "fingerprint",
+    "read_secret",
+    "setting",
+    "settings",
+    "tables",
+    "user_file",
+]
 
 #: key -> what it holds (for messages and ``cuforge doctor``)
 KEYS = {
@@ -42,6 +59,10 @@ KEYS = {
     "max_size": "a size such as '20G'",
     "secret_file": "a file holding the signing secret",
     "arch": 'an architecture such as "sm_90", or a list such as ["sm_80", "sm_90"]',
+}
+#: keys holding tables, kept as written for the layer that reads them (:func:`tables`)
+TABLES = {
+    "mirror": "[mirror.<name>] tables, directory-mirror profiles (docs/integrations.md)",
 }
 _PROJECT_NAMES = ("cuforge.toml", "pyproject.toml")
 
@@ -83,11 +104,14 @@ def project_file() -> str | None:
 
 
 def _has_table(pyproject: str) -> bool:
+    """Whether ``pyproject`` has a ``[tool.cuforge]`` table or one under it
+    (``[tool.cuforge.mirror.<name>]`` alone is one too)."""
     try:
         with open(pyproject, "rb") as f:
-            return b"[tool.cuforge]" in f.read()
+            data = f.read()
     except OSError:
         return False
+    return b"[tool.cuforge]" in data or b"[tool.cuforge." in data
 
 
 def fingerprint() -> bytes:
@@ -104,23 +128,40 @@ def fingerprint() -> bytes:
     return "\0".join(parts).encode("utf-8", "surrogateescape")
 
 
-_memo: dict[bytes, dict[str, Setting]] = {}
+#: Per state of the files: every key's Setting, and each file's tables (in order).
+_memo: dict[bytes, tuple[dict[str, Setting], list[tuple[str, str, dict[str, object]]]]] = {}
+
+
+def _files() -> tuple[dict[str, Setting], list[tuple[str, str, dict[str, object]]]]:
+    key = fingerprint()
+    found = _memo.get(key)
+    if found is None:
+        values: dict[str, Setting] = {}
+        tabled: list[tuple[str, str, dict[str, object]]] = []
+        project = project_file()
+        for level, path in (("user", user_file()), ("project", project)):
+            if path is not None and os.path.isfile(path):
+                read, where, held = _read(path, f"{level} config {path}")
+                values.update(read)
+                tabled.append((path, where, held))
+        found = (values, tabled)
+        _memo.clear()
+        _memo[key] = found
+    return found
 
 
 def settings() -> dict[str, Setting]:
     """Every key either file sets, the project's over the user's (read once per
     state of the files: :func:`fingerprint`). ValueError naming a bad file."""
-    key = fingerprint()
-    found = _memo.get(key)
-    if found is None:
-        found = {}
-        project = project_file()
-        for level, path in (("user", user_file()), ("project", project)):
-            if path is not None and os.path.isfile(path):
-                found.update(_read(path, f"{level} config {path}"))
-        _memo.clear()
-        _memo[key] = found
-    return found
+    return _files()[0]
+
+
+def tables(name: str) -> list[tuple[str, str, object]]:
+    """``(path, where, value)`` for each file that sets the table key ``name`` (of
+    :data:`TABLES`), the user's first, then the project's: the value as the file
+    writes it (unchecked), ``where`` the file as messages name it (``PATH``, or
+    ``PATH [tool.cuforge]``). ValueError naming a bad file."""
+    return [(path, where, held[name]) for path, where, held in _files()[1] if name in held]
 
 
 def setting(name: str) -> Setting | None:
@@ -129,7 +170,8 @@ def setting(name: str) -> Setting | None:
     return settings().get(name)
 
 
-def _read(path: str, origin: str) -> dict[str, Setting]:
+def _read(path: str, origin: str) -> tuple[dict[str, Setting], str, dict[str, object]]:
+    """The file's settings, its name for messages, and its tables (unchecked)."""
     if sys.version_info >= (3, 11):
         import tomllib
     else:  # pragma: no cover - Python 3.10
@@ -149,9 +191,14 @@ def _read(path: str, origin: str) -> dict[str, Setting]:
         where = path
     folder = os.path.dirname(os.path.abspath(path))
     out: dict[str, Setting] = {}
+    held: dict[str, object] = {}
     for key, value in data.items():
+        if key in TABLES:
+            held[key] = value
+            continue
         if key not in KEYS:
-            raise ValueError(f"{where}: unknown key {key!r} (known: {', '.join(KEYS)})")
+            known = ", ".join([*KEYS, *TABLES])
+            raise ValueError(f"{where}: unknown key {key!r} (known: {known})")
         if key == "max_size" and isinstance(value, int) and not isinstance(value, bool):
             value = str(value)
         written = value
@@ -171,7 +218,7 @@ def _read(path: str, origin: str) -> dict[str, Setting]:
 
             value = absolute_paths(value, folder)
         out[key] = Setting(value, origin, path)
-    return out
+    return out, where, held
 
 
 def _as_written(value: Any) -> str:

@@ -16,11 +16,15 @@ completed (*publish*), so a fresh host or container starts warm::
 
 API (``cuforge run`` calls exactly this):
 
-- :data:`PROFILES` (``dict[str, Profile]``), :func:`load_profiles(extra)
-  <load_profiles>` (adds the config file's ``[mirror.<name>]`` tables: keys ``env``,
-  ``subdir``, ``default``, ``dists``, ``version_from``, ``skip``,
-  ``gpu_dependent``, ``notes``), :func:`active_profiles(env) <active_profiles>`
-  (installed, or its variable set).
+- :data:`PROFILES` (``dict[str, Profile]``: the built-in ones),
+  :func:`configured_profiles` (those plus the settings files' ``[mirror.<name>]``
+  tables, the user's then the project's: the one set ``cuforge run``, ``session()``
+  and :func:`active_profiles` use; ValueError naming the file and key for a bad one),
+  :func:`load_profiles(extra, base) <load_profiles>` (the parser of such tables:
+  keys ``env``, ``subdir``, ``default``, ``dists``, ``version_from``, ``skip``,
+  ``only``, ``busy_while``, ``gpu_dependent``, ``host_dependent``, ``new_only``,
+  ``notes``), :func:`active_profiles(env) <active_profiles>` (installed, or its
+  variable set).
 - :class:`Profile`: name, variables naming the directory, the JIT's default
   directory, its version (distributions, or ``module:attribute``), skip globs,
   whether files depend on the GPU, notes.
@@ -69,6 +73,7 @@ from .profiles import (
     PROFILES,
     Profile,
     active_profiles,
+    configured_profiles,
     gpu_identity,
     host_identity,
     load_profiles,
@@ -83,6 +88,7 @@ __all__ = [
     "Profile",
     "PublishResult",
     "active_profiles",
+    "configured_profiles",
     "gpu_identity",
     "host_identity",
     "load_profiles",

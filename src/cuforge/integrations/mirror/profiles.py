@@ -5,9 +5,12 @@ JIT's own default when none is set, how to read the JIT's version (distributions
 whose installed versions key the entries, or a ``module:attribute``), which files
 in the directory are never published (temp names, locks, build directories in
 progress), and whether the files depend on the GPU. :data:`PROFILES` holds the
-built-in ones; :func:`load_profiles` adds a user's from the config file's
-``[mirror.<name>]`` tables (a bad table is a ``ValueError`` naming the table and the
-key). Nothing here imports the JIT: a version comes from the installed
+built-in ones; :func:`load_profiles` parses ``[mirror.<name>]`` tables onto them (a
+bad table is a ``ValueError`` naming the table and the key), and
+:func:`configured_profiles` -- the one profile set ``cuforge run``,
+``integrations.session`` and :func:`active_profiles` use -- applies the settings
+files' tables with it (the user's, then the project's; an error also names the
+file). Nothing here imports the JIT: a version comes from the installed
 distribution's metadata unless a profile asks for ``version_from``.
 """
 
@@ -26,6 +29,7 @@ __all__ = [
     "PROFILES",
     "Profile",
     "active_profiles",
+    "configured_profiles",
     "dist_version",
     "gpu_identity",
     "host_identity",
@@ -477,19 +481,24 @@ _KEYS: dict[str, type] = {
 }
 
 
-def load_profiles(extra: Mapping[str, Mapping[str, object]] | None = None) -> dict[str, Profile]:
-    """The built-in profiles plus ``extra``: the config file's ``[mirror.<name>]``
-    tables, already parsed (``{name: {key: value}}``). A table with a built-in's name
-    changes only the keys it sets; a new name needs ``env`` and ``dists`` or
-    ``version_from``. Keys: ``env``, ``dists``, ``skip`` (lists of strings),
-    ``subdir``, ``default``, ``version_from``, ``notes`` (strings), ``gpu_dependent``
-    (bool; default true). ``env`` may also be one string.
+def load_profiles(
+    extra: Mapping[str, Mapping[str, object]] | None = None,
+    base: Mapping[str, Profile] | None = None,
+) -> dict[str, Profile]:
+    """``base`` (default: the built-in profiles) plus ``extra``: ``[mirror.<name>]``
+    tables, already parsed (``{name: {key: value}}``). A table with the name of a
+    profile in ``base`` overrides it: it changes only the keys it sets; a new name
+    needs ``env`` and ``dists`` or ``version_from``. Keys: ``env``, ``dists``,
+    ``skip``, ``only``, ``busy_while`` (lists of strings), ``subdir``, ``default``,
+    ``version_from``, ``notes`` (strings), ``gpu_dependent`` (bool; default true),
+    ``host_dependent``, ``new_only`` (bools; default false). ``env`` may also be one
+    string. ``base`` itself is not changed.
 
     Raises ValueError (``mirror.<name>.<key>: ...``, one line) for an unknown key, a
     value of the wrong type, a bad name or variable, or a ``version_from`` without
     ``:``.
     """
-    out = dict(PROFILES)
+    out = dict(PROFILES if base is None else base)
     for name, table in (extra or {}).items():
         where = f"mirror.{name}"
         if not isinstance(name, str) or not _NAME.match(name):
@@ -515,8 +524,8 @@ def load_profiles(extra: Mapping[str, Mapping[str, object]] | None = None) -> di
         spec = fields.get("version_from")
         if isinstance(spec, str) and (":" not in spec or not all(spec.partition(":")[::2])):
             raise ValueError(f"{where}.version_from: expected 'module:attribute', got {spec!r}")
-        base = out.get(name)
-        if base is None:
+        known = out.get(name)
+        if known is None:
             if not fields.get("env"):
                 raise ValueError(
                     f"{where}.env: a new profile needs the variable naming its directory"
@@ -527,8 +536,33 @@ def load_profiles(extra: Mapping[str, Mapping[str, object]] | None = None) -> di
                 )
             out[name] = Profile(name=name, **fields)  # type: ignore[arg-type]
         else:
-            merged = {k: getattr(base, k) for k in _KEYS} | fields
+            merged = {k: getattr(known, k) for k in _KEYS} | fields
             out[name] = Profile(name=name, **merged)
+    return out
+
+
+def configured_profiles() -> dict[str, Profile]:
+    """The profile set every entry point uses: the built-in profiles, then the user's
+    settings file's ``[mirror.<name>]`` tables, then the project's
+    (``storage.settings``: ``config.toml``, ``cuforge.toml`` or ``pyproject.toml``'s
+    ``[tool.cuforge.mirror.<name>]``), each applied by :func:`load_profiles` -- a
+    table changes only the keys it sets, so the project's overrides the user's, which
+    overrides the built-in of that name.
+
+    Raises ValueError, one line naming the file, for a file that cannot be read or
+    is not TOML, a ``mirror`` that is not tables, and every table
+    :func:`load_profiles` refuses (``PATH: mirror.<name>.<key>: ...``).
+    """
+    from cuforge.storage import settings
+
+    out = dict(PROFILES)
+    for _, where, tables in settings.tables("mirror"):
+        if not isinstance(tables, Mapping):
+            raise ValueError(f"{where}: mirror: expected [mirror.<name>] tables, got {tables!r}")
+        try:
+            out = load_profiles(tables, base=out)
+        except ValueError as exc:
+            raise ValueError(f"{where}: {exc}") from None
     return out
 
 
@@ -537,13 +571,15 @@ def active_profiles(
     profiles: Mapping[str, Profile] | None = None,
     path: Sequence[str] | None = None,
 ) -> list[Profile]:
-    """The profiles (of ``profiles``, default :data:`PROFILES`) whose JIT is installed
-    (on ``path``: another interpreter's ``sys.path``; default this one's) or whose
-    variable is set in ``env`` (default ``os.environ``), in name order. Reads
-    distribution metadata only; imports no JIT."""
+    """The profiles (of ``profiles``, default :func:`configured_profiles`: the
+    built-in ones and the settings files') whose JIT is installed (on ``path``:
+    another interpreter's ``sys.path``; default this one's) or whose variable is set
+    in ``env`` (default ``os.environ``), in name order. Reads distribution metadata
+    only; imports no JIT. ValueError (from :func:`configured_profiles`) for a bad
+    settings file when ``profiles`` is not given."""
     env = os.environ if env is None else env
     chosen = []
-    for profile in (PROFILES if profiles is None else profiles).values():
+    for profile in (configured_profiles() if profiles is None else profiles).values():
         if any((env.get(v) or "").strip() for v in profile.env) or profile.installed(path):
             chosen.append(profile)
     return sorted(chosen, key=lambda p: p.name)
