@@ -24,10 +24,11 @@ run under the Python given by ``--triton-python`` (``make bench-check`` passes t
 integrations venv's, which holds the triton wheel).
 
 ``--gpu FILE...`` checks the GPU figures instead, from the JSON that
-``bench_launch.py``, ``bench_graph.py`` and ``bench_coldstart.py`` wrote
-(scripts/gpu-test --bench); each file is known by its ``bench`` field, and only the
-figures of the benches given are checked (``launch_*``, ``graph_*``, and
-``coldstart_<mode>_*`` for each compile mode bench_coldstart ran).
+``bench_launch.py``, ``bench_graph.py``, ``bench_coldstart.py`` and ``bench_run.py
+--jit numba-cuda|torch-cuda`` wrote (scripts/gpu-test --bench); each file is known by
+its ``bench`` field, and only the figures of the benches given are checked
+(``launch_*``, ``graph_*``, ``coldstart_<mode>_*`` for each compile mode
+bench_coldstart ran, and ``run_<jit>_*`` for each JIT bench_run ran).
 A threshold the results lack a figure for, or a peer missing from the bench venv,
 fails with one line naming it.
 """
@@ -180,7 +181,8 @@ def measure_cpu(
 
 def _gpu_file(path: str) -> tuple[str, dict[str, Any]]:
     """``(family, results)`` of a GPU result file: its figures' name prefix (launch,
-    graph, coldstart), known by its ``bench`` field, else by what its results hold."""
+    graph, coldstart, run), known by its ``bench`` field, else by what its results
+    hold."""
     with open(path) as f:
         doc = json.load(f)
     results = doc["results"]
@@ -189,19 +191,23 @@ def _gpu_file(path: str) -> tuple[str, dict[str, Any]]:
         return "launch", results
     if bench == "bench_graph" or "nodes" in results:
         return "graph", results
+    if bench == "bench_run":
+        return "run", results
     if bench == "bench_coldstart" or "figures" in results:
         return "coldstart", results
-    raise SystemExit(f"{path}: not a bench_launch, bench_graph or bench_coldstart result")
+    raise SystemExit(
+        f"{path}: not a bench_launch, bench_graph, bench_coldstart or bench_run result"
+    )
 
 
 def gpu_families(*files: str) -> set[str]:
-    """The figure families these GPU result files hold: ``launch``, ``graph``, and per
+    """The figure families these GPU result files hold: ``launch``, ``graph``, per
     compile mode bench_coldstart ran, ``coldstart_<mode>`` (a run narrowed to one mode
-    is checked on that mode's figures)."""
+    is checked on that mode's figures), and per JIT bench_run ran, ``run_<jit>``."""
     out = set()
     for path in files:
         family, results = _gpu_file(path)
-        if family == "coldstart":
+        if family in ("coldstart", "run"):
             out |= {_family(name) for name in results["figures"]}
         else:
             out.add(family)
@@ -209,15 +215,16 @@ def gpu_families(*files: str) -> set[str]:
 
 
 def _family(name: str) -> str:
-    """A GPU figure's family: its first word, two for ``coldstart_<mode>_...``."""
+    """A GPU figure's family: its first word, two for ``coldstart_<mode>_...`` and
+    ``run_<jit>_...``."""
     parts = name.split("_")
-    return "_".join(parts[:2]) if parts[0] == "coldstart" else parts[0]
+    return "_".join(parts[:2]) if parts[0] in ("coldstart", "run") else parts[0]
 
 
 def gpu_ratios(*files: str) -> Ratios:
-    """The GPU figures from bench_launch / bench_graph / bench_coldstart result files:
-    cuforge / cuda.core, and cuforge / stock for the first compile (bench_coldstart's
-    own ``figures``)."""
+    """The GPU figures from bench_launch / bench_graph / bench_coldstart / bench_run
+    result files: cuforge / cuda.core, and cuforge / stock for the first compile and
+    ``cuforge run`` (bench_coldstart's and bench_run's own ``figures``)."""
     out: Ratios = {}
     for path in files:
         family, results = _gpu_file(path)
@@ -295,8 +302,8 @@ def main(argv: list[str] | None = None) -> int:
         "--gpu",
         nargs="+",
         metavar="JSON",
-        help="check the GPU figures from these bench_launch / bench_graph / bench_coldstart "
-        "results",
+        help="check the GPU figures from these bench_launch / bench_graph / bench_coldstart / "
+        "bench_run results",
     )
     ap.add_argument(
         "--only",

@@ -1,5 +1,6 @@
 """The benchmark guard (benchmarks/bench_check.py): its thresholds file, its GPU check
-on bench_launch / bench_graph result files, and its retry-before-failing rule.
+on bench_launch / bench_graph / bench_coldstart / bench_run result files, and its
+retry-before-failing rule.
 
 The CPU figures themselves are timed by ``make bench-check``, never asserted here.
 """
@@ -37,7 +38,8 @@ def _results(tmp_path, graph_scale: float = 1.0, launch_scale: float = 1.0):
     lp, gp = tmp_path / "launch.json", tmp_path / "graph.json"
     lp.write_text(json.dumps({"results": {"per_launch_us": launch}}))
     gp.write_text(json.dumps({"results": {"nodes": nodes}}))
-    return str(lp), str(gp), _coldstart(tmp_path)
+    runs = (_run(tmp_path, "numba-cuda", 1.1), _run(tmp_path, "torch-cuda", 1.05))
+    return str(lp), str(gp), _coldstart(tmp_path), *runs
 
 
 def _coldstart(tmp_path, cold: float = 1.01, modes=("autotune", "default")) -> str:
@@ -48,6 +50,15 @@ def _coldstart(tmp_path, cold: float = 1.01, modes=("autotune", "default")) -> s
         figures[f"coldstart_{mode}_fresh_host"] = 1.05
     path = tmp_path / "coldstart.json"
     path.write_text(json.dumps({"bench": "bench_coldstart", "results": {"figures": figures}}))
+    return str(path)
+
+
+def _run(tmp_path, jit: str, ratio: float) -> str:
+    """A ``bench_run.py --jit <jit>`` result file (its figure, by threshold name)."""
+    figure = {"numba-cuda": "run_numbacuda_fresh_host", "torch-cuda": "run_torchcuda_fresh_host"}
+    path = tmp_path / f"run-{jit}.json"
+    results = {"jit": jit, "figures": {figure[jit]: ratio}}
+    path.write_text(json.dumps({"bench": "bench_run", "results": results}))
     return str(path)
 
 
@@ -85,7 +96,7 @@ def test_the_gpu_check_passes_within_the_limits_and_fails_naming_a_slow_figure(t
 
 
 def test_only_the_figures_of_the_benches_given_are_checked(tmp_path):
-    _, _, cp = _results(tmp_path)
+    _, _, cp, *_ = _results(tmp_path)
     alone = subprocess.run(
         [sys.executable, os.path.join(BENCH, "bench_check.py"), "--gpu", cp],
         capture_output=True, text=True, timeout=60,
@@ -102,6 +113,28 @@ def test_only_the_figures_of_the_benches_given_are_checked(tmp_path):
     assert "coldstart_autotune_cold" not in slow.stdout
 
 
+def _check(*files: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, os.path.join(BENCH, "bench_check.py"), "--gpu", *files],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+
+
+def test_a_bench_run_result_is_checked_on_the_jits_it_ran(tmp_path):
+    """scripts/gpu-test --bench run writes one file per JIT (RUN_JITS may name one):
+    each is checked on its own figure, never failed for the other's absence."""
+    numba = _check(_run(tmp_path, "numba-cuda", 1.15))
+    assert numba.returncode == 0, numba.stdout + numba.stderr
+    assert "run_numbacuda_fresh_host" in numba.stdout
+    assert "run_torchcuda_fresh_host" not in numba.stdout
+    slow = _check(_run(tmp_path, "torch-cuda", 1.2))
+    assert slow.returncode == 1
+    assert "FAILED: run_torchcuda_fresh_host over threshold" in slow.stdout
+    assert "run_numbacuda_fresh_host" not in slow.stdout
+    both = _check(_run(tmp_path, "numba-cuda", 1.15), _run(tmp_path, "torch-cuda", 1.05))
+    assert both.returncode == 0 and "coldstart" not in both.stdout, both.stdout
+
+
 def test_triton_cold_without_a_python_with_triton_fails_naming_it(tmp_path):
     done = subprocess.run(
         [sys.executable, os.path.join(BENCH, "bench_check.py"), "--only", "triton_cold",
@@ -114,7 +147,7 @@ def test_triton_cold_without_a_python_with_triton_fails_naming_it(tmp_path):
 
 
 def test_a_figure_missing_from_the_results_fails(tmp_path):
-    lp, gp, _ = _results(tmp_path)
+    lp, gp, *_ = _results(tmp_path)
     with open(gp) as f:
         doc = json.load(f)
     del doc["results"]["nodes"]["1000"]["cuda.core_us"]  # the peer was skipped there
