@@ -3,6 +3,9 @@ process, one run printing every configuration side by side with its ratio.
 
     .venv-jit/bin/python benchmarks/bench_run.py [--rounds 3]              # JAX
     .venv-int/bin/python benchmarks/bench_run.py --jit torch [--rounds 3]  # torch.compile
+    python3 benchmarks/bench_run.py --jit numba-cuda [--rounds 3] [--json PATH]  # on a GPU
+    python3 benchmarks/bench_run.py --jit torch-cuda [--rounds 3] [--json PATH]  # on a GPU
+    python3 benchmarks/bench_run.py --jit numba-cuda --dry-run   # the processes' set-up only
 
 Each configuration is a fresh process running one compiled function to its first
 result, timed from before the framework's import (reported by the process itself)
@@ -26,6 +29,19 @@ precompiled header at all).
 
 Prints each configuration's median (JAX: best) over the rounds and its ratio to
 warm-local (goal <= 1.2).
+
+On the GPU (``_run_gpu``; ``scripts/gpu-test --bench run`` runs both and checks them
+against ``thresholds.toml`` [gpu]): ``--jit numba-cuda`` (four ``@cuda.jit(cache=True)``
+kernels, the ``numba`` mirror profile) and ``--jit torch-cuda`` (bench_coldstart's MLP
+under ``torch.compile``, default mode): stock cold, stock warm-local, and ``cuforge
+run`` on a fresh host (empty ``NUMBA_CACHE_DIR`` / ``TORCHINDUCTOR_CACHE_DIR`` and
+``TRITON_CACHE_DIR``, home, ``$TMPDIR``) against a shared cache another ``cuforge
+run`` filled. The GPU machine has no Redis: the shared cache is the tier
+``file://<empty local>,file://<shared directory>``, a shared file system standing in
+for the fleet's cache. Medians of alternated rounds, each process timed from before
+the framework's import, from its launch (``cuforge run``'s own start and hydration
+included: the checked figure) and as wall time; goals 1.2x (numba-cuda) and 1.1x
+(torch-cuda) of stock warm-local. ``--json PATH`` writes the results (the GPU modes).
 """
 
 from __future__ import annotations
@@ -43,6 +59,10 @@ from pathlib import Path
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
+sys.path.insert(0, HERE)
+
+import _results  # noqa: E402 -- from HERE
+import _run_gpu  # noqa: E402
 
 JOB = """
 import time
@@ -84,8 +104,28 @@ def _time(cmd: list[str], env: dict[str, str]) -> tuple[float, float, float]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--jit", choices=("jax", "torch"), default="jax")
+    ap.add_argument("--jit", choices=("jax", "torch", *_run_gpu.JITS), default="jax")
+    ap.add_argument(
+        "--device",
+        choices=("cuda", "cpu"),
+        default="cuda",
+        help="--jit torch-cuda only: cpu checks the harness on a CPU (not a figure)",
+    )
+    ap.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="GPU modes: print each configuration's command and environment, run nothing",
+    )
+    _results.add_arguments(ap)
     args = ap.parse_args()
+    if args.rounds < 1:
+        ap.error(f"--rounds: expected 1 or more, got {args.rounds}")
+    if args.jit in _run_gpu.JITS:
+        return _run_gpu.main(args.jit, args.rounds, args.device, args.json, args.note, args.dry_run)
+    given = [flag for flag, on in (("--json", args.json), ("--note", args.note),
+             ("--dry-run", args.dry_run), ("--device", args.device != "cuda")) if on]  # fmt: skip
+    if given:
+        ap.error(f"{', '.join(given)}: only with --jit {' or '.join(_run_gpu.JITS)}")
     return _torch(args.rounds) if args.jit == "torch" else _jax(args.rounds)
 
 
