@@ -352,10 +352,14 @@ PROFILES: dict[str, Profile] = {
                 "version and the source stamp: numba 0.68 stamps with the sha256 of the "
                 "source's content, so a new host's checkout (another mtime) hits; older "
                 "numba stamps (mtime, size), which a fresh checkout changes, and then "
-                "misses (never a wrong hit: numba rejects the index). Overloads are keyed "
-                "by signature and the target's CPU name and features (the compute "
-                "capability for numba-cuda), so entries do not name the GPU. Index and "
-                "data are written to <name>.tmp.<uuid> and renamed. Tested here (CPU)."
+                "misses (never a wrong hit: numba rejects the index); so does numba-cuda "
+                "0.30.4 for @cuda.jit(cache=True) kernels (its own copy of the cache code), "
+                "which hit only where the source keeps its mtime (one image). Overloads "
+                "are keyed by signature and the target's CPU name and features (numba-cuda: "
+                "the compute capability, the CUDA runtime's and numba-cuda's versions), so "
+                "entries do not name the GPU. Index and data are written to "
+                "<name>.tmp.<uuid> and renamed. Tested here (CPU); numba-cuda: "
+                "benchmarks/bench_run.py --jit numba-cuda on a GPU."
             ),
         ),
         Profile(
