@@ -6,7 +6,9 @@ the answer is the cache entry it got last time. After every successful ``cuforge
 compile`` the full path may leave a *hit record* here, named by a digest of the
 request -- the arguments, the working directory, the cuforge code and version, the
 interpreter, and the environment variables the command reads (``CUFORGE_*``,
-``HOME``, ``XDG_CACHE_HOME``). The record holds, per output: the source path and a
+``HOME``, ``XDG_CACHE_HOME``; not ``$CUFORGE_RUN_JOURNAL``, the journals' directory
+of a ``cuforge run --warm-set`` job, a new one each run, which changes what is
+recorded, never what is compiled). The record holds, per output: the source path and a
 digest of its content, the output path, the cache entry key the full path computed,
 and, for the whole request, the file cache's directory and digests of the compiler
 facts the keys were made from (``_identity_store``).
@@ -17,7 +19,10 @@ witnesses unchanged, see ``_identity_store``) and equals the recorded one, and
 every entry is still in the cache and verifies (the cache's own integrity check).
 Anything else -- a missing or damaged record, a changed source, compiler or header
 set, an evicted entry -- returns None and the full path runs, exactly as if this
-module did not exist. So this path can make a hit faster, never different.
+module did not exist. So this path can make a hit faster, never different: in a
+``cuforge run --warm-set`` job, the keys it served are journaled into the run's warm
+set as the full path's lookups would be (``integrations.warmsets.recording``);
+outside one, that costs one variable lookup.
 
 Records are written only for what the key fully describes from these inputs: CUDA
 C++ that reads no user header (no tracked includes: those are validated by the
@@ -74,6 +79,8 @@ __all__ = ["remember", "request_digest", "serve", "write_output"]
 
 _FORMAT = b"cuforge-direct-2"
 _ENV_NAMES = ("HOME", "XDG_CACHE_HOME", "XDG_CONFIG_HOME")
+#: ``CUFORGE_*`` variables outside the request: a run's journal directory (see above).
+_ENV_UNNAMED = ("CUFORGE_RUN_JOURNAL",)
 _SHARD_MAX = 64
 _CODE_DIRS = ("compile", "cli")
 
@@ -95,7 +102,7 @@ def request_digest(argv: Sequence[str]) -> str:
     parts += [a.encode("utf-8", "surrogateescape") for a in argv]
     parts.append(b"env")
     for key in sorted(os.environ):
-        if key.startswith("CUFORGE_") or key in _ENV_NAMES:
+        if (key.startswith("CUFORGE_") and key not in _ENV_UNNAMED) or key in _ENV_NAMES:
             parts.append(f"{key}={os.environ[key]}".encode("utf-8", "surrogateescape"))
     # The settings files (cache, cap, arch, secret): a record made under others never
     # answers (their paths and stat identity, see _config.fingerprint).
@@ -270,6 +277,8 @@ def _serve_entries(
                 return None
         for entry in found:
             failopen.tally(cache, entry)
+        if os.environ.get("CUFORGE_RUN_JOURNAL"):  # a cuforge run job: into its warm set
+            _journal(cache, [key for _, _, key, _, _ in outputs])
     finally:
         cache.close()
     from cuforge.cli._report import render
@@ -289,6 +298,19 @@ def _serve_entries(
     ]
     print(render(report, mode == "json"))
     return 0
+
+
+def _journal(cache: ProgramCacheResource, keys: list[bytes]) -> None:
+    """Note the served ``keys`` in this process's journal of the ``cuforge run
+    --warm-set`` job it belongs to, as the full path's recorder would have noted its
+    lookups (``_pool.recording``); nothing outside such a job."""
+    from cuforge.integrations.warmsets import Recorder, recording
+
+    recorder = recording(cache, "cli")
+    if isinstance(recorder, Recorder):
+        for key in keys:
+            recorder.note(key)
+        recorder.close()
 
 
 # -- writing records (after the full path) --------------------------------------------

@@ -18,6 +18,11 @@ for a compile through a cache ``stored`` (bool) with ``not_stored`` (why not:
 ``read-only``, ``unreachable``, ``too-large``, ``locked``, ``failed``,
 ``compiler changed``) and ``store_levels``: (reason, detail) per level of the cache
 (``_report.store_fields`` names them).
+
+In a process of a ``cuforge run --warm-set`` job, each compile goes through the cache
+in a recorder (:func:`recording`), in this process and in each worker: what the
+command reads or stores joins the run's warm set, as a Python job's
+``compile(cache=True)`` does.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
     from typing import Any
 
-__all__ = ["Spec", "run_specs"]
+__all__ = ["Spec", "recording", "run_specs"]
 
 
 class Spec:
@@ -105,6 +110,26 @@ def compile_spec(spec: Spec, cache: Any, want_code: bool = False) -> dict[str, A
     return result
 
 
+def recording(cache: Any) -> Any:
+    """``cache`` as this command compiles through it: in a process of a ``cuforge run
+    --warm-set`` job, in a recorder journaling every key read or stored into the run's
+    warm set (``integrations.warmsets.recording``); ``cache`` itself otherwise (and
+    for no cache), at the cost of one variable lookup. Close what it returns with
+    :func:`done_recording`."""
+    if cache is None or not os.environ.get("CUFORGE_RUN_JOURNAL"):
+        return cache
+    from cuforge.integrations.warmsets import recording as in_recorder
+
+    return in_recorder(cache, "cli")
+
+
+def done_recording(through: Any, cache: Any) -> None:
+    """Close the journal of ``through`` when :func:`recording` wrapped ``cache`` in it
+    (``cache`` itself stays open: it is the caller's)."""
+    if through is not cache:
+        through.close()
+
+
 # -- worker processes ----------------------------------------------------------------------
 _worker_cache: Any = None
 
@@ -119,10 +144,13 @@ def _worker_init(opener: tuple[str | None, bytes | None]) -> None:
 
     from cuforge.storage.urls import open_cache
 
-    _worker_cache = open_cache(url, secret=secret)
+    cache = open_cache(url, secret=secret)
     # Forked workers leave through os._exit (no atexit): close the cache, which
     # persists this worker's statistics, as multiprocessing shuts the worker down.
-    util.Finalize(_worker_cache, _worker_cache.close, exitpriority=10)
+    util.Finalize(cache, cache.close, exitpriority=10)
+    _worker_cache = recording(cache)  # this worker's own journal, in a cuforge run job
+    if _worker_cache is not cache:
+        util.Finalize(_worker_cache, _worker_cache.close, exitpriority=11)
 
 
 def _worker_run(spec: Spec, want_code: bool) -> dict[str, Any]:
@@ -142,12 +170,16 @@ def run_specs(
     ``jobs`` > 1 (and more than one spec) runs ``min(jobs, len(specs))`` worker
     processes that open ``opener``, (the cache's URL, its secret) -- the secret
     passed to them, never through the environment; otherwise this process compiles
-    through ``cache``.
+    through ``cache``. Either way through :func:`recording`.
     """
     jobs = min(jobs, len(specs))
     if jobs <= 1:
-        for i, spec in enumerate(specs):
-            done(i, compile_spec(spec, cache, want_code))
+        through = recording(cache)
+        try:
+            for i, spec in enumerate(specs):
+                done(i, compile_spec(spec, through, want_code))
+        finally:
+            done_recording(through, cache)
         return
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed

@@ -22,6 +22,11 @@ to fetch from: the set is checked against it (how many of its entries are there,
 verified). A cache with no local level (a bare ``redis://``, ``s3://``, a tier whose
 first persistent level is read-only) has nowhere to fetch into: a usage error.
 
+In a ``cuforge run --warm-set`` job, what the manifest's compiles read or store is
+recorded into the run's warm set (``_pool.recording``), in this process, its threads
+and its worker processes; the entries ``--set`` fetches are not (as the run's own
+prefetch is not): they are the set's, not the job's use of them.
+
 ``--fail-on-miss`` makes anything that had to be compiled, or a set entry that is in
 no level, a failure: CI can prove a cache is warm.
 
@@ -147,10 +152,14 @@ def _compile_all(
     if args.threads and jobs > 1:
         from concurrent.futures import ThreadPoolExecutor, as_completed
 
-        with ThreadPoolExecutor(jobs) as pool:
-            futures = {pool.submit(_pool.compile_spec, s, cache): s for s in specs}
-            for future in as_completed(futures):
-                finished(futures[future], future.result())
+        through = _pool.recording(cache)  # a cuforge run job's warm set: recorded
+        try:
+            with ThreadPoolExecutor(jobs) as pool:
+                futures = {pool.submit(_pool.compile_spec, s, through): s for s in specs}
+                for future in as_completed(futures):
+                    finished(futures[future], future.result())
+        finally:
+            _pool.done_recording(through, cache)
     else:
         opener = (url, chosen.secret)
         _pool.run_specs(specs, jobs, cache, opener, lambda i, r: finished(specs[i], r))

@@ -9,9 +9,12 @@ that imports none of them opens nothing and pays for one import hook. With
 ``$CUFORGE_RUN_JOURNAL/<pid>.keys``, and cuforge's own ``compile(cache=True)``
 (the default cache, which ``$CUFORGE_CACHE`` makes the run's) goes through one too,
 journal ``<pid>-compile.keys`` (``storage.config.wrap_default``; opened at the first
-such compile): the parent reads every journal when it publishes the warm set, so a
-process that is killed has already told it what it touched. Nothing here raises: a
-failure is one warning, and the job runs.
+such compile); the ``cuforge`` command line's own compiles (``compile``, ``warm``,
+and a hit its fast path serves) journal into ``<pid>-cli.keys``
+(``warmsets.recording``, which names its journals by :func:`journal_file`). The
+parent reads every journal when it publishes the warm set, so a process that is
+killed has already told it what it touched. Nothing here raises: a failure is one
+warning, and the job runs.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import os
 
 from cuforge.storage.base import ProgramCacheResource
 
-__all__ = ["ENV_JOURNAL", "ENV_RUN", "start"]
+__all__ = ["ENV_JOURNAL", "ENV_RUN", "journal_file", "start"]
 
 ENV_RUN = "CUFORGE_RUN"
 ENV_JOURNAL = "CUFORGE_RUN_JOURNAL"
@@ -39,6 +42,16 @@ def _open() -> ProgramCacheResource | None:
     from .warmsets import Recorder
 
     return Recorder(cache, os.path.join(journal, f"{os.getpid()}.keys"))
+
+
+def journal_file(tag: str) -> str | None:
+    """This process's journal ``<pid>-<tag>.keys`` in the run's journal directory when
+    the process belongs to a ``cuforge run --warm-set`` job (``$CUFORGE_RUN`` and
+    ``$CUFORGE_RUN_JOURNAL`` set); None otherwise."""
+    directory = os.environ.get(ENV_JOURNAL)
+    if not directory or not os.environ.get(ENV_RUN):
+        return None
+    return os.path.join(directory, f"{os.getpid()}-{tag}.keys")
 
 
 def _record_default(journal: str) -> None:
@@ -61,9 +74,9 @@ def start() -> None:
     try:
         from ._wiring import SYSTEMS, Wiring
 
-        journal = os.environ.get(ENV_JOURNAL)
-        if journal and os.environ.get(ENV_RUN):
-            _record_default(os.path.join(journal, f"{os.getpid()}-compile.keys"))
+        journal = journal_file("compile")
+        if journal is not None:
+            _record_default(journal)
         chosen = os.environ.get(ENV_SYSTEMS)
         systems = SYSTEMS if not chosen else tuple(s for s in chosen.split(",") if s in SYSTEMS)
         _started.append(Wiring(_open, systems).start())

@@ -64,6 +64,7 @@ __all__ = [
     "prefetch",
     "publish",
     "read_journals",
+    "recording",
     "set_key",
     "store",
 ]
@@ -315,6 +316,20 @@ def _coerce(key: Any) -> bytes:
     if isinstance(key, str):
         return key.encode("utf-8")
     return bytes(key)
+
+
+def recording(cache: ProgramCacheResource, tag: str) -> ProgramCacheResource:
+    """``cache`` in a :class:`Recorder` journaling into this process's journal ``tag``
+    of the ``cuforge run --warm-set`` job it belongs to (``_bootstrap.journal_file``:
+    ``$CUFORGE_RUN_JOURNAL/<pid>-<tag>.keys``), so what it reads or stores through
+    ``cache`` joins the run's warm set as a Python job's ``compile(cache=True)`` does;
+    ``cache`` itself outside such a job. The caller closes a Recorder it got (its
+    journal; ``cache`` stays the caller's). A journal that cannot be written is one
+    warning (:class:`Recorder`)."""
+    from ._bootstrap import journal_file
+
+    path = journal_file(tag)
+    return cache if path is None else Recorder(cache, path)
 
 
 def read_journals(directory: str) -> set[bytes]:
