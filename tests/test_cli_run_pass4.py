@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from _cli import SAXPY, SCRIPT, isolated_env, run
+from _cli import SAXPY, SCRIPT, isolated_env, one_line_error, run
 from cuforge.integrations import warmsets
 from cuforge.storage.entry import entry_id
 from cuforge.storage.urls import open_cache
@@ -148,4 +148,21 @@ def test_a_fast_hit_in_a_run_is_recorded_in_its_warm_set(tmp_path: Path) -> None
         "new each run, was in the request digest, so no run was served fast, and a fast hit "
         "journaled nothing); outside a run the fast path imports nothing of cuforge.integrations",
         scale="all",
+    )  # fmt: skip
+
+
+# -- 4. a directory is not a command ---------------------------------------------------------
+def test_a_directory_is_said_to_be_no_command(tmp_path: Path) -> None:
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    line = one_line_error(run(tmp_path, "run", "--", str(folder)), "cuforge run")
+    assert line.endswith(f"{folder}: is a directory, not a command"), line
+    plain = tmp_path / "plain"
+    plain.write_text("echo hi\n")  # not executable: still permission denied
+    line = one_line_error(run(tmp_path, "run", "--", str(plain)), "cuforge run")
+    assert line.endswith(f"{plain}: permission denied"), line
+    record(
+        "inputs", "cli", "cuforge run -- DIR; -- a file without the execute bit", 2,
+        "exit 2, 'DIR: is a directory, not a command'; the file still 'permission denied' "
+        "(before: 'DIR: permission denied')", scale="all",
     )  # fmt: skip

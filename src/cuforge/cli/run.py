@@ -27,8 +27,8 @@ exited 0, and is added to otherwise; a job that read or stored nothing through
 the cache leaves it as it was (one warning says so).
 
 Exit status: the job's (128 + N when signal N ended it); 2 for a usage error (no
-command, a command that cannot be started, a bad cache or warm-set name, a bad
-mirror profile in a settings file).
+command, a command that cannot be started -- not found, not executable, a directory
+-- a bad cache or warm-set name, a bad mirror profile in a settings file).
 """
 
 from __future__ import annotations
@@ -204,6 +204,8 @@ def _start(command: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
     except FileNotFoundError:
         raise UsageError(f"{command[0]}: command not found") from None
     except PermissionError:
+        if os.sep in command[0] and os.path.isdir(command[0]):  # execve says EACCES
+            raise UsageError(f"{command[0]}: is a directory, not a command") from None
         raise UsageError(f"{command[0]}: permission denied") from None
     except OSError as exc:
         raise UsageError(f"{command[0]}: cannot run it ({exc.strerror or exc})") from None
