@@ -86,9 +86,10 @@ def test_the_job_is_wired_to_the_chosen_cache(tmp_path) -> None:
 
 
 def test_a_settings_files_secret_reaches_the_job_and_signs_its_cache(tmp_path) -> None:
-    """The secret of a settings file's ``secret_file`` is the job's
-    ``$CUFORGE_CACHE_SECRET`` (the command line no longer puts it in its own
-    environment for children to inherit), so the job signs what it stores."""
+    """The secret of a settings file's ``secret_file`` reaches the job as the file's
+    path, ``$CUFORGE_CACHE_SECRET_FILE`` -- never as the secret in its environment (nor
+    in the command line's own, for children to inherit) -- so the job signs what it
+    stores."""
     secret = "a-team-secret-of-at-least-32-bytes!!"
     (tmp_path / "secret").write_text(secret + "\n")
     (tmp_path / "cuforge.toml").write_text('cache = "c"\nsecret_file = "secret"\n')
@@ -97,13 +98,14 @@ def test_a_settings_files_secret_reaches_the_job_and_signs_its_cache(tmp_path) -
         """
         import os
         from cuforge.storage.config import default_cache
-        print(os.environ["CUFORGE_CACHE_SECRET"])
+        print(os.environ["CUFORGE_CACHE_SECRET_FILE"])
+        print(os.environ.get("CUFORGE_CACHE_SECRET"))
         print(type(default_cache()).__name__)
         """,
     )
     result = run(tmp_path, "run", "--", PY, job, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines() == [secret, "SignedProgramCache"]
+    assert result.stdout.splitlines() == [str(tmp_path / "secret"), "None", "SignedProgramCache"]
 
 
 def test_the_environments_own_sitecustomize_still_runs(tmp_path) -> None:

@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -32,6 +34,7 @@ from cuforge.storage.urls import open_cache
 from reliability._figures import record
 
 PY = sys.executable
+SECRET = "a-team-secret-read-from-a-file-0123456789"
 NOTHING_RECORDED = "the job read or stored nothing through the cache"
 
 
@@ -45,6 +48,13 @@ def _set_ids(cache: str, name: str) -> list[str] | None:
     with open_cache(cache) as opened:
         keys = warmsets.load(opened, name)
     return None if keys is None else sorted(entry_id(k) for k in keys)
+
+
+def _job_env(result: subprocess.CompletedProcess[str]) -> dict[str, str]:
+    """The environment ``env -0`` printed."""
+    assert result.returncode == 0, result.stderr
+    pairs = (item.split("=", 1) for item in result.stdout.split("\0") if item)
+    return dict(pairs)
 
 
 # -- 1. the command line's own compiles join the run's warm set ---------------------------
@@ -149,6 +159,84 @@ def test_a_fast_hit_in_a_run_is_recorded_in_its_warm_set(tmp_path: Path) -> None
         "journaled nothing); outside a run the fast path imports nothing of cuforge.integrations",
         scale="all",
     )  # fmt: skip
+
+
+# -- 3. a secret read from a file never enters the job's environment -------------------------
+def test_a_secret_from_a_file_never_enters_the_jobs_environment(tmp_path: Path) -> None:
+    """``secret_file`` in cuforge.toml: the job's environment holds the file's path, not
+    the secret, and the job -- from a directory no settings file covers -- still signs
+    with it: its default cache, an integration's, and ``open_cache(url)``."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "sec").write_text(SECRET + "\n")
+    (project / "cuforge.toml").write_text('secret_file = "sec"\n')
+    cache = str(tmp_path / "cache")
+    env = _job_env(run(tmp_path, "run", "--cache", cache, "--", "env", "-0", cwd=project))
+    assert not [name for name, value in env.items() if SECRET in value], "the secret is there"
+    assert "CUFORGE_CACHE_SECRET" not in env
+    assert env["CUFORGE_CACHE_SECRET_FILE"] == str(project / "sec")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    job = tmp_path / "job.py"
+    job.write_text(
+        textwrap.dedent(
+            f"""
+            import os
+            os.chdir({str(elsewhere)!r})  # no settings file here
+            from cuforge.integrations._cache import select_cache
+            from cuforge.storage.config import default_cache
+            from cuforge.storage.urls import open_cache
+            used = [default_cache(), select_cache(None, "CUFORGE_JAX_CACHE"),
+                    open_cache(os.environ["CUFORGE_CACHE"])]
+            print(" ".join(type(c).__name__ for c in used))
+            used[0].set_entry(b"from-the-job", b"payload", b'{{"kind":"raw","v":1}}')
+            """
+        )
+    )
+    result = run(tmp_path, "run", "--cache", cache, "--", PY, str(job), cwd=project)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["SignedProgramCache"] * 3
+    with open_cache(cache, secret=SECRET) as signed:
+        assert signed.get_entry(b"from-the-job") is not None  # signed with the file's secret
+    with open_cache(cache, secret="another-secret-0123456789abcdef") as other:
+        assert other.get_entry(b"from-the-job") is None
+    # A secret the user put in $CUFORGE_CACHE_SECRET is theirs: left as it is, no file.
+    own = isolated_env(tmp_path, CUFORGE_CACHE_SECRET=SECRET)
+    theirs = _job_env(run(tmp_path, "run", "--cache", cache, "--", "env", "-0", env=own))
+    assert theirs["CUFORGE_CACHE_SECRET"] == SECRET
+    assert "CUFORGE_CACHE_SECRET_FILE" not in theirs
+    record(
+        "inputs", "cli", "cuforge run with secret_file in cuforge.toml: -- env -0, and a Python "
+        "job in a directory no settings file covers; with the user's own CUFORGE_CACHE_SECRET",
+        2,
+        "no variable of the job holds the secret (CUFORGE_CACHE_SECRET_FILE names the file); "
+        "its default cache, an integration's and open_cache(url) sign with it; the user's "
+        "variable left as set (before: CUFORGE_CACHE_SECRET=<the secret> in the job)",
+        scale="all",
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("content", "says"),
+    [
+        (None, "No such file or directory"),
+        ("short", "must be at least 16 bytes (got 5)"),
+    ],
+)
+def test_a_bad_secret_file_variable_is_one_line_naming_it(tmp_path: Path, content, says) -> None:
+    """``$CUFORGE_CACHE_SECRET_FILE`` is read by the one secret-file reader: a file that
+    is missing or too short is a usage error naming the variable and the file;
+    ``$CUFORGE_CACHE_SECRET`` wins over it."""
+    secret = tmp_path / "sec"
+    if content is not None:
+        secret.write_text(content)
+    args = ["compile", str(SAXPY), "--arch", "sm_75", "-o", str(tmp_path / "x.cubin"),
+            "--cache", str(tmp_path / "cache")]  # fmt: skip
+    env = isolated_env(tmp_path, CUFORGE_CACHE_SECRET_FILE=str(secret))
+    line = one_line_error(run(tmp_path, *args, env=env), "cuforge compile")
+    assert f"$CUFORGE_CACHE_SECRET_FILE {secret}" in line and says in line, line
+    env["CUFORGE_CACHE_SECRET"] = SECRET
+    assert run(tmp_path, *args, env=env).returncode == 0
 
 
 # -- 4. a directory is not a command ---------------------------------------------------------

@@ -238,7 +238,9 @@ def _settings(report: dict[str, Any], choice: _select.Choice | None) -> dict[str
     shown = {"cache": {"value": str(report["cache"]), "from": str(report["origin"])}}
     shown["max_size"] = _max_size(files.get("max_size"), choice, report.get("max_size_bytes"))
     if choice is not None and choice.secret_origin.startswith("$"):
-        shown["secret_file"] = {"value": "(a secret)", "from": choice.secret_origin}
+        # $CUFORGE_CACHE_SECRET holds the secret itself; $CUFORGE_CACHE_SECRET_FILE a path
+        value = choice.secret_file or "(a secret)"
+        shown["secret_file"] = {"value": value, "from": choice.secret_origin}
     elif "secret_file" in files:
         found = files["secret_file"]
         shown["secret_file"] = {"value": found.value, "from": found.origin}

@@ -10,13 +10,16 @@ environment: Warp, Numba, Inductor's C++ libraries, ..., and the settings files'
 starts; a bad one is a usage error naming the file and the key).
 
 The job's environment (nothing else changes): ``$CUFORGE_CACHE`` and every
-integration's own variable name the chosen cache, ``$CUFORGE_CACHE_SECRET`` holds its
-secret (a settings file's ``secret_file`` too); ``TRITON_CACHE_MANAGER`` is
-cuforge's (when unset); Inductor's remote FX-graph and AOT-autograd caches are on
-(unless set); the run's start-up hook (``cuforge/integrations/_boot``) leads
-``PYTHONPATH``, so each Python process of the job wires JAX, Inductor, CuPy and Triton
-to the cache when it imports them (``_bootstrap``) -- no code change. ``--warm``
-sets ``$CUFORGE_WARM=1``: every compile in the job is then warned about and counted.
+integration's own variable name the chosen cache; a secret read from a file (a
+settings file's ``secret_file``, or ``$CUFORGE_CACHE_SECRET_FILE``) is passed as that
+file's path in ``$CUFORGE_CACHE_SECRET_FILE``, never as the secret (a
+``$CUFORGE_CACHE_SECRET`` the user set is theirs, and left as it is);
+``TRITON_CACHE_MANAGER`` is cuforge's (when unset); Inductor's remote FX-graph and
+AOT-autograd caches are on (unless set); the run's start-up hook
+(``cuforge/integrations/_boot``) leads ``PYTHONPATH``, so each Python process of the
+job wires JAX, Inductor, CuPy and Triton to the cache when it imports them
+(``_bootstrap``) -- no code change. ``--warm`` sets ``$CUFORGE_WARM=1``: every
+compile in the job is then warned about and counted.
 
 While it runs, signals are passed on (SIGINT only when it did not already reach the
 job from the terminal), and what the job added -- the mirrored directories, the
@@ -45,6 +48,7 @@ import threading
 
 from cuforge.cli import _select
 from cuforge.cli._args import UsageError, duration_arg
+from cuforge.storage.config import ENV_SECRET_FILE
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -93,12 +97,13 @@ def child_env(
     url: str | None,
     journal: str | None,
     warm: bool,
-    secret: bytes | None = None,
+    secret_file: str = "",
 ) -> dict[str, str]:
     """The job's environment: ``base`` plus the wiring (see the module docstring).
-    ``secret``: the chosen cache's, which the job -- another program -- can only be
-    given in its environment (``$CUFORGE_CACHE_SECRET``); this process's own
-    environment is left as it is."""
+    ``secret_file``: the file the chosen cache's secret was read from ("" when it came
+    from ``$CUFORGE_CACHE_SECRET``, already in ``base``, or there is none), handed on
+    by its path in ``$CUFORGE_CACHE_SECRET_FILE``: the secret never enters the job's
+    environment."""
     env = dict(base)
     boot = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                         "integrations", "_boot")  # fmt: skip
@@ -107,8 +112,8 @@ def child_env(
     env["CUFORGE_RUN"] = "1"
     if url is not None:
         env["CUFORGE_CACHE"] = url
-        if secret is not None:  # a settings file's secret_file, or the variable itself
-            env["CUFORGE_CACHE_SECRET"] = secret.decode()
+        if secret_file:  # read by the job's processes as this one read it
+            env[ENV_SECRET_FILE] = secret_file
         for name in _ADAPTER_VARS:
             env[name] = url
         env.setdefault("TRITON_CACHE_MANAGER", "cuforge.integrations.triton:CuforgeCacheManager")
@@ -147,7 +152,7 @@ def _run(args: argparse.Namespace) -> int:
         other = _other_python(command, child_env(dict(os.environ), url, None, False))
         job.before(None if other is None else other.path)
         try:
-            env = child_env(dict(os.environ), url, job.journal, args.warm, chosen.secret)
+            env = child_env(dict(os.environ), url, job.journal, args.warm, chosen.secret_file)
             if other is not None and not other.cuforge:
                 env["CUFORGE_RUN_QUIET"] = "1"  # said once above, not by every process
             proc = _start(command, env)

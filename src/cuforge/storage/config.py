@@ -15,8 +15,9 @@ match wins; ``off`` (any case), wherever it comes from, means no cache:
 A value is a cache URL or a directory (``storage.urls``). Plain directories are made
 absolute when chosen (``~`` expanded; a settings file's relative to that file), so a
 directory named ``off`` is written ``./off``. The signing secret is
-``$CUFORGE_CACHE_SECRET``, else the settings files' ``secret_file``; it reaches
-``open_cache`` as an argument, never through ``os.environ``. The size cap is the
+``$CUFORGE_CACHE_SECRET``, else the file ``$CUFORGE_CACHE_SECRET_FILE`` names, else
+the settings files' ``secret_file`` (both files read by ``_env.secret_from_file``);
+it reaches ``open_cache`` as an argument, never through ``os.environ``. The size cap is the
 caller's (``--max-size``: refused where the last level takes none or its URL names
 one), else the URL's own ``max_size``, else the settings files' ``max_size`` where
 the last level takes a cap.
@@ -46,7 +47,15 @@ import warnings
 
 from cuforge._stack import outside_level
 
-from ._env import ENV_CACHE, ENV_CACHE_DIR, ENV_SECRET, secret_from_env
+from ._env import (
+    ENV_CACHE,
+    ENV_CACHE_DIR,
+    ENV_SECRET,
+    ENV_SECRET_FILE,
+    secret_file_from_env,
+    secret_from_env,
+    secret_from_file,
+)
 from .base import CacheWriteWarning, ProgramCacheResource
 
 TYPE_CHECKING = False
@@ -61,6 +70,7 @@ __all__ = [
     "ENV_CACHE",
     "ENV_CACHE_DIR",
     "ENV_SECRET",
+    "ENV_SECRET_FILE",
     "Absent",
     "Selection",
     "SelectionError",
@@ -113,9 +123,11 @@ class Selection:
     """A chosen cache: ``url`` to open (None: caching is off), ``origin`` (the flag,
     variable, argument, ``project config PATH``/``user config PATH``, or
     :data:`DEFAULT_ORIGIN`), ``value`` as it was written there, ``secret`` (bytes or
-    None) and where it came from, and ``cap`` (bytes, or None) to open it with."""
+    None), where it came from and ``secret_file`` (the absolute path of the file it
+    was read from; "" when it came from ``$CUFORGE_CACHE_SECRET`` or there is none),
+    and ``cap`` (bytes, or None) to open it with."""
 
-    __slots__ = ("cap", "origin", "secret", "secret_origin", "url", "value")
+    __slots__ = ("cap", "origin", "secret", "secret_file", "secret_origin", "url", "value")
 
     def __init__(
         self,
@@ -125,10 +137,12 @@ class Selection:
         secret: bytes | None = None,
         secret_origin: str = "",
         cap: int | None = None,
+        secret_file: str = "",
     ) -> None:
         self.url, self.origin = url, origin
         self.value = (url or _OFF) if value is None else value
         self.secret, self.secret_origin, self.cap = secret, secret_origin, cap
+        self.secret_file = secret_file
 
     @property
     def off(self) -> bool:
@@ -325,10 +339,10 @@ def select(
         except ValueError as exc:
             raise SelectionError(_where(where), str(exc), where == origin) from None
         cap = _cap(specs, where, max_size, max_size_origin)
-        secret, secret_origin = _secret()
+        secret, secret_origin, secret_file = _secret()
     except SelectionError as exc:
         raise exc.about(chosen) from None
-    return Selection(absolute_paths(value), where, value, secret, secret_origin, cap)
+    return Selection(absolute_paths(value), where, value, secret, secret_origin, cap, secret_file)
 
 
 def _first(cache: str | None, origin: str, env_var: str | None) -> tuple[str, str]:
@@ -395,22 +409,25 @@ def _cap(specs: list[CacheSpec], where: str, given: int | None, given_origin: st
     return cap if takes and "max_size" not in last.params else None
 
 
-def _secret() -> tuple[bytes | None, str]:
-    """(the secret, where it came from): ``$CUFORGE_CACHE_SECRET``, else ``secret_file``."""
-    if os.environ.get(ENV_SECRET):
+def _secret() -> tuple[bytes | None, str, str]:
+    """(the secret, where it came from, the file it was read from or ""):
+    ``$CUFORGE_CACHE_SECRET``, else the file ``$CUFORGE_CACHE_SECRET_FILE`` names, else
+    ``secret_file``."""
+    path = secret_file_from_env()
+    if os.environ.get(ENV_SECRET) or path is not None:
         try:
-            return secret_from_env(), f"${ENV_SECRET}"
-        except ValueError as exc:  # names the variable
+            secret = secret_from_env()
+        except ValueError as exc:  # names the variable (and the file)
             raise SelectionError("", str(exc)) from None
+        if path is None:
+            return secret, f"${ENV_SECRET}", ""
+        return secret, f"${ENV_SECRET_FILE}", path
     found = _setting("secret_file")
     if found is None:
-        return None, ""
-    from . import settings
-    from .signing import secret_bytes
-
+        return None, "", ""
     source = f"secret_file {found.value} ({found.origin})"
     try:
-        return secret_bytes(settings.read_secret(found), source), found.origin
+        return secret_from_file(found.value, source), found.origin, found.value
     except ValueError as exc:
         raise SelectionError("", str(exc)) from None
 

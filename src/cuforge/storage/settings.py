@@ -46,7 +46,6 @@ __all__ = [
     "TABLES",
     "Setting",
     "fingerprint",
-    "read_secret",
     "setting",
     "settings",
     "tables",
@@ -230,14 +229,3 @@ def _as_written(value: Any) -> str:
         return json.dumps(value, ensure_ascii=False)
     except (TypeError, ValueError):  # a TOML date or time
         return str(value)
-
-
-def read_secret(found: Setting) -> str:
-    """The secret in the ``secret_file`` ``found`` names (surrounding whitespace
-    dropped); ValueError naming the file and the settings file that named it."""
-    try:
-        with open(found.value, encoding="utf-8") as f:
-            return f.read().strip()
-    except (OSError, UnicodeDecodeError) as exc:
-        why = getattr(exc, "strerror", None) or exc
-        raise ValueError(f"secret_file {found.value} ({found.origin}): {why}") from None

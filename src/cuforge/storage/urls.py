@@ -266,7 +266,8 @@ class _FromEnv:
         return "FROM_ENV"
 
 
-#: ``open_cache``'s default ``secret``: ``$CUFORGE_CACHE_SECRET`` when set, else none.
+#: ``open_cache``'s default ``secret``: ``$CUFORGE_CACHE_SECRET`` when set, else the file
+#: ``$CUFORGE_CACHE_SECRET_FILE`` names, else none.
 FROM_ENV: Any = _FromEnv()
 
 
@@ -311,13 +312,16 @@ def open_cache(
 
     ``secret`` signs and verifies every entry of every shared level (see
     ``storage.signing``); by default it is ``$CUFORGE_CACHE_SECRET`` when that is
-    set; ``secret=None`` opens unsigned whatever the environment says.
+    set, else the secret in the file ``$CUFORGE_CACHE_SECRET_FILE`` names (what
+    ``cuforge run`` gives its job); ``secret=None`` opens unsigned whatever the
+    environment says.
 
     ``read_only=True`` opens to look: every level as if it carried ``ro`` (a file
     level then creates, sweeps and deletes nothing), and one level is returned as
     its backend's own handle (the ``cuforge cache`` commands that only inspect).
 
-    Raises ValueError for a bad URL (naming the bad part) or a too-short secret;
+    Raises ValueError for a bad URL (naming the bad part), a too-short secret or a
+    secret file that cannot be read;
     errors opening a level (a path that is a file, a database that is not ours)
     propagate from the backend.
     """
