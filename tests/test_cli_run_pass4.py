@@ -19,6 +19,7 @@ written against.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -27,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from _cli import SAXPY, SCRIPT, isolated_env, one_line_error, run
+from _cli import ROOT, SAXPY, SCRIPT, isolated_env, one_line_error, run
 from cuforge.integrations import warmsets
 from cuforge.storage.entry import entry_id
 from cuforge.storage.urls import open_cache
@@ -55,6 +56,13 @@ def _job_env(result: subprocess.CompletedProcess[str]) -> dict[str, str]:
     assert result.returncode == 0, result.stderr
     pairs = (item.split("=", 1) for item in result.stdout.split("\0") if item)
     return dict(pairs)
+
+
+def _which_cache() -> str:
+    """docs/cache.md's "Which cache" section."""
+    text = (ROOT / "docs" / "cache.md").read_text()
+    start = text.index("\n## Which cache\n")
+    return text[start : text.index("\n## ", start + 1)]
 
 
 # -- 1. the command line's own compiles join the run's warm set ---------------------------
@@ -158,6 +166,49 @@ def test_a_fast_hit_in_a_run_is_recorded_in_its_warm_set(tmp_path: Path) -> None
         "new each run, was in the request digest, so no run was served fast, and a fast hit "
         "journaled nothing); outside a run the fast path imports nothing of cuforge.integrations",
         scale="all",
+    )  # fmt: skip
+
+
+# -- 2, 5. the job's environment: the user's, plus the documented wiring ---------------------
+def test_the_job_gets_the_users_environment_plus_the_documented_wiring(tmp_path: Path) -> None:
+    """``cuforge run -- env -0``: nothing of the user's environment is removed or
+    changed except the wiring, ``CUFORGE_WATCH`` is not added (the command line's own
+    setting) but kept when the user set it, caching off hands the environment on as it
+    is, and every variable the run adds is named in cache.md's "Which cache"."""
+    given = isolated_env(tmp_path, MY_OWN="kept")
+    cache = str(tmp_path / "cache")
+    wired = _job_env(run(tmp_path, "run", "--cache", cache, "--warm-set", "s", "--warm",
+                         "--", "env", "-0", env=given))  # fmt: skip
+    assert "CUFORGE_WATCH" not in wired, wired.get("CUFORGE_WATCH")
+    assert not set(given) - set(wired), "removed from the job's environment"
+    added = {name for name, value in wired.items() if given.get(name) != value}
+    assert added == {
+        "CUFORGE_RUN", "CUFORGE_CACHE", "CUFORGE_TRITON_CACHE", "CUFORGE_INDUCTOR_CACHE",
+        "CUFORGE_CUPY_CACHE", "CUFORGE_JAX_CACHE", "CUFORGE_MIRROR_CACHE", "CUFORGE_RUN_JOURNAL",
+        "CUFORGE_WARM", "TRITON_CACHE_MANAGER", "TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE",
+        "TORCHINDUCTOR_AUTOGRAD_REMOTE_CACHE", "PYTHONPATH",
+    }  # fmt: skip
+    section = _which_cache()
+    undocumented = sorted(name for name in added if f"`{name}" not in section)
+    assert not undocumented, f"not in cache.md's 'Which cache': {undocumented}"
+    # every integration's own variable is listed where the rules rank it
+    for module in ("triton", "inductor", "cupy", "jax", "mirror/engine"):
+        source = (ROOT / "src" / "cuforge" / "integrations" / f"{module}.py").read_text()
+        (name,) = re.findall(r'^ENV_CACHE = "(\w+)"', source, re.M)
+        assert f"`{name}`" in section, name
+        assert wired[name] == cache, name
+    mine = _job_env(run(tmp_path, "run", "--cache", cache, "--", "env", "-0",
+                        env={**given, "CUFORGE_WATCH": "1"}))  # fmt: skip
+    assert mine["CUFORGE_WATCH"] == "1"
+    off = {**given, "CUFORGE_CACHE": "off"}
+    assert _job_env(run(tmp_path, "run", "--", "env", "-0", env=off)) == off  # unwired
+    record(
+        "inputs", "cli", "cuforge run -- env -0: with a cache, --warm-set and --warm; with "
+        "CUFORGE_WATCH=1 set by the user; with CUFORGE_CACHE=off", 3,
+        "the user's environment plus the 13 wiring variables, each named in cache.md's 'Which "
+        "cache'; the user's CUFORGE_WATCH kept; caching off: the environment exactly as given "
+        "(before: CUFORGE_WATCH=0 added every time, losing the header watcher; "
+        "CUFORGE_JAX_CACHE in no document)", scale="all",
     )  # fmt: skip
 
 

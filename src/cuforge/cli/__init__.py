@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
     from cuforge.cli._args import Parser
 
-__all__ = ["build_parser", "main"]
+__all__ = ["build_parser", "job_environment", "main"]
 
 
 def build_parser() -> Parser:
@@ -66,6 +66,22 @@ def build_parser() -> Parser:
 
 
 _quiet = False
+#: The variables the running command set for its own process, the user having set
+#: none of them (``_run``): never handed on to a job (:func:`job_environment`).
+_set_here: list[str] = []
+
+
+def job_environment() -> dict[str, str]:
+    """This process's environment as the user gave it, for a program the command
+    starts (``cuforge run``'s job): the variables the command line set for itself
+    (``CUFORGE_WATCH=0``, where the user set none) are left out; one the user set is
+    kept as they set it."""
+    import os
+
+    env = dict(os.environ)
+    for name in _set_here:
+        env.pop(name, None)
+    return env
 
 
 def _warning(
@@ -153,9 +169,11 @@ def _run(argv: list[str], digest: str | None = None) -> int:
     # A command-line process compiles each source once: the header watcher (inotify)
     # would cost more to start than the stat checks it saves. CUFORGE_WATCH=1 keeps it.
     # Set for this command and its worker processes, and put back after (main() may be
-    # called as a function).
+    # called as a function); never handed on to a job `cuforge run` starts.
     watch = os.environ.get("CUFORGE_WATCH")
-    os.environ.setdefault("CUFORGE_WATCH", "0")
+    if watch is None:
+        os.environ["CUFORGE_WATCH"] = "0"
+        _set_here.append("CUFORGE_WATCH")
     shown = warnings.showwarning
     warnings.showwarning = _warning  # one line, not a file:line dump, for people
     try:
@@ -166,6 +184,7 @@ def _run(argv: list[str], digest: str | None = None) -> int:
         _quiet = False
         if watch is None:
             os.environ.pop("CUFORGE_WATCH", None)
+            _set_here.remove("CUFORGE_WATCH")
 
 
 def _dispatch(argv: list[str], digest: str | None) -> int:

@@ -9,17 +9,23 @@ environment: Warp, Numba, Inductor's C++ libraries, ..., and the settings files'
 ``[mirror.<name>]`` profiles: ``mirror.configured_profiles``, read before the job
 starts; a bad one is a usage error naming the file and the key).
 
-The job's environment (nothing else changes): ``$CUFORGE_CACHE`` and every
-integration's own variable name the chosen cache; a secret read from a file (a
-settings file's ``secret_file``, or ``$CUFORGE_CACHE_SECRET_FILE``) is passed as that
-file's path in ``$CUFORGE_CACHE_SECRET_FILE``, never as the secret (a
-``$CUFORGE_CACHE_SECRET`` the user set is theirs, and left as it is);
+The job's environment is the user's (not this command's own: the ``CUFORGE_WATCH=0``
+the command line sets for itself is not handed on) plus the wiring, nothing else:
+``$CUFORGE_RUN=1`` (the start-up hook's switch); ``$CUFORGE_CACHE`` and every
+integration's own variable (``_ADAPTER_VARS``) name the chosen cache; a secret read
+from a file (a settings file's ``secret_file``, or ``$CUFORGE_CACHE_SECRET_FILE``)
+is passed as that file's path in ``$CUFORGE_CACHE_SECRET_FILE``, never as the secret
+(a ``$CUFORGE_CACHE_SECRET`` the user set is theirs, and left as it is);
 ``TRITON_CACHE_MANAGER`` is cuforge's (when unset); Inductor's remote FX-graph and
 AOT-autograd caches are on (unless set); the run's start-up hook
 (``cuforge/integrations/_boot``) leads ``PYTHONPATH``, so each Python process of the
 job wires JAX, Inductor, CuPy and Triton to the cache when it imports them
-(``_bootstrap``) -- no code change. ``--warm`` sets ``$CUFORGE_WARM=1``: every
-compile in the job is then warned about and counted.
+(``_bootstrap``) -- no code change. ``--warm-set`` sets ``$CUFORGE_RUN_JOURNAL`` (the
+journals' directory; removed otherwise), ``--warm`` sets ``$CUFORGE_WARM=1`` (every
+compile in the job is then warned about and counted), and ``$CUFORGE_RUN_QUIET=1``
+is set when the job's Python cannot import cuforge (said once here). With caching
+off the job gets the user's environment unchanged. docs/cache.md ("Which cache")
+lists these for users.
 
 While it runs, signals are passed on (SIGINT only when it did not already reach the
 job from the terminal), and what the job added -- the mirrored directories, the
@@ -46,7 +52,7 @@ import sys
 import tempfile
 import threading
 
-from cuforge.cli import _select
+from cuforge.cli import _select, job_environment
 from cuforge.cli._args import UsageError, duration_arg
 from cuforge.storage.config import ENV_SECRET_FILE
 
@@ -65,6 +71,7 @@ _ADAPTER_VARS = (
     "CUFORGE_INDUCTOR_CACHE",
     "CUFORGE_CUPY_CACHE",
     "CUFORGE_JAX_CACHE",
+    "CUFORGE_MIRROR_CACHE",
 )
 #: Inductor's switches for the remote caches cuforge serves (left alone when set).
 _INDUCTOR_SWITCHES = ("TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE", "TORCHINDUCTOR_AUTOGRAD_REMOTE_CACHE")
@@ -99,11 +106,11 @@ def child_env(
     warm: bool,
     secret_file: str = "",
 ) -> dict[str, str]:
-    """The job's environment: ``base`` plus the wiring (see the module docstring).
-    ``secret_file``: the file the chosen cache's secret was read from ("" when it came
-    from ``$CUFORGE_CACHE_SECRET``, already in ``base``, or there is none), handed on
-    by its path in ``$CUFORGE_CACHE_SECRET_FILE``: the secret never enters the job's
-    environment."""
+    """The job's environment: ``base`` (the user's: ``cli.job_environment``) plus the
+    wiring (see the module docstring). ``secret_file``: the file the chosen cache's
+    secret was read from ("" when it came from ``$CUFORGE_CACHE_SECRET``, already in
+    ``base``, or there is none), handed on by its path in
+    ``$CUFORGE_CACHE_SECRET_FILE``: the secret never enters the job's environment."""
     env = dict(base)
     boot = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                         "integrations", "_boot")  # fmt: skip
@@ -144,15 +151,15 @@ def _run(args: argparse.Namespace) -> int:
     profiles = _profiles()
     chosen = _select.choose(args)
     if chosen.url is None:  # caching off: the job runs as it would without cuforge
-        return _wait(_start(command, dict(os.environ)), None)
+        return _wait(_start(command, job_environment()), None)
     cache = _select.open_choice(chosen)
     url = chosen.target()  # with a settings file's cap, as compile applies it
     with cache:
         job = _Job(cache, args.warm_set, args.publish_every, profiles)
-        other = _other_python(command, child_env(dict(os.environ), url, None, False))
+        other = _other_python(command, child_env(job_environment(), url, None, False))
         job.before(None if other is None else other.path)
         try:
-            env = child_env(dict(os.environ), url, job.journal, args.warm, chosen.secret_file)
+            env = child_env(job_environment(), url, job.journal, args.warm, chosen.secret_file)
             if other is not None and not other.cuforge:
                 env["CUFORGE_RUN_QUIET"] = "1"  # said once above, not by every process
             proc = _start(command, env)
