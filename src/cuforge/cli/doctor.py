@@ -16,6 +16,10 @@ and nothing else. It changes nothing: an existing cache is opened read-only; for
 that does not exist yet -- which compile would create -- an empty directory of a
 unique name is made and removed in its nearest existing parent, because only trying
 tells whether creating works there (``/proc``, a read-only mount, root's rights).
+A Redis or S3 level's server is asked within the cache's own timeouts, with requests
+that change nothing there (``RemoteCache.check_server``): one that cannot be reached
+is a problem in the words ``cuforge cache stats`` would fail with, and ``writable``
+says whether it takes stores.
 
 Exit status: 0 when nothing is wrong (no GPU is not a problem: compiling and
 caching work without one); 1 when a problem was found -- the cache or a setting
@@ -139,16 +143,67 @@ def _cache(args: argparse.Namespace) -> tuple[_select.Choice | None, dict[str, A
                 info["max_size_bytes"] = getattr(cache, "max_size_bytes", None)
     except UsageError as exc:
         info["problem"] = str(exc)
+        if absent is not None:
+            info["creatable"] = False
         return choice, info
     except OSError as exc:
         info["problem"] = _select.explain(choice, exc)
+        if absent is not None:
+            info["creatable"] = False
         return choice, info
+    servers = _servers(choice)
     if absent is None:
-        info["exists"] = True
+        info["exists"] = True if "unreachable" not in servers else None
     writable = _writable(choice) if absent is None else True
+    if "writable" in servers:
+        writable = servers["writable"]
     if writable is not None:
         info["writable"] = writable
+        if not writable and _read_only_url(choice):
+            info["writable_reason"] = "?ro: opened read-only"
+    info.update({k: v for k, v in servers.items() if k != "writable"})
     return choice, info
+
+
+def _read_only_url(choice: _select.Choice) -> bool:
+    from cuforge.storage.urls import parse_cache_url
+
+    specs = parse_cache_url(choice.url or "")
+    return len(specs) == 1 and specs[0].read_only
+
+
+def _servers(choice: _select.Choice) -> dict[str, Any]:
+    """Each server level of ``choice`` (Redis, S3) asked within its own timeouts,
+    with requests that change nothing there (``RemoteCache.check_server``):
+    ``unreachable``, the line ``cuforge cache stats`` would fail with, for the first
+    that cannot be reached or refuses reads; for a cache of one such level,
+    ``writable`` and, when it would refuse a store, ``writable_reason`` (the server's
+    answer)."""
+    from cuforge.storage.urls import open_level, parse_cache_url
+
+    specs = parse_cache_url(choice.url or "")
+    found: dict[str, Any] = {}
+    for spec in specs:
+        if spec.scheme in ("file", "sqlite", "memory"):
+            continue
+        try:
+            level = open_level(spec.as_read_only())
+        except (ValueError, TypeError, ImportError, OSError):
+            continue  # the open above said it, if it got this far
+        with level:
+            check = getattr(level, "check_server", None)
+            if check is None:
+                continue
+            try:
+                refused = check(writes=not spec.read_only)
+            except ConnectionError as exc:
+                found.setdefault("unreachable", str(exc))
+                continue
+        if len(specs) == 1:
+            found["writable"] = refused is None and not spec.read_only
+            if refused is not None:
+                found["writable_reason"] = f"the server refuses writes: {refused}"
+    return found
 
 
 def _sqlite_level(choice: _select.Choice) -> bool:
@@ -338,6 +393,8 @@ def _problems(report: dict[str, Any]) -> list[str]:
     # A bad settings file fails the cache's choice too: listed once, as the file's.
     if "problem" in report and report["problem"] not in settings:
         found.append(f"the cache cannot be opened: {report['problem']}")
+    if "unreachable" in report:  # the line cuforge cache stats would fail with
+        found.append(report["unreachable"])
     return found + list(dict.fromkeys(settings))
 
 
@@ -373,10 +430,20 @@ def _print(report: dict[str, Any]) -> None:
     if "backend" in report:
         line("backend", report["backend"])
     if "exists" in report:
-        line("exists", "yes" if report["exists"] else "not yet (created by the first compile)")
+        exists = report["exists"]
+        if exists is None:
+            said = "unknown (see the problem below)"
+        elif exists:
+            said = "yes"
+        elif report.get("creatable") is False:
+            said = "no, and it cannot be created (see the problem below)"
+        else:
+            said = "not yet (created by the first compile)"
+        line("exists", said)
     if "writable" in report:
         ok = report["writable"]
-        line("writable", _term.paint("yes", "green") if ok else _term.paint("no", "red"))
+        why = f" ({report['writable_reason']})" if "writable_reason" in report else ""
+        line("writable", _term.paint("yes", "green") if ok else _term.paint("no", "red") + why)
     line("state dir", report["state_dir"])
     for key, item in report["settings"].items():
         if key == "files":

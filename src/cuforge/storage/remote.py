@@ -166,6 +166,16 @@ class Store:
         (an answer is no outage: no back-off)."""
         return f"{type(exc).__name__}: {exc}", False
 
+    def probe_read(self) -> None:
+        """One read request that changes nothing (an absent name is an answer); raises
+        what the client raises when the server cannot be reached or refuses it."""
+        raise NotImplementedError
+
+    def probe_write(self) -> None:
+        """One request the server checks as a store -- rights, a read-only replica, a
+        full server -- but that changes nothing; raises what the client raises."""
+        raise NotImplementedError
+
     def close(self) -> None:
         pass
 
@@ -510,6 +520,43 @@ class RemoteCache(SharedCache):
     def prefix(self) -> str:
         """Where this cache's names start on the server (other programs' may share it)."""
         return self._store.prefix
+
+    def check_server(self, writes: bool) -> str | None:
+        """Whether the server can be used, asked with requests bounded by this handle's
+        own timeouts that change nothing on the server (``cuforge doctor``): one read
+        (``Store.probe_read``) and, with ``writes``, one request the server checks as a
+        store (``Store.probe_write``), sent only once the read answered -- so nothing
+        reaches a bucket or database that is not there (a server that creates buckets
+        on a first PUT would create it).
+
+        Returns None when the server answers (and, with ``writes``, would take a
+        store), else the server's reason for refusing a store. Raises ConnectionError
+        naming the server (``Redis cache H:P/0: could not read from the server
+        (...)``) when it cannot be reached or refuses reads -- what ``cuforge cache
+        stats`` would fail with.
+        """
+        store = self._store
+        if store.broken is not None:
+            raise self._unreachable(store.broken)
+        try:
+            store.probe_read()
+        except Exception as exc:
+            raise self._unreachable(store.problem(exc)[0]) from exc
+        if not writes:
+            return None
+        try:
+            store.probe_write()
+        except Exception as exc:
+            refused, answered = store.problem(exc)
+            if not answered:
+                raise self._unreachable(refused) from exc
+            return refused
+        return None
+
+    def _unreachable(self, why: str) -> ConnectionError:
+        store = self._store
+        return ConnectionError(f"{store.kind} cache {store.where}: could not read from the "
+                               f"server ({why})")  # fmt: skip
 
     def total_stats(self) -> CacheStats:
         """Counters summed over every host and process that used this prefix. Live

@@ -217,6 +217,20 @@ class RedisStore(Store):
         )
         return f"{type(exc).__name__}: {exc}", refused
 
+    def probe_read(self) -> None:
+        self.conn().exists(self.stats_name)
+
+    def probe_write(self) -> None:
+        """``SETRANGE <prefix>stats 0 ""``: a write command (a replica, an ACL without
+        write rights on the prefix or a full server refuses it before it runs) that
+        sets nothing -- on an absent key or a string it changes nothing, and on the
+        counters' hash it is a WRONGTYPE answer, which only a permitted write gets."""
+        try:
+            self.conn().setrange(self.stats_name, 0, b"")
+        except _redis.ResponseError as exc:
+            if not str(exc).startswith("WRONGTYPE"):
+                raise
+
     # -- names ----------------------------------------------------------------------
     def name(self, kd: bytes) -> bytes:
         return b"%s{%s}" % (self._pre, kd.hex().encode())

@@ -166,6 +166,34 @@ class S3Store(Store):
             return "access denied (check the AWS credentials: AWS_ACCESS_KEY_ID, AWS_PROFILE)", True
         return f"{name}: {text.split(chr(10), 1)[0][:300]}", False
 
+    @property
+    def _probe_path(self) -> str:
+        """A lease name no key has (64 zeros): tiny if it ever exists."""
+        return f"{self.prefix}locks/{'0' * 64}"
+
+    def probe_read(self) -> None:
+        """A GET (not a HEAD: a missing bucket is told apart only in a body)."""
+        self.get(self._probe_path)
+
+    def probe_write(self) -> None:
+        """A PUT with ``If-Match`` on an ETag no object has: the server checks the
+        rights of a store first (403), then refuses the condition (412, or 404 for an
+        absent object), so nothing is written."""
+        errors = self.obs.exceptions
+        try:
+            self.obs.put(self.store, self._probe_path, b"", mode={"e_tag": '"cuforge-probe"'})
+        except (errors.PreconditionError, FileNotFoundError) as exc:
+            if "NoSuchBucket" in str(exc):
+                raise
+        else:  # a server that ignores If-Match stored an empty object: take it back
+            path = self._probe_path
+
+            def remove(names: list[str]) -> int:
+                self.obs.delete(self.store, names)
+                return len(names)
+
+            delete_owned([path], lambda name: name == path, remove, self.where)
+
     # -- names ----------------------------------------------------------------------
     def name(self, kd: bytes) -> str:
         return f"{self.prefix}e/{kd.hex()}"

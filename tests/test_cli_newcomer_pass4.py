@@ -1,0 +1,134 @@
+"""The fourth newcomer pass over the README and docs (issue 36: every message true, one
+meaning for every word): each test runs the installed ``cuforge`` console script in a
+subprocess, on real caches (real NVRTC compiles, a real redis-server, a real SeaweedFS
+S3), and fails on the main it was written against.
+
+- ``doctor --cache redis://127.0.0.1:PORT/0`` with nothing listening said ``exists
+  yes``, no problem, exit 0 (``cache stats`` then exit 1); a ``?ro`` server cache had
+  no ``writable`` line. S3 the same.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from _cli import SAXPY, run
+from _redis import RedisServer, free_port
+from reliability._figures import record
+
+
+def _doctor(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> tuple[int, Any]:
+    result = run(tmp_path, "doctor", "--json", *args, env=env)
+    assert result.returncode in (0, 1), result.stderr
+    return result.returncode, json.loads(result.stdout)
+
+
+def _doctor_text(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> list[str]:
+    return run(tmp_path, "doctor", *args, env=env).stdout.splitlines()
+
+
+# -- A. doctor reaches the server, and says whether it takes stores ----------------------
+def test_doctor_reaches_a_redis_server_and_says_whether_it_takes_stores(
+    tmp_path: Path, redis_server: RedisServer
+) -> None:
+    """Nothing listening: ``exists yes``, no problem, exit 0, while ``cache stats`` exit
+    1; ``?ro``: no ``writable`` line."""
+    down = f"redis://127.0.0.1:{free_port()}/0"
+    stats = run(tmp_path, "cache", "stats", "--cache", down)
+    assert stats.returncode == 1 and "Connection refused" in stats.stderr, stats.stderr
+    for url in (down, down + "?ro"):
+        code, report = _doctor(tmp_path, "--cache", url)
+        assert code == 1, report
+        (problem,) = report["problems"]
+        assert problem.startswith(f"Redis cache {down[8:]}: could not read from the server ("), (
+            problem
+        )
+        assert "Connection refused" in problem
+        assert report["exists"] is None and "writable" not in report
+        lines = _doctor_text(tmp_path, "--cache", url)
+        assert "exists            unknown (see the problem below)" in lines
+        assert f"problem           {problem}" in lines
+    # one level behind another: the same line (cache stats reads the server's totals)
+    code, report = _doctor(tmp_path, "--cache", f"memory://,{down}")
+    assert code == 1 and report["problems"] == [problem], report["problems"]
+
+    raw = redis_server.client()
+    raw.set("someone-else", "x")
+    before = sorted(raw.keys("*"))
+    code, report = _doctor(tmp_path, "--cache", redis_server.url)
+    assert (code, report["problems"], report["exists"], report["writable"]) == (0, [], True, True)
+    code, report = _doctor(tmp_path, "--cache", redis_server.url + "?ro")
+    assert (code, report["exists"], report["writable"]) == (0, True, False), report
+    assert report["writable_reason"] == "?ro: opened read-only"
+    lines = _doctor_text(tmp_path, "--cache", redis_server.url + "?ro")
+    assert "writable          no (?ro: opened read-only)" in lines
+    assert sorted(raw.keys("*")) == before  # doctor wrote nothing there
+
+    # A user the server lets read but not write: doctor says no, as compile finds.
+    reader = RedisServer(tmp_path / "acl", "--user", "reader", "on", ">readerpass", "~*", "&*",
+                         "+@all", "-@write")  # fmt: skip
+    try:
+        url = f"redis://reader:readerpass@127.0.0.1:{reader.port}/0"
+        code, report = _doctor(tmp_path, "--cache", url)
+        assert (code, report["exists"], report["writable"]) == (0, True, False), report
+        assert report["writable_reason"].startswith("the server refuses writes: NoPermission")
+        built = run(tmp_path, "compile", str(SAXPY), "--arch", "sm_90", "-o",
+                    str(tmp_path / "k.cubin"), "--cache", url)  # fmt: skip
+        assert built.returncode == 0 and "not stored" in built.stdout, built.stdout
+        wrong = url.replace("readerpass", "wrong")
+        code, report = _doctor(tmp_path, "--cache", wrong)
+        assert (
+            code == 1
+            and "could not read from the server (AuthenticationError" in (report["problems"][0])
+        ), report["problems"]
+        assert reader.client().dbsize() == 0
+    finally:
+        reader.stop()
+    record(
+        "use", "cli", "doctor on Redis: nothing listening (plain, ?ro, behind memory://), a "
+        "server, ?ro, a read-only ACL user, a wrong password", 7,
+        "unreachable: exit 1, 'Redis cache H:P/0: could not read from the server (... "
+        "Connection refused.)', exists unknown; writable yes / no (?ro) / no (NoPermission: "
+        "compile stored nothing there either); not one key written (before: 'exists yes', "
+        "no problem, exit 0, and no writable line for ?ro)", scale="all",
+    )  # fmt: skip
+
+
+def test_doctor_reaches_an_s3_bucket_and_says_whether_it_takes_stores(
+    tmp_path: Path, s3_url: str, s3_server: Any
+) -> None:
+    """S3 the same: an endpoint nobody serves, a bucket that does not exist, ``?ro``."""
+    import obstore
+
+    code, report = _doctor(tmp_path, "--cache", s3_url)
+    assert (code, report["problems"], report["exists"], report["writable"]) == (0, [], True, True)
+    code, report = _doctor(tmp_path, "--cache", s3_url + "&ro")
+    assert (code, report["writable"], report["writable_reason"]) == (
+        0, False, "?ro: opened read-only"
+    ), report  # fmt: skip
+    prefix = s3_url.split("?")[0].split("/", 3)[3]
+    listed = [m["path"] for page in obstore.list(s3_server.raw(), prefix) for m in page]
+    assert listed == []  # doctor wrote nothing
+    down = s3_url.replace(s3_server.endpoint, f"http://127.0.0.1:{free_port()}")
+    code, report = _doctor(tmp_path, "--cache", down)
+    assert code == 1 and report["exists"] is None and "writable" not in report, report
+    (problem,) = report["problems"]
+    assert problem.startswith("S3 cache ") and "could not read from the server (" in problem
+    nobucket = s3_url.replace("s3://cuforge-test/", "s3://no-such-bucket-np4/")
+    code, report = _doctor(tmp_path, "--cache", nobucket)
+    assert code == 1 and report["problems"][0].endswith(
+        "could not read from the server (the bucket does not exist)"
+    ), report["problems"]
+    try:  # read first: a server that makes buckets on a first PUT made none
+        obstore.get(s3_server.raw("no-such-bucket-np4"), "x")
+    except FileNotFoundError as exc:
+        assert "NoSuchBucket" in str(exc)
+    record(
+        "use", "cli", "doctor on S3: a bucket, ?ro, an endpoint nobody serves, a bucket that "
+        "does not exist", 4,
+        "writable yes / no (?ro), no object written; the others exit 1 with 'S3 cache ...: "
+        "could not read from the server (...)' (before: 'exists yes', no problem, exit 0)",
+        scale="all",
+    )  # fmt: skip
