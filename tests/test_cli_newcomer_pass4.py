@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from _cli import SAXPY, run
+from _cli import SAXPY, isolated_env, one_line_error, run
 from _redis import RedisServer, free_port
 from reliability._figures import record
 
@@ -131,4 +131,32 @@ def test_doctor_reaches_an_s3_bucket_and_says_whether_it_takes_stores(
         "writable yes / no (?ro), no object written; the others exit 1 with 'S3 cache ...: "
         "could not read from the server (...)' (before: 'exists yes', no problem, exit 0)",
         scale="all",
+    )  # fmt: skip
+
+
+# -- B. doctor checks the settings' arch with compile's own function ---------------------
+def test_doctor_lists_a_virtual_arch_in_the_settings_as_compile_refuses_it(
+    tmp_path: Path,
+) -> None:
+    """``arch = "compute_90"``: doctor exit 0, no problem; compile and explain exit 2."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "cuforge.toml").write_text('arch = "compute_90"\n')
+    env = isolated_env(tmp_path)
+    compiled = run(tmp_path, "compile", str(SAXPY), "-o", str(tmp_path / "k.cubin"),
+                   cwd=project, env=env)  # fmt: skip
+    said = one_line_error(compiled, "cuforge compile").removeprefix("cuforge compile: error: ")
+    assert said.startswith("arch 'compute_90' in project config ") and "virtual" in said
+    explained = run(tmp_path, "cache", "explain", str(SAXPY), cwd=project, env=env)
+    assert one_line_error(explained, "cuforge cache explain").endswith(said)
+    result = run(tmp_path, "doctor", "--json", cwd=project, env=env)
+    assert result.returncode == 1, result.stdout
+    assert json.loads(result.stdout)["problems"] == [said]
+    text = run(tmp_path, "doctor", cwd=project, env=env).stdout.splitlines()
+    assert f"problem           {said}" in text
+    record(
+        "inputs", "cli", 'arch = "compute_90" in cuforge.toml: compile, cache explain, doctor', 3,
+        "compile and explain exit 2 with 'arch 'compute_90' in project config ... is a virtual "
+        "architecture and has no cubin ...'; doctor lists that very line as its one problem, "
+        "exit 1 (before: doctor exit 0, no problem)", scale="all",
     )  # fmt: skip

@@ -37,6 +37,7 @@ __all__ = [
     "SourceFile",
     "add_compile_options",
     "check_arch",
+    "check_arch_for",
     "check_environment",
     "check_pre_includes",
     "check_supported_arch",
@@ -223,6 +224,16 @@ def check_virtual_arch(arch: str, target: str, said: str) -> None:
         raise UsageError(
             f"{said} is a virtual architecture and has no cubin: {fix}, or --target ptx"
         )
+
+
+def check_arch_for(arch: str, target: str, said: str, code_type: str = "c++") -> None:
+    """What ``compile``, ``cache explain`` and ``doctor`` refuse of an arch before
+    anything compiles, in one place: a virtual one asked for a cubin
+    (:func:`check_virtual_arch`) and, for CUDA C++, one NVRTC does not compile for
+    (:func:`check_supported_arch`). ``said`` names the value as the user gave it."""
+    check_virtual_arch(arch, target, said)
+    if code_type == "c++":
+        check_supported_arch(arch, said)
 
 
 def check_environment() -> None:

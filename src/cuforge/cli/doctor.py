@@ -10,16 +10,17 @@ at the first problem.
 
 The cache and the settings are checked by the functions the commands run
 (``_select.choose``, ``_select.open_choice``, ``_config.default_archs``,
-``mirror.configured_profiles``), so doctor lists as a problem exactly the line
-``cuforge compile`` (or, for a mirror profile, ``cuforge run``) would exit 2 with,
-and nothing else. It changes nothing: an existing cache is opened read-only; for one
-that does not exist yet -- which compile would create -- an empty directory of a
-unique name is made and removed in its nearest existing parent, because only trying
-tells whether creating works there (``/proc``, a read-only mount, root's rights).
-A Redis or S3 level's server is asked within the cache's own timeouts, with requests
-that change nothing there (``RemoteCache.check_server``): one that cannot be reached
-is a problem in the words ``cuforge cache stats`` would fail with, and ``writable``
-says whether it takes stores.
+``_programs.check_arch_for``, ``mirror.configured_profiles``), so doctor lists as
+a problem exactly the line ``cuforge compile`` (or, for a mirror profile, ``cuforge
+run``) would exit 2 with, and nothing else. It changes nothing: an existing cache
+is opened read-only; for one that does not exist yet -- which compile would create
+-- an empty directory of a unique name is made and removed in its nearest existing
+parent, because only trying tells whether creating works there (``/proc``, a
+read-only mount, root's rights). A Redis or S3 level's server is asked within the
+cache's own timeouts, with requests that change nothing there
+(``RemoteCache.check_server``): one that cannot be reached is a problem in the words
+``cuforge cache stats`` would fail with, and ``writable`` says whether it takes
+stores.
 
 Exit status: 0 when nothing is wrong (no GPU is not a problem: compiling and
 caching work without one); 1 when a problem was found -- the cache or a setting
@@ -303,8 +304,9 @@ def _settings(report: dict[str, Any], choice: _select.Choice | None) -> dict[str
         shown["secret_file"] = _NOT_SET
     try:
         archs = _config.default_archs()
-        for found in archs:  # as compile checks it for a CUDA C++ source
-            _programs.check_supported_arch(found.value, f"arch {found.value!r} in {found.origin}")
+        for found in archs:  # as compile and explain check it: a CUDA C++ source's cubin
+            said = f"arch {found.value!r} in {found.origin}"
+            _programs.check_arch_for(found.value, "cubin", said)
     except UsageError as exc:
         shown["arch"] = {"value": files["arch"].value, "from": files["arch"].origin}
         shown["arch_error"] = {"value": str(exc), "from": "-"}

@@ -52,12 +52,10 @@ def _explain(args: argparse.Namespace) -> int:
     arch = args.arch or (configured.value if configured is not None else None)
     origin = None if configured is None else configured.origin
     said = f"--arch {arch}" if origin is None else f"arch {arch!r} in {origin}"
-    if arch is not None:
-        _programs.check_virtual_arch(arch, args.target, said)
-    if source.code_type == "c++":  # what a compile would refuse, refused as compile does
+    if arch is not None:  # what a compile would refuse, refused as compile does
+        _programs.check_arch_for(arch, args.target, said, source.code_type)
+    if source.code_type == "c++":
         _programs.check_environment()
-        if arch is not None:
-            _programs.check_supported_arch(arch, said)
         _programs.check_pre_includes(list(args.pre_include), list(args.includes), [args.file])
     fields = _programs.option_fields(
         source, arch, args.defines, args.includes, args.std, args.pre_include
