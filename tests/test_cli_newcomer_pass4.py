@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from _cli import SAXPY, isolated_env, one_line_error, run
+from _cli import SAXPY, isolated_env, one_line_error, read_only_run, run
 from _redis import RedisServer, free_port
 from reliability._figures import record
 
@@ -159,4 +159,35 @@ def test_doctor_lists_a_virtual_arch_in_the_settings_as_compile_refuses_it(
         "compile and explain exit 2 with 'arch 'compute_90' in project config ... is a virtual "
         "architecture and has no cubin ...'; doctor lists that very line as its one problem, "
         "exit 1 (before: doctor exit 0, no problem)", scale="all",
+    )  # fmt: skip
+
+
+# -- C. a cache that cannot be created is not "not yet (created by the first compile)" ---
+def test_doctor_says_a_cache_that_cannot_be_created_will_not_be(tmp_path: Path) -> None:
+    """``exists  not yet (created by the first compile)`` above ``problem ... cannot be
+    created: Read-only file system``: the two lines contradicted each other."""
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    result = read_only_run(ro, "doctor", "--cache", str(ro / "new"))
+    lines = result.stdout.splitlines()
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "exists            no, and it cannot be created (see the problem below)" in lines
+    assert "created by the first compile" not in result.stdout
+    (problem,) = [ln for ln in lines if ln.startswith("problem")]
+    assert "cannot be created: Read-only file system" in problem, problem
+    as_json = json.loads(read_only_run(ro, "doctor", "--json", "--cache", str(ro / "new")).stdout)
+    assert (as_json["exists"], as_json["creatable"]) == (False, False)
+    assert "writable" not in as_json
+    code, report = _doctor(tmp_path, "--cache", "/proc/cuforge-np4")
+    assert (code, report["exists"], report["creatable"]) == (1, False, False), report
+    code, report = _doctor(tmp_path, "--cache", str(tmp_path / "fine" / "new"))
+    assert (code, report["exists"], report["writable"]) == (0, False, True), report
+    assert "creatable" not in report and not (tmp_path / "fine").exists()
+    record(
+        "inputs", "cli", "doctor --cache under a read-only bind mount (text, --json), under "
+        "/proc, and under a writable folder", 4,
+        "read-only and /proc: 'exists  no, and it cannot be created (see the problem below)', "
+        "creatable false, the problem 'cannot be created: ...'; a writable folder: 'not yet "
+        "(created by the first compile)', nothing made (before: 'not yet (created by the first "
+        "compile)' above the problem saying it cannot be)", scale="all",
     )  # fmt: skip
