@@ -191,3 +191,39 @@ def test_doctor_says_a_cache_that_cannot_be_created_will_not_be(tmp_path: Path) 
         "(created by the first compile)', nothing made (before: 'not yet (created by the first "
         "compile)' above the problem saying it cannot be)", scale="all",
     )  # fmt: skip
+
+
+# -- D. doctor writes nothing, the state directory included ------------------------------
+def _tree(root: Path) -> dict[str, tuple[int, int]]:
+    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns)
+            for p in sorted(root.rglob("*"))}  # fmt: skip
+
+
+def test_doctor_writes_no_identity_record(tmp_path: Path) -> None:
+    """cache.md lists doctor among the commands that create, write and delete nothing,
+    yet it wrote identity records, creating ``$CUFORGE_STATE_DIR`` -- a relative one in
+    the working directory."""
+    here = tmp_path / "here"
+    here.mkdir()
+    for state in ("relstate", str(tmp_path / "state-abs")):
+        env = isolated_env(tmp_path, CUFORGE_STATE_DIR=state)
+        result = run(tmp_path, "doctor", cwd=here, env=env)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert f"state dir         {here / state}" in result.stdout.splitlines()
+        assert list(here.iterdir()) == [] and not (tmp_path / "state-abs").exists()
+    assert not (tmp_path / "xdg").exists()  # the default cache: probed, not made
+    # With records there (a compile wrote them), doctor reads and leaves them as they are.
+    env = isolated_env(tmp_path, CUFORGE_STATE_DIR=str(tmp_path / "state"))
+    built = run(tmp_path, "compile", str(SAXPY), "--arch", "sm_90", "-o", str(here / "k.cubin"),
+                "--cache", str(tmp_path / "cache"), env=env)  # fmt: skip
+    assert built.returncode == 0, built.stderr
+    before = _tree(tmp_path / "state"), _tree(tmp_path / "cache")
+    assert run(tmp_path, "doctor", "--cache", str(tmp_path / "cache"), env=env).returncode == 0
+    assert (_tree(tmp_path / "state"), _tree(tmp_path / "cache")) == before
+    record(
+        "use", "cli", "doctor with CUFORGE_STATE_DIR relative, absolute (neither there yet), and "
+        "after a compile wrote records", 3,
+        "no state directory made (nothing in the working directory), no record written or "
+        "changed, the default cache not made (before: the identity records written, a "
+        "relative state directory created in the working directory)", scale="all",
+    )  # fmt: skip

@@ -12,11 +12,12 @@ The cache and the settings are checked by the functions the commands run
 (``_select.choose``, ``_select.open_choice``, ``_config.default_archs``,
 ``_programs.check_arch_for``, ``mirror.configured_profiles``), so doctor lists as
 a problem exactly the line ``cuforge compile`` (or, for a mirror profile, ``cuforge
-run``) would exit 2 with, and nothing else. It changes nothing: an existing cache
-is opened read-only; for one that does not exist yet -- which compile would create
--- an empty directory of a unique name is made and removed in its nearest existing
-parent, because only trying tells whether creating works there (``/proc``, a
-read-only mount, root's rights). A Redis or S3 level's server is asked within the
+run``) would exit 2 with, and nothing else. It changes nothing: no identity record
+is written (``toolchain.reading_only``), an existing cache is opened read-only; for
+one that does not exist yet -- which compile would create -- an empty directory of
+a unique name is made and removed in its nearest existing parent, because only
+trying tells whether creating works there (``/proc``, a read-only mount, root's
+rights). A Redis or S3 level's server is asked within the
 cache's own timeouts, with requests that change nothing there
 (``RemoteCache.check_server``): one that cannot be reached is a problem in the words
 ``cuforge cache stats`` would fail with, and ``writable`` says whether it takes
@@ -233,6 +234,13 @@ def _writable(choice: _select.Choice) -> bool | None:
 
 
 def _doctor(args: argparse.Namespace) -> int:
+    from cuforge.compile import toolchain
+
+    with toolchain.reading_only():  # doctor looks: no identity record is written
+        return _report(args)
+
+
+def _report(args: argparse.Namespace) -> int:
     import platform
 
     import cuforge

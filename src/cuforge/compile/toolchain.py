@@ -14,6 +14,8 @@ from cuforge.compile.cache import _identity_store
 
 TYPE_CHECKING = False  # typing is not imported at run time: it costs a cold hit ~5 ms
 if TYPE_CHECKING:
+    import contextlib
+
     from cuforge.compile.cache._toolkit import toolkit_headers as toolkit_headers
 
 __all__ = [
@@ -24,6 +26,7 @@ __all__ = [
     "nvrtc_identity",
     "nvrtc_supported_archs",
     "nvvm_identity",
+    "reading_only",
     "state_dir",
     "stored_fact",
     "toolkit_headers",
@@ -40,6 +43,12 @@ _EXPORTS = {"toolkit_headers": "cuforge.compile.cache._toolkit"}
 def state_dir() -> str | None:
     """cuforge's state directory (identity records, CLI hit records); None when off."""
     return _identity_store.state_dir()
+
+
+def reading_only() -> contextlib.AbstractContextManager[None]:
+    """A block inside which the state directory's identity records are read, never
+    written (``cuforge doctor`` changes nothing)."""
+    return _identity_store.reading_only()
 
 
 def stored_fact(fact: str) -> tuple[bytes, ...] | None:

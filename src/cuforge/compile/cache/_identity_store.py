@@ -45,7 +45,7 @@ from cuforge._hashing import blake2b
 
 TYPE_CHECKING = False  # typing is not imported at run time: it costs a cold process ~5 ms
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    from collections.abc import Callable, Iterable, Iterator
 
     #: A fact's values and the paths whose state they depend on.
     Probe = Callable[[], tuple[tuple[bytes, ...], list[str]]]
@@ -58,6 +58,7 @@ __all__ = [
     "forget",
     "library_witnesses",
     "lookup",
+    "reading_only",
     "remembered",
     "site_witnesses",
     "state_dir",
@@ -218,10 +219,27 @@ def _read(path: str) -> tuple[bytes, ...] | None:
     return _decode_if_current(data)
 
 
+#: How many :func:`reading_only` blocks are open: while any is, nothing is written.
+_read_only = [0]
+
+
+@contextlib.contextmanager
+def reading_only() -> Iterator[None]:
+    """Records are read but never written (nor the directory made) inside this block:
+    for ``cuforge doctor``, which looks and changes nothing."""
+    with _lock:
+        _read_only[0] += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _read_only[0] -= 1
+
+
 def _write(path: str, values: tuple[bytes, ...], witnesses: list[str]) -> None:
     """Record ``values`` if every witness is settled; best effort, never raises."""
-    if not witnesses:
-        return  # nothing to check it against: never served from disk
+    if not witnesses or _read_only[0]:
+        return  # nothing to check it against: never served from disk; or looking only
     cutoff = time.time_ns() - RACY_NS
     stamps = []
     for w in dict.fromkeys(os.path.abspath(w) for w in witnesses):
