@@ -227,3 +227,45 @@ def test_doctor_writes_no_identity_record(tmp_path: Path) -> None:
         "changed, the default cache not made (before: the identity records written, a "
         "relative state directory created in the working directory)", scale="all",
     )  # fmt: skip
+
+
+# -- E. the secret's line names where the secret came from -------------------------------
+def test_doctor_names_the_secrets_real_source(tmp_path: Path) -> None:
+    """A secret from ``$CUFORGE_CACHE_SECRET`` was listed as ``secret file  (a secret)
+    (from $CUFORGE_CACHE_SECRET)``: no file was involved."""
+    project = tmp_path / "project"
+    project.mkdir()
+    secret = "a-team-secret-of-at-least-32-bytes!!"
+    env = isolated_env(tmp_path, CUFORGE_CACHE_SECRET=secret)
+    text = run(tmp_path, "doctor", cwd=project, env=env).stdout
+    lines = text.splitlines()
+    assert "secret            set (not shown)  (from $CUFORGE_CACHE_SECRET)" in lines, text
+    assert not any(ln.startswith("secret file") for ln in lines) and secret not in text
+    (project / "key").write_text("another-secret-of-at-least-32-bytes!!\n")
+    (project / "cuforge.toml").write_text('secret_file = "key"\n')
+    toml = project / "cuforge.toml"
+    report = json.loads(run(tmp_path, "doctor", "--json", cwd=project, env=env).stdout)
+    assert report["settings"]["secret"] == {"value": "set (not shown)",
+                                            "from": "$CUFORGE_CACHE_SECRET"}  # fmt: skip
+    assert report["settings"]["secret_file"] == {
+        "value": f"{project / 'key'} (not used: $CUFORGE_CACHE_SECRET comes first)",
+        "from": f"project config {toml}",
+    }
+    (tmp_path / "envkey").write_text("third-secret-of-at-least-32-bytes!!!!\n")
+    by_file = isolated_env(tmp_path, CUFORGE_CACHE_SECRET_FILE=str(tmp_path / "envkey"))
+    lines = run(tmp_path, "doctor", cwd=project, env=by_file).stdout.splitlines()
+    assert (f"secret            read from {tmp_path / 'envkey'}  (from $CUFORGE_CACHE_SECRET_FILE)"
+            in lines), lines  # fmt: skip
+    assert (f"secret file       {project / 'key'} (not used: $CUFORGE_CACHE_SECRET_FILE comes "
+            f"first)  (from project config {toml})") in lines, lines  # fmt: skip
+    plain = run(tmp_path, "doctor", cwd=project, env=isolated_env(tmp_path)).stdout.splitlines()
+    assert f"secret file       {project / 'key'}  (from project config {toml})" in plain
+    assert not any(ln.startswith("secret ") and "file" not in ln for ln in plain)
+    record(
+        "inputs", "cli", "doctor with $CUFORGE_CACHE_SECRET; with it and a secret_file in "
+        "cuforge.toml; with $CUFORGE_CACHE_SECRET_FILE and that file; with the file alone", 4,
+        "'secret  set (not shown)  (from $CUFORGE_CACHE_SECRET)', the file then 'not used: "
+        "$CUFORGE_CACHE_SECRET comes first'; the file alone 'secret file  PATH  (from project "
+        "config ...)' (before: 'secret file  (a secret)  (from $CUFORGE_CACHE_SECRET)')",
+        scale="all",
+    )  # fmt: skip

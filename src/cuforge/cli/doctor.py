@@ -301,15 +301,7 @@ def _settings(report: dict[str, Any], choice: _select.Choice | None) -> dict[str
         return {"error": {"value": str(exc), "from": "settings file"}}
     shown = {"cache": {"value": str(report["cache"]), "from": str(report["origin"])}}
     shown["max_size"] = _max_size(files.get("max_size"), choice, report.get("max_size_bytes"))
-    if choice is not None and choice.secret_origin.startswith("$"):
-        # $CUFORGE_CACHE_SECRET holds the secret itself; $CUFORGE_CACHE_SECRET_FILE a path
-        value = choice.secret_file or "(a secret)"
-        shown["secret_file"] = {"value": value, "from": choice.secret_origin}
-    elif "secret_file" in files:
-        found = files["secret_file"]
-        shown["secret_file"] = {"value": found.value, "from": found.origin}
-    else:
-        shown["secret_file"] = _NOT_SET
+    shown.update(_secret(files))
     try:
         archs = _config.default_archs()
         for found in archs:  # as compile and explain check it: a CUDA C++ source's cubin
@@ -343,6 +335,30 @@ def _mirror_profiles() -> dict[str, dict[str, str]]:
         return {"mirror_profiles": _NOT_SET}
     where = ", ".join(w for _, w, _ in _config.mirror_tables())
     return {"mirror_profiles": {"value": ", ".join(sorted(names)), "from": where}}
+
+
+def _secret(files: dict[str, Any]) -> dict[str, dict[str, str]]:
+    """The signing secret's lines, named by its source as ``storage.config`` ranks
+    them: ``secret`` for one the environment gives -- ``$CUFORGE_CACHE_SECRET`` (its
+    value never shown), else the file ``$CUFORGE_CACHE_SECRET_FILE`` names -- and
+    ``secret file`` for the settings files' ``secret_file``, listed as not used when a
+    variable comes first."""
+    from cuforge.storage.config import ENV_SECRET, ENV_SECRET_FILE
+
+    shown: dict[str, dict[str, str]] = {}
+    if os.environ.get(ENV_SECRET):  # what the selection takes first (set, not empty)
+        shown["secret"] = {"value": "set (not shown)", "from": f"${ENV_SECRET}"}
+    elif (os.environ.get(ENV_SECRET_FILE) or "").strip():
+        path = os.path.abspath(os.path.expanduser(os.environ[ENV_SECRET_FILE].strip()))
+        shown["secret"] = {"value": f"read from {path}", "from": f"${ENV_SECRET_FILE}"}
+    if "secret_file" in files:
+        found = files["secret_file"]
+        ahead = shown["secret"]["from"] if shown else ""
+        unused = f" (not used: {ahead} comes first)" if ahead else ""
+        shown["secret_file"] = {"value": found.value + unused, "from": found.origin}
+    elif not shown:
+        shown["secret_file"] = _NOT_SET
+    return shown
 
 
 def _max_size(found: Any, choice: _select.Choice | None, cap: int | None) -> dict[str, str]:
