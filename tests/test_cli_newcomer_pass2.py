@@ -615,7 +615,7 @@ def test_a_read_only_caches_store_warning_names_the_cache_not_a_temp(tmp_path: P
     assert result.returncode == 0, result.stderr
     assert "cache miss (compiled; not stored: read-only)" in result.stdout
     assert result.stderr.startswith(
-        f"cuforge: warning: cuforge program cache {cache}: could not store an entry "
+        f"cuforge: warning: program cache {cache}: could not store an entry "
         "(Read-only file system); the result is still returned"
     ), result.stderr
     assert ".alive" not in result.stderr and ".new" not in result.stderr

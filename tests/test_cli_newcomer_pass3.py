@@ -187,7 +187,7 @@ def test_a_read_only_mount_says_read_only_and_promises_no_counts(tmp_path: Path)
         assert result.stdout.endswith("cache miss (compiled; not stored: read-only)\n")
         (warning,) = result.stderr.splitlines()
         assert warning == (
-            f"cuforge: warning: cuforge program cache {cache}: could not store an entry "
+            f"cuforge: warning: program cache {cache}: could not store an entry "
             "(Read-only file system); the result is still returned, only not cached. The "
             "cache still serves hits; later stores of this handle are dropped without a "
             "warning, and nothing is recorded on a read-only file system, counters included."

@@ -11,6 +11,8 @@ S3), and fails on the main it was written against.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -267,5 +269,45 @@ def test_doctor_names_the_secrets_real_source(tmp_path: Path) -> None:
         "'secret  set (not shown)  (from $CUFORGE_CACHE_SECRET)', the file then 'not used: "
         "$CUFORGE_CACHE_SECRET comes first'; the file alone 'secret file  PATH  (from project "
         "config ...)' (before: 'secret file  (a secret)  (from $CUFORGE_CACHE_SECRET)')",
+        scale="all",
+    )  # fmt: skip
+
+
+# -- F. one "cuforge:" in a warning line ---------------------------------------------------
+def test_a_warning_says_cuforge_once(tmp_path: Path) -> None:
+    """``cuforge: warning: cuforge: cuforge compiles saxpy.cu after the process was
+    marked warm``; a backend's ``cuforge: warning: cuforge Redis cache ...``."""
+    out = ("-o", str(tmp_path / "k.cubin"))
+    env = isolated_env(tmp_path, CUFORGE_WARM="1")
+    warm = run(tmp_path, "compile", str(SAXPY), "--arch", "sm_90", *out, "--cache",
+               str(tmp_path / "c"), env=env)  # fmt: skip
+    assert warm.returncode == 0, warm.stderr
+    assert warm.stderr == (
+        "cuforge: warning: cuforge compiles saxpy.cu after the process was marked warm "
+        "(counted in cuforge cache stats (warm compiles))\n"
+    ), warm.stderr
+    stats = run(tmp_path, "cache", "stats", "--cache", str(tmp_path / "c")).stdout
+    assert "warm compiles       1" in stats.splitlines(), stats  # the line it names
+    down = f"redis://127.0.0.1:{free_port()}/0"
+    remote = run(tmp_path, "compile", str(SAXPY), "--arch", "sm_90", *out, "--cache", down)
+    (line,) = remote.stderr.splitlines()
+    assert line.startswith(f"cuforge: warning: Redis cache {down[8:]}: lookup failed ("), line
+    lines = [warm.stderr.strip(), line]
+    assert all(ln.count("cuforge:") == 1 for ln in lines), lines
+    api = subprocess.run(  # the Python warning keeps its own words for API users
+        [sys.executable, "-W", "always", "-c", "from cuforge import _warm; "
+         "_warm.mark_warm(); _warm.note_compile('cuforge', 'k.cu')"],
+        capture_output=True, text=True, env=env, timeout=120,
+    )  # fmt: skip
+    assert "cuforge: cuforge compiles k.cu after the process was marked warm" in api.stderr, (
+        api.stderr
+    )
+    record(
+        "use", "cli", "compile with CUFORGE_WARM=1 (a warm compile's warning); through a Redis "
+        "cache nobody serves (the backend's warning)", 2,
+        "each warning line says 'cuforge:' once ('cuforge: warning: cuforge compiles saxpy.cu "
+        "... (counted in cuforge cache stats (warm compiles))', 'cuforge: warning: Redis cache "
+        "H:P/0: lookup failed ...'); the Python warnings keep their text (before: 'cuforge: "
+        "warning: cuforge: cuforge compiles ...', 'cuforge: warning: cuforge Redis cache ...')",
         scale="all",
     )  # fmt: skip

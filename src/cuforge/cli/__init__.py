@@ -97,13 +97,18 @@ def _warning(
 
 
 def in_cli_words(message: str) -> str:
-    """A library message as the command line says it: the counters it names are
-    ``cuforge cache stats``' lines (``stats().write_failures`` -> ``cuforge cache stats
-    (write failures)``), and its ways out are a cache URL's (``?trust=shared``, not
-    ``trust_shared=True``; ``CachePathError.in_url_words``)."""
+    """A library message as the command line says it, after its own ``cuforge:``:
+    the message's own name for cuforge goes (``cuforge: X`` -> ``X``, ``cuforge Redis
+    cache H: ...`` -> ``Redis cache H: ...``: a line says ``cuforge:`` once); the
+    counters it names are ``cuforge cache stats``' lines (``stats().write_failures`` ->
+    ``cuforge cache stats (write failures)``, ``counted in warm_compiles`` ->
+    ``counted in cuforge cache stats (warm compiles)``), and its ways out are a cache
+    URL's (``?trust=shared``, not ``trust_shared=True``;
+    ``CachePathError.in_url_words``). The Python warnings keep their text."""
     import re  # only when something is said
 
     from cuforge.storage import CachePathError
+    from cuforge.storage.stats import CacheStats
 
     def counters(found: re.Match[str]) -> str:
         names = found.group(1) or found.group(2)
@@ -111,9 +116,19 @@ def in_cli_words(message: str) -> str:
             f"cuforge cache stats ({names.replace('_', ' ')})" if names else "cuforge cache stats"
         )
 
+    # "cuforge: ...", and "cuforge " before a cache's or a mirror's name (not "cuforge
+    # compiles ...", where cuforge is the subject)
+    message = re.sub(r"^cuforge(?:: | (?=[\w+-]+ cache\b|cache level\b|mirror\b))", "", message)
     # "stats().write_failures", "stats() (read_failures, write_failures)", "stats()"
     pattern = r"(?<![\w.])stats\(\)(?:\.(\w+)| \(([a-z_]+(?:, [a-z_]+)*)\))?"
-    return CachePathError.in_url_words(re.sub(pattern, counters, message))
+    message = re.sub(pattern, counters, message)
+    fields = "|".join(CacheStats().as_dict())
+    message = re.sub(
+        rf"\bcounted in ({fields})\b",
+        lambda m: f"counted in cuforge cache stats ({m.group(1).replace('_', ' ')})",
+        message,
+    )
+    return CachePathError.in_url_words(message)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
