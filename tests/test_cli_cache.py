@@ -502,12 +502,14 @@ def test_zero_stats_on_tiered_and_signed_caches(tmp_path, redis_server):
     # a read-only level whose counters stats would show is not this command's to reset
     ro = f"{local},{redis}&ro"
     refused = cli(tmp_path, "cache", "zero-stats", "--cache", ro)
-    assert "level 1 (RedisProgramCache) is read-only" in one_line_error(
+    assert f"{redis_server.url} is opened read-only (?ro)" in one_line_error(
         refused, "cuforge cache zero-stats"
     )
     assert _counts(tmp_path, str(local)) == (1, 0, 0, 0)  # nothing reset
     alone = cli(tmp_path, "cache", "zero-stats", "--cache", f"{redis}&ro")
-    assert "is read-only" in one_line_error(alone, "cuforge cache zero-stats")
+    assert f"{redis_server.url} is opened read-only (?ro)" in one_line_error(
+        alone, "cuforge cache zero-stats"
+    )
 
     # signed (CUFORGE_CACHE_SECRET): the wrapper's counters are the inner cache's
     signed = isolated_env(tmp_path, CUFORGE_CACHE_SECRET="k" * 32)

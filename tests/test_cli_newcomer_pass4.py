@@ -311,3 +311,38 @@ def test_a_warning_says_cuforge_once(tmp_path: Path) -> None:
         "warning: cuforge: cuforge compiles ...', 'cuforge: warning: cuforge Redis cache ...')",
         scale="all",
     )  # fmt: skip
+
+
+# -- G. zero-stats on a ?ro cache says it in the command line's words ---------------------
+def test_zero_stats_on_a_read_only_url_names_the_url(
+    tmp_path: Path, redis_server: RedisServer
+) -> None:
+    """``level 0 (RedisProgramCache) is read-only: its shared counters, which
+    total_stats() reports, are its writers' to reset``: a level the user never wrote,
+    and an API name."""
+    cache = tmp_path / "c"
+    run(tmp_path, "compile", str(SAXPY), "--arch", "sm_90", "-o", str(tmp_path / "k.cubin"),
+        "--cache", str(cache))  # fmt: skip
+    prog = "cuforge cache zero-stats"
+    said = ("is opened read-only (?ro), so its shared counters (what cuforge cache stats "
+            "shows) stay as they are; leave ?ro out to reset them")  # fmt: skip
+    cases = {
+        redis_server.url + "?ro": redis_server.url,
+        f"file://{cache}?ro": f"file://{cache}",
+        f"memory://,file://{cache}?ro": f"file://{cache}",
+    }
+    for url, named in cases.items():
+        line = one_line_error(run(tmp_path, "cache", "zero-stats", "--cache", url), prog)
+        assert line == f"{prog}: error: cannot reset the statistics: {named} {said}", line
+        assert "level" not in line and "total_stats" not in line
+    stats = json.loads(run(tmp_path, "cache", "stats", "--json", "--cache", str(cache)).stdout)
+    assert stats["stores"] == 1  # nothing was reset
+    record(
+        "inputs", "cli", "cache zero-stats on redis://...?ro, file://...?ro and memory://,file:"
+        "//...?ro", 3,
+        "exit 2, one line naming the ?ro URL: 'cannot reset the statistics: URL is opened "
+        "read-only (?ro), so its shared counters (what cuforge cache stats shows) stay as they "
+        "are; leave ?ro out to reset them'; nothing reset (before: 'level 0 "
+        "(RedisProgramCache) is read-only: its shared counters, which total_stats() reports, "
+        "are its writers' to reset')", scale="all",
+    )  # fmt: skip

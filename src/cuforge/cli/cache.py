@@ -271,7 +271,17 @@ def _zero_stats(args: argparse.Namespace) -> int:
             raise UsageError(str(exc)) from None
         except ConnectionError:
             raise  # a server that cannot be reached: exit 1, as for every command
-        except OSError as exc:  # read-only: a cache or level this user may not reset
+        except PermissionError as exc:  # a ?ro level holds the counters stats reports
+            level = getattr(exc, "level", None)
+            names = _select.level_names(chosen.choice)
+            if level is None or level >= len(names):
+                raise UsageError(f"cannot reset the statistics: {exc.strerror or exc}") from None
+            raise UsageError(
+                f"cannot reset the statistics: {names[level][0]} is opened read-only (?ro), "
+                "so its shared counters (what cuforge cache stats shows) stay as they are; "
+                "leave ?ro out to reset them"
+            ) from None
+        except OSError as exc:  # a cache this user may not write
             raise UsageError(f"cannot reset the statistics: {exc.strerror or exc}") from None
     if args.json:
         print(json.dumps({"cache": chosen.choice.shown(), "zeroed": True}, indent=2))

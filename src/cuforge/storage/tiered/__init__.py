@@ -532,17 +532,20 @@ class TieredProgramCache(EntryCache):
         shared level, for all its users, e.g. a Redis fleet's).
 
         A read-only level is never written, so its counters are left alone; when it is
-        the level ``total_stats()`` reports, PermissionError, and nothing is reset. A
+        the level ``total_stats()`` reports, PermissionError (its ``level``: that
+        level's index), and nothing is reset. A
         writable level that cannot reset its counters (NotImplementedError) or fails
         (OSError) does not stop the others: the first such error is raised after them,
         naming its level.
         """
         shown = self._totals_level()
         if shown is not None and not self._writable[shown]:
-            raise PermissionError(
+            refused = PermissionError(
                 f"level {shown} ({self._kind(shown)}) is read-only: its "
                 "shared counters, which total_stats() reports, are its writers' to reset"
             )
+            refused.level = shown  # type: ignore[attr-defined]  # which one, for a caller's words
+            raise refused
         failed: list[tuple[int, Exception]] = []
         for i, level in enumerate(self._levels):
             if self._writable[i]:
