@@ -346,3 +346,41 @@ def test_zero_stats_on_a_read_only_url_names_the_url(
         "(RedisProgramCache) is read-only: its shared counters, which total_stats() reports, "
         "are its writers' to reset')", scale="all",
     )  # fmt: skip
+
+
+# -- H. explain takes one arch, and a pasted compile command -------------------------------
+def test_explain_says_it_takes_one_arch_and_takes_a_pasted_compile_command(
+    tmp_path: Path,
+) -> None:
+    """``--arch sm_80,sm_90`` said ``--arch must look like 'sm_90' ... got
+    'sm_80,sm_90'``; a compile command's ``-o x.cubin`` was ``unrecognized arguments``."""
+    cache = tmp_path / "c"
+    built = ("compile", str(SAXPY), "--arch", "sm_80", "-o", str(tmp_path / "x.cubin"),
+             "--cache", str(cache))  # fmt: skip
+    assert run(tmp_path, *built).returncode == 0
+    prog = "cuforge cache explain"
+    said = (f"{prog}: error: cache explain takes one --arch (it explains one compile), got "
+            "sm_80, sm_90: run it once for each")  # fmt: skip
+    for archs in (("--arch", "sm_80,sm_90"), ("--arch", "sm_80", "--arch", "sm_90")):
+        line = one_line_error(run(tmp_path, "cache", "explain", str(SAXPY), *archs, "--cache",
+                                  str(cache)), prog)  # fmt: skip
+        assert line == said, line
+    # the compile command, pasted: the same answer as without its output options
+    pasted = run(tmp_path, "cache", "explain", *built[1:], "--max-size", "2G")
+    plain = run(tmp_path, "cache", "explain", str(SAXPY), "--arch", "sm_80", "--cache", str(cache))
+    assert pasted.returncode == plain.returncode == 0, pasted.stderr
+    assert pasted.stdout == plain.stdout and pasted.stdout.startswith("hit: entry ")
+    outdir = run(tmp_path, "cache", "explain", str(SAXPY), "--arch", "sm_80", "--outdir",
+                 str(tmp_path / "nowhere"), "--cache", str(cache))  # fmt: skip
+    assert outdir.stdout == plain.stdout and not (tmp_path / "nowhere").exists()
+    nocache = one_line_error(run(tmp_path, "cache", "explain", str(SAXPY), "--no-cache"), prog)
+    assert nocache.startswith(f"{prog}: error: --no-cache: explain says whether the cache")
+    record(
+        "inputs", "cli", "cache explain with --arch sm_80,sm_90, --arch twice, a pasted compile "
+        "command (-o, --max-size), --outdir, --no-cache", 5,
+        "two archs: exit 2 'cache explain takes one --arch (it explains one compile), got "
+        "sm_80, sm_90: run it once for each'; -o/--outdir/--max-size ignored, the same answer as "
+        "without them, nothing made; --no-cache one line naming it (before: 'must look like "
+        "sm_90 ... got sm_80,sm_90', 'unrecognized arguments: -o x.cubin', and --arch twice "
+        "kept the last silently)", scale="all",
+    )  # fmt: skip

@@ -62,13 +62,15 @@ TARGETS = ("cubin", "ptx", "ltoir")
 
 
 def add_compile_options(parser: argparse.ArgumentParser, several_archs: bool = True) -> None:
-    """``--arch``, ``--target``, ``-D``, ``-I``, ``--std``, ``-include``."""
+    """``--arch``, ``--target``, ``-D``, ``-I``, ``--std``, ``-include``. ``--arch`` is
+    a list either way (``several_archs=False``: the command refuses more than one, as
+    ``cache explain`` does, rather than keep the last one given)."""
     parser.add_argument(
         "--arch",
-        action="append" if several_archs else "store",
+        action="append",
         metavar="ARCH",
         help="target architecture, e.g. sm_90"
-        + (" (repeat, or separate with commas, for several)" if several_archs else "")
+        + (" (repeat, or separate with commas, for several)" if several_archs else " (one)")
         + f" (default: {'' if several_archs else 'the first '}arch in the settings files"
         " -- cuforge.toml, then your config.toml -- else this GPU's"
         + (

@@ -6,6 +6,11 @@ A thin wrapper around ``cuforge.utils.explain``: the program is built exactly as
 statistics are untouched. It names the option, header, source or compiler build
 that differs from the nearest entry with the same source name.
 
+It answers for one compile, so one arch: ``--arch sm_80,sm_90`` (or ``--arch`` twice)
+is a usage error saying so. A compile command pasted after it works as it is:
+compile's output options (``-o``, ``--outdir``, ``--max-size``) are accepted and
+ignored, since they do not change the key; ``--no-cache`` is a usage error.
+
 Exit status: 0 it would hit; 1 it would miss; 2 usage errors -- also what ``cuforge
 compile`` refuses before compiling (an arch NVRTC does not compile for, a missing
 ``-include`` file, a ``CUFORGE_TOOLKIT_HEADERS`` without a toolkit).
@@ -39,17 +44,38 @@ def register(actions: Subparsers) -> None:
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(handler=_explain)
     _select.add_cache_option(p, can_disable=False)
+    # A compile command pasted after `cache explain`: its output options name where
+    # the result goes, never what the key is made of, so they are taken and ignored.
+    ignored = p.add_argument_group(
+        "compile's output options", "accepted and ignored: they do not change the cache key"
+    )
+    ignored.add_argument("-o", dest="output", metavar="OUT", help="as compile's (ignored)")
+    ignored.add_argument("--outdir", metavar="DIR", help="as compile's (ignored)")
+    ignored.add_argument("--max-size", metavar="SIZE", help="as compile's (ignored)")
+    p.add_argument("--no-cache", action="store_true", help=argparse.SUPPRESS)
 
 
 def _explain(args: argparse.Namespace) -> int:
     from cuforge.cli import _config
+    from cuforge.cli._args import UsageError
     from cuforge.compile.explain import explain
 
+    if args.no_cache:
+        raise UsageError(
+            "--no-cache: explain says whether the cache would serve this compile; leave "
+            "--no-cache out (--cache URL|DIR names the cache to ask)"
+        )
+    given = [a.strip() for value in args.arch or () for a in value.split(",") if a.strip()]
+    if len(set(given)) > 1:  # compile takes several; an answer is for one compile
+        raise UsageError(
+            f"cache explain takes one --arch (it explains one compile), got "
+            f"{', '.join(dict.fromkeys(given))}: run it once for each"
+        )
     source = _programs.read_source(args.file)
-    if args.arch:
-        _programs.check_arch("--arch", args.arch)
-    configured = None if args.arch else next(iter(_config.default_archs()), None)
-    arch = args.arch or (configured.value if configured is not None else None)
+    if given:
+        _programs.check_arch("--arch", given[0])
+    configured = None if given else next(iter(_config.default_archs()), None)
+    arch = given[0] if given else (configured.value if configured is not None else None)
     origin = None if configured is None else configured.origin
     said = f"--arch {arch}" if origin is None else f"arch {arch!r} in {origin}"
     if arch is not None:  # what a compile would refuse, refused as compile does
@@ -65,8 +91,6 @@ def _explain(args: argparse.Namespace) -> int:
         try:
             answer = explain(program, args.target, cache)
         except (TypeError, ValueError) as exc:
-            from cuforge.cli._args import UsageError
-
             raise UsageError(str(exc)) from None
     if args.json:
         print(
