@@ -384,3 +384,26 @@ def test_explain_says_it_takes_one_arch_and_takes_a_pasted_compile_command(
         "sm_90 ... got sm_80,sm_90', 'unrecognized arguments: -o x.cubin', and --arch twice "
         "kept the last silently)", scale="all",
     )  # fmt: skip
+
+
+# -- I. explain reports one change once --------------------------------------------------
+def test_explain_reports_an_arch_change_once(tmp_path: Path) -> None:
+    """``arch sm_80 -> sm_75``, then ``option --gpu-architecture=sm_75 added`` and
+    ``option --gpu-architecture=sm_80 removed``: one change, said three times."""
+    cache = tmp_path / "c"
+    built = run(tmp_path, "compile", str(SAXPY), "--arch", "sm_80", "-o",
+                str(tmp_path / "x.cubin"), "--cache", str(cache))  # fmt: skip
+    assert built.returncode == 0, built.stderr
+    ask = ("cache", "explain", str(SAXPY), "--arch", "sm_75", "--cache", str(cache))
+    result = run(tmp_path, *ask)
+    assert result.returncode == 1, result.stderr
+    assert result.stdout.splitlines()[:-1] == ["miss: arch sm_80 -> sm_75"], result.stdout
+    with_define = json.loads(run(tmp_path, *ask, "-D", "BLOCK=256", "--json").stdout)
+    assert with_define["reasons"] == ["arch sm_80 -> sm_75",
+                                      "option --define-macro=BLOCK=256 added"]  # fmt: skip
+    record(
+        "use", "cli", "cache explain --arch sm_75 after an sm_80 compile; with -D BLOCK=256 too", 2,
+        "'miss: arch sm_80 -> sm_75' alone; with the define, that and 'option "
+        "--define-macro=BLOCK=256 added' (before: the arch change also as '--gpu-architecture"
+        "=sm_75 added' and '--gpu-architecture=sm_80 removed')", scale="all",
+    )  # fmt: skip

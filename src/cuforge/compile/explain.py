@@ -187,11 +187,19 @@ def _differences(now: dict[str, Any], then: dict[str, Any]) -> list[str]:
     if now.get("compiler") != then.get("compiler"):
         out.append(f"compiler build changed ({then.get('compiler')} -> {now.get('compiler')})")
     old_opts, new_opts = then.get("options") or [], now.get("options") or []
+    # The arch is said once, above: a flag that differs only by it (the compiler's
+    # --gpu-architecture=sm_80 for sm_75) is that change, not an option added and removed.
+    was, became = str(then.get("arch") or ""), str(now.get("arch") or "")
+    moved = was != became and bool(was) and bool(became)
     for flag in new_opts:
         if flag not in old_opts:
+            if moved and became in flag and flag.replace(became, was) in old_opts:
+                continue
             out.append(f"option {flag} added")
     for flag in old_opts:
         if flag not in new_opts:
+            if moved and was in flag and flag.replace(was, became) in new_opts:
+                continue
             out.append(f"option {flag} removed")
     old_names = {tuple(s[:2]) for s in then.get("symbols") or []}
     new_names = {tuple(s[:2]) for s in now.get("symbols") or []}
