@@ -407,3 +407,26 @@ def test_explain_reports_an_arch_change_once(tmp_path: Path) -> None:
         "--define-macro=BLOCK=256 added' (before: the arch change also as '--gpu-architecture"
         "=sm_75 added' and '--gpu-architecture=sm_80 removed')", scale="all",
     )  # fmt: skip
+
+
+# -- J. bare `cuforge` is one line, as bare `cuforge cache` is --------------------------
+def test_bare_cuforge_is_one_line(tmp_path: Path) -> None:
+    """``cuforge`` printed the whole 17-line help to stderr (exit 2) where ``cuforge
+    cache`` says one line."""
+    said = ("cuforge: error: a command is required: compile, cache, warm, run, doctor "
+            "(see cuforge --help)")  # fmt: skip
+    for args in ((), ("-v",), ("-q",)):
+        result = run(tmp_path, *args)
+        assert one_line_error(result, "cuforge") == said, result.stderr
+        assert result.stdout == ""
+    assert "an action is required" in one_line_error(run(tmp_path, "cache"), "cuforge cache")
+    shown = run(tmp_path, "--help")
+    assert shown.returncode == 0 and shown.stdout.startswith("usage: cuforge")
+    for command in ("compile", "cache", "warm", "run", "doctor"):
+        assert f"    {command} " in shown.stdout  # the line names what the help lists
+    record(
+        "inputs", "cli", "cuforge with no command (alone, -v, -q); cuforge cache alone; --help", 5,
+        "each without a command: exit 2, one line 'a command is required: compile, cache, warm, "
+        "run, doctor (see cuforge --help)', as cuforge cache says one line; --help still prints "
+        "the full help (before: the 17-line help on stderr)", scale="all",
+    )  # fmt: skip

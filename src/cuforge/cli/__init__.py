@@ -222,9 +222,10 @@ def _dispatch(argv: list[str], digest: str | None) -> int:
                 or f"unrecognized arguments: {' '.join(extra)} (see {_prog(argv)} --help)"
             )
         handler = getattr(args, "handler", None)
-        if handler is None:
-            parser.print_help(sys.stderr)
-            return 2
+        if handler is None:  # bare `cuforge`: one line, as a bare `cuforge cache` says
+            raise UsageError(
+                f"a command is required: {', '.join(_commands(parser))} (see cuforge --help)"
+            )
         if args.command == "compile":
             args.request_digest = digest  # what _direct names its hit record by
         return int(handler(args))
@@ -281,6 +282,16 @@ def _misplaced(parser: Parser, argv: list[str]) -> str | None:
         f"{name} is an option of the command, so it goes after it: "
         f"cuforge {shlex.join(rest + lead)}"
     )
+
+
+def _commands(parser: Parser) -> list[str]:
+    """The command names ``parser`` knows, in the order its help lists them."""
+    import argparse
+
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return list(action.choices)
+    return []
 
 
 def _reader_gone() -> int:
