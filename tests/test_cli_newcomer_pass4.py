@@ -430,3 +430,53 @@ def test_bare_cuforge_is_one_line(tmp_path: Path) -> None:
         "run, doctor (see cuforge --help)', as cuforge cache says one line; --help still prints "
         "the full help (before: the 17-line help on stderr)", scale="all",
     )  # fmt: skip
+
+
+# -- K. the fix a path error suggests is the obvious one ----------------------------------
+def test_a_sqlite_path_is_named_as_meant(tmp_path: Path) -> None:
+    """``sqlite://tmp/np4/s.db`` suggested ``sqlite:///<cwd>/tmp/np4/s.db``; an SQLite file
+    given as a plain path was told to be a directory (``or a path to create``, also to
+    commands that create nothing)."""
+    import sqlite3
+
+    folder = tmp_path / "np4"
+    folder.mkdir()
+    db = folder / "s.db"
+    with sqlite3.connect(db) as conn:
+        conn.execute("create table t (x)")
+    work = tmp_path / "w"
+    (work / "cache").mkdir(parents=True)
+    env = isolated_env(tmp_path)
+    stats = "cuforge cache stats"
+    url = f"sqlite:/{db}"  # two slashes: the host is the path's first folder
+    line = one_line_error(run(tmp_path, "cache", "stats", "--cache", url, cwd=work, env=env),
+                          stats)  # fmt: skip
+    assert line.endswith(f"an absolute path takes three slashes: 'sqlite://{db}'"), line
+    # the working directory's reading where only it exists (the documented example)
+    line = one_line_error(run(tmp_path, "cache", "stats", "--cache", "sqlite://cache/k.db",
+                              cwd=work, env=env), stats)  # fmt: skip
+    assert line.endswith(f"'sqlite://{work / 'cache' / 'k.db'}'"), line
+    hint = f"is an SQLite database file, not a directory; fix: open it as sqlite://{db}"
+    for command in (("cache", "stats"), ("cache", "ls"), ("compile", str(SAXPY), "--arch",
+                    "sm_90", "-o", str(tmp_path / "k.cubin"))):  # fmt: skip
+        prog = "cuforge " + " ".join(command[:2] if command[0] == "cache" else command[:1])
+        line = one_line_error(run(tmp_path, *command, "--cache", str(db), env=env), prog)
+        assert line == f"{prog}: error: --cache: cache directory {db}: {hint}", line
+    plain = tmp_path / "notes.txt"
+    plain.write_text("not a cache\n")
+    for command in (("cache", "stats"), ("compile", str(SAXPY), "--arch", "sm_90")):
+        prog = "cuforge " + " ".join(command[:2] if command[0] == "cache" else command[:1])
+        line = one_line_error(run(tmp_path, *command, "--cache", str(plain), env=env), prog)
+        assert line.endswith(f"{plain}: exists and is not a directory; fix: name a directory")
+        assert "a path to create" not in line
+    with sqlite3.connect(db) as conn:  # the database was only read
+        assert conn.execute("select name from sqlite_master").fetchall() == [("t",)]
+    record(
+        "inputs", "cli", "sqlite:/<abs path> (two slashes) and sqlite://cache/k.db; an SQLite "
+        "file as a plain path to stats, ls, compile; a text file to stats and compile", 7,
+        "the hint is 'sqlite:///<the path with its slash>' (the working directory's reading "
+        "only where just that folder exists); an SQLite file: 'is an SQLite database file, not "
+        "a directory; fix: open it as sqlite:///...'; a text file: 'fix: name a directory', "
+        "no 'or a path to create' (before: the working directory prepended, and 'name a "
+        "directory (or a path to create)' to every command)", scale="all",
+    )  # fmt: skip

@@ -200,11 +200,34 @@ def open_root(path: str, dir_mode: int | None, create: bool = True) -> os.stat_r
     except OSError as exc:
         raise _oserror(path, exc, "opened") from None
     if not stat_mod.S_ISDIR(st.st_mode):
-        raise CachePathError(
-            path, "exists and is not a directory; fix: name a directory (or a path to create)",
-            errno.ENOTDIR,
-        )  # fmt: skip
+        raise CachePathError(path, _not_a_directory(path), errno.ENOTDIR)
     return st
+
+
+#: The first 16 bytes of every SQLite database file.
+_SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def _not_a_directory(path: str) -> str:
+    """Why the file ``path`` is no cache directory, and the fix: an SQLite database
+    (its header says so) is one for ``sqlite://``; otherwise name a directory. The
+    same words whether or not opening would create a missing one (a read-only handle
+    creates nothing, so "or a path to create" is not said: ``cuforge doctor`` opens
+    read-only and lists the line ``compile`` would fail with)."""
+    head = b""
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO never blocks this
+        try:
+            if stat_mod.S_ISREG(os.fstat(fd).st_mode):
+                head = os.read(fd, len(_SQLITE_HEADER))
+        finally:
+            os.close(fd)
+    if head == _SQLITE_HEADER:
+        return (
+            "is an SQLite database file, not a directory; fix: open it as "
+            f"sqlite://{os.path.abspath(path)}"
+        )
+    return "exists and is not a directory; fix: name a directory"
 
 
 def _check_below(path: str, rules: DirRules, cache_gid: int) -> bool:

@@ -152,11 +152,20 @@ def _without_host(scheme: str, location: str, text: str) -> str:
     """The path of ``scheme://HOST/path``: only ``localhost`` (RFC 8089) is a host a
     local path may name; any other (``sqlite://cache/k.db``, two slashes) is refused,
     naming the URL that was probably meant, instead of opening a path relative to the
-    working directory."""
+    working directory: that path under the working directory (``./cache/k.db``), or
+    -- when only its folder exists -- the absolute path one left-out slash gives
+    (``sqlite://tmp/k.db``: ``/tmp/k.db``)."""
     host, slash, path = location.partition("/")
     if host.lower() == "localhost":
         return slash + path
-    meant = os.path.abspath(os.path.expanduser(location))
+    if location.startswith("~"):
+        meant = os.path.abspath(os.path.expanduser(location))
+    else:
+        absolute, relative = os.path.normpath("/" + location), os.path.abspath(location)
+        slash_left_out = os.path.isdir(os.path.dirname(absolute)) and not os.path.isdir(
+            os.path.dirname(relative)
+        )
+        meant = absolute if slash_left_out else relative
     raise ValueError(
         f"cache URL {text!r}: {scheme}:// URLs name no host ({host!r}); "
         f"an absolute path takes three slashes: {scheme + '://' + meant!r}"
