@@ -480,3 +480,95 @@ def test_a_sqlite_path_is_named_as_meant(tmp_path: Path) -> None:
         "no 'or a path to create' (before: the working directory prepended, and 'name a "
         "directory (or a path to create)' to every command)", scale="all",
     )  # fmt: skip
+
+
+# -- L. lenient values: documented, or refused in one line -------------------------------
+def test_toolkit_headers_values_are_all_documented() -> None:
+    """``CUFORGE_TOOLKIT_HEADERS=yes|on|true`` meant auto, while compile.md listed only
+    unset, ``""``, ``1`` and ``auto``."""
+    from cuforge.compile.cache import _toolkit
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "compile.md").read_text()
+    rows = [ln for ln in doc.splitlines() if ln.startswith("| ") and "header sets" not in ln]
+    (auto,) = [ln for ln in rows if ln.startswith("| unset,")]
+    (off,) = [ln for ln in rows if ln.startswith("| `0`")]
+    for value in _toolkit._AUTO - {""}:
+        assert f"`{value}`" in auto.split("|")[1], (value, auto)
+    for value in _toolkit._OFF:
+        assert f"`{value}`" in off.split("|")[1], (value, off)
+
+
+def test_a_warm_switch_that_is_no_switch_is_refused(tmp_path: Path) -> None:
+    """``CUFORGE_WARM=banana`` was silently "not warm"."""
+    out = ("-o", str(tmp_path / "k.cubin"), "--cache", str(tmp_path / "c"))
+    said = ("$CUFORGE_WARM='banana' is not a switch: 1 (or true, yes, on) marks the process "
+            "warm; 0 (or false, no, off), empty or unset does not")  # fmt: skip
+    env = isolated_env(tmp_path, CUFORGE_WARM="banana")
+    for args, prog in (
+        (("compile", str(SAXPY), "--arch", "sm_90", *out), "cuforge compile"),
+        (("warm", "--set", "job1", "--cache", str(tmp_path / "c")), "cuforge warm"),
+    ):
+        line = one_line_error(run(tmp_path, *args, env=env), prog)
+        assert line == f"{prog}: error: {said}", line
+    assert not (tmp_path / "k.cubin").exists()
+    for i, (value, warm) in enumerate((("off", False), ("No", False), ("", False),
+                                       ("yes", True), ("ON", True))):  # fmt: skip
+        done = run(tmp_path, "compile", str(SAXPY), "--arch", "sm_90", "-o",
+                   str(tmp_path / "k.cubin"), "--cache", str(tmp_path / f"fresh{i}"),
+                   env=isolated_env(tmp_path, CUFORGE_WARM=value))  # fmt: skip
+        assert done.returncode == 0 and "cache miss" in done.stdout, (value, done.stderr)
+        assert ("marked warm" in done.stderr) is warm, (value, done.stderr)
+
+
+def test_a_duration_in_capital_m_is_refused(tmp_path: Path, redis_server: RedisServer) -> None:
+    """``--older-than 30M`` was 30 minutes, though cli.md lists only lowercase units
+    and ``M`` reads as months as easily."""
+    cache = tmp_path / "c"
+    run(tmp_path, "compile", str(SAXPY), "--arch", "sm_90", "-o", str(tmp_path / "k.cubin"),
+        "--cache", str(cache))  # fmt: skip
+    prog = "cuforge cache prune"
+    said = ("'30M': M is not a duration unit (minutes or months?): write 30m for minutes; "
+            "months are no unit (write days or weeks: 90d, 13w)")  # fmt: skip
+    for flag in ("--older-than", "--unused-for"):
+        line = one_line_error(run(tmp_path, "cache", "prune", flag, "30M", "--dry-run",
+                                  "--cache", str(cache)), prog)  # fmt: skip
+        assert line == f"{prog}: error: argument {flag}: {said} (see {prog} --help)", line
+        for fine in ("30m", "2H", "1D"):
+            done = run(tmp_path, "cache", "prune", flag, fine, "--dry-run", "--cache", str(cache))
+            assert done.returncode == 0, (fine, done.stderr)
+    url = f"{redis_server.url}?ttl=30M"
+    line = one_line_error(run(tmp_path, "cache", "dir", "--cache", url), "cuforge cache dir")
+    assert line.endswith(f"ttl: {said}"), line
+
+
+def test_a_relative_xdg_config_home_is_ignored_like_a_relative_xdg_cache_home(
+    tmp_path: Path,
+) -> None:
+    """A relative ``XDG_CONFIG_HOME`` was used (relative to the working directory) while
+    a relative ``XDG_CACHE_HOME`` was ignored; the XDG spec says both are invalid."""
+    home, here = tmp_path / "home", tmp_path / "here"
+    (here / "rel" / "cuforge").mkdir(parents=True)
+    (here / "rel" / "cuforge" / "config.toml").write_text('arch = "sm_80"\n')
+    (here / "relcache").mkdir()
+    (home / ".config" / "cuforge").mkdir(parents=True)
+    env = isolated_env(tmp_path, HOME=str(home), XDG_CONFIG_HOME="rel", XDG_CACHE_HOME="relcache")
+    report = json.loads(run(tmp_path, "doctor", "--json", cwd=here, env=env).stdout)
+    user = home / ".config" / "cuforge" / "config.toml"
+    assert report["settings"]["files"]["value"] == f"none (user file: {user})", report["settings"]
+    assert report["settings"]["arch"]["from"] == "not set"
+    assert report["cache"] == str(home / ".cache" / "cuforge" / "program-cache")
+    user.write_text('arch = "sm_90"\n')  # the file the relative value is ignored for
+    report = json.loads(run(tmp_path, "doctor", "--json", cwd=here, env=env).stdout)
+    assert report["settings"]["arch"] == {"value": "sm_90", "from": f"user config {user}"}
+    record(
+        "inputs", "cli", "CUFORGE_WARM=banana (compile, warm) and off/No/''/yes; --older-than and "
+        "--unused-for 30M, and 30m/2H/1D; ?ttl=30M; a relative XDG_CONFIG_HOME; the "
+        "CUFORGE_TOOLKIT_HEADERS values against compile.md", 14,
+        "banana: exit 2 naming $CUFORGE_WARM and its values, nothing compiled; the switches "
+        "work; 30M: exit 2 ''30M': M is not a duration unit (minutes or months?) ...' (the "
+        "URL's ttl too), other units in any case accepted; the relative XDG_CONFIG_HOME "
+        "ignored (~/.config used), as a relative XDG_CACHE_HOME is; every auto and off value of "
+        "CUFORGE_TOOLKIT_HEADERS listed in compile.md (before: banana silently not warm, 30M "
+        "30 minutes, the relative config directory read, on/yes/true undocumented)",
+        scale="all",
+    )  # fmt: skip

@@ -36,6 +36,7 @@ __all__ = [
     "CompileAfterWarmWarning",
     "compiles_after_warm",
     "compiling_through",
+    "env_problem",
     "is_warm",
     "mark_warm",
     "note_compile",
@@ -43,9 +44,12 @@ __all__ = [
     "watch",
 ]
 
-#: ``1`` (or ``true``/``yes``/``on``): the process is warm from the start.
+#: ``1`` (or ``true``/``yes``/``on``): the process is warm from the start; unset,
+#: empty, ``0`` (``false``/``no``/``off``): it is not. Any other value is not warm
+#: either, and the command line refuses it (:func:`env_problem`).
 ENV_WARM = "CUFORGE_WARM"
 _TRUE = ("1", "true", "yes", "on")
+_FALSE = ("", "0", "false", "no", "off")
 
 _lock = threading.Lock()
 _state = {"warm": (os.environ.get(ENV_WARM) or "").strip().lower() in _TRUE, "count": 0}
@@ -57,6 +61,19 @@ _current = threading.local()
 
 class CompileAfterWarmWarning(RuntimeWarning):
     """A process that declared itself warm compiled a kernel (see :func:`mark_warm`)."""
+
+
+def env_problem() -> str | None:
+    """The line for a ``$CUFORGE_WARM`` that is no switch (``banana``), naming the
+    variable and what it takes; None when it is one (or unset). The library reads
+    such a value as not warm; ``cuforge compile`` and ``cuforge warm`` refuse it."""
+    raw = os.environ.get(ENV_WARM)
+    if raw is None or raw.strip().lower() in _TRUE + _FALSE:
+        return None
+    return (
+        f"${ENV_WARM}={raw!r} is not a switch: 1 (or true, yes, on) marks the process "
+        "warm; 0 (or false, no, off), empty or unset does not"
+    )
 
 
 def mark_warm(warm: bool = True) -> None:

@@ -43,6 +43,7 @@ __all__ = [
     "check_supported_arch",
     "check_target",
     "check_virtual_arch",
+    "check_warm_setting",
     "compile_through",
     "in_words",
     "make_program",
@@ -248,6 +249,17 @@ def check_environment() -> None:
         check_toolkit_setting()
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+
+
+def check_warm_setting() -> None:
+    """UsageError, before anything compiles, for a ``$CUFORGE_WARM`` that is neither on
+    nor off (``banana`` read as "not warm", silently, before): the line names the
+    variable and its values (``_warm.env_problem``)."""
+    from cuforge import _warm
+
+    problem = _warm.env_problem()
+    if problem is not None:
+        raise UsageError(problem)
 
 
 def check_pre_includes(

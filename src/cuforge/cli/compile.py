@@ -258,6 +258,7 @@ def plan(args: argparse.Namespace) -> list[Job]:
     """Read every source, build every Program (validating all options and targets
     before any compile starts) and name every output, none of them an input.
     Raises UsageError."""
+    _programs.check_warm_setting()
     if args.output == "":
         raise UsageError("-o needs a file name (it was given an empty one); - is standard output")
     if args.outdir == "":

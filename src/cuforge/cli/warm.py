@@ -42,7 +42,7 @@ import os
 import sys
 import time
 
-from cuforge.cli import _pool, _select, _term, _warmfile
+from cuforge.cli import _pool, _programs, _select, _term, _warmfile
 from cuforge.cli._args import UsageError
 from cuforge.cli._report import MEMORY_ONLY, store_fields
 
@@ -96,6 +96,7 @@ def _jobs(text: str) -> int:
 def _warm(args: argparse.Namespace) -> int:
     if args.manifest is None and args.warm_set is None:
         raise UsageError("a manifest or --set NAME is required (see cuforge warm --help)")
+    _programs.check_warm_setting()
     if args.warm_set is not None:
         from cuforge.integrations.warmsets import set_key
 

@@ -80,8 +80,13 @@ class Setting:
 
 
 def user_file() -> str:
-    """Where the user's settings file is (whether or not it exists)."""
-    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    """Where the user's settings file is (whether or not it exists):
+    ``$XDG_CONFIG_HOME/cuforge/config.toml``, else ``~/.config/...``. A relative
+    ``$XDG_CONFIG_HOME`` is ignored, as the XDG spec says (and as a relative
+    ``$XDG_CACHE_HOME`` is for the user cache directory)."""
+    base = os.environ.get("XDG_CONFIG_HOME", "")
+    if not os.path.isabs(base):
+        base = os.path.join(os.path.expanduser("~"), ".config")
     return os.path.join(base, "cuforge", "config.toml")
 
 

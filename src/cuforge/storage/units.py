@@ -64,13 +64,20 @@ def parse_size(text: str, *, bare: bool = False) -> int:
 
 
 def parse_duration(text: str, *, bare: bool = False) -> float:
-    """Seconds in ``text``: a number with a ms/s/m/h/d/w unit. Must be > 0 and at
+    """Seconds in ``text``: a number with a ms/s/m/h/d/w unit, in any case but ``M``
+    (``30M`` reads as months as easily as minutes: refused). Must be > 0 and at
     most 100 years. A plain number is seconds only with ``bare`` (cache URLs);
     otherwise it is refused, naming the units."""
     _refuse_negative(text, "duration")
     match = _DURATION.fullmatch(text) if isinstance(text, str) else None
     if match is None:
         raise ValueError(f"not a duration: {text!r} (expected e.g. 500ms, 90s, 30m, 12h, 7d)")
+    if match.group(2) == "M":  # 30M: minutes to this parser, months to a reader
+        n = match.group(1)
+        raise ValueError(
+            f"{text!r}: M is not a duration unit (minutes or months?): write {n}m for "
+            "minutes; months are no unit (write days or weeks: 90d, 13w)"
+        )
     value = float(match.group(1)) * _DURATION_UNITS[(match.group(2) or "s").lower()]
     if value <= 0:
         raise ValueError(f"duration must be > 0, got {text!r}")
