@@ -3,9 +3,28 @@ meaning for every word): each test runs the installed ``cuforge`` console script
 subprocess, on real caches (real NVRTC compiles, a real redis-server, a real SeaweedFS
 S3), and fails on the main it was written against.
 
-- ``doctor --cache redis://127.0.0.1:PORT/0`` with nothing listening said ``exists
+- A. ``doctor --cache redis://127.0.0.1:PORT/0`` with nothing listening said ``exists
   yes``, no problem, exit 0 (``cache stats`` then exit 1); a ``?ro`` server cache had
   no ``writable`` line. S3 the same.
+- B. ``arch = "compute_90"`` in cuforge.toml: doctor saw no problem, compile and
+  explain exit 2.
+- C. ``doctor --cache /ro-mount/new``: ``exists  not yet (created by the first
+  compile)`` above ``problem ... cannot be created``.
+- D. doctor, listed as writing nothing, wrote identity records (and made
+  ``$CUFORGE_STATE_DIR``, a relative one in the working directory).
+- E. a secret from ``$CUFORGE_CACHE_SECRET`` was labelled ``secret file``.
+- F. ``cuforge: warning: cuforge: cuforge compiles ...``, ``cuforge: warning: cuforge
+  Redis cache ...``.
+- G. ``zero-stats`` on a ``?ro`` URL said ``level 0 (RedisProgramCache) ...
+  total_stats() ...``.
+- H. ``cache explain --arch sm_80,sm_90`` said ``--arch must look like 'sm_90'``; a
+  pasted compile command's ``-o`` was ``unrecognized arguments``.
+- I. explain said an arch change three times (the arch, a flag added, a flag removed).
+- J. a bare ``cuforge`` printed the whole help; ``cuforge cache`` says one line.
+- K. ``sqlite://tmp/k.db`` suggested the working directory's path; an SQLite file as a
+  plain path was "not a directory ... (or a path to create)", to every command.
+- L. ``CUFORGE_TOOLKIT_HEADERS=yes`` undocumented, ``CUFORGE_WARM=banana`` silently
+  not warm, ``--older-than 30M`` 30 minutes, a relative ``XDG_CONFIG_HOME`` used.
 """
 
 from __future__ import annotations
