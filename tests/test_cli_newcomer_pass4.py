@@ -580,9 +580,9 @@ def test_a_relative_xdg_config_home_is_ignored_like_a_relative_xdg_cache_home(
     report = json.loads(run(tmp_path, "doctor", "--json", cwd=here, env=env).stdout)
     assert report["settings"]["arch"] == {"value": "sm_90", "from": f"user config {user}"}
     record(
-        "inputs", "cli", "CUFORGE_WARM=banana (compile, warm) and off/No/''/yes; --older-than and "
-        "--unused-for 30M, and 30m/2H/1D; ?ttl=30M; a relative XDG_CONFIG_HOME; the "
-        "CUFORGE_TOOLKIT_HEADERS values against compile.md", 14,
+        "inputs", "cli", "CUFORGE_WARM=banana (compile, warm) and off/No/''/yes/ON; --older-than "
+        "and --unused-for 30M, and 30m/2H/1D; ?ttl=30M; a relative XDG_CONFIG_HOME; the "
+        "CUFORGE_TOOLKIT_HEADERS values against compile.md", 18,
         "banana: exit 2 naming $CUFORGE_WARM and its values, nothing compiled; the switches "
         "work; 30M: exit 2 ''30M': M is not a duration unit (minutes or months?) ...' (the "
         "URL's ttl too), other units in any case accepted; the relative XDG_CONFIG_HOME "
