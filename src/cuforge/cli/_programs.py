@@ -231,9 +231,11 @@ def check_virtual_arch(arch: str, target: str, said: str) -> None:
 
 def check_arch_for(arch: str, target: str, said: str, code_type: str = "c++") -> None:
     """What ``compile``, ``cache explain`` and ``doctor`` refuse of an arch before
-    anything compiles, in one place: a virtual one asked for a cubin
-    (:func:`check_virtual_arch`) and, for CUDA C++, one NVRTC does not compile for
-    (:func:`check_supported_arch`). ``said`` names the value as the user gave it."""
+    anything compiles: a virtual one asked for a cubin (:func:`check_virtual_arch`)
+    and, for CUDA C++, one NVRTC does not compile for (:func:`check_supported_arch`).
+    ``explain`` and ``doctor`` run this; ``compile`` runs the same two functions, the
+    second after its plan's own checks (``compile.check_cpp_inputs``). ``said`` names
+    the value as the user gave it."""
     check_virtual_arch(arch, target, said)
     if code_type == "c++":
         check_supported_arch(arch, said)

@@ -233,11 +233,15 @@ def arch_words(args: argparse.Namespace, arch: str) -> str:
 
 def check_cpp_inputs(args: argparse.Namespace, archs: list[str | None], sources: list[str]) -> None:
     """UsageError, before anything compiles, for what a CUDA C++ compile of ``sources``
-    would refuse that the options' own checks do not see: an ``-include`` file that
-    is not there, a ``CUFORGE_TOOLKIT_HEADERS`` without a toolkit (each a compile
-    failure, exit 1, before). Each arch was checked as :func:`plan` built its
-    program (``_programs.check_arch_for``: also NVRTC's ``nvrtcGetSupportedArchs``)."""
+    would refuse that the options' own checks do not see: an arch NVRTC does not
+    compile for (its ``nvrtcGetSupportedArchs``), an ``-include`` file that is not
+    there, a ``CUFORGE_TOOLKIT_HEADERS`` without a toolkit (each a compile failure,
+    exit 1, before). Run after the plan's own checks (an output that is an input is
+    refused before NVRTC is asked anything, which may record what it said)."""
     _programs.check_environment()
+    for arch in archs:
+        if arch is not None:
+            _programs.check_supported_arch(arch, arch_words(args, arch))
     _programs.check_pre_includes(list(args.pre_include), list(args.includes), sources)
 
 
@@ -290,8 +294,8 @@ def plan(args: argparse.Namespace) -> list[Job]:
             target = args.target
             if fatbin:  # a virtual arch goes in as PTX, a real one as its cubin
                 target = "ptx" if (arch or "").startswith("compute_") else "cubin"
-            if arch is not None:  # what doctor and explain check too: one function
-                _programs.check_arch_for(arch, target, arch_words(args, arch), source.code_type)
+            if arch is not None:  # then check_cpp_inputs: together, _programs.check_arch_for
+                _programs.check_virtual_arch(arch, target, arch_words(args, arch))
             part = args.output if fatbin else ""
             _programs.check_target(path, program.code_type, program.options, target, part)
             spec = _pool.Spec(
