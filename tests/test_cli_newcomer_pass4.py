@@ -591,3 +591,31 @@ def test_a_relative_xdg_config_home_is_ignored_like_a_relative_xdg_cache_home(
         "30 minutes, the relative config directory read, on/yes/true undocumented)",
         scale="all",
     )  # fmt: skip
+
+
+def test_doctor_on_a_redis_replica_and_beside_the_fleet_counters(
+    tmp_path: Path, redis_server: RedisServer
+) -> None:
+    """The write doctor sends sets nothing: with the fleet's counters there (a hash, so
+    the server answers WRONGTYPE after granting the write) it is ``writable yes`` and
+    the counters stay; a replica refuses it (READONLY), as it refuses a store."""
+    raw = redis_server.client()
+    raw.hset("cuforge:stats", mapping={"hits": 3, "misses": 1})
+    code, report = _doctor(tmp_path, "--cache", redis_server.url)
+    assert (code, report["writable"], report["problems"]) == (0, True, []), report
+    assert raw.hgetall("cuforge:stats") == {b"hits": b"3", b"misses": b"1"}
+    assert raw.dbsize() == 1
+    replica = RedisServer(tmp_path / "replica", "--replicaof", "127.0.0.1", str(redis_server.port))
+    try:
+        code, report = _doctor(tmp_path, "--cache", replica.url)
+        assert (code, report["exists"], report["writable"]) == (0, True, False), report
+        assert report["writable_reason"].startswith("the server refuses writes: ReadOnlyError"), (
+            report["writable_reason"]
+        )
+    finally:
+        replica.stop()
+    record(
+        "use", "cli", "doctor on Redis with the fleet's counters there; on a replica", 2,
+        "writable yes and the counters hash unchanged (the probe sets nothing); the replica: "
+        "'writable no (the server refuses writes: ReadOnlyError ...)', exit 0", scale="all",
+    )  # fmt: skip

@@ -227,7 +227,7 @@ class RedisStore(Store):
         counters' hash it is a WRONGTYPE answer, which only a permitted write gets."""
         try:
             self.conn().setrange(self.stats_name, 0, b"")
-        except _redis.ResponseError as exc:
+        except redis_py().ResponseError as exc:  # a ready client: redis-py not loaded here
             if not str(exc).startswith("WRONGTYPE"):
                 raise
 
