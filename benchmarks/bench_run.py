@@ -186,7 +186,8 @@ torch.manual_seed(0)
 x = torch.randn(64, 64)
 w = torch.randn(64, 64) * 0.1
 r = torch.compile(f)(x, w)
-assert torch.allclose(r, f(x, w), rtol=1e-4, atol=1e-3)
+e = f(x, w)
+assert torch.allclose(r, e, rtol=1e-4, atol=1e-3), ((r - e).abs().max().item(), r[:4].tolist(), e[:4].tolist())
 print(time.perf_counter() - t0)
 """
 
