@@ -187,7 +187,8 @@ x = torch.randn(64, 64)
 w = torch.randn(64, 64) * 0.1
 r = torch.compile(f)(x, w)
 e = f(x, w)
-assert torch.allclose(r, e, rtol=1e-4, atol=1e-3), ((r - e).abs().max().item(), r[:4].tolist(), e[:4].tolist())
+diff = ((r - e).abs().max().item(), r[:4].tolist(), e[:4].tolist())
+assert torch.allclose(r, e, rtol=1e-4, atol=1e-3), diff
 print(time.perf_counter() - t0)
 """
 
