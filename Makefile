@@ -75,7 +75,7 @@ test-integrations: $(INT_STAMP) redis-server
 JIT_VENV := .venv-jit
 JIT_STAMP := $(JIT_VENV)/.installed
 JIT_TESTS := tests/test_integrations_mirror.py tests/test_integrations_jax.py \
-	tests/test_run_mirror.py
+	tests/test_run_mirror.py tests/test_integrations_mirror_bundles.py
 $(JIT_STAMP): pyproject.toml setup.py $(wildcard src/cuforge/_native/*.c)
 	test -x $(JIT_VENV)/bin/python || $(PYTHON) -m venv $(JIT_VENV)
 	$(JIT_VENV)/bin/python -m pip install -q --upgrade pip

@@ -23,7 +23,7 @@ API (``cuforge run`` calls exactly this):
   :func:`load_profiles(extra, base) <load_profiles>` (the parser of such tables:
   keys ``env``, ``subdir``, ``default``, ``dists``, ``version_from``, ``skip``,
   ``only``, ``busy_while``, ``gpu_dependent``, ``host_dependent``, ``new_only``,
-  ``notes``), :func:`active_profiles(env) <active_profiles>` (installed, or its
+  ``bundle``, ``notes``), :func:`active_profiles(env) <active_profiles>` (installed, or its
   variable set).
 - :class:`Profile`: name, variables naming the directory, the JIT's default
   directory, its version (distributions, or ``module:attribute``), skip globs,
@@ -40,13 +40,18 @@ Guarantees:
 - Keys: profile, the JIT's version (its distributions' versions), the host's OS and
   machine, the GPU identity (GPU-dependent profiles only), the host identity
   (host-dependent profiles only: native code built for this CPU, C library and C++
-  compiler), the file's relative path.
+  compiler), the file's relative path -- or, for files a profile's ``bundle`` says
+  are valid only together (numba's index and the data files it numbers per host),
+  the group's: one entry, a snapshot of one directory, so no host ever gets one
+  host's index with another's data files.
 - Hydrate writes only files whose bytes verify -- the cache's integrity and, with
   ``$CUFORGE_CACHE_SECRET``, its signature (an unsigned or foreign-signed entry is a
   miss), then the sha256 in the entry's record and in the index -- through a temp
   file in the same directory linked into place. It never follows a link, never
   writes over a local file the mirror did not write itself (a newer or differing
-  one is kept and counted), and never over one changed since it wrote it.
+  one is kept and counted), and never over one changed since it wrote it. A
+  bundle is written all or nothing, and only where no other file of its group
+  stands.
 - Publish stores only what the JIT completed: a regular file owned by this user, not
   a temp, lock or build name (the profile's skip globs), of the kinds the profile
   mirrors (``only``), without a marker saying it is still being built

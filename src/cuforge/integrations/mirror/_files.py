@@ -22,7 +22,10 @@ from collections.abc import Callable, Iterator
 
 __all__ = [
     "Sig",
+    "drop_own",
     "foreign_owner",
+    "listing",
+    "put_back",
     "read_whole",
     "remove_own",
     "safe_relpath",
@@ -164,6 +167,21 @@ def scan(
     return found, passed
 
 
+def listing(root_fd: int, rel_dir: str, keep: Callable[[str], bool]) -> dict[str, os.stat_result]:
+    """``lstat`` of whatever stands in the directory ``rel_dir`` (reached without
+    following a link: OSError when one is on the way; empty when it is absent) under
+    a name ``keep`` accepts, by name."""
+    found: dict[str, os.stat_result] = {}
+    try:
+        with _dir(root_fd, [p for p in rel_dir.split("/") if p]) as fd, os.scandir(fd) as it:
+            for entry in it:
+                if keep(entry.name):
+                    found[entry.name] = entry.stat(follow_symlinks=False)
+    except FileNotFoundError:
+        return {}
+    return found
+
+
 def lstat_at(root_fd: int, rel: str) -> os.stat_result | None:
     """``lstat`` of ``rel`` reached without following links; None when absent (or a
     directory on the way is missing). Raises OSError when a component on the way is
@@ -297,3 +315,39 @@ def remove_own(root_fd: int, rel_dir: str, names: list[str]) -> int:
                 os.unlink(name, dir_fd=dfd)
                 removed += 1
     return removed
+
+
+def drop_own(root_fd: int, rel_dir: str, names: dict[str, Sig]) -> None:
+    """Remove the files ``names`` of ``rel_dir`` (name -> the version the mirror
+    wrote or moved aside), each only once proven still that version (size, mtime,
+    inode: a rename changes only the ctime), through ``storage.ownership``'s gate."""
+    if not names:
+        return
+    from cuforge.storage.ownership import delete_owned
+
+    def proves(name: str) -> bool:
+        try:
+            st = lstat_at(root_fd, f"{rel_dir}/{name}" if rel_dir else name)
+        except OSError:
+            return False
+        size, mtime, _ctime, ino = names[name]
+        return (
+            st is not None
+            and stat.S_ISREG(st.st_mode)
+            and (st.st_size, st.st_mtime_ns, st.st_ino) == (size, mtime, ino)
+        )
+
+    delete_owned(list(names), proves, lambda own: remove_own(root_fd, rel_dir, own), rel_dir)
+
+
+def put_back(root_fd: int, rel: str, aside: str, expect: Sig) -> None:
+    """Give the file :func:`take_aside` moved to ``aside`` its name ``rel`` again,
+    never over a file that took the name meanwhile (then the moved copy, proven the
+    version ``expect``, is removed)."""
+    *dirs, name = rel.split("/")
+    with _dir(root_fd, dirs) as dfd:
+        if _link_noreplace(dfd, aside, name):
+            with contextlib.suppress(OSError):
+                os.unlink(aside, dir_fd=dfd)
+            return
+    drop_own(root_fd, "/".join(dirs), {aside: expect})

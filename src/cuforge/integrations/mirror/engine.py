@@ -3,10 +3,13 @@ runs, and the files it completed published back (see the package docstring).
 
 Entries: each file is one foreign entry (kind ``mirror``) named
 ``profile:version:platform:gpu:relative/path``, whose record holds the file's
-sha256 and size; an index entry (kind ``mirror-index``, named by the same prefix)
-lists every published path with its sha256 and size. Hydration reads the index,
-fetches what the directory lacks in batches, and writes a file only when its bytes
-verify (the cache's integrity and signature, the record's and the index's sha256).
+sha256 and size -- except the files of a profile's ``bundle``, whose group is one
+entry named ``...:folder/key/`` (``_bundles``); an index entry (kind
+``mirror-index``, named by the same prefix) lists every published path (and bundle)
+with its sha256 and size. Hydration reads the index, fetches what the directory
+lacks in batches, and writes a file only when its bytes verify (the cache's
+integrity and signature, the record's and the index's sha256), a bundle's files all
+or none.
 
 The mirror's own memory of the directory is a state file in it
 (``.cuforge-mirror-<profile>.json``): each file it wrote or published, with the
@@ -35,7 +38,7 @@ from cuforge.storage.base import CacheReadWarning, CacheWriteWarning, ProgramCac
 from cuforge.storage.record import decode_record
 
 from .._cache import ForeignEntries, select_cache
-from . import _files
+from . import _bundles, _files
 from ._host import gpu_identity, host_identity, platform_tag
 from .profiles import Profile
 from .results import HydrateResult, PublishResult
@@ -43,6 +46,8 @@ from .results import HydrateResult, PublishResult
 TYPE_CHECKING = False  # typing is not imported at run time: a runner starts faster
 if TYPE_CHECKING:
     from typing import Any
+
+    from ._bundles import Unit
 
 __all__ = ["ENV_CACHE", "HydrateResult", "Mirror", "PublishResult"]
 
@@ -122,7 +127,7 @@ class Mirror:
         self._entries = None if resolved is None else ForeignEntries(resolved, FILE_KIND)
         self._index = None if resolved is None else ForeignEntries(resolved, INDEX_KIND)
         self._state_name = f"{_files.TEMP_PREFIX}{profile.name}.json"
-        self._seen: dict[str, _files.Sig] = {}  # the previous look at each file
+        self._seen: dict[str, Unit] = {}  # the previous look at each file or bundle
         self._started_ns = time.time_ns()  # a new_only profile publishes what is newer
         self._busy = threading.Lock()
         self._stop = threading.Event()
@@ -171,11 +176,20 @@ class Mirror:
             todo: list[tuple[str, str, int, _files.Sig | None]] = []
             present: list[str] = []  # listed, and the directory has those very bytes
             for rel, (sha, size) in sorted(index.items()):
+                if rel.endswith("/") and _bundles.listed(self.profile, rel):
+                    held = _bundles.held(root, rel, sha, self.profile, state)
+                    out.present += held
+                    if held:
+                        present.append(rel)
+                    else:  # fetched, checked and written whole: _fetch
+                        todo.append((rel, sha, size, None))
+                    continue
                 if (
                     _files.safe_relpath(rel) is None
                     or self.profile.skipped(rel)
                     or not self.profile.included(rel)
-                ):
+                    or self.profile.bundle_of(rel.rpartition("/")[2]) is not None
+                ):  # a bundle's file listed alone (an older cuforge's) may be two hosts'
                     out.refused += 1
                     continue
                 try:
@@ -240,12 +254,18 @@ class Mirror:
                 continue
             record = decode_record(entry.meta, FILE_KIND)
             data = bytes(entry.data)
-            if (
-                record is None
-                or record.get("key") != name
-                or len(data) != size
-                or hashlib.sha256(data).hexdigest() != sha
-            ):
+            if record is None or record.get("key") != name or len(data) != size:
+                out.verified_failures += 1
+                continue
+            if rel.endswith("/"):
+                try:
+                    got = _bundles.unpack(data, sha)
+                    if _bundles.hydrate(root, rel, got, self.profile, state, out, self._local_sha):
+                        self._note([rel])  # all there already
+                except OSError:
+                    out.errors += 1
+                continue
+            if hashlib.sha256(data).hexdigest() != sha:
                 out.verified_failures += 1
                 continue
             try:
@@ -265,29 +285,9 @@ class Mirror:
         older copy ``own`` (moved aside first, removed once proven the mirror's)."""
         if own is None:
             return _files.write_new(root, rel, data)
-        aside = _files.take_aside(root, rel, own)
-        if aside is None:
-            return None  # someone wrote it meanwhile: theirs is kept
-        try:
-            return _files.write_new(root, rel, data)
-        finally:
-            folder = rel.rpartition("/")[0]
-            size, mtime, _ctime, ino = own
-
-            def proves(name: str) -> bool:
-                try:
-                    st = _files.lstat_at(root, f"{folder}/{name}" if folder else name)
-                except OSError:
-                    return False
-                return st is not None and (st.st_size, st.st_mtime_ns, st.st_ino) == (
-                    size,
-                    mtime,
-                    ino,
-                )
-
-            from cuforge.storage.ownership import delete_owned
-
-            delete_owned([aside], proves, lambda names: _files.remove_own(root, folder, names), rel)
+        folder, _, name = rel.rpartition("/")
+        placed = _bundles.place(root, folder, [(name, data)], {name: own})
+        return None if placed is None else placed[name]
 
     # -- publish ---------------------------------------------------------------------
     def publish(self, wait: bool = True) -> PublishResult:
@@ -323,22 +323,23 @@ class Mirror:
                 _warn(CacheWriteWarning, self.profile.name, out.reason)
                 return
             files, out.foreign = self._scan(root, uid)
+            units = _bundles.units(files, self.profile, self._started_ns)
             state = self._load_state(root)
             index = self._load_index()
-            ready, fresh = self._classify(files, state, index, out)
+            ready, fresh = self._classify(units, state, index, out)
             if fresh and wait:
                 time.sleep(self.settle_s)
-                again, _ = self._scan(root, uid)
-                for rel in fresh:
-                    if again.get(rel) == files[rel]:
-                        ready.append(rel)
+                again = _bundles.units(self._scan(root, uid)[0], self.profile, self._started_ns)
+                for name in fresh:
+                    if again.get(name) == units[name]:
+                        ready.append(name)
                     else:
-                        out.pending += 1
-                        if rel in again:
-                            self._seen[rel] = again[rel]
+                        out.pending += len(units[name])
+                        if name in again:
+                            self._seen[name] = again[name]
             else:
-                out.pending += len(fresh)
-            added = self._store(root, ready, files, state, index, out)
+                out.pending += sum(len(units[name]) for name in fresh)
+            added = self._store(root, ready, units, state, index, out)
             if added:
                 self._merge_index(added)
             if added or out.unchanged:
@@ -351,8 +352,6 @@ class Mirror:
         files, foreign = _files.scan(root, self.profile.skipped, uid)
         if self.profile.only:
             files = {rel: sig for rel, sig in files.items() if self.profile.included(rel)}
-        if self.profile.new_only:  # sig[2]: the change time, which utime cannot set back
-            files = {rel: sig for rel, sig in files.items() if sig[2] >= self._started_ns}
         return files, foreign
 
     def _building(self, root: int, rel: str) -> bool:
@@ -369,79 +368,88 @@ class Mirror:
 
     def _classify(
         self,
-        files: dict[str, _files.Sig],
+        units: dict[str, Unit],
         state: dict[str, list[Any]],
         index: dict[str, tuple[str, int]],
         out: PublishResult,
     ) -> tuple[list[str], list[str]]:
-        """Split the directory's files into ready (complete: the same at the previous
-        look), fresh (first seen or changed since), and the rest (counted in ``out``)."""
+        """Split the directory's units (files and bundles) into ready (complete: the
+        same at the previous look), fresh (first seen or changed since), and the rest
+        (counted in ``out``, by files): unchanged since recorded and listed so, or
+        tampered -- a bundle with one file changed in place is never published."""
         ready: list[str] = []
         fresh: list[str] = []
-        for rel, sig in sorted(files.items()):
-            known = state.get(rel)
-            if known is not None and tuple(known[:4]) == sig:
-                if index.get(rel, ("",))[0] == known[4]:
-                    out.unchanged += 1
-                    self._note([rel])
+        for name, unit in sorted(units.items()):
+            known = {rel: state.get(rel) for rel in unit}
+            if all(k is not None and tuple(k[:4]) == unit[rel] for rel, k in known.items()):
+                if _bundles.recorded(name, unit, known) == index.get(name, ("",))[0]:
+                    out.unchanged += len(unit)
+                    self._note([name])
                     continue
-            elif known is not None and known[3] == sig[3]:
-                out.tampered += 1  # the same inode changed in place: never published
+            elif any(
+                k is not None and k[3] == unit[rel][3] and tuple(k[:4]) != unit[rel]
+                for rel, k in known.items()
+            ):
+                out.tampered += len(unit)  # the same inode changed in place: never published
                 continue
-            if sig[0] > self.max_file_bytes:
-                out.too_large += 1
-            elif self._seen.get(rel) == sig:
-                ready.append(rel)
+            if sum(sig[0] for sig in unit.values()) > self.max_file_bytes:
+                out.too_large += len(unit)
+            elif self._seen.get(name) == unit:
+                ready.append(name)
             else:
-                self._seen[rel] = sig
-                fresh.append(rel)
+                self._seen[name] = unit
+                fresh.append(name)
         return ready, fresh
 
     def _store(
         self,
         root: int,
         ready: list[str],
-        files: dict[str, _files.Sig],
+        units: dict[str, Unit],
         state: dict[str, list[Any]],
         index: dict[str, tuple[str, int]],
         out: PublishResult,
     ) -> dict[str, tuple[str, int]]:
         assert self._entries is not None
         added: dict[str, tuple[str, int]] = {}
-        for rel in ready:
-            if self.profile.busy_while and self._building(root, rel):
-                out.pending += 1  # published at a later look, once the build is done
+        for name in ready:
+            unit = units[name]
+            if self.profile.busy_while and any(self._building(root, rel) for rel in unit):
+                out.pending += len(unit)  # published at a later look, once the build is done
                 continue
-            got = _files.read_whole(root, rel, self.max_file_bytes)
-            if got is None or got[1] != files[rel]:
-                out.pending += 1
+            got = (
+                _bundles.snapshot(root, name, unit, self.profile, self.max_file_bytes)
+                if name.endswith("/")
+                else _bundles.single(root, name, unit[name], self.max_file_bytes)
+            )
+            if got is None:
+                out.pending += len(unit)
                 continue
-            data, sig = got
-            sha = hashlib.sha256(data).hexdigest()
-            if index.get(rel) == (sha, len(data)):
-                out.unchanged += 1
-                self._note([rel])
+            data, sha, shas = got
+            if index.get(name) == (sha, len(data)):
+                out.unchanged += len(unit)
+                self._note([name])
             else:
                 fields: dict[str, str | int | None] = {
-                    "name": _shown(f"{self.profile.name}:{rel}"),
+                    "name": _shown(f"{self.profile.name}:{name}"),
                     "profile": self.profile.name,
                     "version": self.version,
                     "gpu": self.gpu,
-                    "path": rel,
+                    "path": name,
                     "sha256": sha,
                     "size": len(data),
                 }
-                if not self._entries.store(f"{self.prefix}:{rel}", data, fields):
-                    out.dropped += 1
+                if name.endswith("/"):
+                    fields["files"] = len(unit)
+                if not self._entries.store(f"{self.prefix}:{name}", data, fields):
+                    out.dropped += len(unit)
                     continue
-                out.stored += 1
-                added[rel] = (sha, len(data))
-            own = state.get(rel)
-            state[rel] = [
-                *sig,
-                sha,
-                1 if own is not None and tuple(own[:4]) == sig and own[5] else 0,
-            ]
+                out.stored += len(unit)
+                added[name] = (sha, len(data))
+            for rel, sig in unit.items():
+                own = state.get(rel)
+                mine = own is not None and tuple(own[:4]) == sig and own[5]
+                state[rel] = [*sig, shas[rel], 1 if mine else 0]
         return added
 
     def _note(self, rels: list[str]) -> None:

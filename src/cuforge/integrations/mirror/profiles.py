@@ -4,7 +4,8 @@ A :class:`Profile` names the variables that point the JIT at its directory, the
 JIT's own default when none is set, how to read the JIT's version (distributions
 whose installed versions key the entries, or a ``module:attribute``), which files
 in the directory are never published (temp names, locks, build directories in
-progress), and whether the files depend on the GPU. :data:`PROFILES` holds the
+progress), whether the files depend on the GPU, and which files are valid only
+together (``bundle``). :data:`PROFILES` holds the
 built-in ones; :func:`load_profiles` parses ``[mirror.<name>]`` tables onto them (a
 bad table is a ``ValueError`` naming the table and the key), and
 :func:`configured_profiles` -- the one profile set ``cuforge run``,
@@ -19,10 +20,11 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
-import sys
 from collections.abc import Mapping, Sequence
 
+from . import _bundles
 from ._host import gpu_identity, host_identity
+from ._paths import bare_version, dist_version, expand_path, fill
 
 __all__ = [
     "ALWAYS_SKIP",
@@ -89,11 +91,18 @@ class Profile:
       change time is later), for a directory other installs share (Inductor's
       precompiled headers in ``$TMPDIR``: another torch's would be published under
       this one's version, ~150 MB each, for no host to use).
+    - ``bundle``: a regular expression matched against a file's *name*, with a group
+      ``key`` (and optionally ``head``): the files of one folder with the same key are
+      valid only together (an index and the data files it names by a number each host
+      picks) and travel as one entry, hydrated all or nothing, the ``head`` last
+      (``_bundles``). None: every file is its own entry.
     - ``notes``: what invalidates the directory, what keys it, what was tested.
     """
 
     __slots__ = (
+        "_bundle",
         "_globs",
+        "bundle",
         "busy_while",
         "default",
         "dists",
@@ -124,8 +133,11 @@ class Profile:
         busy_while: tuple[str, ...] = (),
         host_dependent: bool = False,
         new_only: bool = False,
+        bundle: str | None = None,
     ) -> None:
         self.name = name
+        self.bundle = bundle or None
+        self._bundle = _bundles.pattern(bundle, f"mirror.{name}.bundle") if bundle else None
         self.new_only = new_only
         self.env = tuple(env)
         self.subdir = subdir
@@ -168,6 +180,14 @@ class Profile:
             return True
         name = relpath.rpartition("/")[2]
         return any(fnmatch.fnmatchcase(name, glob) for glob in self.only)
+
+    def bundle_of(self, name: str) -> tuple[str, bool] | None:
+        """``(key, head)`` of the bundle the file ``name`` (no folder) belongs to, or
+        None when it is a file of its own."""
+        found = self._bundle.fullmatch(name) if self._bundle is not None else None
+        if found is None or not found.group("key"):
+            return None
+        return found.group("key"), found.groupdict().get("head") is not None
 
     def markers(self, relpath: str) -> list[str]:
         """The paths (beside ``relpath``) whose presence says it is still being built."""
@@ -217,107 +237,21 @@ class Profile:
         ``version`` fills ``{version}`` (the JIT's own version string, the part
         after ``==`` of the first distribution)."""
         env = os.environ if env is None else env
-        ver = _bare(version) if version else ""
+        ver = bare_version(version) if version else ""
         for var in self.env:
             value = (env.get(var) or "").strip()
             if value:
-                base = _expand(value, env)
+                base = expand_path(value, env)
                 return os.path.join(base, self.subdir.format(version=ver)) if self.subdir else base
         if self.default is None:
             return None
-        return _expand(self.default.format_map(_Fill(env, version=ver)), env)
-
-
-_listings: dict[str, list[str]] = {}
-
-
-def dist_version(dist: str, path: Sequence[str] | None = None) -> str | None:
-    """The installed version of distribution ``dist``, from the name of its
-    ``<name>-<version>.dist-info`` (or ``.egg-info``) directory on ``path`` (default
-    ``sys.path``): the first one found, as the import system finds its package. One
-    directory listing per path entry and process (``importlib.metadata`` costs ~10
-    ms a name)."""
-    want = re.sub(r"[-_.]+", "_", dist).lower()
-    for entry in sys.path if path is None else path:
-        names = _listings.get(entry)
-        if names is None:
-            try:
-                names = [
-                    n for n in os.listdir(entry or ".") if n.endswith((".dist-info", ".egg-info"))
-                ]
-            except OSError:
-                names = []
-            _listings[entry] = names
-        for name in names:
-            project, sep, version = name.rsplit(".", 1)[0].partition("-")
-            if sep and re.sub(r"[-_.]+", "_", project).lower() == want:
-                return version.split("-", 1)[0] or None
-    return None
-
-
-class _Fill(dict[str, str]):
-    """``{version}``, and on use ``{tmpdir}`` (Python's temporary directory as
-    ``tempfile`` finds it from ``env``) and ``{user}`` (the user name as
-    ``getpass.getuser()`` finds it, with ``\\/:*?"<>|`` made ``_``: torch's rule)."""
-
-    def __init__(self, env: Mapping[str, str], **given: str) -> None:
-        super().__init__(given)
-        self.env = env
-
-    def __missing__(self, key: str) -> str:
-        if key == "tmpdir":
-            return _tmpdir(self.env)
-        if key == "user":
-            return re.sub(r'[\\/:*?"<>|]', "_", _user(self.env))
-        raise KeyError(key)
-
-
-def _tmpdir(env: Mapping[str, str]) -> str:
-    for var in ("TMPDIR", "TEMP", "TMP"):
-        value = env.get(var) or ""
-        if value and os.path.isdir(value) and os.access(value, os.W_OK | os.X_OK):
-            return value
-    return "/tmp" if os.path.isdir("/tmp") else os.getcwd()
-
-
-def _user(env: Mapping[str, str]) -> str:
-    for var in ("LOGNAME", "USER", "LNAME", "USERNAME"):
-        if env.get(var):
-            return env[var]
-    try:
-        import pwd
-
-        return pwd.getpwuid(os.getuid()).pw_name
-    except (ImportError, KeyError, OSError, AttributeError):
-        getuid = getattr(os, "getuid", None)
-        return f"uid_{getuid()}" if callable(getuid) else "unknown_user"
-
-
-def _bare(version: str) -> str:
-    """``1.19.0`` from ``warp-lang==1.19.0`` (the first distribution's version)."""
-    return version.split("+", 1)[0].partition("==")[2] or version
-
-
-def _expand(path: str, env: Mapping[str, str]) -> str:
-    """``~`` and ``$VAR``/``${VAR}`` expanded from ``env`` (``$XDG_CACHE_HOME``
-    defaults to ``~/.cache`` as the XDG rule says); an unset variable expands empty."""
-
-    def var(m: re.Match[str]) -> str:
-        name = m.group(1) or m.group(2)
-        value = env.get(name) or ""
-        if not value and name == "XDG_CACHE_HOME":
-            value = "~/.cache"
-        return value
-
-    out = re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)", var, path)
-    if out.startswith("~"):
-        home = env.get("HOME") or os.path.expanduser("~")
-        out = home + out[1:]
-    return os.path.abspath(out)
+        return expand_path(self.default.format_map(fill(env, version=ver)), env)
 
 
 #: Build directories Warp renames into place when a module is complete.
 _WARP_BUILD = "*_p[0-9]*_t[0-9]*"
+#: A numba function's index (``<f>.nbi``, the head) and its data files (``<f>.<n>.nbc``).
+_NUMBA_BUNDLE = r"(?P<key>.+)\.(?:(?P<head>nbi)|[0-9]+\.nbc)"
 
 PROFILES: dict[str, Profile] = {
     p.name: p
@@ -344,6 +278,7 @@ PROFILES: dict[str, Profile] = {
             env=("NUMBA_CACHE_DIR",),
             dists=("numba", "numba-cuda"),
             gpu_dependent=False,
+            bundle=_NUMBA_BUNDLE,
             notes=(
                 "cache=True functions, in NUMBA_CACHE_DIR (without it numba writes "
                 "__pycache__ beside each source file, which no single directory covers). "
@@ -358,8 +293,13 @@ PROFILES: dict[str, Profile] = {
                 "are keyed by signature and the target's CPU name and features (numba-cuda: "
                 "the compute capability, the CUDA runtime's and numba-cuda's versions), so "
                 "entries do not name the GPU. Index and data are written to "
-                "<name>.tmp.<uuid> and renamed. Tested here (CPU); numba-cuda: "
-                "benchmarks/bench_run.py --jit numba-cuda on a GPU."
+                "<name>.tmp.<uuid> and renamed. The index maps each overload to "
+                "<f>.<n>.nbc, n the first number free in that host's index, and a data file "
+                "does not name its overload: a function's index and data files are one "
+                "bundle (one entry, hydrated all or nothing), so no host pairs one host's "
+                "index with another's data. Tested here (CPU); numba-cuda (the same file "
+                "names): benchmarks/bench_run.py --jit numba-cuda on a GPU, its bundles "
+                "untested here."
             ),
         ),
         Profile(
@@ -482,6 +422,7 @@ _KEYS: dict[str, type] = {
     "busy_while": list,
     "host_dependent": bool,
     "new_only": bool,
+    "bundle": str,
 }
 
 
@@ -494,13 +435,13 @@ def load_profiles(
     profile in ``base`` overrides it: it changes only the keys it sets; a new name
     needs ``env`` and ``dists`` or ``version_from``. Keys: ``env``, ``dists``,
     ``skip``, ``only``, ``busy_while`` (lists of strings), ``subdir``, ``default``,
-    ``version_from``, ``notes`` (strings), ``gpu_dependent`` (bool; default true),
-    ``host_dependent``, ``new_only`` (bools; default false). ``env`` may also be one
-    string. ``base`` itself is not changed.
+    ``version_from``, ``notes``, ``bundle`` (strings), ``gpu_dependent`` (bool;
+    default true), ``host_dependent``, ``new_only`` (bools; default false). ``env``
+    may also be one string. ``base`` itself is not changed.
 
     Raises ValueError (``mirror.<name>.<key>: ...``, one line) for an unknown key, a
-    value of the wrong type, a bad name or variable, or a ``version_from`` without
-    ``:``.
+    value of the wrong type, a bad name or variable, a ``version_from`` without
+    ``:``, or a ``bundle`` that is no regular expression with a ``key`` group.
     """
     out = dict(PROFILES if base is None else base)
     for name, table in (extra or {}).items():
