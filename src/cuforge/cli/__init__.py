@@ -75,12 +75,24 @@ def job_environment() -> dict[str, str]:
     """This process's environment as the user gave it, for a program the command
     starts (``cuforge run``'s job): the variables the command line set for itself
     (``CUFORGE_WATCH=0``, where the user set none) are left out; one the user set is
-    kept as they set it."""
+    kept as they set it. So is a ``LC_CTYPE`` Python's start-up added (PEP 538 locale
+    coercion, on a host without the user's locale): on Linux, one that is in
+    ``os.environ`` but not in ``/proc/self/environ`` (the environment the process was
+    started with, which ``setenv`` does not change) is left out; where that file
+    cannot be read, the environment is handed on as it is."""
     import os
 
     env = dict(os.environ)
     for name in _set_here:
         env.pop(name, None)
+    if "LC_CTYPE" in env and sys.platform.startswith("linux"):
+        try:
+            with open("/proc/self/environ", "rb") as f:
+                started = f.read().split(b"\0")
+        except OSError:
+            return env
+        if not any(item.startswith(b"LC_CTYPE=") for item in started):
+            del env["LC_CTYPE"]  # added by the interpreter, not given by the user
     return env
 
 
