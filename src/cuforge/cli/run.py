@@ -37,7 +37,8 @@ the cache leaves it as it was (one warning says so).
 
 Exit status: the job's (128 + N when signal N ended it); 2 for a usage error (no
 command, a command that cannot be started -- not found, not executable, a directory
--- a bad cache or warm-set name, a bad mirror profile in a settings file).
+-- a bad cache or warm-set name, a bad mirror profile in a settings file, a
+``$CUFORGE_WARM`` or ``$CUFORGE_TOOLKIT_HEADERS`` that ``compile`` refuses).
 """
 
 from __future__ import annotations
@@ -148,6 +149,12 @@ def _run(args: argparse.Namespace) -> int:
             set_key(args.warm_set)
         except ValueError as exc:
             raise UsageError(f"--warm-set: {exc}") from None
+    # the variables compile refuses, refused before the job starts (it would hand
+    # them to every process of the job): the same lines, from the same checks
+    from cuforge.cli import _programs
+
+    _programs.check_warm_setting()
+    _programs.check_environment()
     profiles = _profiles()
     chosen = _select.choose(args)
     if chosen.url is None:  # caching off: the job runs as it would without cuforge
