@@ -39,6 +39,7 @@ __all__ = [
     "missing",
     "open_choice",
     "require_existing",
+    "unreachable_level",
 ]
 
 #: A chosen cache (``storage.config.Selection``): ``url`` (None: off), ``origin``...
@@ -117,9 +118,14 @@ def require_existing(choice: Choice) -> None:
         )
 
 
-def open_choice(choice: Choice, *, read_only: bool = False) -> ProgramCacheResource:
+def open_choice(
+    choice: Choice, *, read_only: bool = False, as_compile: bool = False
+) -> ProgramCacheResource:
     """Open ``choice`` (which must not be off) with its secret and cap; ``read_only``
-    opens it to look (``open_cache(read_only=True)``).
+    opens it to look (``open_cache(read_only=True)``). ``as_compile`` (doctor, which
+    opens read-only to report what ``compile`` would do): a refusal whose words
+    depend on writing -- a directory that is not a cuforge cache -- is said as the
+    writable open ``compile`` makes says it, for a level not ``?ro``.
 
     Raises UsageError naming the origin and what is wrong, the ways out in the
     command line's words (``?trust=shared``, ``secret_file``; not ``trust_shared=True``).
@@ -127,7 +133,54 @@ def open_choice(choice: Choice, *, read_only: bool = False) -> ProgramCacheResou
     try:
         return choice.open(read_only=read_only)
     except (ValueError, TypeError, ImportError, OSError) as exc:
-        raise UsageError(explain(choice, exc)) from None
+        raise UsageError(explain(choice, _as_writer(choice, exc) if as_compile else exc)) from None
+
+
+def _as_writer(choice: Choice, exc: BaseException) -> BaseException:
+    """``exc`` as a writable open of ``choice`` raises it: the refusal of a directory
+    that is not a cuforge cache (``filestream._owned.not_a_cache``) has the writer's
+    words when that directory is a level not opened ``?ro``; anything else as is."""
+    import errno
+
+    from cuforge.storage import CachePathError
+
+    if not isinstance(exc, CachePathError) or exc.errno != errno.ENOTEMPTY:
+        return exc
+    import os
+
+    from cuforge.storage.filestream._owned import not_a_cache
+    from cuforge.storage.urls import parse_cache_url
+
+    for spec in parse_cache_url(choice.url or ""):
+        if spec.scheme == "file" and os.path.realpath(spec.location) == exc.path:
+            return exc if spec.read_only else not_a_cache(exc.path, read_only=False)
+    return exc
+
+
+def unreachable_level(choice: Choice) -> tuple[str, str] | None:
+    """The first Redis or S3 level of ``choice`` that cannot be reached or refuses
+    reads -- ``(its name as reports give it, the line cuforge cache stats would fail
+    with)`` -- asked as ``doctor`` asks it (``RemoteCache.check_server``, within the
+    level's own timeouts, changing nothing there); None when every one answers."""
+    from cuforge.storage.urls import open_level, parse_cache_url
+
+    names = level_names(choice)
+    for spec, (name, _) in zip(parse_cache_url(choice.url or ""), names, strict=True):
+        if spec.scheme in ("file", "sqlite", "memory"):
+            continue
+        try:
+            handle = open_level(spec.as_read_only())
+        except (ValueError, TypeError, ImportError, OSError):
+            continue  # opening the cache says it
+        with handle:
+            check = getattr(handle, "check_server", None)
+            if check is None:
+                continue
+            try:
+                check(writes=False)
+            except ConnectionError as exc:
+                return name, str(exc)
+    return None
 
 
 def level_names(choice: Choice) -> list[tuple[str, bool]]:

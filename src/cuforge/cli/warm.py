@@ -183,8 +183,19 @@ def _set_stored(chosen: _select.Choice, args: argparse.Namespace) -> bool:
 
 def _no_set(args: argparse.Namespace, chosen: _select.Choice, absent: str = "") -> int:
     """Say that no warm set of that name is stored (``absent``: the cache, or level,
-    that does not exist and was not created); exit 1."""
+    that does not exist and was not created); exit 1. When a server level cannot be
+    reached (``_select.unreachable_level``), whether the set exists is unknown: the
+    line says the set could not be read, and why."""
     import shlex  # the command to run, as a shell reads it: 'bad name/../'
+
+    down = _select.unreachable_level(chosen)
+    if down is not None:
+        print(
+            f"cuforge warm: warm set {args.warm_set!r} could not be read: {down[0]} is "
+            f"unreachable ({down[1]})",
+            file=sys.stderr,
+        )
+        return 1
 
     why = f": there is no cache at {absent} (nothing was created; " if absent else " ("
     record = f"cuforge run --warm-set {shlex.quote(args.warm_set)}"
@@ -208,6 +219,12 @@ def _fetch_set(
     local = is_local(cache)
     tier = None if local else warmsets.local_tier(cache)
     if tier is None and not local:
+        kept = _read_only_local(chosen)
+        if kept is not None:
+            raise UsageError(
+                f"--set: the local level {kept} of {chosen.where} {chosen.shown()} is "
+                "read-only (?ro): there is nothing to fetch the warm set into; drop its ?ro"
+            )
         raise UsageError(
             f"--set: {chosen.where} {chosen.shown()} has no local level to fetch the warm set "
             "into; give a tier such as file:///local/dir,redis://host/0"
@@ -224,6 +241,18 @@ def _fetch_set(
         "seconds": round(done.seconds, 3),
         "into": _local_level(chosen) if tier is not None else None,
     }
+
+
+def _read_only_local(chosen: _select.Choice) -> str | None:
+    """The name of ``chosen``'s first directory or database level when it is ``?ro``
+    (the local level a warm set would be fetched into, opened read-only), else None."""
+    from cuforge.storage.urls import parse_cache_url
+
+    specs = parse_cache_url(chosen.url or "")
+    for spec, (name, _) in zip(specs, _select.level_names(chosen), strict=True):
+        if spec.scheme in ("file", "sqlite"):
+            return name if spec.read_only else None
+    return None
 
 
 def _local_level(chosen: _select.Choice) -> str:
