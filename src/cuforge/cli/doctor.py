@@ -116,7 +116,9 @@ def _devices() -> dict[str, Any]:
 def _cache(args: argparse.Namespace) -> tuple[_select.Choice | None, dict[str, Any]]:
     """The cache the commands would use and what doctor found, chosen and checked by
     the functions the commands run (``_select.choose``, ``_select.open_choice``
-    read-only); ``problem`` is the line a command would fail with."""
+    read-only); ``problem`` is the line a command would fail with (a refusal that
+    depends on writing, such as a directory that is not a cuforge cache, in the words
+    of ``compile``, which writes: ``open_choice(..., as_compile=True)``)."""
     from cuforge.cli._args import UsageError
 
     try:
@@ -131,13 +133,20 @@ def _cache(args: argparse.Namespace) -> tuple[_select.Choice | None, dict[str, A
         return choice, {"cache": "off", "origin": choice.origin}
     info: dict[str, Any] = {"cache": choice.shown(), "origin": choice.origin}
     absent = _select.missing(choice)
+    kept_absent = _absent_read_only(choice, absent)
     if absent is not None:
         info["exists"] = False
+        if kept_absent:  # compile opens it read-only: an empty view, never created
+            info["exists_reason"] = "?ro: opened read-only, so no command creates it"
     try:
-        if absent is not None:  # compile would create it: could it?
-            absent.check_creatable()
+        if absent is not None and not kept_absent:  # compile would create it: could it?
+            try:
+                absent.check_creatable()
+            except OSError:
+                info["creatable"] = False  # creating is what fails
+                raise
         if absent is None or not _sqlite_level(choice):  # opening such a level creates it
-            cache = _select.open_choice(choice, read_only=True)
+            cache = _select.open_choice(choice, read_only=True, as_compile=True)
             with cache:
                 info["backend"] = type(cache).__name__
                 # the cap it is used with: the URL's, a setting's, or (a directory
@@ -145,67 +154,91 @@ def _cache(args: argparse.Namespace) -> tuple[_select.Choice | None, dict[str, A
                 info["max_size_bytes"] = getattr(cache, "max_size_bytes", None)
     except UsageError as exc:
         info["problem"] = str(exc)
-        if absent is not None:
-            info["creatable"] = False
         return choice, info
     except OSError as exc:
         info["problem"] = _select.explain(choice, exc)
-        if absent is not None:
-            info["creatable"] = False
         return choice, info
-    servers = _servers(choice)
+    levels, unreachable = _levels(choice)
+    if unreachable is not None:
+        info["unreachable"] = unreachable
     if absent is None:
-        info["exists"] = True if "unreachable" not in servers else None
-    writable = _writable(choice) if absent is None else True
-    if "writable" in servers:
-        writable = servers["writable"]
-    if writable is not None:
-        info["writable"] = writable
-        if not writable and _read_only_url(choice):
-            info["writable_reason"] = "?ro: opened read-only"
-    info.update({k: v for k, v in servers.items() if k != "writable"})
+        info["exists"] = True if unreachable is None else None
+    info["levels"] = levels
+    if len(levels) == 1:  # one level: the cache's own lines, as before
+        if levels[0]["writable"] is not None:
+            info["writable"] = levels[0]["writable"]
+            if "writable_reason" in levels[0]:
+                info["writable_reason"] = levels[0]["writable_reason"]
+    else:  # takes stores when any level does (compile stores in every one that can)
+        states = [level["writable"] for level in levels]
+        info["writable"] = True if True in states else (None if None in states else False)
+        if info["writable"] is None:
+            del info["writable"]
     return choice, info
 
 
-def _read_only_url(choice: _select.Choice) -> bool:
+def _absent_read_only(choice: _select.Choice, absent: Any) -> bool:
+    """Whether ``absent`` (the first level not there yet) is a ``?ro`` level: compile
+    opens it as an empty cache and never creates it."""
     from cuforge.storage.urls import parse_cache_url
 
-    specs = parse_cache_url(choice.url or "")
-    return len(specs) == 1 and specs[0].read_only
+    if absent is None:
+        return False
+    for spec in parse_cache_url(choice.url or ""):
+        if spec.scheme == absent.scheme and spec.location == absent.location:
+            return bool(spec.read_only)
+    return False
 
 
-def _servers(choice: _select.Choice) -> dict[str, Any]:
-    """Each server level of ``choice`` (Redis, S3) asked within its own timeouts,
-    with requests that change nothing there (``RemoteCache.check_server``):
-    ``unreachable``, the line ``cuforge cache stats`` would fail with, for the first
-    that cannot be reached or refuses reads; for a cache of one such level,
-    ``writable`` and, when it would refuse a store, ``writable_reason`` (the server's
-    answer)."""
+def _levels(choice: _select.Choice) -> tuple[list[dict[str, Any]], str | None]:
+    """Each level of ``choice`` (its name as reports give it, ``level_names``) and
+    whether a compile could store in it -- ``?ro``: no; ``memory://``: yes; a
+    directory or database: as this process's user (one not there yet: yes, created by
+    the first compile); a Redis or S3 server: asked within its own timeouts with
+    requests that change nothing there (``RemoteCache.check_server``), None when it
+    cannot be reached -- and the line ``cuforge cache stats`` would fail with for the
+    first server that cannot be reached or refuses reads (else None)."""
     from cuforge.storage.urls import open_level, parse_cache_url
 
     specs = parse_cache_url(choice.url or "")
-    found: dict[str, Any] = {}
-    for spec in specs:
+    names = _select.level_names(choice)
+    levels: list[dict[str, Any]] = []
+    unreachable: str | None = None
+    for spec, (name, _) in zip(specs, names, strict=True):
+        level: dict[str, Any] = {"level": name}
+        levels.append(level)
         if spec.scheme in ("file", "sqlite", "memory"):
+            if spec.read_only:
+                level["writable"] = False
+                level["writable_reason"] = "?ro: opened read-only"
+            elif spec.scheme == "memory":
+                level["writable"] = True
+            elif not os.path.lexists(spec.location):
+                level["writable"] = True  # the first compile creates it (checked above)
+            else:
+                level["writable"] = _writable(spec)
             continue
+        level["writable"] = None
         try:
-            level = open_level(spec.as_read_only())
+            handle = open_level(spec.as_read_only())
         except (ValueError, TypeError, ImportError, OSError):
             continue  # the open above said it, if it got this far
-        with level:
-            check = getattr(level, "check_server", None)
+        with handle:
+            check = getattr(handle, "check_server", None)
             if check is None:
                 continue
             try:
                 refused = check(writes=not spec.read_only)
             except ConnectionError as exc:
-                found.setdefault("unreachable", str(exc))
+                if unreachable is None:
+                    unreachable = str(exc)
                 continue
-        if len(specs) == 1:
-            found["writable"] = refused is None and not spec.read_only
-            if refused is not None:
-                found["writable_reason"] = f"the server refuses writes: {refused}"
-    return found
+        level["writable"] = refused is None and not spec.read_only
+        if spec.read_only:
+            level["writable_reason"] = "?ro: opened read-only"
+        elif refused is not None:
+            level["writable_reason"] = f"the server refuses writes: {refused}"
+    return levels, unreachable
 
 
 def _sqlite_level(choice: _select.Choice) -> bool:
@@ -214,18 +247,11 @@ def _sqlite_level(choice: _select.Choice) -> bool:
     return any(s.scheme == "sqlite" for s in parse_cache_url(choice.url or ""))
 
 
-def _writable(choice: _select.Choice) -> bool | None:
-    """Whether a compile could store in the existing cache ``choice`` (its only level
-    a directory or database): the directories it writes, as this process's user."""
-    from cuforge.storage.urls import parse_cache_url
-
-    specs = parse_cache_url(choice.url or "")
-    if len(specs) != 1 or specs[0].scheme not in ("file", "sqlite"):
-        return None
-    if specs[0].read_only:
-        return False
-    location = os.path.realpath(specs[0].location)
-    if specs[0].scheme == "sqlite":
+def _writable(spec: Any) -> bool:
+    """Whether a compile could store in the existing directory or database level
+    ``spec`` (not ``?ro``): the directories it writes, as this process's user."""
+    location = os.path.realpath(spec.location)
+    if spec.scheme == "sqlite":
         folder = os.path.dirname(location)
         return os.access(location, os.W_OK) and os.access(folder, os.W_OK | os.X_OK)
     entries = os.path.join(location, "entries")
@@ -314,6 +340,10 @@ def _settings(report: dict[str, Any], choice: _select.Choice | None) -> dict[str
         value = ",".join(a.value for a in archs)
         shown["arch"] = {"value": value, "from": archs[0].origin} if archs else _NOT_SET
     shown.update(_mirror_profiles())
+    try:  # the environment's switches, as compile and run check them
+        _programs.check_warm_setting()
+    except UsageError as exc:
+        shown["warm_error"] = {"value": str(exc), "from": "-"}
     user = _config.user_file()
     used = sorted({f.path for f in files.values()} | {p for p, _, _ in _config.mirror_tables()})
     shown["files"] = {"value": ", ".join(used) or f"none (user file: {user})", "from": "-"}
@@ -342,20 +372,41 @@ def _secret(files: dict[str, Any]) -> dict[str, dict[str, str]]:
     them: ``secret`` for one the environment gives -- ``$CUFORGE_CACHE_SECRET`` (its
     value never shown), else the file ``$CUFORGE_CACHE_SECRET_FILE`` names -- and
     ``secret file`` for the settings files' ``secret_file``, listed as not used when a
-    variable comes first."""
+    variable comes first. Each is read by the function the commands read it with
+    (``secret_from_env``, ``secret_from_file``): one that fails reads ``not read``
+    (the problem line says why), never ``read from``."""
+    from cuforge.storage._env import secret_file_from_env, secret_from_env, secret_from_file
     from cuforge.storage.config import ENV_SECRET, ENV_SECRET_FILE
 
     shown: dict[str, dict[str, str]] = {}
-    if os.environ.get(ENV_SECRET):  # what the selection takes first (set, not empty)
-        shown["secret"] = {"value": "set (not shown)", "from": f"${ENV_SECRET}"}
-    elif (os.environ.get(ENV_SECRET_FILE) or "").strip():
-        path = os.path.abspath(os.path.expanduser(os.environ[ENV_SECRET_FILE].strip()))
-        shown["secret"] = {"value": f"read from {path}", "from": f"${ENV_SECRET_FILE}"}
+    path = secret_file_from_env()
+    if os.environ.get(ENV_SECRET) or path is not None:  # what the selection takes first
+        try:
+            secret_from_env()
+        except ValueError:
+            failed = True
+        else:
+            failed = False
+        if path is None:
+            said = "set, but refused (see the problem below)" if failed else "set (not shown)"
+            shown["secret"] = {"value": said, "from": f"${ENV_SECRET}"}
+        else:
+            said = (
+                f"not read from {path} (see the problem below)" if failed else f"read from {path}"
+            )
+            shown["secret"] = {"value": said, "from": f"${ENV_SECRET_FILE}"}
     if "secret_file" in files:
         found = files["secret_file"]
         ahead = shown["secret"]["from"] if shown else ""
-        unused = f" (not used: {ahead} comes first)" if ahead else ""
-        shown["secret_file"] = {"value": found.value + unused, "from": found.origin}
+        if ahead:
+            value = f"{found.value} (not used: {ahead} comes first)"
+        else:
+            try:
+                secret_from_file(found.value, "secret_file")
+                value = found.value
+            except ValueError:
+                value = f"{found.value} (not read: see the problem below)"
+        shown["secret_file"] = {"value": value, "from": found.origin}
     elif not shown:
         shown["secret_file"] = _NOT_SET
     return shown
@@ -403,6 +454,10 @@ def _state_problem(path: str) -> str | None:
     return None
 
 
+#: The settings' entries that are refusals (each a problem line, not a setting's line).
+_ERROR_KEYS = ("error", "arch_error", "mirror_error", "warm_error")
+
+
 def _problems(report: dict[str, Any]) -> list[str]:
     """One line per thing that stops cuforge compiling or caching here: for the
     cache and the settings, the line the commands would exit 2 with."""
@@ -414,7 +469,7 @@ def _problems(report: dict[str, Any]) -> list[str]:
         found.append(f"CUDA headers: {report['cuda_headers']}")
     if "state_dir_problem" in report:
         found.append(report["state_dir_problem"])
-    settings = [report["settings"][k]["value"] for k in ("error", "arch_error", "mirror_error")
+    settings = [report["settings"][k]["value"] for k in _ERROR_KEYS
                 if k in report["settings"]]  # fmt: skip
     # A bad settings file fails the cache's choice too: listed once, as the file's.
     if "problem" in report and report["problem"] not in settings:
@@ -461,20 +516,29 @@ def _print(report: dict[str, Any]) -> None:
             said = "unknown (see the problem below)"
         elif exists:
             said = "yes"
+        elif "exists_reason" in report:
+            said = f"no ({report['exists_reason']})"
         elif report.get("creatable") is False:
             said = "no, and it cannot be created (see the problem below)"
         else:
             said = "not yet (created by the first compile)"
         line("exists", said)
-    if "writable" in report:
-        ok = report["writable"]
-        why = f" ({report['writable_reason']})" if "writable_reason" in report else ""
-        line("writable", _term.paint("yes", "green") if ok else _term.paint("no", "red") + why)
+    levels = report.get("levels", [])
+    for i, level in enumerate(levels):
+        ok = level["writable"]
+        why = f" ({level['writable_reason']})" if "writable_reason" in level else ""
+        if ok is None:
+            said = "unknown (see the problem below)"
+        else:
+            said = _term.paint("yes", "green") if ok else _term.paint("no", "red") + why
+        if len(levels) > 1:
+            said = f"{level['level']}  {said}"
+        line("writable" if i == 0 else "", said)
     line("state dir", report["state_dir"])
     for key, item in report["settings"].items():
         if key == "files":
             line("settings files", item["value"])
-        elif key not in ("cache", "error", "arch_error", "mirror_error"):
+        elif key != "cache" and key not in _ERROR_KEYS:
             source = "not set" if item is _NOT_SET else f"from {item['from']}"
             line(key.replace("_", " "), f"{item['value']}  ({source})")
     for problem in report["problems"]:
