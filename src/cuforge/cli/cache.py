@@ -495,7 +495,9 @@ def _print_details(details: dict[str, Any], to: Any) -> None:
 def _dir(args: argparse.Namespace) -> int:
     """The cache the other commands would use: a directory as an absolute path, any
     other cache as its URL (without a password); ``--default``: the default directory.
-    Caching off is an answer too (exit 0): ``caching is off (WHAT SAID SO)``, in
+    A cache of one directory is printed without its query (``?max_size=``, which
+    ``cuforge run`` adds to ``$CUFORGE_CACHE`` for a settings file's cap): a path
+    ``du`` can take. Caching off is an answer too (exit 0): ``caching is off (WHAT SAID SO)``, in
     ``--json`` ``"cache": null``."""
     if args.default:
         from cuforge.storage.filestream import default_cache_dir
@@ -510,5 +512,10 @@ def _dir(args: argparse.Namespace) -> int:
                 print(f"caching is off ({choice.said()})")
             return 0
         where, origin = choice.shown(), choice.origin
+        from cuforge.storage.urls import parse_cache_url
+
+        specs = parse_cache_url(choice.url)
+        if len(specs) == 1 and specs[0].scheme == "file":
+            where = where.split("?", 1)[0]  # the directory, not its options
     print(json.dumps({"cache": where, "origin": origin}, indent=2) if args.json else where)
     return 0
