@@ -109,13 +109,30 @@ def project_file() -> str | None:
 
 def _has_table(pyproject: str) -> bool:
     """Whether ``pyproject`` has a ``[tool.cuforge]`` table or one under it
-    (``[tool.cuforge.mirror.<name>]`` alone is one too)."""
+    (``[tool.cuforge.mirror.<name>]`` alone is one too). One that names
+    ``tool.cuforge`` otherwise (``[tool.cuforge`` with a typo, ``tool.cuforge.arch =``)
+    counts when it is not valid TOML (or sets the table by dotted keys), so reading
+    it is the error naming the file -- not skipped silently for a parent's settings;
+    it is parsed only then."""
     try:
         with open(pyproject, "rb") as f:
             data = f.read()
     except OSError:
         return False
-    return b"[tool.cuforge]" in data or b"[tool.cuforge." in data
+    if b"[tool.cuforge]" in data or b"[tool.cuforge." in data:
+        return True
+    if b"tool.cuforge" not in data:
+        return False
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - Python 3.10
+        import tomli as tomllib
+    try:
+        parsed = tomllib.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return True
+    tool = parsed.get("tool")
+    return isinstance(tool, dict) and "cuforge" in tool  # a dotted key: tool.cuforge.x
 
 
 def fingerprint() -> bytes:
