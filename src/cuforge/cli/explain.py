@@ -74,7 +74,11 @@ def _explain(args: argparse.Namespace) -> int:
     source = _programs.read_source(args.file)
     if given:
         _programs.check_arch("--arch", given[0])
-    configured = None if given else next(iter(_config.default_archs()), None)
+    archs = [] if given else _config.default_archs()
+    for found in archs[1:]:  # compile refuses the whole list for one bad arch: so here
+        words = f"arch {found.value!r} in {found.origin}"
+        _programs.check_arch_for(found.value, args.target, words, source.code_type)
+    configured = next(iter(archs), None)
     arch = given[0] if given else (configured.value if configured is not None else None)
     origin = None if configured is None else configured.origin
     said = f"--arch {arch}" if origin is None else f"arch {arch!r} in {origin}"
