@@ -12,6 +12,9 @@ compiles, a real redis-server), and fails on the main it was written against.
 - 6. ``warm --set`` with its server down: ``no warm set ... is stored``; a ``?ro``
   local level: ``has no local level``.
 - 7. ``cuforge run --cache off``: the job got Python's coerced ``LC_CTYPE``.
+- 8. ``cache dir`` inside ``cuforge run`` with a settings cap: ``DIR?max_size=N``.
+- 9. a ``pyproject.toml`` with ``[tool.cuforge`` (a typo): skipped silently.
+- 10. ``arch = ["sm_80", "sm_999"]``: explain answered for sm_80, compile refused.
 """
 
 from __future__ import annotations
@@ -243,4 +246,67 @@ def test_run_without_a_cache_hands_on_no_coerced_locale(tmp_path: Path) -> None:
         "with and without the user's own LC_CTYPE", 2,
         "the job's environment is exactly the user's (before: LC_CTYPE=C.UTF-8, Python's "
         "PEP 538 coercion, added)", scale="all",
+    )  # fmt: skip
+
+
+# -- 8. cache dir: the directory, not its options ----------------------------------------
+def test_cache_dir_prints_the_directory_of_a_cache_with_a_cap(tmp_path: Path) -> None:
+    """Inside ``cuforge run`` with a settings file's cap, ``$CUFORGE_CACHE`` is
+    ``DIR?max_size=N``: ``cache dir`` printed that (no path, no URL)."""
+    project = tmp_path / "p"
+    project.mkdir()
+    (project / "cuforge.toml").write_text('cache = ".cc"\nmax_size = "20G"\n')
+    job = run(tmp_path, "run", "--", str(SCRIPT), "cache", "dir", cwd=project)
+    assert (job.returncode, job.stdout) == (0, f"{project / '.cc'}\n"), job.stderr
+    env = isolated_env(tmp_path, CUFORGE_CACHE=f"{tmp_path}/d?max_size=1G")
+    assert run(tmp_path, "cache", "dir", env=env).stdout == f"{tmp_path}/d\n"
+    record(
+        "use", "cli", "cache dir inside cuforge run with a settings file's max_size, and "
+        "with $CUFORGE_CACHE=DIR?max_size=1G", 2,
+        "the directory's path (before: 'DIR?max_size=21474836480', which du cannot take)",
+        scale="all",
+    )  # fmt: skip
+
+
+# -- 9. a pyproject.toml that cannot be read ---------------------------------------------
+def test_a_broken_pyproject_naming_tool_cuforge_is_an_error_naming_it(tmp_path: Path) -> None:
+    """``[tool.cuforge`` (a typo): the file was skipped and a parent's cuforge.toml
+    used; a broken cuforge.toml is exit 2 naming it."""
+    (tmp_path / "cuforge.toml").write_text('cache = "off"\n')
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    (sub / "pyproject.toml").write_text('[tool.cuforge\narch = "sm_90"\n')
+    said = _said(run(tmp_path, "cache", "dir", cwd=sub), "cuforge cache dir")
+    assert said.startswith(f"{sub / 'pyproject.toml'} is not valid TOML: "), said
+    # valid, naming tool.cuforge only in a comment: not a settings file (the parent's is)
+    text = '# see tool.cuforge in the docs\n[project]\nname = "x"\n'
+    (sub / "pyproject.toml").write_text(text)
+    done = run(tmp_path, "cache", "dir", cwd=sub)
+    parent = tmp_path / "cuforge.toml"
+    assert done.stdout == f"caching is off (cache = 'off' in project config {parent})\n"
+    record(
+        "inputs", "cli", "a pyproject.toml with '[tool.cuforge' (a typo) below a cuforge.toml; "
+        "one naming tool.cuforge in a comment only", 2,
+        "exit 2 'PATH/pyproject.toml is not valid TOML: ...'; the comment-only one is not a "
+        "settings file (before: the broken one skipped silently, the parent's file used)",
+        scale="all",
+    )  # fmt: skip
+
+
+# -- 10. explain refuses the settings' arch list as compile does -------------------------
+def test_explain_refuses_a_configured_arch_list_as_compile_does(tmp_path: Path) -> None:
+    (tmp_path / "cuforge.toml").write_text('arch = ["sm_80", "sm_999"]\ncache = "c"\n')
+    (tmp_path / "saxpy.cu").write_text(SAXPY.read_text())
+    # the cache exists (an --arch beats the setting): explain answered, for sm_80
+    made = run(tmp_path, "compile", "saxpy.cu", "--arch", "sm_80", "-o", "k.cubin", cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    built = run(tmp_path, "compile", "saxpy.cu", "--outdir", "out", cwd=tmp_path)
+    line = _said(built, "cuforge compile")
+    assert "sm_999" in line
+    explained = run(tmp_path, "cache", "explain", "saxpy.cu", cwd=tmp_path)
+    assert _said(explained, "cuforge cache explain") == line
+    record(
+        "inputs", "cli", "arch = [sm_80, sm_999] in cuforge.toml: compile and cache explain", 2,
+        "both exit 2 with the same line naming sm_999 and the file (before: explain answered "
+        "for sm_80)", scale="all",
     )  # fmt: skip
