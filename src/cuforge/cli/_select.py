@@ -148,7 +148,7 @@ def _as_writer(choice: Choice, exc: BaseException) -> BaseException:
         return exc
     import os
 
-    from cuforge.storage.filestream._owned import not_a_cache
+    from cuforge.storage.filestream import not_a_cache
     from cuforge.storage.urls import parse_cache_url
 
     for spec in parse_cache_url(choice.url or ""):

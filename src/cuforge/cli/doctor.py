@@ -375,8 +375,13 @@ def _secret(files: dict[str, Any]) -> dict[str, dict[str, str]]:
     variable comes first. Each is read by the function the commands read it with
     (``secret_from_env``, ``secret_from_file``): one that fails reads ``not read``
     (the problem line says why), never ``read from``."""
-    from cuforge.storage._env import secret_file_from_env, secret_from_env, secret_from_file
-    from cuforge.storage.config import ENV_SECRET, ENV_SECRET_FILE
+    from cuforge.storage.config import (
+        ENV_SECRET,
+        ENV_SECRET_FILE,
+        secret_file_from_env,
+        secret_from_env,
+        secret_from_file,
+    )
 
     shown: dict[str, dict[str, str]] = {}
     path = secret_file_from_env()

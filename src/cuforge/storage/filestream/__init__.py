@@ -29,12 +29,13 @@ import os
 
 from ..handle import SharedCache
 from ._driver import FileStreamDriver
+from ._owned import not_a_cache
 
 TYPE_CHECKING = False  # typing is not imported at run time: it costs a cold hit ~5 ms
 if TYPE_CHECKING:
     from ..stats import CacheStats
 
-__all__ = ["FileStreamProgramCache", "default_cache_dir"]
+__all__ = ["FileStreamProgramCache", "default_cache_dir", "not_a_cache"]
 
 
 def default_cache_dir() -> str:
