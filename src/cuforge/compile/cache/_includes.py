@@ -39,8 +39,13 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import NamedTuple
+
+TYPE_CHECKING = False  # dataclasses imports inspect (ast, dis, tokenize): ~5 ms of a
+if TYPE_CHECKING:  # process's first compile(cache=); cuforge._fields makes Roots
+    from dataclasses import dataclass
+else:
+    from cuforge._fields import dataclass
 
 __all__ = [
     "ABSOLUTE",
@@ -261,7 +266,6 @@ class FileDep(NamedTuple):
     stat: tuple[int, int, int, int]  # (size, mtime_ns, ino, ctime_ns) when read
 
 
-@dataclass
 class DepSet:
     """The result of :func:`resolve`.
 
@@ -269,11 +273,14 @@ class DepSet:
     content; ``files`` and ``absent`` are what a manifest records and validates.
     """
 
-    headers: dict[str, bytes] = field(default_factory=dict)
-    digests: dict[str, str] = field(default_factory=dict)  # header name -> file_digest
-    files: dict[tuple[str, str], FileDep] = field(default_factory=dict)
-    absent: set[tuple[str, str]] = field(default_factory=set)
-    started_ns: int = field(default_factory=time.time_ns)  # before any file was looked at
+    __slots__ = ("absent", "digests", "files", "headers", "started_ns")
+
+    def __init__(self) -> None:
+        self.headers: dict[str, bytes] = {}
+        self.digests: dict[str, str] = {}  # header name -> file_digest
+        self.files: dict[tuple[str, str], FileDep] = {}
+        self.absent: set[tuple[str, str]] = set()
+        self.started_ns = time.time_ns()  # before any file was looked at
 
     def header_digests(self) -> list[tuple[str, str]]:
         """Sorted (name, content digest) pairs: exactly what NVRTC is given."""
