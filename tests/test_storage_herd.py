@@ -301,6 +301,47 @@ def test_an_entry_the_fleet_hands_over_counts_one_hit_where_it_was_found(
         tier.close()
 
 
+def test_a_host_waiter_whose_holder_stored_the_entry_takes_it_without_the_lock(
+    tmp_path,
+) -> None:
+    """The ranks of a host that waited for one holder took its lock in turn, each
+    making a lock file of its own (the holder deletes its file), only to read the
+    entry under it. A waiter whose holder finished now reads the entry at once and
+    holds nothing (``lock`` yields False, as after a hand-over from the fleet); one
+    whose holder stored nothing takes the lock. Counted as before: one hit at the
+    host's level."""
+    url = f"file://{tmp_path}/host,file://{tmp_path}/fleet"
+    holder, waiter = open_cache(url, secret=None), open_cache(url, secret=None)
+    locks = tmp_path / "host" / "locks"
+    try:
+        for key, stored in ((b"k", True), (b"failed", False)):
+            assert waiter.get_entry(key, count_miss=False) is None
+            got: list[tuple[bool, bytes | None]] = []
+
+            def wait(key: bytes = key) -> None:
+                with waiter.lock(key) as held:
+                    entry = waiter.get_entry(key)  # the look-again
+                    got.append((held, None if entry is None else entry.data))
+
+            with holder.lock(key) as held:
+                assert held
+                thread = threading.Thread(target=wait)
+                thread.start()
+                thread.join(0.2)
+                assert thread.is_alive() and not got  # blocked on the host's lock
+                if stored:
+                    holder[key] = b"compiled"
+            thread.join(30)
+            assert got == ([(False, b"compiled")] if stored else [(True, None)])
+            assert not list(locks.iterdir())  # no lock file left behind
+        host, fleet = waiter.level_stats()
+        assert (host.hits, host.misses, fleet.hits) == (1, 1, 0)
+        assert (waiter.stats().hits, waiter.stats().misses) == (1, 1)
+    finally:
+        holder.close()
+        waiter.close()
+
+
 def test_a_waiter_that_gave_up_lets_go_of_the_lock_it_gets_later(tmp_path) -> None:
     path = tmp_path / "k.lock"
     holder = os.open(path, os.O_RDWR | os.O_CREAT)

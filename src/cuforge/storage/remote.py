@@ -187,6 +187,7 @@ class RemoteDriver(Driver):
     """A :class:`~cuforge.storage.driver.Driver` over ``store`` (module docstring)."""
 
     remote = True
+    claim_reads_first = True  # a take answers the entry when it is there
 
     def __init__(
         self,
