@@ -37,9 +37,8 @@ import re
 import stat as stat_mod
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, namedtuple
 from collections.abc import Iterable
-from typing import NamedTuple
 
 TYPE_CHECKING = False  # dataclasses imports inspect (ast, dis, tokenize): ~5 ms of a
 if TYPE_CHECKING:  # process's first compile(cache=); cuforge._fields makes Roots
@@ -87,8 +86,10 @@ class UntrackableInclude(ValueError):
     and what to do."""
 
 
-class Directive(NamedTuple):
+class Directive(namedtuple("Directive", ["kind", "spelling", "angle", "macro", "line", "certain"])):
     """One include-like construct found in a file."""
+
+    __slots__ = ()
 
     kind: str  # "include", "include_next", "has_include", "has_include_next"
     spelling: str | None  # the name between quotes/brackets; None: computed (macro)
@@ -165,9 +166,11 @@ def _scan_joined(text: bytes) -> list[Directive]:
     return found
 
 
-class Analysis(NamedTuple):
+class Analysis(namedtuple("Analysis", ["directives", "defines"])):
     """What resolution needs of one file: its include-like constructs and the macros
     it defines (name -> body; None for a function-like macro)."""
+
+    __slots__ = ()
 
     directives: list[Directive]
     defines: list[tuple[str, bytes | None]]
@@ -257,8 +260,10 @@ class Roots:
         return None if base is None else os.path.join(base, rel)
 
 
-class FileDep(NamedTuple):
+class FileDep(namedtuple("FileDep", ["pos", "rel", "digest", "stat"])):
     """A user file the compile reads: where it was found and what it held."""
+
+    __slots__ = ()
 
     pos: str
     rel: str
