@@ -5,8 +5,8 @@ waiting paths) and ``benchmarks/bench_herd.py`` (hundreds, the numbers of
 docs/scaling.md). Run as ``python tests/_herd.py '<job json>'``; each client is its
 own Python process:
 
-- it imports cuforge (and the server's client library: obstore for S3, redis-py for
-  a cluster; a plain Redis is served by cuforge's own small client), opens its cache
+- it imports cuforge (and the server's client library: obstore for S3; Redis and a
+  Redis Cluster are served by cuforge's own small client), opens its cache
   URL (a tier ``file://<its host's dir>,<fleet server>``: ranks of one simulated host
   share the directory), counts every request it sends to the fleet server (Redis:
   each command through the small client and through redis-py; S3: each obstore
@@ -194,8 +194,6 @@ def client(job: dict[str, Any]) -> None:
 
     sent: dict[str, int] = {}  # requests this client sent, by command
     (count_s3 if job["s3"] else count_redis)(sent)
-    if "+cluster" in job["url"]:  # the start is after imports: a cluster's client's too
-        import redis.cluster  # noqa: F401
     real = _nvrtc.compile_cpp
     victim = job.get("victim")
     compiles = [0]  # real compiles this process made
