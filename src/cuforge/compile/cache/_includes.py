@@ -71,14 +71,38 @@ SOURCE, CWD, ABSOLUTE = "S", "C", "A"
 # and blanks or block comments may stand between it and the directive's name.
 _HASH = rb"(?:#|%:|\?\?=)"
 _GAP = rb"(?:[ \t]|/\*(?:[^*]|\*(?!/))*\*/)*"
-_OPERAND = re.compile(_GAP + rb'(?:"([^"\n]*)"|<([^>\n]*)>|([A-Za-z_]\w*)?)')
-_DIRECTIVE = re.compile(_HASH + _GAP + rb"(include_next|include|import)\b")
-_HAS_INCLUDE = re.compile(rb"__has_include(_next)?" + _GAP + rb"\(")
-_LINE_START = re.compile(rb"(?:^|\n)[ \t]*(?:/\*.*?\*/[ \t]*)*$", re.DOTALL)
-_DEFINE = re.compile(
-    rb"^[ \t]*" + _HASH + _GAP + rb"define[ \t]+([A-Za-z_]\w*)(\(?)(.*)$", re.MULTILINE
-)
 _MAX_MACRO_DEPTH = 32
+
+
+class _Patterns:
+    """The patterns of the scan, compiled when a first file is scanned: a process
+    whose programs can read no file (``may_name_files``: most) never compiles them
+    (~1 ms of its first compile(cache=), paid by every rank of a job at once)."""
+
+    __slots__ = ("comment", "define", "directive", "has_include", "line_start", "macro_body",
+                 "operand")  # fmt: skip
+
+    def __init__(self) -> None:
+        self.operand = re.compile(_GAP + rb'(?:"([^"\n]*)"|<([^>\n]*)>|([A-Za-z_]\w*)?)')
+        self.directive = re.compile(_HASH + _GAP + rb"(include_next|include|import)\b")
+        self.has_include = re.compile(rb"__has_include(_next)?" + _GAP + rb"\(")
+        self.line_start = re.compile(rb"(?:^|\n)[ \t]*(?:/\*.*?\*/[ \t]*)*$", re.DOTALL)
+        self.define = re.compile(
+            rb"^[ \t]*" + _HASH + _GAP + rb"define[ \t]+([A-Za-z_]\w*)(\(?)(.*)$", re.MULTILINE
+        )
+        self.comment = re.compile(rb"/\*.*?\*/|//.*")
+        self.macro_body = re.compile(rb'"([^"]*)"|<([^>]*)>|([A-Za-z_]\w*)')
+
+
+_compiled: list[_Patterns] = []  # the one _Patterns, once made
+
+
+def _patterns() -> _Patterns:
+    """The scan's patterns (compiled on the first call; two threads racing to it
+    compile twice, harmlessly)."""
+    if not _compiled:
+        _compiled.append(_Patterns())
+    return _compiled[0]
 
 
 class UntrackableInclude(ValueError):
@@ -140,15 +164,16 @@ def scan(text: bytes) -> list[Directive]:
 
 def _scan_joined(text: bytes) -> list[Directive]:
     found: list[Directive] = []
-    for pattern in (_DIRECTIVE, _HAS_INCLUDE):
+    p = _patterns()
+    for pattern in (p.directive, p.has_include):
         for m in pattern.finditer(text):
-            op = _OPERAND.match(text, m.end())
+            op = p.operand.match(text, m.end())
             assert op is not None  # every group is optional
             quoted, bracket, macro = op.groups()
-            if pattern is _DIRECTIVE:
+            if pattern is p.directive:
                 kind = "include_next" if m.group(1) == b"include_next" else "include"
                 start = text.rfind(b"\n", 0, m.start()) + 1
-                certain = _LINE_START.match(b"\n" + text[start : m.start()]) is not None
+                certain = p.line_start.match(b"\n" + text[start : m.start()]) is not None
             else:
                 kind = "has_include_next" if m.group(1) else "has_include"
                 certain = True
@@ -180,7 +205,8 @@ def analyse(text: bytes) -> Analysis:
     """:func:`scan` ``text`` and collect its ``#define`` lines (splices joined first)."""
     text = _joined(text, False)  # scan() finds nothing left to join
     defines = [
-        (m.group(1).decode(), None if m.group(2) else m.group(3)) for m in _DEFINE.finditer(text)
+        (m.group(1).decode(), None if m.group(2) else m.group(3))
+        for m in _patterns().define.finditer(text)
     ]
     return Analysis(scan(text), defines)
 
@@ -423,8 +449,9 @@ class _Resolver:
         for body in bodies:
             if body is None:
                 return None
-            text = _COMMENT.sub(b"", body).strip()
-            op = _MACRO_BODY.fullmatch(text)
+            p = _patterns()
+            text = p.comment.sub(b"", body).strip()
+            op = p.macro_body.fullmatch(text)
             if op is None:
                 return None
             if op.group(3) is not None:
@@ -501,10 +528,6 @@ class _Resolver:
         for d, includer, where in computed:
             self._computed(d, includer, where, final=True)
         return self.out
-
-
-_COMMENT = re.compile(rb"/\*.*?\*/|//.*")
-_MACRO_BODY = re.compile(rb'"([^"]*)"|<([^>]*)>|([A-Za-z_]\w*)')
 
 
 def resolve(
