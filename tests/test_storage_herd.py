@@ -318,7 +318,7 @@ def test_a_host_waiter_whose_holder_stored_the_entry_takes_it_without_the_lock(
             assert waiter.get_entry(key, count_miss=False) is None
             got: list[tuple[bool, bytes | None]] = []
 
-            def wait(key: bytes = key) -> None:
+            def wait(key: bytes = key, got: list[tuple[bool, bytes | None]] = got) -> None:
                 with waiter.lock(key) as held:
                     entry = waiter.get_entry(key)  # the look-again
                     got.append((held, None if entry is None else entry.data))
@@ -340,6 +340,12 @@ def test_a_host_waiter_whose_holder_stored_the_entry_takes_it_without_the_lock(
     finally:
         holder.close()
         waiter.close()
+    record(
+        "herd", "filestream", "a rank waits on its host's lock while the host's holder "
+        "stores the entry; another while the holder stores nothing", 2,
+        "the first took the stored entry without the lock (held False), no lock file "
+        "left; the second took the lock; one hit and one miss at the host's level", scale="all",
+    )  # fmt: skip
 
 
 def test_a_waiter_that_gave_up_lets_go_of_the_lock_it_gets_later(tmp_path) -> None:
@@ -415,6 +421,11 @@ def test_waits_reuse_their_blocking_thread(tmp_path, monkeypatch) -> None:
     finally:
         os.close(holder)
     assert started.count("cuforge-file-lock") <= 1
+    record(
+        "herd", "filestream", "waits in a row on a file lock its holder holds", 5,
+        f"{started.count('cuforge-file-lock')} blocking thread started (one per wait before)",
+        scale="all",
+    )  # fmt: skip
 
 
 def test_a_forked_child_waits_with_threads_of_its_own(tmp_path) -> None:
@@ -446,6 +457,10 @@ def test_a_forked_child_waits_with_threads_of_its_own(tmp_path) -> None:
     finally:
         os.close(read)
         os.close(holder)
+    record(
+        "herd", "filestream", "a forked child waits on a lock after its parent kept a "
+        "blocking thread", 1, "the child got the lock when its parent let go", scale="all",
+    )  # fmt: skip
 
 
 def test_s3_checks_follow_the_hint_and_never_stop_for_longer_than_most() -> None:

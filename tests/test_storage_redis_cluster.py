@@ -18,6 +18,7 @@ from cuforge.storage import CacheReadWarning, CacheWriteWarning
 from cuforge.storage.entry import key_digest
 from cuforge.storage.redis import RedisProgramCache
 from cuforge.storage.redis._cluster import ClusterClient, key_slot
+from reliability._figures import record
 
 
 def _fresh(code: str) -> list:
@@ -76,6 +77,12 @@ def test_a_fresh_process_fills_waits_and_hits_on_a_cluster_without_redis_py(
     fleet = {k.decode(): int(v) for k, v in nodes[_owner(nodes, key_slot(b"fresh:stats"))]
              .hgetall(b"fresh:stats").items()}  # fmt: skip
     assert fleet["stores"] == 61  # the counters reached the stats key's primary
+    record(
+        "herd", "redis cluster", "a fresh process fills under a lease, stores 61 entries "
+        "and a batch over 3 primaries, reads them back", 61,
+        "every entry on its slot's primary, read back whole; the counters on the stats "
+        "key's primary; redis-py never imported", scale="all",
+    )  # fmt: skip
 
 
 def test_a_migrating_then_moved_slot_is_followed(redis_cluster) -> None:
@@ -112,6 +119,11 @@ def test_a_migrating_then_moved_slot_is_followed(redis_cluster) -> None:
         assert (stats.read_failures, stats.write_failures, stats.hits) == (0, 0, 4)
     finally:
         cache.close()
+    record(
+        "herd", "redis cluster", "a slot migrating (ASK), then moved (MOVED), under a client "
+        "that read the slot map before", 2, "reads, a store and the lease followed to the "
+        "new primary; 0 read or write failures", scale="all",
+    )  # fmt: skip
 
 
 def test_a_slot_no_primary_serves_is_an_outage_the_cache_fails_open_on(redis_cluster) -> None:
@@ -133,6 +145,11 @@ def test_a_slot_no_primary_serves_is_an_outage_the_cache_fails_open_on(redis_clu
                    for w in caught), [str(w.message) for w in caught]  # fmt: skip
     finally:
         cache.close()
+    record(
+        "herd", "redis cluster", "the slot of a stored entry served by no primary "
+        "(CLUSTER DELSLOTS)", 1, "a miss and a dropped store, one warning, backed off as an "
+        "outage; no error reached the caller", scale="all",
+    )  # fmt: skip
 
 
 @pytest.mark.parametrize("url", ["rediss+cluster://127.0.0.1:1", "redis+cluster://h:1/2"])
