@@ -204,6 +204,24 @@ def _by_role(results: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     }  # fmt: skip
 
 
+def _had(results: list[dict[str, Any]], t_go: float) -> list[dict[str, float]]:
+    """For each kernel (in order): when clients had it, from the common start -- when
+    their compile() of it began (median) and returned (median, max)."""
+    out = []
+    for k in sorted({int(k) for r in results for k in r["wall_kernel"]}):
+        began = [r["wall_kernel"][str(k)][0] - t_go for r in results]
+        ended = [r["wall_kernel"][str(k)][1] - t_go for r in results]
+        out.append(
+            {
+                "kernel": k,
+                "began_median": round(statistics.median(began), 3),
+                "median": round(statistics.median(ended), 3),
+                "max": round(max(ended), 3),
+            }
+        )
+    return out
+
+
 def run_herd(
     servers: Servers, server: str, clients: int, per_host: int, kernels: int, unroll: int,
     lease: float, order: str, kill: bool = False,
@@ -245,6 +263,7 @@ def run_herd(
         "client_cpu_ms_per_kernel": 1000 * statistics.median(r["cpu_s"] for r in got.results)
         / kernels,
         "client_cpu_start_ms": 1000 * statistics.median(r["cpu_start_s"] for r in got.results),
+        "kernel_had_s": _had(got.results, got.t_go),
         "client_cpu_ms_by_role": _by_role(got.results),
         "times_s": [round(t, 4) for t in times],
         "p50_s": _pct(times, 50), "p99_s": _pct(times, 99), "max_s": times[-1],
@@ -318,6 +337,8 @@ def print_row(r: dict[str, Any]) -> None:
     if "commandstats" in r:
         print(f"         commandstats: {r['commandstats']}", flush=True)
     print(f"         compiles (kernel, start, end): {r['compile_timeline']}", flush=True)
+    had = ", ".join(f"{h['kernel']}: {h['median']:.2f}/{h['max']:.2f}" for h in r["kernel_had_s"])
+    print(f"         clients had kernel k at (median/max s): {had}", flush=True)
 
 
 # -- capacity --------------------------------------------------------------------------

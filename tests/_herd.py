@@ -153,6 +153,15 @@ def _block_on(path: str) -> None:
     os.close(fd)
 
 
+def _small_cluster_client() -> bool:
+    """Whether this cuforge's small Redis client speaks cluster (else its cluster ranks
+    use redis-py, which the harness imports before the common start, as it did then:
+    comparisons with an older checkout measure the herd, not that import)."""
+    import importlib.util
+
+    return importlib.util.find_spec("cuforge.storage.redis._cluster") is not None
+
+
 def _cpu() -> float:
     """CPU seconds (user + system) this process used so far, every thread's."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
@@ -194,6 +203,8 @@ def client(job: dict[str, Any]) -> None:
 
     sent: dict[str, int] = {}  # requests this client sent, by command
     (count_s3 if job["s3"] else count_redis)(sent)
+    if "+cluster" in job["url"] and not _small_cluster_client():
+        import redis.cluster  # noqa: F401  # an older cuforge: redis-py, imported before the start
     real = _nvrtc.compile_cpp
     victim = job.get("victim")
     compiles = [0]  # real compiles this process made
@@ -226,13 +237,15 @@ def client(job: dict[str, Any]) -> None:
     Path(job["dir"], f"ready.{job['i']}").touch()
     cpu_start = _cpu()  # the interpreter's start, imports, opening the cache
     _block_on(job["go"])
-    shas, roles, cpu_k, profiles = {}, {}, {}, {}
+    shas, roles, cpu_k, profiles, wall_k = {}, {}, {}, {}, {}
     for k in order:
         profile = profiles[k] = _profiler(job)
         before, compiled, c0 = _served(cache), compiles[0], _cpu()
         if profile is not None:
             profile.enable()
+        t0 = time.monotonic()
         obj = Program(sources[k], "c++", options=opts).compile("cubin", cache=cache)
+        wall_k[k] = (t0, time.monotonic())
         if profile is not None:
             profile.disable()
         cpu_k[k] = _cpu() - c0
@@ -247,6 +260,7 @@ def client(job: dict[str, Any]) -> None:
     result = {
         "i": job["i"], "host": job["host"], "pid": os.getpid(), "done": done, "shas": shas,
         "cpu_s": cpu_s, "cpu_start_s": cpu_start, "cpu_kernel_s": cpu_k, "roles": roles,
+        "wall_kernel": wall_k,
         "sent": dict(sent), "stats": cache.stats().as_dict(),
     }  # fmt: skip
     tmp = Path(job["dir"], f".result.{job['i']}")
