@@ -348,6 +348,41 @@ def test_a_host_waiter_whose_holder_stored_the_entry_takes_it_without_the_lock(
     )  # fmt: skip
 
 
+def test_a_host_waiter_whose_holder_stored_a_foreign_entry_takes_the_lock(tmp_path) -> None:
+    """A signed host level hands a waiter over only an entry that verifies: one its
+    host's holder stored under another secret is refused, and the waiter then takes
+    the lock (as a waiter did before the hand-over) and goes on to the fleet, rather
+    than compiling unlocked."""
+    url = f"file://{tmp_path}/host,file://{tmp_path}/fleet"
+    holder = open_cache(url, secret="another-host-" + "cd" * 16)
+    waiter = open_cache(url, secret="this-host-" + "ab" * 16)
+    try:
+        got: list[tuple[bool, bytes | None]] = []
+
+        def wait() -> None:
+            with waiter.lock(b"k") as held:
+                got.append((held, waiter.get(b"k")))
+
+        with holder.lock(b"k") as held:
+            assert held
+            thread = threading.Thread(target=wait)
+            thread.start()
+            thread.join(0.2)
+            assert thread.is_alive() and not got
+            holder[b"k"] = b"signed under another secret"
+        thread.join(30)
+        assert got == [(True, None)]  # it holds the lock to fill; the entry never served
+        assert waiter.stats().signature_failures >= 1
+    finally:
+        holder.close()
+        waiter.close()
+    record(
+        "herd", "filestream (signed)", "a host's holder stores an entry signed under another "
+        "secret while a rank waits on the host's lock", 1, "the entry was refused, never "
+        "served; the waiter took the lock (to fill) instead of compiling unlocked", scale="all",
+    )  # fmt: skip
+
+
 def test_a_waiter_that_gave_up_lets_go_of_the_lock_it_gets_later(tmp_path) -> None:
     path = tmp_path / "k.lock"
     holder = os.open(path, os.O_RDWR | os.O_CREAT)
