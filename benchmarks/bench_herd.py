@@ -204,6 +204,18 @@ def _by_role(results: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     }  # fmt: skip
 
 
+def _fleet_ranks(results: list[dict[str, Any]]) -> dict[str, float]:
+    """How many of a host's ranks waited on the fleet for some kernel (each opened the
+    fleet's level and connected: a cost paid once per rank), mean and max over hosts."""
+    ranks: dict[int, int] = {}
+    for r in results:
+        ranks.setdefault(r["host"], 0)
+        if any(role == "fleet" for role in r["roles"].values()):
+            ranks[r["host"]] += 1
+    counts = list(ranks.values())
+    return {"mean": statistics.fmean(counts), "max": max(counts)}
+
+
 def _had(results: list[dict[str, Any]], t_go: float) -> list[dict[str, float]]:
     """For each kernel (in order): when clients had it, from the common start -- when
     their compile() of it began (median) and returned (median, max)."""
@@ -264,6 +276,7 @@ def run_herd(
         / kernels,
         "client_cpu_start_ms": 1000 * statistics.median(r["cpu_start_s"] for r in got.results),
         "kernel_had_s": _had(got.results, got.t_go),
+        "fleet_ranks_per_host": _fleet_ranks(got.results),
         "client_cpu_ms_by_role": _by_role(got.results),
         "times_s": [round(t, 4) for t in times],
         "p50_s": _pct(times, 50), "p99_s": _pct(times, 99), "max_s": times[-1],
@@ -331,8 +344,10 @@ def print_row(r: dict[str, Any]) -> None:
         f"{role} {v['median']:.2f} (p90 {v['p90']:.2f}, n={v['n']})"
         for role, v in r["client_cpu_ms_by_role"].items()
     )
+    fleet = r["fleet_ranks_per_host"]
     print(f"         client cpu ms per kernel by role, median: {roles}; "
-          f"start {r['client_cpu_start_ms']:.0f} ms", flush=True)  # fmt: skip
+          f"start {r['client_cpu_start_ms']:.0f} ms; ranks of a host that waited on the "
+          f"fleet: {fleet['mean']:.1f} (max {fleet['max']})", flush=True)  # fmt: skip
     print(f"         requests: {r['requests']}", flush=True)
     if "commandstats" in r:
         print(f"         commandstats: {r['commandstats']}", flush=True)
