@@ -23,6 +23,11 @@ NVRTC compiles. Recorded per server and N:
   and shown beside; for Redis
   also the servers' ``INFO commandstats`` before and after (script-internal calls
   included there), and the servers' CPU time per request (``/proc/<pid>/stat``);
+- **client CPU** (``getrusage`` in each client): the start (interpreter, imports,
+  opening the cache: before the common start) and each kernel's ``compile()``, by
+  the client's role in it (holder, fleet waiter, host-lock waiter; a client's first
+  kernel apart: it also pays the compile path's first use); ``--profile DIR``
+  writes a cProfile of each;
 - with ``--kill``: the holder of one kernel is SIGKILLed 0.3 s into its compile
   (the compile hangs until killed); the time from the kill to the replacement's
   compile start, against ``lock_lease + 1 s``.
@@ -75,6 +80,8 @@ KEEP = False
 #: default 0.5 s for a core, and a lease request that times out compiles unlocked
 #: (fail-open, as designed) -- a measure of this machine, not of the herd.
 TIMEOUT_S = 2.0
+#: ``--profile DIR``: each client writes a cProfile of its herd phase there.
+PROFILE: str | None = None
 
 # -- servers ---------------------------------------------------------------------------
 
@@ -177,6 +184,56 @@ def _pct(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, math.ceil(len(ordered) * p / 100) - 1))]
 
 
+def _by_role(results: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """CPU ms a client spent in one kernel's ``compile()``, by its role in that kernel
+    (``tests/_herd.py``: holder, fleet waiter, host-lock waiter; a client's first
+    kernel apart, ``first-<role>``: it also pays the compile path's first use, as a
+    lone client does): how many such (client, kernel) pairs, their median, p90 and
+    mean."""
+    per: dict[str, list[float]] = {}
+    for r in results:
+        first = True
+        for k, role in r["roles"].items():  # in the client's order
+            name = f"first-{role}" if first else role
+            per.setdefault(name, []).append(1000 * r["cpu_kernel_s"][k])
+            first = False
+    return {
+        role: {"n": len(v), "median": statistics.median(v), "p90": _pct(v, 90),
+               "mean": statistics.fmean(v)}
+        for role, v in sorted(per.items())
+    }  # fmt: skip
+
+
+def _fleet_ranks(results: list[dict[str, Any]]) -> dict[str, float]:
+    """How many of a host's ranks waited on the fleet for some kernel (each opened the
+    fleet's level and connected: a cost paid once per rank), mean and max over hosts."""
+    ranks: dict[int, int] = {}
+    for r in results:
+        ranks.setdefault(r["host"], 0)
+        if any(role == "fleet" for role in r["roles"].values()):
+            ranks[r["host"]] += 1
+    counts = list(ranks.values())
+    return {"mean": statistics.fmean(counts), "max": max(counts)}
+
+
+def _had(results: list[dict[str, Any]], t_go: float) -> list[dict[str, float]]:
+    """For each kernel (in order): when clients had it, from the common start -- when
+    their compile() of it began (median) and returned (median, max)."""
+    out = []
+    for k in sorted({int(k) for r in results for k in r["wall_kernel"]}):
+        began = [r["wall_kernel"][str(k)][0] - t_go for r in results]
+        ended = [r["wall_kernel"][str(k)][1] - t_go for r in results]
+        out.append(
+            {
+                "kernel": k,
+                "began_median": round(statistics.median(began), 3),
+                "median": round(statistics.median(ended), 3),
+                "max": round(max(ended), 3),
+            }
+        )
+    return out
+
+
 def run_herd(
     servers: Servers, server: str, clients: int, per_host: int, kernels: int, unroll: int,
     lease: float, order: str, kill: bool = False,
@@ -193,7 +250,7 @@ def run_herd(
         got = _herd.run(
             work, lambda host: f"file://{work}/host{host},{url}", clients, per_host, kernels,
             unroll, s3=server == "s3", env=servers.env, order=order,
-            victim=kernels // 2 if kill else None, timeout=1800, mark=mark,
+            victim=kernels // 2 if kill else None, timeout=1800, mark=mark, profile=PROFILE,
         )  # fmt: skip
         kept = len(got.compiles) != kernels + (1 if kill else 0) and KEEP
     finally:
@@ -217,6 +274,10 @@ def run_herd(
         ),
         "client_cpu_ms_per_kernel": 1000 * statistics.median(r["cpu_s"] for r in got.results)
         / kernels,
+        "client_cpu_start_ms": 1000 * statistics.median(r["cpu_start_s"] for r in got.results),
+        "kernel_had_s": _had(got.results, got.t_go),
+        "fleet_ranks_per_host": _fleet_ranks(got.results),
+        "client_cpu_ms_by_role": _by_role(got.results),
         "times_s": [round(t, 4) for t in times],
         "p50_s": _pct(times, 50), "p99_s": _pct(times, 99), "max_s": times[-1],
         "_shas": [r["shas"] for r in got.results],
@@ -279,10 +340,20 @@ def print_row(r: dict[str, Any]) -> None:
         f"client cpu {r['client_cpu_ms_per_kernel']:.1f} ms/kernel{kill}",
         flush=True,
     )
+    roles = "  ".join(
+        f"{role} {v['median']:.2f} (p90 {v['p90']:.2f}, n={v['n']})"
+        for role, v in r["client_cpu_ms_by_role"].items()
+    )
+    fleet = r["fleet_ranks_per_host"]
+    print(f"         client cpu ms per kernel by role, median: {roles}; "
+          f"start {r['client_cpu_start_ms']:.0f} ms; ranks of a host that waited on the "
+          f"fleet: {fleet['mean']:.1f} (max {fleet['max']})", flush=True)  # fmt: skip
     print(f"         requests: {r['requests']}", flush=True)
     if "commandstats" in r:
         print(f"         commandstats: {r['commandstats']}", flush=True)
     print(f"         compiles (kernel, start, end): {r['compile_timeline']}", flush=True)
+    had = ", ".join(f"{h['kernel']}: {h['median']:.2f}/{h['max']:.2f}" for h in r["kernel_had_s"])
+    print(f"         clients had kernel k at (median/max s): {had}", flush=True)
 
 
 # -- capacity --------------------------------------------------------------------------
@@ -391,10 +462,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="24 clients, 4 kernels")
     ap.add_argument("--keep", action="store_true", help="keep the logs of a run gone wrong")
     ap.add_argument("--timeout", type=float, default=2.0, help="request timeout (2 s)")
+    ap.add_argument(
+        "--profile", metavar="DIR",
+        help="each herd client writes a cProfile (CPU time) of each kernel's compile() "
+        "to DIR/<role>.<client>.<kernel> (role: holder, fleet, host; first-<role> for "
+        "a client's first kernel); the last run's. Sum them: python -m pstats",
+    )  # fmt: skip
     _results.add_arguments(ap)
     args = ap.parse_args(argv)
-    global KEEP, TIMEOUT_S
+    global KEEP, TIMEOUT_S, PROFILE
     KEEP, TIMEOUT_S = args.keep, args.timeout
+    if args.profile:
+        PROFILE = os.path.abspath(args.profile)
+        os.makedirs(PROFILE, exist_ok=True)
     # A SIGTERM unwinds like an exception: the clients and the servers are stopped.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     kernels = 4 if args.quick else args.kernels

@@ -5,8 +5,8 @@ waiting paths) and ``benchmarks/bench_herd.py`` (hundreds, the numbers of
 docs/scaling.md). Run as ``python tests/_herd.py '<job json>'``; each client is its
 own Python process:
 
-- it imports cuforge (and the server's client library: obstore for S3, redis-py for
-  a cluster; a plain Redis is served by cuforge's own small client), opens its cache
+- it imports cuforge (and the server's client library: obstore for S3; Redis and a
+  Redis Cluster are served by cuforge's own small client), opens its cache
   URL (a tier ``file://<its host's dir>,<fleet server>``: ranks of one simulated host
   share the directory), counts every request it sends to the fleet server (Redis:
   each command through the small client and through redis-py; S3: each obstore
@@ -15,6 +15,11 @@ own Python process:
 - it compiles the K kernels (real NVRTC compiles; each one appends a line to the
   ``compiles`` file), records the sha256 of every cubin and when it had all K,
   writes its result and blocks again until the harness lets it close its cache.
+  Its CPU time (``getrusage``, every thread's) is recorded for the start (the
+  interpreter, imports, opening the cache) and for each kernel's ``compile()``,
+  with its role in that kernel (``holder``: it compiled it; ``fleet``: its host's
+  waiter on the fleet; ``host``: it waited on its host's lock and read the host's
+  level); with a ``profile`` folder, a cProfile (CPU time) of each ``compile()``.
 - ``victim``: the first process to compile that kernel says so in ``compiles`` and
   hangs in the compile (holding the kernel's locks) until the harness SIGKILLs it.
 
@@ -30,6 +35,7 @@ import hashlib
 import json
 import os
 import random
+import resource
 import signal
 import subprocess
 import sys
@@ -147,6 +153,48 @@ def _block_on(path: str) -> None:
     os.close(fd)
 
 
+def _small_cluster_client() -> bool:
+    """Whether this cuforge's small Redis client speaks cluster (else its cluster ranks
+    use redis-py, which the harness imports before the common start, as it did then:
+    comparisons with an older checkout measure the herd, not that import)."""
+    import importlib.util
+
+    return importlib.util.find_spec("cuforge.storage.redis._cluster") is not None
+
+
+def _cpu() -> float:
+    """CPU seconds (user + system) this process used so far, every thread's."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _served(cache: Any) -> tuple[int, ...]:
+    """Hits each level of the client's tier counted so far."""
+    return tuple(s.hits for s in cache.level_stats())
+
+
+def _role(before: tuple[int, ...], after: tuple[int, ...], compiled: bool) -> str:
+    """What the client was for one kernel: ``holder`` (it compiled it), ``fleet``
+    (its host's waiter on the fleet: a hit behind the host level), ``host`` (it
+    waited on its host's lock, then hit the host level), ``miss`` (neither)."""
+    if compiled:
+        return "holder"
+    gained = [a - b for a, b in zip(after, before, strict=True)]
+    if any(gained[1:]):
+        return "fleet"
+    return "host" if gained and gained[0] else "miss"
+
+
+def _profiler(job: dict[str, Any]) -> Any:
+    """A cProfile (CPU seconds, not the waits) when the job names a ``profile`` folder
+    (``bench_herd.py --profile``), else None."""
+    if not job.get("profile"):
+        return None
+    import cProfile
+
+    return cProfile.Profile(time.process_time)
+
+
 def client(job: dict[str, Any]) -> None:
     """One rank: open the cache, wait for the start, compile every kernel, report."""
     from cuforge import Program, ProgramOptions
@@ -155,10 +203,11 @@ def client(job: dict[str, Any]) -> None:
 
     sent: dict[str, int] = {}  # requests this client sent, by command
     (count_s3 if job["s3"] else count_redis)(sent)
-    if "+cluster" in job["url"]:  # the start is after imports: a cluster's client's too
-        import redis.cluster  # noqa: F401
+    if "+cluster" in job["url"] and not _small_cluster_client():
+        import redis.cluster  # noqa: F401  # an older cuforge: redis-py, imported before the start
     real = _nvrtc.compile_cpp
     victim = job.get("victim")
+    compiles = [0]  # real compiles this process made
 
     def counted(source: bytes, *a: Any, **kw: Any) -> Any:
         start = time.monotonic()
@@ -172,6 +221,7 @@ def client(job: dict[str, Any]) -> None:
             except FileExistsError:
                 pass
         out = real(source, *a, **kw)
+        compiles[0] += 1
         kernel = source.split(b"herd_", 1)[1].split(b"(", 1)[0].decode()
         with open(job["counter"], "a") as f:
             f.write(f"{os.getpid()} {kernel} {start} {time.monotonic()}\n")
@@ -185,17 +235,33 @@ def client(job: dict[str, Any]) -> None:
     cache = open_cache(job["url"])
     opts = ProgramOptions(arch=ARCH)
     Path(job["dir"], f"ready.{job['i']}").touch()
+    cpu_start = _cpu()  # the interpreter's start, imports, opening the cache
     _block_on(job["go"])
-    cpu0 = time.process_time()
-    shas = {}
+    shas, roles, cpu_k, profiles, wall_k = {}, {}, {}, {}, {}
     for k in order:
+        profile = profiles[k] = _profiler(job)
+        before, compiled, c0 = _served(cache), compiles[0], _cpu()
+        if profile is not None:
+            profile.enable()
+        t0 = time.monotonic()
         obj = Program(sources[k], "c++", options=opts).compile("cubin", cache=cache)
+        wall_k[k] = (t0, time.monotonic())
+        if profile is not None:
+            profile.disable()
+        cpu_k[k] = _cpu() - c0
+        roles[k] = _role(before, _served(cache), compiles[0] > compiled)
         shas[k] = hashlib.sha256(obj.code).hexdigest()
     done = time.monotonic()
+    cpu_s = sum(cpu_k.values())  # inside compile(): not the harness's own work
+    for n, (k, profile) in enumerate(profiles.items()):  # <role>.<client>.<kernel>
+        if profile is not None:
+            role = f"first-{roles[k]}" if n == 0 else roles[k]
+            profile.dump_stats(os.path.join(job["profile"], f"{role}.{job['i']}.{k}"))
     result = {
         "i": job["i"], "host": job["host"], "pid": os.getpid(), "done": done, "shas": shas,
-        "cpu_s": time.process_time() - cpu0, "sent": dict(sent),
-        "stats": cache.stats().as_dict(),
+        "cpu_s": cpu_s, "cpu_start_s": cpu_start, "cpu_kernel_s": cpu_k, "roles": roles,
+        "wall_kernel": wall_k,
+        "sent": dict(sent), "stats": cache.stats().as_dict(),
     }  # fmt: skip
     tmp = Path(job["dir"], f".result.{job['i']}")
     tmp.write_text(json.dumps(result))
@@ -236,7 +302,7 @@ def run(
     work: Path, url_of: Callable[[int], str], clients: int, per_host: int, kernels: int,
     unroll: int, *, s3: bool, env: dict[str, str] | None = None, order: str = "same",
     victim: int | None = None, kill_after: float = 0.3, timeout: float = 600,
-    mark: Callable[[str], None] | None = None,
+    mark: Callable[[str], None] | None = None, profile: str | None = None,
 ) -> Herd:  # fmt: skip
     """Start ``clients`` processes, ``per_host`` to a simulated host (``url_of(host)``
     is a host's cache URL), let them go at once, wait until each has all ``kernels``;
@@ -260,7 +326,7 @@ def run(
                 "i": i, "host": i // per_host, "url": url_of(i // per_host), "dir": str(work),
                 "go": str(go), "exit": str(leave), "counter": str(counter), "kernels": kernels,
                 "unroll": unroll, "order": order, "s3": s3, "victim": victim,
-                "victim_mark": str(work / "victim"),
+                "victim_mark": str(work / "victim"), "profile": profile,
             }  # fmt: skip
             args = [sys.executable, __file__, json.dumps(job)]
             with open(work / f"log.{i}", "wb") as log:

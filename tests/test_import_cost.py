@@ -119,3 +119,52 @@ def test_what_the_import_lines_leave_out_loads_when_used():
         "assert first.code == again.code and cache.stats().hits == 1"
     )
     assert {"cuforge.compile.cache._pipeline", "cuforge.compile.cache._key"} <= found
+
+
+def test_a_first_compile_that_hits_imports_no_dataclasses_or_inspect(tmp_path):
+    """A process's first compile(cache=) imports the pipeline; its header tracking's
+    two dataclasses imported ``dataclasses`` and with it ``inspect``, ``ast``, ``dis``
+    and ``tokenize``: 11 ms of CPU against 6 for the whole first hit without them, paid
+    by every rank of a job at the same instant (docs/scaling.md)."""
+    cache = f"file://{tmp_path / 'cache'}"
+    compile_line = (
+        f"{COMPILE_LINE}\n"
+        "from cuforge.utils import open_cache\n"
+        "source = 'extern \"C\" __global__ void k(int* p) { *p = 1; }'\n"
+        f"cache = open_cache({cache!r})\n"
+        "obj = Program(source, 'c++', ProgramOptions(arch='sm_90')).compile('cubin', cache=cache)\n"
+    )
+    _modules_after(compile_line)  # fills the cache
+    found = _modules_after(compile_line + "assert cache.stats().hits == 1")
+    assert "cuforge.compile.cache._includes" in found
+    assert not found & {"dataclasses", "inspect", "ast", "dis", "tokenize"}, sorted(found)
+
+
+def test_a_first_compile_of_a_program_without_includes_compiles_no_scan_patterns(tmp_path):
+    """The include scanner's seven regular expressions were compiled when the pipeline
+    loaded (~1 ms of a process's first compile(cache=)); a program that can read no
+    file is never scanned. One that can is, and is tracked as before."""
+    (tmp_path / "h.cuh").write_text("#define V 3\n")
+    found = _modules_after(
+        "import re\n"
+        "compiled = []\n"
+        "real = re.compile\n"
+        "def counted(pattern, flags=0):\n"
+        "    compiled.append(pattern if isinstance(pattern, bytes) else pattern.encode())\n"
+        "    return real(pattern, flags)\n"
+        "re.compile = counted\n"
+        "def scanners():\n"
+        "    return [p for p in compiled if b'include' in p or b'define' in p]\n"
+        f"{COMPILE_LINE}\n"
+        "from cuforge.storage import InMemoryProgramCache\n"
+        "cache = InMemoryProgramCache()\n"
+        "options = ProgramOptions(arch='sm_90')\n"
+        "plain = 'extern \"C\" __global__ void k(int* p) { *p = 1; }'\n"
+        "Program(plain, 'c++', options).compile('cubin', cache=cache)\n"
+        "assert not scanners(), scanners()\n"
+        "included = '#include \"h.cuh\"\\n' + plain.replace('= 1', '= V')\n"
+        f"options = ProgramOptions(arch='sm_90', include_path=[{str(tmp_path)!r}])\n"
+        "Program(included, 'c++', options).compile('cubin', cache=cache)\n"
+        "assert scanners()\n"
+    )
+    assert "cuforge.compile.cache._includes" in found

@@ -301,6 +301,88 @@ def test_an_entry_the_fleet_hands_over_counts_one_hit_where_it_was_found(
         tier.close()
 
 
+def test_a_host_waiter_whose_holder_stored_the_entry_takes_it_without_the_lock(
+    tmp_path,
+) -> None:
+    """The ranks of a host that waited for one holder took its lock in turn, each
+    making a lock file of its own (the holder deletes its file), only to read the
+    entry under it. A waiter whose holder finished now reads the entry at once and
+    holds nothing (``lock`` yields False, as after a hand-over from the fleet); one
+    whose holder stored nothing takes the lock. Counted as before: one hit at the
+    host's level."""
+    url = f"file://{tmp_path}/host,file://{tmp_path}/fleet"
+    holder, waiter = open_cache(url, secret=None), open_cache(url, secret=None)
+    locks = tmp_path / "host" / "locks"
+    try:
+        for key, stored in ((b"k", True), (b"failed", False)):
+            assert waiter.get_entry(key, count_miss=False) is None
+            got: list[tuple[bool, bytes | None]] = []
+
+            def wait(key: bytes = key, got: list[tuple[bool, bytes | None]] = got) -> None:
+                with waiter.lock(key) as held:
+                    entry = waiter.get_entry(key)  # the look-again
+                    got.append((held, None if entry is None else entry.data))
+
+            with holder.lock(key) as held:
+                assert held
+                thread = threading.Thread(target=wait)
+                thread.start()
+                thread.join(0.2)
+                assert thread.is_alive() and not got  # blocked on the host's lock
+                if stored:
+                    holder[key] = b"compiled"
+            thread.join(30)
+            assert got == ([(False, b"compiled")] if stored else [(True, None)])
+            assert not list(locks.iterdir())  # no lock file left behind
+        host, fleet = waiter.level_stats()
+        assert (host.hits, host.misses, fleet.hits) == (1, 1, 0)
+        assert (waiter.stats().hits, waiter.stats().misses) == (1, 1)
+    finally:
+        holder.close()
+        waiter.close()
+    record(
+        "herd", "filestream", "a rank waits on its host's lock while the host's holder "
+        "stores the entry; another while the holder stores nothing", 2,
+        "the first took the stored entry without the lock (held False), no lock file "
+        "left; the second took the lock; one hit and one miss at the host's level", scale="all",
+    )  # fmt: skip
+
+
+def test_a_host_waiter_whose_holder_stored_a_foreign_entry_takes_the_lock(tmp_path) -> None:
+    """A signed host level hands a waiter over only an entry that verifies: one its
+    host's holder stored under another secret is refused, and the waiter then takes
+    the lock (as a waiter did before the hand-over) and goes on to the fleet, rather
+    than compiling unlocked."""
+    url = f"file://{tmp_path}/host,file://{tmp_path}/fleet"
+    holder = open_cache(url, secret="another-host-" + "cd" * 16)
+    waiter = open_cache(url, secret="this-host-" + "ab" * 16)
+    try:
+        got: list[tuple[bool, bytes | None]] = []
+
+        def wait() -> None:
+            with waiter.lock(b"k") as held:
+                got.append((held, waiter.get(b"k")))
+
+        with holder.lock(b"k") as held:
+            assert held
+            thread = threading.Thread(target=wait)
+            thread.start()
+            thread.join(0.2)
+            assert thread.is_alive() and not got
+            holder[b"k"] = b"signed under another secret"
+        thread.join(30)
+        assert got == [(True, None)]  # it holds the lock to fill; the entry never served
+        assert waiter.stats().signature_failures >= 1
+    finally:
+        holder.close()
+        waiter.close()
+    record(
+        "herd", "filestream (signed)", "a host's holder stores an entry signed under another "
+        "secret while a rank waits on the host's lock", 1, "the entry was refused, never "
+        "served; the waiter took the lock (to fill) instead of compiling unlocked", scale="all",
+    )  # fmt: skip
+
+
 def test_a_waiter_that_gave_up_lets_go_of_the_lock_it_gets_later(tmp_path) -> None:
     path = tmp_path / "k.lock"
     holder = os.open(path, os.O_RDWR | os.O_CREAT)
@@ -346,6 +428,74 @@ def test_a_blocked_waiter_takes_the_lock_when_its_holder_lets_go(tmp_path) -> No
         unlock(waiter)
         os.close(waiter)
         os.close(holder)
+
+
+def test_waits_reuse_their_blocking_thread(tmp_path, monkeypatch) -> None:
+    """A thread started for every wait cost a waiter 90-200 us of CPU per kernel; the
+    thread that blocked for one wait serves the next."""
+    started: list[str] = []
+    start = threading.Thread.start
+
+    def counted(self: threading.Thread) -> None:
+        started.append(self.name)
+        start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", counted)
+    path = tmp_path / "k.lock"
+    holder = os.open(path, os.O_RDWR | os.O_CREAT)
+    try:
+        for _ in range(5):
+            assert try_lock(holder)
+            waiter = os.open(path, os.O_RDWR)
+            release = threading.Timer(0.05, unlock, (holder,))
+            release.start()
+            assert wait_lock(waiter, 30)  # blocked until the holder let go
+            unlock(waiter)
+            os.close(waiter)
+            release.join()
+    finally:
+        os.close(holder)
+    assert started.count("cuforge-file-lock") <= 1
+    record(
+        "herd", "filestream", "waits in a row on a file lock its holder holds", 5,
+        f"{started.count('cuforge-file-lock')} blocking thread started (one per wait before)",
+        scale="all",
+    )  # fmt: skip
+
+
+def test_a_forked_child_waits_with_threads_of_its_own(tmp_path) -> None:
+    """The blocking threads a process keeps do not exist in a child it forks: the
+    child's wait must not be handed to one of them (it would never answer)."""
+    path = tmp_path / "k.lock"
+    holder = os.open(path, os.O_RDWR | os.O_CREAT)
+    first = os.open(path, os.O_RDWR)
+    assert lease_free(first)  # this process now keeps a thread
+    os.close(first)
+    assert try_lock(holder)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: wait for the parent to let go
+        code = 1
+        try:
+            os.close(read)
+            waiter = os.open(path, os.O_RDWR)
+            os.write(write, b"w")
+            code = 0 if wait_lock(waiter, 30) else 2
+        finally:
+            os._exit(code)
+    os.close(write)
+    try:
+        assert os.read(read, 1) == b"w"
+        unlock(holder)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+    finally:
+        os.close(read)
+        os.close(holder)
+    record(
+        "herd", "filestream", "a forked child waits on a lock after its parent kept a "
+        "blocking thread", 1, "the child got the lock when its parent let go", scale="all",
+    )  # fmt: skip
 
 
 def test_s3_checks_follow_the_hint_and_never_stop_for_longer_than_most() -> None:

@@ -59,6 +59,22 @@ def test_a_fresh_process_hits_and_counts_without_importing_redis_py(
     assert raw.pttl(next(iter(raw.keys(b"cuforge:{*}")))) > 3_000_000  # GETEX renewed it
 
 
+def test_a_fresh_process_takes_a_lease_without_importing_secrets_or_idna(redis_server) -> None:
+    """A rank's first wait on the fleet imported ``secrets`` for the lease's token
+    (with base64, hmac and random: ~4 ms) and, connecting, the idna codec that
+    getaddrinfo encodes a str host name with (stringprep, unicodedata: ~2.4 ms)."""
+    seen = _fresh(f"""
+        import json, sys
+        from cuforge.utils import open_cache
+        c = open_cache({redis_server.url + "?prefix=fresh:"!r})
+        with c.lock(b"k") as held:
+            c.set_entry(b"k", b"filled", b"")
+        print(json.dumps([held, c.get(b"k").decode(), "secrets" in sys.modules,
+                          "encodings.idna" in sys.modules]))
+    """)
+    assert seen == [True, "filled", False, False]
+
+
 def test_auth_with_a_password_and_with_an_acl_user(tmp_path: Path) -> None:
     server = RedisServer(tmp_path / "auth")
     try:

@@ -382,6 +382,31 @@ def test_profiles_supply_credentials_and_region(s3_server, tmp_path, monkeypatch
         assert c.get(b"k") == b"v" and c.stats().write_failures == 0
 
 
+def test_a_host_without_profile_files_imports_no_configparser_or_secrets(
+    s3_server, s3_url, tmp_path
+):
+    """Opening an S3 level imported configparser to learn that ~/.aws/config is not
+    there (~3 ms), and secrets for the counters' object names (~1 ms): every rank of a
+    herd that waited on the fleet once paid both in the middle of it."""
+    env = dict(s3_server.client_env())
+    env["AWS_CONFIG_FILE"] = str(tmp_path / "no-config")
+    env["AWS_SHARED_CREDENTIALS_FILE"] = str(tmp_path / "no-credentials")
+    code = (
+        "import json, sys\n"
+        "from cuforge.utils import open_cache\n"
+        f"c = open_cache({s3_url!r}, secret=None)\n"
+        "with c.lock(b'k') as held:\n"
+        "    c[b'k'] = b'v'\n"
+        "print(json.dumps([held, c.get(b'k').decode(), 'configparser' in sys.modules,\n"
+        "                  'secrets' in sys.modules]))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[-1]) == [True, "v", False, False]
+
+
 # -- command line and statistics -------------------------------------------------------------
 def test_cli_ls_verify_prune_and_stats_work_on_s3(s3_url, s3_server, tmp_path):
     env = s3_server.client_env()

@@ -12,7 +12,9 @@ import functools
 import re
 import warnings
 
-_PTX_TOOLKIT = re.compile(rb"Cuda compilation tools, release (\d+)\.(\d+)")
+# A pattern, not a compiled one: re compiles it on the first search (re's cache), not
+# when a process's first compile(cache=) imports this module.
+_PTX_TOOLKIT = rb"Cuda compilation tools, release (\d+)\.(\d+)"
 
 
 @functools.cache
@@ -97,7 +99,7 @@ def ptx_toolkit_version(ptx: bytes) -> tuple[int, int] | None:
     NVRTC and libNVVM both write ``Cuda compilation tools, release X.Y``; PTX
     without that header (hand-written, stripped) yields None.
     """
-    match = _PTX_TOOLKIT.search(bytes(ptx[:2048]))
+    match = re.search(_PTX_TOOLKIT, bytes(ptx[:2048]))
     if match is None:
         return None
     return int(match.group(1)), int(match.group(2))

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from cuforge.runtime.module import Kernel
@@ -22,7 +22,9 @@ if TYPE_CHECKING:
 #: The code types ObjectCode can hold (the runtime contract's list).
 CODE_TYPES = ("cubin", "ptx", "ltoir", "fatbin", "object", "library")
 
-Source = Union[bytes, bytearray, memoryview, str, "os.PathLike[str]"]
+# A PEP 604 union: typing.Union with a string member compiled a ForwardRef when a
+# process's first compile(cache=) imported this module.
+Source = bytes | bytearray | memoryview | str | os.PathLike[str]
 
 
 class ObjectCode:

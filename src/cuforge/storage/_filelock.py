@@ -73,36 +73,95 @@ else:
         else:
             fcntl.lockf(fd, fcntl.LOCK_UN, 1, offset)
 
+    import _thread
+
     def wait_lock(fd: int, timeout: float | None) -> bool:
         """Take the whole-file exclusive lock on ``fd``, waiting for its holder at most
         ``timeout`` seconds (None: no limit) without polling: a daemon thread blocks in
         ``flock`` (a lock belongs to the open file, not to a thread). True: held, and
         ``fd`` is the caller's. False at the timeout: ``fd`` is no longer the caller's
-        (the thread closes it, releasing the lock if it got it later). POSIX only."""
-        import threading
+        (the thread closes it, releasing the lock if it got it later). POSIX only.
 
-        answered = threading.Event()
-        mutex = threading.Lock()
-        held, left = [False], [False]  # the thread got it; the caller gave up
+        The threads are kept and reused (:class:`_Blocker`): starting one per wait
+        cost a waiter 90-200 us of CPU, handing the wait to an idle one ~20 us."""
+        with _guard[0]:
+            blocker = _idle.pop() if _idle else None
+        if blocker is None:
+            blocker = _Blocker()
+        wait = _Wait(fd)
+        blocker.take(wait)
+        wait.done.acquire(True, -1 if timeout is None else max(0.0, timeout))
+        with _guard[0]:
+            if wait.state == _HELD:
+                return True
+            wait.state = _LEFT
+            return False
 
-        def block() -> None:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
-                ok = True
-            except OSError:  # EINTR, EBADF...: not had
-                ok = False
-            with mutex:
-                if left[0] or not ok:
-                    os.close(fd)  # not the caller's any more: let go at once
-                else:
-                    held[0] = True
-                answered.set()
+    _WAITING, _HELD, _LEFT = 0, 1, 2
 
-        threading.Thread(target=block, name="cuforge-file-lock", daemon=True).start()
-        answered.wait(timeout)
-        with mutex:
-            left[0] = not held[0]
-            return held[0]
+    class _Wait:
+        """One wait handed to a blocker: ``fd``; ``state`` (under ``_guard``): whether
+        the blocker got the lock for the caller (``_HELD``) or the caller left first
+        (``_LEFT``: the blocker closes ``fd``); ``done``, released once ``flock``
+        returned."""
+
+        __slots__ = ("done", "fd", "state")
+
+        def __init__(self, fd: int) -> None:
+            self.fd = fd
+            self.state = _WAITING
+            self.done = _thread.allocate_lock()
+            self.done.acquire()
+
+    class _Blocker:
+        """A daemon thread that blocks in ``flock`` for one :class:`_Wait` at a time and
+        then waits, idle in ``_idle``, for the next. One that never gets its lock (a
+        holder stopped for good) stays blocked, as a thread per wait did: the next
+        wait takes another."""
+
+        __slots__ = ("_go", "_wait")
+
+        def __init__(self) -> None:
+            import threading
+
+            self._go = _thread.allocate_lock()
+            self._go.acquire()
+            self._wait: _Wait | None = None
+            threading.Thread(target=self._run, name="cuforge-file-lock", daemon=True).start()
+
+        def take(self, wait: _Wait) -> None:
+            self._wait = wait
+            self._go.release()
+
+        def _run(self) -> None:
+            while True:
+                self._go.acquire()
+                wait = self._wait
+                assert wait is not None
+                try:
+                    fcntl.flock(wait.fd, fcntl.LOCK_EX)
+                    ok = True
+                except OSError:  # EBADF...: not had
+                    ok = False
+                with _guard[0]:
+                    if wait.state == _LEFT or not ok:
+                        os.close(wait.fd)  # not the caller's any more: let go at once
+                    else:
+                        wait.state = _HELD
+                    wait.done.release()
+                    self._wait = None
+                    _idle.append(self)
+
+    #: Idle blockers, and the lock over them and every wait's state (one list, one
+    #: lock per process: a forked child starts with none, its parent's threads gone).
+    _idle: list[_Blocker] = []
+    _guard = [_thread.allocate_lock()]
+
+    def _forget_blockers() -> None:
+        _idle.clear()
+        _guard[0] = _thread.allocate_lock()
+
+    os.register_at_fork(after_in_child=_forget_blockers)
 
 
 def poll(attempt: Callable[[], bool], timeout: float | None) -> bool:

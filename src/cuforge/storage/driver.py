@@ -51,7 +51,9 @@ class Driver:
     the cross-process lock is held``, for drivers whose medium can lock. ``claim``
     (None here): the same lock yielding ``(held, found)``, where ``found`` is the
     entry when the wait for the lock ended because a peer stored it and the answer
-    carried it (a remote driver's; the core counts it as a hit).
+    carried it (the core counts it as a hit); ``claim_reads_first``: the claim reads
+    the entry before it takes the lock, so it holds the lock only where the entry is
+    not (a remote driver's; a file lock's claim reads only after a wait).
     """
 
     label = "cuforge program cache"
@@ -66,6 +68,7 @@ class Driver:
     flush_interval_s = 0.0
     lease: Callable[[Any, float | None], AbstractContextManager[bool]] | None = None
     claim: Callable[[Any, float | None], AbstractContextManager[tuple[bool, Found]]] | None = None
+    claim_reads_first = False
     #: Batch variants, where the medium answers many keys at once (None: one by one).
     #: ``write_many`` takes ``(loc, data, meta)`` triples and answers one outcome per
     #: triple, in order, each what ``write`` would have answered for it.

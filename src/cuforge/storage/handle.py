@@ -114,7 +114,8 @@ class DriverCache(EntryCache):
         """Whether :meth:`claim` asks the medium for the entry before it takes the
         lock: then it hands the entry over when it is there, and holds the lock only
         when it is not (a remote driver's claim)."""
-        return self._driver.claim is not None and not self._driver.read_only
+        driver = self._driver
+        return driver.claim is not None and driver.claim_reads_first and not driver.read_only
 
     @property
     def max_size_bytes(self) -> int | None:

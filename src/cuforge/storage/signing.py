@@ -26,6 +26,7 @@ import hmac
 import struct
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
+from time import monotonic
 from typing import Any
 
 from ._values import coerce_key, coerce_value
@@ -246,7 +247,9 @@ class SignedProgramCache(EntryCache):
         """The inner cache's ``claim`` (``lock`` where it has none), yielding ``(held,
         entry)``: an entry it hands over is returned only when its signature verifies
         (then counted as a hit); a rejected one is left for the look-again, which
-        counts it once as a miss and a ``signature_failure``."""
+        counts it once as a miss and a ``signature_failure`` -- and where the inner
+        claim let go of its lock to hand it over (a file lock's), the lock is taken
+        again, as ``lock`` would have held it."""
         return self._claim(coerce_key(key), timeout)
 
     @contextmanager
@@ -256,13 +259,22 @@ class SignedProgramCache(EntryCache):
             with inner.lock(k, timeout) as held:
                 yield held, None
             return
+        start = monotonic()
         with inner.claim(k, timeout, count=False) as (held, entry):
             result = None if entry is None else self._verify(key_digest(k), entry)
-            if type(result) is not CacheEntry:
+            if type(result) is CacheEntry:
+                inner._tally(result, True)
+                yield held, result
+                return
+            if entry is None or held or inner.hands_over:
                 yield held, None
                 return
-            inner._tally(result, True)
-            yield held, result
+        # A file lock's claim let go of its lock to hand over this entry, refused here:
+        # take the lock as lock() would have held it (after the claim, whose per-key
+        # thread lock this takes again).
+        left = None if timeout is None else max(0.0, timeout - (monotonic() - start))
+        with inner.lock(k, left) as again:
+            yield again, None
 
     def stats(self) -> CacheStats:
         return self._inner.stats()

@@ -37,10 +37,14 @@ import re
 import stat as stat_mod
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, namedtuple
 from collections.abc import Iterable
-from dataclasses import dataclass, field
-from typing import NamedTuple
+
+TYPE_CHECKING = False  # dataclasses imports inspect (ast, dis, tokenize): ~5 ms of a
+if TYPE_CHECKING:  # process's first compile(cache=); cuforge._fields makes Roots
+    from dataclasses import dataclass
+else:
+    from cuforge._fields import dataclass
 
 __all__ = [
     "ABSOLUTE",
@@ -67,14 +71,38 @@ SOURCE, CWD, ABSOLUTE = "S", "C", "A"
 # and blanks or block comments may stand between it and the directive's name.
 _HASH = rb"(?:#|%:|\?\?=)"
 _GAP = rb"(?:[ \t]|/\*(?:[^*]|\*(?!/))*\*/)*"
-_OPERAND = re.compile(_GAP + rb'(?:"([^"\n]*)"|<([^>\n]*)>|([A-Za-z_]\w*)?)')
-_DIRECTIVE = re.compile(_HASH + _GAP + rb"(include_next|include|import)\b")
-_HAS_INCLUDE = re.compile(rb"__has_include(_next)?" + _GAP + rb"\(")
-_LINE_START = re.compile(rb"(?:^|\n)[ \t]*(?:/\*.*?\*/[ \t]*)*$", re.DOTALL)
-_DEFINE = re.compile(
-    rb"^[ \t]*" + _HASH + _GAP + rb"define[ \t]+([A-Za-z_]\w*)(\(?)(.*)$", re.MULTILINE
-)
 _MAX_MACRO_DEPTH = 32
+
+
+class _Patterns:
+    """The patterns of the scan, compiled when a first file is scanned: a process
+    whose programs can read no file (``may_name_files``: most) never compiles them
+    (~1 ms of its first compile(cache=), paid by every rank of a job at once)."""
+
+    __slots__ = ("comment", "define", "directive", "has_include", "line_start", "macro_body",
+                 "operand")  # fmt: skip
+
+    def __init__(self) -> None:
+        self.operand = re.compile(_GAP + rb'(?:"([^"\n]*)"|<([^>\n]*)>|([A-Za-z_]\w*)?)')
+        self.directive = re.compile(_HASH + _GAP + rb"(include_next|include|import)\b")
+        self.has_include = re.compile(rb"__has_include(_next)?" + _GAP + rb"\(")
+        self.line_start = re.compile(rb"(?:^|\n)[ \t]*(?:/\*.*?\*/[ \t]*)*$", re.DOTALL)
+        self.define = re.compile(
+            rb"^[ \t]*" + _HASH + _GAP + rb"define[ \t]+([A-Za-z_]\w*)(\(?)(.*)$", re.MULTILINE
+        )
+        self.comment = re.compile(rb"/\*.*?\*/|//.*")
+        self.macro_body = re.compile(rb'"([^"]*)"|<([^>]*)>|([A-Za-z_]\w*)')
+
+
+_compiled: list[_Patterns] = []  # the one _Patterns, once made
+
+
+def _patterns() -> _Patterns:
+    """The scan's patterns (compiled on the first call; two threads racing to it
+    compile twice, harmlessly)."""
+    if not _compiled:
+        _compiled.append(_Patterns())
+    return _compiled[0]
 
 
 class UntrackableInclude(ValueError):
@@ -82,8 +110,10 @@ class UntrackableInclude(ValueError):
     and what to do."""
 
 
-class Directive(NamedTuple):
+class Directive(namedtuple("Directive", ["kind", "spelling", "angle", "macro", "line", "certain"])):
     """One include-like construct found in a file."""
+
+    __slots__ = ()
 
     kind: str  # "include", "include_next", "has_include", "has_include_next"
     spelling: str | None  # the name between quotes/brackets; None: computed (macro)
@@ -134,15 +164,16 @@ def scan(text: bytes) -> list[Directive]:
 
 def _scan_joined(text: bytes) -> list[Directive]:
     found: list[Directive] = []
-    for pattern in (_DIRECTIVE, _HAS_INCLUDE):
+    p = _patterns()
+    for pattern in (p.directive, p.has_include):
         for m in pattern.finditer(text):
-            op = _OPERAND.match(text, m.end())
+            op = p.operand.match(text, m.end())
             assert op is not None  # every group is optional
             quoted, bracket, macro = op.groups()
-            if pattern is _DIRECTIVE:
+            if pattern is p.directive:
                 kind = "include_next" if m.group(1) == b"include_next" else "include"
                 start = text.rfind(b"\n", 0, m.start()) + 1
-                certain = _LINE_START.match(b"\n" + text[start : m.start()]) is not None
+                certain = p.line_start.match(b"\n" + text[start : m.start()]) is not None
             else:
                 kind = "has_include_next" if m.group(1) else "has_include"
                 certain = True
@@ -160,9 +191,11 @@ def _scan_joined(text: bytes) -> list[Directive]:
     return found
 
 
-class Analysis(NamedTuple):
+class Analysis(namedtuple("Analysis", ["directives", "defines"])):
     """What resolution needs of one file: its include-like constructs and the macros
     it defines (name -> body; None for a function-like macro)."""
+
+    __slots__ = ()
 
     directives: list[Directive]
     defines: list[tuple[str, bytes | None]]
@@ -172,7 +205,8 @@ def analyse(text: bytes) -> Analysis:
     """:func:`scan` ``text`` and collect its ``#define`` lines (splices joined first)."""
     text = _joined(text, False)  # scan() finds nothing left to join
     defines = [
-        (m.group(1).decode(), None if m.group(2) else m.group(3)) for m in _DEFINE.finditer(text)
+        (m.group(1).decode(), None if m.group(2) else m.group(3))
+        for m in _patterns().define.finditer(text)
     ]
     return Analysis(scan(text), defines)
 
@@ -252,8 +286,10 @@ class Roots:
         return None if base is None else os.path.join(base, rel)
 
 
-class FileDep(NamedTuple):
+class FileDep(namedtuple("FileDep", ["pos", "rel", "digest", "stat"])):
     """A user file the compile reads: where it was found and what it held."""
+
+    __slots__ = ()
 
     pos: str
     rel: str
@@ -261,7 +297,6 @@ class FileDep(NamedTuple):
     stat: tuple[int, int, int, int]  # (size, mtime_ns, ino, ctime_ns) when read
 
 
-@dataclass
 class DepSet:
     """The result of :func:`resolve`.
 
@@ -269,11 +304,14 @@ class DepSet:
     content; ``files`` and ``absent`` are what a manifest records and validates.
     """
 
-    headers: dict[str, bytes] = field(default_factory=dict)
-    digests: dict[str, str] = field(default_factory=dict)  # header name -> file_digest
-    files: dict[tuple[str, str], FileDep] = field(default_factory=dict)
-    absent: set[tuple[str, str]] = field(default_factory=set)
-    started_ns: int = field(default_factory=time.time_ns)  # before any file was looked at
+    __slots__ = ("absent", "digests", "files", "headers", "started_ns")
+
+    def __init__(self) -> None:
+        self.headers: dict[str, bytes] = {}
+        self.digests: dict[str, str] = {}  # header name -> file_digest
+        self.files: dict[tuple[str, str], FileDep] = {}
+        self.absent: set[tuple[str, str]] = set()
+        self.started_ns = time.time_ns()  # before any file was looked at
 
     def header_digests(self) -> list[tuple[str, str]]:
         """Sorted (name, content digest) pairs: exactly what NVRTC is given."""
@@ -411,8 +449,9 @@ class _Resolver:
         for body in bodies:
             if body is None:
                 return None
-            text = _COMMENT.sub(b"", body).strip()
-            op = _MACRO_BODY.fullmatch(text)
+            p = _patterns()
+            text = p.comment.sub(b"", body).strip()
+            op = p.macro_body.fullmatch(text)
             if op is None:
                 return None
             if op.group(3) is not None:
@@ -489,10 +528,6 @@ class _Resolver:
         for d, includer, where in computed:
             self._computed(d, includer, where, final=True)
         return self.out
-
-
-_COMMENT = re.compile(rb"/\*.*?\*/|//.*")
-_MACRO_BODY = re.compile(rb'"([^"]*)"|<([^>]*)>|([A-Za-z_]\w*)')
 
 
 def resolve(

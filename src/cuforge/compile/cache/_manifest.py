@@ -49,8 +49,8 @@ import os
 import stat as stat_mod
 import threading
 import time
-from collections import OrderedDict
-from typing import Any, Generic, NamedTuple, TypeVar
+from collections import OrderedDict, namedtuple
+from typing import Any, Generic, TypeVar
 
 from cuforge.compile.cache._includes import ABSOLUTE, DepSet, Roots, file_digest
 from cuforge.storage.record import decode_record, encode_record
@@ -74,13 +74,15 @@ _StatKey = tuple[int, int, int, int]
 _MAX_HOPS = 40  # symbolic links one lookup follows, as Linux's MAXSYMLINKS
 
 
-class Problem(NamedTuple):
+class Problem(namedtuple("Problem", ["what", "path", "detail"], defaults=("",))):
     """Why a variant does not hold: "edited", "deleted", "shadowed", or "moved" (an
     include directory position that does not exist any more)."""
 
+    __slots__ = ()
+
     what: str
     path: str
-    detail: str = ""
+    detail: str
 
     def __str__(self) -> str:
         if self.what == "shadowed":
@@ -90,10 +92,12 @@ class Problem(NamedTuple):
         return f"header {self.path} {self.what}"
 
 
-class Group(NamedTuple):
+class Group(namedtuple("Group", ["witness", "trusted_dir", "links", "candidates"])):
     """Absent candidates sharing one proof: the witness directory's path and trusted
     (inode, mtime, ctime), None when there is none to trust (then each candidate is
     stated), and the (path, target) of each link the lookup follows."""
+
+    __slots__ = ()
 
     witness: str | None
     trusted_dir: tuple[int, int, int] | None
@@ -101,8 +105,15 @@ class Group(NamedTuple):
     candidates: tuple[str, ...]
 
 
-class Prepared(NamedTuple):
+class Prepared(
+    namedtuple(
+        "Prepared",
+        ["key", "files", "groups", "problems", "watch_files", "watch_dirs", "watch_absent"],
+    )
+):
     """A variant resolved against this process's search roots, ready to check."""
+
+    __slots__ = ()
 
     key: bytes
     files: tuple[tuple[str, _StatKey | None, str], ...]  # path, trusted stat, digest
@@ -338,9 +349,11 @@ def _shadowed(path: str, p: Prepared) -> str:
 
 
 # -- recording ---------------------------------------------------------------------------
-class _Proof(NamedTuple):
+class _Proof(namedtuple("_Proof", ["pos", "rel", "links"])):
     """Where a candidate's lookup fails: the witness directory (a name under position
     ``pos``) and the links followed on the way, as (pos, rel, target)."""
+
+    __slots__ = ()
 
     pos: str
     rel: str

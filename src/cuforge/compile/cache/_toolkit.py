@@ -46,7 +46,8 @@ import os
 import re
 import sys
 import threading
-from typing import Any, NamedTuple
+from collections import namedtuple
+from typing import Any
 
 from cuforge import _cuda
 from cuforge.compile.cache import _identity_store
@@ -60,8 +61,12 @@ _FORMAT = b"toolkit-headers/1"
 _NONE = b"toolkit-headers:none"
 
 
-class _Spec(NamedTuple):
+class _Spec(
+    namedtuple("_Spec", ["name", "marker", "pathfinder", "toolkit_dirs", "version_files", "listed"])
+):
     """One header set: how to recognise it, find it and fingerprint it."""
+
+    __slots__ = ()
 
     name: str
     marker: str  # a file every copy of the set has, relative to its directory
@@ -106,8 +111,12 @@ _SPECS = (
 )
 
 
-class HeaderSet(NamedTuple):
+class HeaderSet(
+    namedtuple("HeaderSet", ["name", "directory", "source", "package", "version", "digest"])
+):
     """One header set in use: where it is, where it came from, what version."""
+
+    __slots__ = ()
 
     name: str  #: "runtime", "crt" or "cccl"
     directory: str  #: absolute include directory handed to NVRTC
@@ -117,8 +126,12 @@ class HeaderSet(NamedTuple):
     digest: str  #: hex digest of the set's content (see the module docstring)
 
 
-class ToolkitHeaders(NamedTuple):
+class ToolkitHeaders(
+    namedtuple("ToolkitHeaders", ["setting", "mode", "sets", "missing", "include_dirs", "identity"])
+):
     """What ``cuforge.utils.toolkit_headers()`` reports; ``str()`` renders a table."""
+
+    __slots__ = ()
 
     setting: str  #: the value of CUFORGE_TOOLKIT_HEADERS ("" when unset)
     mode: str  #: "auto", "off" or "toolkit"

@@ -108,6 +108,7 @@ class FileStreamDriver(Driver):
                     self._lock_busy, owned=owned,
                 )  # fmt: skip
             self.lease = self._hold
+            self.claim = self._claim
         self._stats_store = StatsStore(self._stats_dir, self._tmp, *modes, owned=owned,
                                        read_only=ro)  # fmt: skip
         if self.cap is None:  # the cap is the cache's: kept for openers that pass none
@@ -318,6 +319,16 @@ class FileStreamDriver(Driver):
     # -- locks, counters, lifetime ----------------------------------------------------
     def _hold(self, names: PairNames, timeout: float | None) -> AbstractContextManager[bool]:
         return self._file_locks.hold(names.key_digest.hex(), timeout)
+
+    def _claim(
+        self, names: PairNames, timeout: float | None
+    ) -> AbstractContextManager[tuple[bool, Found]]:
+        """The key's lock; when it was waited for and its holder finished, the entry
+        that holder stored (the verified read) instead, held by nobody
+        (``FileKeyLock.claim``). The entry is not read before the lock is taken."""
+        return self._file_locks.claim(
+            names.key_digest.hex(), timeout, lambda: self._memo.read(names)
+        )
 
     def flush(self, stats: CacheStats, final: bool) -> None:
         self._stats_store.flush(stats)

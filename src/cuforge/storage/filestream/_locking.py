@@ -9,12 +9,18 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 
 from .._filelock import try_lock, unlock, wait_lock
 from .._fsutil import O_NOFOLLOW, PRIVATE_FILE, fingerprint
 from ._owned import is_lock_file, remake_dir, unlink_owned
+
+TYPE_CHECKING = False  # typing is not imported at run time: it costs a cold hit ~5 ms
+if TYPE_CHECKING:
+    from typing import TypeVar
+
+    T = TypeVar("T")
 
 __all__ = ["LOCK_WAIT_S", "BoundedWait", "FileKeyLock"]
 
@@ -80,6 +86,13 @@ class FileKeyLock:
     a host that wait for one compile pass the lock on in microseconds each, without
     polling; at the timeout it gives up (the helper lets go of a lock it gets later).
     Windows polls, 0.5 ms apart at first, doubling to 50 ms.
+
+    :meth:`claim` is the same lock for a caller that waits for a holder's result:
+    a lock won on a file its holder deleted means that holder finished, so it is let
+    go at once (the next waiter's turn) and ``look()`` asked; what it finds is the
+    answer, held by nobody, and only when it finds nothing does the waiter take the
+    lock again. The waiters of one holder so leave in a cascade instead of taking the
+    lock in turn, each making and deleting a lock file of its own.
     """
 
     def __init__(
@@ -92,10 +105,23 @@ class FileKeyLock:
 
     @contextmanager
     def hold(self, name: str, timeout: float | None) -> Iterator[bool]:
+        """The lock of ``name``; yields whether it is held (False at the timeout, or
+        where no lock file can be made)."""
+        with self.claim(name, timeout, None) as (held, _):
+            yield held
+
+    @contextmanager
+    def claim(
+        self, name: str, timeout: float | None, look: Callable[[], T] | None
+    ) -> Iterator[tuple[bool, T | None]]:
+        """The lock of ``name``, yielding ``(held, found)``: ``(True, None)`` while it is
+        held; ``(False, found)`` when a holder finished while this one waited and
+        ``look()`` (None: never asked) then found something (a true value), held by
+        nobody; ``(False, None)`` at the timeout."""
         path = os.path.join(self._dir, name + ".lock")
-        fd = self._acquire(path, timeout)
+        fd, found = self._acquire(path, timeout, look)
         try:
-            yield fd is not None
+            yield fd is not None, found
         finally:
             if fd is not None:
                 if os.name != "nt":
@@ -107,7 +133,11 @@ class FileKeyLock:
                 finally:
                     os.close(fd)
 
-    def _acquire(self, path: str, timeout: float | None) -> int | None:
+    def _acquire(
+        self, path: str, timeout: float | None, look: Callable[[], T] | None
+    ) -> tuple[int | None, T | None]:
+        """The locked descriptor of ``path`` (None: not had), or what ``look()`` found
+        once a holder finished (see :meth:`claim`)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         delay = 0.0005
         while True:
@@ -122,9 +152,9 @@ class FileKeyLock:
                                self._file_mode)  # fmt: skip
                     continue
                 except OSError:
-                    return None
+                    return None, None
             except OSError:
-                return None  # cannot lock here (read-only cache...): fall through
+                return None, None  # cannot lock here (read-only cache...): fall through
             if self._file_mode is not None:
                 with suppress(OSError, AttributeError):
                     os.fchmod(fd, self._file_mode)
@@ -133,19 +163,23 @@ class FileKeyLock:
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     os.close(fd)
-                    return None
+                    return None, None
                 if not wait_lock(fd, left):
-                    return None  # the helper closes fd
+                    return None, None  # the helper closes fd
                 got = True
             if got:
                 if os.name == "nt" or _names_inode(path, fd):
-                    return fd
-                unlock(fd)
+                    return fd, None
+                unlock(fd)  # won a lock on a file its holder deleted: it finished
                 os.close(fd)
-                continue  # won a lock on a deleted file: retry at once
+                if look is not None:
+                    found = look()
+                    if found:
+                        return None, found
+                continue  # retry at once
             os.close(fd)
             if deadline is not None and time.monotonic() >= deadline:
-                return None
+                return None, None
             time.sleep(delay)
             delay = min(delay * 2, 0.05)
 

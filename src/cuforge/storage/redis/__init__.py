@@ -23,6 +23,9 @@ if TYPE_CHECKING:
     from redis import Redis
     from redis.cluster import RedisCluster
 
+    from ._cluster import ClusterClient
+    from ._resp import RespClient
+
 __all__ = ["RedisProgramCache"]
 
 _URL_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")
@@ -109,7 +112,13 @@ class RedisProgramCache(RemoteCache):
             is_cluster = bool(cluster) or parts.scheme.endswith("+cluster")
             where = f"{parts.hostname or 'localhost'}:{parts.port or 6379}{parts.path}"
             options = dict(client_options or {})
-            fast = None if is_cluster else client_for_url(url_or_client, options, *timeouts)
+            fast: RespClient | ClusterClient | None
+            if is_cluster:  # the small client routes by slot (``_cluster``)
+                from ._cluster import cluster_client_for_url
+
+                fast = cluster_client_for_url(url_or_client, options, *timeouts)
+            else:
+                fast = client_for_url(url_or_client, options, *timeouts)
             client = None
         elif callable(getattr(url_or_client, "pipeline", None)):
             self._url = None

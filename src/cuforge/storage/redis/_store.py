@@ -44,7 +44,7 @@ import hashlib
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..entry import CacheEntry, EntryInfo, is_entry_id
 from ..frame import PREFIX_SIZE, Frame
@@ -54,6 +54,9 @@ from ..remote import Store
 from ..stats import CacheStats
 from ._quiet import QuietReads, by_node, describe, quiet_get
 from ._resp import ReplyError, RespClient
+
+if TYPE_CHECKING:
+    from ._cluster import ClusterClient
 
 __all__ = ["FRAME", "RedisStore", "redis_py"]
 
@@ -151,7 +154,7 @@ class RedisStore(Store):
         url: str | None,
         client: Any,
         cluster: bool,
-        fast: RespClient | None,
+        fast: RespClient | ClusterClient | None,
         options: dict[str, Any],
         timeouts: tuple[float, float],
         ttl_ms: int | None,

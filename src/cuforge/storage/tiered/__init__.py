@@ -20,12 +20,14 @@
   it, that is the *host level*: ``lock(key)`` takes its lock first, then the widest
   level's, so of the processes of one host that miss a key only one talks to the
   levels behind (the fleet) while the others wait on the local lock, then hit
-  locally. A request's first lookup (``count_miss=False``: a look-again under the
-  lock follows a miss) stops at the host level; the look-again asks every level. An
-  entry the widest level's wait handed over (``DriverCache.claim``; a signed level's
-  only once its signature verifies) is put in the levels before it at once, so the
-  look-again hits there. Signed levels (``SignedProgramCache``) count as the handle
-  they sign.
+  locally (FileStream: a waiter whose holder stored the entry gets it from the
+  lock's ``claim`` and holds nothing, ``lock`` yielding False as after a hand-over
+  from the fleet; it does not take the lock in its turn). A request's first lookup
+  (``count_miss=False``: a look-again under the lock follows a miss) stops at the
+  host level; the look-again asks every level. An entry the widest level's wait
+  handed over (``DriverCache.claim``; a signed level's only once its signature
+  verifies) is put in the levels before it at once, so the look-again hits there.
+  Signed levels (``SignedProgramCache``) count as the handle they sign.
 - **Lazy levels.** ``open_cache`` opens the levels up to the first persistent one
   and wraps those behind it in a :class:`~cuforge.storage.tiered._lazylevel.LazyLevel`:
   imported and connected the first time a lookup (or lock) reaches it, so a hit in
@@ -426,7 +428,14 @@ class TieredProgramCache(EntryCache):
                 yield held
             return
         start = monotonic()
-        with self._lock_level(host, key, timeout) as local:
+        with self._host_claim(host, key, timeout) as (local, entry):
+            if entry is not None:  # this host's holder stored it while this rank waited
+                self._claimed[key] = (get_ident(), True)  # counted where it was found
+                try:
+                    yield False
+                finally:
+                    self._claimed.pop(key, None)
+                return
             if not local:  # not had within the timeout (or failed): compile unlocked
                 yield False
                 return
@@ -484,6 +493,23 @@ class TieredProgramCache(EntryCache):
             return lookup_of(self._levels[host], key, False) is not None
         except Exception:  # the look-again meets it and counts it
             return False
+
+    @contextmanager
+    def _host_claim(
+        self, i: int, key: bytes, timeout: float | None
+    ) -> Iterator[tuple[bool, CacheEntry | None]]:
+        """The host level's lock as ``(held, entry)`` (its ``claim``): the entry, held
+        by nobody and counted as a hit there, when this rank waited for another of
+        its host and that one stored it; ``(False, None)`` (counted, warned once) when
+        taking the lock raises."""
+        try:
+            guard = claim_of(self._levels[i], key, timeout)
+        except Exception as exc:  # no lock: the caller compiles unlocked
+            self._level_failed(i, exc, "lock", "read_failures")
+            yield False, None
+            return
+        with guard as got:
+            yield got
 
     @contextmanager
     def _lock_level(self, i: int, key: bytes, timeout: float | None) -> Iterator[bool]:
