@@ -158,6 +158,27 @@ def test_tier_asks_each_level_for_what_faster_ones_missed_and_back_fills(redis_s
     tier.close()
 
 
+def test_tier_lookup_entries_writes_the_back_fills_only_when_asked(redis_server) -> None:
+    """``lookup_entries`` (what a prefetch pipeline looks up while it writes the batch
+    before) answers and counts what ``get_entries`` does, writes nothing until its
+    back-fill is called, then exactly what ``get_entries`` would have written."""
+    from cuforge.storage.redis import RedisProgramCache
+
+    fast = InMemoryProgramCache()
+    slow = RedisProgramCache(redis_server.url, prefix="t:")
+    tier = TieredProgramCache(fast, slow)
+    fast.set_entry(b"near", b"N", b"m")
+    slow.set_entry(b"far", b"F", b"m")
+    got, backfill = tier.lookup_entries([b"near", b"far", b"none"])
+    assert got == [CacheEntry(b"N", b"m"), CacheEntry(b"F", b"m"), None]
+    assert (tier.stats().hits, tier.stats().misses) == (2, 1)
+    assert fast.get_entry(b"far", count=False) is None  # nothing written yet
+    backfill()
+    assert fast.get_entry(b"far", count=False) == CacheEntry(b"F", b"m")
+    assert len(fast) == 2  # "none" was stored nowhere
+    tier.close()
+
+
 def test_signed_batch_never_returns_an_entry_of_another_secret(tmp_path: Path) -> None:
     inner = InMemoryProgramCache()
     SignedProgramCache(inner, b"other-secret-0123456789abcdef").set_entry(b"a", b"A", b"m")

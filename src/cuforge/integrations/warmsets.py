@@ -20,10 +20,14 @@ job) the run's keys are added to the set.
 
 **Prefetching.** :func:`prefetch` reads every listed entry into the local level of
 a tier -- the first persistent level of ``file:///local,redis://shared`` -- in
-batches on a few threads, through the tier's own ``get_entries``: each level is
-asked in one batch for what the faster ones missed (Redis: one MGET; S3: concurrent
-GETs, ``s3._store.GET_CONCURRENCY`` at a time), every entry verified, and what a
-batch found is written into the local level in one batch write (``set_entries``:
+batches, through the tier's own batched read in two steps (``lookup_entries``): two
+threads look batches up while the calling thread writes what the batches before
+found, so the network and the disk work at once with no more threads than a 2-core
+host runs (each thread more cost CPU in GIL hand-offs and gained nothing: see
+docs/integrations.md). Each level is asked in one batch for what the faster ones
+missed (Redis: one MGET; S3: concurrent GETs, ``s3._store.GET_CONCURRENCY`` at a
+time), every entry verified, and what a batch found is written into the local level
+in one batch write (``set_entries``:
 FileStream opens its directories once and updates its size ledger once per batch,
 each entry still staged and renamed on its own, so a crash leaves it whole or a
 miss; SQLite writes the batch in one transaction). An entry absent or damaged is
@@ -33,7 +37,9 @@ prefetching never fails the job.
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import itertools
 import os
 import threading
 import time
@@ -403,27 +409,51 @@ def prefetch(
     keys: list[bytes],
     *,
     batch: int = 64,
-    workers: int = 8,
+    workers: int = 2,
 ) -> Prefetched:
     """Read ``keys`` into ``cache``'s local level (see the module docstring), ``batch``
-    keys per ``get_entries``, ``workers`` batches at a time. ``cache`` is the tier
-    :func:`local_tier` returned. Never raises for a cache fault."""
+    keys per lookup, ``workers`` batches looked up at a time on threads of their own
+    while this thread writes what the batches before found (the tier's
+    ``lookup_entries``: at most ``workers + 2`` batches are held in memory). ``cache``
+    is the tier :func:`local_tier` returned (another cache: one ``get_entries`` per
+    batch). Never raises for a cache fault."""
     start = time.perf_counter()
     batches = [keys[i : i + batch] for i in range(0, len(keys), batch)]
-    fetched = 0
+    lookup = getattr(cache, "lookup_entries", None)
 
-    def one(part: list[bytes]) -> int:
+    def look(part: list[bytes]) -> tuple[list[Any], Any]:
         try:
-            return sum(e is not None for e in cache.get_entries(part))
+            if lookup is None:
+                return cache.get_entries(part), None
+            found, backfill = lookup(part)
+            return found, backfill
         except Exception as exc:  # a fault is a miss for the whole batch
             _warn(CacheReadWarning, f"prefetch: lookup failed ({type(exc).__name__}: {exc})")
-            return 0
+            return [], None
 
-    if len(batches) <= 1 or workers <= 1:
-        fetched = sum(one(b) for b in batches)
+    def land(looked: tuple[list[Any], Any]) -> int:
+        found, backfill = looked
+        if backfill is not None:
+            try:
+                backfill()
+            except Exception as exc:  # the levels count their own; anything else warns
+                _warn(CacheWriteWarning, f"prefetch: store failed ({type(exc).__name__}: {exc})")
+        return sum(e is not None for e in found)
+
+    fetched = 0
+    if len(batches) <= 1 or workers < 1:
+        fetched = sum(land(look(b)) for b in batches)
     else:
-        from concurrent.futures import ThreadPoolExecutor
+        from concurrent.futures import Future, ThreadPoolExecutor
 
+        todo = iter(batches)
         with ThreadPoolExecutor(min(workers, len(batches)), "cuforge-prefetch") as pool:
-            fetched = sum(pool.map(one, batches))
+            ahead: collections.deque[Future[tuple[list[Any], Any]]] = collections.deque(
+                pool.submit(look, b) for b in itertools.islice(todo, workers + 1)
+            )
+            while ahead:
+                looked = ahead.popleft().result()
+                for b in itertools.islice(todo, 1):
+                    ahead.append(pool.submit(look, b))
+                fetched += land(looked)
     return Prefetched(len(keys), fetched, len(keys) - fetched, time.perf_counter() - start)

@@ -42,7 +42,7 @@ level's failure counters; ``level_stats()`` gives each level's own counters;
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from threading import get_ident
 from time import monotonic
@@ -215,10 +215,24 @@ class TieredProgramCache(EntryCache):
         the faster levels missed; the entries a level found are back-filled into the
         writable levels that missed them, as ``get_entry`` does, in one batch write
         per level (``set_entries``)."""
+        found, backfill = self.lookup_entries(keys)
+        backfill()
+        return found
+
+    def lookup_entries(
+        self, keys: Iterable[CacheKey]
+    ) -> tuple[list[CacheEntry | None], Callable[[], None]]:
+        """:meth:`get_entries` in two steps, for a pipeline that looks up the next batch
+        while the last one is written: the lookups now (each level asked in one batch
+        for what the faster ones missed, every entry verified and counted), the
+        back-fills -- the same batch writes, nothing written before -- when the
+        returned function is called (once; a level that fails is counted and warned
+        about there, as ``get_entries`` does)."""
         ks = [coerce_key(key) for key in keys]
         out: list[CacheEntry | None] = [None] * len(ks)
         todo = list(range(len(ks)))
         missed_by: list[int] = []  # the levels every key still in todo has missed
+        writes: list[tuple[int, list[tuple[CacheKey, CacheValue, bytes]]]] = []
         for i, level in enumerate(self._levels):
             if not todo:
                 break
@@ -236,14 +250,17 @@ class TieredProgramCache(EntryCache):
                 out[n] = entry
                 backfill.append((ks[n], entry.data, entry.meta))
             if backfill:
-                for j in missed_by:
-                    if self._writable[j]:
-                        self._put_many(j, backfill, "store a backfill")
+                writes.extend((j, backfill) for j in missed_by if self._writable[j])
             todo = rest
             missed_by.append(i)
         for entry in out:
             self._tally(entry)
-        return out
+
+        def write_backfills() -> None:
+            for j, items in writes:
+                self._put_many(j, items, "store a backfill")
+
+        return out, write_backfills
 
     # -- writes -----------------------------------------------------------------------------
     def _put(self, i: int, key: bytes, data: bytes, meta: bytes, what: str) -> StoreOutcome:
