@@ -16,7 +16,7 @@ import os, sys, time
 from cuforge.storage import FileStreamProgramCache
 from cuforge.storage.filestream import _atomicwrite
 
-def stuck(self, fd, data, durable):  # half the payload on disk, then killed here
+def stuck(self, fd, data, durable, stamp):  # half the payload on disk, then killed here
     os.write(fd, data[: len(data) // 2])
     print("mid", flush=True)
     time.sleep(600)

@@ -228,8 +228,8 @@ class PairWriter:
         tmp_payload: str | None = None
         tmp_side: str | None = None
         try:
-            tmp_payload = self._write_temp(tfd, data, durable)
-            tmp_side = self._write_temp(tfd, side, False)
+            tmp_payload = self._write_temp(tfd, data, durable, True)
+            tmp_side = self._write_temp(tfd, side, False, False)
             old = 0
             for dst in (name, sidecar):
                 with contextlib.suppress(OSError):
@@ -273,12 +273,15 @@ class PairWriter:
                 os.fchmod(sfd, self._dir_mode)  # setgid and group bits whatever the umask
         return sfd
 
-    def _write_temp(self, tfd: int, data: bytes, durable: bool) -> str:
+    def _write_temp(self, tfd: int, data: bytes, durable: bool, stamp: bool) -> str:
+        """A new temp file in ``tmp/`` holding ``data``; its name. ``stamp``: give it
+        :func:`_stamp`'s times (the payload: eviction ranks entries by its atime; a
+        sidecar's times are never read but for an orphan's age, in minutes)."""
         name = f"{self._tag}{next(self._seq)}.tmp"
         fd = os.open(name, _O_NEW, PRIVATE_FILE if self._file_mode is None else self._file_mode,
                      dir_fd=tfd)  # fmt: skip
         try:
-            self._fill(fd, data, durable)
+            self._fill(fd, data, durable, stamp)
         except BaseException:
             os.close(fd)
             with contextlib.suppress(OSError):
@@ -287,13 +290,13 @@ class PairWriter:
         os.close(fd)
         return name
 
-    def _fill(self, fd: int, data: bytes, durable: bool) -> None:
+    def _fill(self, fd: int, data: bytes, durable: bool, stamp: bool) -> None:
         if self._file_mode is not None:
             os.fchmod(fd, self._file_mode)  # umask-independent group sharing
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]
-        if UTIME_BY_FD:
+        if stamp and UTIME_BY_FD:
             _stamp(fd)
         if durable:
             os.fsync(fd)
@@ -303,11 +306,11 @@ class PairWriter:
         self, shard: str, name: str, sidecar: str, data: bytes, side: bytes, durable: bool
     ) -> int:
         shard_path = os.path.join(self._entries, shard)
-        written = self._write_temp_by_path(data, durable)
+        written = self._write_temp_by_path(data, durable, True)
         tmp_payload: str | None = written
         tmp_side: str | None = None
         try:
-            tmp_side = self._write_temp_by_path(side, False)
+            tmp_side = self._write_temp_by_path(side, False, False)
             old = 0
             for dst in (name, sidecar):
                 with contextlib.suppress(OSError):
@@ -323,7 +326,7 @@ class PairWriter:
                         os.unlink(leftover)
         return old
 
-    def _write_temp_by_path(self, data: bytes, durable: bool) -> str:
+    def _write_temp_by_path(self, data: bytes, durable: bool, stamp: bool) -> str:
         name = os.path.join(self._tmp, f"{self._tag}{next(self._seq)}.tmp")
         mode = PRIVATE_FILE if self._file_mode is None else self._file_mode
         try:
@@ -332,14 +335,14 @@ class PairWriter:
             remake_dir(self._tmp, self._root, self._dir_mode, self._file_mode)
             fd = os.open(name, _O_NEW, mode)
         try:
-            self._fill(fd, data, durable)
+            self._fill(fd, data, durable, stamp)
         except BaseException:
             os.close(fd)
             with contextlib.suppress(OSError):
                 os.unlink(name)
             raise
         os.close(fd)
-        if not UTIME_BY_FD:
+        if stamp and not UTIME_BY_FD:
             _stamp(name)
         return name
 
