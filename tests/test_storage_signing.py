@@ -11,7 +11,7 @@ from _backends import FACTORIES, PLAIN
 from _cache_workers import ARCH, SRC
 from cuforge.compile import Program, ProgramOptions
 from cuforge.storage import InMemoryProgramCache, SignedProgramCache, TieredProgramCache, entry_id
-from cuforge.storage.entry import CacheEntry
+from cuforge.storage.entry import CacheEntry, key_digest
 from cuforge.utils import make_program_cache_key, open_cache
 
 SECRET = b"s" * 32
@@ -201,3 +201,41 @@ def test_each_request_counts_its_rejection_once(backend) -> None:
     with tier.lock(b"k"):
         assert tier.get_entry(b"k") is None and failures() == 5
     assert tier.get_entry(b"k") is None and failures() == 6
+
+
+def test_a_tier_back_fills_signed_levels_under_one_secret_with_one_hmac_per_entry(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """A batched read through signed levels under one secret verifies each entry where
+    it is found and stores it in the faster level with the signature it carries
+    (``tiered._sealed``): one HMAC per entry instead of two, the stored metadata byte
+    for byte what signing it there gives. Under another secret the faster level
+    signs it itself; an entry that does not verify is stored nowhere."""
+    from cuforge.storage import FileStreamProgramCache
+
+    items = [(b"k%d" % i, b"payload %d" % i, b"meta %d" % i) for i in range(5)]
+    far = SignedProgramCache(FileStreamProgramCache(tmp_path / "far"), SECRET)
+    far.set_entries(items)
+    FileStreamProgramCache(tmp_path / "far").set_entry(b"planted", b"evil", b"")
+    signs = []
+    real = SignedProgramCache._sign
+    monkeypatch.setattr(
+        SignedProgramCache, "_sign", lambda self, *a: signs.append(a[0]) or real(self, *a)
+    )
+    near = SignedProgramCache(FileStreamProgramCache(tmp_path / "near"), SECRET)
+    tier = TieredProgramCache(near, far)
+    got = tier.get_entries([k for k, _, _ in items] + [b"planted"])
+    assert got == [CacheEntry(d, m) for _, d, m in items] + [None]
+    assert len(signs) == len(items)  # verified once each, where found
+    assert tier.stats().signature_failures == 1
+    for k, d, m in items:  # what the near level holds is what it would have signed
+        stored = near.inner.get_entry(k)
+        assert stored == CacheEntry(d, b"CFSG\x01" + near._sign(key_digest(k), d, m) + m)
+    assert near.get_entries([k for k, _, _ in items]) == got[:-1]
+    assert near.inner.get_entry(b"planted") is None
+    # another secret: the near level signs each entry itself, and it verifies there
+    other = SignedProgramCache(FileStreamProgramCache(tmp_path / "other"), OTHER)
+    signs.clear()
+    assert TieredProgramCache(other, far).get_entries([k for k, _, _ in items]) == got[:-1]
+    assert len(signs) == 2 * len(items)
+    assert other.get_entries([k for k, _, _ in items]) == got[:-1]

@@ -96,7 +96,10 @@ class SignedProgramCache(EntryCache):
         if not isinstance(inner, ProgramCacheResource):
             raise TypeError(f"inner must be a ProgramCacheResource, got {type(inner).__name__}")
         self._inner = inner
-        self._mac = hmac.new(secret_bytes(secret), _DOMAIN, hashlib.sha256)
+        key = secret_bytes(secret)
+        self._mac = hmac.new(key, _DOMAIN, hashlib.sha256)
+        # Names the secret without revealing it: equal for two handles under one secret.
+        self._signer = hmac.new(key, b"cuforge-signer-id", hashlib.sha256).digest()
 
     @property
     def inner(self) -> ProgramCacheResource:
@@ -155,15 +158,44 @@ class SignedProgramCache(EntryCache):
     def get_entries(self, keys: Iterable[CacheKey]) -> list[CacheEntry | None]:
         """``get_entry`` of each key: the inner cache's batched read, each entry verified
         and counted as ``get_entry`` does."""
+        return [None if got is None else got[0] for got in self.get_entries_sealed(keys)]
+
+    def get_entries_sealed(self, keys: Iterable[CacheKey]) -> list[tuple[CacheEntry, bytes] | None]:
+        """:meth:`get_entries` (the same checks and counts), each verified entry with
+        its metadata as stored -- signature envelope first -- which
+        :meth:`set_entries_sealed` of a handle under the same secret stores as it is:
+        a tier's back-fill then signs nothing again (the signature is over the key,
+        the metadata and the payload: signing them again gives the same bytes)."""
         ks = [coerce_key(key) for key in keys]
         inner = self._inner
-        out: list[CacheEntry | None] = []
+        out: list[tuple[CacheEntry, bytes] | None] = []
         for k, entry in zip(ks, self._entries_of(ks), strict=True):
-            result = None if entry is None else self._verify(key_digest(k), entry)
+            if entry is None:
+                inner._tally(None)
+                out.append(None)
+                continue
+            result = self._verify(key_digest(k), entry)
             found = result if type(result) is CacheEntry else None
-            inner._tally(found, rejected=entry is not None and found is None)
-            out.append(found)
+            inner._tally(found, rejected=found is None)
+            out.append(None if found is None else (found, entry.meta))
         return out
+
+    def same_secret(self, other: object) -> bool:
+        """Whether ``other`` is a SignedProgramCache under the same secret."""
+        return isinstance(other, SignedProgramCache) and hmac.compare_digest(
+            self._signer, other._signer
+        )
+
+    def set_entries_sealed(
+        self, items: Sequence[tuple[CacheKey, CacheValue, bytes]]
+    ) -> list[StoreOutcome]:
+        """Store ``(key, payload, stored metadata)`` as :meth:`get_entries_sealed` of a
+        handle under the same secret (:meth:`same_secret`) answered them -- verified
+        there, and what :meth:`set_entries` would write here -- through the inner
+        cache's batch write, signing nothing; their outcomes. (Metadata whose
+        envelope does not verify under this secret would be stored as it is and
+        rejected by every read: never served.)"""
+        return [o or STORED_OUTCOME for o in self._inner.set_entries(items)]
 
     def _entries_of(self, ks: list[bytes]) -> list[CacheEntry | None]:
         """The inner cache's entries of ``ks``, uncounted where it can be asked so."""

@@ -69,6 +69,7 @@ from ..outcome import FAILED, READ_ONLY, STORED, STORED_OUTCOME, StoreOutcome
 from ..stats import CacheStats
 from ._claims import claim_of, handle_of
 from ._lazylevel import LazyLevel, opened
+from ._sealed import read_level, write_level
 
 # LazyLevel: what ``urls.open_tiered`` wraps the levels behind the first persistent
 # one in; opened: which level a lazy one opened (the CLI asks).
@@ -232,17 +233,21 @@ class TieredProgramCache(EntryCache):
         out: list[CacheEntry | None] = [None] * len(ks)
         todo = list(range(len(ks)))
         missed_by: list[int] = []  # the levels every key still in todo has missed
-        writes: list[tuple[int, list[tuple[CacheKey, CacheValue, bytes]]]] = []
+        writes: list[tuple[int, list[tuple[bytes, bytes, bytes]], bool]] = []
         for i, level in enumerate(self._levels):
             if not todo:
                 break
-            try:
-                found = level.get_entries([ks[n] for n in todo])
+            sealed = [False] * len(missed_by)
+            stored: list[bytes] | None = None
+            try:  # signed levels under one secret: see _sealed
+                found, stored, sealed = read_level(
+                    level, [ks[n] for n in todo], [self._levels[j] for j in missed_by]
+                )
             except Exception as exc:  # one level never hides the others
                 self._level_failed(i, exc, "look up entries", "read_failures")
                 found = [None] * len(todo)
             rest = []
-            backfill: list[tuple[CacheKey, CacheValue, bytes]] = []  # one batch per level
+            backfill: list[tuple[bytes, bytes, bytes]] = []  # one batch per level
             for n, entry in zip(todo, found, strict=True):
                 if entry is None:
                     rest.append(n)
@@ -250,15 +255,22 @@ class TieredProgramCache(EntryCache):
                 out[n] = entry
                 backfill.append((ks[n], entry.data, entry.meta))
             if backfill:
-                writes.extend((j, backfill) for j in missed_by if self._writable[j])
+                as_stored = backfill
+                if stored is not None:  # the same entries, their metadata as stored
+                    as_stored = [(k, d, m) for (k, d, _), m in zip(backfill, stored, strict=True)]
+                writes.extend(
+                    (j, as_stored if seal else backfill, seal)
+                    for j, seal in zip(missed_by, sealed, strict=True)
+                    if self._writable[j]
+                )
             todo = rest
             missed_by.append(i)
         for entry in out:
             self._tally(entry)
 
         def write_backfills() -> None:
-            for j, items in writes:
-                self._put_many(j, items, "store a backfill")
+            for j, items, seal in writes:
+                self._put_many(j, items, "store a backfill", seal)
 
         return out, write_backfills
 
@@ -273,13 +285,18 @@ class TieredProgramCache(EntryCache):
             return StoreOutcome(FAILED, f"{type(exc).__name__}: {exc}")
 
     def _put_many(
-        self, i: int, items: Sequence[tuple[CacheKey, CacheValue, bytes]], what: str
+        self,
+        i: int,
+        items: Sequence[tuple[CacheKey, CacheValue, bytes]],
+        what: str,
+        sealed: bool = False,
     ) -> list[StoreOutcome]:
-        """Write ``items`` to level ``i`` in one batch (its ``set_entries``); what it did
-        with each (a level that raised: ``FAILED`` each, counted and warned once, as
-        :meth:`_put` does)."""
+        """Write ``items`` to level ``i`` in one batch (its ``set_entries``; ``sealed``:
+        entries verified under its secret, their metadata as stored: its
+        ``set_entries_sealed``, see ``_sealed``); what it did with each (a level that
+        raised: ``FAILED`` each, counted and warned once, as :meth:`_put` does)."""
         try:
-            done = self._levels[i].set_entries(items)
+            done = write_level(self._levels[i], items, sealed)
         except Exception as exc:  # isolated per level
             self._level_failed(i, exc, what, "write_failures")
             return [StoreOutcome(FAILED, f"{type(exc).__name__}: {exc}")] * len(items)
