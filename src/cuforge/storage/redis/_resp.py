@@ -234,10 +234,10 @@ def _read(reader: BinaryIO) -> object:
             return None
         if size > _MAX_BULK:
             raise ConnectionError(f"Redis reply claims {size} bytes")
-        data = reader.read(size + 2)
-        if len(data) != size + 2 or data[-2:] != _CRLF:
+        data = reader.read(size)  # the value alone: a 32 KiB entry is not copied again
+        if len(data) != size or reader.read(2) != _CRLF:
             raise ConnectionError("Redis connection closed in the middle of a reply")
-        return data[:-2]
+        return data
     if kind == b"+":
         return body
     if kind == b":":
