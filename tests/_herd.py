@@ -88,9 +88,9 @@ def count_redis(counts: dict[str, int]) -> None:
 
     roundtrip = _resp._Conn.roundtrip
 
-    def counted_roundtrip(self: Any, commands: Any) -> Any:
+    def counted_roundtrip(self: Any, commands: Any, *rest: Any) -> Any:
         _tally(counts, commands)
-        return roundtrip(self, commands)
+        return roundtrip(self, commands, *rest)
 
     _resp._Conn.roundtrip = counted_roundtrip  # type: ignore[method-assign]
     real_import = _store.redis_py

@@ -21,7 +21,7 @@ from cuforge.storage import (
     SQLiteProgramCache,
     TieredProgramCache,
 )
-from cuforge.storage.entry import CacheEntry
+from cuforge.storage.entry import CacheEntry, key_digest
 
 
 @pytest.fixture(params=sorted(FACTORIES))
@@ -93,6 +93,48 @@ def test_redis_damaged_value_is_a_miss_and_dropped(redis_server) -> None:
     assert got == [CacheEntry(b"A" * 64, b"m"), None]
     assert cache.stats().integrity_failures == 1
     assert admin.get(name) is None
+    cache.close()
+
+
+@pytest.mark.parametrize("ttl", [None, 3600])  # MGET; a pipeline of GETEX
+def test_redis_batch_reads_values_cut_before_their_payload_as_get_entry_does(
+    redis_server, ttl
+) -> None:
+    """The small client reads a batch's values cut before the payload (``Frame.cut``),
+    so the payload is not copied again: every kind of value -- whole, empty payload,
+    large metadata, damaged in its payload, digest or header, a length that does not
+    add up, shorter than a header, not a frame at all -- answers what ``get_entry``
+    answers it, and the damaged ones are counted and dropped."""
+    from cuforge.storage.redis import RedisProgramCache
+
+    kwargs = {} if ttl is None else {"ttl": ttl}
+    cache = RedisProgramCache(redis_server.url, prefix="c:", **kwargs)
+    good = {b"whole": (os.urandom(40_000), b"m"), b"empty": (b"", b"m"),
+            b"bigmeta": (b"p" * 100, b"M" * 9000)}  # fmt: skip
+    damages = {
+        b"payload": lambda v: v[:-5] + bytes([v[-5] ^ 1]) + v[-4:],
+        b"digest": lambda v: v[:30] + bytes([v[30] ^ 1]) + v[31:],
+        b"metalen": lambda v: v[:16] + (len(v)).to_bytes(4, "little") + v[20:],
+        b"short": lambda v: v[:40],
+        b"foreign": lambda v: os.urandom(len(v)),
+        b"truncated": lambda v: v[:-1],
+    }
+    for key, (data, meta) in good.items():
+        cache.set_entry(key, data, meta)
+    for key in damages:
+        cache.set_entry(key, os.urandom(3000), b"m")
+    admin = redis_server.client()
+    names = {}
+    for key in damages:
+        name = cache._driver.locate(key_digest(key))[1]  # the key's server name
+        names[key] = name
+        admin.set(name, damages[key](admin.get(name)))
+    keys = [*good, *damages, b"absent"]
+    got = cache.get_entries(keys)
+    assert got == [CacheEntry(*good[k]) for k in good] + [None] * (len(damages) + 1)
+    assert cache.stats().integrity_failures == len(damages)
+    assert all(admin.get(names[k]) is None for k in damages)  # dropped as read
+    assert [cache.get_entry(k) for k in keys] == got  # one by one: the same answers
     cache.close()
 
 

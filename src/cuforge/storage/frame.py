@@ -43,6 +43,7 @@ PREFIX_SIZE = _HEADER.size + _DIGEST_SIZE
 _MAX_META = 16 << 20
 #: A listing reads this much of each value: the header and typical metadata.
 LISTING_HEAD = 4096
+_MISMATCH = "digest mismatch (payload or metadata damaged, or stored under another key)"
 
 
 class Frame:
@@ -90,8 +91,34 @@ class Frame:
         end = PREFIX_SIZE + meta_len
         want = self._digest(kd, view[: _HEADER.size], view[PREFIX_SIZE:end], view[end:])
         if want != value[_HEADER.size : PREFIX_SIZE]:
-            return "digest mismatch (payload or metadata damaged, or stored under another key)"
+            return _MISMATCH
         return CacheEntry(value[end:], value[PREFIX_SIZE:end])
+
+    def unpack_cut(self, kd: bytes, head: bytes, tail: bytes) -> CacheEntry | str:
+        """:meth:`unpack` of ``head + tail``, a value a reader cut where :meth:`cut`
+        said: the payload is ``tail`` itself, not a copy of it (a value not cut there,
+        or not of this layout, is joined and unpacked: the same answer)."""
+        if len(head) != self.cut(head, len(head) + len(tail)):
+            return self.unpack(kd, head + tail)
+        _, version, alg, _, _, _, _ = _HEADER.unpack_from(head)
+        if version != VERSION or alg != _ALG_BLAKE2B_128:
+            return self.unpack(kd, head + tail)
+        view = memoryview(head)
+        want = self._digest(kd, view[: _HEADER.size], view[PREFIX_SIZE:], tail)
+        if want != head[_HEADER.size : PREFIX_SIZE]:
+            return _MISMATCH
+        return CacheEntry(tail, head[PREFIX_SIZE:])
+
+    def cut(self, head: bytes, size: int) -> int:
+        """Where a value of ``size`` bytes that starts with ``head`` (at least
+        ``PREFIX_SIZE`` bytes) ends before its payload, when its header says so and
+        adds up to ``size``; else 0 (read it whole). A reader that cuts there hands
+        :meth:`unpack_cut` the payload as its own string."""
+        if len(head) < PREFIX_SIZE or head[:4] != self.magic:
+            return 0
+        _, _, _, _, _, meta_len, payload_len = _HEADER.unpack_from(head)
+        end = PREFIX_SIZE + meta_len
+        return end if end + payload_len == size else 0
 
     def peek(self, head: bytes) -> tuple[int, int] | None:
         """``(stored_ns, meta_len)`` from the first bytes of a value (unverified), or None."""

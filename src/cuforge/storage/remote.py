@@ -80,7 +80,8 @@ class Store:
     #: What maintenance calls turn into ConnectionError.
     errors: tuple[type[BaseException], ...] = (OSError,)
     #: (names) -> [(value or None, token)] as ``get`` answers each, fetched together
-    #: (one round trip, or concurrent requests); None: one by one.
+    #: (one round trip, or concurrent requests); None: one by one. A value may come as
+    #: ``(head, payload)``, cut where ``frame.cut`` says (``Frame.unpack_cut``).
     get_many: Any = None
     put_many: Any = None  # (pairs of name and value) -> None; None: one by one
 
@@ -302,9 +303,22 @@ class RemoteDriver(Driver):
             self.reports.unreachable(len(locs))
             return [None] * len(locs)
         return [
-            None if v is None else self._verify(kd, v, token)
+            None
+            if v is None
+            else self._verify_cut(kd, v, token)
+            if type(v) is tuple
+            else self._verify(kd, v, token)
             for (kd, _), (v, token) in zip(locs, values, strict=True)
         ]
+
+    def _verify_cut(
+        self, kd: bytes, value: tuple[bytes, bytes], token: Any
+    ) -> CacheEntry | Damaged:
+        """:meth:`_verify` of a value the store read cut before its payload
+        (``Frame.unpack_cut``: the payload is not copied); a damaged one keeps the
+        whole value, as ``get`` would give it, to be dropped only as it was read."""
+        found = self.frame.unpack_cut(kd, *value)
+        return found if type(found) is CacheEntry else Damaged(found, (b"".join(value), token))
 
     def drop(self, loc: tuple[bytes, Any], damaged: Damaged) -> None:
         """Delete a damaged value unless it was replaced since it was read: the name

@@ -35,8 +35,11 @@ from urllib.parse import unquote, urlsplit
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Mapping, Sequence
     from typing import BinaryIO
+
+    #: How a caller has long values read in two: ``(peek, cut)`` -- see ``RespClient.pipeline``.
+    Split = tuple[int, Callable[[bytes, int], int]]
 
 __all__ = ["ReplyError", "RespClient", "client_for_url"]
 
@@ -135,26 +138,38 @@ class RespClient:
         self._mutex = threading.Lock()
 
     # -- commands -------------------------------------------------------------------------
-    def call(self, *args: bytes | str | int, timeout: float | None = None) -> object:
+    def call(
+        self, *args: bytes | str | int, timeout: float | None = None, split: Split | None = None
+    ) -> object:
         """One command's reply (bytes, int, None, or a list); see :meth:`pipeline`."""
-        return self.pipeline([args], timeout)[0]
+        return self.pipeline([args], timeout, split)[0]
 
     def pipeline(
-        self, commands: Sequence[Sequence[bytes | str | int]], timeout: float | None = None
+        self,
+        commands: Sequence[Sequence[bytes | str | int]],
+        timeout: float | None = None,
+        split: Split | None = None,
     ) -> list[object]:
         """Send ``commands`` in one write and read their replies in order, on an idle
         connection (a new one if none is idle: threads never wait for each other).
         ``timeout``: seconds the replies may take instead of the client's (a blocking
-        command's).
+        command's). ``split = (peek, cut)``: each string value longer than ``peek``
+        bytes is read as two, ``(head, tail)``, cut after ``cut(its first peek bytes,
+        its length)`` bytes (a cut out of ``peek..length``: the head is the whole
+        value, the tail empty) -- a caller that keeps the tail as it is (an entry's
+        payload) copies no value again.
 
         Raises OSError when the connection fails (it is closed, never reused),
         ReplyError for the first error reply (after every reply has been read, so the
         connection stays in step and is reused).
         """
-        return _raise_first(self.replies(commands, timeout))
+        return _raise_first(self.replies(commands, timeout, split))
 
     def replies(
-        self, commands: Sequence[Sequence[bytes | str | int]], timeout: float | None = None
+        self,
+        commands: Sequence[Sequence[bytes | str | int]],
+        timeout: float | None = None,
+        split: Split | None = None,
     ) -> list[object]:
         """:meth:`pipeline`, with an error reply in its place in the list (a
         ReplyError, not raised): what a caller that retries single commands needs."""
@@ -166,7 +181,7 @@ class RespClient:
             if timeout is not None:
                 conn.sock.settimeout(timeout)
             try:
-                replies = conn.roundtrip(commands)
+                replies = conn.roundtrip(commands, split)
             finally:
                 if timeout is not None:
                     conn.sock.settimeout(self._timeout)
@@ -193,11 +208,13 @@ class _Conn:
         self.sock = sock
         self.reader: BinaryIO = sock.makefile("rb")
 
-    def roundtrip(self, commands: Sequence[Sequence[bytes | str | int]]) -> list[object]:
+    def roundtrip(
+        self, commands: Sequence[Sequence[bytes | str | int]], split: Split | None = None
+    ) -> list[object]:
         """Send ``commands`` in one write, read every reply (an error reply is a
-        ReplyError in the list)."""
+        ReplyError in the list; ``split``: see ``RespClient.pipeline``)."""
         self.sock.sendall(b"".join(_encode(c) for c in commands))
-        return [_read(self.reader) for _ in commands]
+        return [_read(self.reader, split) for _ in commands]
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
@@ -222,8 +239,9 @@ def _encode(args: Sequence[bytes | str | int]) -> bytes:
     return b"".join(out)
 
 
-def _read(reader: BinaryIO) -> object:
-    """One reply; an error reply is returned as a ReplyError (not raised)."""
+def _read(reader: BinaryIO, split: Split | None = None) -> object:
+    """One reply; an error reply is returned as a ReplyError (not raised); with
+    ``split``, a long string value as ``(head, tail)`` (see ``RespClient.pipeline``)."""
     line = reader.readline(1 << 16)
     if not line.endswith(_CRLF):
         raise ConnectionError("Redis connection closed or sent a malformed reply")
@@ -234,6 +252,8 @@ def _read(reader: BinaryIO) -> object:
             return None
         if size > _MAX_BULK:
             raise ConnectionError(f"Redis reply claims {size} bytes")
+        if split is not None and size > split[0]:
+            return _read_split(reader, size, split)
         data = reader.read(size)  # the value alone: a 32 KiB entry is not copied again
         if len(data) != size or reader.read(2) != _CRLF:
             raise ConnectionError("Redis connection closed in the middle of a reply")
@@ -246,8 +266,23 @@ def _read(reader: BinaryIO) -> object:
         return ReplyError(body.decode("utf-8", "replace"))
     if kind == b"*":
         count = int(body)
-        return None if count < 0 else [_read(reader) for _ in range(count)]
+        return None if count < 0 else [_read(reader, split) for _ in range(count)]
     raise ConnectionError(f"Redis sent an unknown reply type {kind!r}")
+
+
+def _read_split(reader: BinaryIO, size: int, split: Split) -> tuple[bytes, bytes]:
+    """A string value of ``size`` bytes as ``(head, tail)``, cut where ``split`` says."""
+    peek, cut_at = split
+    head = reader.read(peek)
+    cut = cut_at(head, size) if len(head) == peek else size
+    if not peek <= cut <= size:
+        cut = size
+    if cut > peek:
+        head += reader.read(cut - peek)
+    tail = reader.read(size - cut)
+    if len(head) + len(tail) != size or reader.read(2) != _CRLF:
+        raise ConnectionError("Redis connection closed in the middle of a reply")
+    return head, tail
 
 
 _TLS_OPTIONS = frozenset({"ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_cert_reqs"})

@@ -272,7 +272,9 @@ class RedisStore(Store):
             return client.get(name), None
 
     def _get_many(self, names: list[bytes]) -> list[tuple[Any, None]]:
-        """``get`` of each of ``names``, in one round trip."""
+        """``get`` of each of ``names``, in one round trip; the small client reads each
+        value cut before its payload (``(head, payload)``: ``Frame.cut``), so a
+        batch's payloads are not copied again once read."""
         return [(value, None) for value in self._values(names)]
 
     def _values(self, names: list[bytes]) -> list[Any]:
@@ -280,15 +282,17 @@ class RedisStore(Store):
         the TTL -- one pipeline of GETEX (a replica refusing it: an MGET)."""
         refresh = self._refresh_ms
         fast = self._fast
-        if fast is not None:
+        if isinstance(fast, RespClient):  # a cluster's keys are read one by one
+            cut = (PREFIX_SIZE, FRAME.cut)
             if refresh is not None:
                 try:
-                    return list(fast.pipeline([(b"GETEX", n, b"PX", refresh) for n in names]))
+                    getex = [(b"GETEX", n, b"PX", refresh) for n in names]
+                    return list(fast.pipeline(getex, split=cut))
                 except ReplyError as exc:
                     if not str(exc).startswith("READONLY"):
                         raise
                     self._refresh_ms = None
-            values: Any = fast.call(b"MGET", *names)
+            values: Any = fast.call(b"MGET", *names, split=cut)
             return list(values)
         client = self.conn()
         if refresh is not None:
