@@ -2,7 +2,7 @@
 after another, from a real redis-server and a real SeaweedFS S3 on loopback.
 
     python benchmarks/bench_warmset.py [--entries 1000] [--size 32768] [--rounds 5]
-        [--only redis|s3] [--local file|sqlite] [--rtt MS]
+        [--only redis|s3] [--local file|sqlite] [--rtt MS] [--dir DIR]
 
 Each round, for each backend: N entries of SIZE random bytes are in the shared cache
 and a warm set lists them. The ways to bring them into an empty local level, one
@@ -22,13 +22,25 @@ after another in each round (so a noisy moment hits them alike):
 servers (``_delay.py``): a network's round trip instead of loopback's. Prints each
 configuration's median (and best) over the rounds and the ratios of medians
 ``prefetch / bulk`` (goal <= 2), ``one by one / prefetch`` (goal >= 10) and
-``prefetch / floor``.
+``prefetch / floor``; then the CPU each way cost this process (user + system, all
+its threads: ``getrusage``) and the server (``/proc/PID/stat``; the relays not
+counted), medians in milliseconds.
+
+Every directory a run writes (the servers', each way's local level) is under
+``--dir`` (default: the temporary directory) and is removed only when the run ends:
+on an ext4 file system without a journal (this project's test VMs), creating a file
+skips every inode of its block group freed in the last minute or more
+(``recently_deleted`` in ext4's allocator), so removing a way's 2,000 files before
+the next way ran made each file that way created cost up to ~0.2 ms of kernel time
+-- the order of the ways, not the way, set their times. Other processes freeing
+files near ``--dir`` still do: put it where little is deleted.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -127,6 +139,22 @@ def _bulk_s3(store: object, local: str) -> float:
     return time.perf_counter() - start
 
 
+def _cpu() -> float:
+    """This process's CPU seconds so far, every thread, user and system."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _cpu_of(pid: int) -> float:
+    """CPU seconds process ``pid`` used so far (Linux; 0.0 where it cannot be read)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
 def _relay(port: int, one_way_ms: float) -> tuple[subprocess.Popen[str], int]:
     """A delay relay (``_delay.py``) in front of ``port``; the relay's port."""
     from _redis import free_port
@@ -149,20 +177,24 @@ def main() -> int:
     ap.add_argument("--only", choices=("redis", "s3"), default=None)
     ap.add_argument("--local", choices=("file", "sqlite"), default="file")
     ap.add_argument("--rtt", type=float, default=0.0, metavar="MS")
+    ap.add_argument("--dir", default=None, help="where the run's directories go")
     args = ap.parse_args()
     from _redis import RedisServer
     from _s3 import SeaweedServer
 
-    work = Path(tempfile.mkdtemp(prefix="bench-warmset-"))
+    work = Path(tempfile.mkdtemp(prefix="bench-warmset-", dir=args.dir))
     servers: list[object] = []
     relays: list[subprocess.Popen[str]] = []
     results: dict[str, dict[str, list[float]]] = {}
+    cpu: dict[str, dict[str, list[tuple[float, float]]]] = {}
+    pids: dict[str, int] = {}
     nbytes = args.entries * args.size
     try:
         backends: dict[str, tuple[str, object, object]] = {}
         if args.only in (None, "redis"):
             redis = RedisServer(work / "redis")
             servers.append(redis)
+            pids["redis"] = redis.proc.pid  # type: ignore[union-attr]
             port = redis.port
             if args.rtt:
                 relay, port = _relay(port, args.rtt / 2)
@@ -176,6 +208,7 @@ def main() -> int:
             (work / "s3").mkdir()
             s3 = SeaweedServer(work / "s3")
             servers.append(s3)
+            pids["s3"] = s3.proc.pid  # type: ignore[union-attr]
             os.environ.update(SeaweedServer.client_env())
             if args.rtt:
                 relay, port = _relay(s3.ports["s3"], args.rtt / 2)
@@ -192,8 +225,10 @@ def main() -> int:
         for r in range(args.rounds):
             for name, (url, handle, bulk) in backends.items():
                 times = results.setdefault(name, {})
+                used = cpu.setdefault(name, {})
                 for what in ways:
-                    local = tempfile.mkdtemp(dir=work, prefix=f"local-{r}-")
+                    local = tempfile.mkdtemp(dir=work, prefix=f"local-{r}-")  # kept: see above
+                    mine, theirs = _cpu(), _cpu_of(pids[name])
                     if what == "bulk":
                         took = bulk(handle, local)  # type: ignore[operator]
                     elif what == "floor":
@@ -203,7 +238,7 @@ def main() -> int:
                     else:
                         took = _one_by_one(url, local, args.local, keys[name])
                     times.setdefault(what, []).append(took)
-                    shutil.rmtree(local, ignore_errors=True)
+                    used.setdefault(what, []).append((_cpu() - mine, _cpu_of(pids[name]) - theirs))
         where = f"{args.rtt:g} ms round trip (relay)" if args.rtt else "loopback"
         print(
             f"{args.entries} entries x {args.size // 1024} KiB = {nbytes / (1 << 20):.1f} MiB "
@@ -222,6 +257,14 @@ def main() -> int:
                 f"one by one / prefetch = {med['one by one'] / med['prefetch']:.1f} (goal >= 10)"
                 + floor
             )
+        print("CPU, median ms: this process (the server)")
+        for name, used in cpu.items():
+            cells = "  ".join(
+                f"{w}: {statistics.median(c for c, _ in u) * 1e3:.0f} "
+                f"({statistics.median(s for _, s in u) * 1e3:.0f})"
+                for w, u in used.items()
+            )
+            print(f"{name:6s} {cells}")
     finally:
         for relay in relays:
             relay.kill()
