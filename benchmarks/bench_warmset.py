@@ -2,7 +2,7 @@
 after another, from a real redis-server and a real SeaweedFS S3 on loopback.
 
     python benchmarks/bench_warmset.py [--entries 1000] [--size 32768] [--rounds 5]
-        [--only redis|s3] [--local file|sqlite] [--rtt MS] [--dir DIR]
+        [--only redis|s3] [--local file|sqlite] [--rtt MS] [--dir DIR] [--keep]
 
 Each round, for each backend: N entries of SIZE random bytes are in the shared cache
 and a warm set lists them. The ways to bring them into an empty local level, one
@@ -34,7 +34,9 @@ skips every inode of its block group freed in the last minute or more
 (``recently_deleted`` in ext4's allocator), so removing a way's 2,000 files before
 the next way ran made each file that way created cost up to ~0.2 ms of kernel time
 -- the order of the ways, not the way, set their times. Other processes freeing
-files near ``--dir`` still do: put it where little is deleted.
+files near ``--dir`` still do: put it where little is deleted. ``--keep`` leaves the
+run's directory (its path is printed) for the caller to remove once a series of runs
+is over, so that no run is measured just after another's deletions.
 """
 
 from __future__ import annotations
@@ -181,6 +183,7 @@ def main() -> int:
     ap.add_argument("--local", choices=("file", "sqlite"), default="file")
     ap.add_argument("--rtt", type=float, default=0.0, metavar="MS")
     ap.add_argument("--dir", default=None, help="where the run's directories go")
+    ap.add_argument("--keep", action="store_true", help="leave them; print where")
     args = ap.parse_args()
     from _redis import RedisServer
     from _s3 import SeaweedServer
@@ -276,7 +279,10 @@ def main() -> int:
             relay.wait()
         for server in servers:
             server.stop() if hasattr(server, "stop") else server.kill()  # type: ignore[attr-defined]
-        shutil.rmtree(work, ignore_errors=True)
+        if args.keep:
+            print(f"kept {work}: remove it once the series of runs is over")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
     return 0
 
 
