@@ -18,7 +18,9 @@ integers little-endian::
     44       -   metadata (meta_len bytes), then the payload (payload_len bytes)
 
 A lookup is one read of one value; metadata comes before the payload, so a listing
-reads it with one ranged read of the first few KiB. The digest binds the value to
+reads it with one ranged read of the first few KiB, and a batched reader can take a
+value in two, cut before its payload (:meth:`Frame.cut`), and check it as it came
+(:meth:`Frame.unpack_cut`: the same digest, the payload not copied). The digest binds the value to
 its key (a value copied under another key's name fails) and catches truncation and
 damage; it is no signature (``signing`` covers writers who can write the medium).
 Nothing here is ever executed or unpickled.
