@@ -43,9 +43,8 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager
 from threading import get_ident
-from time import monotonic
 from typing import Any
 
 from cuforge._stack import outside_level
@@ -67,7 +66,7 @@ from ..entry import CacheEntry, EntryInfo
 from ..handle import DriverCache
 from ..outcome import FAILED, READ_ONLY, STORED, STORED_OUTCOME, StoreOutcome
 from ..stats import CacheStats
-from ._claims import claim_of, handle_of
+from ._claims import handle_of, hold
 from ._lazylevel import LazyLevel, opened
 from ._sealed import read_level, write_level
 
@@ -446,59 +445,7 @@ class TieredProgramCache(EntryCache):
         ``timeout`` bounds both waits. (The look-again a caller makes under the lock
         passes ``count=False``, which the levels are asked with too: a fill counts one
         miss at each level, as it does on a single backend.)"""
-        k = coerce_key(key)
-        return self._hold(k, timeout)
-
-    @contextmanager
-    def _hold(self, key: bytes, timeout: float | None) -> Iterator[bool]:
-        widest = self._locker_index
-        if widest is None:
-            with self._key_locks.hold(key, timeout) as held:
-                yield held
-            return
-        host = self._host
-        if host is None or host == widest:
-            with self._lock_level(widest, key, timeout) as held:
-                yield held
-            return
-        start = monotonic()
-        with self._host_claim(host, key, timeout) as (local, entry):
-            if entry is not None:  # this host's holder stored it while this rank waited
-                self._claimed[key] = (get_ident(), True)  # counted where it was found
-                try:
-                    yield False
-                finally:
-                    self._claimed.pop(key, None)
-                return
-            if not local:  # not had within the timeout (or failed): compile unlocked
-                yield False
-                return
-            if self._filled_here(host, key):  # a process of this host filled it meanwhile
-                yield True
-                return
-            left = None if timeout is None else max(0.0, timeout - (monotonic() - start))
-            try:
-                guard = claim_of(self._levels[widest], key, left)
-            except Exception as exc:  # no fleet lock: the host's holds for this host
-                self._level_failed(widest, exc, "lock", "read_failures")
-                yield False
-                return
-            with guard as (held, entry):
-                handle = handle_of(opened(self._levels[widest]))
-                if entry is not None:  # handed over: the look-again hits in front
-                    for j in range(widest):
-                        if self._writable[j]:
-                            self._put(j, key, entry.data, entry.meta, "store a backfill")
-                elif not held or handle is None or not handle.hands_over:
-                    yield held
-                    return
-                # A core handle's claim takes the lease only where the entry is not:
-                # the look-again under this lock need not ask that level again.
-                self._claimed[key] = (get_ident(), entry is not None)
-                try:
-                    yield held
-                finally:
-                    self._claimed.pop(key, None)
+        return hold(self, coerce_key(key), timeout)
 
     @staticmethod
     def _missed_behind(level: ProgramCacheResource, counted: bool) -> None:
@@ -519,43 +466,6 @@ class TieredProgramCache(EntryCache):
         if mark[1]:
             return -1, True
         return (-1 if self._locker_index is None else self._locker_index), False
-
-    def _filled_here(self, host: int, key: bytes) -> bool:
-        """Whether the host level has the entry now (an uncounted lookup: the caller's
-        look-again counts), so the levels behind need not be asked."""
-        try:
-            return lookup_of(self._levels[host], key, False) is not None
-        except Exception:  # the look-again meets it and counts it
-            return False
-
-    @contextmanager
-    def _host_claim(
-        self, i: int, key: bytes, timeout: float | None
-    ) -> Iterator[tuple[bool, CacheEntry | None]]:
-        """The host level's lock as ``(held, entry)`` (its ``claim``): the entry, held
-        by nobody and counted as a hit there, when this rank waited for another of
-        its host and that one stored it; ``(False, None)`` (counted, warned once) when
-        taking the lock raises."""
-        try:
-            guard = claim_of(self._levels[i], key, timeout)
-        except Exception as exc:  # no lock: the caller compiles unlocked
-            self._level_failed(i, exc, "lock", "read_failures")
-            yield False, None
-            return
-        with guard as got:
-            yield got
-
-    @contextmanager
-    def _lock_level(self, i: int, key: bytes, timeout: float | None) -> Iterator[bool]:
-        """Level ``i``'s lock; False (counted, warned once) when taking it raises."""
-        try:
-            guard = self._levels[i].lock(key, timeout)
-        except Exception as exc:  # no lock: the caller compiles unlocked
-            self._level_failed(i, exc, "lock", "read_failures")
-            yield False
-            return
-        with guard as held:
-            yield held
 
     # -- statistics and lifetime ----------------------------------------------------------------
     def stats(self) -> CacheStats:
