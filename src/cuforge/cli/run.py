@@ -163,8 +163,9 @@ def _run(args: argparse.Namespace) -> int:
     url = chosen.target()  # with a settings file's cap, as compile applies it
     with cache:
         job = _Job(cache, args.warm_set, args.publish_every, profiles)
-        other = _other_python(command, child_env(job_environment(), url, None, False))
-        job.before(None if other is None else other.path)
+        other, here = _job_python(command, child_env(job_environment(), url, None, False), profiles)
+        asked = other or here
+        job.before(None if asked is None else asked.path, None if asked is None else asked.versions)
         try:
             env = child_env(job_environment(), url, job.journal, args.warm, chosen.secret_file)
             if other is not None and not other.cuforge:
@@ -189,24 +190,45 @@ def _profiles() -> dict[str, Any]:
         raise UsageError(str(exc)) from None
 
 
-def _other_python(command: list[str], env: dict[str, str]) -> Any:
-    """The job's interpreter when the command starts another Python than this one
-    (``_jobpython``): a ``JobPython`` whose ``path`` the mirrors read, with an empty
-    ``path`` (mirrors off) when it cannot be asked; None for this Python or a command
-    that is not one. What it means for the job is said in one line on stderr."""
+def _job_python(
+    command: list[str], env: dict[str, str], profiles: dict[str, Any]
+) -> tuple[Any, Any]:
+    """``(other, here)``: ``other``, the job's interpreter when the command starts
+    another Python than this one (``_jobpython``): a ``JobPython`` whose ``path`` and
+    ``versions`` the mirrors read, with an empty ``path`` (mirrors off) when it cannot
+    be asked; what it means for the job is said in one line on stderr. ``here``:
+    when the job runs this Python (or is no Python) and an active profile reads its
+    version with ``version_from``, this Python asked as the job's would be (its
+    ``sys.path`` with the script's directory or the working directory first), so the
+    module is imported on the job's ``sys.path`` -- never in this process; else None.
+    """
     from cuforge.cli import _jobpython
+    from cuforge.integrations.mirror import active_profiles
 
+    first = _jobpython.first_entry(command, env, os.getcwd())
     python = _jobpython.job_python(command, env)
+    specs = tuple(sorted({p.version_from for p in active_profiles(env, profiles, path=[])
+                          if p.version_from}))  # fmt: skip
     if python is None:
-        return None
-    found = _jobpython.probe(python, env)
+        if not specs:  # nothing to import: the mirrors read this Python (no probe)
+            return None, None
+        found = _jobpython.probe(sys.executable, env, first, specs)
+        if isinstance(found, str):
+            print(
+                f"cuforge run: could not ask {sys.executable} for the versions of "
+                f"{', '.join(specs)} ({found}); the mirrors that read them are off",
+                file=sys.stderr,
+            )
+            return None, _jobpython.JobPython(sys.executable, list(sys.path), cuforge=True)
+        return None, found
+    found = _jobpython.probe(python, env, first, specs)
     if isinstance(found, str):
         print(
             f"cuforge run: could not ask {python} which packages it has ({found}); "
             "directory mirrors are off for this job",
             file=sys.stderr,
         )
-        return _jobpython.JobPython(python, [], cuforge=True)
+        return _jobpython.JobPython(python, [], cuforge=True), None
     if not found.cuforge:
         print(
             f"cuforge run: {python} cannot import cuforge: Triton, Inductor, JAX and CuPy "
@@ -214,7 +236,7 @@ def _other_python(command: list[str], env: dict[str, str]) -> Any:
             "directory mirrors and the warm set still work, for the JITs installed there",
             file=sys.stderr,
         )
-    return found
+    return found, None
 
 
 def _start(command: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
@@ -287,9 +309,12 @@ class _Job:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
 
-    def before(self, path: list[str] | None = None) -> None:
+    def before(
+        self, path: list[str] | None = None, imported: dict[str, str | None] | None = None
+    ) -> None:
         """Prefetch the warm set and hydrate the mirrors; ``path``: the job's Python's
-        ``sys.path`` when it is another interpreter (the mirrors read its JITs)."""
+        ``sys.path`` when it was asked (the mirrors read its JITs), ``imported`` the
+        ``version_from`` values read there (``_job_python``)."""
         from cuforge._log import get_logger
         from cuforge.integrations.sessions import each_mirror, open_mirrors, prefetch_set
 
@@ -306,7 +331,7 @@ class _Job:
             self.recorder = mirrored = Recorder(
                 self.cache, os.path.join(self.journal, "mirror.keys")
             )
-        self.mirrors = open_mirrors(mirrored, path=path, profiles=self.profiles)
+        self.mirrors = open_mirrors(mirrored, path=path, profiles=self.profiles, imported=imported)
         each_mirror(self.mirrors, "hydrate")
 
     def start_publishing(self) -> None:

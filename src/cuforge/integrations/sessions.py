@@ -60,33 +60,53 @@ def open_mirrors(
     env: dict[str, str] | None = None,
     path: list[str] | None = None,
     profiles: dict[str, Any] | None = None,
+    imported: dict[str, str | None] | None = None,
 ) -> list[Any]:
     """A ``Mirror`` on ``cache`` for each mirror profile active in ``env`` (default:
-    this environment); [] when the mirror module is not there or finds none.
-    ``path``: the ``sys.path`` of the job's Python when it is another interpreter
-    (``cuforge run -- /other/venv/bin/python ...``): which JITs are installed, and
-    their versions (what the entries' keys name), are read there -- never this
-    Python's, whose JIT versions may differ. ``profiles``: the profile set (default
-    ``mirror.configured_profiles()``, the built-ins and the settings files'; a bad
-    settings file is then a warning and no mirror, as any fault here)."""
+    this environment) that is on; [] when the mirror module is not there or finds
+    none. ``path``: the ``sys.path`` of the job's Python when ``cuforge run`` asked it
+    (``cli._jobpython``): which JITs are installed, and their versions (what the
+    entries' keys name), are read there -- never this Python's, whose JIT versions
+    may differ; ``imported``: the ``version_from`` values read in that Python.
+    ``profiles``: the profile set (default ``mirror.configured_profiles()``, the
+    built-ins and the settings files'; a bad settings file is then a warning and no
+    mirror). An active profile that is off (no version, no directory, ...) is one
+    warning naming it and why when it comes from a settings file (an info line under
+    ``-v`` for a built-in); one profile's fault is one warning, and the others go on.
+    """
     try:
         from cuforge.integrations import mirror
     except ImportError:
         return []
     try:
         environ = dict(os.environ if env is None else env)
-        active = mirror.active_profiles(environ, profiles, path=path)
-        if path is None:
-            return [mirror.Mirror(profile, cache, env=env) for profile in active]
-        versions = {p.name: p.version(path) for p in active}
-        return [
-            mirror.Mirror(p, cache, version=versions[p.name], env=env)
-            for p in active
-            if versions[p.name]
-        ]
+        table = mirror.configured_profiles() if profiles is None else profiles
+        active = mirror.active_profiles(environ, table, path=path)
     except Exception as exc:  # a mirror never fails the job
         _warn(f"directory mirrors are not used ({type(exc).__name__}: {exc})")
         return []
+    out = []
+    for profile in active:
+        try:
+            version = profile.version(path, imported)
+            if path is not None and not version:
+                reason = f"{profile.name} is not installed (no version)"
+            else:
+                m = mirror.Mirror(profile, cache, version=version, env=env)
+                reason = m.reason
+                if not reason:
+                    out.append(m)
+                    continue
+        except Exception as exc:  # this profile's fault is this profile's
+            _warn(f"mirror {profile.name} is not used ({type(exc).__name__}: {exc})")
+            continue
+        if mirror.PROFILES.get(profile.name) != profile:  # a settings file's: said
+            _warn(f"mirror {profile.name} is off: {reason}")
+        else:
+            from cuforge._log import get_logger
+
+            get_logger("cuforge.mirror").info("mirror %s is off: %s", profile.name, reason)
+    return out
 
 
 def each_mirror(mirrors: list[Any], action: str) -> None:

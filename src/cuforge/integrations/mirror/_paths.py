@@ -11,7 +11,7 @@ import re
 import sys
 from collections.abc import Mapping, Sequence
 
-__all__ = ["bare_version", "dist_version", "expand_path", "fill"]
+__all__ = ["bare_version", "dist_version", "expand_path", "fill", "placeholders", "unset_variables"]
 
 _listings: dict[str, list[str]] = {}
 
@@ -83,22 +83,44 @@ def bare_version(version: str) -> str:
     return version.split("+", 1)[0].partition("==")[2] or version
 
 
-def expand_path(path: str, env: Mapping[str, str]) -> str:
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def _value(name: str, env: Mapping[str, str]) -> str:
+    value = env.get(name) or ""
+    if not value and name == "XDG_CACHE_HOME":  # the XDG rule's default
+        value = "~/.cache"
+    return value
+
+
+def unset_variables(path: str, env: Mapping[str, str]) -> list[str]:
+    """The ``$VAR``/``${VAR}`` names in ``path`` that are unset (or empty) in ``env``,
+    in order (``$XDG_CACHE_HOME`` never: it has a default)."""
+    names = [m.group(1) or m.group(2) for m in _VAR.finditer(path)]
+    return [n for n in dict.fromkeys(names) if not _value(n, env)]
+
+
+def expand_path(path: str, env: Mapping[str, str]) -> str | None:
     """``~`` and ``$VAR``/``${VAR}`` expanded from ``env`` (``$XDG_CACHE_HOME``
-    defaults to ``~/.cache`` as the XDG rule says); an unset variable expands empty."""
-
-    def var(m: re.Match[str]) -> str:
-        name = m.group(1) or m.group(2)
-        value = env.get(name) or ""
-        if not value and name == "XDG_CACHE_HOME":
-            value = "~/.cache"
-        return value
-
-    out = re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)", var, path)
+    defaults to ``~/.cache`` as the XDG rule says), made absolute; None when a
+    variable it names is unset or empty (:func:`unset_variables`): the directory is
+    then unknown -- never the path with that part left out (``$NOPE/x`` is not
+    ``/x``)."""
+    if unset_variables(path, env):
+        return None
+    out = _VAR.sub(lambda m: _value(m.group(1) or m.group(2), env), path)
     if out.startswith("~"):
         home = env.get("HOME") or os.path.expanduser("~")
         out = home + out[1:]
     return os.path.abspath(out)
+
+
+def placeholders(text: str) -> list[str]:
+    """The ``{name}`` fields of ``text`` (``str.format`` syntax: ``{{`` is a brace);
+    ValueError for text that is not a format string (an unmatched brace)."""
+    import string
+
+    return [f for _, f, _, _ in string.Formatter().parse(text) if f is not None]
 
 
 def fill(env: Mapping[str, str], **given: str) -> dict[str, str]:

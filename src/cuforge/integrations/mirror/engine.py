@@ -116,6 +116,8 @@ class Mirror:
             else f"{profile.name} is not installed (no version)" if not self.version
             else "the GPU cannot be identified" if profile.gpu_dependent and not self.gpu
             else "the host cannot be identified" if profile.host_dependent and not self.host
+            else f"no directory (${unset} in its path is not set)"
+            if self.directory is None and (unset := profile.unset_variable(env))
             else f"no directory (set ${(profile.env or ('its variable',))[0]})"
             if self.directory is None
             else ""

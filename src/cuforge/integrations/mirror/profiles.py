@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 
 from . import _bundles
 from ._host import gpu_identity, host_identity
-from ._paths import bare_version, dist_version, expand_path, fill
+from ._paths import bare_version, dist_version, expand_path, fill, placeholders, unset_variables
 
 __all__ = [
     "ALWAYS_SKIP",
@@ -56,6 +56,11 @@ ALWAYS_SKIP: tuple[str, ...] = (
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
 _ENV = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+#: The placeholders each formatted key fills (``_paths.fill``; ``subdir``: the version).
+_PLACEHOLDERS: dict[str, tuple[str, ...]] = {
+    "default": ("version", "tmpdir", "user"),
+    "subdir": ("version",),
+}
 
 
 class Profile:
@@ -196,12 +201,16 @@ class Profile:
         names = [m.format(stem=stem) for m in self.busy_while]
         return [f"{folder}/{n}" if folder else n for n in names]
 
-    def version(self, path: Sequence[str] | None = None) -> str | None:
+    def version(
+        self, path: Sequence[str] | None = None, imported: Mapping[str, str | None] | None = None
+    ) -> str | None:
         """The JIT's version as it keys entries (``dist==version`` of each installed
         distribution, ``+``-joined), or None when the JIT is not installed. ``path``:
-        another interpreter's ``sys.path`` (the job's Python, when it is not this
-        one); a ``version_from`` profile has no version there (it would be read by
-        importing the JIT in this Python)."""
+        the job's Python's ``sys.path`` (``cuforge run`` asks it: ``cli._jobpython``);
+        a ``version_from`` is then taken from ``imported`` (``{version_from:
+        "module==value" or None}``, read by importing the module in the job's Python),
+        never imported here -- without it, no version. Without ``path`` (the job is
+        this process: ``session()``), ``version_from`` is imported in this Python."""
         found: list[str] = []
         for i, dist in enumerate(self.dists):
             ver = dist_version(dist, path)
@@ -211,18 +220,11 @@ class Profile:
                 found.append(f"{dist}=={ver}")
         if found:
             return "+".join(found)
-        if self.version_from is None or path is not None:
+        if self.version_from is None:
             return None
-        import importlib
-
-        module, _, attr = self.version_from.partition(":")
-        try:
-            value: object = getattr(importlib.import_module(module), attr)
-            if callable(value):
-                value = value()
-        except Exception:  # not installed, or it fails to import: no version, no mirror
-            return None
-        return f"{module}=={value}" if isinstance(value, str) and value else None
+        if path is not None:
+            return (imported or {}).get(self.version_from)
+        return import_version(self.version_from)
 
     def installed(self, path: Sequence[str] | None = None) -> bool:
         """Whether the JIT's first distribution is installed (no import) -- on
@@ -233,19 +235,49 @@ class Profile:
         self, env: Mapping[str, str] | None = None, version: str | None = None
     ) -> str | None:
         """The JIT's directory: the first of ``env``'s variables that is set (plus
-        ``subdir``), else the expanded ``default``; None when neither applies.
-        ``version`` fills ``{version}`` (the JIT's own version string, the part
-        after ``==`` of the first distribution)."""
+        ``subdir``), else the expanded ``default``; None when neither applies, or when
+        the path names a ``$VAR`` that is unset (:meth:`unset_variable` says which:
+        the directory is then unknown, never the path without it). ``version`` fills
+        ``{version}`` (the JIT's own version string, the part after ``==`` of the first
+        distribution)."""
+        raw = self._raw(os.environ if env is None else env, version)
+        return None if raw is None else expand_path(raw, os.environ if env is None else env)
+
+    def unset_variable(self, env: Mapping[str, str] | None = None) -> str | None:
+        """The first ``$VAR`` the directory's path names that ``env`` leaves unset
+        (why :meth:`directory` is None), or None."""
         env = os.environ if env is None else env
+        raw = self._raw(env, None)
+        missing = unset_variables(raw, env) if raw is not None else []
+        return missing[0] if missing else None
+
+    def _raw(self, env: Mapping[str, str], version: str | None) -> str | None:
+        """The directory's path before ``~`` and ``$VARS`` expand."""
         ver = bare_version(version) if version else ""
         for var in self.env:
             value = (env.get(var) or "").strip()
             if value:
-                base = expand_path(value, env)
-                return os.path.join(base, self.subdir.format(version=ver)) if self.subdir else base
+                return (
+                    os.path.join(value, self.subdir.format(version=ver)) if self.subdir else value
+                )
         if self.default is None:
             return None
-        return expand_path(self.default.format_map(fill(env, version=ver)), env)
+        return self.default.format_map(fill(env, version=ver))
+
+
+def import_version(spec: str) -> str | None:
+    """``module==value`` of ``module:attribute`` (called when callable), imported in
+    this Python; None when it fails to import or is no non-empty string."""
+    import importlib
+
+    module, _, attr = spec.partition(":")
+    try:
+        value: object = getattr(importlib.import_module(module), attr)
+        if callable(value):
+            value = value()
+    except Exception:  # not installed, or it fails to import: no version, no mirror
+        return None
+    return f"{module}=={value}" if isinstance(value, str) and value else None
 
 
 #: Build directories Warp renames into place when a module is complete.
@@ -441,7 +473,10 @@ def load_profiles(
 
     Raises ValueError (``mirror.<name>.<key>: ...``, one line) for an unknown key, a
     value of the wrong type, a bad name or variable, a ``version_from`` without
-    ``:``, or a ``bundle`` that is no regular expression with a ``key`` group.
+    ``:``, a ``bundle`` that is no regular expression with a ``key`` group, or a
+    ``default`` or ``subdir`` with a placeholder it does not fill (``default``:
+    ``{version}``, ``{tmpdir}``, ``{user}``; ``subdir``: ``{version}``) or an
+    unmatched brace.
     """
     out = dict(PROFILES if base is None else base)
     for name, table in (extra or {}).items():
@@ -466,6 +501,10 @@ def load_profiles(
         for var in fields.get("env", ()):  # type: ignore[attr-defined]
             if not _ENV.match(var):
                 raise ValueError(f"{where}.env: {var!r} is not a variable name")
+        for key, known_fields in _PLACEHOLDERS.items():
+            text = fields.get(key)
+            if isinstance(text, str):
+                _check_placeholders(f"{where}.{key}", text, known_fields)
         spec = fields.get("version_from")
         if isinstance(spec, str) and (":" not in spec or not all(spec.partition(":")[::2])):
             raise ValueError(f"{where}.version_from: expected 'module:attribute', got {spec!r}")
@@ -484,6 +523,19 @@ def load_profiles(
             merged = {k: getattr(known, k) for k in _KEYS} | fields
             out[name] = Profile(name=name, **merged)
     return out
+
+
+def _check_placeholders(where: str, text: str, known: tuple[str, ...]) -> None:
+    """ValueError (``WHERE: unknown placeholder {x} (known: ...)``) for a field of
+    ``text`` that is not one of ``known``, or for text with an unmatched brace."""
+    names = ", ".join(f"{{{k}}}" for k in known)
+    try:
+        found = placeholders(text)
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc} in {text!r} (placeholders: {names})") from None
+    for field in found:
+        if field not in known:
+            raise ValueError(f"{where}: unknown placeholder {{{field}}} (known: {names})")
 
 
 def configured_profiles() -> dict[str, Profile]:
