@@ -205,3 +205,36 @@ def test_warm_set_not_in_any_level_says_so_not_that_the_local_level_is_missing(
         "though Redis was searched); the stored set fetched into a fresh L3",
         scale="all",
     )
+
+
+# -- 1b. under cuforge run --warm-set, a session's compile(cache=True) joins both sets ---
+def test_a_sessions_compile_under_cuforge_run_joins_the_runs_warm_set_too(
+    tmp_path: Path, redis_server: RedisServer
+) -> None:
+    url = f"file://{tmp_path / 'R'},{_host(redis_server)}/4"
+    script = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "import cuforge\n"
+        "from cuforge.integrations import session\n"
+        "with session(warm_set='inner', systems=(), mirrors=False):\n"
+        "    opts = cuforge.ProgramOptions(arch='sm_80', name='nested.cu')\n"
+        "    cuforge.Program(Path(sys.argv[1]).read_text(), 'c++', opts).compile(\n"
+        "        'cubin', cache=True)\n"
+    )
+    done = run(tmp_path, "run", "--cache", url, "--warm-set", "outer", "--",
+               sys.executable, "-c", script, str(SAXPY))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    with open_cache(f"{_host(redis_server)}/4", secret=None) as shared:
+        outer, inner = warmsets.load(shared, "outer"), warmsets.load(shared, "inner")
+    assert inner is not None and len(inner) == 1
+    assert outer == inner  # the run's journal recorded the session's compile too
+    record(
+        "use",
+        "integrations",
+        "cuforge run --warm-set outer -- python: compile(cache=True) inside "
+        "session(warm_set='inner')",
+        1,
+        "both sets list the program's entry (the run's journal wraps the session's default)",
+        scale="all",
+    )

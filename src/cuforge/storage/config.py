@@ -572,9 +572,13 @@ def use_default(cache: ProgramCacheResource | None) -> Callable[[], None]:
     remembered for the environment as it is now. Should ``CUFORGE_CACHE``,
     ``CUFORGE_CACHE_DIR`` or ``CUFORGE_CACHE_SECRET`` change meanwhile, the cache
     they name is opened as before (the environment's word is the later one), and the
-    restore then leaves that one in place. Restores nest: undo in reverse order."""
+    restore then leaves that one in place. Restores nest: undo in reverse order.
+    Under :func:`wrap_default` (``cuforge run --warm-set``), ``wrap(cache)`` is handed
+    out: the run's warm set records these compiles too."""
     global _current
     with _mutex:
+        if cache is not None and _wrap is not None:
+            cache = _wrap(cache)
         before = _current
         mine = _current = (_environment(), cache)
 
