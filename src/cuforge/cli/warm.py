@@ -197,14 +197,35 @@ def _no_set(args: argparse.Namespace, chosen: _select.Choice, absent: str = "") 
         )
         return 1
 
-    why = f": there is no cache at {absent} (nothing was created; " if absent else " ("
+    where, why = f"in {chosen.shown()}", " ("
+    searched = _searched(chosen)
+    if absent and searched:  # the other levels were searched: the set is in none of them
+        where = f"in any level of {chosen.shown()}"
+        why = f" (searched: {', '.join(searched)}; {absent} does not exist and was not created; "
+    elif absent:
+        why = f": there is no cache at {absent} (nothing was created; "
     record = f"cuforge run --warm-set {shlex.quote(args.warm_set)}"
     print(
-        f"cuforge warm: no warm set {args.warm_set!r} is stored in {chosen.shown()}{why}"
+        f"cuforge warm: no warm set {args.warm_set!r} is stored {where}{why}"
         f"{record} records one from a job that reads or stores entries through this cache)",
         file=sys.stderr,
     )
     return 1
+
+
+def _searched(chosen: _select.Choice) -> list[str]:
+    """The names of ``chosen``'s levels a warm set was looked up in: every one whose
+    directory or database file exists (a server level always)."""
+    import os
+
+    from cuforge.storage.urls import parse_cache_url
+
+    specs = parse_cache_url(chosen.url or "")
+    return [
+        name
+        for spec, (name, _) in zip(specs, _select.level_names(chosen), strict=True)
+        if spec.scheme not in ("file", "sqlite") or os.path.lexists(spec.location)
+    ]
 
 
 def _fetch_set(

@@ -39,7 +39,7 @@ from cuforge.storage.record import decode_record, encode_record
 
 from . import _behind
 
-__all__ = ["ForeignEntries", "caching_off", "select_cache"]
+__all__ = ["ForeignEntries", "caching_off", "select_cache", "selected"]
 
 _mutex = threading.Lock()
 #: Handles opened, by (URL, secret): one per process.
@@ -50,20 +50,23 @@ _failed: dict[tuple[str, bytes | None], Exception] = {}
 _warned: set[str] = set()
 
 
-def _open(chosen: config.Selection) -> ProgramCacheResource | None:
+def _open(chosen: config.Selection, shared: bool = True) -> ProgramCacheResource | None:
     """The process's handle on ``chosen`` (opened at first use), so an adapter's calls
     share one handle and its statistics; None (warned once) when it cannot be opened.
-    A URL the ``cache=`` argument gave that the backend refuses raises ValueError."""
+    ``shared=False``: a new handle, the caller's own to close. A URL the ``cache=``
+    argument gave that the backend refuses raises ValueError."""
     assert chosen.url is not None
     ident = (chosen.target(), chosen.secret)
     with _mutex:
-        cache = _opened.get(ident)
+        cache = _opened.get(ident) if shared else None
         if cache is not None:
             return cache
         failure = _failed.get(ident)
         if failure is None:
             try:
-                cache = _opened[ident] = chosen.open()
+                cache = chosen.open()
+                if shared:
+                    _opened[ident] = cache
                 return cache
             except Exception as exc:  # judged below, by who named the URL
                 failure = _failed[ident] = exc
@@ -101,6 +104,13 @@ def _refused(exc: config.SelectionError) -> None:
 def select_cache(
     cache: ProgramCacheResource | str | None, env_var: str
 ) -> ProgramCacheResource | None:
+    """:func:`selected`'s cache: one handle per URL for the whole process."""
+    return selected(cache, env_var)[0]
+
+
+def selected(
+    cache: ProgramCacheResource | str | None, env_var: str, *, shared: bool = True
+) -> tuple[ProgramCacheResource | None, bool]:
     """The cache an integration uses: ``cache`` itself (a cache, or a URL to open),
     else what ``storage.config.select`` chooses with ``$env_var`` (a cache URL, or
     ``off``) ranked first -- with the variable unset, cuforge's default cache (the
@@ -114,9 +124,13 @@ def select_cache(
     came from, once per process, and None. A ``cache`` URL the parser or its backend
     refuses raises ValueError (``cache: ...``), a ``cache`` of another type
     TypeError; one that cannot be opened (an ``OSError``) warns and gives None.
+
+    With it, whether the handle is the caller's own to close: ``shared=False`` opens a
+    URL's anew (a ``session()`` closes it at its end) -- never ``cache`` itself nor
+    the default cache, which others use.
     """
     if isinstance(cache, ProgramCacheResource):
-        return cache
+        return cache, False
     if cache is not None and not isinstance(cache, str):
         raise TypeError(
             "cache: expected a ProgramCacheResource, a cache URL or None, "
@@ -124,16 +138,19 @@ def select_cache(
         )
     if cache is None and not (os.environ.get(env_var) or "").strip():
         try:
-            return config.default_cache()  # warns itself, once, when it cannot be opened
+            return config.default_cache(), False  # warns itself, once, when unopenable
         except config.SelectionError as exc:  # a bad value, from the environment or a file
             _refused(exc)
-            return None
+            return None, False
     try:
         chosen = config.selection(cache, env_var=env_var)
     except config.SelectionError as exc:
         _refused(exc)
-        return None
-    return None if chosen.url is None else _open(chosen)
+        return None, False
+    if chosen.url is None:
+        return None, False
+    opened = _open(chosen, shared)
+    return opened, opened is not None and not shared
 
 
 def caching_off(env_var: str) -> str:

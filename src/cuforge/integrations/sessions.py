@@ -17,11 +17,16 @@ of ``configured_profiles()``: the built-ins and the settings files'
 ``[mirror.<name>]`` tables, as ``cuforge run`` reads them) are hydrated from the
 cache; and JAX, Inductor, CuPy and Triton are wired to the cache
 (:mod:`~cuforge.integrations._wiring`: now for systems already imported, at their
-import for the others). While it runs, what the job added is published every
+import for the others), and so is cuforge's own ``Program.compile(cache=True)``
+(``storage.config.use_default``: process-wide, as the wiring, for every thread;
+the default cache before is put back at exit). While it runs, what the job added is published every
 ``publish_every`` seconds (mirrors and the warm set), so a killed job loses little.
 On exit: published once more -- the warm set made exactly what this job read or
-stored when the block ended without an exception, added to otherwise -- and the
-integrations unwired.
+stored when the block ended without an exception, added to otherwise; a job that
+read or stored nothing through the cache records nothing, and one warning says so,
+as ``cuforge run`` does -- the integrations unwired, and a cache the session opened
+(from a URL or ``$CUFORGE_CACHE``) closed: its server connections too. A cache
+object passed in, and cuforge's default cache, are left open: others use them.
 
 Nothing here fails the job: a cache that cannot be opened is one warning and the
 systems run as without cuforge; a prefetch, hydration or publish that fails is a
@@ -34,14 +39,15 @@ import contextlib
 import os
 import threading
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from cuforge._stack import outside_level
+from cuforge.storage import config
 from cuforge.storage.base import CacheWriteWarning, ProgramCacheResource
 
 from . import _behind, warmsets
-from ._cache import select_cache
+from ._cache import selected
 from ._wiring import Wiring
 
 __all__ = ["Session", "each_mirror", "is_local", "open_mirrors", "prefetch_set", "session"]
@@ -135,7 +141,7 @@ class Session:
             warmsets.set_key(warm_set)  # ValueError for a bad name, before anything opens
         if publish_every <= 0:
             raise ValueError(f"publish_every: expected seconds > 0, got {publish_every!r}")
-        self.cache = select_cache(cache, ENV_CACHE)
+        self.cache, self._owned = selected(cache, ENV_CACHE, shared=False)
         self.warm_set = warm_set
         self.publish_every = publish_every
         self.recorder: warmsets.Recorder | None = None
@@ -147,6 +153,7 @@ class Session:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._publish_lock = threading.Lock()
+        self._restore_default: Callable[[], None] | None = None
 
     def start(self) -> Session:
         """Prefetch, hydrate, wire, and start publishing periodically."""
@@ -161,6 +168,7 @@ class Session:
             self.mirrors = open_mirrors(cache)
             each_mirror(self.mirrors, "hydrate")
         self.wiring = Wiring(cache, self._systems).start()
+        self._restore_default = config.use_default(cache)  # compile(cache=True) too
         self._thread = threading.Thread(target=self._periodic, name="cuforge-publish", daemon=True)
         self._thread.start()
         return self
@@ -180,10 +188,16 @@ class Session:
                 keys = self.recorder.keys()
                 if keys:  # a job that recorded nothing leaves the set as it was
                     warmsets.publish(self.cache, self.warm_set, keys, replace=final and ok)
+                elif final:  # `cuforge run`'s words: `warm --set NAME` finding none is no surprise
+                    _warn(
+                        f"warm set {self.warm_set!r}: the job read or stored nothing through "
+                        "the cache, so nothing was recorded (a set stored before is left as "
+                        "it was)"
+                    )
 
     def close(self, ok: bool = True) -> None:
-        """Let the stores written behind land, publish a last time and unwire;
-        idempotent."""
+        """Let the stores written behind land, publish a last time, unwire, put the
+        default cache back and close the cache the session opened; idempotent."""
         _behind.flush()  # the warm set and the mirrors then include every store
         self._stop.set()
         if self._thread is not None:
@@ -193,8 +207,17 @@ class Session:
             self.wiring.stop()
             self.wiring = None
             self.publish(final=True, ok=ok)
+        if self._restore_default is not None:
+            self._restore_default()
+            self._restore_default = None
         if self.recorder is not None:
             self.recorder.close()
+        if self._owned and self.cache is not None:
+            self._owned = False
+            try:
+                self.cache.close()
+            except Exception as exc:  # closing never fails the job
+                _warn(f"closing the cache failed ({type(exc).__name__}: {exc})")
 
 
 def prefetch_set(cache: ProgramCacheResource, name: str) -> warmsets.Prefetched | None:

@@ -81,6 +81,7 @@ __all__ = [
     "secret_from_file",
     "select",
     "selection",
+    "use_default",
     "wrap_default",
 ]
 
@@ -561,3 +562,30 @@ def wrap_default(wrap: Callable[[ProgramCacheResource], ProgramCacheResource]) -
     with _mutex:
         _wrap = wrap
         _current = None
+
+
+def use_default(cache: ProgramCacheResource | None) -> Callable[[], None]:
+    """Have :func:`default_cache` hand out ``cache`` (process-wide, every thread: what
+    ``cache=True`` compiles through) -- ``session()``'s cache, as ``cuforge run``'s
+    ``$CUFORGE_CACHE`` gives its job's -- and return the function that puts back the
+    handle it replaced. Costs nothing on the hit path: ``cache`` becomes the handle
+    remembered for the environment as it is now. Should ``CUFORGE_CACHE``,
+    ``CUFORGE_CACHE_DIR`` or ``CUFORGE_CACHE_SECRET`` change meanwhile, the cache
+    they name is opened as before (the environment's word is the later one), and the
+    restore then leaves that one in place. Restores nest: undo in reverse order.
+    Under :func:`wrap_default` (``cuforge run --warm-set``), ``wrap(cache)`` is handed
+    out: the run's warm set records these compiles too."""
+    global _current
+    with _mutex:
+        if cache is not None and _wrap is not None:
+            cache = _wrap(cache)
+        before = _current
+        mine = _current = (_environment(), cache)
+
+    def restore() -> None:
+        global _current
+        with _mutex:
+            if _current is mine:  # not replaced since (a changed environment's own)
+                _current = before
+
+    return restore
