@@ -150,11 +150,6 @@ def _init(cls: type, declared: list[Field]) -> Callable[..., None]:
     return init
 
 
-def _values(self: object, names: tuple[str, ...]) -> tuple[Any, ...]:
-    """The fields' values, in order (``__init__`` put each in the instance's dict)."""
-    return tuple(map(self.__dict__.__getitem__, names))
-
-
 def _repr(names: tuple[str, ...]) -> Callable[[object], str]:
     def __repr__(self: object) -> str:
         inner = ", ".join([f"{name}={getattr(self, name)!r}" for name in names])
@@ -163,20 +158,34 @@ def _repr(names: tuple[str, ...]) -> Callable[[object], str]:
     return __repr__
 
 
-def _eq(names: tuple[str, ...]) -> Callable[[object, object], bool]:
-    def __eq__(self: object, other: object) -> bool:
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        return _values(self, names) == _values(other, names)
+def _fields_tuple(var: str, names: tuple[str, ...]) -> str:
+    """Source of the tuple of ``var``'s field values, read straight from its dict (as
+    the functions dataclasses generates do: no ``map`` and no call per use)."""
+    return "(" + "".join(f"{var}.__dict__[{name!r}], " for name in names) + ")"
 
-    return __eq__
+
+def _generated(name: str, source: str) -> Callable[..., Any]:
+    scope: dict[str, Any] = {}
+    exec(source, scope)
+    made: Callable[..., Any] = scope[name]
+    return made
+
+
+def _eq(names: tuple[str, ...]) -> Callable[[object, object], bool]:
+    mine, theirs = _fields_tuple("self", names), _fields_tuple("other", names)
+    return _generated(
+        "__eq__",
+        "def __eq__(self, other):\n"
+        "    if other.__class__ is not self.__class__:\n"
+        "        return NotImplemented\n"
+        f"    return {mine} == {theirs}\n",
+    )
 
 
 def _hash(names: tuple[str, ...]) -> Callable[[object], int]:
-    def __hash__(self: object) -> int:
-        return hash(_values(self, names))
-
-    return __hash__
+    return _generated(
+        "__hash__", f"def __hash__(self):\n    return hash({_fields_tuple('self', names)})\n"
+    )
 
 
 def _frozen_error(name: str) -> BaseException:
