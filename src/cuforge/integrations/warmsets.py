@@ -8,7 +8,9 @@ what a batched read (``get_entries``) and a store into another level need, and a
 id cannot be turned back into one. The set is an entry like any other: integrity-
 checked, signed with ``$CUFORGE_CACHE_SECRET``, shown by ``cuforge cache ls``.
 A set that does not verify, does not decode, or lists more than ``MAX_KEYS`` keys
-is treated as absent (a warning), never as a partial list.
+is treated as absent (a warning), never as a partial list. Its record may refer to
+the set's pack (``warmpacks``: the listed entries as a few large entries in the
+shared levels), under ``"pack"``.
 
 **Recording.** :class:`Recorder` wraps the cache a job's integrations use and notes
 the key of every entry read (a hit) or stored; with a journal file it appends each
@@ -16,7 +18,9 @@ new key there at once (one line, ``O_APPEND``), so a process that is killed has
 already written what it touched. :func:`publish` merges what the recorders noted
 into the named set: ``replace=True`` (a job that ended well) makes the set exactly
 what this run read or stored; otherwise (periodic publishes, a failed or killed
-job) the run's keys are added to the set.
+job) the run's keys are added to the set. A ``replace`` publish also packs the set
+when its keys are not the ones its pack holds (``warmpacks.build``); adding keeps
+the set's pack.
 
 **Prefetching.** :func:`prefetch` reads every listed entry into the local level of
 a tier -- the first persistent level of ``file:///local,redis://shared`` -- in
@@ -32,7 +36,9 @@ FileStream opens its directories once and updates its size ledger once per batch
 each entry still staged and renamed on its own, so a crash leaves it whole or a
 miss; SQLite writes the batch in one transaction). An entry absent or damaged is
 skipped (a miss the job may compile), a level that fails is a counted failure:
-prefetching never fails the job.
+prefetching never fails the job. Given the set's pack, the keys the local level
+lacks come from the pack's chunks first (``warmpacks.land``: a few requests instead
+of one per entry), and only what the pack did not bring goes the way above.
 """
 
 from __future__ import annotations
