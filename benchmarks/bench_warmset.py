@@ -4,9 +4,12 @@ after another, from a real redis-server and a real SeaweedFS S3 on loopback.
     python benchmarks/bench_warmset.py [--entries 1000] [--size 32768] [--rounds 5]
         [--only redis|s3] [--local file|sqlite] [--rtt MS] [--dir DIR] [--keep]
 
-Each round, for each backend: N entries of SIZE random bytes are in the shared cache
-and a warm set lists them. The ways to bring them into an empty local level, one
-after another in each round (so a noisy moment hits them alike):
+Each round, for each backend: N entries of SIZE random bytes (recorded as cuforge
+programs: a kind a pack holds) are in the shared cache and a warm set lists them,
+published as a job that ended well publishes it: with its pack (``warmpacks``: the
+entries as chunks of ~8 MiB in the shared cache). The ways to bring them into an
+empty local level, one after another in each round (so a noisy moment hits them
+alike):
 
 - ``bulk``: the same N x SIZE bytes as ONE value/object (a Redis GET by cuforge's
   own small client, an S3 GET by obstore), written to one local file -- the floor a
@@ -15,17 +18,20 @@ after another in each round (so a noisy moment hits them alike):
   layout's files (payload and sidecar, in shard directories), with no fetch and no
   check -- what any per-entry local cache pays this file system (``--local file``);
 - ``prefetch``: ``cuforge.integrations.warmsets.prefetch`` through the tier
-  ``<local>,<shared>`` (the set loaded first, included in the time);
+  ``<local>,<shared>`` with the set's pack (the set loaded first, included in the
+  time): the pack's chunks, then nothing else;
+- ``per key``: the same prefetch without the pack (what it did before packs: batches
+  of 64 keys, each level asked once per batch);
 - ``one by one``: ``get_entry`` of each key in turn through the same kind of tier
   (what a job without a warm set does as it asks).
 
 ``--rtt MS`` puts a relay that holds each chunk back MS/2 each way in front of the
 servers (``_delay.py``): a network's round trip instead of loopback's. Prints each
 configuration's median (and best) over the rounds and the ratios of medians
-``prefetch / bulk`` (goal <= 2), ``one by one / prefetch`` (goal >= 10) and
-``prefetch / floor``; then the CPU each way cost this process (user + system, all
-its threads: ``getrusage``) and the server (``/proc/PID/stat``; the relays not
-counted), medians in milliseconds.
+``prefetch / bulk`` (goal <= 2), ``one by one / prefetch`` (goal >= 10),
+``per key / bulk`` and ``prefetch / floor``; then the CPU each way cost this process
+(user + system, all its threads: ``getrusage``) and the server (``/proc/PID/stat``;
+the relays not counted), medians in milliseconds.
 
 Every directory a run writes (the servers', each way's local level) is under
 ``--dir`` (default: the temporary directory) and is removed only when the run ends:
@@ -56,7 +62,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 sys.path.insert(0, os.path.join(HERE, "..", "src"))
 
-META = b'{"kind":"raw","v":1}'
+META = b'{"kind":"program","name":"bench","v":1}'
 
 
 def _fill(url: str, n: int, size: int) -> list[bytes]:
@@ -67,7 +73,9 @@ def _fill(url: str, n: int, size: int) -> list[bytes]:
     with open_cache(url) as cache:
         for at in range(0, n, 64):
             cache.set_entries([(k, os.urandom(size), META) for k in keys[at : at + 64]])
-        warmsets.store(cache, "bench", keys)
+        assert warmsets.publish(cache, "bench", keys, replace=True) == n
+        found = warmsets.load_set(cache, "bench")
+        assert found is not None and found.pack is not None and found.pack.entries == n
     return keys
 
 
@@ -75,7 +83,7 @@ def _level(local: str, kind: str) -> str:
     return f"file://{local}" if kind == "file" else f"sqlite://{local}/cache.db"
 
 
-def _prefetch(shared: str, local: str, kind: str) -> float:
+def _prefetch(shared: str, local: str, kind: str, pack: bool) -> float:
     from cuforge.integrations import warmsets
     from cuforge.storage.urls import open_cache
 
@@ -83,11 +91,14 @@ def _prefetch(shared: str, local: str, kind: str) -> float:
     with open_cache(f"{_level(local, kind)},{shared}") as cache:
         tier = warmsets.local_tier(cache)
         assert tier is not None
-        keys = warmsets.load(cache, "bench")
-        assert keys is not None
-        done = warmsets.prefetch(tier, keys)
+        found = warmsets.load_set(cache, "bench")
+        assert found is not None
+        if pack:
+            done = warmsets.prefetch(tier, found.keys, name="bench", pack=found.pack)
+        else:
+            done = warmsets.prefetch(tier, found.keys)
     took = time.perf_counter() - start
-    assert done.fetched == len(keys), done
+    assert done.fetched == len(found.keys), done
     return took
 
 
@@ -229,7 +240,8 @@ def main() -> int:
             backends["s3"] = (s3.url(), raw, _bulk_s3)
         keys = {name: _fill(url, args.entries, args.size) for name, (url, _, _) in backends.items()}
         payloads = [os.urandom(args.size) for _ in range(args.entries)]
-        ways = ["bulk", "prefetch", "one by one"] + (["floor"] if args.local == "file" else [])
+        ways = ["bulk", "prefetch", "per key", "one by one"]
+        ways += ["floor"] if args.local == "file" else []
         for r in range(args.rounds):
             for name, (url, handle, bulk) in backends.items():
                 times = results.setdefault(name, {})
@@ -241,8 +253,8 @@ def main() -> int:
                         took = bulk(handle, local)  # type: ignore[operator]
                     elif what == "floor":
                         took = _floor(local, args.entries, args.size, payloads)
-                    elif what == "prefetch":
-                        took = _prefetch(url, local, args.local)
+                    elif what in ("prefetch", "per key"):
+                        took = _prefetch(url, local, args.local, pack=what == "prefetch")
                     else:
                         took = _one_by_one(url, local, args.local, keys[name])
                     times.setdefault(what, []).append(took)
@@ -262,8 +274,9 @@ def main() -> int:
                 floor = f"; prefetch / floor = {med['prefetch'] / med['floor']:.2f}"
             print(
                 f"{name:6s} prefetch / bulk = {med['prefetch'] / med['bulk']:.2f} (goal <= 2); "
-                f"one by one / prefetch = {med['one by one'] / med['prefetch']:.1f} (goal >= 10)"
-                + floor
+                f"one by one / prefetch = {med['one by one'] / med['prefetch']:.1f} (goal >= 10); "
+                f"per key / bulk = {med['per key'] / med['bulk']:.2f}; "
+                f"one by one / per key = {med['one by one'] / med['per key']:.1f}" + floor
             )
         print("CPU, median ms: this process (the server)")
         for name, used in cpu.items():

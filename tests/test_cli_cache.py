@@ -680,7 +680,7 @@ def test_ls_kind_knows_every_kind_cuforge_writes(tmp_path):
     import cuforge.integrations.cupy as cupy_adapter
     import cuforge.integrations.inductor as inductor_adapter
     import cuforge.integrations.jax as jax_adapter
-    from cuforge.integrations import warmsets
+    from cuforge.integrations import warmpacks, warmsets
     from cuforge.integrations._cache import ForeignEntries
     from cuforge.integrations.mirror import Mirror, Profile
     from cuforge.integrations.mirror.engine import FILE_KIND, INDEX_KIND
@@ -688,7 +688,7 @@ def test_ls_kind_knows_every_kind_cuforge_writes(tmp_path):
     from cuforge.storage.urls import open_cache
 
     written = {jax_adapter._KIND, inductor_adapter._KIND, cupy_adapter._KIND, warmsets.KIND,
-               FILE_KIND, INDEX_KIND, "triton", "program", "manifest"}  # fmt: skip
+               warmpacks.KIND, FILE_KIND, INDEX_KIND, "triton", "program", "manifest"}  # fmt: skip
     assert written == set(KINDS)
     url = f"file://{tmp_path / 'c'}"
     (tmp_path / "d").mkdir()

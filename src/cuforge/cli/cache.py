@@ -13,8 +13,8 @@
   line per entry (those every filter given matches): short id, kind, target, arch,
   size, age, last use, source name (an integration's entries: the system's key),
   compiler. ``KIND``: one of ``storage.record.KINDS`` (program, manifest, triton,
-  inductor, cupy, jax, warm-set, mirror, mirror-index), raw (no record) or signed
-  (stored signed, listed without the secret: its record is not read).
+  inductor, cupy, jax, warm-set, warm-pack, mirror, mirror-index), raw (no record) or
+  signed (stored signed, listed without the secret: its record is not read).
 - ``show ID-PREFIX [--extract OUT [--force]] [--json]``: everything recorded about one
   entry and whether it verifies, its size as stored and the artifact's (what compile
   and ``--extract`` count); ``--extract`` writes its raw payload (a cubin for

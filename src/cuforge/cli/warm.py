@@ -250,10 +250,13 @@ def _fetch_set(
             f"--set: {chosen.where} {chosen.shown()} has no local level to fetch the warm set "
             "into; give a tier such as file:///local/dir,redis://host/0"
         )
-    keys = warmsets.load(cache, name)
-    if keys is None:
+    found = warmsets.load_set(cache, name)
+    if found is None:
         return None
-    done = warmsets.prefetch(tier if tier is not None else cache, keys)
+    if tier is None:  # a local cache: checked against the set, nothing to fetch from
+        done = warmsets.prefetch(cache, found.keys)
+    else:
+        done = warmsets.prefetch(tier, found.keys, name=name, pack=found.pack)
     return {
         "name": name,
         "listed": done.listed,

@@ -223,8 +223,8 @@ class Session:
 def prefetch_set(cache: ProgramCacheResource, name: str) -> warmsets.Prefetched | None:
     """Prefetch the warm set ``name`` into ``cache``'s local level; None when there is
     no such set yet, or no local level to fetch into (warned)."""
-    keys = warmsets.load(cache, name)
-    if not keys:
+    found = warmsets.load_set(cache, name)
+    if found is None or not found.keys:
         return None
     tier = warmsets.local_tier(cache)
     if tier is None:
@@ -235,7 +235,7 @@ def prefetch_set(cache: ProgramCacheResource, name: str) -> warmsets.Prefetched 
             "such as file:///local/dir,redis://host/0); nothing prefetched"
         )
         return None
-    return warmsets.prefetch(tier, keys)
+    return warmsets.prefetch(tier, found.keys, name=name, pack=found.pack)
 
 
 def is_local(cache: ProgramCacheResource) -> bool:

@@ -8,7 +8,9 @@ what a batched read (``get_entries``) and a store into another level need, and a
 id cannot be turned back into one. The set is an entry like any other: integrity-
 checked, signed with ``$CUFORGE_CACHE_SECRET``, shown by ``cuforge cache ls``.
 A set that does not verify, does not decode, or lists more than ``MAX_KEYS`` keys
-is treated as absent (a warning), never as a partial list.
+is treated as absent (a warning), never as a partial list. Its record may refer to
+the set's pack (``warmpacks``: the listed entries as a few large entries in the
+shared levels), under ``"pack"``.
 
 **Recording.** :class:`Recorder` wraps the cache a job's integrations use and notes
 the key of every entry read (a hit) or stored; with a journal file it appends each
@@ -16,7 +18,9 @@ new key there at once (one line, ``O_APPEND``), so a process that is killed has
 already written what it touched. :func:`publish` merges what the recorders noted
 into the named set: ``replace=True`` (a job that ended well) makes the set exactly
 what this run read or stored; otherwise (periodic publishes, a failed or killed
-job) the run's keys are added to the set.
+job) the run's keys are added to the set. A ``replace`` publish also packs the set
+when its keys are not the ones its pack holds (``warmpacks.build``); adding keeps
+the set's pack.
 
 **Prefetching.** :func:`prefetch` reads every listed entry into the local level of
 a tier -- the first persistent level of ``file:///local,redis://shared`` -- in
@@ -32,7 +36,9 @@ FileStream opens its directories once and updates its size ledger once per batch
 each entry still staged and renamed on its own, so a crash leaves it whole or a
 miss; SQLite writes the batch in one transaction). An entry absent or damaged is
 skipped (a miss the job may compile), a level that fails is a counted failure:
-prefetching never fails the job.
+prefetching never fails the job. Given the set's pack, the keys the local level
+lacks come from the pack's chunks first (``warmpacks.land``: a few requests instead
+of one per entry), and only what the pack did not bring goes the way above.
 """
 
 from __future__ import annotations
@@ -60,12 +66,17 @@ from cuforge.storage.entry import CacheEntry
 from cuforge.storage.outcome import STORED_OUTCOME, StoreOutcome
 from cuforge.storage.record import decode_record, encode_record
 
+from . import warmpacks
+from .warmpacks import PackRef
+
 __all__ = [
     "KIND",
     "MAX_KEYS",
+    "Listed",
     "Prefetched",
     "Recorder",
     "load",
+    "load_set",
     "local_tier",
     "prefetch",
     "publish",
@@ -108,9 +119,25 @@ def _decode(payload: bytes) -> list[bytes] | None:
         return None
 
 
+class Listed:
+    """A stored warm set: the ``keys`` it lists and the ``pack`` it refers to (a
+    :class:`~cuforge.integrations.warmpacks.PackRef`, or None)."""
+
+    __slots__ = ("keys", "pack")
+
+    def __init__(self, keys: list[bytes], pack: PackRef | None) -> None:
+        self.keys, self.pack = keys, pack
+
+
 def load(cache: ProgramCacheResource, name: str) -> list[bytes] | None:
     """The keys the warm set ``name`` lists, or None when there is no such set (also
     when the stored one does not verify or decode: warned, treated as absent)."""
+    found = load_set(cache, name)
+    return None if found is None else found.keys
+
+
+def load_set(cache: ProgramCacheResource, name: str) -> Listed | None:
+    """The warm set ``name`` (its keys and its pack), or None as :func:`load` says."""
     key = set_key(name)
     try:
         entry = cache.get_entry(key)
@@ -121,39 +148,68 @@ def load(cache: ProgramCacheResource, name: str) -> list[bytes] | None:
         return None
     record = decode_record(entry.meta, KIND)
     keys = None if record is None or record.get("name") != name else _decode(entry.data)
-    if keys is None:
+    if keys is None or record is None:
         _warn(CacheReadWarning, f"warm set {name!r}: the stored set is not one; ignored")
-    return keys
+        return None
+    return Listed(keys, PackRef.of_record(record.get("pack")))
 
 
-def store(cache: ProgramCacheResource, name: str, keys: Iterable[bytes]) -> bool:
-    """Store the warm set ``name`` listing ``keys``; False when the store was dropped
-    (warned)."""
+def store(
+    cache: ProgramCacheResource, name: str, keys: Iterable[bytes], pack: PackRef | None = None
+) -> bool:
+    """Store the warm set ``name`` listing ``keys`` (and referring to ``pack``); False
+    when the store was dropped (warned)."""
     key = set_key(name)
-    listed = {k for k in keys if not k.startswith(_PREFIX)}  # a set never lists sets
+    # a set never lists sets or packs
+    listed = {k for k in keys if not k.startswith(_PREFIX) and not warmpacks.is_pack_key(k)}
     payload = _encode(listed)
-    meta = encode_record(KIND, {"name": name, "key": name, "entries": len(listed)})
+    fields: dict[str, Any] = {"name": name, "key": name, "entries": len(listed)}
+    if pack is not None:
+        fields["pack"] = pack.as_record()
+    meta = encode_record(KIND, fields)
     try:
-        cache.set_entry(key, payload, meta)
+        outcome = cache.set_entry(key, payload, meta)
     except Exception as exc:  # a cache fault never fails the job
         _warn(CacheWriteWarning, f"warm set {name!r}: store failed ({type(exc).__name__}: {exc})")
         return False
-    return True
+    return outcome is None or bool(getattr(outcome, "stored", True))
 
 
 def publish(cache: ProgramCacheResource, name: str, keys: Iterable[bytes], *, replace: bool) -> int:
     """Make the warm set ``name`` list ``keys`` (``replace``) or add them to it; returns
     how many keys the set lists now (0 when the store was dropped). Under the set's
     lock, so two jobs publishing the same set at once never lose each other's keys
-    when adding."""
-    keys = set(keys)
+    when adding. ``replace`` also packs the set (``warmpacks``) when its key list is
+    not the one its pack was built for: the chunks stored first, the set referring
+    to them last, the previous pack's chunks removed after; adding keeps the set's
+    pack as it is (it still covers the keys it holds)."""
+    keys = {k for k in keys if not k.startswith(_PREFIX) and not warmpacks.is_pack_key(k)}
+    base = cache.inner if isinstance(cache, Recorder) else cache
     with contextlib.ExitStack() as stack:
         with contextlib.suppress(Exception):  # no lock: a lost update, never a failure
             stack.enter_context(cache.lock(set_key(name), timeout=10.0))
+        before = load_set(cache, name)
+        old = None if before is None else before.pack
         if not replace:
-            keys |= set(load(cache, name) or ())
-        return len(keys) if store(cache, name, keys) else 0
+            keys |= set(() if before is None else before.keys)
+            return len(keys) if store(cache, name, keys, old) else 0
+        pack = old
+        if old is None or old.id != warmpacks.pack_id(keys) or warmpacks.stale(name, old):
+            pack = warmpacks.build(base, name, keys)
+        if not store(cache, name, keys, pack):
+            if pack is not old:  # nobody refers to the new pack
+                warmpacks.remove(base, name, pack, keep=_kept(old, pack))
+            return 0
+        if old is not None and pack is not old:
+            warmpacks.remove(base, name, old, keep=_kept(pack, old))
+        return len(keys)
     return 0  # pragma: no cover - mypy: the with block always returns
+
+
+def _kept(other: PackRef | None, ref: PackRef | None) -> int:
+    """How many of ``ref``'s chunks ``other`` (under the same id) stored again: those
+    stay when ``ref`` is removed."""
+    return other.chunks if other is not None and ref is not None and other.id == ref.id else 0
 
 
 def _warn(category: type[Warning], what: str) -> None:
@@ -410,14 +466,21 @@ def prefetch(
     *,
     batch: int = 64,
     workers: int = 2,
+    name: str | None = None,
+    pack: PackRef | None = None,
 ) -> Prefetched:
     """Read ``keys`` into ``cache``'s local level (see the module docstring), ``batch``
     keys per lookup, ``workers`` batches looked up at a time on threads of their own
     while this thread writes what the batches before found (the tier's
     ``lookup_entries``: at most ``workers + 2`` batches are held in memory). ``cache``
     is the tier :func:`local_tier` returned (another cache: one ``get_entries`` per
-    batch). Never raises for a cache fault."""
+    batch). With the set's ``name`` and ``pack`` (``load_set``), the keys the local
+    level lacks come from the pack's chunks first (``warmpacks.land``); what the pack
+    did not bring goes the way above. Never raises for a cache fault."""
     start = time.perf_counter()
+    listed, landed = len(keys), 0
+    if pack is not None and name is not None:
+        landed, keys = warmpacks.land(cache, name, pack, keys, workers=workers)
     batches = [keys[i : i + batch] for i in range(0, len(keys), batch)]
     lookup = getattr(cache, "lookup_entries", None)
 
@@ -456,4 +519,5 @@ def prefetch(
                 for b in itertools.islice(todo, 1):
                     ahead.append(pool.submit(look, b))
                 fetched += land(looked)
-    return Prefetched(len(keys), fetched, len(keys) - fetched, time.perf_counter() - start)
+    fetched += landed
+    return Prefetched(listed, fetched, listed - fetched, time.perf_counter() - start)

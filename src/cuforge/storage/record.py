@@ -20,8 +20,9 @@ RECORD_VERSION = 1
 
 #: Every ``kind`` cuforge writes: compiled programs and header manifests (the
 #: compile layer); the integrations' entries (``cuforge.integrations``: Triton,
-#: Inductor, CuPy, JAX); warm sets; the directory mirror's files and indexes. A
-#: writer of a new kind adds it here, so ``cuforge cache ls --kind`` offers it.
+#: Inductor, CuPy, JAX); warm sets and their packs; the directory mirror's files and
+#: indexes. A writer of a new kind adds it here, so ``cuforge cache ls --kind`` offers
+#: it.
 KINDS = (
     "program",
     "manifest",
@@ -30,6 +31,7 @@ KINDS = (
     "cupy",
     "jax",
     "warm-set",
+    "warm-pack",
     "mirror",
     "mirror-index",
 )
