@@ -163,9 +163,11 @@ class Store:
         """Delete the fleet's counters (only the store's own counter names)."""
         raise NotImplementedError
 
-    def problem(self, exc: BaseException) -> tuple[str, bool]:
+    def problem(self, exc: BaseException) -> tuple[str, bool | None]:
         """What a failed request means, in a phrase; and whether the server answered
-        (an answer is no outage: no back-off)."""
+        (True: an answer is no outage, no back-off; False: it could not be reached;
+        None: the request was never sent -- a set-up problem of this process, such as
+        no credentials -- backed off like an outage but reported as a failure)."""
         return f"{type(exc).__name__}: {exc}", False
 
     def probe_read(self) -> None:
@@ -213,6 +215,9 @@ class RemoteDriver(Driver):
         )
         self._lease_s = positive_seconds("lock_lease", lock_lease)
         self._flushed = CacheStats()  # what the fleet has of this handle's counts
+        #: What a store skipped while backing off is: UNREACHABLE after an outage,
+        #: FAILED after a request this process could not send (``Store.problem``).
+        self._skipped = UNREACHABLE
         #: How long the last fill this handle saw took (its own, or a holder's that a
         #: wait measured), in seconds: the hint its leases give waiters.
         self.fill_s: float | None = None
@@ -234,15 +239,19 @@ class RemoteDriver(Driver):
             return False
         return self._breaker.allow()
 
-    def _failed(self, exc: BaseException, what: str) -> tuple[str, bool]:
-        """A failed request: back off unless the server answered; warn once per handle."""
+    def _failed(self, exc: BaseException, what: str) -> tuple[str, bool | None]:
+        """A failed request: back off unless the server answered; warn once per handle.
+        Remembers what a store skipped while backing off is (``_skipped``)."""
         phrase, answered = self.store.problem(exc)
-        after = (
-            f"the server answered with an error, so {what}s fail"
-            if answered
-            else "lookups are misses and stores are skipped, retrying in "
-            f"{self._breaker.failure():g} s"
-        )
+        if answered:
+            after = f"the server answered with an error, so {what}s fail"
+        else:
+            self._skipped = UNREACHABLE if answered is False else FAILED
+            sent = "" if answered is False else "nothing was sent to the server, so "
+            after = (
+                f"{sent}lookups are misses and stores are skipped, retrying in "
+                f"{self._breaker.failure():g} s"
+            )
         self.reports.warn_once(
             "remote",
             CacheReadWarning if what == "lookup" else CacheWriteWarning,
@@ -357,7 +366,7 @@ class RemoteDriver(Driver):
     def _put(self, batch: list[tuple[Any, bytes, CacheEntry]]) -> StoreOutcome:
         store = self.store
         if not self._allow():
-            return StoreOutcome(UNREACHABLE, f"{store.kind} {store.where}: backing off")
+            return StoreOutcome(self._skipped, f"{store.kind} {store.where}: backing off")
         try:
             if len(batch) == 1:
                 wrote = store.put(*batch[0])
@@ -367,7 +376,8 @@ class RemoteDriver(Driver):
         except Exception as exc:  # a store never breaks the caller
             phrase, answered = self._failed(exc, "store")
             return StoreOutcome(
-                FAILED if answered else UNREACHABLE, f"{store.kind} {store.where}: {phrase}"
+                UNREACHABLE if answered is False else FAILED,
+                f"{store.kind} {store.where}: {phrase}",
             )
         self._breaker.success()
         return STORED_OUTCOME if wrote else PRESENT
@@ -564,7 +574,7 @@ class RemoteCache(SharedCache):
             store.probe_write()
         except Exception as exc:
             refused, answered = store.problem(exc)
-            if not answered:
+            if answered is False:
                 raise self._unreachable(refused) from exc
             return refused
         return None

@@ -1,0 +1,56 @@
+"""The seventh newcomer pass (issue 36: every message true), part a: each test runs
+the installed ``cuforge`` console script in a subprocess, on real caches (real NVRTC
+compiles, a real redis-server), and fails on the main it was written against.
+
+- 1. a Redis/S3 warning said later failures are "counted in cuforge cache stats";
+  a command's counts are lost when the server is down as it exits.
+- 3. an S3 cache with no credentials: "access denied ...; the server answered with
+  an error" for an endpoint nothing listens on, and ``not stored: failed``.
+- 4. ``cache stats`` on a tier mixed levels without saying which line is whose.
+- 5. the cache warning was printed once per worker process, not once per cache.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from _cli import SAXPY, isolated_env, run
+from _redis import free_port
+
+
+def _no_aws(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """An environment with no AWS credentials anywhere cuforge or the client looks
+    (variables, profile files under HOME), as on a laptop without an AWS set-up."""
+    env = {k: v for k, v in isolated_env(tmp_path).items() if not k.startswith("AWS_")}
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    env.update(HOME=str(home), **extra)
+    return env
+
+
+# -- 3. no credentials is not "the server answered"; a dead endpoint is unreachable ------
+def test_s3_without_credentials_says_so_and_a_dead_endpoint_is_unreachable(
+    tmp_path: Path,
+) -> None:
+    """With no credentials the request is never sent: the warning says there are no
+    credentials, not that the server answered (nothing listens on the port), and the
+    store is ``failed`` (the warning says why); with credentials the same endpoint is
+    ``unreachable``, as cli.md documents for a server that is down."""
+    url = f"s3://bucket/x?endpoint=http://127.0.0.1:{free_port()}"
+    build = ("compile", str(SAXPY), "--arch", "sm_90", "-o", str(tmp_path / "x.cubin"),
+             "--cache", url)  # fmt: skip
+    bare = run(tmp_path, *build, env=_no_aws(tmp_path))
+    assert bare.returncode == 0, bare.stderr
+    assert "not stored: failed" in bare.stdout, bare.stdout
+    (warning,) = [line for line in bare.stderr.splitlines() if "warning" in line]
+    assert "no AWS credentials" in warning and "AWS_ACCESS_KEY_ID" in warning, warning
+    assert "answered" not in warning and "access denied" not in warning, warning
+    assert "nothing was sent to the server" in warning, warning
+    stats = run(tmp_path, "cache", "stats", "--cache", url, env=_no_aws(tmp_path))
+    assert stats.returncode == 1 and "no AWS credentials" in stats.stderr, stats.stderr
+    assert "access denied" not in stats.stderr, stats.stderr
+
+    keyed = _no_aws(tmp_path, AWS_ACCESS_KEY_ID="k", AWS_SECRET_ACCESS_KEY="s")
+    down = run(tmp_path, *build, env=keyed)
+    assert down.returncode == 0 and "not stored: unreachable" in down.stdout, down.stdout
+    assert "answered" not in down.stderr and "credentials" not in down.stderr, down.stderr
