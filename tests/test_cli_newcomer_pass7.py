@@ -12,10 +12,11 @@ compiles, a real redis-server), and fails on the main it was written against.
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
-from _cli import SAXPY, isolated_env, run
-from _redis import free_port
+from _cli import EXAMPLES, SAXPY, isolated_env, run
+from _redis import RedisServer, free_port
 
 
 def _no_aws(tmp_path: Path, **extra: str) -> dict[str, str]:
@@ -54,3 +55,32 @@ def test_s3_without_credentials_says_so_and_a_dead_endpoint_is_unreachable(
     down = run(tmp_path, *build, env=keyed)
     assert down.returncode == 0 and "not stored: unreachable" in down.stdout, down.stdout
     assert "answered" not in down.stderr and "credentials" not in down.stderr, down.stderr
+
+
+# -- 5. a cache's warning is said once per command, not once per worker process ------------
+def _warnings(result: subprocess.CompletedProcess[str]) -> list[str]:
+    return [line for line in result.stderr.splitlines() if line.startswith("cuforge: warning:")]
+
+
+def test_a_cache_warning_is_said_once_per_command_across_worker_processes(
+    tmp_path: Path, redis_server: RedisServer
+) -> None:
+    """cli.md: a server that cannot be reached is one warning line, once per cache.
+    ``warm --jobs 3`` runs three worker processes (``compile`` of three files, one per
+    CPU), each with its own handle that warns once: the command says it once."""
+    kernels = [EXAMPLES / "kernels" / f"{n}.cu" for n in ("relu", "transpose", "histogram")]
+    manifest = tmp_path / "warm.toml"
+    listed = ", ".join(f'"{k}"' for k in kernels)
+    manifest.write_text(f'[defaults]\narch = "sm_75"\n\n[[kernel]]\nsources = [{listed}]\n')
+    redis_server.pause()
+    try:
+        warm = run(tmp_path, "warm", str(manifest), "--jobs", "3", "--cache", redis_server.url)
+        assert warm.returncode == 0, warm.stderr
+        said = _warnings(warm)
+        assert len(said) == 1 and "Redis cache" in said[0] and "failed" in said[0], warm.stderr
+        compiled = run(tmp_path, "compile", *map(str, kernels), "--arch", "sm_75",
+                       "--outdir", str(tmp_path / "o"), "--cache", redis_server.url)  # fmt: skip
+        assert compiled.returncode == 0, compiled.stderr
+        assert len(_warnings(compiled)) == 1, compiled.stderr
+    finally:
+        redis_server.resume()
