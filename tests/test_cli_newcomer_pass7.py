@@ -12,6 +12,7 @@ compiles, a real redis-server), and fails on the main it was written against.
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
@@ -27,6 +28,43 @@ def _no_aws(tmp_path: Path, **extra: str) -> dict[str, str]:
     home.mkdir(exist_ok=True)
     env.update(HOME=str(home), **extra)
     return env
+
+
+# -- 1. where a down server's failures are counted: only what holds ---------------------
+def _fleet(tmp_path: Path, url: str) -> dict[str, int]:
+    stats = run(tmp_path, "cache", "stats", "--cache", url, "--json")
+    assert stats.returncode == 0, stats.stderr
+    report = json.loads(stats.stdout)
+    return {k: report[k] for k in ("misses", "read_failures", "write_failures")}
+
+
+def test_a_down_server_warning_says_a_command_ending_first_keeps_no_counts(
+    tmp_path: Path, redis_server: RedisServer
+) -> None:
+    """The warning said later failures "are counted in cuforge cache stats (read
+    failures, write failures)"; a command that ends while the server is down sends
+    nothing, so after it comes back the fleet's counters have none of them (nor the
+    miss). The warning now says the counts are kept only if the server answers again
+    before the command ends -- and cache stats agrees."""
+    url = redis_server.url
+    build = ("compile", str(SAXPY), "--arch", "sm_90", "-o", str(tmp_path / "a.cubin"))
+    assert run(tmp_path, *build, "--cache", url).returncode == 0
+    before = _fleet(tmp_path, url)
+    assert before == {"misses": 1, "read_failures": 0, "write_failures": 0}, before
+    redis_server.pause()
+    try:
+        relu = str(EXAMPLES / "kernels" / "relu.cu")
+        down = run(tmp_path, "compile", relu, "--arch", "sm_90", "-o", str(tmp_path / "b.cubin"),
+                   "--cache", url)  # fmt: skip
+    finally:
+        redis_server.resume()
+    assert down.returncode == 0 and "not stored: unreachable" in down.stdout, down.stderr
+    (warning,) = [ln for ln in down.stderr.splitlines() if ln.startswith("cuforge: warning:")]
+    assert "counted in cuforge cache stats (read failures, write failures)" in warning, warning
+    assert "only if the server answers again before this command ends" in warning, warning
+    assert "(misses included) are not kept" in warning, warning
+    assert "stats()" not in warning and "_failures" not in warning, warning
+    assert _fleet(tmp_path, url) == before  # as the warning says: none of them arrived
 
 
 # -- 3. no credentials is not "the server answered"; a dead endpoint is unreachable ------

@@ -145,6 +145,14 @@ def in_cli_words(message: str) -> str:
             f"cuforge cache stats ({names.replace('_', ' ')})" if names else "cuforge cache stats"
         )
 
+    if "(total_stats())" in message:  # a remote handle's warning: loaded by then
+        from cuforge.storage.remote import LATER_FAILURES
+
+        message = message.replace(LATER_FAILURES, _LATER_FAILURES)
+    # A tier's own counts live in its handle only: a command keeps none of them.
+    message = message.replace(
+        "counted in this handle's stats() without a warning", "not warned about"
+    )
     # "cuforge: ...", and "cuforge " before a cache's or a mirror's name (not "cuforge
     # compiles ...", where cuforge is the subject)
     message = re.sub(r"^cuforge(?:: | (?=[\w+-]+ cache\b|cache level\b|mirror\b))", "", message)
@@ -158,6 +166,16 @@ def in_cli_words(message: str) -> str:
         message,
     )
     return CachePathError.in_url_words(message)
+
+
+#: ``storage.remote.LATER_FAILURES`` in the command line's words: a command's counts
+#: reach the server's counters only through a flush, and none is sent while the
+#: server is down, so when the command ends first they are not kept.
+_LATER_FAILURES = (
+    "Later failures are counted in cuforge cache stats (read failures, write failures) "
+    "without a warning only if the server answers again before this command ends: "
+    "while it is down, the command's counts (misses included) are not kept."
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

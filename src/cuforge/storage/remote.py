@@ -12,11 +12,13 @@ terms. What is the same for every server is here, once:
 - **Failing open and fast.** A request that raises is a counted miss or a dropped
   store, never an error; the first failure of a handle warns once
   (``CacheReadWarning`` for a lookup, ``CacheWriteWarning`` otherwise), naming the
-  cause and the back-off. A server that does not answer is skipped for
-  ``retry_after`` seconds (doubling to ``max_retry_after``; ``_breaker``) instead of
-  costing a timeout per compile; one that answers with an error is not backed off
-  from. Maintenance calls (listing, ``len``, ``clear``, totals) raise one
-  ``ConnectionError`` naming the server and the cause instead.
+  cause and the back-off, and that the fleet's counters get the handle's counts only
+  if the server answers again before it closes (:data:`LATER_FAILURES`). A server
+  that does not answer is skipped for ``retry_after`` seconds (doubling to
+  ``max_retry_after``; ``_breaker``) instead of costing a timeout per compile; one
+  that answers with an error is not backed off from. Maintenance calls (listing,
+  ``len``, ``clear``, totals) raise one ``ConnectionError`` naming the server and
+  the cause instead.
 - **Single flight across hosts** (``storage.lease``): a lease taken per key,
   renewed while held, released only if still ours. A waiter waits on the store's
   terms (Redis: the holder's notification; S3: checks sized from the expected fill
@@ -57,7 +59,16 @@ if TYPE_CHECKING:
     from .frame import Frame
     from .lease import Busy, Claim
 
-__all__ = ["RemoteCache", "RemoteDriver", "Store"]
+__all__ = ["LATER_FAILURES", "RemoteCache", "RemoteDriver", "Store"]
+
+#: The end of a handle's one warning. The server's counters get what the handle
+#: counted only when a flush reaches it, and none is sent while backing off: a process
+#: that ends while the server is down loses its counts (the CLI says so in its words).
+LATER_FAILURES = (
+    "Later failures of this handle are counted in stats() (read_failures, write_failures) "
+    "without a warning; the server's shared counters (total_stats()) get them, and the "
+    "handle's other counts, only if it answers again before the handle is closed."
+)
 
 #: Names listed per batch of listing reads.
 _BATCH = 100
@@ -256,8 +267,7 @@ class RemoteDriver(Driver):
             "remote",
             CacheReadWarning if what == "lookup" else CacheWriteWarning,
             f"{self.label}: {what} failed ({phrase}); {after}. Compiles are not affected. "
-            "Later failures of this handle are counted in stats() (read_failures, "
-            "write_failures) without a warning.",
+            + LATER_FAILURES,
         )
         return phrase, answered
 

@@ -169,7 +169,7 @@ class TieredProgramCache(EntryCache):
         warnings.warn(
             f"cuforge tiered cache: level {i} ({self._kind(i)}) failed to "
             f"{what} ({type(exc).__name__}: {exc}); it is skipped for that call and the other "
-            "levels serve. Later failures are counted in stats() without a warning.",
+            "levels serve. Later failures are counted in this handle's stats() without a warning.",
             CacheReadWarning if counter == "read_failures" else CacheWriteWarning,
             stacklevel=outside_level(),
         )
