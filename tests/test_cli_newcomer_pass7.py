@@ -95,6 +95,50 @@ def test_s3_without_credentials_says_so_and_a_dead_endpoint_is_unreachable(
     assert "answered" not in down.stderr and "credentials" not in down.stderr, down.stderr
 
 
+# -- 4. a tier's stats say which level each figure is from ------------------------------
+def _lines(text: str) -> dict[str, str]:
+    return {line[:20].strip(): line[20:] for line in text.splitlines()}
+
+
+def test_tier_stats_say_which_level_each_line_describes(
+    tmp_path: Path, redis_server: RedisServer
+) -> None:
+    """``entries 1`` and ``newest 0s ago`` came from the file level, ``0 lookups`` and
+    ``stores 0`` from the empty ``?ro`` Redis level, and a capped file level read ``no
+    cap set``, nothing saying whose figure was whose. Now the union's lines say ``all
+    levels``, a ``counters`` line names the level they are from, and each level has
+    its own line (entries, size, its cap); ``--json`` has the same (``levels``,
+    ``counters_level``)."""
+    redis = redis_server.url
+    tier = f"memory://,file://{tmp_path}/rot,{redis}?prefix=release:&ro"
+    build = ("compile", str(SAXPY), "--arch", "sm_90", "-o", str(tmp_path / "x.cubin"))
+    assert run(tmp_path, *build, "--cache", tier).returncode == 0
+    text = run(tmp_path, "cache", "stats", "--cache", tier)
+    assert text.returncode == 0, text.stderr
+    lines = _lines(text.stdout)
+    assert lines["entries"] == "1 (1 program), all levels", text.stdout
+    assert lines["newest entry"].endswith(", all levels"), text.stdout
+    assert lines["counters"].startswith(f"level 2's ({redis}, read-only)"), text.stdout
+    assert lines["hit rate"] == "- (0 hits / 0 lookups)", text.stdout  # the Redis level's
+    assert lines["level 0"].startswith("memory:// (InMemoryProgramCache): 0 entries")
+    assert lines["level 1"].startswith(f"file://{tmp_path}/rot (FileStreamProgramCache): 1 entry")
+    assert lines["level 2"].startswith(f"{redis} (RedisProgramCache, read-only): 0 entries")
+
+    capped = f"file://{tmp_path}/cap?max_size=10M,{redis}"
+    assert run(tmp_path, *build, "--cache", capped).returncode == 0
+    text = run(tmp_path, "cache", "stats", "--cache", capped)
+    lines = _lines(text.stdout)
+    assert "no cap set" not in lines["size"], text.stdout
+    assert lines["level 0"].endswith("of 10.0 MiB cap"), text.stdout
+    assert lines["counters"].startswith(f"level 1's ({redis})"), text.stdout
+    report = json.loads(run(tmp_path, "cache", "stats", "--cache", capped, "--json").stdout)
+    assert report["counters_level"] == 1
+    assert [(lv["cache"], lv["entries"], lv["max_size_bytes"], lv["read_only"])
+            for lv in report["levels"]] == [
+        (f"file://{tmp_path}/cap", 1, 10 * 2**20, False), (redis, 1, None, False)
+    ]  # fmt: skip
+
+
 # -- 5. a cache's warning is said once per command, not once per worker process ------------
 def _warnings(result: subprocess.CompletedProcess[str]) -> list[str]:
     return [line for line in result.stderr.splitlines() if line.startswith("cuforge: warning:")]

@@ -481,6 +481,10 @@ class TieredProgramCache(EntryCache):
         """Each level's own counters, fastest first."""
         return [level.stats() for level in self._levels]
 
+    def totals_level(self) -> int | None:
+        """The index of the level ``total_stats()`` reports, None for ``stats()``."""
+        return self._totals_level()
+
     def _totals_level(self) -> int | None:
         """The index of the level ``total_stats()`` reports, None for ``stats()``."""
         for i in reversed(range(len(self._levels))):
