@@ -18,6 +18,7 @@ from pathlib import Path
 
 from _cli import EXAMPLES, SAXPY, isolated_env, run
 from _redis import RedisServer, free_port
+from reliability._figures import record
 
 
 def _no_aws(tmp_path: Path, **extra: str) -> dict[str, str]:
@@ -166,3 +167,9 @@ def test_a_cache_warning_is_said_once_per_command_across_worker_processes(
         assert len(_warnings(compiled)) == 1, compiled.stderr
     finally:
         redis_server.resume()
+    record(
+        "use", "cli", "warm --jobs 3 and compile of 3 files (worker processes) through a "
+        "Redis server that is stopped", 2,
+        "one warning line per command for the cache, whatever the number of workers "
+        "(before: one per worker process, the same line 2-3 times)", scale="all",
+    )  # fmt: skip
