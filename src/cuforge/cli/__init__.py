@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
     from cuforge.cli._args import Parser
 
-__all__ = ["build_parser", "job_environment", "main"]
+__all__ = ["build_parser", "job_environment", "main", "say_warning"]
 
 
 def build_parser() -> Parser:
@@ -96,6 +96,11 @@ def job_environment() -> dict[str, str]:
     return env
 
 
+#: What the running command has warned about: a cache handle's ``once`` (its cache,
+#: the kind of failure), else the line itself (:func:`say_warning`).
+_said: set[object] = set()
+
+
 def _warning(
     message: Warning | str,
     category: type[Warning],
@@ -104,8 +109,20 @@ def _warning(
     file: TextIO | None = None,
     line: str | None = None,
 ) -> None:
+    say_warning(str(message), getattr(message, "once", None))
+
+
+def say_warning(text: str, once: object = None) -> None:
+    """One ``cuforge: warning:`` line, said once per command: a warning a cache handle
+    gives once (``once``: its cache and the kind of failure) is said once for all the
+    handles on that cache -- this process's and its worker processes' (``_pool``
+    hands theirs here) -- and any other line once as it is."""
+    said = (text,) if once is None else once
+    if said in _said:
+        return
+    _said.add(said)
     if not _quiet:
-        print(f"cuforge: warning: {in_cli_words(str(message))}", file=sys.stderr)
+        print(f"cuforge: warning: {in_cli_words(text)}", file=sys.stderr)
 
 
 def in_cli_words(message: str) -> str:
@@ -128,6 +145,14 @@ def in_cli_words(message: str) -> str:
             f"cuforge cache stats ({names.replace('_', ' ')})" if names else "cuforge cache stats"
         )
 
+    if "(total_stats())" in message:  # a remote handle's warning: loaded by then
+        from cuforge.storage.remote import LATER_FAILURES
+
+        message = message.replace(LATER_FAILURES, _LATER_FAILURES)
+    # A tier's own counts live in its handle only: a command keeps none of them.
+    message = message.replace(
+        "counted in this handle's stats() without a warning", "not warned about"
+    )
     # "cuforge: ...", and "cuforge " before a cache's or a mirror's name (not "cuforge
     # compiles ...", where cuforge is the subject)
     message = re.sub(r"^cuforge(?:: | (?=[\w+-]+ cache\b|cache level\b|mirror\b))", "", message)
@@ -141,6 +166,16 @@ def in_cli_words(message: str) -> str:
         message,
     )
     return CachePathError.in_url_words(message)
+
+
+#: ``storage.remote.LATER_FAILURES`` in the command line's words: a command's counts
+#: reach the server's counters only through a flush, and none is sent while the
+#: server is down, so when the command ends first they are not kept.
+_LATER_FAILURES = (
+    "Later failures are counted in cuforge cache stats (read failures, write failures) "
+    "without a warning only if the server answers again before this command ends: "
+    "while it is down, the command's counts (misses included) are not kept."
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -209,6 +244,7 @@ def _run(argv: list[str], digest: str | None = None) -> int:
         warnings.showwarning = shown
         undo_log()
         _quiet = False
+        _said.clear()
         if watch is None:
             os.environ.pop("CUFORGE_WATCH", None)
             _set_here.remove("CUFORGE_WATCH")

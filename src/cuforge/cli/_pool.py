@@ -6,7 +6,9 @@ compiles in parallel in one interpreter (0.9-1.0x with 2 or 8 threads on a quiet
 host) while processes scaled: 1.7x with 2 on two quiet cores, 6.1x with 8. Each worker opens
 the cache once, from its URL and secret (passed to it, never through the environment),
 compiles what it is sent, and closes the cache when it exits (its statistics are
-persisted like any process's). Workers are forked on
+persisted like any process's). A worker's warnings go back with its results and
+the command says each once (``cli.say_warning``: one line per cache for all the
+workers' handles); what a worker warns at its exit it shows itself. Workers are forked on
 Linux (no driver is loaded in the parent before they start; ``warm``'s parent has
 asked NVRTC for its supported archs, a library that starts no thread and holds no
 device state), spawned elsewhere.
@@ -132,16 +134,49 @@ def done_recording(through: Any, cache: Any) -> None:
 
 # -- worker processes ----------------------------------------------------------------------
 _worker_cache: Any = None
+#: The warnings a worker gave since its last result, ``(text, once)``, handed to the
+#: parent with the result (``said``); None once the worker is exiting.
+_worker_said: list[tuple[str, Any]] | None = None
+
+
+def _keep_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: Any = None,
+    line: str | None = None,
+) -> None:
+    """A worker's warning: kept for the parent, which says each once per command
+    (``cli.say_warning``: several workers each warn once for the same cache); at
+    the worker's exit, shown as the process shows warnings."""
+    if _worker_said is None:
+        _shown(message, category, filename, lineno, file, line)
+    else:
+        _worker_said.append((str(message), getattr(message, "once", None)))
+
+
+def _exiting() -> None:
+    global _worker_said
+    _worker_said = None
+
+
+_shown: Any = None
 
 
 def _worker_init(opener: tuple[str | None, bytes | None]) -> None:
-    global _worker_cache
+    global _worker_cache, _worker_said, _shown
+    import warnings
+    from multiprocessing import util
+
     os.environ["CUFORGE_WATCH"] = os.environ.get("CUFORGE_WATCH", "0")
+    _worker_said, _shown = [], warnings.showwarning
+    warnings.showwarning = _keep_warning
+    # Before the cache closes (exitpriority 10): what its close warns is shown here.
+    util.Finalize(None, _exiting, exitpriority=20)
     url, secret = opener
     if url is None:
         return
-    from multiprocessing import util
-
     from cuforge.storage.urls import open_cache
 
     cache = open_cache(url, secret=secret)
@@ -154,7 +189,22 @@ def _worker_init(opener: tuple[str | None, bytes | None]) -> None:
 
 
 def _worker_run(spec: Spec, want_code: bool) -> dict[str, Any]:
-    return compile_spec(spec, _worker_cache, want_code)
+    result = compile_spec(spec, _worker_cache, want_code)
+    if _worker_said:
+        result["said"] = _worker_said[:]
+        _worker_said.clear()
+    return result
+
+
+def _say(result: dict[str, Any]) -> dict[str, Any]:
+    """A worker's result, its warnings said here (once per command)."""
+    said = result.pop("said", None)
+    if said:
+        from cuforge.cli import say_warning
+
+        for text, once in said:
+            say_warning(text, once)
+    return result
 
 
 def run_specs(
@@ -190,4 +240,4 @@ def run_specs(
                              initargs=(opener,)) as pool:  # fmt: skip
         futures = {pool.submit(_worker_run, spec, want_code): i for i, spec in enumerate(specs)}
         for future in as_completed(futures):
-            done(futures[future], future.result())
+            done(futures[future], _say(future.result()))

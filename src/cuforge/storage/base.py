@@ -79,12 +79,19 @@ _LAZY_LOCK = threading.Lock()
 
 
 class CacheWriteWarning(RuntimeWarning):
-    """A cache could not store an entry; the program still compiled and works."""
+    """A cache could not store an entry; the program still compiled and works.
+    ``once``: what a handle warns about once (its cache's name, the kind of failure),
+    so that a program with several handles on one cache can say it once too."""
+
+    once: tuple[str, str] | None = None
 
 
 class CacheReadWarning(RuntimeWarning):
     """A cache could not be read (a server down, a level that raised); the lookup was
-    a miss, so the program was compiled and works."""
+    a miss, so the program was compiled and works. ``once``: as for
+    :class:`CacheWriteWarning`."""
+
+    once: tuple[str, str] | None = None
 
 
 def meta_key(key: bytes) -> bytes:

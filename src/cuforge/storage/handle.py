@@ -48,6 +48,7 @@ from ._values import coerce_key, coerce_value
 from .base import (
     DEFAULT_LOCK_TIMEOUT,
     CacheKey,
+    CacheReadWarning,
     CacheValue,
     CacheWriteWarning,
     EntryCache,
@@ -488,7 +489,10 @@ class DriverCache(EntryCache):
     def _warn_once(self, key: str, category: type[Warning], text: str) -> None:
         if key not in self._warned:
             self._warned.add(key)
-            warnings.warn(text, category, stacklevel=outside_level())
+            message = category(text)
+            if isinstance(message, (CacheReadWarning, CacheWriteWarning)):
+                message.once = (self._driver.label, key)
+            warnings.warn(message, stacklevel=outside_level())
 
     # -- lifetime -----------------------------------------------------------------------
     def _check_open(self) -> None:

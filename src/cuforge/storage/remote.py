@@ -12,11 +12,13 @@ terms. What is the same for every server is here, once:
 - **Failing open and fast.** A request that raises is a counted miss or a dropped
   store, never an error; the first failure of a handle warns once
   (``CacheReadWarning`` for a lookup, ``CacheWriteWarning`` otherwise), naming the
-  cause and the back-off. A server that does not answer is skipped for
-  ``retry_after`` seconds (doubling to ``max_retry_after``; ``_breaker``) instead of
-  costing a timeout per compile; one that answers with an error is not backed off
-  from. Maintenance calls (listing, ``len``, ``clear``, totals) raise one
-  ``ConnectionError`` naming the server and the cause instead.
+  cause and the back-off, and that the fleet's counters get the handle's counts only
+  if the server answers again before it closes (:data:`LATER_FAILURES`). A server
+  that does not answer is skipped for ``retry_after`` seconds (doubling to
+  ``max_retry_after``; ``_breaker``) instead of costing a timeout per compile; one
+  that answers with an error is not backed off from. Maintenance calls (listing,
+  ``len``, ``clear``, totals) raise one ``ConnectionError`` naming the server and
+  the cause instead.
 - **Single flight across hosts** (``storage.lease``): a lease taken per key,
   renewed while held, released only if still ours. A waiter waits on the store's
   terms (Redis: the holder's notification; S3: checks sized from the expected fill
@@ -57,7 +59,16 @@ if TYPE_CHECKING:
     from .frame import Frame
     from .lease import Busy, Claim
 
-__all__ = ["RemoteCache", "RemoteDriver", "Store"]
+__all__ = ["LATER_FAILURES", "RemoteCache", "RemoteDriver", "Store"]
+
+#: The end of a handle's one warning. The server's counters get what the handle
+#: counted only when a flush reaches it, and none is sent while backing off: a process
+#: that ends while the server is down loses its counts (the CLI says so in its words).
+LATER_FAILURES = (
+    "Later failures of this handle are counted in stats() (read_failures, write_failures) "
+    "without a warning; the server's shared counters (total_stats()) get them, and the "
+    "handle's other counts, only if it answers again before the handle is closed."
+)
 
 #: Names listed per batch of listing reads.
 _BATCH = 100
@@ -163,9 +174,11 @@ class Store:
         """Delete the fleet's counters (only the store's own counter names)."""
         raise NotImplementedError
 
-    def problem(self, exc: BaseException) -> tuple[str, bool]:
+    def problem(self, exc: BaseException) -> tuple[str, bool | None]:
         """What a failed request means, in a phrase; and whether the server answered
-        (an answer is no outage: no back-off)."""
+        (True: an answer is no outage, no back-off; False: it could not be reached;
+        None: the request was never sent -- a set-up problem of this process, such as
+        no credentials -- backed off like an outage but reported as a failure)."""
         return f"{type(exc).__name__}: {exc}", False
 
     def probe_read(self) -> None:
@@ -213,6 +226,9 @@ class RemoteDriver(Driver):
         )
         self._lease_s = positive_seconds("lock_lease", lock_lease)
         self._flushed = CacheStats()  # what the fleet has of this handle's counts
+        #: What a store skipped while backing off is: UNREACHABLE after an outage,
+        #: FAILED after a request this process could not send (``Store.problem``).
+        self._skipped = UNREACHABLE
         #: How long the last fill this handle saw took (its own, or a holder's that a
         #: wait measured), in seconds: the hint its leases give waiters.
         self.fill_s: float | None = None
@@ -234,21 +250,24 @@ class RemoteDriver(Driver):
             return False
         return self._breaker.allow()
 
-    def _failed(self, exc: BaseException, what: str) -> tuple[str, bool]:
-        """A failed request: back off unless the server answered; warn once per handle."""
+    def _failed(self, exc: BaseException, what: str) -> tuple[str, bool | None]:
+        """A failed request: back off unless the server answered; warn once per handle.
+        Remembers what a store skipped while backing off is (``_skipped``)."""
         phrase, answered = self.store.problem(exc)
-        after = (
-            f"the server answered with an error, so {what}s fail"
-            if answered
-            else "lookups are misses and stores are skipped, retrying in "
-            f"{self._breaker.failure():g} s"
-        )
+        if answered:
+            after = f"the server answered with an error, so {what}s fail"
+        else:
+            self._skipped = UNREACHABLE if answered is False else FAILED
+            sent = "" if answered is False else "nothing was sent to the server, so "
+            after = (
+                f"{sent}lookups are misses and stores are skipped, retrying in "
+                f"{self._breaker.failure():g} s"
+            )
         self.reports.warn_once(
             "remote",
             CacheReadWarning if what == "lookup" else CacheWriteWarning,
             f"{self.label}: {what} failed ({phrase}); {after}. Compiles are not affected. "
-            "Later failures of this handle are counted in stats() (read_failures, "
-            "write_failures) without a warning.",
+            + LATER_FAILURES,
         )
         return phrase, answered
 
@@ -357,7 +376,7 @@ class RemoteDriver(Driver):
     def _put(self, batch: list[tuple[Any, bytes, CacheEntry]]) -> StoreOutcome:
         store = self.store
         if not self._allow():
-            return StoreOutcome(UNREACHABLE, f"{store.kind} {store.where}: backing off")
+            return StoreOutcome(self._skipped, f"{store.kind} {store.where}: backing off")
         try:
             if len(batch) == 1:
                 wrote = store.put(*batch[0])
@@ -367,7 +386,8 @@ class RemoteDriver(Driver):
         except Exception as exc:  # a store never breaks the caller
             phrase, answered = self._failed(exc, "store")
             return StoreOutcome(
-                FAILED if answered else UNREACHABLE, f"{store.kind} {store.where}: {phrase}"
+                UNREACHABLE if answered is False else FAILED,
+                f"{store.kind} {store.where}: {phrase}",
             )
         self._breaker.success()
         return STORED_OUTCOME if wrote else PRESENT
@@ -564,7 +584,7 @@ class RemoteCache(SharedCache):
             store.probe_write()
         except Exception as exc:
             refused, answered = store.problem(exc)
-            if not answered:
+            if answered is False:
                 raise self._unreachable(refused) from exc
             return refused
         return None

@@ -56,6 +56,15 @@ from . import _counters
 
 __all__ = ["FRAME", "S3Store"]
 
+#: Where the client asks for credentials when none are in the environment or a
+#: profile: EC2's instance metadata service (IPv4, IPv6) and ECS's container endpoint.
+_METADATA_HOSTS = ("169.254.169.254", "[fd00:ec2::254]", "169.254.170.2")
+_NO_CREDENTIALS = (
+    "no AWS credentials: none in the environment (AWS_ACCESS_KEY_ID and "
+    "AWS_SECRET_ACCESS_KEY) or a profile (AWS_PROFILE), and the instance metadata "
+    "service gave none"
+)
+
 FRAME = Frame(b"CFS3", b"cuforge-s3-1", "object")
 #: Seconds a maintenance request (a listing page, a bulk delete) may take.
 MAINTENANCE_TIMEOUT = 60.0
@@ -153,10 +162,18 @@ class S3Store(Store):
             self._mstore = self._client(max(MAINTENANCE_TIMEOUT, self._timeout))
         return self._mstore
 
-    def problem(self, exc: BaseException) -> tuple[str, bool]:
+    def problem(self, exc: BaseException) -> tuple[str, bool | None]:
+        """A missing bucket or refused credentials are the server's answer; a request
+        the client could not sign because the credential lookup fell through to the
+        instance metadata service (no keys in the environment or a profile) and that
+        gave none was never sent (None) -- not "access denied", whatever status the
+        metadata address answered with; anything else is an outage."""
         text = str(exc)
         if "NoSuchBucket" in text:
             return "the bucket does not exist", True
+        first = text.split("\n", 1)[0]
+        if any(host in first for host in _METADATA_HOSTS):
+            return _NO_CREDENTIALS, None
         name = type(exc).__name__
         denied = ("403 Forbidden", "401 Unauthorized", "InvalidAccessKeyId",
                   "SignatureDoesNotMatch")  # fmt: skip
@@ -164,7 +181,7 @@ class S3Store(Store):
             d in text for d in denied
         ):
             return "access denied (check the AWS credentials: AWS_ACCESS_KEY_ID, AWS_PROFILE)", True
-        return f"{name}: {text.split(chr(10), 1)[0][:300]}", False
+        return f"{name}: {first[:300]}", False
 
     @property
     def _probe_path(self) -> str:

@@ -169,7 +169,7 @@ class TieredProgramCache(EntryCache):
         warnings.warn(
             f"cuforge tiered cache: level {i} ({self._kind(i)}) failed to "
             f"{what} ({type(exc).__name__}: {exc}); it is skipped for that call and the other "
-            "levels serve. Later failures are counted in stats() without a warning.",
+            "levels serve. Later failures are counted in this handle's stats() without a warning.",
             CacheReadWarning if counter == "read_failures" else CacheWriteWarning,
             stacklevel=outside_level(),
         )
@@ -480,6 +480,10 @@ class TieredProgramCache(EntryCache):
     def level_stats(self) -> list[CacheStats]:
         """Each level's own counters, fastest first."""
         return [level.stats() for level in self._levels]
+
+    def totals_level(self) -> int | None:
+        """The index of the level ``total_stats()`` reports, None for ``stats()``."""
+        return self._totals_level()
 
     def _totals_level(self) -> int | None:
         """The index of the level ``total_stats()`` reports, None for ``stats()``."""
