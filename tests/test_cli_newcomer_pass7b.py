@@ -1,0 +1,68 @@
+"""The seventh newcomer pass, second half (issue 36: every message true): each test runs
+the installed ``cuforge`` console script in a subprocess (or a real Python process), on
+real caches with real NVRTC compiles, and fails on the main it was written against.
+
+- 2. ``cache verify`` without the secret said ``all verify`` of a signed entry whose
+  signature it never checked; ``cache show`` said ``verifies  yes``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from _cli import SAXPY, isolated_env, run
+from reliability._figures import record
+
+SECRET = "0123456789abcdef0123456789abcdef"
+
+
+# -- 2. verify without the secret says what it did not check ---------------------------------
+def test_verify_without_the_secret_says_signatures_were_not_checked(tmp_path: Path) -> None:
+    cache = str(tmp_path / "c")
+    signed_env = isolated_env(tmp_path, CUFORGE_CACHE_SECRET=SECRET)
+    built = run(tmp_path, "compile", str(SAXPY), "--arch", "sm_90", "-o",
+                str(tmp_path / "x.cubin"), "--cache", cache, env=signed_env)  # fmt: skip
+    assert built.returncode == 0, built.stderr
+    c = ("--cache", cache)
+    plain = run(tmp_path, "cache", "verify", *c)
+    assert plain.returncode == 0, plain.stderr
+    assert "all verify" not in plain.stdout, plain.stdout
+    assert plain.stdout.strip() == (
+        "checked 1 entry: all intact; 1 signed entry's signature was not checked "
+        "(no secret set: CUFORGE_CACHE_SECRET or secret_file)"
+    ), plain.stdout
+    as_json = run(tmp_path, "cache", "verify", "--json", *c)
+    assert as_json.returncode == 0, as_json.stderr
+    report = json.loads(as_json.stdout)
+    assert (report["checked"], report["bad"], report["signatures_unchecked"]) == (1, [], 1)
+    # with the secret every check is made: all verify, none unchecked
+    keyed = run(tmp_path, "cache", "verify", *c, env=signed_env)
+    assert keyed.stdout.strip() == "checked 1 entry: all verify", keyed.stdout
+    keyed_json = json.loads(run(tmp_path, "cache", "verify", "--json", *c, env=signed_env).stdout)
+    assert keyed_json["signatures_unchecked"] == 0
+    # another secret: the signature is checked and fails
+    other = isolated_env(tmp_path, CUFORGE_CACHE_SECRET="other-secret-0123456789")
+    wrong = run(tmp_path, "cache", "verify", *c, env=other)
+    assert wrong.returncode == 1 and "signature does not verify" in wrong.stdout, wrong.stdout
+    # show: "verifies" qualified without the secret, plain with it
+    (entry,) = json.loads(run(tmp_path, "cache", "ls", "--json", *c).stdout)
+    shown = run(tmp_path, "cache", "show", entry["id"][:12], *c)
+    assert shown.returncode == 0, shown.stderr
+    assert "verifies        yes" not in shown.stdout, shown.stdout
+    assert "verifies        intact; the signature not checked (no secret set)\n" in shown.stdout
+    shown_json = json.loads(run(tmp_path, "cache", "show", entry["id"][:12], "--json", *c).stdout)
+    assert (shown_json["verifies"], shown_json["signature_checked"]) == (True, False)
+    with_secret = run(tmp_path, "cache", "show", entry["id"][:12], *c, env=signed_env)
+    assert "verifies        yes\n" in with_secret.stdout, with_secret.stdout
+    assert "signature_checked" not in run(
+        tmp_path, "cache", "show", entry["id"][:12], "--json", *c, env=signed_env
+    ).stdout
+    record(
+        "use", "cli", "cache verify (text, --json) and show (text, --json) of a signed entry "
+        "without the secret; with it; with another secret", 7,
+        "without: exit 0 'all intact; 1 signed entry's signature was not checked (no secret "
+        "set ...)', signatures_unchecked 1, show 'verifies intact; the signature not checked', "
+        "signature_checked false; with it: 'all verify'; another secret: exit 1 (before: "
+        "'all verify' and 'verifies yes' for a check never made)", scale="all",
+    )  # fmt: skip
