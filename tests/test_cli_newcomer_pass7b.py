@@ -4,6 +4,8 @@ real caches with real NVRTC compiles, and fails on the main it was written again
 
 - 2. ``cache verify`` without the secret said ``all verify`` of a signed entry whose
   signature it never checked; ``cache show`` said ``verifies  yes``.
+- 12. compiled code given as a source: ``is LTO-IR, which compiles make``; ``run --help``
+  said ``--warm`` warns on every compile (it warns once per kernel).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from _cli import SAXPY, isolated_env, run
+from _cli import SAXPY, isolated_env, one_line_error, run
 from reliability._figures import record
 
 SECRET = "0123456789abcdef0123456789abcdef"
@@ -55,9 +57,10 @@ def test_verify_without_the_secret_says_signatures_were_not_checked(tmp_path: Pa
     assert (shown_json["verifies"], shown_json["signature_checked"]) == (True, False)
     with_secret = run(tmp_path, "cache", "show", entry["id"][:12], *c, env=signed_env)
     assert "verifies        yes\n" in with_secret.stdout, with_secret.stdout
-    assert "signature_checked" not in run(
-        tmp_path, "cache", "show", entry["id"][:12], "--json", *c, env=signed_env
-    ).stdout
+    assert (
+        "signature_checked"
+        not in run(tmp_path, "cache", "show", entry["id"][:12], "--json", *c, env=signed_env).stdout
+    )
     record(
         "use", "cli", "cache verify (text, --json) and show (text, --json) of a signed entry "
         "without the secret; with it; with another secret", 7,
@@ -65,4 +68,31 @@ def test_verify_without_the_secret_says_signatures_were_not_checked(tmp_path: Pa
         "set ...)', signatures_unchecked 1, show 'verifies intact; the signature not checked', "
         "signature_checked false; with it: 'all verify'; another secret: exit 1 (before: "
         "'all verify' and 'verifies yes' for a check never made)", scale="all",
+    )  # fmt: skip
+
+
+# -- 12. the words of compiled code as input, and of run --warm ------------------------------
+def test_compiled_code_as_input_and_run_warm_help_say_what_happens(tmp_path: Path) -> None:
+    made = run(tmp_path, "compile", str(SAXPY), "--arch", "sm_90", "--target", "ltoir", "-o",
+               str(tmp_path / "saxpy.ltoir"), "--no-cache")  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    (tmp_path / "saxpy.cubin").write_bytes((tmp_path / "saxpy.ltoir").read_bytes())
+    for name, kind in (("saxpy.ltoir", "LTO-IR"), ("saxpy.cubin", "a cubin")):
+        line = one_line_error(
+            run(tmp_path, "compile", name, "--arch", "sm_90", cwd=tmp_path), "cuforge compile"
+        )
+        assert "compiles make" not in line, line
+        assert f"{name} is {kind}, the output of a compile, not a source; " in line, line
+    helped = run(tmp_path, "run", "--help")
+    assert helped.returncode == 0, helped.stderr
+    words = " ".join(helped.stdout.split())  # argparse wraps the help
+    assert "warn on every compile" not in words, words
+    assert "--warm the job is warm from the start: warn once per kernel compiled" in words
+    record(
+        "use", "cli", "compile saxpy.ltoir and saxpy.cubin (compiled code as a source); run "
+        "--help", 3,
+        "each: exit 2, 'NAME is LTO-IR / a cubin, the output of a compile, not a source; "
+        "cuforge compile takes sources: ...'; --warm 'warn once per kernel compiled' (before: "
+        "'which compiles make', and 'warn on every compile', though it warns once per kernel)",
+        scale="all",
     )  # fmt: skip
