@@ -4,6 +4,8 @@ real caches with real NVRTC compiles, and fails on the main it was written again
 
 - 2. ``cache verify`` without the secret said ``all verify`` of a signed entry whose
   signature it never checked; ``cache show`` said ``verifies  yes``.
+- 10. doctor on a cache capped by Python's ``max_size_bytes=``: ``set by an earlier
+  --max-size or ?max_size=``.
 - 12. compiled code given as a source: ``is LTO-IR, which compiles make``; ``run --help``
   said ``--warm`` warns on every compile (it warns once per kernel).
 """
@@ -11,6 +13,8 @@ real caches with real NVRTC compiles, and fails on the main it was written again
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 from _cli import SAXPY, isolated_env, one_line_error, run
@@ -95,4 +99,32 @@ def test_compiled_code_as_input_and_run_warm_help_say_what_happens(tmp_path: Pat
         "cuforge compile takes sources: ...'; --warm 'warn once per kernel compiled' (before: "
         "'which compiles make', and 'warn on every compile', though it warns once per kernel)",
         scale="all",
+    )  # fmt: skip
+
+
+# -- 10. doctor names every way a cap file is written ----------------------------------------
+def test_doctor_says_a_cap_file_may_come_from_pythons_max_size_bytes(tmp_path: Path) -> None:
+    cache = tmp_path / "c"
+    made = subprocess.run(
+        [sys.executable, "-c", "import sys; from cuforge.utils import FileStreamProgramCache; "
+         "FileStreamProgramCache(sys.argv[1], max_size_bytes=2 << 30).close()", str(cache)],
+        capture_output=True, text=True, env=isolated_env(tmp_path), timeout=120,
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    report = run(tmp_path, "doctor", "--json", "--cache", str(cache))
+    assert report.returncode in (0, 1), report.stderr
+    shown = json.loads(report.stdout)["settings"]["max_size"]
+    assert shown == {
+        "value": "2.0 GiB",
+        "from": "the cache's cap file, set when the cache was opened with a cap: --max-size, "
+        "?max_size= or max_size_bytes=",
+    }, shown
+    text = run(tmp_path, "doctor", "--cache", str(cache)).stdout
+    assert "max_size_bytes=" in text and "set by an earlier" not in text, text
+    record(
+        "use", "cli", "doctor on a directory cache capped by Python's FileStreamProgramCache("
+        "max_size_bytes=2 << 30)", 1,
+        "max size 2.0 GiB from 'the cache's cap file, set when the cache was opened with a "
+        "cap: --max-size, ?max_size= or max_size_bytes=' (before: 'set by an earlier "
+        "--max-size or ?max_size=', neither of which set it)", scale="all",
     )  # fmt: skip

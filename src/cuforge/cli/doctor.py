@@ -436,7 +436,11 @@ def _max_size(found: Any, choice: _select.Choice | None, cap: int | None) -> dic
             return {"value": found.value + note, "from": found.origin}
         return {"value": found.value, "from": found.origin}
     if cap:
-        origin = "the cache's cap file, set by an earlier --max-size or ?max_size="
+        # whatever opened the cache with a cap wrote it: the CLI, a URL or Python's API
+        origin = (
+            "the cache's cap file, set when the cache was opened with a cap: --max-size, "
+            "?max_size= or max_size_bytes="
+        )
         return {"value": format_size(cap), "from": origin}
     return _NOT_SET
 
