@@ -4,6 +4,8 @@ real caches with real NVRTC compiles, and fails on the main it was written again
 
 - 2. ``cache verify`` without the secret said ``all verify`` of a signed entry whose
   signature it never checked; ``cache show`` said ``verifies  yes``.
+- 9. doctor's problem line for a settings file's ``max_size = "2"`` and a short secret:
+  ``the cache cannot be opened: ...``, not the line compile exits 2 with.
 - 10. doctor on a cache capped by Python's ``max_size_bytes=``: ``set by an earlier
   --max-size or ?max_size=``.
 - 12. compiled code given as a source: ``is LTO-IR, which compiles make``; ``run --help``
@@ -127,4 +129,34 @@ def test_doctor_says_a_cap_file_may_come_from_pythons_max_size_bytes(tmp_path: P
         "max size 2.0 GiB from 'the cache's cap file, set when the cache was opened with a "
         "cap: --max-size, ?max_size= or max_size_bytes=' (before: 'set by an earlier "
         "--max-size or ?max_size=', neither of which set it)", scale="all",
+    )  # fmt: skip
+
+
+# -- 9. doctor's problem is the line compile exits 2 with ------------------------------------
+def test_doctor_problem_is_exactly_compiles_line(tmp_path: Path) -> None:
+    project = tmp_path / "p"
+    project.mkdir()
+    (project / "cuforge.toml").write_text('max_size = "2"\n')
+    other = tmp_path / "q"
+    other.mkdir()
+    cases = {
+        "max_size": (project, isolated_env(tmp_path)),
+        "secret": (other, isolated_env(tmp_path, CUFORGE_CACHE_SECRET="short")),
+    }
+    for what, (cwd, env) in cases.items():
+        compiled = run(tmp_path, "compile", str(SAXPY), "--arch", "sm_90", "-o",
+                       str(tmp_path / "x.cubin"), cwd=cwd, env=env)  # fmt: skip
+        line = one_line_error(compiled, "cuforge compile").removeprefix("cuforge compile: error: ")
+        assert what in line.lower() or "CUFORGE_CACHE_SECRET" in line, line
+        report = run(tmp_path, "doctor", "--json", cwd=cwd, env=env)
+        assert report.returncode == 1, report.stderr
+        assert json.loads(report.stdout)["problems"] == [line], (what, report.stdout)
+        text = run(tmp_path, "doctor", cwd=cwd, env=env).stdout
+        problems = [ln for ln in text.splitlines() if ln.startswith("problem")]
+        assert problems == [f"problem           {line}"], (what, problems)
+    record(
+        "use", "cli", "doctor (text, --json) and compile with max_size = \"2\" in cuforge.toml; "
+        "with a 5-byte $CUFORGE_CACHE_SECRET", 2,
+        "each: doctor's one problem line is exactly compile's exit-2 line (before: prefixed "
+        "'the cache cannot be opened: ', wrong for a settings value or a secret)", scale="all",
     )  # fmt: skip
