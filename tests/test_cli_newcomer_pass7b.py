@@ -8,6 +8,8 @@ real caches with real NVRTC compiles, and fails on the main it was written again
   ``the cache cannot be opened: ...``, not the line compile exits 2 with.
 - 10. doctor on a cache capped by Python's ``max_size_bytes=``: ``set by an earlier
   --max-size or ?max_size=``.
+- 11. the DEBUG log showed one cache miss as two lines (the first look, then the look
+  again under the single-flight lock), plain and header-tracked.
 - 12. compiled code given as a source: ``is LTO-IR, which compiles make``; ``run --help``
   said ``--warm`` warns on every compile (it warns once per kernel).
 """
@@ -159,4 +161,41 @@ def test_doctor_problem_is_exactly_compiles_line(tmp_path: Path) -> None:
         "with a 5-byte $CUFORGE_CACHE_SECRET", 2,
         "each: doctor's one problem line is exactly compile's exit-2 line (before: prefixed "
         "'the cache cannot be opened: ', wrong for a settings value or a secret)", scale="all",
+    )  # fmt: skip
+
+
+# -- 11. one miss, one DEBUG line ------------------------------------------------------------
+_LOGGED = r"""
+import logging, os, sys
+logging.basicConfig(level=logging.DEBUG, stream=sys.stdout, format="%(name)s %(message)s")
+from cuforge import Program, ProgramOptions
+from cuforge.utils import FileStreamProgramCache
+cache = FileStreamProgramCache(sys.argv[1])
+plain = 'extern "C" __global__ void k2(){}'
+tracked = '#include "k.h"\nextern "C" __global__ void k3(){ K; }'
+for code in (plain, plain, tracked, tracked):
+    Program(code, "c++", ProgramOptions(arch="sm_90")).compile("cubin", cache=cache)
+print("misses", cache.stats().misses, "hits", cache.stats().hits)
+"""
+
+
+def test_one_cache_miss_is_one_debug_line(tmp_path: Path) -> None:
+    (tmp_path / "k.h").write_text("#define K (void)0\n")
+    env = isolated_env(tmp_path, CUFORGE_WATCH="0")
+    ran = subprocess.run([sys.executable, "-c", _LOGGED, str(tmp_path / "c")], cwd=tmp_path,
+                         capture_output=True, text=True, env=env, timeout=240)  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    lines = ran.stdout.splitlines()
+    misses = [ln for ln in lines if ln.startswith("cuforge.cache miss ")]
+    hits = [ln for ln in lines if ln.startswith("cuforge.cache hit ")]
+    # the plain kernel and the tracked one's manifest: one miss each, then one hit each
+    assert lines[-1] == "misses 2 hits 2", lines
+    assert len(misses) == 2 and len(set(misses)) == 2, misses
+    assert "no entry for this key" in misses[0] and "no manifest" in misses[1], misses
+    assert len(hits) == 2, lines
+    record(
+        "use", "logging", "compile(cache=FileStream) at DEBUG: a plain kernel and a "
+        "header-tracked one, each a miss then a hit", 4,
+        "2 miss lines for 2 counted misses, 2 hit lines (before: each miss logged twice, by "
+        "the first look and the look-again under the single-flight lock)", scale="all",
     )  # fmt: skip
