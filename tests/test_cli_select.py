@@ -127,7 +127,7 @@ def test_doctor_lists_the_line_compile_refuses_with(tmp_path: Path, kind: str) -
     assert report["problems"][0].endswith(said), (report["problems"], said)
     text = run(tmp_path, "doctor", cwd=project, env=env).stdout
     assert f"problem           {report['problems'][0]}" in text.splitlines()
-    if report["problems"][0].startswith("the cache cannot be opened"):
+    if "problem" in report:  # the cache itself cannot be used: no writable line
         assert not any(ln.startswith("writable") for ln in text.splitlines())
 
 

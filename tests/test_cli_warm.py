@@ -148,7 +148,11 @@ def test_doctor_that_finds_a_problem_exits_1_and_lists_it(tmp_path):
     problems = [ln for ln in result.stdout.splitlines() if ln.startswith("problem")]
     assert len(problems) == 1 and "foo://x" in problems[0] and "unknown scheme" in problems[0]
     report = json.loads(run(tmp_path, "doctor", "--json", env=env).stdout)
-    assert len(report["problems"]) == 1 and "cannot be opened" in report["problems"][0]
+    out = str(tmp_path / "x.cubin")
+    compiled = run(tmp_path, "compile", str(EXAMPLES / "saxpy.cu"), "--arch", "sm_90", "-o", out,
+                   env=env)  # fmt: skip
+    refused = one_line_error(compiled, "cuforge compile")  # doctor's line is compile's
+    assert report["problems"] == [refused.removeprefix("cuforge compile: error: ")], refused
 
 
 def test_warm_into_a_cache_that_stores_nothing_says_so(tmp_path):

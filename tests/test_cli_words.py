@@ -307,7 +307,8 @@ def test_compiled_code_as_input_is_named_not_called_non_utf8(tmp_path):
         result = run(tmp_path, "compile", name, "--arch", "sm_90", "--outdir", "out",
                      cwd=tmp_path)  # fmt: skip
         line = one_line_error(result, "cuforge compile")
-        assert f"{name} is {kind}, which compiles make" in line and "UTF-8" not in line
+        said = f"{name} is {kind}, the output of a compile, not a source; cuforge compile takes"
+        assert said in line and "UTF-8" not in line
     (tmp_path / "latin1.cu").write_bytes(b"// caf\xe9\n")
     line = one_line_error(run(tmp_path, "compile", "latin1.cu", "--arch", "sm_90",
                               cwd=tmp_path), "cuforge compile")  # fmt: skip

@@ -57,7 +57,7 @@ _QUOTED_INCLUDE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*"', re.MULTILINE)
 #: File suffix -> code_type; anything else is CUDA C++.
 CODE_TYPES = {".ptx": "ptx", ".ll": "nvvm", ".bc": "nvvm", ".nvvm": "nvvm"}
 _KINDS = {"c++": "CUDA C++", "ptx": "PTX", "nvvm": "NVVM IR"}
-#: Suffixes of compiled code (what compiles make), named when such a file is given.
+#: Suffixes of compiled code (what a compile outputs), named when such a file is given.
 _COMPILED = {".ltoir": "LTO-IR", ".cubin": "a cubin", ".fatbin": "a fatbin"}
 TARGETS = ("cubin", "ptx", "ltoir")
 
@@ -120,7 +120,7 @@ class SourceFile:
 def read_source(path: str) -> SourceFile:
     """Read ``path``; UsageError when it cannot be read or is not UTF-8 text -- saying
     what it is when its suffix names compiled code (``.ltoir``, ``.cubin``,
-    ``.fatbin``: what compiles make, never a source)."""
+    ``.fatbin``: what a compile outputs, never a source)."""
     suffix = os.path.splitext(path)[1].lower()
     code_type = CODE_TYPES.get(suffix, "c++")
     try:
@@ -137,7 +137,8 @@ def read_source(path: str) -> SourceFile:
         made = _COMPILED.get(suffix)
         if made is not None:
             raise UsageError(
-                f"{path} is {made}, which compiles make; cuforge compile takes sources: "
+                f"{path} is {made}, the output of a compile, not a source; cuforge compile "
+                "takes sources: "
                 "CUDA C++ (.cu, ...), PTX (.ptx), NVVM IR (.ll, .bc, .nvvm)"
                 + (" -- link LTO-IR with cuforge.compile.Linker" if suffix == ".ltoir" else "")
             ) from None

@@ -16,12 +16,13 @@
   inductor, cupy, jax, warm-set, warm-pack, mirror, mirror-index), raw (no record) or
   signed (stored signed, listed without the secret: its record is not read).
 - ``show ID-PREFIX [--extract OUT [--force]] [--json]``: everything recorded about one
-  entry and whether it verifies, its size as stored and the artifact's (what compile
-  and ``--extract`` count); ``--extract`` writes its raw payload (a cubin for
-  cuobjdump) (``-``: to stdout); the details then go to stderr, so stdout holds the
-  payload only. ``OUT`` is checked before anything is printed (an empty name, a
-  missing folder, a directory: usage errors), and an existing file is never written
-  over without ``--force`` (it may be a source, or another entry's extract).
+  entry and whether it verifies (a signed entry without the secret: its integrity only,
+  said so; ``--json``: ``signature_checked`` false), its size as stored and the
+  artifact's (what compile and ``--extract`` count); ``--extract`` writes its raw
+  payload (a cubin for cuobjdump) (``-``: to stdout); the details then go to stderr, so
+  stdout holds the payload only. ``OUT`` is checked before anything is printed (an empty
+  name, a missing folder, a directory: usage errors), and an existing file is never
+  written over without ``--force`` (it may be a source, or another entry's extract).
 - ``dir [--default] [--json]``: the cache in use (a directory's path, else its URL
   without a password, else ``caching is off (...)``: exit 0, ``--json`` ``null``);
   ``--default``: the default directory, whatever is chosen.
@@ -474,6 +475,8 @@ def _show(args: argparse.Namespace) -> int:
     if problem is not None:
         details["problem"] = problem
     if row.kind == _entries.SIGNED:
+        # listed without the secret: "verifies" is its integrity alone
+        details["signature_checked"] = False
         details["record"] = _entries.SIGNED_NOTE
     details.update({k: v for k, v in row.record.items() if k not in ("v", "kind")})
     if row.kind == "manifest" and entry is not None:
@@ -483,6 +486,8 @@ def _show(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(details, indent=2), file=shown_to)
     else:
+        if details.pop("signature_checked", True) is False and details["verifies"]:
+            details["verifies"] = "intact; the signature not checked (no secret set)"
         if isinstance(details.get("created"), int):  # seconds since the epoch
             details["created"] = _when(details["created"] * 1_000_000_000)
         if isinstance(details.get("variants"), list):
@@ -558,7 +563,7 @@ def _print_details(details: dict[str, Any], to: Any) -> None:
                 print(f"  {item}", file=to)
         else:
             shown = value
-            if key == "verifies":
+            if key == "verifies" and isinstance(value, bool):
                 ok = _term.paint("yes", "green", to) if value else _term.paint("NO", "red", to)
                 shown = ok
             print(f"{label:<16}{shown}", file=to)

@@ -436,7 +436,11 @@ def _max_size(found: Any, choice: _select.Choice | None, cap: int | None) -> dic
             return {"value": found.value + note, "from": found.origin}
         return {"value": found.value, "from": found.origin}
     if cap:
-        origin = "the cache's cap file, set by an earlier --max-size or ?max_size="
+        # whatever opened the cache with a cap wrote it: the CLI, a URL or Python's API
+        origin = (
+            "the cache's cap file, set when the cache was opened with a cap: --max-size, "
+            "?max_size= or max_size_bytes="
+        )
         return {"value": format_size(cap), "from": origin}
     return _NOT_SET
 
@@ -476,9 +480,11 @@ def _problems(report: dict[str, Any]) -> list[str]:
         found.append(report["state_dir_problem"])
     settings = [report["settings"][k]["value"] for k in _ERROR_KEYS
                 if k in report["settings"]]  # fmt: skip
-    # A bad settings file fails the cache's choice too: listed once, as the file's.
+    # A bad settings file fails the cache's choice too: listed once, as the file's. The
+    # line as the command exits 2 with it (a prefix would misname a settings value's
+    # error, or a secret's, as the cache's): the cache line says it cannot be used.
     if "problem" in report and report["problem"] not in settings:
-        found.append(f"the cache cannot be opened: {report['problem']}")
+        found.append(report["problem"])
     if "unreachable" in report:  # the line cuforge cache stats would fail with
         found.append(report["unreachable"])
     return found + list(dict.fromkeys(settings))

@@ -89,7 +89,9 @@ def register(subparsers: Subparsers) -> None:
     )
     p.add_argument("--warm-set", metavar="NAME", help="prefetch this warm set, and record into it")
     p.add_argument(
-        "--warm", action="store_true", help="the job is warm from the start: warn on every compile"
+        "--warm",
+        action="store_true",
+        help="the job is warm from the start: warn once per kernel compiled, count each compile",
     )
     p.add_argument(
         "--publish-every", type=duration_arg, default=60.0, metavar="DURATION",

@@ -217,7 +217,8 @@ def _fill_tracked(
     src = program.source
     deps = _tracking.resolve(src, roots)
     key = _tracking.entry_key(src, target, names, deps)
-    obj = lookup(cache, key, target, src.options.name or "", names, logs, count=False)
+    # uncounted and, missing, unlogged: this request's miss was the manifest's, logged
+    obj = lookup(cache, key, target, src.options.name or "", names, logs, False, False)
     if obj is None:
         obj = _compile_and_store(
             program, target, names, logs, cache, key, report, deps.headers, deps.header_digests()

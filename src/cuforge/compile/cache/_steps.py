@@ -99,17 +99,21 @@ def lookup(
     ``names``; a PTX hit warns as a fresh PTX compile does when the driver is older
     than the compiler that wrote it. With ``logs``, a hit writes the compile log the
     entry kept (the miss's warnings), as the compile did.
+
+    The DEBUG log has one line per answer: a miss is logged by the look that counts it,
+    never by a request's first look (``count_miss=False``), whose look-again under the
+    single-flight lock follows and logs the miss (or the hit another process stored).
     """
     entry = failopen.lookup(cache, key, count, count_miss)
     if entry is None:
-        if debug_enabled(LOGGER):
+        if count_miss is not False and debug_enabled(LOGGER):
             get_logger(LOGGER).debug("miss %s %s: no entry for this key", entry_id(key)[:12], name)
         return None
     mapping: dict[str | bytes, str] = {}
     if names:
         found = stored_mapping(entry.meta, names)
         if found is None:
-            if debug_enabled(LOGGER):
+            if count_miss is not False and debug_enabled(LOGGER):
                 get_logger(LOGGER).debug(
                     "miss %s %s: entry lacks the name mapping", entry_id(key)[:12], name
                 )

@@ -198,6 +198,8 @@ def _recall(
             if obj is not None:
                 return obj, False
     manifest = lookup_entry(cache, mkey, count=False, count_miss=count_miss)
+    # A first look (count_miss False) logs no miss: its look-again logs the answer.
+    quiet = None if count_miss else False
     variants = _variants(manifest, roots)
     if variants is None:
         reason = "no manifest for this source, options and compiler"
@@ -215,7 +217,9 @@ def _recall(
             if problems:
                 reason = reason or str(problems[0])
                 continue
-            obj = lookup(cache, variant.key, target, name, names, logs, count=False)
+            obj = lookup(
+                cache, variant.key, target, name, names, logs, count=False, count_miss=quiet
+            )
             if obj is not None:
                 if watched and unproven:
                     # A proof no longer holds (its lookups go further now, say): watch
@@ -227,7 +231,7 @@ def _recall(
                 return obj, False
             # the entry is gone; a later variant may still hold
             reason = reason or "the entry of a matching variant is gone (evicted?)"
-    if debug_enabled(LOGGER):
+    if count_miss and debug_enabled(LOGGER):
         get_logger(LOGGER).debug("miss %s %s: %s", entry_id(mkey)[:12], name, reason)
     return None, manifest is None and count_miss
 
