@@ -332,6 +332,72 @@ def test_a_forked_child_fails_open_at_once_instead_of_hanging(s3_url):
         assert c.get(b"k2") is None
 
 
+_FORK_CHILD = """
+import os, signal, sys, time, warnings
+from cuforge.storage.urls import open_cache
+
+url, raw = sys.argv[1], sys.argv[2] == "raw"
+if raw:  # obstore used directly first: its runtime runs, cuforge's clients unused
+    import obstore, obstore.store
+    endpoint = url.split("endpoint=")[1]
+    try:
+        obstore.get(obstore.store.S3Store("cuforge-test", endpoint=endpoint,
+            region="us-east-1", client_options={"allow_http": True}), "absent")
+    except FileNotFoundError:
+        pass
+c = open_cache(url)  # opened, no request sent: what a command does before its workers
+pid = os.fork()
+if pid == 0:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        c[b"k"] = b"from the child"
+        with open_cache(url) as fresh:
+            seen = fresh.get(b"k")
+    forked = any("forked" in str(w.message) for w in caught)
+    print("child", seen, forked, flush=True)
+    os._exit(0)
+for _ in range(400):  # a child whose request waits for good fails the test, not hangs it
+    if os.waitpid(pid, os.WNOHANG)[0]:
+        break
+    time.sleep(0.05)
+else:  # (it shared this process's runtime, which may not answer now either)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    print("the child hung", flush=True)
+    os._exit(0)
+print("parent", c.get(b"k"), flush=True)
+c.close()
+"""
+
+
+@posix_only
+def test_a_child_forked_before_any_request_makes_its_own_client(s3_url):
+    """A process that opened an S3 cache but sent nothing forks (a command's workers,
+    a pool forked at start-up): the child stores and reads through the inherited
+    handle and a new one, and its parent sees what it stored. Until a request, the
+    runtime whose threads a fork loses is not running (a fresh interpreter: this
+    one's runs)."""
+    done = subprocess.run([sys.executable, "-c", _FORK_CHILD, s3_url, "cuforge"],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "child b'from the child' False",
+        "parent b'from the child'",
+    ], (done.stdout, done.stderr)
+
+
+@posix_only
+def test_a_runtime_started_outside_cuforge_is_seen_at_the_fork(s3_url):
+    """obstore used directly in the process (its runtime runs) and an S3 cache opened
+    without a request: the child's stores fail open with the fork warning, not hang."""
+    done = subprocess.run([sys.executable, "-c", _FORK_CHILD, s3_url, "raw"],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["child None True", "parent None"], (
+        done.stdout, done.stderr,
+    )  # fmt: skip
+
+
 # -- URLs ----------------------------------------------------------------------------------
 def test_urls_refuse_credentials_without_echoing_them(s3_url):
     with pytest.raises(ValueError, match="credentials do not belong in the URL") as info:

@@ -11,7 +11,10 @@ the command says each once (``cli.say_warning``: one line per cache for all the
 workers' handles); what a worker warns at its exit it shows itself. Workers are forked on
 Linux (no driver is loaded in the parent before they start; ``warm``'s parent has
 asked NVRTC for its supported archs, a library that starts no thread and holds no
-device state), spawned elsewhere.
+device state), spawned elsewhere -- and started by a fork server (a fresh process)
+where this process has sent an S3 request already: obstore's I/O runtime does not
+survive a fork, so a forked worker's S3 level would be off (``storage.s3``); one
+that only opened the cache forks workers that make clients of their own.
 
 A compile is described by a :class:`Spec` (plain data) and answered by a result
 dict: ``status`` (``compiled``, ``cached``, ``failed``), ``seconds``, ``log`` (the
@@ -207,6 +210,17 @@ def _say(result: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+def _start_method() -> str | None:
+    """How workers start (module docstring): ``fork`` on Linux unless a forked child
+    could not use S3 (this process has used it), then ``forkserver``; the platform's
+    default elsewhere. Never imports the S3 package: a process that has not has not
+    used S3."""
+    if not sys.platform.startswith("linux"):
+        return None
+    s3 = sys.modules.get("cuforge.storage.s3")
+    return "forkserver" if s3 is not None and s3.forks_lose_s3() else "fork"
+
+
 def run_specs(
     specs: Sequence[Spec],
     jobs: int,
@@ -234,8 +248,7 @@ def run_specs(
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
-    method = "fork" if sys.platform.startswith("linux") else None
-    context = multiprocessing.get_context(method)
+    context = multiprocessing.get_context(_start_method())
     with ProcessPoolExecutor(jobs, mp_context=context, initializer=_worker_init,
                              initargs=(opener,)) as pool:  # fmt: skip
         futures = {pool.submit(_worker_run, spec, want_code): i for i, spec in enumerate(specs)}

@@ -3,7 +3,8 @@
 ``pip install 'cuforge[s3]'`` (obstore: ~10 ms to import, against ~170 ms for
 boto3 -- short-lived processes pay it on every start). The handle is the storage
 core over the shared remote driver (``storage.remote``); this package is only the
-S3 connection (``_store``: objects, conditional writes, lease objects), its counter
+S3 connection (``_store``: objects, conditional writes, lease objects; ``_runtime``:
+which process its client runtime runs in, across fork), its counter
 objects (``_counters``), AWS profiles (``_creds``) and the URL opener (``_url``).
 The cache never breaks a compile: see :class:`S3ProgramCache`.
 """
@@ -15,9 +16,10 @@ from typing import Any
 
 from ..remote import RemoteCache
 from ..units import positive_seconds
+from ._runtime import forks_lose_s3
 from ._store import S3Store, make_client, obstore_module
 
-__all__ = ["S3ProgramCache"]
+__all__ = ["S3ProgramCache", "forks_lose_s3"]
 
 
 def _endpoint_options(endpoint: str | None) -> dict[str, Any]:

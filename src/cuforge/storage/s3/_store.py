@@ -33,8 +33,13 @@ Objects under the handle's ``prefix``, for an entry whose id is ``<id>``::
   this handle's own lease; the prefix is a folder of a bucket that may hold anything.
 - **Timeouts, no retries**: a lookup's request times out after ``timeout`` (the
   breaker decides when to retry); maintenance requests wait up to 60 s.
-- **fork()**: obstore's I/O runtime does not survive it, so in a child of a process
-  that used S3 the store is ``broken`` (misses and dropped stores, never a hang).
+- **fork()**: obstore's I/O runtime does not survive it (``_runtime``). The clients
+  are made on first use, which marks the runtime started before any request; in a
+  child of a process that sent one the store is ``broken`` (misses and dropped
+  stores, never a hang). In a child of a process that sent none -- a command that
+  opened the cache and then forked its workers, a pool forked at start-up -- the
+  parent's clients are dropped unused and the child makes its own: the cache works.
+  A client used before a fork is never used after it.
 """
 
 from __future__ import annotations
@@ -52,7 +57,7 @@ from ..lease import DEFAULT_FILL_S, Backoff, Busy, Claim, Held, expiry_jitter
 from ..ownership import delete_owned
 from ..remote import Store
 from ..stats import CacheStats
-from . import _counters
+from . import _counters, _runtime
 
 __all__ = ["FRAME", "S3Store"]
 
@@ -73,12 +78,6 @@ MAINTENANCE_TIMEOUT = 60.0
 DELETE_BATCH = 100
 #: GET requests of one batched read in flight at once.
 GET_CONCURRENCY = 16
-# The process that started obstore's I/O runtime: its threads do not survive fork().
-_RUNTIME_PID: list[int] = []
-_FORKED = (
-    "the S3 client does not work in a process forked after it was used (start it with "
-    "the 'spawn' or 'forkserver' method to use the cache)"
-)
 
 
 def obstore_module() -> Any:
@@ -143,22 +142,32 @@ class S3Store(Store):
         self.where = where
         self._client = client
         self._timeout = timeout
-        self.store = client(timeout)
+        client(timeout)  # a bad setting raises here, at open, not at the first request
         self._mstore: Any = None
         self.folder = prefix + "stats/"
-        if not _RUNTIME_PID:
-            _RUNTIME_PID.append(os.getpid())
         # Forked from a process that used S3: fail open at once, never hang.
-        self.broken = _FORKED if _RUNTIME_PID[0] != os.getpid() else None
+        self.broken = _runtime.FORKED if _runtime.elsewhere() else None
         self._pool: Any = None  # the threads of batched reads, made on first use
         self._pool_mutex = threading.Lock()
         self.get_many = self._get_many
 
+    def __getattr__(self, name: str) -> Any:
+        """``store``, the client of lookups and stores, made on its first use in this
+        process (then a plain attribute: no cost per request). Marks obstore's runtime
+        started here first, so that a child forked from now on never uses S3."""
+        if name != "store":
+            raise AttributeError(name)
+        _runtime.mark()
+        self.store = client = self._client(self._timeout)
+        return client
+
     @property
     def mstore(self) -> Any:
         """The client of maintenance calls (listing, clear, statistics): never in a
-        compile, and a bulk request to a busy server can outlast a lookup's timeout."""
+        compile, and a bulk request to a busy server can outlast a lookup's timeout.
+        Made on first use, which marks the runtime started, as ``store``."""
         if self._mstore is None:
+            _runtime.mark()
             self._mstore = self._client(max(MAINTENANCE_TIMEOUT, self._timeout))
         return self._mstore
 
@@ -495,7 +504,13 @@ class S3Store(Store):
         self._delete_counters(_counters.read_all(self.obs, self.mstore, self.folder)[1])
 
     def after_fork(self) -> None:
-        self.broken = _FORKED
+        """In a forked child: the parent's clients are dropped unused (a child makes its
+        own on first use); when the parent had sent a request (the runtime's threads
+        are gone), the store is ``broken`` for good."""
+        self.__dict__.pop("store", None)
+        self._mstore = None
+        if _runtime.elsewhere():
+            self.broken = _runtime.FORKED
         self._pool = None  # the parent's threads: not in this process
 
 
