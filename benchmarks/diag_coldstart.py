@@ -1,0 +1,130 @@
+"""Why a fresh host is slower than warm-local: two diagnostics for bench_coldstart.
+
+    python3 benchmarks/diag_coldstart.py misses [--mode max-autotune-no-cudagraphs]
+    python3 benchmarks/diag_coldstart.py controls [--mode default] [--rounds 3]
+
+``misses``: one cuforge cold process, then two fresh hosts on its cache; after each,
+the entries the cache gained (``cuforge cache ls``), by name, and for the Triton
+kernels a fresh host compiled, how their metadata (``.json``) and Triton source
+(``.source``) differ from the variants the cold run stored -- what the fresh host
+compiled that the cold run never did. ``controls``: per round, stock cold and warm-
+local, cuforge cold, cuforge on its own filled local directories (warm-local through
+cuforge), a cuforge fresh host and stock on a copy of its filled local directories at
+another path -- which of "empty local directories", "another path" and "cuforge
+installed" a gap comes from. Times are bench_coldstart's (first result after
+``import torch``); not figures, no thresholds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import difflib
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import bench_coldstart as bc
+
+
+def _cli(cache: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
+    env = {**os.environ, "CUFORGE_CACHE_SECRET": bc.SECRET}
+    cmd = [sys.executable, "-m", "cuforge", "cache", *args, "--cache", f"file://{cache}"]
+    return subprocess.run(cmd, capture_output=True, env=env, check=False)
+
+
+def _entries(cache: Path) -> dict[str, dict[str, Any]]:
+    out = json.loads(_cli(cache, "ls", "--json", "--limit", "1000000").stdout)
+    return {e["id"]: e for e in out}
+
+
+def _show(line: str, rep: dict[str, Any]) -> None:
+    stats = {k: v for k, v in rep.get("cuforge", {}).items() if v}
+    print(f"{line:24s} {rep['seconds']:6.2f} s  triton {rep.get('triton')}  cuforge {stats}")
+
+
+def misses(mode: str, base: Path) -> None:
+    cache = base / "cache"
+    _show("cold", bc._run("cuda", mode, "cuforge", bc._env(base / "cold", cache, 1024, "cuda")))
+    cold = before = _entries(cache)
+    for i in range(2):
+        env = bc._env(base / f"fresh{i}", cache, 1024, "cuda")
+        _show(f"fresh host {i}", bc._run("cuda", mode, "cuforge", env))
+        after = _entries(cache)
+        new = [after[k] for k in after if k not in before]
+        print("  new entries:", dict(collections.Counter(e["name"] for e in new)))
+        for e in new:
+            name = e["name"]
+            if e["kind"] == "triton" and name.endswith(".json") and not name.startswith("__grp__"):
+                _compare(cache, e, [c for c in cold.values() if c["name"] == e["name"]])
+        before = after
+
+
+def _compare(cache: Path, new: dict[str, Any], olds: list[dict[str, Any]]) -> None:
+    meta = json.loads(_cli(cache, "show", new["id"], "--extract", "-").stdout)
+    print(f"  {new['name']}: compiled by the fresh host; the cold run stored {len(olds)}")
+    for old in olds:
+        was = json.loads(_cli(cache, "show", old["id"], "--extract", "-").stdout)
+        diff = {k: (was.get(k), v) for k, v in meta.items() if k != "hash" and was.get(k) != v}
+        print(f"    vs {old['id'][:8]}: {diff}")
+    src = new["name"][: -len(".json")] + ".source"
+    ids = {e["id"]: e for e in _entries(cache).values() if e["name"] == src}
+    raw = {i: _cli(cache, "show", i, "--extract", "-").stdout for i in ids}
+    texts = {i: b.decode("utf-8", "replace") for i, b in raw.items()}
+    if len(set(texts.values())) > 1:
+        a, b = list(dict.fromkeys(texts.values()))[:2]
+        print("".join(list(difflib.unified_diff(a.splitlines(True), b.splitlines(True), n=0))[:12]))
+
+
+def controls(mode: str, base: Path, rounds: int) -> None:
+    times: dict[str, list[float]] = collections.defaultdict(list)
+    for r in range(rounds):
+        at = base / f"round{r}"
+        cache, stock, mine = at / "cache", at / "stock", at / "cuforge"
+        plan: list[tuple[str, str, Path, Path | None]] = [
+            ("stock cold", "stock", stock, None),
+            ("cuforge cold", "cuforge", mine, cache),
+            ("stock warm-local", "stock", stock, None),
+            ("cuforge warm-local", "cuforge", mine, cache),
+            ("cuforge fresh, same path", "cuforge", mine, cache),
+            ("cuforge fresh, new path", "cuforge", at / "fresh", cache),
+            ("stock, dirs moved", "stock", at / "moved", None),
+        ]
+        for kind, side, local, cf in plan:
+            if kind == "stock, dirs moved":
+                shutil.copytree(stock, local, symlinks=True)
+            if kind == "cuforge fresh, same path":  # a new host: the same paths, empty
+                shutil.rmtree(mine)
+            rep = bc._run("cuda", mode, side, bc._env(local, cf, 1024, "cuda"))
+            times[kind].append(rep["seconds"])
+            _show(f"{r} {kind}", rep)
+    for kind, ts in times.items():
+        print(f"{kind:24s} median {statistics.median(ts):6.2f} s  {[round(t, 2) for t in ts]}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("what", choices=("misses", "controls"))
+    ap.add_argument("--mode", default=None)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--dir", default="/tmp/cuforge-diag-coldstart")
+    args = ap.parse_args()
+    base = Path(args.dir)
+    shutil.rmtree(base, ignore_errors=True)
+    if args.what == "misses":
+        misses(args.mode or "max-autotune-no-cudagraphs", base)
+    else:
+        controls(args.mode or "default", base, args.rounds)
+    shutil.rmtree(base, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
