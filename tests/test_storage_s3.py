@@ -310,16 +310,18 @@ def test_a_forked_child_fails_open_at_once_instead_of_hanging(s3_url):
                 signal.alarm(20)
                 with warnings.catch_warnings(record=True) as caught:
                     warnings.simplefilter("always")
-                    t0 = time.monotonic()
                     inherited = c.get(b"k")
                     c[b"k2"] = b"v2"
                     with open_cache(s3_url, secret=None) as fresh:
                         again = fresh.get(b"k")
-                    took = time.monotonic() - t0
-                ok = (inherited, again) == (None, None) and took < 1.0
+                # No request was tried (a hang is bounded by the alarm above): the
+                # failures are the fork's, said as such, not a timeout's.
+                said = [str(w.message) for w in caught]
+                ok = (inherited, again) == (None, None)
                 ok = ok and c.stats().read_failures == 1 and c.stats().write_failures == 1
-                ok = ok and any("forked" in str(w.message) for w in caught)
-                os.write(write, b"ok" if ok else repr((inherited, again, took)).encode())
+                ok = ok and any("forked" in m for m in said)
+                ok = ok and not any("timed out" in m.lower() for m in said)
+                os.write(write, b"ok" if ok else repr((inherited, again, said)).encode()[:200])
                 code = 0
             finally:
                 os._exit(code)
