@@ -46,11 +46,11 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from ..connection import Store
 from ..entry import CacheEntry, EntryInfo, is_entry_id
 from ..frame import PREFIX_SIZE, Frame
 from ..lease import Busy, Claim, Held, expiry_jitter
 from ..ownership import delete_owned
-from ..remote import Store
 from ..stats import CacheStats
 from ._quiet import QuietReads, by_node, describe, quiet_get
 from ._resp import ReplyError, RespClient

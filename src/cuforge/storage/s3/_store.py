@@ -51,11 +51,11 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from ..connection import Store
 from ..entry import CacheEntry, EntryInfo, is_entry_id
 from ..frame import LISTING_HEAD, Frame
 from ..lease import DEFAULT_FILL_S, Backoff, Busy, Claim, Held, expiry_jitter
 from ..ownership import delete_owned
-from ..remote import Store
 from ..stats import CacheStats
 from . import _counters, _runtime
 
