@@ -31,25 +31,14 @@ import warnings
 from cuforge._stack import outside_level
 from cuforge.storage.base import CacheWriteWarning
 
+from . import _openflags
+
 __all__ = ["counters", "materialize", "put_local"]
 
 #: How a local copy is opened for comparison: never through a link, never waiting on
-#: a FIFO or device (see ``_local_state``).
-_READ = (
-    os.O_RDONLY
-    | getattr(os, "O_NOFOLLOW", 0)
-    | getattr(os, "O_NONBLOCK", 0)
-    | getattr(os, "O_CLOEXEC", 0)
-)
-#: How ``put`` creates its temp file: new, never through a link, not inherited.
-_NEW = (
-    os.O_WRONLY
-    | os.O_CREAT
-    | os.O_EXCL
-    | getattr(os, "O_NOFOLLOW", 0)
-    | getattr(os, "O_CLOEXEC", 0)
-    | getattr(os, "O_BINARY", 0)
-)
+#: a FIFO or device (see ``_local_state``); how ``put`` creates its temp file: new,
+#: never through a link, not inherited.
+_READ, _NEW = _openflags.READ, _openflags.CREATE
 
 #: This process's group lookups: ``hits``, ``misses`` (a compile follows),
 #: ``stored`` (groups stored), ``replaced`` (local copies that differed from the

@@ -20,6 +20,8 @@ import os
 import stat
 from collections.abc import Callable, Iterator
 
+from .. import _openflags
+
 __all__ = [
     "Sig",
     "drop_own",
@@ -44,19 +46,7 @@ _DIR = (
     | getattr(os, "O_NOFOLLOW", 0)
     | getattr(os, "O_CLOEXEC", 0)
 )
-_READ = (
-    os.O_RDONLY
-    | getattr(os, "O_NOFOLLOW", 0)
-    | getattr(os, "O_NONBLOCK", 0)
-    | getattr(os, "O_CLOEXEC", 0)
-)
-_CREATE = (
-    os.O_WRONLY
-    | os.O_CREAT
-    | os.O_EXCL
-    | getattr(os, "O_NOFOLLOW", 0)
-    | getattr(os, "O_CLOEXEC", 0)
-)
+_READ, _CREATE = _openflags.READ, _openflags.CREATE
 #: The mirror's temp names (never published: ``.cuforge-mirror*`` is always skipped).
 TEMP_PREFIX = ".cuforge-mirror-"
 
