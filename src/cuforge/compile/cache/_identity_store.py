@@ -47,8 +47,11 @@ TYPE_CHECKING = False  # typing is not imported at run time: it costs a cold pro
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator
 
+    #: The paths a fact's values depend on: a list, or a callable that lists them
+    #: (called only when a record is written: listing can cost a child process).
+    Witnesses = list[str] | Callable[[], list[str]]
     #: A fact's values and the paths whose state they depend on.
-    Probe = Callable[[], tuple[tuple[bytes, ...], list[str]]]
+    Probe = Callable[[], tuple[tuple[bytes, ...], Witnesses]]
 
 __all__ = [
     "ENV_VAR",
@@ -236,10 +239,17 @@ def reading_only() -> Iterator[None]:
             _read_only[0] -= 1
 
 
-def _write(path: str, values: tuple[bytes, ...], witnesses: list[str]) -> None:
+def _write(path: str, values: tuple[bytes, ...], witnesses: Witnesses) -> None:
     """Record ``values`` if every witness is settled; best effort, never raises."""
-    if not witnesses or _read_only[0]:
-        return  # nothing to check it against: never served from disk; or looking only
+    if _read_only[0]:
+        return  # looking only
+    if callable(witnesses):
+        try:
+            witnesses = witnesses()
+        except Exception:
+            return
+    if not witnesses:
+        return  # nothing to check it against: never served from disk
     cutoff = time.time_ns() - RACY_NS
     stamps = []
     for w in dict.fromkeys(os.path.abspath(w) for w in witnesses):

@@ -35,6 +35,12 @@ Not noticed: a header edited in place after its wheel or toolkit was installed
 Across processes: the identity and the include directories are kept by
 ``_identity_store`` with the directories and files this module reads as witnesses,
 so a later process does not search and digest again unless one of them changed.
+A set not found in auto mode is kept too, with every place the search looked for it
+as a witness (``_search_witnesses``: its wheel's paths, cuda.pathfinder's
+site-packages, conda, ``$CUDA_PATH``/``$CUDA_HOME`` and system-loader searches), so
+installing it anywhere it would be found is a change; where those places cannot all
+be listed (not Linux, another cuda.pathfinder, a loader that does not report its
+search) such an answer is not kept and every process searches again.
 What a compile is given (``toolkit_include_flags``) is always located afresh, and a
 compile through a cache is stored only when that agrees with what its key named.
 """
@@ -47,10 +53,13 @@ import re
 import sys
 import threading
 from collections import namedtuple
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cuforge import _cuda
 from cuforge.compile.cache import _identity_store
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 #: The environment variable that turns the headers off or points to a toolkit.
 ENV_VAR = "CUFORGE_TOOLKIT_HEADERS"
@@ -409,9 +418,11 @@ def _reset() -> None:
 def _witnesses(report: ToolkitHeaders) -> list[str]:
     """Every path whose change could change ``report``: the import path searched
     for the wheels, the site-packages directories, and each set's directory, marker,
-    version files, listed subdirectories and version.json. Empty (never kept on
-    disk) when a set is missing in auto mode: a later install anywhere could find it."""
-    if not report.sets or (report.mode == "auto" and report.missing):
+    version files, listed subdirectories and version.json; in auto mode, for each
+    set not found, every place the search looked for it (``_search_witnesses``).
+    Empty (never kept on disk) when those places cannot all be listed, or when no
+    set was found at all."""
+    if not report.sets:
         return []
     paths = [os.path.abspath(p or os.curdir) for p in sys.path]
     paths += _identity_store.site_witnesses()
@@ -426,13 +437,24 @@ def _witnesses(report: ToolkitHeaders) -> list[str]:
         root = os.path.abspath(os.path.expanduser(report.setting.strip()))
         for spec in _SPECS:
             paths += [os.path.join(root, rel, spec.marker) for rel in spec.toolkit_dirs]
+    elif report.missing:
+        from cuforge.compile.cache import _search_witnesses  # the rare case: import it then
+
+        major = _cuda.cuda_major() or 0
+        for name in report.missing:
+            spec = specs[name]
+            wheel = _cuda.header_wheel(name, major)
+            searched = _search_witnesses.missing_set(spec.marker, spec.pathfinder, wheel)
+            if searched is None:
+                return []
+            paths += searched
     return paths
 
 
-def _probe() -> tuple[tuple[bytes, ...], list[str]]:
+def _probe() -> tuple[tuple[bytes, ...], Callable[[], list[str]]]:
     report = _resolved()[0]
     values = (report.identity, *(os.fsencode(d) for d in report.include_dirs))
-    return values, _witnesses(report)
+    return values, lambda: _witnesses(report)  # listed only when a record is written
 
 
 def _identity_and_dirs() -> tuple[bytes, tuple[str, ...]]:
