@@ -292,3 +292,33 @@ def test_a_few_missing_keys_do_not_fetch_the_pack(tmp_path, redis_server) -> Non
     assert (done.fetched, done.missing) == (40, 0)
     # the five (the set is in the local level now), no chunk: the pack has 3
     assert requests[0] == 5 and ref.chunks == 3
+
+
+def test_a_level_behind_that_cannot_open_never_fails_a_publish_or_a_prefetch(tmp_path):
+    """A tier level opened on first use that cannot be opened -- here a SQLite database
+    that is not cuforge's -- is a warning for the pack and a counted failure for the
+    prefetch, never an exception out of publish(), local_tier() or prefetch() (cuforge
+    run used to end in a traceback, the job's work done)."""
+    import sqlite3
+
+    foreign = tmp_path / "foreign.db"
+    with sqlite3.connect(foreign) as db:
+        db.execute("CREATE TABLE someone_elses (x)")
+    url = f"file://{tmp_path / 'local'},sqlite://{foreign}"
+    keys = list(_fill(f"file://{tmp_path / 'local'}", 20))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with open_cache(url) as cache:
+            assert warmsets.publish(cache, "job", keys, replace=True) == len(keys)
+            found = warmsets.load_set(cache, "job")
+            assert found is not None and sorted(found.keys) == sorted(keys)
+            assert found.pack is None  # nowhere to store one
+            tier = warmsets.local_tier(cache)
+            assert tier is not None
+            got = warmsets.prefetch(tier, found.keys, name="job", pack=None)
+            assert (got.listed, got.fetched) == (20, 20)  # the local level had them all
+            fake = warmpacks.PackRef(warmpacks.pack_id(keys), 1, 20)
+            landed, rest = warmpacks.land(tier, "job", fake, found.keys)
+            assert (landed, sorted(rest)) == (0, sorted(keys))
+    said = " ".join(str(w.message) for w in caught)
+    assert "no pack" in said and "foreign.db" in said

@@ -240,8 +240,14 @@ def build(cache: ProgramCacheResource, name: str, keys: Iterable[bytes]) -> Pack
     module docstring); its reference, or None when there is nothing to pack, nowhere
     to store it, or it failed (warned; the chunks already stored removed)."""
     listed = sorted({k for k in keys if not is_pack_key(k)})
-    targets = shared_levels(cache)
-    if len(listed) < MIN_MISSING or not targets:
+    if len(listed) < MIN_MISSING:
+        return None
+    try:  # opens the levels behind the local one: one that cannot open is no pack
+        targets = shared_levels(cache)
+    except Exception as exc:
+        _warn(CacheWriteWarning, f"warm set {name!r}: no pack ({type(exc).__name__}: {exc})")
+        return None
+    if not targets:
         return None
     pid = pack_id(listed)
     stored = 0
@@ -293,7 +299,11 @@ def remove(cache: ProgramCacheResource, name: str, ref: PackRef | None, keep: in
     pack rebuilt under the same id wrote them again)."""
     if ref is None:
         return
-    for level in shared_levels(cache):
+    try:
+        levels = shared_levels(cache)
+    except Exception:  # a level that cannot open: its chunks are left for prune
+        return
+    for level in levels:
         for i in range(keep, ref.chunks):
             with contextlib.suppress(Exception):  # absent, or a fault: left for prune
                 del level[chunk_key(name, ref.id, i)]
@@ -322,7 +332,10 @@ def land(
     when enough are missing (:data:`MIN_MISSING`, and a quarter of the pack), and
     each record whose key is listed and missing is written into the local level in
     batches (``set_entries``). Never raises for a cache fault."""
-    levels: tuple[ProgramCacheResource, ...] = getattr(tier, "levels", ())
+    try:  # opens the levels behind: one that cannot open leaves it all to the per-key way
+        levels: tuple[ProgramCacheResource, ...] = getattr(tier, "levels", ())
+    except Exception:
+        return 0, list(keys)
     if len(levels) < 2:
         return 0, list(keys)
     local, behind = levels[0], levels[1:]

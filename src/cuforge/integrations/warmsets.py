@@ -441,23 +441,20 @@ def local_tier(cache: ProgramCacheResource) -> ProgramCacheResource | None:
     (the local level) on, so memory levels in front are not filled in this process;
     None when ``cache`` is no tier with a writable local level and a level behind it
     (there is no local level to fetch into)."""
-    from cuforge.storage.memory import InMemoryProgramCache
     from cuforge.storage.tiered import TieredProgramCache
 
     inner = cache.inner if isinstance(cache, Recorder) else cache
     if not isinstance(inner, TieredProgramCache):
         return None
-    levels = inner.levels
-    ro = set(inner.read_only)
-    first = next(
-        (i for i, lv in enumerate(levels) if not isinstance(lv, InMemoryProgramCache)), None
-    )
-    if first is None or first in ro or first == len(levels) - 1:
+    # The first persistent level is open (a URL's always is); those behind it are not
+    # opened here: one that cannot open is the prefetch's counted failure, not ours.
+    found = inner.first_persistent()
+    if found is None:
         return None
-    if first == 0:
-        return inner
-    rest = levels[first:]
-    return TieredProgramCache(*rest, read_only=[i - first for i in ro if i >= first])
+    first = found[0]
+    if first in set(inner.read_only) or first == inner.depth - 1:
+        return None
+    return inner if first == 0 else inner.tail(first)
 
 
 def prefetch(

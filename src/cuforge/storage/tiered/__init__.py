@@ -140,6 +140,18 @@ class TieredProgramCache(EntryCache):
         """Every level, fastest first; reading this opens each lazy level (``LazyLevel``)."""
         return tuple(lv.open() if isinstance(lv, LazyLevel) else lv for lv in self._levels)
 
+    @property
+    def depth(self) -> int:
+        """How many levels; opens none."""
+        return len(self._levels)
+
+    def tail(self, start: int) -> TieredProgramCache:
+        """Levels ``start`` on as a tier of their own, read-only where they are here,
+        sharing this tier's level objects: a lazy level stays unopened (its opening,
+        and a failure to open, come when a call reaches it, as here)."""
+        ro = [i - start for i in self.read_only if i >= start]
+        return TieredProgramCache(*self._levels[start:], read_only=ro)
+
     def first_persistent(self) -> tuple[int, ProgramCacheResource] | None:
         """The first level that is not in-memory and its index, if it is open (a URL's
         first persistent level always is); never opens a lazy level."""
