@@ -204,11 +204,17 @@ def _levels(choice: _select.Choice) -> tuple[list[dict[str, Any]], str | None]:
     names = _select.level_names(choice)
     levels: list[dict[str, Any]] = []
     unreachable: str | None = None
-    for spec, (name, _) in zip(specs, names, strict=True):
+    for i, (spec, (name, _)) in enumerate(zip(specs, names, strict=True)):
         level: dict[str, Any] = {"level": name}
         levels.append(level)
         if spec.scheme in ("file", "sqlite", "memory"):
-            if spec.read_only:
+            failed = _open_failure(spec) if i > 0 else None  # the first was opened above
+            if failed is not None:
+                level["writable"] = False
+                level["writable_reason"] = "cannot be opened: see the problem below"
+                if unreachable is None:
+                    unreachable = failed
+            elif spec.read_only:
                 level["writable"] = False
                 level["writable_reason"] = "?ro: opened read-only"
             elif spec.scheme == "memory":
@@ -239,6 +245,22 @@ def _levels(choice: _select.Choice) -> tuple[list[dict[str, Any]], str | None]:
         elif refused is not None:
             level["writable_reason"] = f"the server refuses writes: {refused}"
     return levels, unreachable
+
+
+def _open_failure(spec: Any) -> str | None:
+    """The error opening an existing directory or database level behind the first
+    raises (another program's SQLite file, a file where a directory should be) -- what
+    ``cuforge cache stats`` fails with once it opens that level -- or None. Opened
+    read-only: nothing is created or changed."""
+    from cuforge.storage.urls import open_level
+
+    if spec.scheme == "memory" or not os.path.lexists(spec.location):
+        return None
+    try:
+        open_level(spec.as_read_only()).close()
+    except (ValueError, TypeError, OSError) as exc:
+        return str(exc)
+    return None
 
 
 def _sqlite_level(choice: _select.Choice) -> bool:
