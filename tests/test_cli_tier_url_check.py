@@ -23,8 +23,9 @@ BAD_LEVELS = [
     ("redis://h:p/0/0", "port 'p' is not a number"),
     ("rediss://h:6379/x", "database 'x' is not a number"),
     ("s3://b?timeout=fast", "timeout: not a duration: 'fast'"),
+    ("sqlite:///tmp/k.db?timeout=soon", "timeout: not a duration: 'soon'"),
 ]
-IDS = ["redis port", "redis database", "s3 timeout"]
+IDS = ["redis port", "redis database", "s3 timeout", "sqlite timeout"]
 
 
 def _workdir(tmp_path: Path) -> Path:
@@ -79,11 +80,12 @@ def test_open_cache_raises_for_a_bad_level_behind_the_front_one(
 
 def test_checking_a_level_behind_loads_no_handle_driver_or_client(tmp_path: Path) -> None:
     # The check at open imports each backend's URL module only: a hit served by the
-    # front level must not pay for the Redis and S3 handles, drivers and clients.
+    # front level must not pay for the Redis, S3 and SQLite handles, drivers and clients.
     code = f"""
 import sys
 from cuforge.storage import open_cache
-with open_cache("file://{tmp_path / "ok"},redis://127.0.0.1:1/0,s3://b", secret=None):
+url = "file://{tmp_path / "ok"},redis://127.0.0.1:1/0,s3://b,sqlite://{tmp_path / "k.db"}"
+with open_cache(url, secret=None):
     pass
 for url in ("file://{tmp_path / "c"},redis://h:p/0", "file://{tmp_path / "c"},s3://b?timeout=fast"):
     try:
@@ -91,10 +93,11 @@ for url in ("file://{tmp_path / "c"},redis://h:p/0", "file://{tmp_path / "c"},s3
     except ValueError as exc:
         print("refused:", exc)
 heavy = ("cuforge.storage.redis._cache", "cuforge.storage.s3._cache", "cuforge.storage.remote",
-         "cuforge.storage.redis._store", "cuforge.storage.s3._store", "redis", "obstore")
+         "cuforge.storage.redis._store", "cuforge.storage.s3._store", "redis", "obstore",
+         "cuforge.storage.sqlite._cache", "cuforge.storage.sqlite._driver", "sqlite3")
 print("loaded:", sorted(m for m in heavy if m in sys.modules))
-print("checked:", sorted(m for m in ("cuforge.storage.redis._url", "cuforge.storage.s3._url")
-                         if m in sys.modules))
+print("checked:", sorted(m for m in sys.modules if m.startswith("cuforge.storage.")
+                         and m.endswith("._url") and "filestream" not in m))
 """
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env=isolated_env(tmp_path), timeout=120)  # fmt: skip
@@ -105,7 +108,8 @@ print("checked:", sorted(m for m in ("cuforge.storage.redis._url", "cuforge.stor
         "refused: cache URL 's3://b?timeout=fast': timeout: not a duration: 'fast' "
         "(expected e.g. 500ms, 90s, 30m, 12h, 7d)",
         "loaded: []",
-        "checked: ['cuforge.storage.redis._url', 'cuforge.storage.s3._url']",
+        "checked: ['cuforge.storage.redis._url', 'cuforge.storage.s3._url', "
+        "'cuforge.storage.sqlite._url']",
     ], done.stdout
 
 
