@@ -187,7 +187,7 @@ def test_constructor_errors_name_the_argument(tmp_path: Path) -> None:
 def test_tier_urls_open_levels_in_order_with_read_only_ones(redis_server, tmp_path) -> None:
     url = f"memory://?max_size=1M,file://{tmp_path / 'a'},{redis_server.url}&ro"
     # `&ro` after the Redis URL's path has no `?`: spell it properly. The Redis level
-    # is lazy (behind the file level): the error comes when it is opened.
+    # is lazy (behind the file level), but its URL is checked when the tier opens.
     with pytest.raises(ValueError, match="database"), open_cache(url) as tier:
         tier.levels  # noqa: B018 - opens every level
     url = f"memory://?max_size=1M,file://{tmp_path / 'a'},{redis_server.url}?ro&prefix=ci:"

@@ -338,7 +338,7 @@ def select(
             specs = parse_cache_url(value)  # what was written: errors show it
             for spec in specs:
                 spec.size("max_size")  # the cap is weighed below: its value first
-            check_levels(specs)  # what opening at once would refuse in the URL itself
+            check_levels(specs)  # what opening would refuse in any level's URL itself
         except ValueError as exc:
             raise SelectionError(_where(where), str(exc), where == origin) from None
         cap = _cap(specs, where, max_size, max_size_origin)

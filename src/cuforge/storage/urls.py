@@ -206,10 +206,13 @@ def check_level(spec: CacheSpec) -> None:
     """Raise the ValueError opening ``spec`` would raise for the URL itself -- a
     missing directory, database, host or bucket, a port or database that is no
     number, a bad parameter value -- without opening, connecting or creating
-    anything: what ``config.select`` runs on the levels opened at once
+    anything: what ``config.select`` and :func:`open_tiered` run on every level
     (:func:`check_levels`), so a value that cannot open is refused the same way by
-    every command (``cuforge cache dir`` too). A scheme registered from outside
-    (:func:`register_scheme`) is checked by its opener only."""
+    every command (``cuforge cache dir`` too), whatever the level's position. What
+    only a connection finds (a server down, a bucket missing) is not checked. A
+    scheme registered from outside (:func:`register_scheme`) is checked by its
+    opener only. Imports the scheme's ``_url`` module, never its handle or client
+    (the redis and s3 packages load those on first use)."""
     if spec.scheme == "memory":
         _check_memory(spec)
         return
@@ -221,14 +224,12 @@ def check_level(spec: CacheSpec) -> None:
 
 
 def check_levels(specs: Sequence[CacheSpec]) -> None:
-    """:func:`check_level` of the levels :func:`open_cache` opens at once -- up to the
-    first persistent one (see :func:`open_tiered`); a level behind it is checked when
-    it is first reached, as it is opened then (a hit from the front level never
-    imports the backend of a level behind it)."""
+    """:func:`check_level` of every level, fastest first: a typo in a level's URL is
+    refused at open even where the level itself opens only when first reached
+    (:func:`open_tiered`). Checking imports a backend's ``_url`` module only, so a
+    hit from the front level still loads no handle or client of a level behind it."""
     for spec in specs:
         check_level(spec)
-        if spec.scheme != "memory":
-            return
 
 
 def parse_cache_url(url: str) -> list[CacheSpec]:
@@ -364,14 +365,17 @@ def open_tiered(
 ) -> TieredProgramCache:
     """The levels of a parsed cache URL; ``?ro`` levels are read-only.
 
+    Every level's URL is checked first (:func:`check_levels`): a bad port, database
+    or parameter value in any level is a ValueError here, before anything opens.
     Levels up to the first persistent one (not ``memory://``) open now: a fresh
     process's lookups reach that far anyway, and a bad location there is an error
     here. Levels behind it are ``LazyLevel`` s (``storage.tiered``), opened when
-    first reached: an error opening one is then that level's counted failure, and
-    ``levels`` raises it.
+    first reached: an error opening one (a server down, a bucket missing) is then
+    that level's counted failure, and ``levels`` raises it.
     """
     from .tiered import LazyLevel, TieredProgramCache
 
+    check_levels(specs)
     levels: list[ProgramCacheResource] = []
     eager = True
     try:

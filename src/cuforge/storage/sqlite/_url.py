@@ -7,7 +7,10 @@ Named in ``storage.urls``' scheme table and imported only when such a URL is ope
 from __future__ import annotations
 
 from ..spec import CacheSpec
-from . import SQLiteProgramCache
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ._cache import SQLiteProgramCache
 
 __all__ = ["check_sqlite", "open_sqlite"]
 
@@ -26,6 +29,8 @@ def check_sqlite(spec: CacheSpec) -> None:
 
 def open_sqlite(spec: CacheSpec) -> SQLiteProgramCache:
     """The SQLiteProgramCache ``spec`` names; ValueError naming the bad part."""
+    from ._cache import SQLiteProgramCache
+
     check_sqlite(spec)
     timeout = spec.duration("timeout")
     return SQLiteProgramCache(
