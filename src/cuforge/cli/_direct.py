@@ -327,8 +327,6 @@ def remember(
     from cuforge.storage.base import ProgramCacheResource
     from cuforge.storage.entry import entry_id
     from cuforge.storage.filestream import FileStreamProgramCache
-    from cuforge.storage.redis import RedisProgramCache
-    from cuforge.storage.s3 import S3ProgramCache
     from cuforge.storage.tiered import TieredProgramCache
     from cuforge.storage.urls import parse_cache_url
 
@@ -349,11 +347,13 @@ def remember(
     if type(cache) is FileStreamProgramCache:
         where = b"file:" + os.fsencode(cache.path)
     elif url and (
-        (type(cache) is RedisProgramCache and "@" not in url)
-        or type(cache) is S3ProgramCache  # an s3:// URL never holds credentials
+        (_is(cache, "redis", "RedisProgramCache") and "@" not in url)
+        or _is(cache, "s3", "S3ProgramCache")  # an s3:// URL never holds credentials
     ):
         where = b"url:" + url.encode()
     else:
+        return
+    if not isinstance(cache, ProgramCacheResource):
         return
     facts = []
     for fact, current in toolchain.key_facts():
@@ -449,3 +449,11 @@ def _private_dir(path: str) -> None:
     mine = not hasattr(os, "getuid") or st.st_uid == os.getuid()
     if stat.S_ISDIR(st.st_mode) and mine and st.st_mode & 0o077:
         os.chmod(path, 0o700)
+
+
+def _is(cache: object, backend: str, name: str) -> bool:
+    """Whether ``cache`` is exactly that backend's handle class, looked up only if its
+    module is loaded (a cache of that class exists only once it is; importing the
+    class here cost every compile ~30 ms)."""
+    cls = getattr(sys.modules.get(f"cuforge.storage.{backend}._cache"), name, None)
+    return cls is not None and type(cache) is cls
