@@ -161,6 +161,41 @@ def test_a_missing_non_utf8_file_is_named_escaped(tmp_path):
     assert done.stderr.count(b"\n") == 1 and b"cannot read " in done.stderr
 
 
+def test_a_compile_error_in_a_non_utf8_file_names_it_escaped(tmp_path):
+    folder = tmp_path / _name(b"inc-" + LATIN1)
+    folder.mkdir()
+    src = tmp_path / _name(LATIN1 + b".cu")
+    src.write_text('extern "C" __global__ void f() { oops; }\n')
+    done = cuforge(
+        tmp_path, "compile", str(src), "--arch", "sm_90", "--no-cache", "-I", str(folder)
+    )
+    assert done.returncode == 1 and b"Traceback" not in done.stderr, done
+    _printed_escaped(done.stdout + done.stderr)
+    assert b"\xef\xbf\xbd" not in done.stderr  # no U+FFFD for the byte either
+    # the compiler's log (its own copy of the name) and the flags, escaped alike
+    assert SHOWN + b'.cu(1): error: identifier "oops" is undefined' in done.stderr
+    assert b"--include-path=" + os.fsencode(str(tmp_path)) + b"/inc-" + SHOWN in done.stderr
+
+
+def test_a_warm_manifest_in_a_non_utf8_folder_fills_what_compile_hits(tmp_path):
+    # TOML is UTF-8 text with no byte escapes, so a manifest cannot name such a file;
+    # it can live in a folder so named, its sources relative to it.
+    folder = tmp_path / _name(b"proj-" + LATIN1)
+    folder.mkdir()
+    shutil.copy(SAXPY, folder / "saxpy.cu")
+    manifest = folder / _name(b"warm-" + LATIN1 + b".toml")
+    manifest.write_text('[defaults]\narch = ["sm_90"]\n[[kernel]]\nsource = "saxpy.cu"\n')
+    cache = str(tmp_path / "cache")
+    first = _ok(cuforge(tmp_path, "warm", str(manifest), "--cache", cache, "--jobs", "1"))
+    assert b"1 compiled" in first, first
+    again = _ok(cuforge(tmp_path, "warm", str(manifest), "--cache", cache, "--jobs", "1"))
+    assert b"1 already cached" in again, again
+    src = str(folder / "saxpy.cu")
+    hit = _ok(cuforge(tmp_path, "compile", src, "--arch", "sm_90", "--cache", cache))
+    assert hit.rstrip().endswith(b"cache hit"), hit
+    _printed_escaped(hit)
+
+
 # A UTF-8 name's key, with every machine-dependent input pinned, is what main's code
 # gave for the same program (computed there): the names that are not UTF-8 took a
 # new encoding, the others must keep every entry already stored.
