@@ -183,15 +183,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from cuforge.cli import _verbosity
 
     args = list(sys.argv[1:] if argv is None else argv)
-    # A path or name the terminal's encoding cannot show is printed escaped, not a
-    # UnicodeEncodeError (stderr does this by default); put back after.
-    out = sys.stdout
-    errors = getattr(out, "errors", None)
-    if errors == "strict":
-        try:
-            out.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
-        except (AttributeError, ValueError):
-            errors = None
+    undo = _escape_names()
     try:
         digest = None
         if args[:1] == ["compile"] and not _verbosity.verbose(args):
@@ -210,11 +202,38 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # the reader went away (``| head``): as the full path does
         return _reader_gone()
     finally:
-        if errors == "strict":
+        if undo:
             import contextlib  # loaded by then on every path
 
-            with contextlib.suppress(AttributeError, ValueError, OSError):
-                out.reconfigure(errors="strict")  # type: ignore[union-attr]
+            for stream, errors in undo:
+                with contextlib.suppress(AttributeError, ValueError, OSError):
+                    stream.reconfigure(errors=errors)  # type: ignore[attr-defined]
+
+
+#: The error handlers of a standard stream :func:`_escape_names` replaces: those that
+#: raise, print a byte that is not UTF-8 raw or as ``\udcfc``.
+_REPLACED = ("strict", "backslashreplace", "surrogateescape")
+
+
+def _escape_names() -> list[tuple[object, str]]:
+    """Make standard output and error print what their encoding cannot show escaped
+    -- a file name's byte that is not UTF-8 as ``\\xfc`` (``cuforge._names``), any
+    other character as ``backslashreplace`` does -- rather than fail (strict), print
+    it as ``\\udcfc`` (backslashreplace) or raw (surrogateescape); docs/cli.md says
+    so. Returns each stream changed with its handler before, to put back."""
+    from cuforge import _names
+
+    undo: list[tuple[object, str]] = []
+    for stream in (sys.stdout, sys.stderr):
+        errors = getattr(stream, "errors", None)
+        if errors not in _REPLACED:
+            continue
+        try:
+            stream.reconfigure(errors=_names.register())  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            continue
+        undo.append((stream, str(errors)))
+    return undo
 
 
 def _run(argv: list[str], digest: str | None = None) -> int:

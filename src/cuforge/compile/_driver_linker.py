@@ -9,6 +9,7 @@ The link state is destroyed on every path.
 from __future__ import annotations
 
 import ctypes
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -83,7 +84,7 @@ def link_ptx(ptx: bytes, options: Sequence[bytes], name: str = "") -> tuple[byte
             driver.CUjitInputType.CU_JIT_INPUT_PTX,
             data,
             len(data),
-            (name or "ptx").encode(),
+            os.fsencode(name or "ptx"),  # any file name, as the OS spells it
             0,
             None,
             None,

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from cuforge import _cuda
+from cuforge._names import shown
 from cuforge.compile.errors import CompileError, decode_log
 
 # ObjectCode.code_type -> nvjitlink.InputType member name
@@ -63,7 +64,10 @@ def link(
         try:
             for code, code_type, input_name in inputs:
                 kind = getattr(nvjitlink.InputType, _INPUT_TYPES[code_type])
-                nvjitlink.add_data(handle, kind, code, len(code), input_name or code_type)
+                # nvJitLink takes the label as UTF-8 text: a name's bytes that are not
+                # UTF-8 go as \xNN (cuforge._names).
+                label = shown(input_name or code_type)
+                nvjitlink.add_data(handle, kind, code, len(code), label)
             nvjitlink.complete(handle)
             if target == "cubin":
                 buf = bytearray(nvjitlink.get_linked_cubin_size(handle))

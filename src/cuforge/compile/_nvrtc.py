@@ -7,6 +7,7 @@ NVRTC failure raises CompileError with the program log and the flags used.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -72,7 +73,7 @@ def compile_cpp(
     names = list(headers or ())
     err, prog = nvrtc.nvrtcCreateProgram(
         source,
-        name.encode(),
+        os.fsencode(name),  # the name as the OS spells it: any file name, UTF-8 or not
         len(names),
         [headers[n] for n in names] if headers else [],
         [n.encode("utf-8", "surrogateescape") for n in names],

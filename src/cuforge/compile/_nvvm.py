@@ -12,6 +12,7 @@ import functools
 from collections.abc import Sequence
 
 from cuforge import _cuda
+from cuforge._names import shown
 from cuforge.compile.errors import CompileError, decode_log
 
 
@@ -73,7 +74,9 @@ def compile_nvvm(
     try:
         try:
             for code, module_name in modules:
-                nvvm.add_module_to_program(prog, code, len(code), module_name)
+                # libNVVM takes the name as UTF-8 text: bytes that are not UTF-8 go as
+                # \xNN (cuforge._names).
+                nvvm.add_module_to_program(prog, code, len(code), shown(module_name))
             if libdevice:
                 # Lazy: only the functions the program calls are linked in.
                 nvvm.lazy_add_module_to_program(prog, libdevice, len(libdevice), "libdevice")

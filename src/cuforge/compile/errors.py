@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from cuforge._cuda import ToolkitNotFoundError
+from cuforge._names import shown
 
 
 class CompileError(RuntimeError):
@@ -22,9 +23,14 @@ class CompileError(RuntimeError):
     Attributes:
         backend: ``"NVRTC"``, ``"nvJitLink"``, ``"libNVVM"`` or ``"driver linker"``.
         log: the backend's full log text (may be empty if the backend gave none).
-        options: the flags the backend received, as str, in order.
+        options: the flags the backend received, as str, in order (bytes that are
+            not UTF-8, from a path such as ``-I`` of a folder so named, as lone
+            surrogates: ``os.fsencode`` gives them back).
         status: the backend's status name (e.g. ``"NVRTC_ERROR_COMPILATION"``).
         name: the program or link name.
+
+    The message shows a name's or flag's bytes that are not UTF-8 as ``\\xNN``
+    (``cuforge._names``), so it prints on any stream.
     """
 
     def __init__(
@@ -38,19 +44,23 @@ class CompileError(RuntimeError):
         self.backend = backend
         self.status = status
         self.log = log
-        self.options = tuple(o.decode() if isinstance(o, bytes) else o for o in options)
+        self.options = tuple(
+            o.decode("utf-8", "surrogateescape") if isinstance(o, bytes) else o for o in options
+        )
         self.name = name
-        what = f" of {name!r}" if name else ""
+        said = shown(name)
+        what = "" if not name else f" of {name!r}" if said is name else f" of '{said}'"
         message = f"{backend} compilation{what} failed ({status})"
         if log.strip():
             message += ":\n" + log.rstrip()
-        message += "\noptions: " + " ".join(self.options)
+        message += "\noptions: " + " ".join(shown(o) for o in self.options)
         super().__init__(message)
 
 
 def decode_log(raw: bytes | bytearray) -> str:
-    """Compiler log bytes as text: NULs stripped, undecodable bytes replaced."""
-    return bytes(raw).split(b"\0", 1)[0].decode("utf-8", errors="replace")
+    """Compiler log bytes as text: NULs stripped, a byte that is not UTF-8 (a file
+    name's, ``k\\xfc.cu(3): error ...``) written ``\\xNN``."""
+    return bytes(raw).split(b"\0", 1)[0].decode("utf-8", errors="backslashreplace")
 
 
 __all__ = ["CompileError", "ToolkitNotFoundError", "decode_log"]

@@ -292,8 +292,11 @@ class ProgramOptions:
         memo = self.__dict__.setdefault("_cuforge_flags", {})
         flags = memo.get(backend)
         if flags is None:
+            # A path (-I DIR, -include FILE) may hold bytes that are not UTF-8 (a str
+            # from os.fsdecode): they go to the compiler as the same bytes.
             flags = memo[backend] = tuple(
-                f.encode() for f in self._compute_flags(backend, truth, code_type)
+                f.encode("utf-8", "surrogateescape")
+                for f in self._compute_flags(backend, truth, code_type)
             )
         return list(flags)
 

@@ -259,7 +259,7 @@ def _prefix(
             state.update(_frame(b"closed", str(n_dirs).encode()))
         for field in backend.extra_fields(options):
             state.update(field)
-        state.update(_frame(b"name", (options.name or "").encode()))
+        state.update(_frame(b"name", (options.name or "").encode("utf-8", "surrogateescape")))
         cache[slot] = state
     return state.copy()
 
