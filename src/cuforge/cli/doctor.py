@@ -443,7 +443,8 @@ def _max_size(found: Any, choice: _select.Choice | None, cap: int | None) -> dic
     """The cap the cache is used with, and what set it, ranked as ``storage.config``
     ranks them: the cache URL's ``?max_size=``, else the settings files' (where the
     cache takes a cap), else the cap recorded in a directory cache (its ``cap`` file,
-    written by an earlier ``--max-size``), which a handle opened without one obeys."""
+    written by whatever opened it with a cap, a settings file's ``max_size`` included,
+    and kept after that setting is gone), which a handle opened without one obeys."""
     from cuforge.storage.units import format_size
     from cuforge.storage.urls import parse_cache_url
 
@@ -458,10 +459,12 @@ def _max_size(found: Any, choice: _select.Choice | None, cap: int | None) -> dic
             return {"value": found.value + note, "from": found.origin}
         return {"value": found.value, "from": found.origin}
     if cap:
-        # whatever opened the cache with a cap wrote it: the CLI, a URL or Python's API
+        # whatever opened the cache with a cap wrote it: the CLI, a URL, a settings
+        # file or Python's API; it stays after that cap is gone (docs/cache.md)
         origin = (
             "the cache's cap file, set when the cache was opened with a cap: --max-size, "
-            "?max_size= or max_size_bytes="
+            "?max_size=, max_size in a settings file or max_size_bytes=; it stays until a "
+            f"cap given again replaces it, or {os.path.join(last.location, 'cap')} is removed"
         )
         return {"value": format_size(cap), "from": origin}
     return _NOT_SET

@@ -1,0 +1,66 @@
+"""The eighth newcomer pass, its second part (issue 36: every message true; the first
+part is ``test_cli_newcomer_pass8.py``): each test runs the installed ``cuforge``
+console script in a subprocess, on real caches with real NVRTC compiles (and a real
+redis-server and SeaweedFS), and fails on the main it was written against.
+
+- 3. a settings file's ``max_size`` stays in force after it is removed (the directory
+  keeps the cap), and doctor named the cap's sources without the settings file.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from _cli import SAXPY, run
+
+
+def _lines(text: str) -> dict[str, str]:
+    """``label  value`` lines of a report by label (the first of each)."""
+    found: dict[str, str] = {}
+    for line in text.splitlines():
+        label, value = line[:18].strip(), line[18:]
+        found.setdefault(label, value)
+    return found
+
+
+# -- 3. a settings file's cap is kept by the cache, and doctor says who set it --------------
+def test_a_settings_files_cap_outlives_it_and_doctor_names_the_settings_file(
+    tmp_path: Path,
+) -> None:
+    project = tmp_path / "p"
+    project.mkdir()
+    (project / "saxpy.cu").write_text(SAXPY.read_text())
+    settings = project / "cuforge.toml"
+    settings.write_text('cache = "c"\narch = "sm_80"\nmax_size = "1K"\n')
+    built = run(tmp_path, "compile", "saxpy.cu", "-o", "k.cubin", cwd=project)
+    assert built.returncode == 0, built.stderr
+    assert "not stored: larger than the cache's size cap" in built.stdout, built.stdout
+    settings.write_text('cache = "c"\narch = "sm_80"\n')  # max_size removed
+    cap_file = project / "c" / "cap"
+    doctor = run(tmp_path, "doctor", cwd=project)
+    assert doctor.returncode == 0, doctor.stdout + doctor.stderr
+    assert _lines(doctor.stdout)["max size"] == (
+        "1.0 KiB  (from the cache's cap file, set when the cache was opened with a cap: "
+        "--max-size, ?max_size=, max_size in a settings file or max_size_bytes=; it stays "
+        f"until a cap given again replaces it, or {cap_file} is removed)"
+    ), doctor.stdout
+    # as the line says: the cap is still obeyed ...
+    again = run(tmp_path, "compile", "saxpy.cu", "-o", "k.cubin", cwd=project)
+    assert "not stored: larger than the cache's size cap" in again.stdout, again.stdout
+    # ... a cap given again replaces it, and cache prune --max-size leaves it alone
+    bigger = run(tmp_path, "compile", "saxpy.cu", "-o", "k.cubin", "--max-size", "20M",
+                 cwd=project)  # fmt: skip
+    assert "compiled and stored" in bigger.stdout, bigger.stdout
+    pruned = run(tmp_path, "cache", "prune", "--max-size", "1K", cwd=project)
+    assert pruned.returncode == 0, pruned.stderr
+    stats = json.loads(run(tmp_path, "cache", "stats", "--json", cwd=project).stdout)
+    assert stats["max_size_bytes"] == 20 << 20, stats
+    # ... and removing the file, as the line says, leaves no cap
+    cap_file.unlink()
+    stats = json.loads(run(tmp_path, "cache", "stats", "--json", cwd=project).stdout)
+    assert stats["max_size_bytes"] is None, stats
+    doctor = run(tmp_path, "doctor", cwd=project)
+    assert _lines(doctor.stdout)["max size"] == "-  (not set)", doctor.stdout
+    stored = run(tmp_path, "compile", "saxpy.cu", "-o", "k.cubin", cwd=project)
+    assert "stored" in stored.stdout and "not stored" not in stored.stdout, stored.stdout
