@@ -5,6 +5,7 @@ redis-server and SeaweedFS), and fails on the main it was written against.
 
 - 3. a settings file's ``max_size`` stays in force after it is removed (the directory
   keeps the cap), and doctor named the cap's sources without the settings file.
+- 5. ``CUFORGE_TOOLKIT_HEADERS=0 cuforge doctor`` printed no CUDA headers line at all.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from _cli import SAXPY, run
+from _cli import SAXPY, isolated_env, run
 
 
 def _lines(text: str) -> dict[str, str]:
@@ -64,3 +65,22 @@ def test_a_settings_files_cap_outlives_it_and_doctor_names_the_settings_file(
     assert _lines(doctor.stdout)["max size"] == "-  (not set)", doctor.stdout
     stored = run(tmp_path, "compile", "saxpy.cu", "-o", "k.cubin", cwd=project)
     assert "stored" in stored.stdout and "not stored" not in stored.stdout, stored.stdout
+
+
+# -- 5. headers turned off: a line that says so, and which variable did it -----------------
+def test_doctor_says_the_cuda_headers_are_off_and_names_the_variable(tmp_path: Path) -> None:
+    for value in ("0", "off"):
+        env = isolated_env(tmp_path, CUFORGE_TOOLKIT_HEADERS=value)
+        doctor = run(tmp_path, "doctor", "--cache", str(tmp_path / "c"), env=env)
+        assert doctor.returncode == 0, doctor.stdout + doctor.stderr
+        assert _lines(doctor.stdout)["headers"] == (
+            f"off ($CUFORGE_TOOLKIT_HEADERS={value}: C++ programs see only their own include paths)"
+        ), doctor.stdout
+        assert "headers runtime" not in doctor.stdout, doctor.stdout
+        report = json.loads(run(tmp_path, "doctor", "--json", env=env).stdout)
+        assert report["cuda_headers"] == [], report["cuda_headers"]
+        assert report["cuda_headers_off"] == f"$CUFORGE_TOOLKIT_HEADERS={value}", report
+    # auto: the sets, and no off line
+    report = json.loads(run(tmp_path, "doctor", "--json").stdout)
+    assert "cuda_headers_off" not in report, report
+    assert sorted(h["set"] for h in report["cuda_headers"]) == ["cccl", "crt", "runtime"], report

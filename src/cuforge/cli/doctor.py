@@ -2,11 +2,11 @@
 
 Versions of cuforge, Python and cuda-bindings; each compiler (NVRTC, nvJitLink,
 libNVVM) with its version, build id and the library file; the CUDA header sets C++
-programs get; the driver and its devices, if any; the cache the commands would use
-(where the choice came from, its backend, whether it exists and can be written) and
-each setting with the level that set it; the state directory (identity records, hit
-records). Each probe that fails says why in its line: doctor reports, it never stops
-at the first problem.
+programs get (or that ``$CUFORGE_TOOLKIT_HEADERS`` turned them off); the driver and
+its devices, if any; the cache the commands would use (where the choice came from,
+its backend, whether it exists and can be written) and each setting with the level
+that set it; the state directory (identity records, hit records). Each probe that
+fails says why in its line: doctor reports, it never stops at the first problem.
 
 The cache and the settings are checked by the functions the commands run
 (``_select.choose``, ``_select.open_choice``, ``_config.default_archs``,
@@ -312,6 +312,8 @@ def _report(args: argparse.Namespace) -> int:
              "directory": s.directory}
             for s in headers.sets
         ] + [{"set": m, "version": None, "from": "not found"} for m in headers.missing]  # fmt: skip
+        if headers.mode == "off":  # no sets, by choice: the line says so and who chose it
+            report["cuda_headers_off"] = f"$CUFORGE_TOOLKIT_HEADERS={headers.setting}"
     except ValueError as exc:
         report["cuda_headers"] = f"error: {exc}"
     report.update(_devices())
@@ -534,6 +536,9 @@ def _print(report: dict[str, Any]) -> None:
     else:
         for h in headers:
             line(f"headers {h['set']}", f"{h['version'] or '-'}  {h['from']}")
+        if "cuda_headers_off" in report:
+            why = "C++ programs see only their own include paths"
+            line("headers", f"off ({report['cuda_headers_off']}: {why})")
     line("driver", report["driver"])
     for d in report["devices"]:
         line(f"device {d['index']}", f"{d['name']} ({d['arch']})")
