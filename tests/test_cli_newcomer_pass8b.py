@@ -6,6 +6,8 @@ redis-server and SeaweedFS), and fails on the main it was written against.
 - 3. a settings file's ``max_size`` stays in force after it is removed (the directory
   keeps the cap), and doctor named the cap's sources without the settings file.
 - 5. ``CUFORGE_TOOLKIT_HEADERS=0 cuforge doctor`` printed no CUDA headers line at all.
+- 6. an unreadable ``secret_file`` read ``PATH (not read: see the problem below)``, not
+  ``not read from PATH (see the problem below)`` as the variable's file does.
 """
 
 from __future__ import annotations
@@ -84,3 +86,41 @@ def test_doctor_says_the_cuda_headers_are_off_and_names_the_variable(tmp_path: P
     report = json.loads(run(tmp_path, "doctor", "--json").stdout)
     assert "cuda_headers_off" not in report, report
     assert sorted(h["set"] for h in report["cuda_headers"]) == ["cccl", "crt", "runtime"], report
+
+
+# -- 6. a secret file not read: one wording, whichever named it -----------------------------
+def test_doctor_says_not_read_from_path_for_a_settings_files_secret_file(tmp_path: Path) -> None:
+    project = tmp_path / "p"
+    project.mkdir()
+    toml = project / "cuforge.toml"
+    toml.write_text('secret_file = "nothere"\n')
+    missing = project / "nothere"
+    doctor = run(tmp_path, "doctor", cwd=project)
+    assert doctor.returncode == 1, doctor.stdout + doctor.stderr
+    lines = _lines(doctor.stdout)
+    assert lines["secret file"] == (
+        f"not read from {missing} (see the problem below)  (from project config {toml})"
+    ), doctor.stdout
+    # the cache the rules chose (no setting names one: the default directory), refused
+    # because of the secret, as compile is
+    assert lines["cache"] == (
+        "cannot be used (see the problem below)  (from the default cache directory)"
+    ), doctor.stdout
+    problem = f"secret_file {missing} (project config {toml}): No such file or directory"
+    assert lines["problem"] == problem, doctor.stdout
+    compiled = run(tmp_path, "compile", str(SAXPY), "--arch", "sm_80", "-o", "k.cubin",
+                   cwd=project)  # fmt: skip
+    assert compiled.returncode == 2 and compiled.stderr.strip().endswith(problem), compiled.stderr
+    # the same words as $CUFORGE_CACHE_SECRET_FILE's, for a file too short as well
+    short = project / "short.key"
+    short.write_text("abc")
+    toml.write_text('secret_file = "short.key"\n')
+    report = json.loads(run(tmp_path, "doctor", "--json", cwd=project).stdout)
+    assert report["settings"]["secret_file"]["value"] == (
+        f"not read from {short} (see the problem below)"
+    ), report["settings"]
+    env = isolated_env(tmp_path, CUFORGE_CACHE_SECRET_FILE=str(short))
+    report = json.loads(run(tmp_path, "doctor", "--json", env=env).stdout)
+    assert report["settings"]["secret"]["value"] == (
+        f"not read from {short} (see the problem below)"
+    ), report["settings"]

@@ -397,8 +397,8 @@ def _secret(files: dict[str, Any]) -> dict[str, dict[str, str]]:
     value never shown), else the file ``$CUFORGE_CACHE_SECRET_FILE`` names -- and
     ``secret file`` for the settings files' ``secret_file``, listed as not used when a
     variable comes first. Each is read by the function the commands read it with
-    (``secret_from_env``, ``secret_from_file``): one that fails reads ``not read``
-    (the problem line says why), never ``read from``."""
+    (``secret_from_env``, ``secret_from_file``): a file that fails, named by either,
+    reads ``not read from PATH (see the problem below)``, never ``read from``."""
     from cuforge.storage.config import (
         ENV_SECRET,
         ENV_SECRET_FILE,
@@ -433,8 +433,8 @@ def _secret(files: dict[str, Any]) -> dict[str, dict[str, str]]:
             try:
                 secret_from_file(found.value, "secret_file")
                 value = found.value
-            except ValueError:
-                value = f"{found.value} (not read: see the problem below)"
+            except ValueError:  # in the words of a variable's file that failed
+                value = f"not read from {found.value} (see the problem below)"
         shown["secret_file"] = {"value": value, "from": found.origin}
     elif not shown:
         shown["secret_file"] = _NOT_SET
