@@ -8,6 +8,7 @@ redis-server and SeaweedFS), and fails on the main it was written against.
 - 5. ``CUFORGE_TOOLKIT_HEADERS=0 cuforge doctor`` printed no CUDA headers line at all.
 - 6. an unreadable ``secret_file`` read ``PATH (not read: see the problem below)``, not
   ``not read from PATH (see the problem below)`` as the variable's file does.
+- 7. ``cache stats`` of a Redis or S3 cache, which take no cap, said ``(no cap set)``.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import json
 from pathlib import Path
 
 from _cli import SAXPY, isolated_env, run
+from _redis import RedisServer
 
 
 def _lines(text: str) -> dict[str, str]:
@@ -124,3 +126,37 @@ def test_doctor_says_not_read_from_path_for_a_settings_files_secret_file(tmp_pat
     assert report["settings"]["secret"]["value"] == (
         f"not read from {short} (see the problem below)"
     ), report["settings"]
+
+
+# -- 7. a cache that takes no cap: stats says what bounds it ----------------------------------
+def test_stats_says_what_bounds_a_redis_or_s3_cache(
+    tmp_path: Path, redis_server: RedisServer, s3_url: str
+) -> None:
+    redis = redis_server.url
+    compiled = run(tmp_path, "compile", str(SAXPY), "--arch", "sm_80", "-o",
+                   str(tmp_path / "k.cubin"), "--cache", redis)  # fmt: skip
+    assert compiled.returncode == 0, compiled.stderr
+    stats = run(tmp_path, "cache", "stats", "--cache", redis)
+    assert stats.returncode == 0, stats.stderr
+    lines = _lines_20(stats.stdout)
+    assert lines["cache"] == f"{redis} (RedisProgramCache)", stats.stdout
+    assert lines["entries"] == "1 (1 program)", stats.stdout
+    assert lines["size"].endswith(" (no cap: the server's maxmemory bounds it)"), stats.stdout
+    tier = run(tmp_path, "cache", "stats", "--cache", f"memory://,{redis}")
+    lines = _lines_20(tier.stdout)
+    assert lines["level 0"].endswith(" (no cap set)"), tier.stdout  # memory:// takes one
+    assert lines["level 1"].startswith(f"{redis} (RedisProgramCache): 1 entry, "), tier.stdout
+    assert lines["level 1"].endswith(" (no cap: the server's maxmemory bounds it)"), tier.stdout
+    # S3: a lifecycle rule or prune bounds it
+    stats = run(tmp_path, "cache", "stats", "--cache", s3_url)
+    assert stats.returncode == 0, stats.stderr
+    size = _lines_20(stats.stdout)["size"]
+    assert size.endswith(" (no cap: a lifecycle rule or cuforge cache prune bounds it)"), size
+    # a directory without a cap (the default one, not made yet): none set, as before
+    plain = run(tmp_path, "cache", "stats")
+    assert _lines_20(plain.stdout)["size"] == "0 B (no cap set)", plain.stdout
+
+
+def _lines_20(text: str) -> dict[str, str]:
+    """``cache stats`` lines (labels 20 wide) by label."""
+    return {line[:20].strip(): line[20:] for line in text.splitlines()}
