@@ -121,7 +121,8 @@ def test_doctor_says_a_cap_file_may_come_from_pythons_max_size_bytes(tmp_path: P
     assert shown == {
         "value": "2.0 GiB",
         "from": "the cache's cap file, set when the cache was opened with a cap: --max-size, "
-        "?max_size= or max_size_bytes=",
+        "?max_size=, max_size in a settings file or max_size_bytes=; it stays until a cap "
+        f"given again replaces it, or {cache / 'cap'} is removed",
     }, shown
     text = run(tmp_path, "doctor", "--cache", str(cache)).stdout
     assert "max_size_bytes=" in text and "set by an earlier" not in text, text
@@ -129,7 +130,8 @@ def test_doctor_says_a_cap_file_may_come_from_pythons_max_size_bytes(tmp_path: P
         "use", "cli", "doctor on a directory cache capped by Python's FileStreamProgramCache("
         "max_size_bytes=2 << 30)", 1,
         "max size 2.0 GiB from 'the cache's cap file, set when the cache was opened with a "
-        "cap: --max-size, ?max_size= or max_size_bytes=' (before: 'set by an earlier "
+        "cap: --max-size, ?max_size=, max_size in a settings file or max_size_bytes=; ...' "
+        "(before: 'set by an earlier "
         "--max-size or ?max_size=', neither of which set it)", scale="all",
     )  # fmt: skip
 

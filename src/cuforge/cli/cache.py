@@ -41,7 +41,7 @@ import os
 import sys
 import time
 
-from cuforge.cli import _entries, _select, _term
+from cuforge.cli import _entries, _select, _statslevels, _term
 from cuforge.cli._args import UsageError, arch_arg
 from cuforge.storage.config import DEFAULT_ORIGIN
 from cuforge.storage.record import KINDS
@@ -182,6 +182,7 @@ _NOT_YET = ": not created yet (the first compile creates it)"
 
 def _stats(args: argparse.Namespace) -> int:
     from cuforge.storage.units import format_size
+    from cuforge.storage.urls import parse_cache_url
 
     chosen = opened(args, read_only=True)
     with chosen as cache:
@@ -191,8 +192,8 @@ def _stats(args: argparse.Namespace) -> int:
         except UsageError:
             listed = None
         cap = getattr(cache, "max_size_bytes", None)
-        tier = _tier_levels(cache, chosen.choice)
-    disk = _disk_bytes(cache)  # closed: without the WAL index this look opened
+        tier = _statslevels.tier_levels(cache, chosen.choice)
+    disk = _statslevels.disk_bytes(cache)  # closed: without the WAL index this look opened
     choice = chosen.choice
     kinds: dict[str, int] = {}
     for row in listed or ():
@@ -236,14 +237,15 @@ def _stats(args: argparse.Namespace) -> int:
     if tier is not None:
         size += " in all levels (each level's cap below)"
     else:
-        size += f" of {format_size(cap)} cap" if cap else " (no cap set)"
+        last = parse_cache_url(choice.url or "")[-1].scheme
+        size += f" of {format_size(cap)} cap" if cap else _statslevels.no_cap(last)
     lines = [
         ("cache", f"{report['cache']} ({report['backend']}){_NOT_YET if chosen.not_yet else ''}"),
         ("entries", entries + every),
         ("size", size),
     ]
     if tier is not None:
-        lines.append(("counters", _counters_from(*tier)))
+        lines.append(("counters", _statslevels.counters_from(*tier)))
     lines.append(
         ("hit rate", f"{rate} ({_count(counters['hits'], 'hit')} / {_count(lookups, 'lookup')})")
     )
@@ -254,85 +256,15 @@ def _stats(args: argparse.Namespace) -> int:
         lines.append((name.replace("_", " "), shown))
     lines.append(("oldest entry", _when(report["oldest_ns"] or 0) + every))
     lines.append(("newest entry", _when(report["newest_ns"] or 0) + every))
+    schemes = [spec.scheme for spec in parse_cache_url(choice.url or "")]
     for i, level in enumerate(tier[0] if tier is not None else ()):
-        lines.append((f"level {i}", _level_line(level)))
+        lines.append(
+            (f"level {i}", _statslevels.level_line(level, schemes[i] if i < len(schemes) else ""))
+        )
     for label, value in lines:
         bad = label in ("integrity failures", "write failures") and value != "0"
         print(f"{label:<20}{_term.paint(value, 'red') if bad else value}")
     return 0
-
-
-def _tier_levels(
-    cache: ProgramCacheResource, choice: _select.Choice
-) -> tuple[list[dict[str, Any]], int | None] | None:
-    """For a tier (signed or not): each level's own figures -- ``cache`` (its URL as
-    reports name it), ``backend``, ``read_only``, ``entries`` and ``size_bytes`` (None
-    where it cannot list), ``max_size_bytes``; ``read_only`` as the URL says (``?ro``:
-    this command opens every level read-only) -- and the index of the level whose
-    counters ``stats`` shows (``total_stats``: the widest that keeps shared totals;
-    None: this command's own). None for a cache of one level."""
-    from cuforge.storage.signing import SignedProgramCache
-    from cuforge.storage.tiered import TieredProgramCache, opened
-
-    inner = cache.inner if isinstance(cache, SignedProgramCache) else cache
-    if not isinstance(inner, TieredProgramCache):
-        return None
-    from cuforge.storage.urls import parse_cache_url
-
-    names = [name for name, _ in _select.level_names(choice)]
-    # ?ro as the URL says it: this command opens every level read-only to look
-    given_ro = [spec.read_only for spec in parse_cache_url(choice.url or "")]
-    levels = []
-    for i, level in enumerate(inner.levels):
-        try:
-            infos = list(level.iter_entries())
-        except NotImplementedError:
-            infos = None
-        shown = opened(level) or level
-        levels.append({
-            "cache": names[i] if i < len(names) else repr(shown),
-            "backend": type(shown).__name__,
-            "read_only": given_ro[i] if i < len(given_ro) else i in inner.read_only,
-            "entries": None if infos is None else len(infos),
-            "size_bytes": None if infos is None else sum(info.size for info in infos),
-            "max_size_bytes": getattr(shown, "max_size_bytes", None),
-        })  # fmt: skip
-    return levels, inner.totals_level()
-
-
-def _counters_from(levels: list[dict[str, Any]], i: int | None) -> str:
-    """Whose counters a tier's ``stats`` shows, in words."""
-    if i is None:
-        return "this command's own (no level keeps shared totals)"
-    ro = ", read-only" if levels[i]["read_only"] else ""
-    return f"level {i}'s ({levels[i]['cache']}{ro}), summed over every process that used it"
-
-
-def _level_line(level: dict[str, Any]) -> str:
-    """``file:///c (FileStreamProgramCache): 1 entry, 4.1 KiB of 10.0 MiB cap``."""
-    from cuforge.storage.units import format_size
-
-    ro = ", read-only" if level["read_only"] else ""
-    n, size, cap = level["entries"], level["size_bytes"], level["max_size_bytes"]
-    held = "entries -" if n is None else f"{_count(n, 'entry').replace('entrys', 'entries')}"
-    held += "" if size is None else f", {format_size(size)}"
-    held += f" of {format_size(cap)} cap" if cap else " (no cap set)"
-    return f"{level['cache']} ({level['backend']}{ro}): {held}"
-
-
-def _disk_bytes(cache: ProgramCacheResource) -> int | None:
-    """Bytes on disk where the cap bounds them rather than the entries' bytes: a SQLite
-    cache's database, WAL and WAL index (``SQLiteProgramCache.size_bytes``, the files'
-    sizes; signed or not), which the entries' sum leaves out (pages, indexes, free
-    space). None elsewhere. Read once ``cache`` is closed, so a WAL index that only
-    this look opened is not counted."""
-    from cuforge.storage.signing import SignedProgramCache
-
-    inner = cache.inner if isinstance(cache, SignedProgramCache) else cache
-    if type(inner).__name__ != "SQLiteProgramCache":
-        return None
-    size: int = inner.size_bytes  # type: ignore[attr-defined]
-    return size
 
 
 def _zero_stats(args: argparse.Namespace) -> int:

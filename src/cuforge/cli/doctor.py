@@ -2,11 +2,11 @@
 
 Versions of cuforge, Python and cuda-bindings; each compiler (NVRTC, nvJitLink,
 libNVVM) with its version, build id and the library file; the CUDA header sets C++
-programs get; the driver and its devices, if any; the cache the commands would use
-(where the choice came from, its backend, whether it exists and can be written) and
-each setting with the level that set it; the state directory (identity records, hit
-records). Each probe that fails says why in its line: doctor reports, it never stops
-at the first problem.
+programs get (or that ``$CUFORGE_TOOLKIT_HEADERS`` turned them off); the driver and
+its devices, if any; the cache the commands would use (where the choice came from,
+its backend, whether it exists and can be written) and each setting with the level
+that set it; the state directory (identity records, hit records). Each probe that
+fails says why in its line: doctor reports, it never stops at the first problem.
 
 The cache and the settings are checked by the functions the commands run
 (``_select.choose``, ``_select.open_choice``, ``_config.default_archs``,
@@ -312,6 +312,8 @@ def _report(args: argparse.Namespace) -> int:
              "directory": s.directory}
             for s in headers.sets
         ] + [{"set": m, "version": None, "from": "not found"} for m in headers.missing]  # fmt: skip
+        if headers.mode == "off":  # no sets, by choice: the line says so and who chose it
+            report["cuda_headers_off"] = f"$CUFORGE_TOOLKIT_HEADERS={headers.setting}"
     except ValueError as exc:
         report["cuda_headers"] = f"error: {exc}"
     report.update(_devices())
@@ -395,8 +397,8 @@ def _secret(files: dict[str, Any]) -> dict[str, dict[str, str]]:
     value never shown), else the file ``$CUFORGE_CACHE_SECRET_FILE`` names -- and
     ``secret file`` for the settings files' ``secret_file``, listed as not used when a
     variable comes first. Each is read by the function the commands read it with
-    (``secret_from_env``, ``secret_from_file``): one that fails reads ``not read``
-    (the problem line says why), never ``read from``."""
+    (``secret_from_env``, ``secret_from_file``): a file that fails, named by either,
+    reads ``not read from PATH (see the problem below)``, never ``read from``."""
     from cuforge.storage.config import (
         ENV_SECRET,
         ENV_SECRET_FILE,
@@ -431,8 +433,8 @@ def _secret(files: dict[str, Any]) -> dict[str, dict[str, str]]:
             try:
                 secret_from_file(found.value, "secret_file")
                 value = found.value
-            except ValueError:
-                value = f"{found.value} (not read: see the problem below)"
+            except ValueError:  # in the words of a variable's file that failed
+                value = f"not read from {found.value} (see the problem below)"
         shown["secret_file"] = {"value": value, "from": found.origin}
     elif not shown:
         shown["secret_file"] = _NOT_SET
@@ -443,7 +445,8 @@ def _max_size(found: Any, choice: _select.Choice | None, cap: int | None) -> dic
     """The cap the cache is used with, and what set it, ranked as ``storage.config``
     ranks them: the cache URL's ``?max_size=``, else the settings files' (where the
     cache takes a cap), else the cap recorded in a directory cache (its ``cap`` file,
-    written by an earlier ``--max-size``), which a handle opened without one obeys."""
+    written by whatever opened it with a cap, a settings file's ``max_size`` included,
+    and kept after that setting is gone), which a handle opened without one obeys."""
     from cuforge.storage.units import format_size
     from cuforge.storage.urls import parse_cache_url
 
@@ -458,10 +461,12 @@ def _max_size(found: Any, choice: _select.Choice | None, cap: int | None) -> dic
             return {"value": found.value + note, "from": found.origin}
         return {"value": found.value, "from": found.origin}
     if cap:
-        # whatever opened the cache with a cap wrote it: the CLI, a URL or Python's API
+        # whatever opened the cache with a cap wrote it: the CLI, a URL, a settings
+        # file or Python's API; it stays after that cap is gone (docs/cache.md)
         origin = (
             "the cache's cap file, set when the cache was opened with a cap: --max-size, "
-            "?max_size= or max_size_bytes="
+            "?max_size=, max_size in a settings file or max_size_bytes=; it stays until a "
+            f"cap given again replaces it, or {os.path.join(last.location, 'cap')} is removed"
         )
         return {"value": format_size(cap), "from": origin}
     return _NOT_SET
@@ -531,6 +536,9 @@ def _print(report: dict[str, Any]) -> None:
     else:
         for h in headers:
             line(f"headers {h['set']}", f"{h['version'] or '-'}  {h['from']}")
+        if "cuda_headers_off" in report:
+            why = "C++ programs see only their own include paths"
+            line("headers", f"off ({report['cuda_headers_off']}: {why})")
     line("driver", report["driver"])
     for d in report["devices"]:
         line(f"device {d['index']}", f"{d['name']} ({d['arch']})")
