@@ -1,0 +1,67 @@
+"""The ninth newcomer pass, its first part (issue 36: every message true): each test
+runs the installed ``cuforge`` console script in a subprocess, on real caches with real
+NVRTC compiles (and a real redis-server and SeaweedFS), and fails on the main it was
+written against.
+
+- 1. a cache server failing under the fast hit path (a hit record left by the run
+  before): the warning came as a raw Python warning in the API's words
+  (``.../bin/cuforge:6: CacheReadWarning: cuforge Redis cache ...: ... stats()
+  (read_failures, write_failures) ...`` and ``  sys.exit(main())``), not the
+  ``cuforge: warning:`` line the full path gives.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from _cli import SAXPY, isolated_env, run
+from _redis import RedisServer
+
+
+# -- 1. a server failing under the fast hit path: the command line's warning ---------------
+@pytest.mark.parametrize("kind", ["redis", "s3"])
+def test_a_server_failing_under_the_fast_path_warns_in_the_command_lines_words(
+    tmp_path: Path, kind: str, request: pytest.FixtureRequest
+) -> None:
+    if kind == "redis":
+        server: RedisServer = request.getfixturevalue("redis_server")
+        url = server.url.rsplit("/", 1)[0] + "/5"
+    else:
+        url = request.getfixturevalue("s3_url")
+    (tmp_path / "saxpy.cu").write_text(SAXPY.read_text())
+    env = isolated_env(tmp_path)
+    args = ("compile", "saxpy.cu", "--arch", "sm_90", "-o", "k.cubin", "--cache", url)
+    quiet = (*args, "-q")
+    first = run(tmp_path, *args, cwd=tmp_path, env=env)
+    assert first.returncode == 0 and "cache miss" in first.stdout, first.stderr
+    time.sleep(2.1)  # the compiler's identity is recorded once its files are 2 s old
+    for command in (args, quiet):  # hits: each leaves a hit record for its command line
+        hit = run(tmp_path, *command, cwd=tmp_path, env=env)
+        assert hit.returncode == 0 and "cache hit" in hit.stdout, hit.stderr
+    records = [p for p in (tmp_path / "state" / "cli-hits").rglob("*") if p.is_file()]
+    assert len(records) == 2, records  # so the commands below take the fast path first
+    if kind == "redis":
+        server.client().config_set("requirepass", "goodpw")
+    else:
+        env = {**env, "AWS_SECRET_ACCESS_KEY": "not-the-secret"}
+    failed = run(tmp_path, *args, cwd=tmp_path, env=env)
+    assert failed.returncode == 0, failed.stderr  # a cache fault never fails a compile
+    assert "cache miss (compiled" in failed.stdout, failed.stdout
+    lines = failed.stderr.splitlines()
+    assert len(lines) == 1, failed.stderr
+    assert lines[0].startswith("cuforge: warning: "), failed.stderr
+    assert "lookup failed" in lines[0], failed.stderr
+    assert "counted in cuforge cache stats (read failures, write failures)" in lines[0]
+    assert "Warning:" not in failed.stderr and "sys.exit" not in failed.stderr
+    assert "stats()" not in failed.stderr and "cuforge: warning: cuforge" not in failed.stderr
+    # exactly what the same command says with no hit record (the full path alone)
+    alone = run(tmp_path, *args, cwd=tmp_path,
+                env={**env, "CUFORGE_STATE_DIR": str(tmp_path / "other-state")})  # fmt: skip
+    assert alone.returncode == 0 and alone.stderr == failed.stderr, alone.stderr
+    # -q: no warning, on the fast path as on the full path
+    hushed = run(tmp_path, *quiet, cwd=tmp_path, env=env)
+    assert hushed.returncode == 0 and "cache miss (compiled" in hushed.stdout, hushed.stderr
+    assert hushed.stderr == "", hushed.stderr
