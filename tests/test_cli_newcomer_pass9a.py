@@ -8,16 +8,20 @@ written against.
   (``.../bin/cuforge:6: CacheReadWarning: cuforge Redis cache ...: ... stats()
   (read_failures, write_failures) ...`` and ``  sys.exit(main())``), not the
   ``cuforge: warning:`` line the full path gives.
+- 6. ``cuforge --help`` (and a command's ``--help``, ``--version``) on a closed standard
+  output exited 0; every command exits 1.
 """
 
 from __future__ import annotations
 
+import os
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from _cli import SAXPY, isolated_env, run
+from _cli import SAXPY, SCRIPT, isolated_env, run
 from _redis import RedisServer
 
 
@@ -65,3 +69,30 @@ def test_a_server_failing_under_the_fast_path_warns_in_the_command_lines_words(
     hushed = run(tmp_path, *quiet, cwd=tmp_path, env=env)
     assert hushed.returncode == 0 and "cache miss (compiled" in hushed.stdout, hushed.stderr
     assert hushed.stderr == "", hushed.stderr
+
+
+# -- 6. --help on a closed standard output ---------------------------------------------------
+def _to_a_closed_pipe(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``cuforge ARGS | head -c0``, with the reader gone before anything is written."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        return subprocess.run([str(SCRIPT), *args], stdout=write, stderr=subprocess.PIPE,
+                              text=True, env=isolated_env(tmp_path), timeout=240)  # fmt: skip
+    finally:
+        os.close(write)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("--help",), ("-h",), ("compile", "--help"), ("cache", "--help"),
+     ("cache", "dir", "--help"), ("run", "--help"), ("doctor", "-h"), ("--version",)],
+    ids=" ".join,
+)  # fmt: skip
+def test_help_on_a_closed_stdout_is_exit_1_with_nothing_on_stderr(
+    tmp_path: Path, args: tuple[str, ...]
+) -> None:
+    shown = run(tmp_path, *args)
+    assert shown.returncode == 0 and shown.stdout and not shown.stderr, shown.stderr
+    closed = _to_a_closed_pipe(tmp_path, *args)
+    assert (closed.returncode, closed.stderr) == (1, ""), closed
