@@ -10,10 +10,13 @@ written against.
   ``cuforge: warning:`` line the full path gives.
 - 6. ``cuforge --help`` (and a command's ``--help``, ``--version``) on a closed standard
   output exited 0; every command exits 1.
+- 3. ``cuforge cache dir`` printed a ``file://`` cache as its URL (``file:///d``, a
+  comma as ``%2C``), where ``du "$(cuforge cache dir)"`` needs the directory.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import time
@@ -96,3 +99,34 @@ def test_help_on_a_closed_stdout_is_exit_1_with_nothing_on_stderr(
     assert shown.returncode == 0 and shown.stdout and not shown.stderr, shown.stderr
     closed = _to_a_closed_pipe(tmp_path, *args)
     assert (closed.returncode, closed.stderr) == (1, ""), closed
+
+
+# -- 3. cache dir: a file:// cache's directory, not its URL -----------------------------------
+def test_cache_dir_prints_a_file_url_caches_directory(tmp_path: Path) -> None:
+    comma = tmp_path / "new,comer"
+    cases = {
+        f"file://{tmp_path}/cache?max_size=1G": tmp_path / "cache",
+        f"file://{tmp_path}/new%2Ccomer": comma,
+        f"file://localhost{tmp_path}/./a/../b/?ro": tmp_path / "b",
+        f"{tmp_path}/new%2Ccomer?max_size=1G": comma,  # a plain path decoded the same way
+    }
+    for value, directory in cases.items():
+        env = isolated_env(tmp_path, CUFORGE_CACHE=value)
+        shown = run(tmp_path, "cache", "dir", env=env)
+        assert (shown.returncode, shown.stdout, shown.stderr) == (0, f"{directory}\n", ""), value
+        as_json = json.loads(run(tmp_path, "cache", "dir", "--json", env=env).stdout)
+        assert as_json == {"cache": str(directory), "origin": "$CUFORGE_CACHE"}, value
+        given = run(tmp_path, "cache", "dir", "--cache", value)
+        assert given.stdout == f"{directory}\n", (value, given.stderr)
+    # the documented use: the path names the cache a command opens (its cap file)
+    url = f"file://{tmp_path}/new%2Ccomer?max_size=1G"
+    env = isolated_env(tmp_path, CUFORGE_CACHE=url)
+    built = run(tmp_path, "compile", str(SAXPY), "--arch", "sm_80", "-o",
+                str(tmp_path / "k.cubin"), env=env)  # fmt: skip
+    assert built.returncode == 0, built.stderr
+    where = Path(run(tmp_path, "cache", "dir", env=env).stdout.rstrip("\n"))
+    assert (where / "cap").is_file() and (where / "entries").is_dir(), sorted(comma.iterdir())
+    # a tier is still its URL
+    tier = f"file://{tmp_path}/c,memory://"
+    shown = run(tmp_path, "cache", "dir", "--cache", tier)
+    assert shown.stdout == f"{tier}\n", shown.stderr
