@@ -639,7 +639,7 @@ def test_cache_dir_prints_the_cache_in_use_and_the_default_when_asked(tmp_path):
     assert run(tmp_path, "cache", "dir").stdout == default + "\n"
     for name, value, shown in (
         ("CUFORGE_CACHE_DIR", "rel/d1", str(tmp_path / "rel" / "d1")),
-        ("CUFORGE_CACHE", f"file://{tmp_path}/d2", f"file://{tmp_path}/d2"),
+        ("CUFORGE_CACHE", f"file://{tmp_path}/d2", str(tmp_path / "d2")),  # its directory
         ("CUFORGE_CACHE", "redis://:secret@127.0.0.1:1/0", "redis://:***@127.0.0.1:1/0"),
     ):
         env = isolated_env(tmp_path, **{name: value})

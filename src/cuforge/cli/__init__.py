@@ -184,6 +184,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     args = list(sys.argv[1:] if argv is None else argv)
     undo = _escape_names()
+    # Warnings are said as the command line's lines from here on, on the fast hit path
+    # too (a cache server failing under it warns before any parsing), once per command.
+    global _quiet
+    _quiet = _verbosity.split(args)[1] < 0
+    import warnings  # loaded on every path by then (the fast path's failopen, _run)
+
+    shown = warnings.showwarning
+    warnings.showwarning = _warning  # one line, not a file:line dump, for people
     try:
         digest = None
         if args[:1] == ["compile"] and not _verbosity.verbose(args):
@@ -202,6 +210,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # the reader went away (``| head``): as the full path does
         return _reader_gone()
     finally:
+        warnings.showwarning = shown
+        _quiet = False
+        _said.clear()
         if undo:
             import contextlib  # loaded by then on every path
 
@@ -238,13 +249,10 @@ def _escape_names() -> list[tuple[object, str]]:
 
 def _run(argv: list[str], digest: str | None = None) -> int:
     import os
-    import warnings
 
     from cuforge.cli import _verbosity
 
-    global _quiet
     argv, level = _verbosity.split(argv)
-    _quiet = level < 0
     undo_log = _verbosity.configure(level)
 
     # A command-line process compiles each source once: the header watcher (inotify)
@@ -255,15 +263,10 @@ def _run(argv: list[str], digest: str | None = None) -> int:
     if watch is None:
         os.environ["CUFORGE_WATCH"] = "0"
         _set_here.append("CUFORGE_WATCH")
-    shown = warnings.showwarning
-    warnings.showwarning = _warning  # one line, not a file:line dump, for people
     try:
         return _dispatch(argv, digest)
     finally:
-        warnings.showwarning = shown
         undo_log()
-        _quiet = False
-        _said.clear()
         if watch is None:
             os.environ.pop("CUFORGE_WATCH", None)
             _set_here.remove("CUFORGE_WATCH")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import sys
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -43,6 +44,20 @@ class Parser(argparse.ArgumentParser):
     def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
         self._argv = list(args) if args is not None else []
         return super().parse_known_args(args, namespace)
+
+    def _print_message(self, message: str, file: Any = None) -> None:
+        """Print ``--help`` or ``--version`` (argparse's one way out) -- unlike
+        argparse, letting a closed standard output raise: ``BrokenPipeError`` reaches
+        ``main``, which exits 1 with nothing on stderr, as every command does
+        (argparse swallowed it and exited 0). Flushed here, so the reader being gone
+        is found now, not at the interpreter's exit."""
+        if not message:
+            return
+        stream = file if file is not None else sys.stderr
+        if stream is None:  # no standard stream at all (pythonw): as argparse, nothing
+            return
+        stream.write(message)
+        stream.flush()
 
     def error(self, message: str) -> NoReturn:
         negative = _negative(self._argv, message, self._option_string_actions)

@@ -504,9 +504,11 @@ def _print_details(details: dict[str, Any], to: Any) -> None:
 def _dir(args: argparse.Namespace) -> int:
     """The cache the other commands would use: a directory as an absolute path, any
     other cache as its URL (without a password); ``--default``: the default directory.
-    A cache of one directory is printed without its query (``?max_size=``, which
-    ``cuforge run`` adds to ``$CUFORGE_CACHE`` for a settings file's cap): a path
-    ``du`` can take. Caching off is an answer too (exit 0): ``caching is off (WHAT SAID SO)``, in
+    A cache of one directory -- a plain path or a ``file://`` URL -- is printed as the
+    path it opens: without ``file://``, without its query (``?max_size=``, which
+    ``cuforge run`` adds to ``$CUFORGE_CACHE`` for a settings file's cap) and with
+    the URL's percent-encoding decoded (``%2C``: a comma): a path ``du`` can take.
+    Caching off is an answer too (exit 0): ``caching is off (WHAT SAID SO)``, in
     ``--json`` ``"cache": null``."""
     if args.default:
         from cuforge.storage.filestream import default_cache_dir
@@ -525,6 +527,8 @@ def _dir(args: argparse.Namespace) -> int:
 
         specs = parse_cache_url(choice.url)
         if len(specs) == 1 and specs[0].scheme == "file":
-            where = where.split("?", 1)[0]  # the directory, not its options
+            # the directory the cache opens, as the file system names it: not its URL
+            # (file:///d), its options (?max_size=) or its encoding (%2C for a comma)
+            where = os.path.abspath(specs[0].location)
     print(json.dumps({"cache": where, "origin": origin}, indent=2) if args.json else where)
     return 0
