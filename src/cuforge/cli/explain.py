@@ -13,7 +13,9 @@ ignored, since they do not change the key; ``--no-cache`` is a usage error.
 
 Exit status: 0 it would hit; 1 it would miss; 2 usage errors -- also what ``cuforge
 compile`` refuses before compiling (an arch NVRTC does not compile for, a missing
-``-include`` file, a ``CUFORGE_TOOLKIT_HEADERS`` without a toolkit).
+``-include`` file, a ``CUFORGE_TOOLKIT_HEADERS`` without a toolkit), and an include
+it refuses to cache (``#include MACRO`` it cannot resolve, ``#include_next``: what
+compile says, in the same words).
 """
 
 from __future__ import annotations
@@ -95,6 +97,9 @@ def _explain(args: argparse.Namespace) -> int:
         try:
             answer = explain(program, args.target, cache)
         except (TypeError, ValueError) as exc:
+            if getattr(exc, "way", ""):  # an include compile would refuse, not a miss
+                message = _programs.refusal_in_words(exc)
+                raise UsageError(f"cuforge compile would refuse it: {message}") from None
             raise UsageError(str(exc)) from None
     if args.json:
         print(
