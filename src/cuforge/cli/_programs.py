@@ -45,6 +45,7 @@ __all__ = [
     "check_virtual_arch",
     "check_warm_setting",
     "compile_through",
+    "given_archs",
     "in_words",
     "make_program",
     "option_fields",
@@ -181,6 +182,28 @@ FLAGS = {
     "std": "--std",
 }
 _FIELD = re.compile(r"ProgramOptions\.(\w+)(?:\[(\d+)\])?")
+
+
+def given_archs(values: list[str] | None) -> list[str]:
+    """The archs ``--arch`` names: each value split at its commas, stripped, in order
+    (repeats kept). UsageError naming ``--arch`` for an empty value (``--arch ''``) or
+    an empty item (``--arch sm_90,,``): dropped, the settings file's or the device's
+    arch compiled in its place, unsaid."""
+    archs: list[str] = []
+    for value in values or ():
+        if not value.strip():
+            raise UsageError(
+                "--arch needs an architecture (it was given an empty one); leave --arch "
+                "out for the default (arch in the settings files, else this GPU's)"
+            )
+        items = [a.strip() for a in value.split(",")]
+        if "" in items:
+            raise UsageError(
+                f"--arch {value!r} has an empty item: separate the archs with single "
+                "commas (--arch sm_80,sm_90)"
+            )
+        archs += items
+    return archs
 
 
 def check_arch(where: str, arch: str) -> None:

@@ -67,7 +67,7 @@ def _explain(args: argparse.Namespace) -> int:
             "--no-cache: explain says whether the cache would serve this compile; leave "
             "--no-cache out (--cache URL|DIR names the cache to ask)"
         )
-    given = [a.strip() for value in args.arch or () for a in value.split(",") if a.strip()]
+    given = _programs.given_archs(args.arch)
     if len(set(given)) > 1:  # compile takes several; an answer is for one compile
         raise UsageError(
             f"cache explain takes one --arch (it explains one compile), got "
