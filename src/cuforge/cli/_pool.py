@@ -49,7 +49,9 @@ __all__ = ["Spec", "recording", "run_specs"]
 
 
 class Spec:
-    """One compile: a source file (relative to the working directory) for one arch."""
+    """One compile: a source file (relative to the working directory) for one arch.
+    ``label``: a warm manifest's variant ("" when its kernel has one); None for a
+    ``cuforge compile`` spec."""
 
     __slots__ = ("arch", "defines", "includes", "label", "pre_include", "source", "std", "target")
     arch: str | None
@@ -109,7 +111,10 @@ def compile_spec(spec: Spec, cache: Any, want_code: bool = False) -> dict[str, A
     except CompileError as exc:
         result.update(status="failed", log=str(exc))
     except (UsageError, TypeError, ValueError) as exc:
-        result.update(status="failed", log=str(exc))
+        # A refused include's ways out, in the words of the command that ran: a warm
+        # manifest's spec has a label ("" for a kernel's one variant), compile's none.
+        log = _programs.refusal_in_words(exc, manifest=spec.label is not None)
+        result.update(status="failed", log=log)
     result["warnings"] = logs.getvalue().strip()
     result["seconds"] = time.perf_counter() - start
     return result

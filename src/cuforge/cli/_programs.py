@@ -45,10 +45,12 @@ __all__ = [
     "check_virtual_arch",
     "check_warm_setting",
     "compile_through",
+    "given_archs",
     "in_words",
     "make_program",
     "option_fields",
     "read_source",
+    "refusal_in_words",
 ]
 
 # A quoted #include makes NVRTC read files next to the source (found via the name).
@@ -180,6 +182,28 @@ FLAGS = {
     "std": "--std",
 }
 _FIELD = re.compile(r"ProgramOptions\.(\w+)(?:\[(\d+)\])?")
+
+
+def given_archs(values: list[str] | None) -> list[str]:
+    """The archs ``--arch`` names: each value split at its commas, stripped, in order
+    (repeats kept). UsageError naming ``--arch`` for an empty value (``--arch ''``) or
+    an empty item (``--arch sm_90,,``): dropped, the settings file's or the device's
+    arch compiled in its place, unsaid."""
+    archs: list[str] = []
+    for value in values or ():
+        if not value.strip():
+            raise UsageError(
+                "--arch needs an architecture (it was given an empty one); leave --arch "
+                "out for the default (arch in the settings files, else this GPU's)"
+            )
+        items = [a.strip() for a in value.split(",")]
+        if "" in items:
+            raise UsageError(
+                f"--arch {value!r} has an empty item: separate the archs with single "
+                "commas (--arch sm_80,sm_90)"
+            )
+        archs += items
+    return archs
 
 
 def check_arch(where: str, arch: str) -> None:
@@ -330,6 +354,31 @@ def in_words(message: str, fields: dict[str, Any], words: dict[str, str] = FLAGS
         return words[name]
 
     return _FIELD.sub(word, message)
+
+
+def refusal_in_words(exc: BaseException, manifest: bool = False) -> str:
+    """A refusal of a compile through the cache (``UntrackableInclude``: an include
+    cuforge cannot track) with its ways out in the command line's words -- ``-D
+    HDR='"name.h"'`` and ``--no-cache``, not ``ProgramOptions.define_macro``, ``cache=``
+    or ``extra_digest=`` -- or a warm manifest's (``manifest``: its ``defines`` key;
+    warm compiles only into a cache, so no ``--no-cache``). Any other error: its own
+    message."""
+    way, why, macro = getattr(exc, "way", ""), getattr(exc, "why", ""), getattr(exc, "macro", None)
+    if not way:
+        return str(exc)
+    uncached = "" if manifest else ", or compile with --no-cache"
+    if way == "macro":
+        if macro is None:  # a name no macro makes: nothing to define
+            return f"{why}Spell the name out{uncached}"
+        value = macro + '="name.h"'
+        define = f"in defines = [{value!r}]" if manifest else f"with -D {macro}='\"name.h\"'"
+        ways = ["Spell the name out", f"define the macro in the source or {define}"]
+        if not manifest:
+            ways.append("compile with --no-cache")
+        return why + ", ".join(ways[:-1]) + ", or " + ways[-1]
+    if way == "next":
+        return f"{why}include the header by a path of its own{uncached}"
+    return f"{why}Give one of the headers another name or path{uncached}"
 
 
 def make_program(

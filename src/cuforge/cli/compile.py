@@ -215,7 +215,7 @@ def _check_fatbin(args: argparse.Namespace, archs: list[str | None]) -> None:
 def requested_archs(args: argparse.Namespace) -> list[str | None]:
     """The archs the command names: ``--arch``, else the settings files' ``arch``;
     ``[None]`` when neither does (then each Program takes device 0's)."""
-    given = [a.strip() for value in args.arch or () for a in value.split(",") if a.strip()]
+    given = _programs.given_archs(args.arch)
     for arch in given:
         _programs.check_arch("--arch", arch)
     if not given:  # the project's or user's settings file, else this GPU's

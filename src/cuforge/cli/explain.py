@@ -13,7 +13,9 @@ ignored, since they do not change the key; ``--no-cache`` is a usage error.
 
 Exit status: 0 it would hit; 1 it would miss; 2 usage errors -- also what ``cuforge
 compile`` refuses before compiling (an arch NVRTC does not compile for, a missing
-``-include`` file, a ``CUFORGE_TOOLKIT_HEADERS`` without a toolkit).
+``-include`` file, a ``CUFORGE_TOOLKIT_HEADERS`` without a toolkit), and an include
+it refuses to cache (``#include MACRO`` it cannot resolve, ``#include_next``: what
+compile says, in the same words).
 """
 
 from __future__ import annotations
@@ -65,7 +67,7 @@ def _explain(args: argparse.Namespace) -> int:
             "--no-cache: explain says whether the cache would serve this compile; leave "
             "--no-cache out (--cache URL|DIR names the cache to ask)"
         )
-    given = [a.strip() for value in args.arch or () for a in value.split(",") if a.strip()]
+    given = _programs.given_archs(args.arch)
     if len(set(given)) > 1:  # compile takes several; an answer is for one compile
         raise UsageError(
             f"cache explain takes one --arch (it explains one compile), got "
@@ -95,6 +97,9 @@ def _explain(args: argparse.Namespace) -> int:
         try:
             answer = explain(program, args.target, cache)
         except (TypeError, ValueError) as exc:
+            if getattr(exc, "way", ""):  # an include compile would refuse, not a miss
+                message = _programs.refusal_in_words(exc)
+                raise UsageError(f"cuforge compile would refuse it: {message}") from None
             raise UsageError(str(exc)) from None
     if args.json:
         print(

@@ -47,6 +47,16 @@ def _log(prog: Any) -> str:
     return decode_log(buf)
 
 
+def _program_name(name: str) -> bytes:
+    """The name NVRTC is handed for ``name``: as the OS spells it (any file name, UTF-8
+    or not), and ``./`` before one that starts with ``-``, which NVRTC would otherwise
+    read as a command-line flag (``-weird.cu``: "invalid number: ird.cu"). Only what
+    NVRTC sees changes -- its diagnostics then say ``./-weird.cu`` -- never the
+    program's name in the cache key, its errors or its ObjectCode."""
+    raw = os.fsencode(name)
+    return b"./" + raw if raw.startswith(b"-") else raw
+
+
 def compile_cpp(
     source: bytes,
     name: str,
@@ -73,7 +83,7 @@ def compile_cpp(
     names = list(headers or ())
     err, prog = nvrtc.nvrtcCreateProgram(
         source,
-        os.fsencode(name),  # the name as the OS spells it: any file name, UTF-8 or not
+        _program_name(name),
         len(names),
         [headers[n] for n in names] if headers else [],
         [n.encode("utf-8", "surrogateescape") for n in names],

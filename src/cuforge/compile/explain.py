@@ -72,7 +72,9 @@ def explain(
 
     ``cache``: any ``ProgramCacheResource`` (``open_cache(url)`` for a URL). A cache
     that cannot be read counts as a miss; it never raises for that.
-    Raises what ``Program.compile`` raises for bad arguments (TypeError/ValueError).
+    Raises what ``Program.compile`` raises for bad arguments (TypeError/ValueError),
+    and what ``compile(cache=)`` refuses on a miss: ``UntrackableInclude`` for an
+    include it cannot track (docs/headers.md).
     """
     if not isinstance(program, Program):
         raise TypeError(f"program must be a cuforge Program, got {type(program).__name__}")
@@ -85,8 +87,14 @@ def explain(
     if roots is not None:
         mkey = _tracking.manifest_key(src, target, names)
         variants = _tracking.lookup_manifest(resource, mkey, roots, peek=True)
-        if variants is not None:
-            return _from_manifest(resource, variants, entry_id(mkey))
+        answer = None if variants is None else _from_manifest(resource, variants, entry_id(mkey))
+        if answer is not None and answer.hit:
+            return answer
+        # A miss resolves the headers, as compile(cache=) does on a miss: an include it
+        # cannot track is refused here as there (UntrackableInclude), not explained.
+        _tracking.resolve(src, roots)
+        if answer is not None:
+            return answer
         key = mkey
     else:
         key = program_key(src.code_type, target, src.options, src.code, names, None)

@@ -107,7 +107,22 @@ def _patterns() -> _Patterns:
 
 class UntrackableInclude(ValueError):
     """cuforge cannot know every file this compile may read; the message says why
-    and what to do."""
+    and what to do, in the Python API's words. For a caller that says the ways out in
+    its own (the command line): ``why`` is the message before them, ``way`` the case
+    -- ``"macro"`` (define ``macro``, None for a name no macro makes, or spell the
+    name out), ``"next"`` (include the header by a path of its own), ``"names"``
+    (rename one of two headers) -- and each case may also compile without the cache."""
+
+    def __init__(
+        self, message: str, *, why: str = "", way: str = "", macro: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.why, self.way, self.macro = why or message, way, macro
+
+
+def _refusal(why: str, ways: str, way: str, macro: str | None = None) -> UntrackableInclude:
+    """The refusal ``why`` + ``ways`` (the Python API's ways out) of case ``way``."""
+    return UntrackableInclude(why + ways, why=why, way=way, macro=macro)
 
 
 class Directive(namedtuple("Directive", ["kind", "spelling", "angle", "macro", "line", "certain"])):
@@ -427,11 +442,12 @@ class _Resolver:
         if seen is None:
             self.names[spelling] = (content_id, where)
         elif seen[0] != content_id:
-            raise UntrackableInclude(
+            raise _refusal(
                 f"the include name {spelling!r} means different files in one compile "
                 f"({seen[1]} and {where}); NVRTC's in-memory headers have one name space, so "
-                "compile(cache=) cannot hand both to the compiler. Give one of the headers "
-                "another name or path, or compile without cache="
+                "a compile through the cache cannot hand both to the compiler. ",
+                "Give one of the headers another name or path, or compile without cache=",
+                "names",
             )
 
     # -- macros ---------------------------------------------------------------------------
@@ -480,10 +496,11 @@ class _Resolver:
         where = f"{label}:{d.line}"
         if d.kind in ("include_next", "has_include_next"):
             if d.certain:
-                raise UntrackableInclude(
+                raise _refusal(
                     f"{where} uses #include_next / __has_include_next, which NVRTC's "
-                    "in-memory headers cannot express; compile without cache=, or include "
-                    "the header by a path of its own"
+                    "in-memory headers cannot express; ",
+                    "compile without cache=, or include the header by a path of its own",
+                    "next",
                 )
         elif d.spelling is not None:
             self._include(d.spelling, d.angle, includer, where)
@@ -495,13 +512,15 @@ class _Resolver:
         if expanded is None:
             if final and d.certain:
                 what = d.macro or "a computed name"
-                raise UntrackableInclude(
+                raise _refusal(
                     f"{where}: cuforge cannot tell which file this include reads ({what} is "
-                    'not a macro defined as "name" or <name> in the files it scanned or in '
-                    "define_macro), so a cached result could go stale. Spell the name out, "
-                    "define the macro in the source or in ProgramOptions.define_macro, or "
-                    "fingerprint the headers yourself and pass extra_digest= to "
-                    "make_program_cache_key"
+                    'not a macro defined as "name" or <name> in the files it scanned or by '
+                    "the compile's options), so a cached result could go stale. ",
+                    "Spell the name out, define the macro in the source or in "
+                    "ProgramOptions.define_macro, or fingerprint the headers yourself and "
+                    "pass extra_digest= to make_program_cache_key",
+                    "macro",
+                    d.macro,
                 )
             return
         for spelling, angle in sorted(expanded):
