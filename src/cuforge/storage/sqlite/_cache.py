@@ -48,6 +48,9 @@ class SQLiteProgramCache(SharedCache):
     - **Cap on real disk use**: ``max_size_bytes`` bounds database + WAL + index; LRU
       eviction walks an index on last use, vacuums and checkpoints (no table scans); a
       value that cannot fit is refused (``events.TOO_LARGE``), nothing evicted for it.
+    - **Read-only handles** (``read_only=True``, ``?ro``, the commands that only look)
+      write nothing: stores are refused, uses and counters stay in the handle, and
+      closing it evicts nothing, whatever its cap.
     - **Threads and processes**: a connection per thread, WAL (reads never wait for
       writers), ``lock(key)`` by record locks in ``<path>.lock``, counters in the
       database (``total_stats()``). ``durable=True``: ``synchronous=FULL``.
@@ -70,6 +73,7 @@ class SQLiteProgramCache(SharedCache):
         durable: bool = False,
         timeout: float = 5.0,
         trust_shared: bool = False,
+        read_only: bool = False,
     ) -> None:
         raw = default_db_path() if path is None else os.fspath(path)
         knobs = (self.EVICT_LOW_WATER, self.STORE_LOCK_WAIT_S, self.STORE_LOCK_BACKOFF_S,
@@ -77,7 +81,7 @@ class SQLiteProgramCache(SharedCache):
                  self.CHECKPOINT_TIMEOUT_MS)  # fmt: skip
         driver = SQLiteDriver(
             os.path.abspath(raw), max_size_bytes, durable, timeout, trust_shared, knobs,
-            CacheRecoveryWarning,
+            CacheRecoveryWarning, read_only,
         )  # fmt: skip
         super().__init__(driver)
 

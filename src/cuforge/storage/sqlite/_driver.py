@@ -83,6 +83,7 @@ class SQLiteDriver(Driver):
         trust_shared: bool,
         knobs: tuple[float, float, float, int, int, int],
         recovery: type[Warning],
+        read_only: bool = False,
     ) -> None:
         low_water, store_wait, backoff, deferred_max, housekeeping_ms, self._checkpoint_ms = knobs
         sqlite3 = load_sqlite3()
@@ -118,7 +119,11 @@ class SQLiteDriver(Driver):
             self._lockfile.release(remove_if_created=refused)
             raise
         self._w.broken = opened.broken
-        self._w.read_only = opened.read_only  # hits only: stores are dropped (one warning)
+        # ``read_only`` (``?ro``, the commands that only look): stores refused by design,
+        # no use, counter or eviction written -- not even the cap's at close. A file
+        # that cannot be written: hits only, stores dropped (one warning).
+        self.read_only = bool(read_only)
+        self._w.read_only = opened.read_only or self.read_only
         if opened.broken is None:
             with contextlib.suppress(self._error):  # unreadable: the next write-back meets it
                 self._w.counters = Counters(counter_columns(self._conns.get()))
@@ -400,12 +405,13 @@ class SQLiteDriver(Driver):
         self._lockfile.use(0)
 
     def close(self) -> None:
-        """Leave the cache within its cap (waiting as long as a write would), then let
-        go of the connections and the lock file."""
+        """Leave the cache within its cap (waiting as long as a write would; a
+        read-only handle evicts nothing), then let go of the connections and the lock
+        file."""
         w = self._w
         with contextlib.suppress(Exception), self._conns.full_wait(self._conns.get()):
             db, wal = w.space.sizes()
-            if not w.broken and w.space.budget.needs_work(db, wal):
+            if not w.broken and not w.read_only and w.space.budget.needs_work(db, wal):
                 w.space.retry_at = 0
                 w.make_room(db, wal, int(self._timeout * 1000))
         self._finalizer()

@@ -39,4 +39,5 @@ def open_sqlite(spec: CacheSpec) -> SQLiteProgramCache:
         durable=spec.flag("durable"),
         timeout=5.0 if timeout is None else timeout,
         trust_shared=spec.trust_shared(),
+        read_only=spec.read_only,
     )
