@@ -20,9 +20,11 @@ same path, symbolic or hard link, an ``--outdir`` or default name landing on one
 each output is checked again on its opened descriptor when written.
 
 Exit status: 0 all compiled; 1 a compiler rejected a source (its log goes to stderr,
-other outputs are still written); 2 usage errors (bad option values, unreadable
-input, an unsupported target, an output that cannot be written or is an input, a
-cache that cannot be opened).
+other outputs are still written), or the cache refused one (an include it cannot
+track: nothing compiled for it, why on stderr, the others still compiled and written
+-- so a failure found while running, not a usage error); 2 usage errors (bad option
+values, unreadable input, an unsupported target, an output that cannot be written or
+is an input, a cache that cannot be opened).
 
 A repeated command is normally answered by ``_direct`` before this module is even
 imported; this is the full path, which also leaves the record ``_direct`` uses --
@@ -343,6 +345,8 @@ def run(args: argparse.Namespace) -> int:
                     {"source": job.source.path, "arch": job.arch, "target": job.spec.target,
                      "error": r["log"]}
                 )  # fmt: skip
+                if r.get("refused"):
+                    results[-1]["refused"] = True
                 continue
             if not fatbin:  # a fatbin's parts are packed below, not written one by one
                 _write(job.output, r["code"], inputs)
