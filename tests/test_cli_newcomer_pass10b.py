@@ -3,6 +3,8 @@ installed ``cuforge`` console script in a subprocess, real NVRTC compiles on rea
 caches, and fails on the main it was written against.
 
 - 5. an empty source's error said ``code must not be empty``, naming no file.
+- 7. ``compile -- -weird.cu --arch sm_90`` took ``--arch`` as a file name and said
+  ``no CUDA device here to take the architecture from; pass --arch sm_XY``.
 """
 
 from __future__ import annotations
@@ -26,3 +28,27 @@ def test_an_empty_or_blank_source_is_named(tmp_path):
     done = run(tmp_path, "cache", "explain", str(empty), "--arch", "sm_90")
     line = one_line_error(done, "cuforge cache explain")
     assert line == f"cuforge cache explain: error: {empty} is empty: nothing to compile", line
+
+
+def test_compile_options_after_double_dash_are_named(tmp_path):
+    (tmp_path / "-weird.cu").write_text('extern "C" __global__ void w(int* a) { *a = 1; }\n')
+    for words, named in (
+        (["--arch", "sm_90"], "--arch"),
+        (["--arch=sm_90"], "--arch=sm_90"),
+        (["-o", "w.cubin"], "-o"),
+    ):
+        done = run(tmp_path, "compile", "--no-cache", "--", "-weird.cu", *words, cwd=tmp_path)
+        line = one_line_error(done, "cuforge compile")
+        assert line == (
+            f"cuforge compile: error: {named!r} after '--' is read as a file name (there is "
+            "no such file); put options before '--'"
+        ), line
+    assert sorted(p.name for p in tmp_path.iterdir() if p.suffix == ".cubin") == []
+    # Options before '--' work; a file that is really named like an option compiles.
+    done = run(tmp_path, "compile", "--arch", "sm_90", "--no-cache", "--", "-weird.cu",
+               cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0 and (tmp_path / "-weird.cubin").stat().st_size > 0, done.stderr
+    (tmp_path / "-o").write_text('extern "C" __global__ void o(int* a) { *a = 2; }\n')
+    done = run(tmp_path, "compile", "--arch", "sm_90", "--no-cache", "--outdir", "out", "--",
+               "-o", cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0 and (tmp_path / "out" / "-o.cubin").exists(), done.stderr

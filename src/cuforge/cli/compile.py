@@ -79,7 +79,22 @@ def register(subparsers: Subparsers) -> None:
     _select.add_cache_option(p, can_disable=True)
     p.add_argument("--max-size", type=size_arg, metavar="SIZE", help="cap a directory cache (2G)")
     p.add_argument("--json", action="store_true", help="print one JSON array of results")
-    p.set_defaults(handler=run)
+    p.set_defaults(handler=run, own_options=frozenset(p._option_string_actions))
+
+
+def _check_options_as_files(args: argparse.Namespace) -> None:
+    """UsageError when a FILE is one of compile's own options and no such file exists:
+    after ``--`` every word is a file name (``-- -weird.cu --arch sm_90``), so the
+    option was never applied -- said before its absence shows as another error (no
+    device to take the arch from, ``cannot read --arch``)."""
+    own: frozenset[str] = getattr(args, "own_options", frozenset())
+    for word in args.files:
+        name = word.split("=", 1)[0] if word.startswith("--") else word
+        if name in own and not os.path.lexists(word):
+            raise UsageError(
+                f"{word!r} after '--' is read as a file name (there is no such file); "
+                "put options before '--'"
+            )
 
 
 class Job:
@@ -264,6 +279,7 @@ def plan(args: argparse.Namespace) -> list[Job]:
     """Read every source, build every Program (validating all options and targets
     before any compile starts) and name every output, none of them an input.
     Raises UsageError."""
+    _check_options_as_files(args)
     _programs.check_warm_setting()
     if args.output == "":
         raise UsageError("-o needs a file name (it was given an empty one); - is standard output")
