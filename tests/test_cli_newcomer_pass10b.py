@@ -5,6 +5,8 @@ caches, and fails on the main it was written against.
 - 5. an empty source's error said ``code must not be empty``, naming no file.
 - 7. ``compile -- -weird.cu --arch sm_90`` took ``--arch`` as a file name and said
   ``no CUDA device here to take the architecture from; pass --arch sm_XY``.
+- 8. ``-o /proc/x.cubin`` said ``cannot write /proc/x.cubin`` without ``-o``; ``cuforge
+  --cach /tmp/x cache stats`` said ``invalid choice: '/tmp/x'`` without ``--cach``.
 """
 
 from __future__ import annotations
@@ -52,3 +54,30 @@ def test_compile_options_after_double_dash_are_named(tmp_path):
     done = run(tmp_path, "compile", "--arch", "sm_90", "--no-cache", "--outdir", "out", "--",
                "-o", cwd=tmp_path)  # fmt: skip
     assert done.returncode == 0 and (tmp_path / "out" / "-o.cubin").exists(), done.stderr
+
+
+def test_an_output_that_cannot_be_written_names_its_option(tmp_path):
+    for args, said in (
+        (["-o", "/proc/x.cubin"], "-o: cannot write /proc/x.cubin: "),
+        (["--outdir", "/proc"], "--outdir /proc: cannot write /proc/saxpy.cubin: "),
+    ):
+        done = run(tmp_path, "compile", str(SAXPY), "--arch", "sm_90", "--no-cache", *args)
+        line = one_line_error(done, "cuforge compile")
+        assert line.startswith(f"cuforge compile: error: {said}"), line
+
+
+def test_an_unknown_option_before_an_invalid_command_is_named(tmp_path):
+    for args, prog, what in (
+        (["--cach", str(tmp_path), "cache", "stats"], "cuforge", "command"),
+        (["cache", "--cach", str(tmp_path), "stats"], "cuforge cache", "action"),
+    ):
+        line = one_line_error(run(tmp_path, *args), prog)
+        assert line.startswith(
+            f"{prog}: error: unknown option --cach (so {str(tmp_path)!r} after it was read "
+            f"as the {what}): argument {what.upper()}: invalid choice: "
+        ), line
+    # A mistyped command alone keeps argparse's words; a known option, its own hint.
+    line = one_line_error(run(tmp_path, "cmpile", "x.cu"), "cuforge")
+    assert line.startswith("cuforge: error: argument COMMAND: invalid choice: 'cmpile'"), line
+    line = one_line_error(run(tmp_path, "--cache", str(tmp_path), "cache", "stats"), "cuforge")
+    assert "--cache is an option of the command, so it goes after it" in line, line

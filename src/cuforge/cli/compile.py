@@ -176,9 +176,11 @@ def _check_not_an_input(
         )
 
 
-def _write(output: str, data: bytes, inputs: dict[tuple[int, int], str]) -> None:
+def _write(output: str, data: bytes, inputs: dict[tuple[int, int], str], flag: str = "") -> None:
     """Write ``output``, never over an input (checked on the opened file: a link
-    swapped in after the plan's check is refused too); ``-``: standard output."""
+    swapped in after the plan's check is refused too); ``-``: standard output.
+    ``flag``: the option that named it (``-o``, ``--outdir DIR``), said in the error
+    when it cannot be written."""
     try:
         if output == STDOUT:
             sys.stdout.buffer.write(data)
@@ -188,9 +190,18 @@ def _write(output: str, data: bytes, inputs: dict[tuple[int, int], str]) -> None
     except BrokenPipeError:  # -o - read by a reader that went away: exit 1, as main says
         raise
     except OSError as exc:
-        raise UsageError(f"cannot write {output}: {exc.strerror or exc}") from None
+        where = f"{flag}: " if flag else ""
+        raise UsageError(f"{where}cannot write {output}: {exc.strerror or exc}") from None
     if not written:
         raise UsageError(f"cannot write {output}: it is now one of the inputs (the same file)")
+
+
+def _named_by(args: argparse.Namespace) -> str:
+    """The option that named the outputs, for an error: ``-o``, ``--outdir DIR``, or ""
+    (beside each source)."""
+    if args.output:
+        return "-o"
+    return f"--outdir {args.outdir}" if args.outdir else ""
 
 
 def _pack(jobs: list[Job], output: str, inputs: dict[tuple[int, int], str]) -> dict[str, Any]:
@@ -206,7 +217,7 @@ def _pack(jobs: list[Job], output: str, inputs: dict[tuple[int, int], str]) -> d
         packed = pack_fatbin(parts, name)
     except ToolkitNotFoundError as exc:
         raise UsageError(str(exc)) from None
-    _write(output, packed.code, inputs)
+    _write(output, packed.code, inputs, "-o")
     return {"source": jobs[0].source.path, "arch": ",".join(j.arch or "" for j in jobs),
             "target": "fatbin", "output": output, "bytes": len(packed.code),
             "ms": round((time.perf_counter() - start) * 1000, 3), "cache": "packed",
@@ -365,7 +376,7 @@ def run(args: argparse.Namespace) -> int:
                     results[-1]["refused"] = True
                 continue
             if not fatbin:  # a fatbin's parts are packed below, not written one by one
-                _write(job.output, r["code"], inputs)
+                _write(job.output, r["code"], inputs, _named_by(args))
             status = "off" if cache is None else ("miss" if r["status"] == "compiled" else "hit")
             results.append(
                 {"source": job.source.path, "arch": job.arch, "target": job.spec.target,
