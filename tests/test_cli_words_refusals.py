@@ -8,12 +8,13 @@ works. Through the installed ``cuforge`` script, real NVRTC compiles, real cache
 
 from __future__ import annotations
 
+import json
 import shlex
 from pathlib import Path
 
 import pytest
 
-from _cli import isolated_env, one_line_error, run
+from _cli import isolated_env, run
 from cuforge.compile import Program, ProgramOptions
 from cuforge.storage import InMemoryProgramCache
 
@@ -32,7 +33,9 @@ def _failed(done, source: str) -> str:
     """The one refusal line ``compile`` printed for ``source`` (exit 1)."""
     assert done.returncode == 1, (done.returncode, done.stdout, done.stderr)
     assert "Traceback" not in done.stderr
-    assert f"{source} (cubin, sm_90): compile failed" in done.stdout, done.stdout
+    # Refused before any compiler ran: never "compile failed" (newcomer pass 10).
+    refused = f"{source} (cubin, sm_90): refused, not compiled: the cache cannot track its"
+    assert refused in done.stdout and "compile failed" not in done.stdout, done.stdout
     lines = [ln for ln in done.stderr.splitlines() if ln.startswith(f"{source} (sm_90): ")]
     assert len(lines) == 1, done.stderr
     _cli_words(lines[0])
@@ -108,7 +111,12 @@ def test_explain_reports_the_refusal_not_a_miss(folder):
     ):
         done = run(folder, "cache", "explain", *args, "--arch", "sm_90", "--cache",
                    str(folder / "cache"), cwd=folder, env=isolated_env(folder))  # fmt: skip
-        line = one_line_error(done, "cuforge cache explain")
+        # compile's status for it, 1 (it was 2: a usage error here, 1 in compile)
+        assert done.returncode == 1, (done.returncode, done.stdout, done.stderr)
+        assert done.stdout == "" and "Traceback" not in done.stderr, done.stderr
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1, done.stderr
+        line = lines[0]
         assert line.startswith("cuforge cache explain: error: cuforge compile would refuse it: ")
         assert said in line and "--no-cache" in line and "miss" not in done.stdout, line
         _cli_words(line)
@@ -137,3 +145,33 @@ def test_the_python_api_keeps_its_own_words(folder):
         Program((folder / "m.cu").read_text(), "c++", opts).compile(
             "cubin", cache=InMemoryProgramCache()
         )
+
+
+def test_compile_and_explain_agree_on_a_refused_include(folder):
+    """Newcomer pass 10: compile printed "compile failed" (exit 1) for a source no
+    compiler saw, and explain called the same source a usage error (exit 2). Both
+    now exit 1 -- compile still compiles and writes the other files it was given --
+    and compile's line says the source was refused; --json marks it ``refused``."""
+    (folder / "s.cu").write_text(KERNEL)
+    done = _compile(folder, "m.cu", "s.cu", "--outdir", "o")
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    assert (folder / "o" / "s.cubin").stat().st_size > 0
+    assert not (folder / "o" / "m.cubin").exists()
+    lines = done.stdout.splitlines()
+    assert lines[0] == (
+        "m.cu (cubin, sm_90): refused, not compiled: the cache cannot track its includes "
+        "(why: on stderr)"
+    ), lines
+    assert lines[1].startswith("s.cu -> "), lines
+    as_json = _compile(folder, "m.cu", "--json")
+    assert as_json.returncode == 1, as_json.stderr
+    [result] = json.loads(as_json.stdout)
+    assert result["refused"] is True and "HDR is not a macro" in result["error"], result
+    explained = run(folder, "cache", "explain", "m.cu", "--arch", "sm_90", "--cache",
+                    str(folder / "cache"), cwd=folder, env=isolated_env(folder))  # fmt: skip
+    assert explained.returncode == done.returncode == 1, explained.stderr
+    # A real compile error is still "compile failed", without "refused".
+    (folder / "bad.cu").write_text("this is not C++\n")
+    bad = _compile(folder, "bad.cu", "--json")
+    assert bad.returncode == 1 and "refused" not in json.loads(bad.stdout)[0], bad.stdout
+    assert "bad.cu (cubin, sm_90): compile failed" in _compile(folder, "bad.cu").stdout

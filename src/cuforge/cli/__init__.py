@@ -284,7 +284,17 @@ def _dispatch(argv: list[str], digest: str | None) -> int:
             # cache stats`: say where the option goes instead
             hint = _misplaced(parser, argv)
             if hint is None:
-                raise
+                import re
+
+                raised = sys.exc_info()[1]
+                found = re.search(r"invalid choice: '([^']*)'", str(raised))
+                what = "action" if "argument ACTION" in str(raised) else "command"
+                hint = (
+                    None if found is None else _unknown_before(parser, argv, found.group(1), what)
+                )
+                if hint is None:
+                    raise
+                hint = f"{hint}: {raised}"
             raise UsageError(hint) from None
         if extra:  # named against the command they were given to, not the top level
             raise UsageError(
@@ -352,6 +362,27 @@ def _misplaced(parser: Parser, argv: list[str]) -> str | None:
         f"{name} is an option of the command, so it goes after it: "
         f"cuforge {shlex.join(rest + lead)}"
     )
+
+
+def _unknown_before(parser: Parser, argv: list[str], choice: str, what: str) -> str | None:
+    """When the word before the invalid ``what`` (command or action) ``choice`` is an
+    option no parser knows (``cuforge --cach /tmp/x cache stats``: ``/tmp/x`` read as
+    the command): the words saying so; None otherwise (a mistyped command itself)."""
+    import argparse
+
+    known: set[str] = set()
+    todo = [parser]
+    while todo:
+        each = todo.pop()
+        known.update(each._option_string_actions)
+        for action in each._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                todo.extend(action.choices.values())
+    at = argv.index(choice) if choice in argv else 0
+    word = argv[at - 1] if at > 0 else ""
+    if not word.startswith("-") or word.split("=", 1)[0] in known:
+        return None
+    return f"unknown option {word} (so {choice!r} after it was read as the {what})"
 
 
 def _commands(parser: Parser) -> list[str]:

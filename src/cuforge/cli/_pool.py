@@ -18,7 +18,9 @@ that only opened the cache forks workers that make clients of their own.
 
 A compile is described by a :class:`Spec` (plain data) and answered by a result
 dict: ``status`` (``compiled``, ``cached``, ``failed``), ``seconds``, ``log`` (the
-compiler log of a failure), ``code`` (the binary, when asked for), ``bytes``, and
+compiler log of a failure, or why it was refused), ``refused`` (True: an include the
+cache cannot track refused it, nothing was compiled), ``code`` (the binary, when
+asked for), ``bytes``, and
 for a compile through a cache ``stored`` (bool) with ``not_stored`` (why not:
 ``read-only``, ``unreachable``, ``too-large``, ``locked``, ``failed``,
 ``compiler changed``) and ``store_levels``: (reason, detail) per level of the cache
@@ -115,6 +117,8 @@ def compile_spec(spec: Spec, cache: Any, want_code: bool = False) -> dict[str, A
         # manifest's spec has a label ("" for a kernel's one variant), compile's none.
         log = _programs.refusal_in_words(exc, manifest=spec.label is not None)
         result.update(status="failed", log=log)
+        if getattr(exc, "way", ""):  # refused before any compiler ran: not a compile error
+            result["refused"] = True
     result["warnings"] = logs.getvalue().strip()
     result["seconds"] = time.perf_counter() - start
     return result

@@ -120,9 +120,10 @@ class SourceFile:
 
 
 def read_source(path: str) -> SourceFile:
-    """Read ``path``; UsageError when it cannot be read or is not UTF-8 text -- saying
-    what it is when its suffix names compiled code (``.ltoir``, ``.cubin``,
-    ``.fatbin``: what a compile outputs, never a source)."""
+    """Read ``path``; UsageError when it cannot be read, is empty (or blank: named
+    here, the compile layer's "code must not be empty" names no file) or is not UTF-8
+    text -- saying what it is when its suffix names compiled code (``.ltoir``,
+    ``.cubin``, ``.fatbin``: what a compile outputs, never a source)."""
     suffix = os.path.splitext(path)[1].lower()
     code_type = CODE_TYPES.get(suffix, "c++")
     try:
@@ -130,6 +131,9 @@ def read_source(path: str) -> SourceFile:
             raw = f.read()
     except OSError as exc:
         raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if not raw or raw.isspace():
+        blank = " (only blanks)" if raw else ""
+        raise UsageError(f"{path} is empty{blank}: nothing to compile")
     name = path if _QUOTED_INCLUDE.search(raw) else os.path.basename(path)
     if suffix == ".bc":
         return SourceFile(path, raw, raw, code_type, name)

@@ -15,7 +15,10 @@ or, for the fatbin ``-o NAME.fatbin`` packs, ``packed``: it is not looked up, it
 shown as ``***``), ``outlives_process`` (whether one of them outlives this command:
 not so for ``memory://``) and ``levels``: per level of the cache, ``level``,
 ``stored``, ``reason`` and ``detail`` (the backend's words); ``error`` (the compiler
-log) for a failed compile.
+log) for a failed compile, with ``refused`` (true) when nothing was compiled: the
+cache refused the source (an include it cannot track; ``error`` says why and the way
+out). Its text line reads ``m.cu (cubin, sm_90): refused, not compiled: ...``, not
+``compile failed``.
 
 A stored miss says where: ``cache miss (compiled and stored in /var/cache/cuforge)``,
 naming a writable level that dropped it (``(redis://h:6379/0 unreachable: not stored
@@ -31,8 +34,10 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["CACHE_WORDS", "MEMORY_ONLY", "render", "store_fields"]
+__all__ = ["CACHE_WORDS", "MEMORY_ONLY", "REFUSED", "render", "store_fields"]
 
+#: A source the cache refused (an include it cannot track): no compiler ran.
+REFUSED = "refused, not compiled: the cache cannot track its includes (why: on stderr)"
 CACHE_WORDS = {"hit": ", cache hit", "miss": ", cache miss (compiled and stored)", "off": ""}
 #: A miss that only ``memory://`` levels took, in a process about to exit.
 MEMORY_ONLY = "stored in memory only: gone when this command exits"
@@ -93,7 +98,8 @@ def render(results: list[dict[str, Any]], as_json: bool) -> str:
     lines = []
     for r in results:
         if "error" in r:
-            lines.append(f"{r['source']} ({r['target']}, {r['arch']}): compile failed")
+            what = REFUSED if r.get("refused") else "compile failed"
+            lines.append(f"{r['source']} ({r['target']}, {r['arch']}): {what}")
             continue
         if r["cache"] == "packed":
             words = f", packed from {r['parts']} parts"

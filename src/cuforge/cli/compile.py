@@ -20,9 +20,11 @@ same path, symbolic or hard link, an ``--outdir`` or default name landing on one
 each output is checked again on its opened descriptor when written.
 
 Exit status: 0 all compiled; 1 a compiler rejected a source (its log goes to stderr,
-other outputs are still written); 2 usage errors (bad option values, unreadable
-input, an unsupported target, an output that cannot be written or is an input, a
-cache that cannot be opened).
+other outputs are still written), or the cache refused one (an include it cannot
+track: nothing compiled for it, why on stderr, the others still compiled and written
+-- so a failure found while running, not a usage error); 2 usage errors (bad option
+values, unreadable input, an unsupported target, an output that cannot be written or
+is an input, a cache that cannot be opened).
 
 A repeated command is normally answered by ``_direct`` before this module is even
 imported; this is the full path, which also leaves the record ``_direct`` uses --
@@ -77,7 +79,22 @@ def register(subparsers: Subparsers) -> None:
     _select.add_cache_option(p, can_disable=True)
     p.add_argument("--max-size", type=size_arg, metavar="SIZE", help="cap a directory cache (2G)")
     p.add_argument("--json", action="store_true", help="print one JSON array of results")
-    p.set_defaults(handler=run)
+    p.set_defaults(handler=run, own_options=frozenset(p._option_string_actions))
+
+
+def _check_options_as_files(args: argparse.Namespace) -> None:
+    """UsageError when a FILE is one of compile's own options and no such file exists:
+    after ``--`` every word is a file name (``-- -weird.cu --arch sm_90``), so the
+    option was never applied -- said before its absence shows as another error (no
+    device to take the arch from, ``cannot read --arch``)."""
+    own: frozenset[str] = getattr(args, "own_options", frozenset())
+    for word in args.files:
+        name = word.split("=", 1)[0] if word.startswith("--") else word
+        if name in own and not os.path.lexists(word):
+            raise UsageError(
+                f"{word!r} after '--' is read as a file name (there is no such file); "
+                "put options before '--'"
+            )
 
 
 class Job:
@@ -159,9 +176,11 @@ def _check_not_an_input(
         )
 
 
-def _write(output: str, data: bytes, inputs: dict[tuple[int, int], str]) -> None:
+def _write(output: str, data: bytes, inputs: dict[tuple[int, int], str], flag: str = "") -> None:
     """Write ``output``, never over an input (checked on the opened file: a link
-    swapped in after the plan's check is refused too); ``-``: standard output."""
+    swapped in after the plan's check is refused too); ``-``: standard output.
+    ``flag``: the option that named it (``-o``, ``--outdir DIR``), said in the error
+    when it cannot be written."""
     try:
         if output == STDOUT:
             sys.stdout.buffer.write(data)
@@ -171,9 +190,18 @@ def _write(output: str, data: bytes, inputs: dict[tuple[int, int], str]) -> None
     except BrokenPipeError:  # -o - read by a reader that went away: exit 1, as main says
         raise
     except OSError as exc:
-        raise UsageError(f"cannot write {output}: {exc.strerror or exc}") from None
+        where = f"{flag}: " if flag else ""
+        raise UsageError(f"{where}cannot write {output}: {exc.strerror or exc}") from None
     if not written:
         raise UsageError(f"cannot write {output}: it is now one of the inputs (the same file)")
+
+
+def _named_by(args: argparse.Namespace) -> str:
+    """The option that named the outputs, for an error: ``-o``, ``--outdir DIR``, or ""
+    (beside each source)."""
+    if args.output:
+        return "-o"
+    return f"--outdir {args.outdir}" if args.outdir else ""
 
 
 def _pack(jobs: list[Job], output: str, inputs: dict[tuple[int, int], str]) -> dict[str, Any]:
@@ -189,7 +217,7 @@ def _pack(jobs: list[Job], output: str, inputs: dict[tuple[int, int], str]) -> d
         packed = pack_fatbin(parts, name)
     except ToolkitNotFoundError as exc:
         raise UsageError(str(exc)) from None
-    _write(output, packed.code, inputs)
+    _write(output, packed.code, inputs, "-o")
     return {"source": jobs[0].source.path, "arch": ",".join(j.arch or "" for j in jobs),
             "target": "fatbin", "output": output, "bytes": len(packed.code),
             "ms": round((time.perf_counter() - start) * 1000, 3), "cache": "packed",
@@ -262,6 +290,7 @@ def plan(args: argparse.Namespace) -> list[Job]:
     """Read every source, build every Program (validating all options and targets
     before any compile starts) and name every output, none of them an input.
     Raises UsageError."""
+    _check_options_as_files(args)
     _programs.check_warm_setting()
     if args.output == "":
         raise UsageError("-o needs a file name (it was given an empty one); - is standard output")
@@ -343,9 +372,11 @@ def run(args: argparse.Namespace) -> int:
                     {"source": job.source.path, "arch": job.arch, "target": job.spec.target,
                      "error": r["log"]}
                 )  # fmt: skip
+                if r.get("refused"):
+                    results[-1]["refused"] = True
                 continue
             if not fatbin:  # a fatbin's parts are packed below, not written one by one
-                _write(job.output, r["code"], inputs)
+                _write(job.output, r["code"], inputs, _named_by(args))
             status = "off" if cache is None else ("miss" if r["status"] == "compiled" else "hit")
             results.append(
                 {"source": job.source.path, "arch": job.arch, "target": job.spec.target,

@@ -11,17 +11,19 @@ is a usage error saying so. A compile command pasted after it works as it is:
 compile's output options (``-o``, ``--outdir``, ``--max-size``) are accepted and
 ignored, since they do not change the key; ``--no-cache`` is a usage error.
 
-Exit status: 0 it would hit; 1 it would miss; 2 usage errors -- also what ``cuforge
-compile`` refuses before compiling (an arch NVRTC does not compile for, a missing
-``-include`` file, a ``CUFORGE_TOOLKIT_HEADERS`` without a toolkit), and an include
-it refuses to cache (``#include MACRO`` it cannot resolve, ``#include_next``: what
-compile says, in the same words).
+Exit status: 0 it would hit; 1 it would miss, or compile would refuse it through the
+cache (``#include MACRO`` it cannot resolve, ``#include_next``: one line on stderr
+saying what compile says, in the same words, with compile's status for it: 1); 2
+usage errors -- also what ``cuforge compile`` refuses before compiling (an arch NVRTC
+does not compile for, a missing ``-include`` file, a ``CUFORGE_TOOLKIT_HEADERS``
+without a toolkit).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from cuforge.cli import _entries, _programs, _select
 from cuforge.cli.cache import opened
@@ -97,10 +99,16 @@ def _explain(args: argparse.Namespace) -> int:
         try:
             answer = explain(program, args.target, cache)
         except (TypeError, ValueError) as exc:
-            if getattr(exc, "way", ""):  # an include compile would refuse, not a miss
-                message = _programs.refusal_in_words(exc)
-                raise UsageError(f"cuforge compile would refuse it: {message}") from None
-            raise UsageError(str(exc)) from None
+            if not getattr(exc, "way", ""):
+                raise UsageError(str(exc)) from None
+            # An include compile would refuse, not a miss: compile's status for it (1,
+            # found while compiling, the other files still compiled), compile's words.
+            message = _programs.refusal_in_words(exc)
+            print(
+                f"cuforge cache explain: error: cuforge compile would refuse it: {message}",
+                file=sys.stderr,
+            )
+            return 1
     if args.json:
         print(
             json.dumps(
