@@ -199,6 +199,12 @@ class RedisStore(Store):
 
         timeout, connect = self._timeouts
         options: dict[str, Any] = {
+            # RESP2, as the hit path's client speaks: both authenticate with the same
+            # AUTH, so a server refuses them alike. Under RESP3 redis-py sends ``HELLO 3
+            # AUTH default <password>``, which a server without a password accepts --
+            # while the hit path's ``AUTH <password>`` gets "called without any
+            # password configured": doctor and stats said fine, every compile failed.
+            "protocol": 2,
             "socket_timeout": timeout,
             "socket_connect_timeout": connect,
             "retry": Retry(NoBackoff(), 0),  # fail fast: the breaker decides when to retry
@@ -212,10 +218,11 @@ class RedisStore(Store):
         return redis.Redis.from_url(url, **options)
 
     def problem(self, exc: BaseException) -> tuple[str, bool]:
-        # An error answer (read-only replica, OOM) is no outage; a down cluster is.
+        # An error answer (read-only replica, OOM, a refused AUTH) is no outage; a down
+        # cluster is.
         refused = isinstance(exc, ReplyError) or (
             _redis is not None
-            and isinstance(exc, _redis.ResponseError)
+            and isinstance(exc, (_redis.ResponseError, _redis.AuthenticationError))
             and not isinstance(exc, _redis.exceptions.ClusterError)
         )
         return f"{type(exc).__name__}: {exc}", refused

@@ -70,6 +70,22 @@ _NO_CREDENTIALS = (
     "service gave none"
 )
 
+
+def _refusal(first: str, text: str) -> str | None:
+    """The server's refusal of a request (a 4xx status but throttling: 408, 429), in
+    a phrase with its S3 error code and message; None for anything else (no status
+    -- nothing answered --, a 5xx or throttling: an outage, backed off from)."""
+    import re  # only when a request failed
+
+    status = re.search(r"non-2xx status code: (4\d\d)( [^:<]*)?", first)
+    if status is None or status.group(1) in ("408", "429"):
+        return None
+    said = [m.group(1).strip() for tag in ("Code", "Message")
+            if (m := re.search(f"<{tag}>([^<]{{1,200}})</{tag}>", text))]  # fmt: skip
+    answer = f"{status.group(1)}{(status.group(2) or '').rstrip()}"
+    return f"the server refused the request ({': '.join([answer, *said])})"
+
+
 FRAME = Frame(b"CFS3", b"cuforge-s3-1", "object")
 #: Seconds a maintenance request (a listing page, a bulk delete) may take.
 MAINTENANCE_TIMEOUT = 60.0
@@ -176,7 +192,9 @@ class S3Store(Store):
         the client could not sign because the credential lookup fell through to the
         instance metadata service (no keys in the environment or a profile) and that
         gave none was never sent (None) -- not "access denied", whatever status the
-        metadata address answered with; anything else is an outage."""
+        metadata address answered with; any other refusal (a 4xx status, such as
+        ``InvalidBucketName``) is an answer too (no back-off; a store ``failed``, not
+        ``unreachable``); anything else (no answer, a 5xx, throttling) is an outage."""
         text = str(exc)
         if "NoSuchBucket" in text:
             return "the bucket does not exist", True
@@ -190,6 +208,9 @@ class S3Store(Store):
             d in text for d in denied
         ):
             return "access denied (check the AWS credentials: AWS_ACCESS_KEY_ID, AWS_PROFILE)", True
+        refused = _refusal(first, text)
+        if refused is not None:
+            return refused, True
         return f"{name}: {first[:300]}", False
 
     @property
