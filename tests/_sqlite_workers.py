@@ -64,6 +64,20 @@ def cmd_hold_write(args: dict) -> dict:
         time.sleep(60)
 
 
+def cmd_hold_read(args: dict) -> dict:
+    """Hold a read transaction (one snapshot) open until killed: what a reader
+    descheduled in the middle of a read does for a while on a loaded machine. Begun
+    while the WAL holds frames, it keeps the WAL from being restarted or emptied."""
+    import sqlite3
+
+    conn = sqlite3.connect(args["db"], isolation_level=None)
+    conn.execute("BEGIN")
+    conn.execute("SELECT count(*) FROM cuforge_entries").fetchall()
+    _ready(args["ready"], "held")
+    while True:
+        time.sleep(60)
+
+
 def cmd_hold_new_file(args: dict) -> dict:
     """Make ``args["db"]`` an SQLite file in rollback mode with no tables (what a cache
     opener sees while a peer creates it), hold its write lock ``args["seconds"]``,
@@ -301,6 +315,7 @@ def open_race(directory: str, name: str, prepare, rounds: int, parties: int) -> 
 COMMANDS = {
     "compile": cmd_compile,
     "hold_write": cmd_hold_write,
+    "hold_read": cmd_hold_read,
     "hold_key": cmd_hold_key,
     "hold_new_file": cmd_hold_new_file,
     "hold_write_for": cmd_hold_write_for,

@@ -16,7 +16,7 @@ parent's to write) and by ``clear``/deletion of their key.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 __all__ = ["DeferredStores", "Row", "batches"]
@@ -63,6 +63,10 @@ class DeferredStores:
         store at hand is written first."""
         return [row] + [r for rid, r in self.rows.items() if rid != row[0]]
 
+    def resume(self) -> None:
+        """A store got through: end the back-off (rows still kept stay)."""
+        self._quiet_until = 0.0
+
     def written(self) -> None:
         """They were written: forget them, end the back-off."""
         self.rows.clear()
@@ -83,14 +87,14 @@ class DeferredStores:
         self.bytes = 0
 
 
-def batches(rows: list[Row], max_rows: int, max_bytes: int) -> Iterator[list[Row]]:
-    """``rows`` in runs of at most ``max_rows`` rows and ``max_bytes`` of payload and
-    metadata (one row at least): one transaction each, so catching up on deferred rows
-    never writes more to the WAL at once than a store or an eviction batch may."""
+def batches(rows: list[Row], room: int, cost: Callable[[int, int], int]) -> Iterator[list[Row]]:
+    """``rows`` in runs whose WAL cost -- ``cost(rows, payload bytes)`` -- stays within
+    ``room`` bytes (one row at least): one transaction each, so catching up on deferred
+    rows never writes more to the WAL at once than the WAL's allowance has room for."""
     batch: list[Row] = []
     size = 0
     for row in rows:
-        if batch and (len(batch) >= max_rows or size + row[3] > max_bytes):
+        if batch and cost(len(batch) + 1, size + row[3]) > room:
             yield batch
             batch, size = [], 0
         batch.append(row)

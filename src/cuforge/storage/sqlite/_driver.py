@@ -52,7 +52,7 @@ from ._schema import (
     rid_of,
     row_check,
 )
-from ._space import Budget, Space
+from ._space import Budget, Space, WalFull, tx_bytes
 from ._writes import Writes
 
 if TYPE_CHECKING:
@@ -293,13 +293,21 @@ class SQLiteDriver(Driver):
             except self._error:
                 return False
         kd, rid, _ = loc
+        patience = int(self._timeout * 1000)  # a deletion waits for room as for the lock
         kept = w.deferred.lookup(rid, kd) is not None
         w.deferred.forget(rid)
         try:
             conn = self._conns.get()
             with self._conns.full_wait(conn):
-                cur = immediate(conn, SQL.delete_key, (rid, kd))
-        except self._error as exc:
+                w.space.begin(conn, adds=tx_bytes(1), patience_ms=patience)
+                try:
+                    cur = conn.execute(SQL.delete_key, (rid, kd))
+                    conn.execute("COMMIT")
+                except BaseException:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    raise
+        except (self._error, WalFull) as exc:
             self.reports.dropped(w.failed(exc))
             return True  # not known absent: no KeyError
         return cur.rowcount > 0 or kept
@@ -311,18 +319,25 @@ class SQLiteDriver(Driver):
             return
         w.pending.clear()
         w.deferred.clear()
+        space = w.space
+        adds = tx_bytes(space.budget.rows)
+        patience = int(self._timeout * 1000)  # waits for room as for the lock
+
+        def begin(c: Any) -> None:
+            space.begin(c, adds=adds, patience_ms=patience)
+
         try:
             conn = self._conns.get()
             with self._conns.full_wait(conn):
-                delete_all(conn, w.space.budget.rows, w.space.begin)
-        except self._error as exc:
+                delete_all(conn, space.budget.rows, begin)
+        except (self._error, WalFull) as exc:
             self.reports.dropped(w.failed(exc))
             return
         # Giving the pages back is housekeeping: busy here fails nothing.
         wait = self._checkpoint_ms
         with contextlib.suppress(self._error), self._conns.busy_timeout(conn, wait):
-            vacuum(conn, 1 << 62, w.space.budget.rows, wait / 1000)
-            checkpoint(conn, wait / 1000, truncate=True)
+            vacuum(conn, 1 << 62, space.budget.rows, wait / 1000)
+            checkpoint(conn, wait / 1000)
 
     # -- by id, listing -----------------------------------------------------------------
     def locate_id(self, entry_id: str) -> Any:

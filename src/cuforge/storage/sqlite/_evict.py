@@ -4,7 +4,7 @@ Deciding needs no scan: the pages in use come from two pragmas and the stored by
 from the running total the triggers keep. Choosing walks the ``used_ns`` index from
 the oldest row and stops as soon as enough is chosen. Deleted rows free pages inside
 the file; ``incremental_vacuum`` hands them back (truncating the database as the WAL
-is folded in) in steps, each followed by a WAL checkpoint.
+is folded in) in steps, each on a WAL just folded in.
 
 A last use later than the clock's now (written by a host whose clock was ahead, or
 a cache copied from one) is not believed: such rows go first, ahead of every row
@@ -127,40 +127,49 @@ def evict_rows(conn: Any, room: float, page_size: int, limit: int, begin: Begin)
 
 
 def vacuum(conn: Any, pages: int, step: int, timeout: float) -> None:
-    """Hand up to ``pages`` free pages back to the file system, ``step`` at a time
-    with a WAL checkpoint after each: moving pages writes them (and their parents)
-    to the WAL, so one big step would swell the WAL by as much as it frees. Stops
-    early when a checkpoint cannot complete (the free pages are then reused by
-    later writes)."""
+    """Hand up to ``pages`` free pages back to the file system, ``step`` at a time,
+    each step on a WAL just folded in (a checkpoint first): moving pages writes them
+    (and their parents) to the WAL, so one big step would swell the WAL by as much
+    as it frees, and steps piled on a WAL a reader keeps from being folded would
+    take it past its allowance. Stops early when a checkpoint cannot complete (the
+    free pages are then reused by later writes)."""
     free = conn.execute("PRAGMA freelist_count").fetchall()[0][0]
     while pages > 0 and free > 0:
-        n = min(step, pages)
+        n = min(max(step, 1), pages)  # incremental_vacuum(0) would free every page at once
+        if not checkpoint(conn, timeout):
+            return
         # executescript steps the pragma to completion; execute() would free one page.
         conn.executescript(f"PRAGMA incremental_vacuum({n})")
         left = conn.execute("PRAGMA freelist_count").fetchall()[0][0]
-        if not checkpoint(conn, timeout) or left >= free:
+        if left >= free:
             return
         pages -= free - left
         free = left
 
 
-def checkpoint(conn: Any, timeout: float, truncate: bool = False) -> bool:
-    """Fold the WAL into the database so the next writer starts it over (RESTART:
-    its file is reused, cut to ``journal_size_limit``), or empty its file
-    (TRUNCATE); whether that completed within ``timeout`` seconds.
+def checkpoint(conn: Any, timeout: float) -> bool:
+    """Fold the WAL into the database and empty its file (TRUNCATE), so that the
+    file's size is never more than what the WAL holds (``_space`` decides by it);
+    whether that completed within ``timeout`` seconds.
 
-    SQLite waits (busy handler) for readers, but not for another connection's
-    checkpoint, so that case is retried here.
+    Each try waits for nobody (busy timeout 0, restored after): TRUNCATE takes the
+    write lock before it waits for readers, so letting SQLite's busy handler wait
+    for them would keep every writer out for as long. Tries are repeated here, a few
+    milliseconds apart, until ``timeout``: between them the write lock is free.
     """
-    sql = f"PRAGMA wal_checkpoint({'TRUNCATE' if truncate else 'RESTART'})"
     deadline = time.monotonic() + timeout
-    while True:
-        busy, log, _ = conn.execute(sql).fetchall()[0]
-        if busy == 0:
-            return True
-        if log != -1 or time.monotonic() >= deadline:
-            return False  # readers outlasted the busy timeout, or no turn came
-        time.sleep(0.001)
+    before = conn.execute("PRAGMA busy_timeout").fetchall()[0][0]
+    conn.execute("PRAGMA busy_timeout = 0")
+    try:
+        while True:
+            busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()[0][0]
+            if busy == 0:
+                return True
+            if time.monotonic() >= deadline:
+                return False  # readers outlasted the timeout, or no turn came
+            time.sleep(0.002)
+    finally:
+        conn.execute(f"PRAGMA busy_timeout = {int(before)}")
 
 
 def evict_down(
@@ -170,11 +179,12 @@ def evict_down(
     step: int,
     begin: Begin,
     first: Callable[[], object],
-) -> list[int]:
+    gone: list[int],
+) -> None:
     """Evict in transactions of at most ``step`` rows (each begun by ``begin``) until
     the pages in use fit ``room()``; call ``first()`` before the first one. The row
-    ids deleted."""
-    gone: list[int] = []
+    ids deleted are added to ``gone`` as each transaction commits (so a later one
+    that raises does not hide them)."""
     for _ in range(64):
         fits = room()
         if pages_in_use(conn) * page <= fits:
@@ -185,7 +195,6 @@ def evict_down(
         gone += batch
         if not batch:
             break
-    return gone
 
 
 _FROM = "SELECT rid FROM cuforge_entries WHERE rid >= ? ORDER BY rid LIMIT ?"

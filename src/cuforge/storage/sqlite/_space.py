@@ -3,17 +3,22 @@
 The WAL gets an allowance of a 16th of the cap (16 KiB to 64 MiB; 64 MiB without a
 cap), the WAL index what SQLite needs to index that many frames, and the database
 file the rest (its *share*); eviction leaves the pages in use at ~90 % of the share.
-The WAL stays in its allowance because every write transaction is kept to about a
-quarter of it (rows per eviction, clear or use write-back batch) and the cache folds
-the WAL into the database (a checkpoint) once its file passes half the allowance.
-A checkpoint cannot restart the WAL while a reader still uses an older snapshot; the
-WAL then grows until the reader finishes, and a checkpoint that cannot finish is
-never an error (the next write tries again).
 
-Every write transaction that can add more than a page or two starts with
-:meth:`Space.begin`, which looks at the WAL *under the write lock*: past its fold
-point, the WAL is folded in before anything is added, so concurrent writers cannot
-pile onto it while a fold waits for its turn.
+The WAL stays in its allowance because no write transaction starts unless what it
+may add (:func:`tx_bytes`: pages per row measured on cache databases, with margin)
+fits beside the WAL file as it is. Every transaction that can add more than a
+page or two starts with :meth:`Space.begin`, which looks at the WAL file *under the
+write lock*: past its fold point (half the allowance) the WAL is folded into the
+database and its file emptied (a TRUNCATE checkpoint, so the file's size is always
+an upper bound on what the WAL holds), and a transaction that would not fit is
+folded for first. A fold cannot complete while a reader still uses an older
+snapshot (a process descheduled in the middle of a read, on a loaded machine);
+the transaction then does not start (:class:`WalFull`: a store is kept in memory
+as under a held write lock, ``_deferred``; housekeeping waits), instead of growing
+the WAL past the cap until the reader finishes. Transactions are sized (``rows``,
+``touches``, :func:`batches <cuforge.storage.sqlite._deferred.batches>`) to fit the
+half of the allowance above the fold point, so a failed fold at that point costs
+nothing yet.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -28,18 +34,41 @@ from .. import events
 from ._conn import Connections
 from ._evict import checkpoint, evict_down, shrink_to
 
-__all__ = ["PAGE", "WAL_MAX", "Budget", "Space"]
+__all__ = ["FRAME", "PAGE", "WAL_MAX", "Budget", "Space", "WalFull", "touch_bytes", "tx_bytes"]
 
 WAL_MAX = 64 << 20
 PAGE = 4096  # the page size every cache database is created with (_schema)
+FRAME = PAGE + 24  # a page in the WAL, with its frame header
 _INDEX_BLOCK = 32768  # the WAL index grows by 32 KiB per 4096 WAL frames
 _INDEX_FRAMES = 4096
+_FOLDS = 4  # folds a transaction waiting for room tries while others refill the WAL
+
+
+def tx_bytes(rows: int, payload: int = 0) -> int:
+    """WAL bytes a transaction storing or deleting ``rows`` rows (with ``payload``
+    bytes of stored values) may add: each row's overflow pages, and for each row its
+    leaf, its index entry, b-tree rebalancing, pointer-map and free-list pages; then
+    the header and state pages once. Measured on cache databases of 2 MiB to 90 MiB
+    (worst of hundreds: 1 row 17 + its payload pages, 8 rows 61 +), with margin."""
+    return FRAME * (8 + 7 * rows + -(-payload // PAGE))
+
+
+def touch_bytes(rows: int) -> int:
+    """WAL bytes a write-back of ``rows`` uses and the counters may add (a use
+    rewrites a row's leaf and moves its index entry; measured 8 uses: 22 pages)."""
+    return FRAME * (8 + 2 * rows)
+
+
+class WalFull(Exception):
+    """A write transaction did not start: it would take the WAL file past its
+    allowance, and the WAL could not be folded in (a reader still uses an older
+    snapshot)."""
 
 
 class Budget:
     """The shares of one cap (``None``: no cap, only the WAL's allowance applies)."""
 
-    __slots__ = ("cap", "fold_at", "rows", "share", "wal")
+    __slots__ = ("cap", "fold_at", "rows", "share", "touches", "wal")
 
     def __init__(self, cap: int | None) -> None:
         self.cap = cap
@@ -47,11 +76,12 @@ class Budget:
         self.wal = WAL_MAX if cap is None else min(WAL_MAX, max(16384, cap // 16))
         #: The WAL file size past which the cache folds it in.
         self.fold_at = self.wal // 2
-        #: Rows one write transaction of eviction, clear or use write-back may touch:
-        #: row ids are key digests, so each row sits on a page of its own, and a row
-        #: deleted writes it, its index entry, free-list and pointer-map pages (up to
-        #: ~6 pages for a row with overflow pages): an eighth of the allowance in pages.
-        self.rows = max(2, self.wal // PAGE // 8)
+        #: Rows one write transaction of eviction or clear may delete (row ids are key
+        #: digests, so each row sits on a page of its own): as many as fit the half
+        #: of the allowance above the fold point (``tx_bytes``); at least one.
+        self.rows = max(1, ((self.wal - self.fold_at) // FRAME - 8) // 7)
+        #: Uses one write-back may record, by the same rule (``touch_bytes``).
+        self.touches = max(1, ((self.wal - self.fold_at) // FRAME - 8) // 2)
         index = _INDEX_BLOCK * (1 + self.wal // PAGE // _INDEX_FRAMES)
         #: Bytes the database file may take (``inf`` without a cap).
         self.share = float("inf") if cap is None else float(cap - self.wal - index)
@@ -71,6 +101,12 @@ class Budget:
     def needs_work(self, db: int, wal: int) -> bool:
         """Whether files of these sizes call for eviction or a checkpoint."""
         return wal > self.fold_at or db > self.share
+
+    def fits(self, wal: int, adds: int) -> bool:
+        """Whether a transaction adding ``adds`` bytes may start beside a WAL file of
+        ``wal`` bytes: within the allowance, or the WAL empty (a single row larger
+        than the allowance cannot be split; it goes into an empty WAL)."""
+        return wal == 0 or wal + adds <= self.wal
 
 
 class Space:
@@ -139,34 +175,73 @@ class Space:
         allowance's worth of writes)."""
         return wal > self.budget.fold_at and db + wal >= self.retry_at
 
-    def fold(self, conn: Any, db: int, wal: int, wait_ms: int = 0, truncate: bool = False) -> None:
-        """Fold the WAL into the database so the next writer restarts it (and cuts its
-        file back to the fold point; emptied now with ``truncate``), waiting ``wait_ms``
-        for readers. Readers outlasting that: try again after another allowance's worth
-        of writes, not on every write. Never raises."""
+    def fold(self, conn: Any, db: int, wal: int, wait_ms: int = 0) -> bool:
+        """Fold the WAL into the database and empty its file, waiting ``wait_ms`` for
+        readers; whether that completed. Readers outlasting that: the fold point
+        is tried again after another allowance's worth of writes, not on every write
+        (a transaction that would not fit tries again at once: :meth:`begin`). Never
+        raises."""
         wait_ms = wait_ms or self._wait_ms
         done = False
         with contextlib.suppress(self._error), self._conns.busy_timeout(conn, wait_ms):
-            done = checkpoint(conn, wait_ms / 1000, truncate)
+            done = checkpoint(conn, wait_ms / 1000)
         self.retry_at = 0 if done else db + wal + self.budget.wal
+        return done
 
     def begin(
-        self, conn: Any, wait_ms: int = 0, evict: Callable[[int, int], object] | None = None
+        self,
+        conn: Any,
+        wait_ms: int = 0,
+        evict: Callable[[int, int], object] | None = None,
+        adds: int = 0,
+        patience_ms: int = 0,
     ) -> None:
-        """BEGIN IMMEDIATE; a WAL found past its fold point under the write lock is
-        folded in first, so no process adds to it there while a fold can complete.
-        With ``evict`` (a store), a database past its share calls ``evict(db, wal)``
-        first instead (which evicts and folds)."""
+        """BEGIN IMMEDIATE for a transaction adding at most ``adds`` bytes to the WAL.
+        The WAL file is looked at under the write lock: past its fold point it is
+        folded in first; and if ``adds`` would take it past its allowance and the
+        fold (waiting ``wait_ms`` for readers) could not make room, raises
+        :class:`WalFull`, with no transaction open. This closes the race of writers
+        in several processes each adding to a WAL that a reader keeps from being
+        folded: whoever holds the write lock sees the WAL as it is. With ``evict``
+        (a store), a database past its share calls ``evict(db, wal)`` first (which
+        evicts and folds). ``patience_ms``: how long to keep trying folds that readers
+        make fail (each waits ``wait_ms``: the write lock is held while it waits)
+        before giving up -- a deletion waits its ``timeout``, a store does not."""
+        budget = self.budget
         conn.execute("BEGIN IMMEDIATE")
         db, wal = self.sizes()
-        over = evict is not None and db > self.budget.share
-        if over or self.fold_due(db, wal):
-            conn.execute("ROLLBACK")
-            if evict is not None:
-                evict(db, wal)
-            else:
-                self.fold(conn, db, wal, wait_ms)
+        over = evict is not None and db > budget.share
+        if not over and budget.fits(wal, adds) and not self.fold_due(db, wal):
+            return
+        conn.execute("ROLLBACK")
+        if evict is not None and over:
+            evict(db, wal)
+            db, wal = self.sizes()
+        if not over and self.fold_due(db, wal):
+            self.fold(conn, db, wal, wait_ms)
+        # The fold runs without the write lock (SQLite checkpoints outside a
+        # transaction): other writers may fill the WAL again before it is taken back.
+        deadline = time.monotonic() + patience_ms / 1000
+        tries = 0
+        while True:
             conn.execute("BEGIN IMMEDIATE")
+            db, wal = self.sizes()
+            if budget.fits(wal, adds):
+                return
+            conn.execute("ROLLBACK")
+            tries += 1
+            folded = self.fold(conn, db, wal, wait_ms)
+            if time.monotonic() >= deadline and (not folded or tries >= _FOLDS):
+                break
+        raise WalFull(
+            f"the WAL ({wal} bytes) has no room for {adds} more within its allowance "
+            f"({budget.wal} bytes), and a reader keeps it from being folded in"
+        )
+
+    def fits_now(self, adds: int) -> bool:
+        """Whether ``adds`` bytes fit beside the WAL file now (under the write lock:
+        for a transaction that does not fold, e.g. a write-back)."""
+        return self.budget.fits(self.sizes()[1], adds)
 
     def make_room(
         self,
@@ -189,23 +264,28 @@ class Space:
             index = self.sizes(3)[2]
             over = db > budget.file_share(index)
             if over:
-                gone = evict_down(
-                    conn,
-                    lambda: budget.room(self.sizes(3)[2], self._low_water),
-                    PAGE,
-                    budget.rows,
-                    lambda c: self.begin(c, wait_ms),
-                    first,
-                )
-                evicted(gone)
+                adds = tx_bytes(budget.rows)
+                gone: list[int] = []
+                try:
+                    evict_down(
+                        conn,
+                        lambda: budget.room(self.sizes(3)[2], self._low_water),
+                        PAGE,
+                        budget.rows,
+                        lambda c: self.begin(c, wait_ms, adds=adds),
+                        first,
+                        gone,
+                    )
+                finally:
+                    evicted(gone)
                 if gone:
                     share = budget.file_share(index)
                     with self._conns.busy_timeout(conn, wait_ms):
-                        shrink_to(conn, share, PAGE, budget.rows // 2, wait_ms / 1000)
+                        shrink_to(conn, share, PAGE, max(1, budget.rows // 2), wait_ms / 1000)
                 db, wal = self.sizes()
             if over or self.fold_due(db, wal):
-                self.fold(conn, db, wal, wait_ms, truncate=over)
-        except self._error:
-            pass  # busy or full: the next write tries again
+                self.fold(conn, db, wal, wait_ms)
+        except (self._error, WalFull):
+            pass  # busy, full, or the WAL kept by a reader: the next write tries again
         finally:
             self._mutex.release()

@@ -4,14 +4,18 @@ elsewhere), the write-back of recorded uses and counters, and eviction's callbac
 - **A store** waits for SQLite's write lock at most its bound (``_deferred``: 0.25 s,
   10 ms while backing off), then is kept in memory (``locked``, kept: a lock timeout,
   not a write failure) and written with the next store that gets the lock, at the
-  write-back of close or at exit. Each transaction holds at most a quarter of the
-  WAL's allowance (``_deferred.batches``): deferred rows written in one go would
-  grow the WAL past the cap. Rows that cannot be written for another reason are
-  dropped, each a write failure told to the core.
+  write-back of close or at exit (at most ``_CATCH_UP`` transactions of them per
+  store, so that no store holds the write lock for long). Each transaction adds at
+  most half the WAL's allowance (``_deferred.batches``, ``_space.tx_bytes``):
+  deferred rows written in one go would grow the WAL past the cap. A store that
+  would take the WAL past its allowance while a reader keeps the WAL from being
+  folded in is kept the same way (``_space.WalFull``). Rows that cannot be written
+  for another reason are dropped, each a write failure told to the core.
 - **Write-back** (``housekeep``): the first use of each row since the last write-back
   and the counters' difference since then, in one short transaction: on the core's
   schedule (``wait=False``: a brief busy wait, what is not written waits for the
-  next), and at close, exit or for totals (``wait=True``).
+  next), and at close, exit or for totals (``wait=True``). It never folds the WAL:
+  when its pages would not fit beside the WAL, it waits for the next write-back.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from ..stats import CacheStats
 from ._conn import Connections
 from ._deferred import DeferredStores, Row, batches
 from ._schema import SQL, STAT_COLUMNS, Counters, is_busy, is_corruption
-from ._space import Space
+from ._space import Space, WalFull, touch_bytes, tx_bytes
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -36,6 +40,7 @@ if TYPE_CHECKING:
 __all__ = ["Writes"]
 
 _PENDING_MAX = 4096
+_CATCH_UP = 4  # transactions of kept rows a store writes after its own
 
 
 class Writes:
@@ -88,10 +93,21 @@ class Writes:
         self.conns.set_busy(conn, wait_ms)  # maintenance waits longer (full_wait)
         left = list(rows)
         mine = {id(r) for r in new}
-        budget = self.space.budget
-        for batch in batches(rows, budget.rows, budget.wal // 4):
+        room = self.space.budget.wal - self.space.budget.fold_at
+        caught_up = 0
+        for batch in batches(rows, room, tx_bytes):
+            if new and not any(id(r) in mine for r in left) and caught_up >= _CATCH_UP:
+                # The new rows are written: the rest of the kept ones wait for the next
+                # store, so one store never holds the write lock for a long run of
+                # transactions (peers' stores would time out meanwhile).
+                self.deferred.resume()
+                return [STORED_OUTCOME] * len(new)
+            caught_up += not any(id(r) in mine for r in batch)
+            adds = tx_bytes(len(batch), sum(r[3] for r in batch))
             try:
-                self.space.begin(conn, evict=self.make_room)  # sizes checked under the lock
+                # Sizes checked under the lock; a fold waits for readers at most as
+                # long as the store may wait for the lock.
+                self.space.begin(conn, wait_ms, self.make_room, adds)
                 try:
                     conn.executemany(SQL.put, batch)
                     conn.execute("COMMIT")
@@ -99,7 +115,7 @@ class Writes:
                     if conn.in_transaction:
                         conn.execute("ROLLBACK")
                     raise
-            except self.error as exc:
+            except (self.error, WalFull) as exc:
                 return self._stopped(exc, left, new)
             del left[: len(batch)]
             others = [r for r in batch if id(r) not in mine]
@@ -118,10 +134,13 @@ class Writes:
         else drops it."""
         unwritten = {id(r) for r in left}
         pending_new = [r for r in new if id(r) in unwritten]
-        if new and is_busy(exc) and all(self.deferred.keep(r) for r in pending_new):
+        wal = isinstance(exc, WalFull)
+        if new and (wal or is_busy(exc)) and all(self.deferred.keep(r) for r in pending_new):
             self.deferred.timed_out()
             detail = (
-                f"another process holds the write lock for more than "
+                f"{exc}; kept in memory until it is"
+                if wal
+                else f"another process holds the write lock for more than "
                 f"{self.deferred.wait_ms} ms; kept in memory until the write lock is free"
             )
             if not pending_new:
@@ -140,7 +159,7 @@ class Writes:
         """The outcome of a store that ``why`` stopped (told of damage)."""
         if isinstance(why, BaseException) and is_corruption(why):
             self.damaged(why)
-        if isinstance(why, BaseException) and is_busy(why):
+        if isinstance(why, WalFull) or (isinstance(why, BaseException) and is_busy(why)):
             return StoreOutcome(LOCKED, str(why))
         return StoreOutcome(READ_ONLY if self.read_only else FAILED, str(why))
 
@@ -151,7 +170,11 @@ class Writes:
     # -- eviction ---------------------------------------------------------------------
     def make_room(self, db: int, wal: int, wait_ms: int = 0) -> None:
         """Evict and fold so the files fit the cap (``Space.make_room``)."""
-        self.space.make_room(db, wal, wait_ms, lambda: self.housekeep(False), self._evicted)
+        self.space.make_room(db, wal, wait_ms, self._uses_first, self._evicted)
+
+    def _uses_first(self) -> None:
+        """Before the first row is evicted: the recorded uses, so LRU order is true."""
+        self.housekeep(False, fold=True)
 
     def _evicted(self, rids: list[int]) -> None:
         for rid in rids:
@@ -160,9 +183,11 @@ class Writes:
             self.reports.evicted(len(rids))
 
     # -- write-back of uses and counters ----------------------------------------------
-    def housekeep(self, wait: bool) -> bool:
+    def housekeep(self, wait: bool, fold: bool = False) -> bool:
         """Write pending uses and counter deltas in one transaction; whether all is
-        written (``wait=False``: a brief busy wait; what is not written is kept)."""
+        written (``wait=False``: a brief busy wait; what is not written is kept). Only
+        with ``wait`` or ``fold`` (before an eviction) is the WAL folded in to make
+        room for them (``Space.begin``); the write-back a read may run never folds."""
         if self.read_only:
             return True  # nothing can be written: uses and counters stay per handle
         if not self.mutex.acquire(blocking=wait):
@@ -173,7 +198,7 @@ class Writes:
             deltas = [a - b for a, b in zip(snap._values(), self.flushed._values(), strict=True)]
             del deltas[self.counters.n :]  # counters the table has columns for
             pending, self.pending = self.pending, {}
-            batch = self.space.budget.rows  # each use rewrites a page: bound the WAL
+            batch = self.space.budget.touches  # each use rewrites pages: bound the WAL
             if len(pending) > batch:
                 items = list(pending.items())
                 pending, self.pending = dict(items[:batch]), dict(items[batch:])
@@ -182,8 +207,15 @@ class Writes:
             conns = self.conns
             conn = conns.get()
             brief = self.housekeeping_ms
+            adds = touch_bytes(len(pending))
             with conns.full_wait(conn) if wait else conns.busy_timeout(conn, brief):
-                conn.execute("BEGIN IMMEDIATE")  # a few pages: the next writer folds
+                if wait or fold:
+                    self.space.begin(conn, 0 if wait else brief, adds=adds)
+                else:
+                    conn.execute("BEGIN IMMEDIATE")
+                    if not self.space.fits_now(adds):  # the next store folds
+                        conn.execute("ROLLBACK")
+                        raise WalFull("no room in the WAL for a write-back")
                 try:
                     if pending:
                         now = time.time_ns()
@@ -197,7 +229,7 @@ class Writes:
                     raise
             self.flushed = snap
             return True
-        except self.error:
+        except (self.error, WalFull):
             if len(self.pending) < _PENDING_MAX:
                 for rid, ns in pending.items():
                     self.pending.setdefault(rid, ns)
