@@ -158,6 +158,19 @@ class Connections:
         self._mutex = threading.Lock()
 
 
+@contextlib.contextmanager
+def committed(conn: Any) -> Iterator[None]:
+    """Commit the transaction ``conn`` has open when the block ends; roll it back (if
+    still open) when the block or the commit raises, and re-raise."""
+    try:
+        yield
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+
+
 def immediate(conn: Any, sql: str, params: Any = ()) -> Any:
     """Run one writing statement in a ``BEGIN IMMEDIATE`` transaction.
 
@@ -166,11 +179,6 @@ def immediate(conn: Any, sql: str, params: Any = ()) -> Any:
     taking the write lock first makes it wait its turn under the busy timeout.
     """
     conn.execute("BEGIN IMMEDIATE")
-    try:
+    with committed(conn):
         cur = conn.execute(sql, params)
-        conn.execute("COMMIT")
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
     return cur

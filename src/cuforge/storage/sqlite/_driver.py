@@ -36,7 +36,7 @@ from ..entry import CacheEntry, EntryInfo
 from ..outcome import STORED_OUTCOME, TOO_LARGE, Damaged, StoreOutcome
 from ..stats import CacheStats
 from ..units import check_max_size
-from ._conn import Connections, check_timeout, immediate, load_sqlite3, pragmas
+from ._conn import Connections, check_timeout, committed, immediate, load_sqlite3, pragmas
 from ._deferred import DeferredStores
 from ._entries import find_row, list_rows, remove_row
 from ._evict import checkpoint, delete_all, vacuum
@@ -300,13 +300,8 @@ class SQLiteDriver(Driver):
             conn = self._conns.get()
             with self._conns.full_wait(conn):
                 w.space.begin(conn, adds=tx_bytes(1), patience_ms=patience)
-                try:
+                with committed(conn):
                     cur = conn.execute(SQL.delete_key, (rid, kd))
-                    conn.execute("COMMIT")
-                except BaseException:
-                    if conn.in_transaction:
-                        conn.execute("ROLLBACK")
-                    raise
         except (self._error, WalFull) as exc:
             self.reports.dropped(w.failed(exc))
             return True  # not known absent: no KeyError

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import ownership
+from ._conn import committed
 
 __all__ = [
     "checkpoint",
@@ -109,7 +110,7 @@ def evict_rows(conn: Any, room: float, page_size: int, limit: int, begin: Begin)
     Row ids are key digests, so old rows sit on unrelated pages and each one deleted
     writes about a page to the WAL: ``limit`` keeps that within the WAL budget."""
     begin(conn)
-    try:
+    with committed(conn):
         used = pages_in_use(conn) * page_size
         total = conn.execute("SELECT total_bytes FROM cuforge_state").fetchall()[0][0]
         victims: list[int] = []
@@ -118,11 +119,6 @@ def evict_rows(conn: Any, room: float, page_size: int, limit: int, begin: Begin)
             # index): free that share of the stored bytes.
             victims = _choose(conn, total * (1 - max(room, 0) / used), limit)
             _delete_rows(conn, "eviction", victims)
-        conn.execute("COMMIT")
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
     return victims
 
 
@@ -209,14 +205,9 @@ def delete_all(conn: Any, step: int, begin: Begin) -> None:
     query, bound = _FROM, -(1 << 63)
     while True:
         begin(conn)
-        try:
+        with committed(conn):
             rids = [rid for (rid,) in conn.execute(query, (bound, step)).fetchall()]
             _delete_rows(conn, "clear", rids)
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
         if len(rids) < step:
             return
         query, bound = _AFTER, rids[-1]

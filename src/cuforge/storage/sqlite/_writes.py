@@ -26,7 +26,7 @@ from typing import Any
 
 from ..outcome import FAILED, LOCKED, READ_ONLY, STORED_OUTCOME, StoreOutcome
 from ..stats import CacheStats
-from ._conn import Connections
+from ._conn import Connections, committed
 from ._deferred import DeferredStores, Row, batches
 from ._schema import SQL, STAT_COLUMNS, Counters, is_busy, is_corruption
 from ._space import Space, WalFull, touch_bytes, tx_bytes
@@ -108,13 +108,8 @@ class Writes:
                 # Sizes checked under the lock; a fold waits for readers at most as
                 # long as the store may wait for the lock.
                 self.space.begin(conn, wait_ms, self.make_room, adds)
-                try:
+                with committed(conn):
                     conn.executemany(SQL.put, batch)
-                    conn.execute("COMMIT")
-                except BaseException:
-                    if conn.in_transaction:
-                        conn.execute("ROLLBACK")
-                    raise
             except (self.error, WalFull) as exc:
                 return self._stopped(exc, left, new)
             del left[: len(batch)]
@@ -216,17 +211,12 @@ class Writes:
                     if not self.space.fits_now(adds):  # the next store folds
                         conn.execute("ROLLBACK")
                         raise WalFull("no room in the WAL for a write-back")
-                try:
+                with committed(conn):
                     if pending:
                         now = time.time_ns()
                         conn.executemany(SQL.touch, [(ns, r, ns, now) for r, ns in pending.items()])
                     if any(deltas):
                         conn.execute(self.counters.add, deltas)
-                    conn.execute("COMMIT")
-                except BaseException:
-                    if conn.in_transaction:
-                        conn.execute("ROLLBACK")
-                    raise
             self.flushed = snap
             return True
         except (self.error, WalFull):
