@@ -24,8 +24,9 @@ BAD_LEVELS = [
     ("rediss://h:6379/x", "database 'x' is not a number"),
     ("s3://b?timeout=fast", "timeout: not a duration: 'fast'"),
     ("sqlite:///tmp/k.db?timeout=soon", "timeout: not a duration: 'soon'"),
+    ("s3://b?region=", "region= has no value"),
 ]
-IDS = ["redis port", "redis database", "s3 timeout", "sqlite timeout"]
+IDS = ["redis port", "redis database", "s3 timeout", "sqlite timeout", "s3 empty region"]
 
 
 def _workdir(tmp_path: Path) -> Path:

@@ -90,6 +90,9 @@ def test_levels_flags_and_percent_decoding() -> None:
         ("memory://?ro=maybe", "ro='maybe'"),
         ("memory://?max_size=1M&max_size=2M", "given twice"),
         ("memory://,,memory://", "empty level"),
+        ("s3://b?region=", "region= has no value"),
+        ("s3://b?endpoint=", "endpoint= has no value"),
+        ("rediss://h?ssl_ca_certs=", "ssl_ca_certs= has no value"),
         ("", "empty"),
     ],
 )

@@ -88,6 +88,14 @@ class CacheSpec:
         except ValueError as exc:
             raise self.error(f"{name}: {exc}") from None
 
+    def text_param(self, name: str) -> str | None:
+        """Parameter ``name`` as text, or None when absent; an empty value
+        (``region=``) is refused rather than read as "use the default"."""
+        raw = self.params.get(name)
+        if raw == "":
+            raise self.error(f"{name}= has no value (give one, or leave {name} out)")
+        return raw
+
     def duration(self, name: str) -> float | None:
         """Parameter ``name`` as seconds (``7d``), or None when absent."""
         raw = self.params.get(name)

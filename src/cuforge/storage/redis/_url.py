@@ -52,7 +52,7 @@ def _parsed(spec: CacheSpec) -> tuple[str, str, bool, dict[str, Any], dict[str, 
     for name in sorted(_SSL_PARAMS & spec.params.keys()):
         if not tls:
             raise spec.error(f"{name} needs TLS: use rediss://")
-        options[name] = spec.params[name]
+        options[name] = spec.text_param(name)
     durations: dict[str, Any] = {n: v for n in _DURATIONS if (v := spec.duration(n)) is not None}
     url = f"{'rediss' if tls else 'redis'}{'+cluster' if cluster else ''}://{parts.netloc}"
     return url, path, cluster, options, durations

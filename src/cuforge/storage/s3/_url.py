@@ -40,6 +40,8 @@ def _parsed(spec: CacheSpec) -> tuple[str, str, dict[str, Any]]:
         )
     if not bucket:
         raise spec.error("s3:// needs a bucket (e.g. s3://my-bucket/cuforge)")
+    for name in ("endpoint", "region"):
+        spec.text_param(name)
     options: dict[str, Any] = {n: v for n in _DURATIONS if (v := spec.duration(n)) is not None}
     if "path_style" in spec.params:
         options["path_style"] = spec.flag("path_style")
@@ -55,8 +57,8 @@ def open_s3(spec: CacheSpec) -> S3ProgramCache:
         return S3ProgramCache(
             bucket,
             prefix=prefix or "cuforge/",
-            endpoint=spec.params.get("endpoint") or None,
-            region=spec.params.get("region") or None,
+            endpoint=spec.text_param("endpoint"),
+            region=spec.text_param("region"),
             read_only=spec.read_only,
             **options,
         )
