@@ -152,6 +152,9 @@ def test_eight_cold_processes_compile_once_through_a_shared_backend(
     assert sum(r["hits"] == [False] for r in out) == 1  # the others waited, then hit
     assert sum(r["counters"]["stored"] for r in out) == 1
     assert sum(r["counters"]["unlocked"] for r in out) == 0
+    # Released together, the others met the holder's lock: their hits were waited for.
+    assert 1 <= sum(r["counters"]["waited"] for r in out) <= 7
+    assert all(r["counters"]["waited"] == 0 for r in out if r["hits"] == [False])
 
 
 def test_eight_cold_processes_build_a_native_module_once(tmp_path: Path) -> None:
@@ -195,6 +198,7 @@ def test_a_flipped_byte_in_a_stored_cubin_is_a_miss_and_a_recompile(tmp_path: Pa
         "stored": 1,
         "replaced": 0,
         "unlocked": 0,
+        "waited": 0,
     }
     third = run("kernel", tmp_path / "t3", url)  # the recompiled kernel was stored again
     assert third["hits"] == [True] and third["stats"]["integrity_failures"] == 0

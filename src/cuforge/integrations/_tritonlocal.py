@@ -43,9 +43,13 @@ _READ, _NEW = _openflags.READ, _openflags.CREATE
 #: This process's group lookups: ``hits``, ``misses`` (a compile follows),
 #: ``stored`` (groups stored), ``replaced`` (local copies that differed from the
 #: verified bytes and were rewritten), ``unlocked`` (misses that gave up waiting
-#: for the kernel's lock, or could not take it, and compiled without it). Kept here,
+#: for the kernel's lock, or could not take it, and compiled without it), ``waited``
+#: (hits found after waiting for a peer -- a process or a thread -- that held the
+#: kernel's lock: its compile and its stores were waited for). Kept here,
 #: where ``replaced`` is counted; ``cuforge.integrations.triton.counters`` is this dict.
-counters: dict[str, int] = {"hits": 0, "misses": 0, "stored": 0, "replaced": 0, "unlocked": 0}
+counters: dict[str, int] = {
+    "hits": 0, "misses": 0, "stored": 0, "replaced": 0, "unlocked": 0, "waited": 0,
+}
 
 _ABSENT, _SAME, _DIFFERS, _FOREIGN = range(4)
 

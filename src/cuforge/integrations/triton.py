@@ -288,6 +288,7 @@ class CuforgeCacheManager(CacheManager):  # type: ignore[misc]
             if found is None and not held:
                 counters["unlocked"] += 1  # compiles without the lock: maybe twice
             if found is not None:
+                counters["waited"] += 1  # a peer (process or thread) compiled it meanwhile
                 self._unlock()
         counters["hits" if found is not None else "misses"] += 1
         if found is None and _warm._state["warm"]:  # Triton compiles the kernel now
