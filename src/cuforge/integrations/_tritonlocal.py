@@ -48,7 +48,12 @@ _READ, _NEW = _openflags.READ, _openflags.CREATE
 #: kernel's lock: its compile and its stores were waited for). Kept here,
 #: where ``replaced`` is counted; ``cuforge.integrations.triton.counters`` is this dict.
 counters: dict[str, int] = {
-    "hits": 0, "misses": 0, "stored": 0, "replaced": 0, "unlocked": 0, "waited": 0,
+    "hits": 0,
+    "misses": 0,
+    "stored": 0,
+    "replaced": 0,
+    "unlocked": 0,
+    "waited": 0,
 }
 
 _ABSENT, _SAME, _DIFFERS, _FOREIGN = range(4)
