@@ -2,6 +2,7 @@
 
     python3 benchmarks/diag_coldstart.py misses [--mode max-autotune-no-cudagraphs]
     python3 benchmarks/diag_coldstart.py controls [--mode default] [--rounds 3]
+    python3 benchmarks/diag_coldstart.py stockremote [--mode ...] [--rounds 3]  # redis on PATH
 
 ``misses``: one cuforge cold process, then two fresh hosts on its cache; after each,
 the entries the cache gained (``cuforge cache ls``), by name, and for the Triton
@@ -11,8 +12,15 @@ compiled that the cold run never did. ``controls``: per round, stock cold and wa
 local, cuforge cold, cuforge on its own filled local directories (warm-local through
 cuforge), a cuforge fresh host and stock on a copy of its filled local directories at
 another path -- which of "empty local directories", "another path" and "cuforge
-installed" a gap comes from. Times are bench_coldstart's (first result after
-``import torch``); not figures, no thresholds.
+installed" a gap comes from. ``stockremote``: per round, stock cold and warm-local,
+then stock with its *own* remote caches on a loopback redis-server (Inductor's Redis
+FX-graph, AOT-autograd, autotune and bundled-autotune caches; the FX-graph entries
+bundle their Triton kernels. Triton 3.6's own ``RedisRemoteCacheBackend`` fails at
+construction -- it reads a ``knobs.cache.redis`` that version lacks): a cold process, then a
+fresh host (empty local directories, the same Redis) -- whether stock's own fleet
+cache brings a new host to warm-local, the control for cuforge's fresh host. Times
+are bench_coldstart's (first result after ``import torch``); not figures, no
+thresholds.
 """
 
 from __future__ import annotations
@@ -109,9 +117,68 @@ def controls(mode: str, base: Path, rounds: int) -> None:
         print(f"{kind:24s} median {statistics.median(ts):6.2f} s  {[round(t, 2) for t in ts]}")
 
 
+def _redis() -> tuple[subprocess.Popen[bytes], int]:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    cmd = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+           "--appendonly", "no"]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
+    for _ in range(100):
+        if subprocess.run(["redis-cli", "-p", str(port), "ping"], capture_output=True,
+                          check=False).stdout.strip() == b"PONG":  # fmt: skip
+            return proc, port
+        import time
+
+        time.sleep(0.05)
+    raise SystemExit("diag_coldstart: redis-server did not start")
+
+
+def stockremote(mode: str, base: Path, rounds: int) -> None:
+    times: dict[str, list[float]] = collections.defaultdict(list)
+    server, port = _redis()
+    remote = {
+        "TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE": "1",
+        "TORCHINDUCTOR_AUTOGRAD_REMOTE_CACHE": "1",
+        "TORCHINDUCTOR_AUTOTUNE_REMOTE_CACHE": "1",
+        "TORCHINDUCTOR_BUNDLED_AUTOTUNE_REMOTE_CACHE": "1",
+        "TORCHINDUCTOR_REDIS_HOST": "127.0.0.1",
+        "TORCHINDUCTOR_REDIS_PORT": str(port),
+    }
+    try:
+        for r in range(rounds):
+            subprocess.run(["redis-cli", "-p", str(port), "flushall"], capture_output=True,
+                           check=True)  # fmt: skip
+            at = base / f"round{r}"
+            plan = [
+                ("stock cold", at / "stock", False),
+                ("stock warm-local", at / "stock", False),
+                ("stock-remote cold", at / "remote-cold", True),
+                ("stock-remote fresh host", at / "remote-fresh", True),
+                ("stock-remote warm-local", at / "remote-fresh", True),
+            ]
+            for kind, local, use in plan:
+                env = bc._env(local, None, 1024, "cuda")
+                if use:
+                    env.update(remote)
+                rep = bc._run("cuda", mode, "stock", env)
+                times[kind].append(rep["seconds"])
+                keys = subprocess.run(["redis-cli", "-p", str(port), "dbsize"],
+                                      capture_output=True, check=False).stdout.strip()  # fmt: skip
+                _show(f"{r} {kind}", rep)
+                print(f"{'':24s} redis keys {keys.decode()}")
+    finally:
+        server.terminate()
+        server.wait()
+    for kind, ts in times.items():
+        print(f"{kind:24s} median {statistics.median(ts):6.2f} s  {[round(t, 2) for t in ts]}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("what", choices=("misses", "controls"))
+    ap.add_argument("what", choices=("misses", "controls", "stockremote"))
     ap.add_argument("--mode", default=None)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--dir", default="/tmp/cuforge-diag-coldstart")
@@ -120,6 +187,8 @@ def main() -> int:
     shutil.rmtree(base, ignore_errors=True)
     if args.what == "misses":
         misses(args.mode or "max-autotune-no-cudagraphs", base)
+    elif args.what == "stockremote":
+        stockremote(args.mode or "max-autotune-no-cudagraphs", base, args.rounds)
     else:
         controls(args.mode or "default", base, args.rounds)
     shutil.rmtree(base, ignore_errors=True)
