@@ -649,3 +649,24 @@ def test_a_failed_lookup_through_the_python_api_is_a_read_warning_at_the_callers
         assert (warning.filename, warning.lineno) == (__file__, line)
         stats = cache.stats()
         assert stats.read_failures >= 1 and stats.write_failures >= 1  # store skipped, no warning
+
+
+def test_a_refused_password_is_not_said_to_be_a_server_that_is_down(redis_server):
+    """A server that is up and refuses the URL's password: the warning said the fleet's
+    counters get the handle's counts "only if it answers again" -- it answers, and
+    refuses them too. Now it says they are kept only if it accepts them, and it does not."""
+    url = redis_server.url.replace("redis://", "redis://:pw@")
+    with RedisProgramCache(url, retry_after=60) as c:
+
+        def use() -> bytes | None:
+            got = c.get(b"k")
+            c[b"k"] = b"v"  # a dropped store, counted without a second warning
+            return got
+
+        got, caught = _caught(use)
+        assert got is None and c.stats().read_failures == 1 and c.stats().write_failures == 1
+    (warning,) = caught
+    text = str(warning.message)
+    assert "the server answered with an error" in text and "answers again" not in text, text
+    assert "only if it accepts them before the handle is closed: while it refuses them" in text
+    assert redis_server.client().dbsize() == 0  # as said: no count reached the server

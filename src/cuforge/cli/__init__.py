@@ -148,7 +148,8 @@ def in_cli_words(message: str) -> str:
     if "(total_stats())" in message:  # a remote handle's warning: loaded by then
         from cuforge.storage.remote import LATER_FAILURES
 
-        message = message.replace(LATER_FAILURES, _LATER_FAILURES)
+        for answered, said in LATER_FAILURES.items():
+            message = message.replace(said, _LATER_FAILURES[answered])
     # A tier's own counts live in its handle only: a command keeps none of them.
     message = message.replace(
         "counted in this handle's stats() without a warning", "not warned about"
@@ -168,14 +169,22 @@ def in_cli_words(message: str) -> str:
     return CachePathError.in_url_words(message)
 
 
-#: ``storage.remote.LATER_FAILURES`` in the command line's words: a command's counts
-#: reach the server's counters only through a flush, and none is sent while the
-#: server is down, so when the command ends first they are not kept.
-_LATER_FAILURES = (
-    "Later failures are counted in cuforge cache stats (read failures, write failures) "
-    "without a warning only if the server answers again before this command ends: "
-    "while it is down, the command's counts (misses included) are not kept."
-)
+#: ``storage.remote.LATER_FAILURES`` in the command line's words, per cause: a
+#: command's counts reach the server's counters only through a flush the server
+#: accepts, and none is sent while backing off, so when the command ends first --
+#: the server down, refusing it (a password or rights it does not grant), or not sent
+#: to at all -- they are not kept.
+_LATER = "Later failures are counted in cuforge cache stats (read failures, write failures) "
+_LATER_FAILURES: dict[bool | None, str] = {
+    False: _LATER + "without a warning only if the server answers again before this command "
+    "ends: while it is down, the command's counts (misses included) are not kept.",
+    True: _LATER + "without a warning only if the server accepts this command's counts before "
+    "it ends: while it refuses them (as a server refusing the password or the rights does), "
+    "the command's counts (misses included) are not kept.",
+    None: _LATER + "without a warning only if this command can send them to the server before "
+    "it ends: while it cannot (the cause above), the command's counts (misses included) are "
+    "not kept.",
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

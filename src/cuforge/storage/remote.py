@@ -12,8 +12,11 @@ terms. What is the same for every server is here, once:
 - **Failing open and fast.** A request that raises is a counted miss or a dropped
   store, never an error; the first failure of a handle warns once
   (``CacheReadWarning`` for a lookup, ``CacheWriteWarning`` otherwise), naming the
-  cause and the back-off, and that the fleet's counters get the handle's counts only
-  if the server answers again before it closes (:data:`LATER_FAILURES`). A server
+  cause and the back-off, and when the fleet's counters get the handle's counts
+  (:data:`LATER_FAILURES`, per cause: a server that is down, only if it answers
+  again before the handle closes; one that refused the request -- a password or
+  rights it does not grant -- only if it accepts them; a request never sent, only
+  if one can be). A server
   that does not answer is skipped for ``retry_after`` seconds (doubling to
   ``max_retry_after``; ``_breaker``) instead of costing a timeout per compile; one
   that answers with an error is not backed off from. Maintenance calls (listing,
@@ -60,14 +63,24 @@ if TYPE_CHECKING:
 
 __all__ = ["LATER_FAILURES", "RemoteCache", "RemoteDriver", "Store"]
 
-#: The end of a handle's one warning. The server's counters get what the handle
-#: counted only when a flush reaches it, and none is sent while backing off: a process
-#: that ends while the server is down loses its counts (the CLI says so in its words).
-LATER_FAILURES = (
+#: The end of a handle's one warning, per cause: ``Store.problem``'s ``answered``
+#: (False: the server could not be reached; True: it is up and refused the request;
+#: None: nothing was sent). The server's counters get what the handle counted only
+#: when a flush reaches it and it accepts it; none is sent while backing off. So a
+#: process that ends while the server is down, refuses it or cannot be sent to loses
+#: its counts (the CLI says so in its words: ``cli._LATER_FAILURES``).
+_LATER = (
     "Later failures of this handle are counted in stats() (read_failures, write_failures) "
     "without a warning; the server's shared counters (total_stats()) get them, and the "
-    "handle's other counts, only if it answers again before the handle is closed."
+    "handle's other counts, "
 )
+LATER_FAILURES: dict[bool | None, str] = {
+    False: _LATER + "only if it answers again before the handle is closed.",
+    True: _LATER + "only if it accepts them before the handle is closed: while it refuses "
+    "them (as a server refusing the password or the rights does), they are not kept.",
+    None: _LATER + "only if this process can send them before the handle is closed: while "
+    "it cannot (the cause above), they are not kept.",
+}
 
 #: Names listed per batch of listing reads.
 _BATCH = 100
@@ -142,7 +155,7 @@ class RemoteDriver(Driver):
             "remote",
             CacheReadWarning if what == "lookup" else CacheWriteWarning,
             f"{self.label}: {what} failed ({phrase}); {after}. Compiles are not affected. "
-            + LATER_FAILURES,
+            + LATER_FAILURES[answered],
         )
         return phrase, answered
 

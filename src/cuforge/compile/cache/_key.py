@@ -134,7 +134,7 @@ class _NvrtcBackend(_Backend):
     def describe(self) -> str:
         self.identity()
         nvrtc, headers, _ = self._memo
-        digest = hashlib.blake2b(headers, digest_size=6).hexdigest()
+        digest = _toolkit.identity_digest(headers)  # what toolkit_headers() prints
         return f"{nvrtc.decode('utf-8', 'replace')}|headers:{digest}"
 
     def option_fingerprint(self, options: ProgramOptions, closed: bool = False) -> bytes:

@@ -149,6 +149,12 @@ class ToolkitHeaders(
     include_dirs: tuple[str, ...]  #: the directories appended to NVRTC's flags
     identity: bytes  #: what the cache key pins
 
+    @property
+    def identity_digest(self) -> str:
+        """The identity's short digest (:func:`identity_digest`): what ``cuforge cache
+        show`` prints after ``headers:`` for an entry these headers compiled."""
+        return identity_digest(self.identity)
+
     def __str__(self) -> str:
         shown = f"{ENV_VAR}={self.setting!r}" if self.setting else f"{ENV_VAR} unset"
         lines = [f"CUDA headers for C++ programs ({shown}: {self.mode})"]
@@ -160,9 +166,16 @@ class ToolkitHeaders(
             lines.append("  " + "  ".join([*cells, row[3]]).rstrip())
         if not rows:
             lines.append("  (none: programs see only their own include_path)")
-        digest = hashlib.blake2b(self.identity, digest_size=8).hexdigest()
-        lines.append(f"  identity {digest}")
+        lines.append(f"  identity {self.identity_digest}")
         return "\n".join(lines)
+
+
+def identity_digest(identity: bytes) -> str:
+    """The short digest of a header-set identity (12 hex digits) that a user sees: in
+    ``str(toolkit_headers())`` and in each entry's recorded compiler (``...|headers:``).
+    Display only -- the cache key pins the identity's bytes, not this -- and the form
+    entries already stored record, so it cannot change without them disagreeing."""
+    return hashlib.blake2b(identity, digest_size=6).hexdigest()
 
 
 def _digest_files(directory: str, spec: _Spec) -> str:
@@ -514,6 +527,7 @@ __all__ = [
     "HeaderSet",
     "ToolkitHeaders",
     "check_setting",
+    "identity_digest",
     "toolkit_headers",
     "toolkit_identity",
     "toolkit_include_dirs",
