@@ -24,6 +24,18 @@ def isolated_env(home: pathlib.Path, **extra: str) -> dict[str, str]:
     return env
 
 
+def no_aws_env(home: pathlib.Path, **extra: str) -> dict[str, str]:
+    """:func:`isolated_env` without AWS credentials or profiles -- but with the loopback
+    instance-metadata address conftest sets, so a credential lookup stays on loopback."""
+    env = {
+        k: v
+        for k, v in isolated_env(home).items()
+        if not k.startswith("AWS_") or k == "AWS_METADATA_ENDPOINT"
+    }
+    env.update(extra)
+    return env
+
+
 def run(
     home: pathlib.Path,
     *args: str,

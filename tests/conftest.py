@@ -17,6 +17,13 @@ import os
 
 import pytest
 
+# Test traffic goes only to loopback: an S3 client with no credentials in the
+# environment or a profile asks the instance metadata service (169.254.169.254) next;
+# here it asks a closed loopback port instead (the client reads this variable, and
+# cuforge's no-credentials message knows it). Tests that build their own environment
+# without AWS variables keep this one (``_cli.no_aws_env``).
+os.environ["AWS_METADATA_ENDPOINT"] = "http://127.0.0.1:1"
+
 
 def device_ordinal() -> int:
     """The device the gpu tests run on (``CUFORGE_TEST_DEVICE``, default 0)."""

@@ -20,7 +20,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from _cli import SAXPY, isolated_env, run
+from _cli import SAXPY, isolated_env, no_aws_env, run
 from _redis import RedisServer, free_port
 
 NO_PASSWORD = "AUTH <password> called without any password configured"
@@ -90,7 +90,7 @@ def test_a_down_server_and_a_request_never_sent_keep_their_own_words(tmp_path: P
         warning
     ), warning
     # No AWS credentials anywhere: nothing is sent, the server is neither down nor refusing.
-    env = {k: v for k, v in isolated_env(tmp_path).items() if not k.startswith("AWS_")}
+    env = no_aws_env(tmp_path)
     (tmp_path / "home").mkdir()
     env["HOME"] = str(tmp_path / "home")
     s3 = f"s3://bucket/x?endpoint=http://127.0.0.1:{free_port()}"

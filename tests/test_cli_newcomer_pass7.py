@@ -16,7 +16,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from _cli import EXAMPLES, SAXPY, isolated_env, run
+from _cli import EXAMPLES, SAXPY, no_aws_env, run
 from _redis import RedisServer, free_port
 from reliability._figures import record
 
@@ -24,7 +24,7 @@ from reliability._figures import record
 def _no_aws(tmp_path: Path, **extra: str) -> dict[str, str]:
     """An environment with no AWS credentials anywhere cuforge or the client looks
     (variables, profile files under HOME), as on a laptop without an AWS set-up."""
-    env = {k: v for k, v in isolated_env(tmp_path).items() if not k.startswith("AWS_")}
+    env = no_aws_env(tmp_path)
     home = tmp_path / "home"
     home.mkdir(exist_ok=True)
     env.update(HOME=str(home), **extra)

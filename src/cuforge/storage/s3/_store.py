@@ -62,8 +62,19 @@ from . import _counters, _runtime
 __all__ = ["FRAME", "S3Store"]
 
 #: Where the client asks for credentials when none are in the environment or a
-#: profile: EC2's instance metadata service (IPv4, IPv6) and ECS's container endpoint.
+#: profile: EC2's instance metadata service (IPv4, IPv6) and ECS's container endpoint;
+#: and wherever ``$AWS_METADATA_ENDPOINT`` (read by the client) points instead.
 _METADATA_HOSTS = ("169.254.169.254", "[fd00:ec2::254]", "169.254.170.2")
+_METADATA_ENV = "AWS_METADATA_ENDPOINT"
+
+
+def _metadata_hosts() -> tuple[str, ...]:
+    """The addresses a credential lookup that fell through may have asked."""
+    configured = os.environ.get(_METADATA_ENV, "").strip()
+    host = configured.partition("://")[2].split("/", 1)[0] if "://" in configured else ""
+    return (*_METADATA_HOSTS, host) if host else _METADATA_HOSTS
+
+
 _NO_CREDENTIALS = (
     "no AWS credentials: none in the environment (AWS_ACCESS_KEY_ID and "
     "AWS_SECRET_ACCESS_KEY) or a profile (AWS_PROFILE), and the instance metadata "
@@ -199,7 +210,7 @@ class S3Store(Store):
         if "NoSuchBucket" in text:
             return "the bucket does not exist", True
         first = text.split("\n", 1)[0]
-        if any(host in first for host in _METADATA_HOSTS):
+        if any(host in first for host in _metadata_hosts()):
             return _NO_CREDENTIALS, None
         name = type(exc).__name__
         denied = ("403 Forbidden", "401 Unauthorized", "InvalidAccessKeyId",
