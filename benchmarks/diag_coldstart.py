@@ -18,7 +18,8 @@ FX-graph, AOT-autograd, autotune and bundled-autotune caches; the FX-graph entri
 bundle their Triton kernels. Triton 3.6's own ``RedisRemoteCacheBackend`` fails at
 construction -- it reads a ``knobs.cache.redis`` that version lacks): a cold process, then a
 fresh host (empty local directories, the same Redis) -- whether stock's own fleet
-cache brings a new host to warm-local, the control for cuforge's fresh host. Times
+cache brings a new host to warm-local, the control for cuforge's fresh host; and
+cuforge's cold process and fresh host, each round starting with another of the three. Times
 are bench_coldstart's (first result after ``import torch``); not figures, no
 thresholds.
 """
@@ -152,18 +153,28 @@ def stockremote(mode: str, base: Path, rounds: int) -> None:
             subprocess.run(["redis-cli", "-p", str(port), "flushall"], capture_output=True,
                            check=True)  # fmt: skip
             at = base / f"round{r}"
-            plan = [
-                ("stock cold", at / "stock", False),
-                ("stock warm-local", at / "stock", False),
-                ("stock-remote cold", at / "remote-cold", True),
-                ("stock-remote fresh host", at / "remote-fresh", True),
-                ("stock-remote warm-local", at / "remote-fresh", True),
+            groups: list[list[tuple[str, str, Path, Path | None, bool]]] = [
+                [
+                    ("stock cold", "stock", at / "stock", None, False),
+                    ("stock warm-local", "stock", at / "stock", None, False),
+                ],
+                [
+                    ("stock-remote cold", "stock", at / "remote-cold", None, True),
+                    ("stock-remote fresh host", "stock", at / "remote-fresh", None, True),
+                    ("stock-remote warm-local", "stock", at / "remote-fresh", None, True),
+                ],
+                [
+                    ("cuforge cold", "cuforge", at / "cf-cold", at / "cache", False),
+                    ("cuforge fresh host", "cuforge", at / "cf-fresh", at / "cache", False),
+                ],
             ]
-            for kind, local, use in plan:
-                env = bc._env(local, None, 1024, "cuda")
+            shift = r % len(groups)  # each round starts with another group
+            plan = [step for g in groups[shift:] + groups[:shift] for step in g]
+            for kind, side, local, cf, use in plan:
+                env = bc._env(local, cf, 1024, "cuda")
                 if use:
                     env.update(remote)
-                rep = bc._run("cuda", mode, "stock", env)
+                rep = bc._run("cuda", mode, side, env)
                 times[kind].append(rep["seconds"])
                 keys = subprocess.run(["redis-cli", "-p", str(port), "dbsize"],
                                       capture_output=True, check=False).stdout.strip()  # fmt: skip
@@ -174,6 +185,17 @@ def stockremote(mode: str, base: Path, rounds: int) -> None:
         server.wait()
     for kind, ts in times.items():
         print(f"{kind:24s} median {statistics.median(ts):6.2f} s  {[round(t, 2) for t in ts]}")
+    ratios = [
+        ("cuforge cold", "stock cold"),
+        ("cuforge cold", "stock-remote cold"),
+        ("stock-remote cold", "stock cold"),
+        ("cuforge fresh host", "stock warm-local"),
+        ("stock-remote fresh host", "stock warm-local"),
+    ]
+    for a, b in ratios:
+        per = [x / y for x, y in zip(times[a], times[b], strict=True)]
+        print(f"{a} / {b}: per round {[round(p, 2) for p in per]}, "
+              f"median {statistics.median(per):.2f}")  # fmt: skip
 
 
 def main() -> int:
