@@ -1,0 +1,106 @@
+"""Messages a newcomer pass found untrue, through the installed ``cuforge`` script in a
+subprocess, real NVRTC compiles on real caches; each test fails on the main it was
+written against.
+
+1. ``cache dir --cache 's3://bucket?endpoint=notaurl'`` printed the URL and exited 0,
+   while ``cache stats`` refused it: the endpoint (and a Redis prefix with braces, an
+   ``ssl_cert_reqs`` that is not none/optional/required) was checked only at open.
+2. ``redis://localhost:99999/0`` said ``port '99999' is not a number``;
+   ``redis://localhost:0/0`` was accepted.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from _cli import SAXPY, isolated_env, one_line_error, run
+
+# (URL, what the line says about it): every one refused alike by every command
+BAD_URLS = [
+    (
+        "s3://bucket?endpoint=notaurl",
+        "endpoint must start with http:// or https://, got 'notaurl'",
+    ),
+    (
+        "s3://bucket?endpoint=http://h:99999",
+        "endpoint 'http://h:99999' is not a URL with a host and port "
+        "(port 99999 is out of range 1-65535)",
+    ),
+    ("redis://localhost:99999/0", "port 99999 is out of range 1-65535"),
+    ("redis://localhost:0/0", "port 0 is out of range 1-65535"),
+    ("redis://h/0?prefix=a{b}", "prefix='a{b}': braces are not allowed (keys are <prefix>{<id>})"),
+    ("rediss://h/0?ssl_cert_reqs=bogus", "ssl_cert_reqs='bogus': use none, optional or required"),
+]
+URL_IDS = ["s3 endpoint", "s3 endpoint port", "redis port", "redis port 0", "prefix", "tls"]
+
+
+@pytest.mark.parametrize(("url", "says"), BAD_URLS, ids=URL_IDS)
+def test_cache_dir_refuses_what_every_cache_command_refuses(
+    tmp_path: Path, url: str, says: str
+) -> None:
+    # cache dir printed the URL, exit 0 (the redis port: "'99999' is not a number")
+    for command in ("dir", "stats", "ls"):
+        done = run(tmp_path, "cache", command, "--cache", url)
+        line = one_line_error(done, f"cuforge cache {command}")
+        assert line.endswith(f"--cache: cache URL {url!r}: {says}"), line
+    env = isolated_env(tmp_path, CUFORGE_CACHE=url)
+    line = one_line_error(run(tmp_path, "cache", "dir", env=env), "cuforge cache dir")
+    assert line.endswith(f"$CUFORGE_CACHE: cache URL {url!r}: {says}"), line
+
+
+@pytest.mark.parametrize(("url", "says"), BAD_URLS, ids=URL_IDS)
+def test_compile_refuses_it_behind_a_file_level_before_compiling(
+    tmp_path: Path, url: str, says: str
+) -> None:
+    # A lazy level behind the file level was opened only when reached: the compile ran,
+    # and a bad endpoint or prefix was a warning (a port 0 went to port 6379).
+    disk = tmp_path / "c"
+    done = run(tmp_path, "compile", str(SAXPY), "--arch", "sm_90", "-o",
+               str(tmp_path / "k.cubin"), "--cache", f"file://{disk},{url}")  # fmt: skip
+    line = one_line_error(done, "cuforge compile")
+    assert line.endswith(f"--cache: cache URL {url!r}: {says}"), line
+    assert not disk.exists() and not (tmp_path / "k.cubin").exists()
+
+
+def test_checking_the_moved_parts_loads_no_client(tmp_path: Path) -> None:
+    # The endpoint, prefix and TLS checks run in the backends' _url modules: refusing
+    # them at open must not import the S3 or Redis handle, driver or client.
+    code = f"""
+import sys
+from cuforge.storage import open_cache
+for level in ("s3://b?endpoint=notaurl", "redis://h:0/0", "redis://h?prefix=%7Bx",
+              "rediss://h?ssl_cert_reqs=maybe"):
+    try:
+        open_cache("file://{tmp_path / "c"}," + level, secret=None).close()
+    except ValueError as exc:
+        print("refused:", exc)
+heavy = ("cuforge.storage.redis._cache", "cuforge.storage.s3._cache", "cuforge.storage.remote",
+         "cuforge.storage.redis._store", "cuforge.storage.s3._store", "redis", "obstore")
+print("loaded:", sorted(m for m in heavy if m in sys.modules))
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=isolated_env(tmp_path), timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "refused: cache URL 's3://b?endpoint=notaurl': endpoint must start with http:// or "
+        "https://, got 'notaurl'",
+        "refused: cache URL 'redis://h:0/0': port 0 is out of range 1-65535",
+        "refused: cache URL 'redis://h?prefix=%7Bx': prefix='{x': braces are not allowed "
+        "(keys are <prefix>{<id>})",
+        "refused: cache URL 'rediss://h?ssl_cert_reqs=maybe': ssl_cert_reqs='maybe': use "
+        "none, optional or required",
+        "loaded: []",
+    ], done.stdout
+    assert not (tmp_path / "c").exists()
+
+
+def test_good_ports_endpoints_and_tls_words_still_pass(tmp_path: Path) -> None:
+    for url in ("redis://h:65535/0", "redis://h:1/0", "redis://[::1]:6379/0", "redis://h/0",
+                "s3://b?endpoint=http://[::1]:9000", "s3://b?endpoint=https://h",
+                "rediss://h/0?ssl_cert_reqs=Required"):  # fmt: skip
+        done = run(tmp_path, "cache", "dir", "--cache", url)
+        assert done.returncode == 0 and done.stdout.strip() == url, (url, done.stderr)
