@@ -7,17 +7,20 @@ written against.
    ``ssl_cert_reqs`` that is not none/optional/required) was checked only at open.
 2. ``redis://localhost:99999/0`` said ``port '99999' is not a number``;
    ``redis://localhost:0/0`` was accepted.
+3. ``-o /proc/x.cubin`` was refused only after NVRTC compiled and the cache stored.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from _cli import SAXPY, isolated_env, one_line_error, run
+from _cli import SAXPY, isolated_env, one_line_error, read_only_run, run
 
 # (URL, what the line says about it): every one refused alike by every command
 BAD_URLS = [
@@ -104,3 +107,67 @@ def test_good_ports_endpoints_and_tls_words_still_pass(tmp_path: Path) -> None:
                 "rediss://h/0?ssl_cert_reqs=Required"):  # fmt: skip
         done = run(tmp_path, "cache", "dir", "--cache", url)
         assert done.returncode == 0 and done.stdout.strip() == url, (url, done.stderr)
+
+
+# -- 3. an -o that cannot be written, refused before anything compiles --------------------
+@pytest.mark.parametrize("name", ["x.cubin", "x.fatbin"])
+def test_an_output_folder_that_takes_no_file_is_refused_before_compiling(
+    tmp_path: Path, name: str
+) -> None:
+    # /proc takes no new file, not even from root (permission bits would not say so).
+    cache = tmp_path / "c"
+    done = run(tmp_path, "compile", str(SAXPY), "--arch", "sm_90", "-o", f"/proc/{name}",
+               "--cache", str(cache))  # fmt: skip
+    line = one_line_error(done, "cuforge compile")
+    assert line == (
+        f"cuforge compile: error: -o: cannot write /proc/{name}: No such file or directory"
+    ), line
+    assert not cache.exists()  # nothing compiled, nothing stored (not even the cache made)
+    done = run(tmp_path, "compile", str(SAXPY), "--arch", "sm_90", "--outdir", "/proc/sys",
+               "--cache", str(cache))  # fmt: skip
+    line = one_line_error(done, "cuforge compile")
+    assert line.startswith(
+        "cuforge compile: error: --outdir /proc/sys: cannot write /proc/sys/saxpy.cubin: "
+    ), line
+    assert not cache.exists()
+
+
+def test_a_read_only_mount_is_refused_before_compiling(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "old.cubin").write_bytes(b"old")
+    cache = tmp_path / "c"
+    for target in (out / "new.cubin", out / "old.cubin"):  # a new file; one written over
+        done = read_only_run(out, "compile", str(SAXPY), "--arch", "sm_90", "-o", str(target),
+                             "--cache", str(cache))  # fmt: skip
+        line = one_line_error(done, "cuforge compile")
+        assert line == f"cuforge compile: error: -o: cannot write {target}: Read-only file system"
+        assert not cache.exists()
+    assert sorted(p.name for p in out.iterdir()) == ["old.cubin"]
+    assert (out / "old.cubin").read_bytes() == b"old"
+
+
+def test_the_check_is_honest_and_leaves_nothing_behind(tmp_path: Path) -> None:
+    # Mode 0555: a user cannot add a file, root can -- the check tries, it does not guess.
+    out = tmp_path / "out"
+    out.mkdir()
+    out.chmod(0o555)
+    try:
+        done = run(tmp_path, "compile", str(SAXPY), "--arch", "sm_90", "-o",
+                   str(out / "k.cubin"), "--cache", str(tmp_path / "c"))  # fmt: skip
+        if os.geteuid() == 0:
+            assert done.returncode == 0, done.stderr
+            assert [p.name for p in out.iterdir()] == ["k.cubin"]  # no probe file left
+        else:
+            line = one_line_error(done, "cuforge compile")
+            assert line.endswith(f"-o: cannot write {out / 'k.cubin'}: Permission denied")
+            assert not (tmp_path / "c").exists() and not list(out.iterdir())
+    finally:
+        out.chmod(0o755)
+    work = tmp_path / "w"
+    work.mkdir()
+    shutil.copy(SAXPY, work / "saxpy.cu")
+    done = run(tmp_path, "compile", "saxpy.cu", "--arch", "sm_90", "--cache",
+               str(tmp_path / "c2"), cwd=work)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in work.iterdir()) == ["saxpy.cu", "saxpy.cubin"]
