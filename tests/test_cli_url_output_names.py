@@ -8,10 +8,13 @@ written against.
 2. ``redis://localhost:99999/0`` said ``port '99999' is not a number``;
    ``redis://localhost:0/0`` was accepted.
 3. ``-o /proc/x.cubin`` was refused only after NVRTC compiled and the cache stored.
+4. A source named ``nl<newline>x.cu`` took two lines in ``cache ls`` and in the
+   compile report.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -20,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from _cli import SAXPY, isolated_env, one_line_error, read_only_run, run
+from _cli import SAXPY, SCRIPT, isolated_env, one_line_error, read_only_run, run
 
 # (URL, what the line says about it): every one refused alike by every command
 BAD_URLS = [
@@ -171,3 +174,59 @@ def test_the_check_is_honest_and_leaves_nothing_behind(tmp_path: Path) -> None:
                str(tmp_path / "c2"), cwd=work)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert sorted(p.name for p in work.iterdir()) == ["saxpy.cu", "saxpy.cubin"]
+
+
+# -- 4. control characters in names ----------------------------------------------------------
+def _bytes_run(home: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess[bytes]:
+    """``cuforge ARGS`` with stdout and stderr as bytes (``text=True`` would turn a
+    carriage return into a newline)."""
+    return subprocess.run([str(SCRIPT), *args], capture_output=True, cwd=cwd,
+                          env=isolated_env(home), timeout=240)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("name", "shown"),
+    [("nl\nx.cu", b"nl\\nx.cu"), ("t\tx.cu", b"t\\tx.cu"), ("cr\rx.cu", b"cr\\rx.cu"),
+     ("esc\x1b[31mx.cu", b"esc\\x1b[31mx.cu")],
+    ids=["newline", "tab", "carriage return", "escape"],
+)  # fmt: skip
+def test_a_name_with_a_control_character_is_one_escaped_field_of_one_line(
+    tmp_path: Path, name: str, shown: bytes
+) -> None:
+    work = tmp_path / "w"
+    work.mkdir()
+    shutil.copy(SAXPY, work / name)
+    cache = str(tmp_path / "c")
+    stem = shown[: -len(b".cu")]
+    for said in (b"cache miss", b"cache hit"):  # the full path, then the fast hit path
+        done = _bytes_run(tmp_path, "compile", name, "--arch", "sm_90", "--cache", cache,
+                          cwd=work)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.count(b"\n") == 1, done.stdout
+        assert done.stdout.startswith(shown + b" -> " + stem + b".cubin (cubin, sm_90, "), done
+        assert said in done.stdout
+    listed = _bytes_run(tmp_path, "cache", "ls", "--cache", cache, cwd=work).stdout
+    assert listed.count(b"\n") == 1, listed  # piped: one tab-separated line per entry
+    fields = listed.rstrip(b"\n").split(b"\t")
+    assert len(fields) == 9 and fields[7] == shown, fields
+    as_json = _bytes_run(tmp_path, "cache", "ls", "--json", "--cache", cache, cwd=work).stdout
+    assert json.loads(as_json)[0]["name"] == name  # --json keeps the exact name
+    shown_entry = _bytes_run(tmp_path, "cache", "show", fields[0].decode(), "--cache", cache,
+                             cwd=work).stdout  # fmt: skip
+    assert b"\nname            " + shown + b"\n" in shown_entry, shown_entry
+    gone = name.replace(".cu", "-gone.cu")
+    done = _bytes_run(tmp_path, "compile", gone, "--arch", "sm_90", "--cache", cache, cwd=work)
+    assert done.returncode == 2 and done.stderr == (
+        b"cuforge compile: error: cannot read " + stem + b"-gone.cu: No such file or directory\n"
+    ), done.stderr
+
+
+def test_printed_escapes_every_line_breaking_character_and_keeps_the_rest() -> None:
+    from cuforge._names import printed
+
+    plain = "kü 核.cu"
+    assert printed(plain) is plain  # nothing changes for an ordinary name
+    assert printed("a\u00a0b.cu") == "a\u00a0b.cu"  # not printable, but no line break
+    assert printed("k\udcfc\n.cu") == "k\\xfc\\n.cu"  # an undecodable byte and a newline
+    assert printed("c1\x85 del\x7f nul\x00 ls\u2028") == "c1\\x85 del\\x7f nul\\x00 ls\\u2028"
+    assert "\n".join(printed(n) for n in ("a\nb", "c\rd")).splitlines() == ["a\\nb", "c\\rd"]

@@ -42,6 +42,7 @@ import os
 import sys
 import time
 
+from cuforge._names import printed
 from cuforge.cli import _config, _direct, _pool, _programs, _select
 from cuforge.cli._args import UsageError, size_arg
 from cuforge.cli._report import render, store_fields
@@ -408,7 +409,8 @@ def run(args: argparse.Namespace) -> int:
     def done(i: int, result: dict[str, Any]) -> None:
         jobs[i].result = result
         if result.get("warnings"):
-            sys.stderr.write(f"{jobs[i].source.path} ({jobs[i].arch}): {result['warnings']}\n")
+            said = f"{printed(jobs[i].source.path)} ({jobs[i].arch})"
+            sys.stderr.write(f"{said}: {result['warnings']}\n")
 
     fatbin = is_fatbin(args)
     with cache if cache is not None else contextlib.nullcontext():
@@ -419,7 +421,7 @@ def run(args: argparse.Namespace) -> int:
         for job in jobs:
             r = job.result
             if r["status"] == "failed":
-                sys.stderr.write(f"{job.source.path} ({job.arch}): {r['log']}\n")
+                sys.stderr.write(f"{printed(job.source.path)} ({job.arch}): {r['log']}\n")
                 results.append(
                     {"source": job.source.path, "arch": job.arch, "target": job.spec.target,
                      "error": r["log"]}
