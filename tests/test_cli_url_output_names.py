@@ -214,6 +214,11 @@ def test_a_name_with_a_control_character_is_one_escaped_field_of_one_line(
     shown_entry = _bytes_run(tmp_path, "cache", "show", fields[0].decode(), "--cache", cache,
                              cwd=work).stdout  # fmt: skip
     assert b"\nname            " + shown + b"\n" in shown_entry, shown_entry
+    folder = str(tmp_path / f"dir-{name}")  # a cache directory so named
+    done = _bytes_run(tmp_path, "cache", "dir", "--cache", folder, cwd=work)
+    assert done.stdout == str(tmp_path).encode() + b"/dir-" + shown + b"\n", done  # one line
+    done = _bytes_run(tmp_path, "cache", "dir", "--json", "--cache", folder, cwd=work)
+    assert json.loads(done.stdout)["cache"] == folder
     gone = name.replace(".cu", "-gone.cu")
     done = _bytes_run(tmp_path, "compile", gone, "--arch", "sm_90", "--cache", cache, cwd=work)
     assert done.returncode == 2 and done.stderr == (

@@ -533,5 +533,6 @@ def _dir(args: argparse.Namespace) -> int:
             # the directory the cache opens, as the file system names it: not its URL
             # (file:///d), its options (?max_size=) or its encoding (%2C for a comma)
             where = os.path.abspath(specs[0].location)
-    print(json.dumps({"cache": where, "origin": origin}, indent=2) if args.json else where)
+    # one line: a control character in the path escaped (--json: the exact path)
+    print(json.dumps({"cache": where, "origin": origin}, indent=2) if args.json else printed(where))
     return 0
