@@ -122,7 +122,15 @@ def say_warning(text: str, once: object = None) -> None:
         return
     _said.add(said)
     if not _quiet:
-        print(f"cuforge: warning: {in_cli_words(text)}", file=sys.stderr)
+        print(f"cuforge: warning: {_one_line(in_cli_words(text))}", file=sys.stderr)
+
+
+def _one_line(message: str) -> str:
+    """An error or warning line with each control character escaped -- a file name's
+    newline as ``\\n`` (``_names.printed``) -- so it stays the one line it is."""
+    from cuforge._names import printed
+
+    return printed(message)
 
 
 def in_cli_words(message: str) -> str:
@@ -320,12 +328,12 @@ def _dispatch(argv: list[str], digest: str | None) -> int:
         return int(handler(args))
     except UsageError as exc:
         prog = exc.prog or _prog(argv)
-        print(f"{prog}: error: {exc}", file=sys.stderr)
+        print(f"{prog}: error: {_one_line(str(exc))}", file=sys.stderr)
         return 2
     except BrokenPipeError:
         return _reader_gone()
     except OSError as exc:  # a cache that cannot be reached or written while in use
-        print(f"{_prog(argv)}: error: {exc}", file=sys.stderr)
+        print(f"{_prog(argv)}: error: {_one_line(str(exc))}", file=sys.stderr)
         return 1
     except Exception as exc:
         from cuforge._cuda import ToolkitNotFoundError  # imports nothing CUDA

@@ -1,7 +1,8 @@
 """What ``cuforge compile`` prints per output, shared by the full path and the fast
 hit path (``_direct``) so both print exactly the same thing. Imports nothing heavy.
 
-Text: one line per output::
+Text: one line per output (a control character in a name escaped, ``\\n``:
+``cuforge._names.printed``; ``--json`` keeps the exact names)::
 
     k.cu -> k.cubin (cubin, sm_90, 3720 bytes) in 0.9 ms, cache hit
 
@@ -29,6 +30,8 @@ reads ``cache miss (compiled; not stored: read-only)`` -- ``too-large`` reads
 """
 
 from __future__ import annotations
+
+from cuforge._names import printed
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -111,4 +114,6 @@ def render(results: list[dict[str, Any]], as_json: bool) -> str:
             f"{r['source']} -> {r['output']} ({r['target']}, {r['arch']}, {r['bytes']} bytes) "
             f"in {r['ms']:.1f} ms{words}"
         )
-    return "\n".join(lines)
+    # A control character in a name (source, output, a level's directory) escaped:
+    # one line per output, as promised.
+    return "\n".join(printed(line) for line in lines)

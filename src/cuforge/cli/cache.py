@@ -41,6 +41,7 @@ import os
 import sys
 import time
 
+from cuforge._names import printed
 from cuforge.cli import _entries, _select, _statslevels, _term
 from cuforge.cli._args import UsageError, arch_arg
 from cuforge.storage.config import DEFAULT_ORIGIN
@@ -333,7 +334,7 @@ def _ls(args: argparse.Namespace) -> int:
                 format_size(r.info.size),
                 _term.ago(r.info.stored_ns, now),
                 _term.ago(r.info.used_ns, now),
-                str(rec.get("name") or "-"),
+                printed(str(rec.get("name") or "-")),  # one line, one column: escaped
                 _entries.short_compiler(r.compiler) if r.kind == "program" else "-",
             ]
         )
@@ -483,6 +484,8 @@ def _variant_line(variant: dict[str, Any]) -> str:
 
 
 def _print_details(details: dict[str, Any], to: Any) -> None:
+    """``label  value`` lines; a control character in a value (a name's newline) is
+    escaped (``_names.printed``), so each value stays on its line."""
     for key, value in details.items():
         label = key.replace("_", " ")
         if isinstance(value, list):
@@ -492,9 +495,9 @@ def _print_details(details: dict[str, Any], to: Any) -> None:
                     item = ", ".join(f"{k}={v}" for k, v in item.items())
                 elif isinstance(item, list):
                     item = " ".join(str(x) for x in item)
-                print(f"  {item}", file=to)
+                print(f"  {printed(str(item))}", file=to)
         else:
-            shown = value
+            shown = printed(str(value))
             if key == "verifies" and isinstance(value, bool):
                 ok = _term.paint("yes", "green", to) if value else _term.paint("NO", "red", to)
                 shown = ok
@@ -530,5 +533,6 @@ def _dir(args: argparse.Namespace) -> int:
             # the directory the cache opens, as the file system names it: not its URL
             # (file:///d), its options (?max_size=) or its encoding (%2C for a comma)
             where = os.path.abspath(specs[0].location)
-    print(json.dumps({"cache": where, "origin": origin}, indent=2) if args.json else where)
+    # one line: a control character in the path escaped (--json: the exact path)
+    print(json.dumps({"cache": where, "origin": origin}, indent=2) if args.json else printed(where))
     return 0

@@ -15,9 +15,10 @@ the cache served it (``--json``: one JSON array). Caching is on by default (see
 Before anything compiles, ``plan`` refuses (usage errors): a target the source's
 code type does not compile to (``_programs.check_target``: the compile layer's own
 rule, so the cached and the uncached path refuse alike and nothing is stored under
-it), and an output that is the same file as an input (a FILE or ``-include FILE``:
-same path, symbolic or hard link, an ``--outdir`` or default name landing on one);
-each output is checked again on its opened descriptor when written.
+it), an output that is the same file as an input (a FILE or ``-include FILE``:
+same path, symbolic or hard link, an ``--outdir`` or default name landing on one),
+and an output that cannot be written (``_check_writable``: tried, not guessed from
+permission bits); each output is checked again on its opened descriptor when written.
 
 Exit status: 0 all compiled; 1 a compiler rejected a source (its log goes to stderr,
 other outputs are still written), or the cache refused one (an include it cannot
@@ -41,6 +42,7 @@ import os
 import sys
 import time
 
+from cuforge._names import printed
 from cuforge.cli import _config, _direct, _pool, _programs, _select
 from cuforge.cli._args import UsageError, size_arg
 from cuforge.cli._report import render, store_fields
@@ -174,6 +176,56 @@ def _check_not_an_input(
             f"{where}the output {job.output} of {job.source.path} would overwrite "
             f"the input {path}{fix}"
         )
+
+
+def _check_writable(args: argparse.Namespace, jobs: list[Job]) -> None:
+    """UsageError, before anything compiles, with the line :func:`_write` would give
+    when an output cannot be written (``-o: cannot write /proc/x.cubin: No such file
+    or directory``): an existing file or directory is opened for writing (nothing is
+    written, so nothing changes); for a new file, a temporary file is created in the
+    folder it would go into -- the folder its path leads to, through links -- and
+    removed (permission bits alone do not say: root writes anyway, and a read-only
+    mount or ``/proc`` refuses everyone). Devices, FIFOs and sockets are left to the
+    write, where opening one cannot block or act."""
+    import stat
+
+    flag = _named_by(args)
+    probed: dict[str, OSError | None] = {}
+    for job in jobs:
+        output = job.output
+        if output == STDOUT:
+            continue
+        try:
+            try:
+                mode = os.stat(output).st_mode
+            except FileNotFoundError:
+                folder = os.path.dirname(os.path.realpath(output))
+                if folder not in probed:
+                    probed[folder] = _creates_in(folder)
+                problem = probed[folder]
+            else:
+                if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+                    os.close(os.open(output, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0)))
+                problem = None
+        except OSError as exc:
+            problem = exc
+        if problem is not None:
+            where = f"{flag}: " if flag else ""
+            raise UsageError(f"{where}cannot write {output}: {problem.strerror or problem}")
+
+
+def _creates_in(folder: str) -> OSError | None:
+    """Why a new file cannot be created in ``folder``, or None: found by creating one
+    (exclusively, under a random name no one else uses) and removing it."""
+    probe = os.path.join(folder, f".cuforge-probe-{os.getpid()}-{os.urandom(6).hex()}")
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        return exc
+    os.close(fd)
+    with contextlib.suppress(OSError):
+        os.unlink(probe)
+    return None
 
 
 def _write(output: str, data: bytes, inputs: dict[tuple[int, int], str], flag: str = "") -> None:
@@ -338,6 +390,7 @@ def plan(args: argparse.Namespace) -> list[Job]:
                 raise UsageError(f"{other} and {path} would both be written to {job.output}")
             jobs.append(job)
     _check_not_an_input(args, jobs, _input_files(args))
+    _check_writable(args, jobs)
     cpp = list(dict.fromkeys(j.source.path for j in jobs if j.source.code_type == "c++"))
     if cpp:  # last: these may ask NVRTC or locate the CUDA headers (state records)
         check_cpp_inputs(args, archs, cpp)
@@ -356,7 +409,8 @@ def run(args: argparse.Namespace) -> int:
     def done(i: int, result: dict[str, Any]) -> None:
         jobs[i].result = result
         if result.get("warnings"):
-            sys.stderr.write(f"{jobs[i].source.path} ({jobs[i].arch}): {result['warnings']}\n")
+            said = f"{printed(jobs[i].source.path)} ({jobs[i].arch})"
+            sys.stderr.write(f"{said}: {result['warnings']}\n")
 
     fatbin = is_fatbin(args)
     with cache if cache is not None else contextlib.nullcontext():
@@ -367,7 +421,7 @@ def run(args: argparse.Namespace) -> int:
         for job in jobs:
             r = job.result
             if r["status"] == "failed":
-                sys.stderr.write(f"{job.source.path} ({job.arch}): {r['log']}\n")
+                sys.stderr.write(f"{printed(job.source.path)} ({job.arch}): {r['log']}\n")
                 results.append(
                     {"source": job.source.path, "arch": job.arch, "target": job.spec.target,
                      "error": r["log"]}

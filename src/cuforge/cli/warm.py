@@ -42,6 +42,7 @@ import os
 import sys
 import time
 
+from cuforge._names import printed
 from cuforge.cli import _pool, _programs, _select, _term, _warmfile
 from cuforge.cli._args import UsageError
 from cuforge.cli._report import MEMORY_ONLY, store_fields
@@ -343,7 +344,7 @@ def _summary(
             print(_set_line(fetched))
         if _term.is_tty(sys.stdout):
             rows = [
-                [_term.paint(r["status"], _colour(r["status"])), r["source"], r["arch"],
+                [_term.paint(r["status"], _colour(r["status"])), printed(r["source"]), r["arch"],
                  r["variant"] or "-", f"{r['seconds']:.2f}"]
                 for r in results
             ]  # fmt: skip
@@ -353,7 +354,7 @@ def _summary(
         for r in results:
             if r["status"] == "failed":
                 lines = [ln for ln in r["log"].splitlines() if ln.strip()][:_LOG_LINES]
-                print(f"\nfailed: {r['source']} {r['arch']} {r['variant']}".rstrip())
+                print(f"\nfailed: {printed(r['source'])} {r['arch']} {r['variant']}".rstrip())
                 for ln in lines:
                     print(f"  {ln}")
         plural = "" if jobs == 1 else "s"

@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from cuforge._names import printed
 from cuforge.compile import _inputs as inputs
 from cuforge.compile.cache import _manifest, _tracking
 from cuforge.compile.cache._key import program_key
@@ -37,7 +38,8 @@ __all__ = ["Explanation", "explain"]
 
 @dataclass
 class Explanation:
-    """The answer of :func:`explain`. ``str()`` gives one line per reason."""
+    """The answer of :func:`explain`. ``str()`` gives one line per reason (a control
+    character in a name, a header's newline, escaped: ``cuforge._names.printed``)."""
 
     hit: bool
     key: str  # the entry (or manifest) id the compile would look up
@@ -48,7 +50,7 @@ class Explanation:
         if self.hit:
             # 12 hex digits, as cache ls, the explain miss line and the logger show ids
             return f"hit: entry {self.key[:12]} would be served"
-        lines = [f"miss: {r}" for r in self.reasons] or ["miss"]
+        lines = [f"miss: {printed(r)}" for r in self.reasons] or ["miss"]
         return "\n".join(lines)
 
 

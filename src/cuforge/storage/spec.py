@@ -15,7 +15,7 @@ TYPE_CHECKING = False  # typing and dataclasses cost a cold process ~10 ms: not 
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["CacheSpec", "unquote"]
+__all__ = ["CacheSpec", "unquote", "url_port"]
 
 
 def unquote(text: str) -> str:
@@ -26,6 +26,26 @@ def unquote(text: str) -> str:
     from urllib.parse import unquote as decode
 
     return decode(text)
+
+
+def url_port(netloc: str) -> int | None:
+    """The port of a URL's ``netloc`` (``user:pw@host:port``, ``[::1]:port``), None
+    when it names none; ValueError (``port 'p' is not a number``, ``port 99999 is out
+    of range 1-65535``) for one no server can listen on -- port 0 included, which
+    ``urllib`` accepts and a client would read as "the default" or fail to reach."""
+    host = netloc.rpartition("@")[2]
+    if host.startswith("["):  # an IPv6 address: the port follows "]:"
+        raw = host.partition("]")[2].partition(":")[2]
+    else:
+        raw = host.partition(":")[2]
+    if not raw:
+        return None
+    if not (raw.isascii() and raw.isdigit()):
+        raise ValueError(f"port {raw!r} is not a number")
+    port = int(raw)
+    if not 1 <= port <= 65535:
+        raise ValueError(f"port {raw} is out of range 1-65535")
+    return port
 
 
 class CacheSpec:

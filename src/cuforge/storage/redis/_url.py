@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-from ..spec import CacheSpec
+from ..spec import CacheSpec, url_port
 
 TYPE_CHECKING = False  # typing costs a cold process ~2 ms: not here
 if TYPE_CHECKING:
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 __all__ = ["check_redis", "open_redis"]
 
 _SSL_PARAMS = {"ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_cert_reqs"}
+_CERT_REQS = ("none", "optional", "required")
 _DURATIONS = ("ttl", "timeout", "connect_timeout", "lock_lease", "retry_after")
 
 
@@ -36,9 +37,9 @@ def _parsed(spec: CacheSpec) -> tuple[str, str, bool, dict[str, Any], dict[str, 
     rest = spec.text.split("?", 1)[0].partition("://")[2]
     parts = urlsplit("redis://" + rest)
     try:
-        _ = parts.port  # validates it
-    except ValueError:
-        raise spec.error(f"port {parts.netloc.rpartition(':')[2]!r} is not a number") from None
+        url_port(parts.netloc)
+    except ValueError as exc:
+        raise spec.error(str(exc)) from None
     if not parts.hostname:
         raise spec.error(f"{spec.scheme}:// needs a host (e.g. {spec.scheme}://localhost:6379)")
     path = parts.path.strip("/")
@@ -53,9 +54,25 @@ def _parsed(spec: CacheSpec) -> tuple[str, str, bool, dict[str, Any], dict[str, 
         if not tls:
             raise spec.error(f"{name} needs TLS: use rediss://")
         options[name] = spec.text_param(name)
+    if "ssl_cert_reqs" in options:  # read when connecting (both clients): checked now
+        reqs = options["ssl_cert_reqs"] = options["ssl_cert_reqs"].lower()
+        if reqs not in _CERT_REQS:
+            raise spec.error(f"ssl_cert_reqs={reqs!r}: use none, optional or required")
+    _prefix(spec)
     durations: dict[str, Any] = {n: v for n in _DURATIONS if (v := spec.duration(n)) is not None}
     url = f"{'rediss' if tls else 'redis'}{'+cluster' if cluster else ''}://{parts.netloc}"
     return url, path, cluster, options, durations
+
+
+def _prefix(spec: CacheSpec) -> str:
+    """``prefix=``'s value (``cuforge:`` when absent): not empty and without braces,
+    which would make a hash tag of their own in the keys (``<prefix>{<id>}``)."""
+    prefix = spec.text_param("prefix")
+    if prefix is None:
+        return "cuforge:"
+    if "{" in prefix or "}" in prefix:
+        raise spec.error(f"prefix={prefix!r}: braces are not allowed (keys are <prefix>{{<id>}})")
+    return prefix
 
 
 def open_redis(spec: CacheSpec) -> RedisProgramCache:
@@ -66,7 +83,7 @@ def open_redis(spec: CacheSpec) -> RedisProgramCache:
     try:
         return RedisProgramCache(
             url + ("" if cluster else f"/{path or 0}"),
-            prefix=spec.params.get("prefix", "cuforge:"),
+            prefix=_prefix(spec),
             cluster=cluster,
             read_only=spec.read_only,
             client_options=options,

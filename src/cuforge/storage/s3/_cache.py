@@ -10,6 +10,7 @@ from typing import Any
 
 from ..remote import RemoteCache
 from ..units import positive_seconds
+from ._endpoint import check_endpoint
 from ._store import S3Store, make_client, obstore_module
 
 __all__ = ["S3ProgramCache"]
@@ -17,19 +18,10 @@ __all__ = ["S3ProgramCache"]
 
 def _endpoint_options(endpoint: str | None) -> dict[str, Any]:
     """Client options for ``endpoint``; ValueError for one that is not a URL with a host
-    (the client panics on a bad port at each request)."""
+    (``_endpoint``, which checking an ``s3://`` URL runs too)."""
     if endpoint is None:
         return {}
-    if not endpoint.startswith(("http://", "https://")):
-        raise ValueError(f"endpoint must start with http:// or https://, got {endpoint!r}")
-    from urllib.parse import urlsplit
-
-    try:
-        if not urlsplit(endpoint).hostname:
-            raise ValueError
-        _ = urlsplit(endpoint).port
-    except ValueError:
-        raise ValueError(f"endpoint {endpoint!r} is not a URL with a host and port") from None
+    check_endpoint(endpoint)
     return {"allow_http": endpoint.startswith("http://")}
 
 

@@ -9,6 +9,7 @@ table and imported only when such a URL is opened.
 from __future__ import annotations
 
 from ..spec import CacheSpec
+from ._endpoint import check_endpoint
 
 TYPE_CHECKING = False  # typing costs a cold process ~2 ms: not here
 if TYPE_CHECKING:
@@ -40,8 +41,11 @@ def _parsed(spec: CacheSpec) -> tuple[str, str, dict[str, Any]]:
         )
     if not bucket:
         raise spec.error("s3:// needs a bucket (e.g. s3://my-bucket/cuforge)")
-    for name in ("endpoint", "region"):
-        spec.text_param(name)
+    spec.text_param("region")
+    try:
+        check_endpoint(spec.text_param("endpoint"))
+    except ValueError as exc:
+        raise spec.error(str(exc)) from None
     options: dict[str, Any] = {n: v for n in _DURATIONS if (v := spec.duration(n)) is not None}
     if "path_style" in spec.params:
         options["path_style"] = spec.flag("path_style")
