@@ -487,12 +487,20 @@ def main(argv: list[str] | None = None) -> int:
     # Each client is a fresh interpreter: with PYTHONDONTWRITEBYTECODE set (or a tree
     # just edited), every one would compile cuforge's changed modules from source --
     # tens of ms each, on every one of hundreds of ranks. A deployed cuforge has its
-    # bytecode; so has this run.
+    # bytecode (pip writes it at install); so has this run -- and so have the modules a
+    # compile imports (cuda.bindings, cuda.pathfinder), which an environment installed
+    # without bytecode (the GPU machine's) would otherwise compile from source in every
+    # kernel's holder, at its first compile.
     import compileall
+    import importlib.util
 
     import cuforge
 
     compileall.compile_dir(os.path.dirname(cuforge.__file__), quiet=1)
+    for name in ("cuda.bindings", "cuda.pathfinder"):
+        spec = importlib.util.find_spec(name)
+        for where in (spec.submodule_search_locations or []) if spec else []:
+            compileall.compile_dir(where, quiet=1)
     work = Path(tempfile.mkdtemp(prefix="herd-servers-"))
     servers = Servers(work, which)
     rows: list[dict[str, Any]] = []
