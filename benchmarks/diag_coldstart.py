@@ -3,6 +3,7 @@
     python3 benchmarks/diag_coldstart.py misses [--mode max-autotune-no-cudagraphs]
     python3 benchmarks/diag_coldstart.py controls [--mode default] [--rounds 3]
     python3 benchmarks/diag_coldstart.py stockremote [--mode ...] [--rounds 3]  # redis on PATH
+    python3 benchmarks/diag_coldstart.py split [--mode ...] [--rounds 3]  # redis on PATH
 
 ``misses``: one cuforge cold process, then two fresh hosts on its cache; after each,
 the entries the cache gained (``cuforge cache ls``), by name, and for the Triton
@@ -19,7 +20,9 @@ bundle their Triton kernels. Triton 3.6's own ``RedisRemoteCacheBackend`` fails 
 construction -- it reads a ``knobs.cache.redis`` that version lacks): a cold process, then a
 fresh host (empty local directories, the same Redis) -- whether stock's own fleet
 cache brings a new host to warm-local, the control for cuforge's fresh host; and
-cuforge's cold process and fresh host, each round starting with another of the three. Times
+cuforge's cold process and fresh host, each round starting with another of the three.
+``split``: cold processes only -- stock, stock with its own remote caches, cuforge
+whole, behind Triton only, behind Inductor only, and with synchronous stores. Times
 are bench_coldstart's (first result after ``import torch``); not figures, no
 thresholds.
 """
@@ -137,10 +140,9 @@ def _redis() -> tuple[subprocess.Popen[bytes], int]:
     raise SystemExit("diag_coldstart: redis-server did not start")
 
 
-def stockremote(mode: str, base: Path, rounds: int) -> None:
-    times: dict[str, list[float]] = collections.defaultdict(list)
-    server, port = _redis()
-    remote = {
+def _remote_env(port: int) -> dict[str, str]:
+    """Stock Inductor's own Redis remote caches, on the loopback server at ``port``."""
+    return {
         "TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE": "1",
         "TORCHINDUCTOR_AUTOGRAD_REMOTE_CACHE": "1",
         "TORCHINDUCTOR_AUTOTUNE_REMOTE_CACHE": "1",
@@ -148,6 +150,54 @@ def stockremote(mode: str, base: Path, rounds: int) -> None:
         "TORCHINDUCTOR_REDIS_HOST": "127.0.0.1",
         "TORCHINDUCTOR_REDIS_PORT": str(port),
     }
+
+
+def split(mode: str, base: Path, rounds: int) -> None:
+    """Cold processes only, per round in a rotated order: stock; stock with its own
+    Redis remote caches; cuforge whole (Triton's manager and Inductor's remote
+    caches); cuforge behind Triton only; cuforge behind Inductor only; cuforge whole
+    with synchronous stores -- which part of cuforge a cold gap comes from."""
+    times: dict[str, list[float]] = collections.defaultdict(list)
+    server, port = _redis()
+    try:
+        for r in range(rounds):
+            subprocess.run(["redis-cli", "-p", str(port), "flushall"], capture_output=True,
+                           check=True)  # fmt: skip
+            at = base / f"round{r}"
+            arms = ["stock", "stock-remote", "cuforge", "cuforge triton only",
+                    "cuforge inductor only", "cuforge synchronous"]  # fmt: skip
+            shift = r % len(arms)
+            for kind in arms[shift:] + arms[:shift]:
+                local = at / kind.replace(" ", "-")
+                cf = None if kind.startswith("stock") else at / f"cache-{kind.replace(' ', '-')}"
+                env = bc._env(local, cf, 1024, "cuda")
+                side = "cuforge" if kind in ("cuforge", "cuforge inductor only",
+                                             "cuforge synchronous") else "stock"  # fmt: skip
+                if kind == "stock-remote":
+                    env.update(_remote_env(port))
+                if kind == "cuforge inductor only":
+                    env.pop("TRITON_CACHE_MANAGER", None)
+                if kind == "cuforge triton only":  # Inductor's remote caches off
+                    for name in (*bc.REMOTE_SWITCHES, *bc.GPU_SWITCHES):
+                        env.pop(name, None)
+                if kind == "cuforge synchronous":
+                    env["CUFORGE_WRITE_BEHIND"] = "0"
+                rep = bc._run("cuda", mode, side, env)
+                times[kind].append(rep["seconds"])
+                _show(f"{r} {kind}", rep)
+    finally:
+        server.terminate()
+        server.wait()
+    for kind, ts in times.items():
+        per = [t / s for t, s in zip(ts, times["stock"], strict=True)]
+        print(f"{kind:24s} median {statistics.median(ts):6.2f} s  {[round(t, 2) for t in ts]}"
+              f"  / stock per round {[round(p, 2) for p in per]}")  # fmt: skip
+
+
+def stockremote(mode: str, base: Path, rounds: int) -> None:
+    times: dict[str, list[float]] = collections.defaultdict(list)
+    server, port = _redis()
+    remote = _remote_env(port)
     try:
         for r in range(rounds):
             subprocess.run(["redis-cli", "-p", str(port), "flushall"], capture_output=True,
@@ -200,7 +250,7 @@ def stockremote(mode: str, base: Path, rounds: int) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("what", choices=("misses", "controls", "stockremote"))
+    ap.add_argument("what", choices=("misses", "controls", "stockremote", "split"))
     ap.add_argument("--mode", default=None)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--dir", default="/tmp/cuforge-diag-coldstart")
@@ -209,6 +259,8 @@ def main() -> int:
     shutil.rmtree(base, ignore_errors=True)
     if args.what == "misses":
         misses(args.mode or "max-autotune-no-cudagraphs", base)
+    elif args.what == "split":
+        split(args.mode or "max-autotune-no-cudagraphs", base, args.rounds)
     elif args.what == "stockremote":
         stockremote(args.mode or "max-autotune-no-cudagraphs", base, args.rounds)
     else:
