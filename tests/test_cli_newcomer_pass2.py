@@ -366,7 +366,7 @@ def test_bad_environment_arch_and_include_are_usage_errors(tmp_path: Path) -> No
         (["--arch", "sm_999"], {}, "--arch sm_999 is not one NVRTC "),
         (["--arch", "sm_90", "-include", "nothere.h"], {},
          "-include nothere.h: no such file (looked in the working directory, the -I "
-         "directories, the sources' directories and the CUDA headers)"),
+         "directories and the CUDA headers)"),
         (["--arch", "sm_90", "-include", str(tmp_path / "nothere.h")], {},
          f"-include {tmp_path / 'nothere.h'}: no such file"),
     ]  # fmt: skip

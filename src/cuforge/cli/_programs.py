@@ -294,17 +294,19 @@ def check_warm_setting() -> None:
 
 
 def check_pre_includes(
-    names: list[str], includes: list[str], sources: list[str], folder: str = "", key: str = ""
+    names: list[str], includes: list[str], folder: str = "", key: str = ""
 ) -> None:
     """UsageError naming ``-include FILE`` (or a warm manifest's ``pre_include``,
     ``key`` its words) for a file no compile could find -- a file the user named is
-    a usage error, as a missing source is, not a compiler failure. Looked for as the
-    compiler does: an absolute path; else in the working directory (``folder``: the
-    manifest's), each ``-I`` directory, the sources' directories, then the CUDA
-    header directories (located only when nothing else has it)."""
+    a usage error, as a missing source is, not a compiler failure. Looked for exactly
+    where NVRTC looks for ``--pre-include`` (and the cache's header tracking, which
+    hands it the file, with it): an absolute path; else the working directory
+    (``folder``: the manifest's, where warm compiles), each ``-I`` directory, then the
+    CUDA header directories (located only when nothing else has it) -- never the
+    sources' directories, which NVRTC does not search for it (a file found only there
+    was accepted here, then the compile failed: ``cannot open source file``)."""
     base = folder or os.curdir
     dirs = [base, *(os.path.join(base, d) for d in includes)]
-    dirs += [os.path.join(base, os.path.dirname(s)) for s in sources]
     toolkit: tuple[str, ...] | None = None
     for name in names:
         if os.path.isabs(name):
@@ -327,8 +329,8 @@ def check_pre_includes(
             raise UsageError(f"{said}: no such file")
         place = "the manifest's" if folder else "the working"
         raise UsageError(
-            f"{said}: no such file (looked in {place} directory, the {dirs_word} directories, "
-            "the sources' directories and the CUDA headers)"
+            f"{said}: no such file (looked in {place} directory, the {dirs_word} directories "
+            "and the CUDA headers)"
         )
 
 

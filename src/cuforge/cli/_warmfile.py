@@ -278,7 +278,7 @@ def load(path: str) -> tuple[str, list[Spec]]:
             if cpp and settings["pre_include"]:
                 from cuforge.cli._programs import check_pre_includes
 
-                check_pre_includes(settings["pre_include"], settings["includes"], cpp, folder,
+                check_pre_includes(settings["pre_include"], settings["includes"], folder,
                                    f"{vwhere}: pre_include")  # fmt: skip
             for source in sources:
                 code_type = _code_type(source)

@@ -15,10 +15,13 @@ the cache served it (``--json``: one JSON array). Caching is on by default (see
 Before anything compiles, ``plan`` refuses (usage errors): a target the source's
 code type does not compile to (``_programs.check_target``: the compile layer's own
 rule, so the cached and the uncached path refuse alike and nothing is stored under
-it), an output that is the same file as an input (a FILE or ``-include FILE``:
-same path, symbolic or hard link, an ``--outdir`` or default name landing on one),
-and an output that cannot be written (``_check_writable``: tried, not guessed from
-permission bits); each output is checked again on its opened descriptor when written.
+it), an output that is the same file as an input (a FILE, ``-include FILE`` or,
+when the output already exists, a header the compile reads, as the header tracking
+resolves it: same path, symbolic or hard link, an ``--outdir`` or default name
+landing on one), and an output that cannot be written (``_check_writable``: tried,
+not guessed from permission bits); each output is checked again on its opened
+descriptor when written. The plan changes nothing on disk: ``--outdir`` is made
+only once outputs are written, so a refused command leaves no folder behind.
 
 Exit status: 0 all compiled; 1 a compiler rejected a source (its log goes to stderr,
 other outputs are still written), or the cache refused one (an include it cannot
@@ -38,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import os
 import sys
 import time
@@ -77,7 +81,9 @@ def register(subparsers: Subparsers) -> None:
         help="output path, for one output (never an input; -: standard output); "
         "NAME.fatbin packs every --arch of one FILE into one fatbin",
     )  # fmt: skip
-    out.add_argument("--outdir", metavar="DIR", help="directory for the outputs (created)")
+    out.add_argument(
+        "--outdir", metavar="DIR", help="directory for the outputs (made once they are written)"
+    )
     _select.add_cache_option(p, can_disable=True)
     p.add_argument("--max-size", type=size_arg, metavar="SIZE", help="cap a directory cache (2G)")
     p.add_argument("--json", action="store_true", help="print one JSON array of results")
@@ -143,13 +149,46 @@ def _identity(path: str) -> tuple[int, int] | None:
 
 
 def _input_files(args: argparse.Namespace) -> dict[tuple[int, int], str]:
-    """Identity -> path of every file the command reads by name (each FILE, each
-    ``-include FILE``)."""
+    """Identity -> what it is (``input PATH``) of every file the command reads by
+    name (each FILE, each ``-include FILE``)."""
     found: dict[tuple[int, int], str] = {}
     for path in [*args.files, *args.pre_include]:
         ident = _identity(path)
         if ident is not None:
-            found.setdefault(ident, path)
+            found.setdefault(ident, f"input {path}")
+    return found
+
+
+def _header_files(jobs: list[Job]) -> dict[tuple[int, int], str]:
+    """Identity -> what it is (``header PATH that SOURCE reads``) of every user file
+    the jobs' compiles read beyond their sources: the header tracking's resolution
+    (``compile.cache.read_files``: every header and ``-include`` file, through every
+    ``#if`` branch), which is all a cached compile can read and what NVRTC reads
+    without a cache. Resolved once per source and options; a program whose includes
+    cannot be tracked (refused by a cached compile) adds none."""
+    from cuforge.compile.cache import read_files
+
+    found: dict[tuple[int, int], str] = {}
+    done: set[object] = set()
+    for job in jobs:
+        program = job.program
+        if job.source.code_type != "c++" or program is None:
+            continue
+        options = program.options
+        seen = (job.source.path, options.include_path, options.pre_include, options.define_macro)
+        if seen in done:  # another arch of the same source: the same headers
+            continue
+        done.add(seen)
+        try:
+            paths = read_files(program)
+        except ValueError:  # UntrackableInclude: a cached compile refuses it
+            continue
+        for path in paths:
+            ident = _identity(path)
+            if ident is not None:
+                shown = os.path.relpath(path)  # as the user would name it here
+                shown = path if shown.startswith(os.pardir) else shown
+                found.setdefault(ident, f"header {shown} that {job.source.path} reads")
     return found
 
 
@@ -157,25 +196,29 @@ def _check_not_an_input(
     args: argparse.Namespace, jobs: list[Job], inputs: dict[tuple[int, int], str]
 ) -> None:
     """UsageError, before anything compiles, when an output is the same file as an
-    input: the same path, a symbolic or a hard link to it (``-o saxpy.cu`` replaced
-    the source with a cubin), or an ``--outdir``/default name that lands on one."""
+    input (``inputs``: identity -> ``input PATH`` or ``header PATH that SOURCE
+    reads``): the same path, a symbolic or a hard link to it (``-o saxpy.cu``
+    replaced the source with a cubin, ``-o scale.h`` the header it includes), or an
+    ``--outdir``/default name that lands on one."""
     for job in jobs:
         if job.output == STDOUT:
             continue  # standard output (-o -): written, never read as an input
         ident = _identity(job.output)
-        path = None if ident is None else inputs.get(ident)
-        if path is None:
+        what = None if ident is None else inputs.get(ident)
+        if what is None:
             continue
         if args.output:
-            raise UsageError(
-                f"-o {job.output} is the input {path} (the same file): name another output"
-            )
+            raise UsageError(f"-o {job.output} is the {what} (the same file): name another output")
         where = f"--outdir {args.outdir}: " if args.outdir else ""
         fix = "" if args.outdir else ": name it with -o OUT or --outdir DIR"
         raise UsageError(
-            f"{where}the output {job.output} of {job.source.path} would overwrite "
-            f"the input {path}{fix}"
+            f"{where}the output {job.output} of {job.source.path} would overwrite the {what}{fix}"
         )
+
+
+def _existing(jobs: list[Job]) -> bool:
+    """Whether an output is already there (only a file that exists can be a header)."""
+    return any(job.output != STDOUT and os.path.lexists(job.output) for job in jobs)
 
 
 def _check_writable(args: argparse.Namespace, jobs: list[Job]) -> None:
@@ -191,6 +234,8 @@ def _check_writable(args: argparse.Namespace, jobs: list[Job]) -> None:
 
     flag = _named_by(args)
     probed: dict[str, OSError | None] = {}
+    if args.outdir and not os.path.isdir(args.outdir):  # to be made: _check_outdir tried it
+        probed[os.path.realpath(args.outdir)] = None
     for job in jobs:
         output = job.output
         if output == STDOUT:
@@ -212,6 +257,32 @@ def _check_writable(args: argparse.Namespace, jobs: list[Job]) -> None:
         if problem is not None:
             where = f"{flag}: " if flag else ""
             raise UsageError(f"{where}cannot write {output}: {problem.strerror or problem}")
+
+
+def _check_outdir(outdir: str) -> None:
+    """UsageError when ``--outdir`` does not exist and cannot be made: its nearest
+    existing ancestor is not a directory, or a file cannot be created in it (tried,
+    as :func:`_check_writable` does). Nothing is made: a refused command leaves no
+    folder behind (:func:`make_outdir` makes it once outputs are written)."""
+    if os.path.isdir(outdir):
+        return
+    ancestor = os.path.dirname(os.path.abspath(outdir))
+    while not os.path.lexists(ancestor) and os.path.dirname(ancestor) != ancestor:
+        ancestor = os.path.dirname(ancestor)
+    if not os.path.isdir(ancestor):
+        raise UsageError(f"--outdir {outdir}: {os.strerror(errno.ENOTDIR)}")
+    problem = _creates_in(ancestor)
+    if problem is not None:
+        raise UsageError(f"--outdir {outdir}: {problem.strerror or problem}")
+
+
+def make_outdir(outdir: str) -> None:
+    """Make ``--outdir`` (and its missing parents), just before the first output is
+    written into it; UsageError when that fails now (checked by the plan)."""
+    try:
+        os.makedirs(outdir, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"--outdir {outdir}: {exc.strerror or exc}") from None
 
 
 def _creates_in(folder: str) -> OSError | None:
@@ -311,18 +382,18 @@ def arch_words(args: argparse.Namespace, arch: str) -> str:
     return f"arch {arch!r} in {_config.default_archs()[0].origin}"
 
 
-def check_cpp_inputs(args: argparse.Namespace, archs: list[str | None], sources: list[str]) -> None:
-    """UsageError, before anything compiles, for what a CUDA C++ compile of ``sources``
-    would refuse that the options' own checks do not see: an arch NVRTC does not
-    compile for (its ``nvrtcGetSupportedArchs``), an ``-include`` file that is not
-    there, a ``CUFORGE_TOOLKIT_HEADERS`` without a toolkit (each a compile failure,
-    exit 1, before). Run after the plan's own checks (an output that is an input is
-    refused before NVRTC is asked anything, which may record what it said)."""
+def check_cpp_inputs(args: argparse.Namespace, archs: list[str | None]) -> None:
+    """UsageError, before anything compiles, for what a CUDA C++ compile would refuse
+    that the options' own checks do not see: an arch NVRTC does not compile for (its
+    ``nvrtcGetSupportedArchs``), an ``-include`` file that is not where NVRTC looks,
+    a ``CUFORGE_TOOLKIT_HEADERS`` without a toolkit (each a compile failure, exit 1,
+    before). Run after the plan's own checks (an output that is an input is refused
+    before NVRTC is asked anything, which may record what it said)."""
     _programs.check_environment()
     for arch in archs:
         if arch is not None:
             _programs.check_supported_arch(arch, arch_words(args, arch))
-    _programs.check_pre_includes(list(args.pre_include), list(args.includes), sources)
+    _programs.check_pre_includes(list(args.pre_include), list(args.includes))
 
 
 def _several_outputs(args: argparse.Namespace, archs: list[str | None]) -> str:
@@ -338,10 +409,13 @@ def _several_outputs(args: argparse.Namespace, archs: list[str | None]) -> str:
     return "-o names one output; use --outdir DIR for several files or archs"
 
 
-def plan(args: argparse.Namespace) -> list[Job]:
+def plan(args: argparse.Namespace) -> tuple[list[Job], dict[tuple[int, int], str]]:
     """Read every source, build every Program (validating all options and targets
-    before any compile starts) and name every output, none of them an input.
-    Raises UsageError."""
+    before any compile starts) and name every output, none of them an input; the
+    jobs, and the inputs' identities (each FILE, ``-include`` file and, when an
+    output already exists, header: ``_check_not_an_input``) for the writes to check
+    again. Changes nothing on disk (``--outdir`` is made by :func:`run`). Raises
+    UsageError."""
     _check_options_as_files(args)
     _programs.check_warm_setting()
     if args.output == "":
@@ -357,10 +431,7 @@ def plan(args: argparse.Namespace) -> list[Job]:
     if args.outdir:
         if os.path.exists(args.outdir) and not os.path.isdir(args.outdir):
             raise UsageError(f"--outdir {args.outdir}: exists and is not a directory")
-        try:
-            os.makedirs(args.outdir, exist_ok=True)
-        except OSError as exc:
-            raise UsageError(f"--outdir {args.outdir}: {exc.strerror or exc}") from None
+        _check_outdir(args.outdir)  # made only once the outputs are written (make_outdir)
     if args.output:
         _check_output(args.output)
     jobs: list[Job] = []
@@ -389,19 +460,25 @@ def plan(args: argparse.Namespace) -> list[Job]:
             if other is not path:
                 raise UsageError(f"{other} and {path} would both be written to {job.output}")
             jobs.append(job)
-    _check_not_an_input(args, jobs, _input_files(args))
+    inputs = _input_files(args)
+    _check_not_an_input(args, jobs, inputs)
+    # The headers, resolved only when an output is already there: a header the
+    # compile reads exists, so a new output cannot be one (a first build pays nothing).
+    if _existing(jobs):
+        headers = _header_files(jobs)
+        _check_not_an_input(args, jobs, headers)
+        for ident, what in headers.items():
+            inputs.setdefault(ident, what)
     _check_writable(args, jobs)
-    cpp = list(dict.fromkeys(j.source.path for j in jobs if j.source.code_type == "c++"))
-    if cpp:  # last: these may ask NVRTC or locate the CUDA headers (state records)
-        check_cpp_inputs(args, archs, cpp)
-    return jobs
+    if any(j.source.code_type == "c++" for j in jobs):  # last: these may ask NVRTC or
+        check_cpp_inputs(args, archs)  # locate the CUDA headers (state records)
+    return jobs, inputs
 
 
 def run(args: argparse.Namespace) -> int:
     """Compile every job; see the module docstring for exit statuses."""
     choice = _select.choose(args, args.max_size)  # --max-size, else a settings file's cap
-    jobs = plan(args)
-    inputs = _input_files(args)
+    jobs, inputs = plan(args)
     cache = _select.open_choice(choice) if choice.url is not None else None
     url = choice.target() if cache is not None else None  # what worker processes open
     shown = _select.level_names(choice)  # how the report names the levels a miss went to
@@ -418,6 +495,8 @@ def run(args: argparse.Namespace) -> int:
             [j.spec for j in jobs], os.cpu_count() or 1, cache, (url, choice.secret), done, True
         )
         results = []
+        if args.outdir and any(job.result["status"] != "failed" for job in jobs):
+            make_outdir(args.outdir)  # only now: a refused command leaves no folder
         for job in jobs:
             r = job.result
             if r["status"] == "failed":

@@ -90,7 +90,7 @@ def _explain(args: argparse.Namespace) -> int:
         _programs.check_arch_for(arch, args.target, said, source.code_type)
     if source.code_type == "c++":
         _programs.check_environment()
-        _programs.check_pre_includes(list(args.pre_include), list(args.includes), [args.file])
+        _programs.check_pre_includes(list(args.pre_include), list(args.includes))
     fields = _programs.option_fields(
         source, arch, args.defines, args.includes, args.std, args.pre_include
     )

@@ -12,7 +12,8 @@ stored with each entry; ``_identity`` and ``_identity_store`` name the compiler 
 is made from. The key itself is ``compile.cache_key``.
 
 The seam for the layers above (the CLI): :func:`compile_through_cache` (the pipeline
-with what it did: :class:`Compiled`), :func:`tracks_headers`, :func:`pipeline`.
+with what it did: :class:`Compiled`), :func:`tracks_headers`, :func:`read_files`
+(the user files a compile reads), :func:`pipeline`.
 Names resolve on first use: importing a submodule (``_identity_store`` on the CLI's
 hit path) loads only that one.
 """
@@ -26,12 +27,14 @@ if TYPE_CHECKING:
     from cuforge.compile.cache._pipeline import Compiled as Compiled
     from cuforge.compile.cache._pipeline import compile_through_cache as compile_through_cache
     from cuforge.compile.cache._pipeline import pipeline as pipeline
+    from cuforge.compile.cache._pipeline import read_files as read_files
     from cuforge.compile.cache._pipeline import tracks_headers as tracks_headers
 
 _EXPORTS = {
     "Compiled": "cuforge.compile.cache._pipeline",
     "compile_through_cache": "cuforge.compile.cache._pipeline",
     "pipeline": "cuforge.compile.cache._pipeline",
+    "read_files": "cuforge.compile.cache._pipeline",
     "tracks_headers": "cuforge.compile.cache._pipeline",
 }
 

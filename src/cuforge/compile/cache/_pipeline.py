@@ -54,7 +54,7 @@ if TYPE_CHECKING:
     from cuforge.storage.outcome import StoreOutcome
     from cuforge.storage.protocol import ProgramCache
 
-__all__ = ["Compiled", "compile_through_cache", "pipeline", "tracks_headers"]
+__all__ = ["Compiled", "compile_through_cache", "pipeline", "read_files", "tracks_headers"]
 
 Names = tuple[str | bytes, ...]
 
@@ -154,6 +154,21 @@ def tracks_headers(program: Program) -> bool:
     headers): its entry key then depends on those headers, not only on the plain key."""
     src = program.source
     return src.code_type == "c++" and _tracking.roots_if_tracked(src) is not None
+
+
+def read_files(program: Program) -> tuple[str, ...]:
+    """The paths of the user files a compile of ``program`` reads -- every header and
+    ``pre_include`` file the header tracking resolves here and now (a superset: every
+    ``#if`` branch), which is all a compile through a cache can read (the closed world)
+    and what NVRTC reads without one; () for a program that can read none
+    (:func:`tracks_headers`). Reads them all, as a tracked miss does: not for a hit
+    path. Raises UntrackableInclude (a ValueError) where they cannot all be known."""
+    src = program.source
+    roots = _tracking.roots_if_tracked(src) if src.code_type == "c++" else None
+    if roots is None:
+        return ()
+    deps = _tracking.resolve(src, roots)
+    return tuple(path for pos, rel in deps.files if (path := roots.path(pos, rel)) is not None)
 
 
 def _tracked(
