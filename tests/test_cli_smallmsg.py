@@ -71,3 +71,35 @@ def test_a_warm_compile_says_whether_cache_stats_counts_it(tmp_path: Path) -> No
         scale="all",
     )  # fmt: skip
 
+
+# -- 2. doctor lists every settings file it reads -----------------------------------------
+def test_doctor_lists_every_settings_file_read(tmp_path: Path) -> None:
+    project, xdg = tmp_path / "proj", tmp_path / "xdg"
+    project.mkdir()
+    (xdg / "cuforge").mkdir(parents=True)
+    user = xdg / "cuforge" / "config.toml"
+    user.write_text(f'cache = "{tmp_path / "u"}"\n')
+    toml = project / "cuforge.toml"
+    toml.write_text('cache = "p"\n')
+    env = isolated_env(tmp_path, XDG_CONFIG_HOME=str(xdg))
+    lines = run(tmp_path, "doctor", cwd=project, env=env).stdout.splitlines()
+    (line,) = [ln for ln in lines if ln.startswith("settings files")]
+    assert line == (f"settings files    {toml} (project: cache), {user} (user: cache "
+                    "overridden by the project's)"), line  # fmt: skip
+    user.write_text(f'cache = "{tmp_path / "u"}"\narch = "sm_90"\n')
+    lines = run(tmp_path, "doctor", cwd=project, env=env).stdout.splitlines()
+    assert (f"settings files    {toml} (project: cache), {user} (user: arch; cache "
+            "overridden by the project's)") in lines, lines  # fmt: skip
+    toml.write_text("")
+    lines = run(tmp_path, "doctor", cwd=project, env=env).stdout.splitlines()
+    assert (f"settings files    {toml} (project: sets nothing), {user} (user: cache, "
+            "arch)") in lines, lines  # fmt: skip
+    record(
+        "inputs", "cli", "doctor with a project cuforge.toml setting cache and a user "
+        "config.toml setting cache (then also arch; then the project file empty)", 3,
+        "the settings files line names both files, the project's first, each with the keys "
+        "it sets and which the project's overrides (before: the user's file, read by every "
+        "command, was left out)",
+        scale="all",
+    )  # fmt: skip
+
