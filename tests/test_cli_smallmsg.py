@@ -17,11 +17,12 @@ compiles on real caches, and fails on the main it was written against.
 from __future__ import annotations
 
 import json
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 
-from _cli import SAXPY, isolated_env, run
+from _cli import SAXPY, isolated_env, one_line_error, run
 from reliability._figures import record
 
 _WARNED = "cuforge: warning: cuforge compiles saxpy.cu after the process was marked warm "
@@ -100,6 +101,63 @@ def test_doctor_lists_every_settings_file_read(tmp_path: Path) -> None:
         "the settings files line names both files, the project's first, each with the keys "
         "it sets and which the project's overrides (before: the user's file, read by every "
         "command, was left out)",
+        scale="all",
+    )  # fmt: skip
+
+
+# -- 3. an sqlite:// path that is no cuforge database: in command-line words ---------------
+def test_a_refused_sqlite_path_names_the_flag_not_the_class(tmp_path: Path) -> None:
+    folder, other = tmp_path / "d", tmp_path / "other.db"
+    folder.mkdir()
+    with sqlite3.connect(other) as db:
+        db.execute("create table t (x)")
+    db.close()
+    before = other.read_bytes()
+    directory = (f"sqlite:// path {folder} is a directory, not a database file; {{}} the path "
+                 f"of a database file (such as sqlite://{folder}/program-cache.db)")  # fmt: skip
+    foreign = (f"cache file {other}: is not a cuforge SQLite cache (another program's SQLite "
+               "database: application_id 0x0, tables: t); nothing was changed -- {} an "
+               "sqlite:// path of its own, or move that file away")  # fmt: skip
+    for args, env, prog, origin, change, said in (
+        (["compile", str(SAXPY), "--arch", "sm_90", "--cache", f"sqlite://{folder}"], None,
+         "cuforge compile", "--cache", "give --cache", directory),
+        (["compile", str(SAXPY), "--arch", "sm_90", "--cache", f"sqlite://{other}"], None,
+         "cuforge compile", "--cache", "give --cache", foreign),
+        (["cache", "stats"], {"CUFORGE_CACHE": f"sqlite://{other}"}, "cuforge cache stats",
+         "$CUFORGE_CACHE", "set $CUFORGE_CACHE to", foreign),
+    ):  # fmt: skip
+        done = run(tmp_path, *args, env=isolated_env(tmp_path, **(env or {})))
+        line = one_line_error(done, prog)
+        assert line == f"{prog}: error: {origin}: {said.format(change)}", line
+        assert "SQLiteProgramCache" not in line
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "cuforge.toml").write_text(f'cache = "sqlite://{folder}"\n')
+    line = one_line_error(run(tmp_path, "cache", "ls", cwd=project), "cuforge cache ls")
+    where = f"cache in project config {project / 'cuforge.toml'}"
+    assert line == f"cuforge cache ls: error: {where}: {directory.format(f'set {where} to')}"
+    assert other.read_bytes() == before and sorted(folder.iterdir()) == []
+    # The Python API keeps its own words.
+    api = subprocess.run(
+        [sys.executable, "-c", "from cuforge.storage import open_cache\n"
+         f"for u in ('sqlite://{folder}', 'sqlite://{other}'):\n"
+         "    try: open_cache(u)\n    except ValueError as e: print(e)"],
+        capture_output=True, text=True, env=isolated_env(tmp_path), timeout=120,
+    )  # fmt: skip
+    assert api.stdout.splitlines() == [
+        f"SQLiteProgramCache path {folder} is a directory; give the path of a database file "
+        "(e.g. .../program-cache.db)",
+        f"cache file {other}: is not a cuforge SQLite cache (another program's SQLite database: "
+        "application_id 0x0, tables: t); nothing was changed -- give SQLiteProgramCache a path "
+        "of its own, or move that file away",
+    ], api.stdout + api.stderr
+    record(
+        "inputs", "cli", "an sqlite:// directory and another program's SQLite database, from "
+        "--cache, $CUFORGE_CACHE and a project cuforge.toml", 4,
+        "each: exit 2, one line naming where the URL came from, the path, and what to change "
+        "there ('give --cache the path of a database file (such as sqlite:///d/program-cache."
+        "db)', 'set $CUFORGE_CACHE to an sqlite:// path of its own'); the file unchanged; the "
+        "Python API keeps its words (before: 'give SQLiteProgramCache a path of its own')",
         scale="all",
     )  # fmt: skip
 

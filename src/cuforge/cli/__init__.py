@@ -159,6 +159,8 @@ def in_cli_words(message: str) -> str:
 
         for cause, said in COUNTED.items():
             message = message.replace(said, _WARM_COUNTED[cause])
+    if "SQLiteProgramCache " in message:  # a lazy sqlite:// level's refusal, in a warning
+        message = _sqlite_level_words(message)
     if "(total_stats())" in message:  # a remote handle's warning: loaded by then
         from cuforge.storage.remote import LATER_FAILURES
 
@@ -181,6 +183,31 @@ def in_cli_words(message: str) -> str:
         message,
     )
     return CachePathError.in_url_words(message)
+
+
+def _sqlite_level_words(message: str) -> str:
+    """An ``sqlite://`` level's refusal (a directory, another program's database) quoted
+    in a warning -- a tier's level opened at first use -- with its way out in the
+    command line's words: the level in the cache URL, not ``SQLiteProgramCache``. An
+    error a command exits with names the flag, variable or file (``_select.explain``)."""
+    import re
+
+    from cuforge.storage.sqlite._schema import FOREIGN_WAY_OUT
+
+    message = message.replace(
+        FOREIGN_WAY_OUT, "give that sqlite:// level of the cache URL a path of its own, or "
+        "move that file away",
+    )  # fmt: skip
+    return re.sub(
+        r"SQLiteProgramCache path (.+?) is a directory; give the path of a database file "
+        r"\(e\.g\. \.\.\./program-cache\.db\)",
+        lambda m: (
+            f"sqlite:// path {m.group(1)} is a directory, not a database file; give "
+            f"that level of the cache URL the path of a database file (such as "
+            f"sqlite://{m.group(1).rstrip('/')}/program-cache.db)"
+        ),
+        message,
+    )
 
 
 #: ``_warm.COUNTED`` in the command line's words, per cause: a command's own counts
