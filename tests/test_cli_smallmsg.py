@@ -161,3 +161,40 @@ def test_a_refused_sqlite_path_names_the_flag_not_the_class(tmp_path: Path) -> N
         scale="all",
     )  # fmt: skip
 
+
+# -- 4. --max-size on a tier: what it caps, and why this tier is refused ------------------
+def test_max_size_on_a_tier_says_it_caps_the_last_level(tmp_path: Path) -> None:
+    level = tmp_path / "d"
+    tier = f"memory://,file://{level},redis://127.0.0.1:1/0"
+    done = run(tmp_path, "compile", str(SAXPY), "--arch", "sm_90", "--max-size", "2G",
+               "--cache", tier, "-o", str(tmp_path / "k.cubin"))  # fmt: skip
+    line = one_line_error(done, "cuforge compile")
+    way = f"file://{level}?max_size={2 << 30}"
+    assert line == (
+        "cuforge compile: error: --max-size: a tier's size cap goes to its last level, here "
+        "redis://127.0.0.1:1/0, and redis:// caches take no size cap (--cache); to cap "
+        f"file://{level}, give it its own in the URL ({way})"
+    ), line
+    assert not level.exists() and not (tmp_path / "k.cubin").exists()
+    # The way it names works: that level capped, the tier used.
+    capped = f"memory://,{way},redis://127.0.0.1:1/0"
+    out = str(tmp_path / "k.cubin")
+    done = run(tmp_path, "compile", str(SAXPY), "--arch", "sm_90", "--cache", capped, "-o", out)
+    assert done.returncode == 0, done.stderr
+    stats = json.loads(run(tmp_path, "cache", "stats", "--cache", str(level), "--json").stdout)
+    assert stats["max_size_bytes"] == 2 << 30, stats
+    # One level: the words it had.
+    done = run(tmp_path, "compile", str(SAXPY), "--arch", "sm_90", "--max-size", "2G",
+               "--cache", "redis://127.0.0.1:1/0")  # fmt: skip
+    line = one_line_error(done, "cuforge compile")
+    assert line.endswith("--max-size: redis:// caches take no size cap (--cache); only "
+                         "directory, sqlite:// and memory:// caches do"), line  # fmt: skip
+    record(
+        "inputs", "cli", "compile --max-size 2G with memory://,file:///d,redis://h/0", 1,
+        "exit 2 saying a tier's cap goes to its last level (here the redis:// one, which takes "
+        "none) and how to cap the directory level instead (file:///d?max_size=2147483648), "
+        "which works; nothing created (before: 'only directory, sqlite:// and memory:// caches "
+        "do', though the tier has a directory level)",
+        scale="all",
+    )  # fmt: skip
+

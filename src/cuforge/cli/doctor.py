@@ -477,12 +477,18 @@ def _max_size(found: Any, choice: _select.Choice | None, cap: int | None) -> dic
 
     if choice is None or choice.url is None:
         return {"value": found.value, "from": found.origin} if found is not None else _NOT_SET
-    last = parse_cache_url(choice.url)[-1]
+    specs = parse_cache_url(choice.url)
+    last = specs[-1]
     if "max_size" in last.params:
         return {"value": last.params["max_size"], "from": f"the cache URL ({choice.origin})"}
     if found is not None:
         if last.scheme not in ("file", "sqlite", "memory"):
             note = f" (not applied: {last.scheme}:// caches take no size cap)"
+            if len(specs) > 1:  # as storage.config applies it: to the last level
+                note = (
+                    f" (not applied: a tier's cap goes to its last level, and {last.scheme}:// "
+                    "caches take no size cap)"
+                )
             return {"value": found.value + note, "from": found.origin}
         return {"value": found.value, "from": found.origin}
     if cap:
