@@ -198,3 +198,36 @@ def test_max_size_on_a_tier_says_it_caps_the_last_level(tmp_path: Path) -> None:
         scale="all",
     )  # fmt: skip
 
+
+# -- 5. cache ls --name '' ---------------------------------------------------------------
+def test_an_empty_name_filter_is_a_usage_error(tmp_path: Path) -> None:
+    cache = str(tmp_path / "c")
+    done = run(tmp_path, "compile", str(SAXPY), "--arch", "sm_90", "--cache", cache, "-o",
+               str(tmp_path / "k.cubin"))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    for name, given in (("", "an empty"), ("  ", "a blank")):
+        line = one_line_error(run(tmp_path, "cache", "ls", "--cache", cache, "--name", name),
+                              "cuforge cache ls")  # fmt: skip
+        assert line == (
+            "cuforge cache ls: error: --name needs a source name or glob such as saxpy.cu or "
+            f"'sax*' (it was given {given} one); leave --name out to list every entry"
+        ), line
+    listed = run(tmp_path, "cache", "ls", "--cache", cache, "--name", "sax*")
+    assert listed.returncode == 0 and "saxpy.cu" in listed.stdout, listed
+    # The other filters of ls and prune refuse an empty value too, naming the flag.
+    for args, prog in (
+        (["cache", "ls", "--arch", ""], "cuforge cache ls"),
+        (["cache", "ls", "--kind", ""], "cuforge cache ls"),
+        (["cache", "prune", "--compiler", "", "--dry-run"], "cuforge cache prune"),
+        (["cache", "prune", "--older-than", "", "--dry-run"], "cuforge cache prune"),
+        (["cache", "prune", "--unused-for", "", "--dry-run"], "cuforge cache prune"),
+        (["cache", "prune", "--max-size", "", "--dry-run"], "cuforge cache prune"),
+    ):
+        line = one_line_error(run(tmp_path, *args, "--cache", cache), prog)
+        assert args[2] in line, line
+    record(
+        "inputs", "cli", "cache ls --name '' and --name '  '", 2,
+        "exit 2, one line naming --name (before: every entry listed, exit 0); the other "
+        "filters of ls and prune already refused an empty value",
+        scale="all",
+    )  # fmt: skip
