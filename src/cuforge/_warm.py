@@ -13,7 +13,10 @@ kernel, an Inductor graph, a CuPy kernel, a JAX module that missed the cache):
 - is counted in this process (:func:`compiles_after_warm`) and in the counters of
   the cache it went through (``warm_compiles``: ``cuforge cache stats`` and its
   OpenMetrics output sum them over every process that used the cache, where the
-  backend keeps shared counters).
+  backend keeps shared counters). The warning's parenthesis says which
+  (:data:`COUNTED`): not in any cache's for a compile without one, in the handle's
+  own only for a read-only cache (it writes no shared counters) or an in-memory one
+  (gone with the process).
 
 Counting never fails a compile: a cache whose counters cannot be reached is
 skipped. Checking costs one global read on the compile path and nothing on a hit.
@@ -50,6 +53,19 @@ __all__ = [
 ENV_WARM = "CUFORGE_WARM"
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("", "0", "false", "no", "off")
+
+#: The warning's parenthesis, per answer of the cache's counter (:data:`counter`;
+#: ``cuforge.storage.base.count_warm_compile``): where the compile was counted, and
+#: why nowhere shared when it was not. The command line says each in its words.
+COUNTED = {
+    "shared": "(counted in warm_compiles)",
+    "no-cache": "(counted in compiles_after_warm() only: it went through no cache)",
+    "read-only": "(counted in compiles_after_warm() and this handle's stats() only: the "
+    "cache is read-only, and a read-only handle writes no shared counters)",
+    "memory": "(counted in compiles_after_warm() and the in-memory cache's stats() only: "
+    "gone with this process)",
+    "none": "(counted in compiles_after_warm() only: the cache keeps no counters)",
+}
 
 _lock = threading.Lock()
 _state = {"warm": (os.environ.get(ENV_WARM) or "").strip().lower() in _TRUE, "count": 0}
@@ -125,8 +141,7 @@ def note_compile(system: str, name: str, cache: Any = None) -> None:
             if len(_warned) >= 4096:
                 _warned.clear()
             _warned.add((system, name))
-    if cache is not None:
-        _count_in(cache)
+    where = "no-cache" if cache is None else _count_in(cache)
     if first:
         import warnings
 
@@ -134,16 +149,17 @@ def note_compile(system: str, name: str, cache: Any = None) -> None:
 
         warnings.warn(
             f"cuforge: {system} compiles {name or '?'} after the process was marked warm "
-            "(counted in warm_compiles)",
+            + COUNTED[where],
             CompileAfterWarmWarning,
             stacklevel=outside_level(),
         )
 
 
-#: How a cache counts a warm compile in the counters it reports for all its users:
-#: set by ``cuforge.storage`` (``base.count_warm_compile``) when it loads -- counters
-#: are storage's to write; a cache exists only once storage is loaded.
-counter: Callable[[Any], None] | None = None
+#: How a cache counts a warm compile in the counters it reports for all its users,
+#: answering where that count lives (a key of :data:`COUNTED`): set by
+#: ``cuforge.storage`` (``base.count_warm_compile``) when it loads -- counters are
+#: storage's to write; a cache exists only once storage is loaded.
+counter: Callable[[Any], str] | None = None
 
 
 def through(cache: Any, run: Callable[[], T]) -> T:
@@ -165,11 +181,14 @@ def compiling_through() -> Any:
     return getattr(_current, "cache", None)
 
 
-def _count_in(cache: Any) -> None:
-    """Count one ``warm_compiles`` in ``cache``'s counters (through storage). Never raises."""
+def _count_in(cache: Any) -> str:
+    """Count one ``warm_compiles`` in ``cache``'s counters (through storage); where it
+    was counted (a key of :data:`COUNTED`). Never raises."""
     count = counter
-    if count is not None:
-        try:
-            count(cache)
-        except Exception:  # a handle without counters: counted in this process only
-            return
+    if count is None:
+        return "none"
+    try:
+        where = count(cache)
+    except Exception:  # a handle without counters: counted in this process only
+        return "none"
+    return where if where in COUNTED else "shared"

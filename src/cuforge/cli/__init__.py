@@ -139,7 +139,8 @@ def in_cli_words(message: str) -> str:
     cache H: ...`` -> ``Redis cache H: ...``: a line says ``cuforge:`` once); the
     counters it names are ``cuforge cache stats``' lines (``stats().write_failures`` ->
     ``cuforge cache stats (write failures)``, ``counted in warm_compiles`` ->
-    ``counted in cuforge cache stats (warm compiles)``), and its ways out are a cache
+    ``counted in cuforge cache stats (warm compiles)``, and a warm compile that is not
+    counted there says why: ``_WARM_COUNTED``), and its ways out are a cache
     URL's (``?trust=shared``, not ``trust_shared=True``;
     ``CachePathError.in_url_words``). The Python warnings keep their text."""
     import re  # only when something is said
@@ -153,6 +154,13 @@ def in_cli_words(message: str) -> str:
             f"cuforge cache stats ({names.replace('_', ' ')})" if names else "cuforge cache stats"
         )
 
+    if "marked warm (" in message:  # a warm compile's: where it was counted, per cause
+        from cuforge._warm import COUNTED
+
+        for cause, said in COUNTED.items():
+            message = message.replace(said, _WARM_COUNTED[cause])
+    if "SQLiteProgramCache " in message:  # a lazy sqlite:// level's refusal, in a warning
+        message = _sqlite_level_words(message)
     if "(total_stats())" in message:  # a remote handle's warning: loaded by then
         from cuforge.storage.remote import LATER_FAILURES
 
@@ -176,6 +184,44 @@ def in_cli_words(message: str) -> str:
     )
     return CachePathError.in_url_words(message)
 
+
+def _sqlite_level_words(message: str) -> str:
+    """An ``sqlite://`` level's refusal (a directory, another program's database) quoted
+    in a warning -- a tier's level opened at first use -- with its way out in the
+    command line's words: the level in the cache URL, not ``SQLiteProgramCache``. An
+    error a command exits with names the flag, variable or file (``_select.explain``)."""
+    import re
+
+    from cuforge.storage.sqlite._schema import FOREIGN_WAY_OUT
+
+    message = message.replace(
+        FOREIGN_WAY_OUT, "give that sqlite:// level of the cache URL a path of its own, or "
+        "move that file away",
+    )  # fmt: skip
+    return re.sub(
+        r"SQLiteProgramCache path (.+?) is a directory; give the path of a database file "
+        r"\(e\.g\. \.\.\./program-cache\.db\)",
+        lambda m: (
+            f"sqlite:// path {m.group(1)} is a directory, not a database file; give "
+            f"that level of the cache URL the path of a database file (such as "
+            f"sqlite://{m.group(1).rstrip('/')}/program-cache.db)"
+        ),
+        message,
+    )
+
+
+#: ``_warm.COUNTED`` in the command line's words, per cause: a command's own counts
+#: (``compiles_after_warm()``, a handle's ``stats()``) end with it, so only a cache
+#: that keeps shared counters and is written to counts it in ``cuforge cache stats``.
+_NOT_COUNTED = "(not counted in cuforge cache stats: "
+_WARM_COUNTED = {
+    "shared": "(counted in cuforge cache stats (warm compiles))",
+    "no-cache": _NOT_COUNTED + "no cache is in use)",
+    "read-only": _NOT_COUNTED + "the cache is read-only, and a read-only cache records "
+    "no counters)",
+    "memory": _NOT_COUNTED + "a memory:// cache's counters are gone when this command exits)",
+    "none": _NOT_COUNTED + "the cache keeps no counters)",
+}
 
 #: ``storage.remote.LATER_FAILURES`` in the command line's words, per cause: a
 #: command's counts reach the server's counters only through a flush the server

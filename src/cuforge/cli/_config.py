@@ -26,6 +26,7 @@ __all__ = [
     "default_archs",
     "fingerprint",
     "mirror_tables",
+    "read_files",
     "settings",
     "user_file",
 ]
@@ -45,6 +46,17 @@ def settings() -> dict[str, Setting]:
 
     try:
         return files.settings()
+    except ValueError as exc:
+        raise _usage(str(exc)) from None
+
+
+def read_files() -> list[tuple[str, str, tuple[str, ...]]]:
+    """``(level, where, keys)`` of every settings file read, the project's (whose keys
+    win) first; UsageError naming a bad file."""
+    from cuforge.storage import settings as files
+
+    try:
+        return files.read_files()
     except ValueError as exc:
         raise _usage(str(exc)) from None
 

@@ -204,7 +204,34 @@ def level_names(choice: Choice) -> list[tuple[str, bool]]:
 
 def explain(choice: Choice, exc: BaseException) -> str:
     """``choice.explain(exc)`` -- the line for a cache that cannot be opened -- in the
-    command line's words (``CachePathError.in_url_words``)."""
+    command line's words (``CachePathError.in_url_words``; an ``sqlite://`` path that
+    is no database file of cuforge's: :func:`_sqlite_words`)."""
     from cuforge.storage import CachePathError
 
-    return CachePathError.in_url_words(choice.explain(exc))
+    return CachePathError.in_url_words(_sqlite_words(choice, exc) or choice.explain(exc))
+
+
+def _sqlite_words(choice: Choice, exc: BaseException) -> str | None:
+    """The refusal of an ``sqlite://`` path -- a directory, or a file that is not a
+    cuforge SQLite cache (another program's database) -- with the way out naming what
+    to change, as the command line spells it (``give --cache ...``, ``set
+    $CUFORGE_CACHE to ...``, ``set cache in project config PATH to ...``), not the
+    Python API's ``SQLiteProgramCache``; None for any other failure."""
+    if not type(exc).__module__.startswith("cuforge.storage.sqlite"):
+        return None  # loads nothing for the others
+    from cuforge.storage import sqlite
+
+    flag = choice.origin.startswith("-")
+    change = f"give {choice.origin}" if flag else f"set {choice.where} to"
+    if isinstance(exc, sqlite.DatabaseIsDirectoryError):
+        return (
+            f"{choice.where}: sqlite:// path {exc.path} is a directory, not a database file; "
+            f"{change} the path of a database file (such as "
+            f"sqlite://{exc.path.rstrip('/')}/program-cache.db)"
+        )
+    if isinstance(exc, sqlite.ForeignDatabaseError):
+        from cuforge.storage.sqlite._schema import FOREIGN_WAY_OUT
+
+        way = f"{change} an sqlite:// path of its own, or move that file away"
+        return choice.explain(exc).replace(FOREIGN_WAY_OUT, way)
+    return None

@@ -312,6 +312,12 @@ def _selected(row: _entries.Row, args: argparse.Namespace) -> bool:
 def _ls(args: argparse.Namespace) -> int:
     from cuforge.storage.units import format_size
 
+    if args.name is not None and not args.name.strip():  # '' matched every entry
+        given = "a blank" if args.name else "an empty"
+        raise UsageError(
+            f"--name needs a source name or glob such as saxpy.cu or 'sax*' (it was given "
+            f"{given} one); leave --name out to list every entry"
+        )
     with opened(args, read_only=True) as cache:
         listed = [r for r in _entries.rows(cache) if _selected(r, args)]
     key, descending = _SORTS[args.sort]

@@ -368,10 +368,35 @@ def _settings(report: dict[str, Any], choice: _select.Choice | None) -> dict[str
         _programs.check_warm_setting()
     except UsageError as exc:
         shown["warm_error"] = {"value": str(exc), "from": "-"}
-    user = _config.user_file()
-    used = sorted({f.path for f in files.values()} | {p for p, _, _ in _config.mirror_tables()})
-    shown["files"] = {"value": ", ".join(used) or f"none (user file: {user})", "from": "-"}
+    shown["files"] = {"value": _files_read(), "from": "-"}
     return shown
+
+
+def _files_read() -> str:
+    """Every settings file read, in precedence order (the project's, then the user's),
+    each with the keys it sets: those a file read before it sets too are named as
+    overridden (``/p/cuforge.toml (project: cache), /u/config.toml (user: arch; cache
+    overridden by the project's)``). ``none (user file: PATH)`` when none is read."""
+    from cuforge.cli import _config
+    from cuforge.storage.settings import TABLES
+
+    read = _config.read_files()
+    if not read:
+        return f"none (user file: {_config.user_file()})"
+    said: list[str] = []
+    before: set[str] = set()
+    first = ""
+    for level, where, keys in read:
+        used = [f"[{k}.<name>]" if k in TABLES else k for k in keys
+                if k in TABLES or k not in before]  # fmt: skip
+        lost = [k for k in keys if k not in TABLES and k in before]
+        parts = [", ".join(used)] if used else []
+        if lost:
+            parts.append(f"{', '.join(lost)} overridden by the {first}'s")
+        said.append(f"{where} ({level}: {'; '.join(parts) or 'sets nothing'})")
+        before.update(keys)
+        first = first or level
+    return ", ".join(said)
 
 
 def _mirror_profiles() -> dict[str, dict[str, str]]:
@@ -452,12 +477,18 @@ def _max_size(found: Any, choice: _select.Choice | None, cap: int | None) -> dic
 
     if choice is None or choice.url is None:
         return {"value": found.value, "from": found.origin} if found is not None else _NOT_SET
-    last = parse_cache_url(choice.url)[-1]
+    specs = parse_cache_url(choice.url)
+    last = specs[-1]
     if "max_size" in last.params:
         return {"value": last.params["max_size"], "from": f"the cache URL ({choice.origin})"}
     if found is not None:
         if last.scheme not in ("file", "sqlite", "memory"):
             note = f" (not applied: {last.scheme}:// caches take no size cap)"
+            if len(specs) > 1:  # as storage.config applies it: to the last level
+                note = (
+                    f" (not applied: a tier's cap goes to its last level, and {last.scheme}:// "
+                    "caches take no size cap)"
+                )
             return {"value": found.value + note, "from": found.origin}
         return {"value": found.value, "from": found.origin}
     if cap:

@@ -389,11 +389,13 @@ class EntryCache(ProgramCacheResource):
         return default if entry is None else entry.data
 
 
-def count_warm_compile(cache: ProgramCacheResource) -> None:
+def count_warm_compile(cache: ProgramCacheResource) -> str:
     """Add one ``warm_compiles`` to the counters ``cache`` reports for all its users (a
     compile after the process declared itself warm, ``cuforge._warm``): a wrapper's
     inner cache, a tier's widest writable level (what ``total_stats`` reads), else
-    the handle itself."""
+    the handle itself. Answers where the count lives (``_warm.COUNTED``): ``shared``;
+    ``read-only`` (that handle's own counters only: a read-only handle persists
+    none), ``memory`` (an in-memory cache's: gone with the process)."""
     for _ in range(8):  # wrappers nest a few deep at most
         inner = getattr(cache, "inner", None)
         if isinstance(inner, ProgramCacheResource):
@@ -407,6 +409,9 @@ def count_warm_compile(cache: ProgramCacheResource) -> None:
             continue
         break
     cache._tally_failure("warm_compiles")
+    if getattr(cache, "read_only", False) is True:
+        return "read-only"
+    return "memory" if getattr(cache, "in_memory", False) is True else "shared"
 
 
 _warm.counter = count_warm_compile  # cuforge._warm counts through storage

@@ -387,12 +387,7 @@ def _cap(specs: list[CacheSpec], where: str, given: int | None, given_origin: st
     takes = last.scheme in _CAPPED
     if given is not None:
         if not takes:
-            raise SelectionError(
-                given_origin,
-                f"{last.scheme}:// caches take no size cap ({_where(where)}); only "
-                "directory, sqlite:// and memory:// caches do",
-                True,
-            )
+            raise SelectionError(given_origin, _uncapped(specs, where, given), True)
         if "max_size" in last.params:
             raise SelectionError(
                 given_origin,
@@ -410,6 +405,33 @@ def _cap(specs: list[CacheSpec], where: str, given: int | None, given_origin: st
     except ValueError as exc:
         raise SelectionError(f"max_size in {found.origin}", str(exc)) from None
     return cap if takes and "max_size" not in last.params else None
+
+
+def _uncapped(specs: list[CacheSpec], where: str, given: int) -> str:
+    """Why a caller's cap of ``given`` bytes is refused: it goes to the last level
+    (:meth:`Selection.target` adds it to the last level's URL), and that level takes
+    none. For a tier, the way to cap a level that takes one: its own ``?max_size=``."""
+    last = specs[-1]
+    if len(specs) == 1:
+        return (
+            f"{last.scheme}:// caches take no size cap ({_where(where)}); only "
+            "directory, sqlite:// and memory:// caches do"
+        )
+    import re  # only for this message
+
+    name = re.sub(r"(://[^/@,]*?:)[^/@,]*@", r"\1***@", last.text.split("?", 1)[0])
+    capped = [spec for spec in specs[:-1] if spec.scheme in _CAPPED]
+    if capped:
+        level = capped[-1].text.split("?", 1)[0]
+        if "://" not in level:  # a plain directory
+            level = f"file://{capped[-1].location}"
+        way = f"; to cap {level}, give it its own in the URL ({level}?max_size={given})"
+    else:
+        way = "; none of its levels takes one"
+    return (
+        f"a tier's size cap goes to its last level, here {name}, and {last.scheme}:// caches "
+        f"take no size cap ({_where(where)}){way}"
+    )
 
 
 def _secret() -> tuple[bytes | None, str, str]:

@@ -46,6 +46,7 @@ __all__ = [
     "TABLES",
     "Setting",
     "fingerprint",
+    "read_files",
     "setting",
     "settings",
     "tables",
@@ -149,26 +150,42 @@ def fingerprint() -> bytes:
     return "\0".join(parts).encode("utf-8", "surrogateescape")
 
 
-#: Per state of the files: every key's Setting, and each file's tables (in order).
-_memo: dict[bytes, tuple[dict[str, Setting], list[tuple[str, str, dict[str, object]]]]] = {}
+#: One file read: its path, its name in messages (``PATH`` or ``PATH [tool.cuforge]``),
+#: its tables (unchecked) and the keys it sets, tables included, in its order.
+_Read = tuple[str, str, dict[str, object], tuple[str, ...]]
+#: Per state of the files: every key's Setting, and each file read (the user's first).
+_memo: dict[bytes, tuple[dict[str, Setting], list[_Read]]] = {}
 
 
-def _files() -> tuple[dict[str, Setting], list[tuple[str, str, dict[str, object]]]]:
+def _files() -> tuple[dict[str, Setting], list[_Read]]:
     key = fingerprint()
     found = _memo.get(key)
     if found is None:
         values: dict[str, Setting] = {}
-        tabled: list[tuple[str, str, dict[str, object]]] = []
+        files: list[_Read] = []
         project = project_file()
         for level, path in (("user", user_file()), ("project", project)):
             if path is not None and os.path.isfile(path):
                 read, where, held = _read(path, f"{level} config {path}")
                 values.update(read)
-                tabled.append((path, where, held))
-        found = (values, tabled)
+                files.append((path, where, held, (*read, *held)))
+        found = (values, files)
         _memo.clear()
         _memo[key] = found
     return found
+
+
+def read_files() -> list[tuple[str, str, tuple[str, ...]]]:
+    """Every settings file read, in precedence order -- the project's, whose keys win,
+    then the user's: ``(level, where, keys)``, ``level`` ``project`` or ``user``,
+    ``where`` the file as messages name it, ``keys`` those it sets (tables included),
+    in its order. A file that sets nothing is read too. ValueError naming a bad file."""
+    files = _files()[1]
+    project = project_file()
+    return [
+        ("project" if path == project else "user", where, keys)
+        for path, where, _, keys in reversed(files)
+    ]
 
 
 def settings() -> dict[str, Setting]:
@@ -182,7 +199,7 @@ def tables(name: str) -> list[tuple[str, str, object]]:
     :data:`TABLES`), the user's first, then the project's: the value as the file
     writes it (unchecked), ``where`` the file as messages name it (``PATH``, or
     ``PATH [tool.cuforge]``). ValueError naming a bad file."""
-    return [(path, where, held[name]) for path, where, held in _files()[1] if name in held]
+    return [(path, where, held[name]) for path, where, held, _ in _files()[1] if name in held]
 
 
 def setting(name: str) -> Setting | None:

@@ -23,6 +23,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from ._cache import SQLiteProgramCache as SQLiteProgramCache
     from ._open import default_db_path as default_db_path
+    from ._schema import DatabaseIsDirectoryError as DatabaseIsDirectoryError
     from ._schema import ForeignDatabaseError as ForeignDatabaseError
     from ._schema import NewerSchemaError as NewerSchemaError
 
@@ -40,6 +41,7 @@ __getattr__, __dir__ = _lazy.exports(
         "SQLiteProgramCache": "cuforge.storage.sqlite._cache",
         "default_db_path": "cuforge.storage.sqlite._open",
         # raised by the constructor
+        "DatabaseIsDirectoryError": "cuforge.storage.sqlite._schema",
         "ForeignDatabaseError": "cuforge.storage.sqlite._schema",
         "NewerSchemaError": "cuforge.storage.sqlite._schema",
     },

@@ -45,6 +45,7 @@ from ._open import mark_damaged, open_database, refuse_unless_ours
 from ._schema import (
     SQL,
     Counters,
+    DatabaseIsDirectoryError,
     ForeignDatabaseError,
     NewerSchemaError,
     counter_columns,
@@ -96,10 +97,7 @@ class SQLiteDriver(Driver):
         self._recovery = recovery
         self._recovery_warned = False
         if os.path.isdir(path):
-            raise ValueError(
-                f"SQLiteProgramCache path {path} is a directory; give the path of "
-                "a database file (e.g. .../program-cache.db)"
-            )
+            raise DatabaseIsDirectoryError(path)
         refuse_unless_ours(sqlite3, path, self._timeout)  # before creating anything
         prepare_db_file(path, trust_shared)  # private, like FileStream (_safedir)
         budget = Budget(self.cap)

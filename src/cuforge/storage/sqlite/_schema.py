@@ -51,11 +51,13 @@ from ..stats import CacheStats
 
 __all__ = [
     "APPLICATION_ID",
+    "FOREIGN_WAY_OUT",
     "SCHEMA_REVISION",
     "SCHEMA_VERSION",
     "SQL",
     "STAT_COLUMNS",
     "Counters",
+    "DatabaseIsDirectoryError",
     "ForeignDatabaseError",
     "NewerSchemaError",
     "counter_columns",
@@ -181,6 +183,24 @@ _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
 
 
+#: The way out :class:`ForeignDatabaseError` names, in the Python API's words (the
+#: command line says it in its own: the flag, variable or settings file to change).
+FOREIGN_WAY_OUT = "give SQLiteProgramCache a path of its own, or move that file away"
+
+
+class DatabaseIsDirectoryError(ValueError):
+    """The path names a directory, not a database file; nothing was opened or created.
+    ``path`` is the path; ``str()`` one line naming it and the fix, in the Python API's
+    words (the command line says it in its own)."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(
+            f"SQLiteProgramCache path {path} is a directory; give the path of "
+            "a database file (e.g. .../program-cache.db)"
+        )
+        self.path = path
+
+
 class ForeignDatabaseError(CachePathError, ValueError):
     """The path holds a file that is not provably a cuforge SQLite cache: another
     file, someone else's database, or a damaged file without cuforge's application
@@ -191,8 +211,7 @@ class ForeignDatabaseError(CachePathError, ValueError):
     def __init__(self, path: str, why: str) -> None:
         super().__init__(
             path,
-            f"is not a cuforge SQLite cache ({why}); nothing was changed -- give "
-            "SQLiteProgramCache a path of its own, or move that file away",
+            f"is not a cuforge SQLite cache ({why}); nothing was changed -- {FOREIGN_WAY_OUT}",
             kind="file",
         )
 
