@@ -1,9 +1,11 @@
 """The SQLite cache's size cap keeps what it says it keeps: its floor (the empty
 database, the WAL's allowance and its index), eviction that never takes the newest
-entry when it fits alone, and evictions counted where ``total_stats`` sees them."""
+entry when it fits alone, evictions counted where ``total_stats`` sees them, and a
+command line that reports stored only what the cache still holds when it ends."""
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 from pathlib import Path
@@ -211,3 +213,59 @@ def test_the_command_line_refuses_a_cap_below_the_floor_naming_where_it_came_fro
     stats = run(tmp_path, "cache", "stats", "--cache", url)
     assert "max_size=64K: 64 KiB is below" in one_line_error(stats, "cuforge cache stats")
     assert not db.parent.exists()
+
+
+def test_compile_reports_stored_only_what_the_cache_still_holds(tmp_path: Path) -> None:
+    """Outputs stored under a small cap evict each other (and under the old floor the
+    handle evicted its one entry at close): "stored in" was said all the same. What
+    the command reports stored is a hit the next time; what it evicted again is
+    reported not stored, why ``evicted``; a cubin that cannot fit is too large."""
+    sources = ["saxpy.cu", "kernels/vector_add.cu", "kernels/scale.cu", "kernels/relu.cu",
+               "kernels/transpose.cu"]  # fmt: skip
+    for cap in ("72K", "80K", "128K"):
+        db = tmp_path / f"k{cap}.db"
+        url = f"sqlite://{db}?max_size={cap}"
+        outdir = str(tmp_path / f"out{cap}")
+        first = _compile(tmp_path, *sources, "--outdir", outdir, "--cache", url, "--json")
+        assert first.returncode == 0, first.stderr
+        reports = json.loads(first.stdout)
+        assert [r["cache"] for r in reports] == ["miss"] * len(sources), reports
+        for r in reports:
+            if r["stored"]:
+                assert r["stored_in"] == [f"sqlite://{db}"], r
+            else:
+                assert r["not_stored"] in ("evicted", "too-large"), r
+        why = {r["not_stored"] for r in reports if not r["stored"]}
+        if cap == "72K":  # one page for entries: most of these cubins do not fit
+            assert "too-large" in why, reports
+        if cap == "80K":  # room for two or three: later stores evicted the first ones
+            assert why == {"evicted"} and any(r["stored"] for r in reports), reports
+        # Only those said stored, so that no store of this run evicts one of them.
+        kept = [s for s, r in zip(sources, reports, strict=True) if r["stored"]]
+        if kept:
+            again = _compile(tmp_path, *kept, "--outdir", outdir, "--cache", url, "--json")
+            assert again.returncode == 0, again.stderr
+            assert [r["cache"] for r in json.loads(again.stdout)] == ["hit"] * len(kept), cap
+    text = _compile(tmp_path, "saxpy.cu", "-o", str(tmp_path / "s.cubin"), "--cache",
+                    f"sqlite://{tmp_path / 'k72K.db'}?max_size=72K")  # fmt: skip
+    assert "cache miss (compiled; not stored: larger than the cache's size cap)" in text.stdout
+
+
+def test_warm_in_one_process_reports_what_its_own_stores_evicted(tmp_path: Path) -> None:
+    """``warm --jobs 1`` (one handle, in this process) under a cap the manifest does
+    not fit: it reported every compile stored while its later stores evicted the
+    earlier ones -- and the next run compiled them all again."""
+    db = tmp_path / "k.db"
+    url = f"sqlite://{db}?max_size=200K"
+    manifest = str(EXAMPLES / "warm.toml")
+    first = run(tmp_path, "warm", manifest, "--cache", url, "--jobs", "1")
+    assert first.returncode == 0, first.stderr
+    evicted = [ln for ln in first.stdout.splitlines() if "not stored: evicted again" in ln]
+    assert len(evicted) == 1 and evicted[0].endswith(
+        "compiled but not stored: evicted again before the command ended, to keep the cache "
+        "within its size cap"
+    ), first.stdout
+    unstored = int(evicted[0].split()[0])
+    done = json.loads(run(tmp_path, "cache", "stats", "--cache", url, "--json").stdout)
+    assert done["entries"] == 18 - unstored > 0, (done, unstored)
+    assert done["evictions"] == unstored  # counted where cache stats reads them
