@@ -32,7 +32,7 @@ def test_commands_that_only_look_never_evict_from_an_sqlite_cache(tmp_path):
     assert made.returncode == 0, made.stderr
     before = _ids(tmp_path, url)
     assert len(before) == len(KERNELS)
-    small = f"{url}?max_size=8K"  # below what the cache holds
+    small = f"{url}?max_size=72K"  # below what the cache holds: the smallest SQLite cap
     first = before[0][:12]
     looks = [
         ("cache", "ls", "--cache", small),

@@ -23,8 +23,9 @@ cache cannot track refused it, nothing was compiled), ``code`` (the binary, when
 asked for), ``bytes``, and
 for a compile through a cache ``stored`` (bool) with ``not_stored`` (why not:
 ``read-only``, ``unreachable``, ``too-large``, ``locked``, ``failed``,
-``compiler changed``) and ``store_levels``: (reason, detail) per level of the cache
-(``_report.store_fields`` names them).
+``compiler changed``), ``store_levels``: (reason, detail) per level of the cache
+(``_report.store_fields`` names them) and ``keys`` (hex: the keys it was stored
+under, for ``_kept`` to look up once the command's handles are closed).
 
 In a process of a ``cuforge run --warm-set`` job, each compile goes through the cache
 in a recorder (:func:`recording`), in this process and in each worker: what the
@@ -99,10 +100,11 @@ def compile_spec(spec: Spec, cache: Any, want_code: bool = False) -> dict[str, A
         )  # fmt: skip
         program = _programs.make_program(source, fields, None)  # checked before any compile
         result["arch"] = program.options.arch
-        obj, compiled, outcome = _programs.compile_through(program, spec.target, logs, cache)
+        obj, compiled, outcome, keys = _programs.compile_through(program, spec.target, logs, cache)
         result.update(status="compiled" if compiled else "cached", bytes=len(obj.code))
         if outcome is not None:
             result["stored"] = outcome.stored
+            result["keys"] = [key.hex() for key in keys]
             if not outcome.stored:
                 result["not_stored"] = outcome.reason
             # What each level did (a cache of one level: the outcome is its own).
@@ -237,8 +239,9 @@ def run_specs(
     opener: tuple[str | None, bytes | None],
     done: Callable[[int, dict[str, Any]], None],
     want_code: bool = False,
-) -> None:
-    """Compile every spec, calling ``done(index, result)`` as each finishes.
+) -> bool:
+    """Compile every spec, calling ``done(index, result)`` as each finishes; whether
+    worker processes compiled (their cache handles are closed when this returns).
 
     ``jobs`` > 1 (and more than one spec) runs ``min(jobs, len(specs))`` worker
     processes that open ``opener``, (the cache's URL, its secret) -- the secret
@@ -253,7 +256,7 @@ def run_specs(
                 done(i, compile_spec(spec, through, want_code))
         finally:
             done_recording(through, cache)
-        return
+        return False
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
@@ -263,3 +266,4 @@ def run_specs(
         futures = {pool.submit(_worker_run, spec, want_code): i for i, spec in enumerate(specs)}
         for future in as_completed(futures):
             done(futures[future], _say(future.result()))
+    return True

@@ -442,16 +442,17 @@ def check_target(
 
 def compile_through(
     program: Program, target: str, logs: Any, cache: ProgramCache | None
-) -> tuple[Any, bool, Any]:
+) -> tuple[Any, bool, Any, tuple[bytes, ...]]:
     """``program.compile(target, logs=logs, cache=cache)``, whether a compiler ran
-    (False: the cache served it) and what the store step did (a ``StoreOutcome``:
-    stored, or not stored and why; None when nothing was stored or no cache).
+    (False: the cache served it), what the store step did (a ``StoreOutcome``:
+    stored, or not stored and why; None when nothing was stored or no cache) and the
+    keys it stored under (``Compiled.keys``).
 
     The pipeline says both itself (``compile.cache.Compiled``), for this one call,
     so it stays right with many compiles sharing one cache handle across threads.
     """
     if cache is None:
-        return program.compile(target, logs=logs), True, None
+        return program.compile(target, logs=logs), True, None, ()
     from cuforge import _warm
     from cuforge.compile.cache import compile_through_cache
 
@@ -459,4 +460,6 @@ def compile_through(
         done = compile_through_cache(program, target, (), logs, cache)
     else:  # a miss's compile counts in this cache's warm_compiles
         done = _warm.through(cache, lambda: compile_through_cache(program, target, (), logs, cache))
-    return done.obj, done.ran, done.store if done.ran else None
+    if not done.ran:
+        return done.obj, False, None, ()
+    return done.obj, True, done.store, done.keys

@@ -47,7 +47,7 @@ import sys
 import time
 
 from cuforge._names import printed
-from cuforge.cli import _config, _direct, _pool, _programs, _select
+from cuforge.cli import _config, _direct, _kept, _pool, _programs, _select
 from cuforge.cli._args import UsageError, size_arg
 from cuforge.cli._report import render, store_fields
 
@@ -490,8 +490,9 @@ def run(args: argparse.Namespace) -> int:
             sys.stderr.write(f"{said}: {result['warnings']}\n")
 
     fatbin = is_fatbin(args)
+    stored: list[tuple[dict[str, Any], list[str]]] = []  # reports of lasting stores, keys
     with cache if cache is not None else contextlib.nullcontext():
-        _pool.run_specs(
+        workers = _pool.run_specs(
             [j.spec for j in jobs], os.cpu_count() or 1, cache, (url, choice.secret), done, True
         )
         results = []
@@ -518,6 +519,8 @@ def run(args: argparse.Namespace) -> int:
             )  # fmt: skip
             if status == "miss":
                 results[-1].update(store_fields(r, shown))
+                if results[-1].get("outlives_process"):
+                    stored.append((results[-1], r.get("keys") or []))
         failed = any(job.result["status"] == "failed" for job in jobs)
         # A compile that printed warnings is answered by the full path, which replays
         # them from the entry: the fast path prints no compiler log.
@@ -538,6 +541,8 @@ def run(args: argparse.Namespace) -> int:
             made = [(j.source, j.program, args.target, j.output, j.result["code"]) for j in jobs]
             mode = "json" if args.json else "text"
             _direct.remember(digest, cache, mode, made, url)
+    if stored:  # every handle closed: a store a cap undid since is not reported stored
+        _kept.recheck(stored, choice, cache, workers)
     # With -o -, standard output holds the binary alone: the report goes to stderr.
     print(render(results, args.json), file=sys.stderr if args.output == STDOUT else sys.stdout)
     return 1 if failed else 0

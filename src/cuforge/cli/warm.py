@@ -43,7 +43,7 @@ import sys
 import time
 
 from cuforge._names import printed
-from cuforge.cli import _pool, _programs, _select, _term, _warmfile
+from cuforge.cli import _kept, _pool, _programs, _select, _term, _warmfile
 from cuforge.cli._args import UsageError
 from cuforge.cli._report import MEMORY_ONLY, store_fields
 
@@ -140,17 +140,22 @@ def _compile_all(
     start = time.perf_counter()
 
     shown = _select.level_names(chosen)  # how the summary names where a compile went
+    stored: list[tuple[dict[str, Any], list[str]]] = []  # lasting stores, their keys
 
     def finished(spec: _warmfile.Spec, result: dict[str, Any]) -> None:
         result.update(source=spec.source, arch=spec.arch, variant=spec.label or "")
+        keys = result.pop("keys", None) or []
         if "stored" in result:  # compiled: where it was stored, per level
             result.update(store_fields(result, shown))
+            if result.get("outlives_process"):
+                stored.append((result, keys))
         result.pop("store_levels", None)
         results.append(result)
         what = f"{result['source']} {result['arch']} {result['variant']}".rstrip()
         progress.item(f"{result['status']:<9}{what} ({result['seconds']:.2f} s)")
 
     jobs = min(args.jobs, len(specs))
+    workers = False
     if args.threads and jobs > 1:
         from concurrent.futures import ThreadPoolExecutor, as_completed
 
@@ -164,8 +169,10 @@ def _compile_all(
             _pool.done_recording(through, cache)
     else:
         opener = (url, chosen.secret)
-        _pool.run_specs(specs, jobs, cache, opener, lambda i, r: finished(specs[i], r))
+        workers = _pool.run_specs(specs, jobs, cache, opener, lambda i, r: finished(specs[i], r))
     progress.close()
+    if stored:  # workers' handles are closed; this one evicts nothing more at close
+        _kept.recheck(stored, chosen, cache, workers)
     wall = time.perf_counter() - start
     return _summary(results, wall, jobs, args, fetched)
 

@@ -394,6 +394,9 @@ def _cap(specs: list[CacheSpec], where: str, given: int | None, given_origin: st
                 f"{_where(where)} sets max_size={last.params['max_size']} already: give one",
                 True,
             )
+        small = _too_small(last.scheme, given)
+        if small is not None:
+            raise SelectionError(given_origin, small, True)
         return given
     found = _setting("max_size")
     if found is None:
@@ -404,7 +407,23 @@ def _cap(specs: list[CacheSpec], where: str, given: int | None, given_origin: st
         cap = parse_size(found.value)
     except ValueError as exc:
         raise SelectionError(f"max_size in {found.origin}", str(exc)) from None
-    return cap if takes and "max_size" not in last.params else None
+    if not takes or "max_size" in last.params:
+        return None
+    small = _too_small(last.scheme, cap)
+    if small is not None:
+        raise SelectionError(f"max_size in {found.origin}", small)
+    return cap
+
+
+def _too_small(scheme: str, cap: int) -> str | None:
+    """Why ``cap`` is too small for a cache of ``scheme`` (a SQLite cache has a floor:
+    ``storage.sqlite._floor``), or None. A URL's own ``max_size`` is checked with the
+    URL (``check_levels``)."""
+    if scheme != "sqlite":
+        return None
+    from .sqlite._floor import cap_problem
+
+    return cap_problem(cap)
 
 
 def _uncapped(specs: list[CacheSpec], where: str, given: int) -> str:

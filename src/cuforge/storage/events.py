@@ -44,9 +44,15 @@ LOCKED = "locked"
 FAILED = "failed"
 #: The value is larger than the cache's size cap: refused, and nothing evicted for it.
 TOO_LARGE = "too-large"
+#: Stored, then evicted (the level's size cap) before the command that stored it
+#: ended: what the command line reports once it has looked again (``cli._kept``).
+EVICTED = "evicted"
 
 # How a reason reads for a person ("not stored: ..."), where it is not its own words.
-_WORDS = {TOO_LARGE: "larger than the cache's size cap"}
+_WORDS = {
+    TOO_LARGE: "larger than the cache's size cap",
+    EVICTED: "evicted again before the command ended, to keep the cache within its size cap",
+}
 
 _ATTR = "_cuforge_fail_open_seen"
 _lock = threading.Lock()
@@ -110,6 +116,7 @@ def take_dropped() -> tuple[str, str] | None:
 
 
 __all__ = [
+    "EVICTED",
     "FAILED",
     "INTEGRITY",
     "LOCKED",

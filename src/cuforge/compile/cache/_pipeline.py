@@ -62,18 +62,26 @@ Names = tuple[str | bytes, ...]
 class Compiled:
     """What :func:`compile_through_cache` did: ``obj`` (the ObjectCode), ``hit`` (no
     fill ran: served from the cache, possibly by a concurrent filler), ``ran``
-    (whether the compiler ran: a fill may reuse an entry another checkout stored)
-    and ``store`` (the store step's outcome; None when nothing was stored)."""
+    (whether the compiler ran: a fill may reuse an entry another checkout stored),
+    ``store`` (the store step's outcome; None when nothing was stored) and ``keys``
+    (the keys the fill stored under: the entry's, and a tracked program's manifest;
+    a later compile needs all of them to hit)."""
 
-    __slots__ = ("hit", "obj", "ran", "store")
+    __slots__ = ("hit", "keys", "obj", "ran", "store")
 
     def __init__(
-        self, obj: ObjectCode, hit: bool, store: StoreOutcome | None = None, ran: bool = False
+        self,
+        obj: ObjectCode,
+        hit: bool,
+        store: StoreOutcome | None = None,
+        ran: bool = False,
+        keys: tuple[bytes, ...] = (),
     ) -> None:
         self.obj = obj
         self.hit = hit
         self.store = store
         self.ran = ran
+        self.keys = keys
 
     def __repr__(self) -> str:
         return f"Compiled(hit={self.hit}, ran={self.ran}, store={self.store!r})"
@@ -83,12 +91,13 @@ class _Report:
     """Where a fill writes what it did (``compile_through_cache`` asks; a plain
     compile passes none, so its hit path carries nothing extra)."""
 
-    __slots__ = ("filled", "ran", "store")
+    __slots__ = ("filled", "keys", "ran", "store")
 
     def __init__(self) -> None:
         self.filled = False
         self.ran = False
         self.store: StoreOutcome | None = None
+        self.keys: list[bytes] = []
 
 
 def compile_through_cache(
@@ -110,7 +119,7 @@ def compile_through_cache(
     target = compile_target(program.source.code_type, program.source.options, target)
     report = _Report()
     obj = pipeline(program, target, names, logs, cache, report)
-    return Compiled(obj, not report.filled, report.store, report.ran)
+    return Compiled(obj, not report.filled, report.store, report.ran, tuple(report.keys))
 
 
 def pipeline(
@@ -213,6 +222,7 @@ def _compile_and_store(
     outcome = store(cache, key, obj.code, record)
     if report is not None:
         report.filled, report.ran, report.store = True, True, outcome
+        report.keys.append(key)
     return obj
 
 
@@ -242,6 +252,7 @@ def _fill_tracked(
     if report is not None:
         entry = report.store
         report.filled = True
+        report.keys[:] = [key, mkey]  # an entry another checkout stored is needed too
         if entry is None or (entry.stored and not manifest.stored):
             report.store = manifest  # what a later compile of this program depends on
     return obj

@@ -2,7 +2,8 @@
 
 Files: ``<path>`` (the database), ``<path>-wal`` and ``<path>-shm`` (SQLite's WAL
 and its index, present while the database is open), ``<path>.lock`` (record locks,
-see ``_lock``) and, only after SQLite reported damage, ``<path>.damaged``.
+see ``_lock``; kept after close) and, only after SQLite reported damage,
+``<path>.damaged``.
 The schema is described in ``_schema``. Python's ``sqlite3`` is imported when
 a cache is opened, so ``import cuforge`` works on interpreters built without it.
 

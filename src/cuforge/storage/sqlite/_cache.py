@@ -45,9 +45,14 @@ class SQLiteProgramCache(SharedCache):
       A cuforge database of a newer layout than this cuforge reads raises
       ``NewerSchemaError`` and is never written; one of an older revision is brought
       up to date in place (``_schema``: no entry or counter lost).
-    - **Cap on real disk use**: ``max_size_bytes`` bounds database + WAL + index; LRU
-      eviction walks an index on last use, vacuums and checkpoints (no table scans); a
-      value that cannot fit is refused (``events.TOO_LARGE``), nothing evicted for it.
+    - **Cap on real disk use**: ``max_size_bytes`` bounds database + WAL + index, and
+      is at least 72 KiB (``_floor``: what an empty database, the WAL's allowance and
+      its index take, and a page; a smaller one raises ValueError before anything is
+      created). A store evicts before it writes, least recently used first (an index
+      on last use, no table scans), down to ~90 % of the entries' room, never the
+      newest entry that fits alone; evictions reach ``total_stats()``, those at close
+      too. A value that cannot fit beside the empty database is refused
+      (``events.TOO_LARGE``), nothing evicted for it.
     - **Read-only handles** (``read_only=True``, ``?ro``, the commands that only look)
       write nothing: stores are refused, uses and counters stay in the handle, and
       closing it evicts nothing, whatever its cap.

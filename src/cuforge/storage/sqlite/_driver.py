@@ -40,6 +40,7 @@ from ._conn import Connections, check_timeout, committed, immediate, load_sqlite
 from ._deferred import DeferredStores
 from ._entries import find_row, list_rows, remove_row
 from ._evict import checkpoint, delete_all, vacuum
+from ._floor import cap_problem
 from ._lock import LockFile
 from ._open import mark_damaged, open_database, refuse_unless_ours
 from ._schema import (
@@ -90,6 +91,9 @@ class SQLiteDriver(Driver):
         sqlite3 = load_sqlite3()
         self._error = sqlite3.Error
         self.cap = check_max_size(max_size_bytes)
+        small = None if self.cap is None else cap_problem(self.cap)
+        if small is not None:  # before anything is created: no entry could ever stay
+            raise ValueError(f"max_size_bytes: {small}")
         self._timeout = check_timeout(timeout)
         self._durable = bool(durable)
         self.path = path
@@ -228,7 +232,7 @@ class SQLiteDriver(Driver):
             return w.failed(w.broken or "the file system or file is read-only")
         size = len(data) + len(meta)
         budget = w.space.budget
-        if size > budget.share:  # could never fit: refused, nothing evicted
+        if not budget.fits_alone(size):  # could never fit: refused, nothing evicted
             return self._too_large(size)
         now = time.time_ns()
         return self._w.store((rid, kd, row_check(seed, data, meta), size, now, now, meta, data))
@@ -250,7 +254,7 @@ class SQLiteDriver(Driver):
         now = time.time_ns()
         for (kd, rid, seed), data, meta in batch:
             size = len(data) + len(meta)
-            if size > budget.share:  # could never fit: refused, nothing evicted
+            if not budget.fits_alone(size):  # could never fit: refused, nothing evicted
                 out.append(self._too_large(size))
                 continue
             at.append(len(out))
@@ -263,7 +267,7 @@ class SQLiteDriver(Driver):
 
     def _too_large(self, size: int) -> StoreOutcome:
         budget = self._w.space.budget
-        share = max(int(budget.share), 0)
+        share = budget.entry_share()
         return StoreOutcome(
             TOO_LARGE,
             f"{self.path}: {size} bytes, larger than the cache's size cap "
@@ -421,7 +425,12 @@ class SQLiteDriver(Driver):
             db, wal = w.space.sizes()
             if not w.broken and not w.read_only and w.space.budget.needs_work(db, wal):
                 w.space.retry_at = 0
-                w.make_room(db, wal, int(self._timeout * 1000))
+                before = self.reports.counts().evictions
+                w.make_room(db, wal, wait_ms=int(self._timeout * 1000))
+                if self.reports.counts().evictions != before:
+                    # The core wrote its counters back before this: these evictions
+                    # would stay in this handle's stats, never in total_stats().
+                    w.housekeep(True)
         self._finalizer()
 
 

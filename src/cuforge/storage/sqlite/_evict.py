@@ -12,6 +12,11 @@ with a believable time -- otherwise they would outrank every new store for as lo
 as the skew lasts, and each new entry would be the one evicted. A hit re-stamps such
 a row with its real time (``SQL.touch``).
 
+Eviction never takes more than the cap asks: it stops at the low-water mark, and the
+most recently used row goes only when it alone no longer fits the database's share
+(:func:`evict_down`) -- so the row a store has just written, which fits alone
+(``_space.Budget.fits_alone``), is never evicted by its own handle.
+
 Row deletes go through ``ownership.delete_owned`` like every destructive operation;
 their proof is :func:`row_of_our_database`.
 """
@@ -24,6 +29,7 @@ from typing import Any
 
 from .. import ownership
 from ._conn import committed
+from ._floor import EMPTY_BYTES
 
 __all__ = [
     "checkpoint",
@@ -103,21 +109,28 @@ def _choose(conn: Any, need: float, limit: int) -> list[int]:
 Begin = Callable[[Any], object]
 
 
-def evict_rows(conn: Any, room: float, page_size: int, limit: int, begin: Begin) -> list[int]:
+def evict_rows(
+    conn: Any, room: float, page: int, limit: int, begin: Begin, keep: int = 0
+) -> list[int]:
     """Delete the least recently used rows until the pages in use would fit ``room``
-    bytes, at most ``limit`` of them; the row ids deleted. One write transaction.
+    bytes, at most ``limit`` of them, and never the ``keep`` most recently used; the
+    row ids deleted. One write transaction.
 
-    Row ids are key digests, so old rows sit on unrelated pages and each one deleted
-    writes about a page to the WAL: ``limit`` keeps that within the WAL budget."""
+    The pages the rows take are the pages in use less the empty database's
+    (``_floor``); a stored byte costs that over the stored bytes, so the rows chosen
+    are those whose stored bytes free the excess at that rate. Row ids are key
+    digests, so old rows sit on unrelated pages and each one deleted writes about a
+    page to the WAL: ``limit`` keeps that within the WAL budget."""
     begin(conn)
     with committed(conn):
-        used = pages_in_use(conn) * page_size
-        total = conn.execute("SELECT total_bytes FROM cuforge_state").fetchall()[0][0]
+        used = pages_in_use(conn) * page
+        state = conn.execute("SELECT entries, total_bytes FROM cuforge_state").fetchall()
+        entries, total = state[0]
         victims: list[int] = []
-        if used > room and total > 0:
-            # A stored byte costs used/total bytes of pages (overflow pages, b-tree,
-            # index): free that share of the stored bytes.
-            victims = _choose(conn, total * (1 - max(room, 0) / used), limit)
+        limit = min(limit, entries - keep)
+        if used > room and total > 0 and limit > 0:
+            rows = max(used - EMPTY_BYTES, 1)
+            victims = _choose(conn, total * min(1.0, (used - room) / rows), limit)
             _delete_rows(conn, "eviction", victims)
     return victims
 
@@ -171,6 +184,7 @@ def checkpoint(conn: Any, timeout: float) -> bool:
 def evict_down(
     conn: Any,
     room: Callable[[], float],
+    must: Callable[[], float],
     page: int,
     step: int,
     begin: Begin,
@@ -178,16 +192,23 @@ def evict_down(
     gone: list[int],
 ) -> None:
     """Evict in transactions of at most ``step`` rows (each begun by ``begin``) until
-    the pages in use fit ``room()``; call ``first()`` before the first one. The row
-    ids deleted are added to ``gone`` as each transaction commits (so a later one
-    that raises does not hide them)."""
+    the pages in use fit ``room()`` (the low-water mark); call ``first()`` before the
+    first one. The most recently used row is never evicted to reach ``room()``: only
+    when every other row is gone and the pages in use still exceed ``must()`` (the
+    share the cap leaves the database) does it go too -- so the entry just stored,
+    which fits alone (``Budget.fits_alone``), stays.
+    The row ids deleted are added to ``gone`` as each transaction commits (so a later
+    one that raises does not hide them)."""
     for _ in range(64):
         fits = room()
-        if pages_in_use(conn) * page <= fits:
+        used = pages_in_use(conn) * page
+        if used <= fits:
             break
         if not gone:
             first()
-        batch = evict_rows(conn, fits, page, step, begin)
+        batch = evict_rows(conn, fits, page, step, begin, keep=1)
+        if not batch and used > must():  # the newest row alone does not fit the share
+            batch = evict_rows(conn, must(), page, step, begin)
         gone += batch
         if not batch:
             break

@@ -2,7 +2,12 @@
 
 The WAL gets an allowance of a 16th of the cap (16 KiB to 64 MiB; 64 MiB without a
 cap), the WAL index what SQLite needs to index that many frames, and the database
-file the rest (its *share*); eviction leaves the pages in use at ~90 % of the share.
+file the rest (its *share*), of which an empty database takes its fixed pages
+(``_floor``, which also refuses a cap too small for them and one page). A store
+whose rows may not fit the share -- the pages in use, those in the WAL included,
+plus theirs -- first evicts (``Space.make_room``): the pages in use then fit ~90 %
+of what the share leaves for entries, less the new rows. A value whose row alone
+cannot fit beside the empty database is refused (``Budget.fits_alone``).
 
 The WAL stays in its allowance because no write transaction starts unless what it
 may add (:func:`tx_bytes`: pages per row measured on cache databases, with margin)
@@ -32,15 +37,14 @@ from typing import Any
 
 from .. import events
 from ._conn import Connections
-from ._evict import checkpoint, evict_down, shrink_to
+from ._evict import checkpoint, evict_down, pages_in_use, shrink_to
+from ._floor import EMPTY_BYTES, INDEX_BLOCK, PAGE, WAL_MIN, row_bytes
 
 __all__ = ["FRAME", "PAGE", "WAL_MAX", "Budget", "Space", "WalFull", "touch_bytes", "tx_bytes"]
 
 WAL_MAX = 64 << 20
-PAGE = 4096  # the page size every cache database is created with (_schema)
 FRAME = PAGE + 24  # a page in the WAL, with its frame header
-_INDEX_BLOCK = 32768  # the WAL index grows by 32 KiB per 4096 WAL frames
-_INDEX_FRAMES = 4096
+_INDEX_FRAMES = 4096  # the WAL index grows by a block (_floor) per 4096 WAL frames
 _FOLDS = 4  # folds a transaction waiting for room tries while others refill the WAL
 
 
@@ -73,7 +77,7 @@ class Budget:
     def __init__(self, cap: int | None) -> None:
         self.cap = cap
         #: Bytes the WAL file may take.
-        self.wal = WAL_MAX if cap is None else min(WAL_MAX, max(16384, cap // 16))
+        self.wal = WAL_MAX if cap is None else min(WAL_MAX, max(WAL_MIN, cap // 16))
         #: The WAL file size past which the cache folds it in.
         self.fold_at = self.wal // 2
         #: Rows one write transaction of eviction or clear may delete (row ids are key
@@ -82,25 +86,40 @@ class Budget:
         self.rows = max(1, ((self.wal - self.fold_at) // FRAME - 8) // 7)
         #: Uses one write-back may record, by the same rule (``touch_bytes``).
         self.touches = max(1, ((self.wal - self.fold_at) // FRAME - 8) // 2)
-        index = _INDEX_BLOCK * (1 + self.wal // PAGE // _INDEX_FRAMES)
+        index = INDEX_BLOCK * (1 + self.wal // PAGE // _INDEX_FRAMES)
         #: Bytes the database file may take (``inf`` without a cap).
         self.share = float("inf") if cap is None else float(cap - self.wal - index)
+
+    def fits_alone(self, size: int) -> bool:
+        """Whether a row of ``size`` stored bytes fits the database's share beside the
+        empty database's own pages (``_floor``) -- so that, once stored, the cap never
+        makes its own handle evict it while it is the newest entry."""
+        return EMPTY_BYTES + row_bytes(size) <= self.share
+
+    def entry_share(self) -> int:
+        """Bytes of the share left for entries (the empty database's pages taken)."""
+        return max(int(self.share) - EMPTY_BYTES, 0)
 
     def file_share(self, index_bytes: int) -> float:
         """The database file's share, given the WAL index's size on disk now."""
         if self.cap is None:
             return float("inf")
-        return float(self.cap - self.wal - max(index_bytes, _INDEX_BLOCK))
+        return float(self.cap - self.wal - max(index_bytes, INDEX_BLOCK))
 
     def room(self, index_bytes: int, low_water: float) -> float:
-        """Bytes of pages in use that eviction leaves: ``low_water`` of the cap, less
-        what the WAL and its index are allowed."""
+        """Bytes of pages in use that eviction leaves: the empty database's pages and
+        ``low_water`` of what the file's share leaves for entries beside them (a share
+        of the entries' room, not of the cap: under a small cap the fixed pages would
+        otherwise eat the margin, and eviction would take most entries each time)."""
         assert self.cap is not None
-        return self.file_share(index_bytes) - self.cap * (1 - low_water)
+        share = self.file_share(index_bytes)
+        return EMPTY_BYTES + max(share - EMPTY_BYTES, 0) * low_water
 
     def needs_work(self, db: int, wal: int) -> bool:
-        """Whether files of these sizes call for eviction or a checkpoint."""
-        return wal > self.fold_at or db > self.share
+        """Whether files of these sizes call for eviction or a checkpoint (``wal``
+        bounds what the WAL may add to the database once folded in: pages a store
+        wrote are in the WAL, not yet in the database file)."""
+        return wal > self.fold_at or db + wal > self.share
 
     def fits(self, wal: int, adds: int) -> bool:
         """Whether a transaction adding ``adds`` bytes may start beside a WAL file of
@@ -139,7 +158,7 @@ class Space:
         share of the cap (the caller counts it in ``write_failures``): storing it would
         evict every other entry and still leave the files over the cap. Noted as
         ``events.TOO_LARGE`` for the compile pipeline; logged once per handle."""
-        cap, share = self.budget.cap, max(int(self.budget.share), 0)
+        cap, share = self.budget.cap, self.budget.entry_share()
         events.note_dropped(
             events.TOO_LARGE,
             f"{self._files[0]}: {size} bytes, larger than the cache's size cap "
@@ -192,9 +211,10 @@ class Space:
         self,
         conn: Any,
         wait_ms: int = 0,
-        evict: Callable[[int, int], object] | None = None,
+        evict: Callable[[int, int, int], object] | None = None,
         adds: int = 0,
         patience_ms: int = 0,
+        grows: int = 0,
     ) -> None:
         """BEGIN IMMEDIATE for a transaction adding at most ``adds`` bytes to the WAL.
         The WAL file is looked at under the write lock: past its fold point it is
@@ -203,19 +223,28 @@ class Space:
         :class:`WalFull`, with no transaction open. This closes the race of writers
         in several processes each adding to a WAL that a reader keeps from being
         folded: whoever holds the write lock sees the WAL as it is. With ``evict``
-        (a store), a database past its share calls ``evict(db, wal)`` first (which
-        evicts and folds). ``patience_ms``: how long to keep trying folds that readers
-        make fail (each waits ``wait_ms``: the write lock is held while it waits)
-        before giving up -- a deletion waits its ``timeout``, a store does not."""
+        (a store of rows that may add ``grows`` bytes of pages), a database that may
+        not hold them within its share -- its file, the WAL not yet folded into it
+        and ``grows`` -- calls ``evict(db, wal, grows)`` first (which measures the
+        pages in use, evicts to make room for the rows, and folds). ``patience_ms``:
+        how long to keep trying folds that readers make fail (each waits ``wait_ms``:
+        the write lock is held while it waits) before giving up -- a deletion waits
+        its ``timeout``, a store does not."""
         budget = self.budget
         conn.execute("BEGIN IMMEDIATE")
         db, wal = self.sizes()
-        over = evict is not None and db > budget.share
+        # The files first (two stats); near the share, the pages in use: the file
+        # keeps the pages eviction freed, and the WAL holds pages not yet in it.
+        over = (
+            evict is not None
+            and db + wal + grows > budget.share
+            and pages_in_use(conn) * PAGE + grows > budget.share
+        )
         if not over and budget.fits(wal, adds) and not self.fold_due(db, wal):
             return
         conn.execute("ROLLBACK")
         if evict is not None and over:
-            evict(db, wal)
+            evict(db, wal, grows)
             db, wal = self.sizes()
         if not over and self.fold_due(db, wal):
             self.fold(conn, db, wal, wait_ms)
@@ -250,11 +279,16 @@ class Space:
         wait_ms: int,
         first: Callable[[], object],
         evicted: Callable[[list[int]], object],
+        grows: int = 0,
     ) -> None:
-        """The database past its share: delete least-recently-used rows until its pages
-        in use would fit ``low_water`` of it, and give the pages beyond it back
-        (``first()`` before the first row goes; ``evicted(row ids)`` after). The WAL
-        past its fold point: fold it in. Busy or full is never an error."""
+        """Keep the database within its share, with room for rows about to be stored
+        that may add ``grows`` bytes of pages. The pages in use (measured: the WAL's
+        included) past that: delete least-recently-used rows until they would fit
+        ``low_water`` of the entries' room less ``grows`` (``Budget.room``), but never
+        more than the share requires of the newest row (``evict_down``); then give the
+        file's pages beyond the share back (``first()`` before the first row goes;
+        ``evicted(row ids)`` after). The WAL past its fold point: fold it in. Busy or
+        full is never an error."""
         if not self._mutex.acquire(blocking=False):
             return  # another thread of this handle is at it
         try:
@@ -262,14 +296,16 @@ class Space:
             budget = self.budget
             wait_ms = wait_ms or self._wait_ms
             index = self.sizes(3)[2]
-            over = db > budget.file_share(index)
+            share = budget.file_share(index)
+            over = pages_in_use(conn) * PAGE + grows > share
+            gone: list[int] = []
             if over:
                 adds = tx_bytes(budget.rows)
-                gone: list[int] = []
                 try:
                     evict_down(
                         conn,
-                        lambda: budget.room(self.sizes(3)[2], self._low_water),
+                        lambda: budget.room(self.sizes(3)[2], self._low_water) - grows,
+                        lambda: budget.file_share(self.sizes(3)[2]) - grows,
                         PAGE,
                         budget.rows,
                         lambda c: self.begin(c, wait_ms, adds=adds),
@@ -278,11 +314,12 @@ class Space:
                     )
                 finally:
                     evicted(gone)
-                if gone:
-                    share = budget.file_share(index)
-                    with self._conns.busy_timeout(conn, wait_ms):
-                        shrink_to(conn, share, PAGE, max(1, budget.rows // 2), wait_ms / 1000)
+            pages = conn.execute("PRAGMA page_count").fetchall()[0][0]
+            if gone or pages * PAGE > share:
+                with self._conns.busy_timeout(conn, wait_ms):
+                    shrink_to(conn, share, PAGE, max(1, budget.rows // 2), wait_ms / 1000)
                 db, wal = self.sizes()
+                over = True
             if over or self.fold_due(db, wal):
                 self.fold(conn, db, wal, wait_ms)
         except (self._error, WalFull):

@@ -7,6 +7,7 @@ Named in ``storage.urls``' scheme table and imported only when such a URL is ope
 from __future__ import annotations
 
 from ..spec import CacheSpec
+from ._floor import cap_problem
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -17,11 +18,15 @@ __all__ = ["check_sqlite", "open_sqlite"]
 
 def check_sqlite(spec: CacheSpec) -> None:
     """What :func:`open_sqlite` refuses in the URL itself, checked without opening
-    (``storage.urls.check_level``): ValueError naming the bad part."""
+    (``storage.urls.check_level``): ValueError naming the bad part -- a cap below
+    the smallest a SQLite cache can keep (``_floor``) among them."""
     if not spec.location:
         raise spec.error("sqlite:// needs a database file (sqlite:///path/to/cache.db)")
     # each raises for a value that does not parse
-    spec.size("max_size")
+    cap = spec.size("max_size")
+    small = None if cap is None else cap_problem(cap)
+    if small is not None:
+        raise spec.error(f"max_size={spec.params['max_size']}: {small}")
     spec.flag("durable")
     spec.duration("timeout")
     spec.trust_shared()

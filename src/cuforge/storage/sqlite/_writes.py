@@ -28,6 +28,7 @@ from ..outcome import FAILED, LOCKED, READ_ONLY, STORED_OUTCOME, StoreOutcome
 from ..stats import CacheStats
 from ._conn import Connections, committed
 from ._deferred import DeferredStores, Row, batches
+from ._floor import row_bytes
 from ._schema import SQL, STAT_COLUMNS, Counters, is_busy, is_corruption
 from ._space import Space, WalFull, touch_bytes, tx_bytes
 
@@ -104,10 +105,11 @@ class Writes:
                 return [STORED_OUTCOME] * len(new)
             caught_up += not any(id(r) in mine for r in batch)
             adds = tx_bytes(len(batch), sum(r[3] for r in batch))
+            grows = sum(row_bytes(r[3]) for r in batch)
             try:
                 # Sizes checked under the lock; a fold waits for readers at most as
                 # long as the store may wait for the lock.
-                self.space.begin(conn, wait_ms, self.make_room, adds)
+                self.space.begin(conn, wait_ms, self.make_room, adds, grows=grows)
                 with committed(conn):
                     conn.executemany(SQL.put, batch)
             except (self.error, WalFull) as exc:
@@ -163,9 +165,10 @@ class Writes:
             self.rows(list(self.deferred.rows.values()), wait_ms, ())
 
     # -- eviction ---------------------------------------------------------------------
-    def make_room(self, db: int, wal: int, wait_ms: int = 0) -> None:
-        """Evict and fold so the files fit the cap (``Space.make_room``)."""
-        self.space.make_room(db, wal, wait_ms, self._uses_first, self._evicted)
+    def make_room(self, db: int, wal: int, grows: int = 0, *, wait_ms: int = 0) -> None:
+        """Evict and fold so the files fit the cap, with room for rows that may add
+        ``grows`` bytes of pages (``Space.make_room``)."""
+        self.space.make_room(db, wal, wait_ms, self._uses_first, self._evicted, grows)
 
     def _uses_first(self) -> None:
         """Before the first row is evicted: the recorded uses, so LRU order is true."""
