@@ -257,3 +257,27 @@ def test_warm_set_usage_errors_and_an_absent_set(tmp_path, redis_server):
     assert absent.returncode == 1 and "Traceback" not in absent.stderr
     assert "no warm set 'nope' is stored in" in absent.stderr
     assert not (tmp_path / "c").exists()  # refused before a cache was made
+
+
+def test_a_kernels_only_variant_is_named_like_any_other(tmp_path):
+    # A kernel with one listed variant was printed bare ("compiled saxpy.cu sm_90") and
+    # its JSON said "variant": "", so nothing showed that A=1 was applied.
+    shutil.copy(EXAMPLES / "saxpy.cu", tmp_path / "saxpy.cu")
+    manifest = tmp_path / "m.toml"
+    manifest.write_text(
+        '[[kernel]]\nsource = "saxpy.cu"\narch = "sm_90"\nvariants = [{defines = ["A=1"]}]\n'
+        '[[kernel]]\nsource = "saxpy.cu"\narch = "sm_80"\nvariants = [{}]\n'
+        '[[kernel]]\nsource = "saxpy.cu"\narch = "sm_75"\n'
+    )
+    cache = str(tmp_path / "c")
+    text = run(tmp_path, "warm", str(manifest), "--cache", cache, "--jobs", "1")
+    assert text.returncode == 0, text.stderr
+    compiled = sorted(ln for ln in text.stdout.splitlines() if ln.startswith("compiled "))
+    assert [ln.split(" (")[0] for ln in compiled] == [
+        "compiled saxpy.cu sm_75",  # no variants listed: nothing to name
+        "compiled saxpy.cu sm_80 variant 1",  # a listed variant without settings
+        "compiled saxpy.cu sm_90 A=1",
+    ], compiled
+    again = run(tmp_path, "warm", str(manifest), "--cache", cache, "--jobs", "1", "--json")
+    report = json.loads(again.stdout)
+    assert sorted(r["variant"] for r in report["results"]) == ["", "A=1", "variant 1"], report

@@ -298,7 +298,7 @@ def load(path: str) -> tuple[str, list[Spec]]:
                         defines=settings["defines"],
                         includes=settings["includes"],
                         pre_include=settings["pre_include"],
-                        label=(_label(variant) or f"variant {j}") if len(variants) > 1 else "",
+                        label=(_label(variant) or f"variant {j}") if listed else "",
                     )
                     specs.setdefault(spec.key(), spec)
     return folder, list(specs.values())
