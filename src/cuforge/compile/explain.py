@@ -4,8 +4,10 @@
 statistics or its entries' use: entries are read as maintenance (by id, as ``cuforge
 cache show`` reads them), so no access time or recency moves and an entry explain
 looked at is not kept alive against ``prune --unused-for`` or eviction. For a C++
-program that reads headers it checks the manifest's newest variant and names each
-header that was edited, deleted or is now shadowed by a new file. When there is no
+program that reads headers it checks the manifest's variants and names each header
+that was edited, deleted or is now shadowed by a new file, against the variant these
+headers differ from least (the newest among equals): only what stands between this
+compile and a hit. When there is no
 entry (or manifest) for these inputs at all, it compares them with the nearest entry
 of the same source name (the one that differs in the fewest inputs) and names what
 differs: the source, an option, the compiler build, target or arch, name
@@ -109,17 +111,22 @@ def explain(
 def _from_manifest(
     cache: ProgramCacheResource, variants: list[_manifest.Prepared], mid: str
 ) -> Explanation:
-    reasons: list[str] = []
-    for variant in variants:
+    evicted = False
+    nearest: list[Any] | None = None  # the problems of the variant that differs least
+    for variant in variants:  # newest first: among equals, the newest is named
         problems = _manifest.check(variant, all_problems=True)
         if not problems:
             entry = peek_entry(cache, variant.key)
             if entry is not None:
                 return Explanation(True, entry_id(variant.key))
-            reasons.append("the headers match a compile whose entry is gone (evicted)")
-        elif not reasons:
-            reasons.extend(str(p) for p in problems)
-    return Explanation(False, mid, reasons)
+            evicted = True
+        elif nearest is None or len(problems) < len(nearest):
+            nearest = problems
+    if evicted:
+        return Explanation(
+            False, mid, ["the headers match a compile whose entry is gone (evicted)"]
+        )
+    return Explanation(False, mid, [str(p) for p in nearest or ()])
 
 
 def _program_records(
