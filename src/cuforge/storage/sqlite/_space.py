@@ -35,7 +35,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .. import events
 from ._conn import Connections
 from ._evict import checkpoint, evict_down, pages_in_use, shrink_to
 from ._floor import EMPTY_BYTES, INDEX_BLOCK, PAGE, WAL_MIN, row_bytes
@@ -152,29 +151,6 @@ class Space:
         self._error = error
         self._mutex = threading.Lock()  # one eviction at a time per handle
         self.retry_at = 0  # db + WAL bytes before a failed fold is tried again
-
-    def refuse_too_large(self, handle: object, size: int) -> None:
-        """Report a store of ``size`` bytes refused for being larger than the database's
-        share of the cap (the caller counts it in ``write_failures``): storing it would
-        evict every other entry and still leave the files over the cap. Noted as
-        ``events.TOO_LARGE`` for the compile pipeline; logged once per handle."""
-        cap, share = self.budget.cap, self.budget.entry_share()
-        events.note_dropped(
-            events.TOO_LARGE,
-            f"{self._files[0]}: {size} bytes, larger than the cache's size cap "
-            f"({cap} bytes, {share} of them for entries)",
-        )
-        events.fail_open(
-            handle,
-            events.TOO_LARGE,
-            "cuforge program cache %s: an entry of %d bytes is larger than the cache's size "
-            "cap (%d bytes, %d of them for entries); not stored, nothing evicted for it; "
-            "counted in stats().write_failures",
-            self._files[0],
-            size,
-            cap,
-            share,
-        )
 
     def after_fork(self) -> None:
         self._mutex = threading.Lock()
