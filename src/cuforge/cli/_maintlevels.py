@@ -12,10 +12,18 @@ as gone, so ``prune`` said ``0 remain`` while the ``?ro`` level still served it.
 A cache of one level is one :class:`Part`, named as the command line names it. A
 cache whose every level is read-only (``--cache DIR?ro``) is a UsageError naming
 ``?ro``: nothing in it could be removed. Reads and opens only; removes nothing.
+
+A level that fails (a server that cannot be reached, a listing or removal refused) is
+that level's failure, not the command's: :func:`attempt` hands its error back so the
+command reports it on that level's line and goes on with the others. Every level is
+listed before anything is removed, and a writable level that cannot be listed stops
+every removal (:func:`stopper`): clearing or pruning the rest would leave the tier
+half done while the unlisted level still serves its entries.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from cuforge.cli import _select
@@ -23,9 +31,17 @@ from cuforge.cli._args import UsageError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+    from typing import TypeVar
+
     from cuforge.storage.base import ProgramCacheResource
 
-__all__ = ["Part", "parts", "read_only_note"]
+    T = TypeVar("T")
+
+__all__ = [
+    "Part", "attempt", "count", "failure_words", "parts", "read_only_note", "still_there",
+    "stopper",
+]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -80,3 +96,54 @@ def read_only_note(ro: list[Part]) -> str:
     """``read-only level 0`` / ``read-only levels 0, 2``: where kept entries stay."""
     ids = ", ".join(str(p.index) for p in ro)
     return f"read-only level{'s' if len(ro) > 1 else ''} {ids}"
+
+
+def attempt(part: Part, call: Callable[[], T]) -> tuple[T | None, OSError | None]:
+    """``call()``'s result, or its OSError (ConnectionError included) when ``part`` is a
+    tier's level: the command reports it as that level's failure. A cache of one level
+    re-raises it (the command's one-line error, exit 1, as before)."""
+    try:
+        return call(), None
+    except OSError as exc:
+        if part.index is None:
+            raise
+        return None, exc
+
+
+_WHERE = re.compile(r"\w[\w ]* cache \S+: (could not .*)", re.S)
+
+
+def failure_words(exc: OSError, what: str) -> str:
+    """``could not list entries (ConnectionError: ...)``: what failed and why, on one
+    line, without the cache's name (the level's label names it) or a path inside it."""
+    found = _WHERE.match(str(exc))
+    words = found.group(1) if found else f"could not {what} ({exc.strerror or exc})"
+    return " ".join(words.split())
+
+
+def stopper(levels: Sequence[Part], errors: Sequence[OSError | None]) -> Part | None:
+    """The first writable level whose listing failed (``errors``, one per level): while
+    one is, nothing is removed from any level. A read-only level never stops the others:
+    nothing would be removed from it anyway."""
+    return next(
+        (p for p, e in zip(levels, errors, strict=True) if e is not None and not p.read_only), None
+    )
+
+
+def count(n: int, noun: str) -> str:
+    """``1 entry``, ``2 entries``, ``0 foreign objects``."""
+    if n == 1:
+        return f"{n} {noun}"
+    return f"{n} {noun[:-1]}ies" if noun.endswith("y") else f"{n} {noun}s"
+
+
+def still_there(cache: ProgramCacheResource, entry_id: str) -> bool:
+    """Whether entry ``entry_id`` still exists (a removal that said no may have lost a
+    race with another remover: then it is gone all the same)."""
+    try:
+        cache.check_entry(entry_id)
+    except KeyError:
+        return False
+    except NotImplementedError:
+        return True
+    return True

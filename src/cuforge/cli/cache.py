@@ -42,7 +42,7 @@ import sys
 import time
 
 from cuforge._names import printed
-from cuforge.cli import _entries, _select, _statslevels, _term
+from cuforge.cli import _entries, _maintlevels, _select, _statslevels, _term
 from cuforge.cli._args import UsageError, arch_arg
 from cuforge.storage.config import DEFAULT_ORIGIN
 from cuforge.storage.record import KINDS
@@ -289,8 +289,24 @@ def _zero_stats(args: argparse.Namespace) -> int:
             ) from None
         except OSError as exc:  # a cache this user may not write
             raise UsageError(f"cannot reset the statistics: {exc.strerror or exc}") from None
+        # Which levels restarted: a ?ro level is never written, so its counters stay.
+        levels = _maintlevels.parts(cache, chosen.choice, "zero", writes=False)
+    ro = [p for p in levels if p.read_only]
     if args.json:
-        print(json.dumps({"cache": chosen.choice.shown(), "zeroed": True}, indent=2))
+        report: dict[str, object] = {"cache": chosen.choice.shown(), "zeroed": True}
+        if levels[0].index is not None:
+            report["levels"] = [
+                {"cache": p.name, "read_only": p.read_only, "zeroed": not p.read_only}
+                for p in levels
+            ]
+        print(json.dumps(report, indent=2))
+    elif ro:
+        zeroed = ", ".join(p.label() for p in levels if not p.read_only)
+        left = ", ".join(p.label() for p in ro)
+        print(
+            f"statistics of {zeroed} restart from zero; {left} "
+            f"{'is' if len(ro) == 1 else 'are'} read-only (?ro): counters left as they are"
+        )
     else:
         print(f"statistics of {chosen.choice.shown()} restart from zero")
     return 0

@@ -18,15 +18,14 @@
   manifests age like entries, and a manifest whose entries are all gone goes with
   them. Exit 1 when an entry could not be removed (a read-only cache): the summary
   counts only what went.
-- ``clear [--yes] [--json]``: remove every entry; asks on a terminal, refuses without
-  ``--yes`` when there is none to ask (exit 2); says how many entries (and bytes)
-  went; exit 1 when entries remain, with a line saying how many stayed and why (a
-  read-only file system: the error the removal met, not a traceback or a path inside
-  the cache).
+- ``clear [--yes] [--json]``: remove every entry (``cache_clear``).
 
 On a tier each level is pruned, cleared or fixed as a cache of its own, the writable
 ones only: a ``?ro`` level's entries are reported as kept, per level, never as removed
 nor as failures (``_maintlevels``); a tier with no writable level is a usage error.
+Every level is listed before anything is removed: a level that fails is reported on
+its own line (``--json``: its ``error``), the summary still printed, exit 1; while a
+writable level cannot be listed nothing is removed from any level.
 
 None of these creates a cache: a path that does not exist is a usage error (exit 2),
 and so is a directory that is not a cuforge cache (``verify`` without ``--fix`` opens
@@ -40,17 +39,18 @@ import json
 import sys
 import time
 from dataclasses import dataclass, field
+from functools import partial
 
 from cuforge.cli import _entries, _maintlevels, _select, _term
 from cuforge.cli._args import UsageError, duration_arg, size_arg
 from cuforge.cli.cache import opened
+from cuforge.cli.cache_clear import clear
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from cuforge.cli._args import Subparsers
-    from cuforge.storage.base import ProgramCacheResource
+
+_count = _maintlevels.count  # "1 entry", "2 entries"
 
 __all__ = ["register"]
 
@@ -78,7 +78,7 @@ def register(actions: Subparsers) -> None:
     p = actions.add_parser("clear", help="remove every entry")
     p.add_argument("--yes", action="store_true", help="do not ask")
     p.add_argument("--json", action="store_true", help="print JSON")
-    p.set_defaults(handler=_clear)
+    p.set_defaults(handler=clear)
     _select.add_cache_option(p, can_disable=False)
 
 
@@ -92,40 +92,64 @@ def _verify(args: argparse.Namespace) -> int:
     removed = checked = unsigned_check = 0
     foreign: list[tuple[_maintlevels.Part, str, str]] = []
     chosen = opened(args, read_only=not args.fix)
+    errors: dict[int, str] = {}  # a tier's level that failed: its words
+    counts: dict[int, int] = {}  # entries checked per level
+    stop: _maintlevels.Part | None = None
     with chosen as cache:
         # Each level on its own: a bad copy is removed from its level only (on the tier
         # as one cache, a bad copy in a ?ro level had the good copy behind it removed).
+        # Every level is listed first: with --fix, a writable one that cannot be listed
+        # stops every removal, and a level that fails is reported as that level's.
         levels = _maintlevels.parts(cache, chosen.choice, "fix", args.fix)
-        for part in levels:
-            fixes = args.fix and not part.read_only
-            for row in _entries.rows(part.cache):
-                try:
-                    problem = part.cache.check_entry(row.id)
-                except KeyError:
-                    continue  # removed by someone else meanwhile
-                checked += 1
-                if row.kind == _entries.SIGNED:  # listed without the secret: integrity only
-                    unsigned_check += 1
-                if problem is None and row.kind == "manifest":
-                    entry = part.cache.read_entry(row.id)
-                    if entry is not None and _entries.manifest_entry_ids(entry.data) is None:
-                        problem = "header manifest does not parse"
-                if problem is not None:
-                    went = fixes and part.cache.remove_entry(row.id)
-                    removed += went
-                    bad.append((part, row, problem, went))
-            # Objects that are no entry at all (a FIFO, a directory, a file for a shard)
-            # never list as entries; a directory cache names them itself.
-            find = getattr(part.cache, "foreign_objects", None)
-            found: list[tuple[str, str]] = find() if find is not None else []
-            foreign.extend((part, path, what) for path, what in found)
-            if fixes and found:
-                remove = part.cache.remove_foreign_object  # type: ignore[attr-defined]
-                removed += sum(bool(remove(path)) for path, _ in found)
+        lists = [_maintlevels.attempt(p, partial(_entries.rows, p.cache)) for p in levels]
+        if args.fix:
+            stop = _maintlevels.stopper(levels, [e for _, e in lists])
+        for n, (part, (listed, failed)) in enumerate(zip(levels, lists, strict=True)):
+            if failed is not None:
+                errors[n] = _maintlevels.failure_words(failed, "list entries")
+                continue
+            fixes = args.fix and not part.read_only and stop is None
+            before = checked
+
+            def check(
+                part: _maintlevels.Part = part,
+                listed: list[_entries.Row] = listed or [],
+                fixes: bool = fixes,
+            ) -> None:
+                nonlocal checked, unsigned_check, removed
+                for row in listed:
+                    try:
+                        problem = part.cache.check_entry(row.id)
+                    except KeyError:
+                        continue  # removed by someone else meanwhile
+                    checked += 1
+                    if row.kind == _entries.SIGNED:  # listed without the secret: integrity only
+                        unsigned_check += 1
+                    if problem is None and row.kind == "manifest":
+                        entry = part.cache.read_entry(row.id)
+                        if entry is not None and _entries.manifest_entry_ids(entry.data) is None:
+                            problem = "header manifest does not parse"
+                    if problem is not None:
+                        went = fixes and part.cache.remove_entry(row.id)
+                        removed += went
+                        bad.append((part, row, problem, went))
+                # Objects that are no entry at all (a FIFO, a directory, a file for a
+                # shard) never list as entries; a directory cache names them itself.
+                find = getattr(part.cache, "foreign_objects", None)
+                found: list[tuple[str, str]] = find() if find is not None else []
+                foreign.extend((part, path, what) for path, what in found)
+                if fixes and found:
+                    remove = part.cache.remove_foreign_object  # type: ignore[attr-defined]
+                    removed += sum(bool(remove(path)) for path, _ in found)
+
+            _, lost = _maintlevels.attempt(part, check)
+            if lost is not None:
+                errors[n] = _maintlevels.failure_words(lost, "check entries")
+            counts[n] = checked - before
     tier = levels[0].index is not None
     kept = [p for p, _, _, went in bad if args.fix and p.read_only and not went]
     if args.json:
-        report = {
+        report: dict[str, object] = {
             "checked": checked,
             "bad": [
                 {"id": r.id, "kind": r.kind, "problem": why,
@@ -139,10 +163,25 @@ def _verify(args: argparse.Namespace) -> int:
             "removed": removed,
             "signatures_unchecked": unsigned_check,
         }  # fmt: skip
+        if tier:  # what each level checked, and a level that failed with its error
+            report["levels"] = [
+                {"cache": p.name, "read_only": p.read_only, "checked": counts.get(n),
+                 **({"error": errors[n]} if n in errors else {})}
+                for n, p in enumerate(levels)
+            ]  # fmt: skip
+            report["stopped_by"] = None if stop is None else stop.index
         print(json.dumps(report, indent=2))
     else:
+        for n, part in enumerate(levels):
+            if n in errors:
+                there = "nothing removed there" if args.fix else "not checked"
+                if n in counts:  # failed part way: what it checked is listed below
+                    there = f"{_count(counts[n], 'entry')} checked before that"
+                print(f"{part.label()}: {errors[n]}: {there}")
         for part, row, problem, _ in bad:
             note = " (read-only level: kept)" if args.fix and part.read_only else ""
+            if args.fix and stop is not None and not part.read_only:
+                note = f" (not removed: level {stop.index} could not be listed)"
             print(f"{part.prefix()}{_label(row)}: {_term.paint(problem, 'red')}{note}")
         for part, path, what in foreign:
             place = "an entry file" if "/" in path else "a shard directory"
@@ -165,8 +204,20 @@ def _verify(args: argparse.Namespace) -> int:
             summary += f" (over {_count(len(levels), 'level')}: each level's copy counted)"
         if unsigned_check:
             summary += f"; {_unchecked(unsigned_check)}"
+        if errors:
+            ids = ", ".join(str(n) for n in errors)
+            summary += f"; level{'s' if len(errors) > 1 else ''} {ids} failed (see above)"
         print(summary)
-    return 1 if bad or foreign else 0
+    if stop is not None:
+        print(
+            f"cuforge cache verify: {stop.label()} could not be listed, so nothing was "
+            "removed from any level",
+            file=sys.stderr,
+        )
+    elif errors:
+        names = ", ".join(levels[n].label() for n in errors)
+        print(f"cuforge cache verify: {names} failed (see its line)", file=sys.stderr)
+    return 1 if bad or foreign or errors else 0
 
 
 def _unchecked(n: int) -> str:
@@ -178,7 +229,9 @@ def _unchecked(n: int) -> str:
 @dataclass
 class _Pruned:
     """What prune did in one level: its entries as listed before (None: a read-only
-    level that cannot list), what went (id -> why), what would not go, bytes freed."""
+    level that cannot list, or one that failed), what went (id -> why), what would not
+    go, bytes freed. ``error``: the level failed (its words); ``held``: not pruned
+    because another level could not be listed."""
 
     part: _maintlevels.Part
     listed: list[_entries.Row] | None
@@ -186,6 +239,8 @@ class _Pruned:
     stuck: list[_entries.Row] = field(default_factory=list)
     doomed: int = 0
     freed: int = 0
+    error: str | None = None
+    held: bool = False
 
     @property
     def left(self) -> int:
@@ -210,11 +265,20 @@ def _prune(args: argparse.Namespace) -> int:
     chosen = opened(args)
     with chosen as cache:
         levels = _maintlevels.parts(cache, chosen.choice, "prune")
-        done = [_prune_level(part, args, now) for part in levels]
+        # Every level is listed before any is pruned; a writable one that cannot be
+        # listed stops every removal (a dry run removes nothing anyway).
+        lists = [_maintlevels.attempt(p, partial(_prune_listing, p)) for p in levels]
+        stop = _maintlevels.stopper(levels, [e for _, e in lists])
+        held = stop is not None and not args.dry_run
+        done = [
+            _prune_level(part, rows, exc, args, now, held)
+            for part, (rows, exc) in zip(levels, lists, strict=True)
+        ]
     freed = sum(d.freed for d in done)
     gone = sum(len(d.gone) for d in done)
     stuck = sum(len(d.stuck) for d in done)
     left, rest = sum(d.left for d in done), sum(d.rest for d in done)
+    failed = [d for d in done if d.error is not None]
     tier = levels[0].index is not None
     if args.json:
         removed = [
@@ -232,9 +296,11 @@ def _prune(args: argparse.Namespace) -> int:
                  "removed_bytes": d.freed,
                  "remaining": None if d.listed is None else d.left,
                  "remaining_bytes": None if d.listed is None else d.rest,
-                 "not_removed": len(d.stuck)}
+                 "not_removed": len(d.stuck),
+                 **({"error": d.error} if d.error is not None else {})}
                 for d in done
             ]  # fmt: skip
+            report["stopped_by"] = stop.index if held and stop is not None else None
         print(json.dumps(report, indent=2))
     else:
         verb = "would remove" if args.dry_run else "removed"
@@ -245,16 +311,38 @@ def _prune(args: argparse.Namespace) -> int:
             what = f"{verb} {_count(len(d.gone), 'entry')} ({format_size(d.freed)}); "
             if d.part.read_only:
                 what = "read-only (?ro), not pruned: "
+            elif d.held and stop is not None:
+                what = f"not pruned, as level {stop.index} could not be listed: "
+            if d.error is not None and d.listed is None:
+                there = (
+                    "read-only (?ro), not pruned" if d.part.read_only else "nothing removed there"
+                )
+                print(f"{d.part.label()}: {d.error}: {there}")
+                continue
+            if d.error is not None:  # failed part way: what went is counted, the rest stays
+                what = f"{what[:-2]}, then {d.error}; "
             print(f"{d.part.label()}: {what}{remain}{sized} remain")
         kept = ""
         if ro:
-            held = sum(d.left for d in ro)
-            kept = f", {held} of them ({format_size(sum(d.rest for d in ro))}) in "
+            held_ro = sum(d.left for d in ro)
+            kept = f", {held_ro} of them ({format_size(sum(d.rest for d in ro))}) in "
             kept += _maintlevels.read_only_note([d.part for d in ro])
         print(
             f"{verb} {_count(gone, 'entry')} ({format_size(freed)}); "
-            f"{_count(left, 'entry')} ({format_size(rest)}) remain{kept}"
+            f"{_count(left, 'entry')} ({format_size(rest)}) remain{kept}{_unknown(failed)}"
         )
+    code = 0
+    if held and stop is not None:
+        print(
+            f"cuforge cache prune: {stop.label()} could not be listed, so nothing was "
+            "removed from any level",
+            file=sys.stderr,
+        )
+        code = 1
+    elif failed:
+        names = ", ".join(d.part.label() for d in failed)
+        print(f"cuforge cache prune: {names} failed (see its line)", file=sys.stderr)
+        code = 1
     if stuck:
         where = ", ".join(d.part.name for d in done if d.stuck)
         doomed = sum(d.doomed for d in done)
@@ -263,20 +351,61 @@ def _prune(args: argparse.Namespace) -> int:
             f"(is {where} read-only or another user's?)",
             file=sys.stderr,
         )
-        return 1
-    return 0
+        code = 1
+    return code
 
 
-def _prune_level(part: _maintlevels.Part, args: argparse.Namespace, now: int) -> _Pruned:
-    """Prune one level as a cache of its own (a read-only level: only listed, to say
-    what stays there); each entry that went is printed as it goes (not on a terminal)."""
+def _unknown(failed: list[_Pruned]) -> str:
+    """``; not counted: what level 1 holds (it could not be listed)``, else ""."""
+    unlisted = [d.part for d in failed if d.listed is None]
+    if not unlisted:
+        return ""
+    ids = ", ".join(str(p.index) for p in unlisted)
+    which = f"levels {ids} hold" if len(unlisted) > 1 else f"level {ids} holds"
+    return f"; not counted: what {which} (it could not be listed)"
+
+
+def _prune_listing(part: _maintlevels.Part) -> list[_entries.Row] | None:
+    """``part``'s entries; None for a read-only level that cannot list (what it keeps
+    is not known, only that it keeps it). A writable one that cannot list is a
+    UsageError; one that cannot be reached raises (``_maintlevels.attempt``)."""
+    try:
+        return _entries.rows(part.cache)
+    except UsageError:
+        if part.read_only:
+            return None
+        raise
+
+
+def _prune_level(
+    part: _maintlevels.Part,
+    listed: list[_entries.Row] | None,
+    failed: OSError | None,
+    args: argparse.Namespace,
+    now: int,
+    held: bool,
+) -> _Pruned:
+    """Prune one level as a cache of its own, listed as ``listed`` (a read-only level,
+    or every level while ``held``: only reported, with what stays there; ``failed``: its
+    listing's error). Each entry that went is printed as it goes (not on a terminal); a
+    tier's level that fails part way stops there and is reported, not raised."""
+    if failed is not None:
+        return _Pruned(part, None, error=_maintlevels.failure_words(failed, "list entries"))
+    if part.read_only or held or listed is None:
+        return _Pruned(part, listed, held=held and not part.read_only)
+    out = _Pruned(part, listed)
+    _, lost = _maintlevels.attempt(part, partial(_prune_entries, out, listed, args, now))
+    if lost is not None:
+        out.error = _maintlevels.failure_words(lost, "remove entries")
+    return out
+
+
+def _prune_entries(
+    out: _Pruned, listed: list[_entries.Row], args: argparse.Namespace, now: int
+) -> None:
+    """Choose what goes from ``out.part`` by the rules and remove it, counting into ``out``."""
+    part = out.part
     cache = part.cache
-    if part.read_only:
-        try:
-            return _Pruned(part, _entries.rows(cache))
-        except UsageError:  # cannot list: what it keeps is not known, only that it keeps it
-            return _Pruned(part, None)
-    listed = _entries.rows(cache)
     doomed: dict[str, tuple[_entries.Row, str]] = {}
     for row in listed:
         reason = _rule(row, args, now)
@@ -299,35 +428,15 @@ def _prune_level(part: _maintlevels.Part, args: argparse.Namespace, now: int) ->
         ids = None if entry is None else _entries.manifest_entry_ids(entry.data)
         if ids is not None and not any(i in present for i in ids):
             doomed[row.id] = (row, "header manifest of removed entries only")
-    out = _Pruned(part, listed, doomed=len(doomed))
+    out.doomed = len(doomed)
     for row, reason in doomed.values():
         if args.dry_run or cache.remove_entry(row.id):
             out.freed += row.info.size
             out.gone[row.id] = reason
             if not args.json and (args.dry_run or not _term.is_tty(sys.stdout)):
                 print(f"{part.prefix()}{_label(row)}: {reason}")
-        elif _still_there(cache, row.id):
+        elif _maintlevels.still_there(cache, row.id):
             out.stuck.append(row)  # not removed: a read-only cache, no permission
-    return out
-
-
-def _count(n: int, noun: str) -> str:
-    """``1 entry``, ``2 entries``, ``0 foreign objects``."""
-    if n == 1:
-        return f"{n} {noun}"
-    return f"{n} {noun[:-1]}ies" if noun.endswith("y") else f"{n} {noun}s"
-
-
-def _still_there(cache: ProgramCacheResource, entry_id: str) -> bool:
-    """Whether entry ``entry_id`` still exists (a removal that said no may have lost a
-    race with another remover: then it is gone all the same)."""
-    try:
-        cache.check_entry(entry_id)
-    except KeyError:
-        return False
-    except NotImplementedError:
-        return True
-    return True
 
 
 def _rule(row: _entries.Row, args: argparse.Namespace, now: int) -> str:
@@ -339,141 +448,3 @@ def _rule(row: _entries.Row, args: argparse.Namespace, now: int) -> str:
     if matches is not None and row.kind == "program" and matches(row.compiler):
         return f"made by compiler {_entries.short_compiler(row.compiler)}"
     return ""
-
-
-@dataclass
-class _Cleared:
-    """What clear did in one level: its entries before (None: it cannot list), those
-    still there after (a writable level's: not removed; a read-only level's: kept)."""
-
-    part: _maintlevels.Part
-    before: list[_entries.Row] | None
-    stayed: list[_entries.Row] = field(default_factory=list)
-    failure: OSError | None = None
-
-    @property
-    def went(self) -> list[_entries.Row]:
-        kept = {r.id for r in self.stayed}
-        return [r for r in self.before or () if r.id not in kept]
-
-
-def _clear(args: argparse.Namespace) -> int:
-    from cuforge.storage.units import format_size
-
-    chosen = opened(args)
-    with chosen as cache:
-        where = chosen.choice.shown()
-        levels = _maintlevels.parts(cache, chosen.choice, "clear")
-        ro = [p for p in levels if p.read_only]
-        if not args.yes:
-            if not (_term.is_tty(sys.stdin) and _term.is_tty(sys.stderr)):
-                raise UsageError(f"refusing to clear {where} without --yes (no terminal to ask)")
-            try:
-                listed = [r for p in levels if not p.read_only for r in _entries.rows(p.cache)]
-                size = format_size(sum(r.info.size for r in listed))
-                what = f"all {_count(len(listed), 'entry')} ({size})"
-            except UsageError:
-                what = "every entry"
-            asked = where
-            if ro:  # what it will not touch, said before it is asked
-                asked += f" (the {_maintlevels.read_only_note(ro)} keep theirs)"
-            sys.stderr.write(f"Remove {what} from {asked}? [y/N] ")
-            sys.stderr.flush()
-            if sys.stdin.readline().strip().lower() not in ("y", "yes"):
-                print("not cleared", file=sys.stderr)
-                if args.json:
-                    print(json.dumps({"cache": where, "cleared": False}, indent=2))
-                return 1
-        done = [_clear_level(part) for part in levels]
-    written = [d for d in done if not d.part.read_only]
-    stuck = sum(len(d.stayed) for d in written)
-    counted = all(d.before is not None for d in written)
-    went = [r for d in written for r in d.went]
-    freed = sum(r.info.size for r in went)
-    kept = [d for d in done if d.part.read_only]
-    tier = levels[0].index is not None
-    if args.json:
-        report: dict[str, object] = {
-            "cache": where, "cleared": not stuck,
-            "removed": len(went) if counted else None,
-            "removed_bytes": freed if counted else None,
-            "not_removed": stuck,
-        }  # fmt: skip
-        if tier:  # what went from each level and what stays there
-            report["levels"] = [
-                {"cache": d.part.name, "read_only": d.part.read_only,
-                 "removed": None if d.before is None else len(d.went),
-                 "removed_bytes": None if d.before is None else sum(r.info.size for r in d.went),
-                 "remaining": None if d.before is None else len(d.stayed),
-                 "not_removed": 0 if d.part.read_only else len(d.stayed)}
-                for d in done
-            ]  # fmt: skip
-        print(json.dumps(report, indent=2))
-    else:
-        for d in done if tier else ():
-            print(f"{d.part.label()}: {_level_words(d, format_size)}")
-        if not counted and not tier:
-            print(f"cleared {where} (it cannot list its entries, so none were counted)")
-        else:
-            line = f"removed {_count(len(went), 'entry')} ({format_size(freed)}) from {where}"
-            if not counted:
-                line += " (and what the levels that cannot list held)"
-            if kept:
-                held = [r for d in kept for r in d.before or ()]
-                line += f"; {_count(len(held), 'entry')} ({format_size(_size(held))}) kept"
-                line += f" in {_maintlevels.read_only_note([d.part for d in kept])}"
-            print(line)
-    if stuck:
-        failure = next((d.failure for d in written if d.failure is not None), None)
-        why = "read-only, or another user's?"
-        if failure is not None:  # what the removal met, without a path inside the cache
-            why = failure.strerror or type(failure).__name__
-        where = ", ".join(d.part.name for d in written if d.stayed)
-        of = sum(len(d.before or ()) for d in written)
-        print(
-            f"cuforge cache clear: could not remove {stuck} of {_count(of, 'entry')} of "
-            f"{where} ({why})",
-            file=sys.stderr,
-        )
-        return 1
-    return 0
-
-
-def _size(rows: list[_entries.Row]) -> int:
-    return sum(r.info.size for r in rows)
-
-
-def _level_words(d: _Cleared, format_size: Callable[[int], str]) -> str:
-    """What clear did in one of a tier's levels, in words."""
-    if d.before is None:
-        if d.part.read_only:
-            return "read-only (?ro), not cleared: it keeps its entries (it cannot list them)"
-        return "cleared (it cannot list its entries, so none were counted)"
-    if d.part.read_only:
-        return (
-            f"read-only (?ro), not cleared: {_count(len(d.stayed), 'entry')} "
-            f"({format_size(_size(d.stayed))}) kept"
-        )
-    words = f"removed {_count(len(d.went), 'entry')} ({format_size(_size(d.went))})"
-    if d.stayed:
-        words += f"; could not remove {_count(len(d.stayed), 'entry')}"
-    return words
-
-
-def _clear_level(part: _maintlevels.Part) -> _Cleared:
-    """Clear one level (a read-only one: only listed, to say what it keeps)."""
-    try:
-        before: list[_entries.Row] | None = _entries.rows(part.cache)
-    except UsageError:  # a backend that cannot list: its clear() is taken at its word
-        before = None
-    if part.read_only:
-        return _Cleared(part, before, list(before or ()))
-    out = _Cleared(part, before)
-    try:
-        part.cache.clear()
-    except OSError as exc:  # a read-only mount, another user's files: counted below
-        if before is None:
-            raise
-        out.failure = exc
-    out.stayed = [r for r in before or () if _still_there(part.cache, r.id)]
-    return out
