@@ -36,6 +36,7 @@ __all__ = [
     "choose",
     "explain",
     "level_names",
+    "level_refusal",
     "missing",
     "open_choice",
     "require_existing",
@@ -119,7 +120,7 @@ def require_existing(choice: Choice) -> None:
 
 
 def open_choice(
-    choice: Choice, *, read_only: bool = False, as_compile: bool = False
+    choice: Choice, *, read_only: bool = False, as_compile: bool = False, levels: bool = True
 ) -> ProgramCacheResource:
     """Open ``choice`` (which must not be off) with its secret and cap; ``read_only``
     opens it to look (``open_cache(read_only=True)``). ``as_compile`` (doctor, which
@@ -129,11 +130,59 @@ def open_choice(
 
     Raises UsageError naming the origin and what is wrong, the ways out in the
     command line's words (``?trust=shared``, ``secret_file``; not ``trust_shared=True``).
+    A tier's existing directory and database levels are opened here too (a lazy one
+    would open at its first use, ~1 ms later): one that is refused -- unsafe, not a
+    cuforge cache, another program's database -- is the same UsageError, naming the
+    level (:func:`level_refusal`), not a warning or an exit status 1 mid-command
+    (``levels=False``: left lazy; doctor opens and reports each level itself).
     """
     try:
-        return choice.open(read_only=read_only)
+        cache = choice.open(read_only=read_only)
     except (ValueError, TypeError, ImportError, OSError) as exc:
         raise UsageError(explain(choice, _as_writer(choice, exc) if as_compile else exc)) from None
+    try:
+        if levels:
+            _open_local_levels(choice, cache, as_compile)
+    except BaseException:
+        cache.close()
+        raise
+    return cache
+
+
+def _open_local_levels(choice: Choice, cache: ProgramCacheResource, as_compile: bool) -> None:
+    """Open each ``file://`` and ``sqlite://`` level of the tier ``cache`` whose
+    directory or database exists (one that does not stays lazy: opening it would
+    create it); UsageError (:func:`level_refusal`) for the first one refused. Redis
+    and S3 levels stay lazy: reaching a server is no check of the command line."""
+    import os
+
+    from cuforge.storage.signing import SignedProgramCache
+    from cuforge.storage.tiered import TieredProgramCache
+    from cuforge.storage.urls import parse_cache_url
+
+    inner = cache.inner if isinstance(cache, SignedProgramCache) else cache
+    if not isinstance(inner, TieredProgramCache):
+        return
+    for i, spec in enumerate(parse_cache_url(choice.url or "")):
+        if spec.scheme not in ("file", "sqlite") or not os.path.lexists(spec.location):
+            continue
+        try:
+            inner.level(i)
+        except (ValueError, TypeError, ImportError, OSError) as exc:
+            raise UsageError(level_refusal(choice, i, exc, as_compile=as_compile)) from None
+
+
+def level_refusal(choice: Choice, i: int, exc: BaseException, *, as_compile: bool = False) -> str:
+    """The line for level ``i`` of the tier ``choice`` refusing to open with ``exc``:
+    a single-level cache's line (:func:`explain`: where the choice came from, the
+    command line's ways out, ``as_compile`` as :func:`open_choice` says it) with the
+    level named by its URL after the origin -- ``--cache: level 1 (file:///d): ...``."""
+    line = explain(choice, _as_writer(choice, exc) if as_compile else exc)
+    head = f"{choice.where}: "
+    names = level_names(choice)
+    if i < len(names) and line.startswith(head):
+        line = f"{head}level {i} ({names[i][0]}): {line[len(head) :]}"
+    return line
 
 
 def _as_writer(choice: Choice, exc: BaseException) -> BaseException:

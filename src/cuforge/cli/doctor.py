@@ -146,7 +146,8 @@ def _cache(args: argparse.Namespace) -> tuple[_select.Choice | None, dict[str, A
                 info["creatable"] = False  # creating is what fails
                 raise
         if absent is None or not _sqlite_level(choice):  # opening such a level creates it
-            cache = _select.open_choice(choice, read_only=True, as_compile=True)
+            # each level is opened and reported by _levels below
+            cache = _select.open_choice(choice, read_only=True, as_compile=True, levels=False)
             with cache:
                 info["backend"] = type(cache).__name__
                 # the cap it is used with: the URL's, a setting's, or (a directory
@@ -208,7 +209,8 @@ def _levels(choice: _select.Choice) -> tuple[list[dict[str, Any]], str | None]:
         level: dict[str, Any] = {"level": name}
         levels.append(level)
         if spec.scheme in ("file", "sqlite", "memory"):
-            failed = _open_failure(spec) if i > 0 else None  # the first was opened above
+            # the first was opened above
+            failed = _open_failure(choice, i, spec) if i > 0 else None
             if failed is not None:
                 level["writable"] = False
                 level["writable_reason"] = "cannot be opened: see the problem below"
@@ -247,19 +249,20 @@ def _levels(choice: _select.Choice) -> tuple[list[dict[str, Any]], str | None]:
     return levels, unreachable
 
 
-def _open_failure(spec: Any) -> str | None:
-    """The error opening an existing directory or database level behind the first
-    raises (another program's SQLite file, a file where a directory should be) -- what
-    ``cuforge cache stats`` fails with once it opens that level -- or None. Opened
-    read-only: nothing is created or changed."""
+def _open_failure(choice: _select.Choice, i: int, spec: Any) -> str | None:
+    """The line a command exits with (status 2) when the existing directory or
+    database level ``i`` of ``choice``, behind the first, cannot be opened (unsafe,
+    not a cuforge cache, another program's SQLite file, a file where a directory
+    should be): ``_select.level_refusal`` in compile's words, as ``open_choice``
+    says it; None when it opens. Opened read-only: nothing is created or changed."""
     from cuforge.storage.urls import open_level
 
     if spec.scheme == "memory" or not os.path.lexists(spec.location):
         return None
     try:
         open_level(spec.as_read_only()).close()
-    except (ValueError, TypeError, OSError) as exc:
-        return str(exc)
+    except (ValueError, TypeError, ImportError, OSError) as exc:
+        return _select.level_refusal(choice, i, exc, as_compile=True)
     return None
 
 

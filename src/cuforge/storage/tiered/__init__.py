@@ -140,6 +140,12 @@ class TieredProgramCache(EntryCache):
         """Every level, fastest first; reading this opens each lazy level (``LazyLevel``)."""
         return tuple(lv.open() if isinstance(lv, LazyLevel) else lv for lv in self._levels)
 
+    def level(self, i: int) -> ProgramCacheResource:
+        """Level ``i``, opened now if it is a lazy one; raises what opening it raises
+        (the CLI opens a tier's local levels so that a refused one is a usage error)."""
+        level = self._levels[i]
+        return level.open() if isinstance(level, LazyLevel) else level
+
     @property
     def depth(self) -> int:
         """How many levels; opens none."""
@@ -165,6 +171,8 @@ class TieredProgramCache(EntryCache):
         """Level ``i``'s class name, or its URL while a lazy level is not open."""
         level = self._levels[i]
         inner = opened(level)
+        if inner is None and isinstance(level, LazyLevel):
+            return level.name
         return repr(level) if inner is None else type(inner).__name__
 
     @property
@@ -178,10 +186,17 @@ class TieredProgramCache(EntryCache):
         if self._warned:
             return
         self._warned = True
+        level = self._levels[i]
+        if isinstance(level, LazyLevel) and level.opened is None:  # opening it failed
+            from .._safedir import CachePathError  # its line names the path and the fix
+
+            cause = str(exc) if isinstance(exc, CachePathError) else f"{type(exc).__name__}: {exc}"
+            said = f"could not be opened ({cause}); it is skipped"
+        else:
+            said = f"failed to {what} ({type(exc).__name__}: {exc}); it is skipped for that call"
         warnings.warn(
-            f"cuforge tiered cache: level {i} ({self._kind(i)}) failed to "
-            f"{what} ({type(exc).__name__}: {exc}); it is skipped for that call and the other "
-            "levels serve. Later failures are counted in this handle's stats() without a warning.",
+            f"cuforge tiered cache: level {i} ({self._kind(i)}) {said} and the other levels "
+            "serve. Later failures are counted in this handle's stats() without a warning.",
             CacheReadWarning if counter == "read_failures" else CacheWriteWarning,
             stacklevel=outside_level(),
         )

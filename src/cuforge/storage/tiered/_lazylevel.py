@@ -107,6 +107,11 @@ class LazyLevel(EntryCache):
 
     # -- opening ------------------------------------------------------------------------
     @property
+    def name(self) -> str:
+        """The level as messages name it: its URL without the password."""
+        return self._name
+
+    @property
     def opened(self) -> ProgramCacheResource | None:
         """The level if it has been opened, else None (never opens it)."""
         return self._level
