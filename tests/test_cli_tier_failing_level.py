@@ -162,3 +162,15 @@ def test_zero_stats_names_the_levels_it_reset_and_the_read_only_ones_it_left(tmp
     # the read-only level's counters were indeed left: its stores are still counted
     stats = json.loads(run(tmp_path, "cache", "stats", "--json", "--cache", a).stdout)
     assert stats["stores"] == 2
+
+
+def test_zero_stats_on_a_writable_tier_names_every_level(tmp_path):
+    # With no ?ro level it printed only "statistics of URL restart from zero", though
+    # docs/cli.md says a tiered URL's reset says which levels restarted.
+    a, b = f"file://{tmp_path / 'zA'}", f"file://{tmp_path / 'zB'}"
+    _fill(tmp_path, f"{a},{b}")
+    result = run(tmp_path, "cache", "zero-stats", "--cache", f"memory://,{a},{b}")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == (
+        f"statistics of level 0 (memory://), level 1 ({a}), level 2 ({b}) restart from zero"
+    )

@@ -307,6 +307,9 @@ def _zero_stats(args: argparse.Namespace) -> int:
             f"statistics of {zeroed} restart from zero; {left} "
             f"{'is' if len(ro) == 1 else 'are'} read-only (?ro): counters left as they are"
         )
+    elif levels[0].index is not None:  # a tier: say which levels restarted
+        zeroed = ", ".join(p.label() for p in levels)
+        print(f"statistics of {zeroed} restart from zero")
     else:
         print(f"statistics of {chosen.choice.shown()} restart from zero")
     return 0
