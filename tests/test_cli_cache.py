@@ -494,7 +494,8 @@ def test_zero_stats_on_tiered_and_signed_caches(tmp_path, redis_server):
     assert _counts(tmp_path, tier) == (0, 1, 1, 0)  # the widest level's totals: Redis's
     assert _counts(tmp_path, str(local)) == (1, 1, 1, 0)
     zero = cli(tmp_path, "cache", "zero-stats", "--cache", tier)
-    assert zero.returncode == 0 and f"statistics of {tier} restart" in zero.stdout, zero.stderr
+    said = f"statistics of level 0 ({local}), level 1 ({redis_server.url}) restart from zero"
+    assert zero.returncode == 0 and zero.stdout.strip() == said, (zero.stdout, zero.stderr)
     assert _counts(tmp_path, tier) == _counts(tmp_path, str(local)) == (0, 0, 0, 0)
     assert json.loads(cli(tmp_path, *build).stdout)[0]["cache"] == "hit"  # entries stay
     assert _counts(tmp_path, str(local)) == (1, 0, 0, 0)

@@ -130,7 +130,9 @@ def test_tier_stats_say_which_level_each_line_describes(
     text = run(tmp_path, "cache", "stats", "--cache", capped)
     lines = _lines(text.stdout)
     assert "no cap set" not in lines["size"], text.stdout
-    assert lines["level 0"].endswith("of 10.0 MiB cap"), text.stdout
+    assert lines["level 0"].endswith(
+        "of 10.0 MiB cap; hit rate 0.0 % (0 hits / 1 lookup that reached it)"
+    ), text.stdout
     assert lines["counters"].startswith(f"level 1's ({redis})"), text.stdout
     report = json.loads(run(tmp_path, "cache", "stats", "--cache", capped, "--json").stdout)
     assert report["counters_level"] == 1

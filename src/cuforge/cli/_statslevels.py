@@ -1,5 +1,5 @@
 """The figures ``cuforge cache stats`` shows beyond the counters: each level of a
-tier (its entries, bytes and cap, and whose counters are shown), a SQLite cache's
+tier (its entries, bytes and cap, its own hit rate, and whose counters are shown), a SQLite cache's
 bytes on disk, and the words for a cache used without a cap -- what bounds it where
 the backend takes none. Reads only; a level that cannot list reads ``-``.
 """
@@ -44,6 +44,7 @@ def tier_levels(
         except NotImplementedError:
             infos = None
         shown = opened(level) or level
+        lookups = _shared_lookups(level)
         levels.append({
             "cache": names[i] if i < len(names) else repr(shown),
             "backend": type(shown).__name__,
@@ -51,8 +52,25 @@ def tier_levels(
             "entries": None if infos is None else len(infos),
             "size_bytes": None if infos is None else sum(info.size for info in infos),
             "max_size_bytes": getattr(shown, "max_size_bytes", None),
+            "hits": None if lookups is None else lookups[0],
+            "lookups": None if lookups is None else lookups[1],
         })  # fmt: skip
     return levels, inner.totals_level()
+
+
+def _shared_lookups(level: Any) -> tuple[int, int] | None:
+    """``(hits, lookups)`` a level's shared counters hold (summed over every process
+    that used it), or None for a level that keeps none (``memory://``) or cannot be
+    read. A tier asks a level only when the levels in front of it missed, so each
+    level's figures count the lookups that reached it."""
+    totals = getattr(level, "total_stats", None)
+    if totals is None:
+        return None
+    try:
+        stats = totals()
+    except Exception:  # a level that cannot be read: its line says so by omission
+        return None
+    return stats.hits, stats.hits + stats.misses
 
 
 def counters_from(levels: list[dict[str, Any]], i: int | None) -> str:
@@ -60,7 +78,11 @@ def counters_from(levels: list[dict[str, Any]], i: int | None) -> str:
     if i is None:
         return "this command's own (no level keeps shared totals)"
     ro = ", read-only" if levels[i]["read_only"] else ""
-    return f"level {i}'s ({levels[i]['cache']}{ro}), summed over every process that used it"
+    return (
+        f"level {i}'s ({levels[i]['cache']}{ro}), summed over every process that used it: "
+        "the lookups that reached it (the levels in front answer the others: each level's "
+        "hit rate is on its line below)"
+    )
 
 
 def no_cap(scheme: str) -> str:
@@ -83,6 +105,11 @@ def level_line(level: dict[str, Any], scheme: str) -> str:
     held = "entries -" if n is None else f"{n} entry" if n == 1 else f"{n} entries"
     held += "" if size is None else f", {format_size(size)}"
     held += f" of {format_size(cap)} cap" if cap else no_cap(scheme)
+    hits, lookups = level.get("hits"), level.get("lookups")
+    if hits is not None and lookups is not None:
+        rate = f"{100 * hits / lookups:.1f} %" if lookups else "-"
+        held += (f"; hit rate {rate} ({hits} hit{'' if hits == 1 else 's'} / {lookups} "
+                 f"lookup{'' if lookups == 1 else 's'} that reached it)")  # fmt: skip
     return f"{level['cache']} ({level['backend']}{ro}): {held}"
 
 
