@@ -31,3 +31,30 @@ def test_a_tier_shows_each_level_hit_rate_not_only_the_last_levels(tmp_path: Pat
     assert [(lv["hits"], lv["lookups"]) for lv in report["levels"]] == [
         (None, None), (2, 3), (0, 1)
     ]  # fmt: skip
+
+
+def test_doctor_without_a_device_names_the_arch_the_settings_give(tmp_path: Path) -> None:
+    # It said "pass --arch" even where a settings file sets arch (compile needs no flag).
+    work = tmp_path / "w"
+    work.mkdir()
+    (work / "cuforge.toml").write_text('arch = "sm_90"\n')
+    got = run(tmp_path, "doctor", cwd=work)
+    devices = [ln for ln in got.stdout.splitlines() if ln.startswith("devices ")]
+    if not devices:  # a machine with a GPU lists its devices instead
+        return
+    assert devices[0].endswith(
+        f"(compiling and caching work without; arch sm_90 from project config "
+        f"{work / 'cuforge.toml'})"
+    ), got.stdout
+    (work / "cuforge.toml").write_text('arch = "sm90"\n')  # refused: not offered as given
+    got = run(tmp_path, "doctor", cwd=work)
+    assert "the arch setting is refused: see the problem below" in got.stdout, got.stdout
+    (work / "cuforge.toml").unlink()
+    got = run(tmp_path, "doctor", cwd=work)
+    assert "(compiling and caching work without; pass --arch)" in got.stdout, got.stdout
+
+
+def test_compile_help_says_which_caches_max_size_caps(tmp_path: Path) -> None:
+    # "cap a directory cache", while --max-size caps sqlite:// and memory:// caches too.
+    text = " ".join(run(tmp_path, "compile", "--help").stdout.split())
+    assert "cap a directory, sqlite:// or memory:// cache (2G)" in text, text

@@ -85,7 +85,12 @@ def register(subparsers: Subparsers) -> None:
         "--outdir", metavar="DIR", help="directory for the outputs (made once they are written)"
     )
     _select.add_cache_option(p, can_disable=True)
-    p.add_argument("--max-size", type=size_arg, metavar="SIZE", help="cap a directory cache (2G)")
+    p.add_argument(
+        "--max-size",
+        type=size_arg,
+        metavar="SIZE",
+        help="cap a directory, sqlite:// or memory:// cache (2G)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON array of results")
     p.set_defaults(handler=run, own_options=frozenset(p._option_string_actions))
 
