@@ -47,6 +47,7 @@ import warnings
 
 from cuforge._stack import outside_level
 
+from . import _capwords
 from ._env import (
     ENV_CACHE,
     ENV_CACHE_DIR,
@@ -387,14 +388,16 @@ def _cap(specs: list[CacheSpec], where: str, given: int | None, given_origin: st
     takes = last.scheme in _CAPPED
     if given is not None:
         if not takes:
-            raise SelectionError(given_origin, _uncapped(specs, where, given), True)
+            raise SelectionError(
+                given_origin, _capwords.uncapped(specs, _where(where), given, _CAPPED), True
+            )
         if "max_size" in last.params:
             raise SelectionError(
                 given_origin,
                 f"{_where(where)} sets max_size={last.params['max_size']} already: give one",
                 True,
             )
-        small = _too_small(last.scheme, given)
+        small = _capwords.too_small(last.scheme, given)
         if small is not None:
             raise SelectionError(given_origin, small, True)
         return given
@@ -409,48 +412,10 @@ def _cap(specs: list[CacheSpec], where: str, given: int | None, given_origin: st
         raise SelectionError(f"max_size in {found.origin}", str(exc)) from None
     if not takes or "max_size" in last.params:
         return None
-    small = _too_small(last.scheme, cap)
+    small = _capwords.too_small(last.scheme, cap)
     if small is not None:
         raise SelectionError(f"max_size in {found.origin}", small)
     return cap
-
-
-def _too_small(scheme: str, cap: int) -> str | None:
-    """Why ``cap`` is too small for a cache of ``scheme`` (a SQLite cache has a floor:
-    ``storage.sqlite._floor``), or None. A URL's own ``max_size`` is checked with the
-    URL (``check_levels``)."""
-    if scheme != "sqlite":
-        return None
-    from .sqlite._floor import cap_problem
-
-    return cap_problem(cap)
-
-
-def _uncapped(specs: list[CacheSpec], where: str, given: int) -> str:
-    """Why a caller's cap of ``given`` bytes is refused: it goes to the last level
-    (:meth:`Selection.target` adds it to the last level's URL), and that level takes
-    none. For a tier, the way to cap a level that takes one: its own ``?max_size=``."""
-    last = specs[-1]
-    if len(specs) == 1:
-        return (
-            f"{last.scheme}:// caches take no size cap ({_where(where)}); only "
-            "directory, sqlite:// and memory:// caches do"
-        )
-    import re  # only for this message
-
-    name = re.sub(r"(://[^/@,]*?:)[^/@,]*@", r"\1***@", last.text.split("?", 1)[0])
-    capped = [spec for spec in specs[:-1] if spec.scheme in _CAPPED]
-    if capped:
-        level = capped[-1].text.split("?", 1)[0]
-        if "://" not in level:  # a plain directory
-            level = f"file://{capped[-1].location}"
-        way = f"; to cap {level}, give it its own in the URL ({level}?max_size={given})"
-    else:
-        way = "; none of its levels takes one"
-    return (
-        f"a tier's size cap goes to its last level, here {name}, and {last.scheme}:// caches "
-        f"take no size cap ({_where(where)}){way}"
-    )
 
 
 def _secret() -> tuple[bytes | None, str, str]:
