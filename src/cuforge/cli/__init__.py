@@ -192,7 +192,7 @@ def _sqlite_level_words(message: str) -> str:
     error a command exits with names the flag, variable or file (``_select.explain``)."""
     import re
 
-    from cuforge.storage.sqlite._schema import FOREIGN_WAY_OUT
+    from cuforge.storage.sqlite import FOREIGN_WAY_OUT
 
     message = message.replace(
         FOREIGN_WAY_OUT, "give that sqlite:// level of the cache URL a path of its own, or "

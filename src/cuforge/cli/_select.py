@@ -279,7 +279,7 @@ def _sqlite_words(choice: Choice, exc: BaseException) -> str | None:
             f"sqlite://{exc.path.rstrip('/')}/program-cache.db)"
         )
     if isinstance(exc, sqlite.ForeignDatabaseError):
-        from cuforge.storage.sqlite._schema import FOREIGN_WAY_OUT
+        from cuforge.storage.sqlite import FOREIGN_WAY_OUT
 
         way = f"{change} an sqlite:// path of its own, or move that file away"
         return choice.explain(exc).replace(FOREIGN_WAY_OUT, way)

@@ -24,6 +24,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from ._cache import SQLiteProgramCache as SQLiteProgramCache
     from ._open import default_db_path as default_db_path
+    from ._schema import FOREIGN_WAY_OUT as FOREIGN_WAY_OUT
     from ._schema import DatabaseIsDirectoryError as DatabaseIsDirectoryError
     from ._schema import ForeignDatabaseError as ForeignDatabaseError
     from ._schema import NewerSchemaError as NewerSchemaError
@@ -45,5 +46,7 @@ __getattr__, __dir__ = _lazy.exports(
         "DatabaseIsDirectoryError": "cuforge.storage.sqlite._schema",
         "ForeignDatabaseError": "cuforge.storage.sqlite._schema",
         "NewerSchemaError": "cuforge.storage.sqlite._schema",
+        # the way out ForeignDatabaseError's message ends with (the CLI rewords it)
+        "FOREIGN_WAY_OUT": "cuforge.storage.sqlite._schema",
     },
 )
