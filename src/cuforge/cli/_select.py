@@ -19,6 +19,7 @@ nothing. ``cuforge doctor`` runs these same functions and reports what they say.
 from __future__ import annotations
 
 import argparse
+import os
 
 from cuforge.cli._args import UsageError
 from cuforge.storage.config import ENV_CACHE, ENV_CACHE_DIR, Selection, select
@@ -111,11 +112,19 @@ def missing(choice: Choice) -> Absent | None:
 def require_existing(choice: Choice) -> None:
     """Inspection and maintenance never create a cache: UsageError naming the first
     directory or database file of ``choice`` that does not exist (a mistyped path
-    created the whole tree before, and ``clear`` "cleared" it)."""
-    absent = missing(choice)
-    if absent is not None:
+    created the whole tree before, and ``clear`` "cleared" it) -- but a tier's ``?ro``
+    level that is not there yet, which ``compile`` reads as an empty cache and never
+    creates, is read so here too."""
+    from cuforge.storage.urls import parse_cache_url
+
+    specs = parse_cache_url(choice.url or "")
+    for spec in specs:
+        if spec.scheme not in ("file", "sqlite") or os.path.lexists(spec.location):
+            continue
+        if spec.read_only and len(specs) > 1:
+            continue  # a tier's ?ro level not there yet: an empty view, as compile reads it
         raise UsageError(
-            f"{choice.where}: there is no cache at {absent.location} (nothing was created)"
+            f"{choice.where}: there is no cache at {spec.location} (nothing was created)"
         )
 
 

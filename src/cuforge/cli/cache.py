@@ -554,6 +554,13 @@ def _dir(args: argparse.Namespace) -> int:
         from cuforge.storage.urls import parse_cache_url
 
         specs = parse_cache_url(choice.url)
+        for spec in specs:
+            # a path no cache can open as its scheme (a regular file as a directory, a
+            # directory as a database): the commands' usage error, as they give it
+            wrong = spec.scheme == "file" and not os.path.isdir(spec.location)
+            wrong |= spec.scheme == "sqlite" and os.path.isdir(spec.location)
+            if wrong and os.path.lexists(spec.location):
+                _select.open_choice(choice, read_only=True).close()
         if len(specs) == 1 and specs[0].scheme == "file":
             # the directory the cache opens, as the file system names it: not its URL
             # (file:///d), its options (?max_size=) or its encoding (%2C for a comma)

@@ -208,6 +208,8 @@ def _levels(choice: _select.Choice) -> tuple[list[dict[str, Any]], str | None]:
     for i, (spec, (name, _)) in enumerate(zip(specs, names, strict=True)):
         level: dict[str, Any] = {"level": name}
         levels.append(level)
+        if spec.scheme in ("file", "sqlite"):
+            level["exists"] = os.path.lexists(spec.location)
         if spec.scheme in ("file", "sqlite", "memory"):
             # the first was opened above
             failed = _open_failure(choice, i, spec) if i > 0 else None
@@ -425,7 +427,16 @@ def _print(report: dict[str, Any]) -> None:
         line("cache", f"{report['cache']}  (from {report['origin']})")
     if "backend" in report:
         line("backend", report["backend"])
-    if "exists" in report:
+    tier = report.get("levels", [])
+    if len(tier) > 1 and "exists" in report:  # each directory or database level's own
+        for level in tier:
+            if "exists" in level:
+                ro = level.get("writable_reason") == "?ro: opened read-only"
+                said = ("yes" if level["exists"] else "no (?ro: opened read-only, so no "
+                        "command creates it)" if ro else "not yet (created by the first "
+                        "compile)")  # fmt: skip
+                line("exists", f"{level['level']}  {said}")
+    elif "exists" in report:
         exists = report["exists"]
         if exists is None:
             said = "unknown (see the problem below)"
