@@ -24,6 +24,7 @@ half done while the unlisted level still serves its entries.
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass
 
 from cuforge.cli import _select
@@ -128,6 +129,25 @@ def stopper(levels: Sequence[Part], errors: Sequence[OSError | None]) -> Part | 
     return next(
         (p for p, e in zip(levels, errors, strict=True) if e is not None and not p.read_only), None
     )
+
+
+def level_failures(command: str, stop: Part | None, failed: Sequence[Part], why: str = "") -> int:
+    """Say on stderr why ``cuforge cache COMMAND`` exits 1 on a tier: ``stop``, a level
+    that could not be listed (so nothing was removed anywhere; ``why``: what that
+    kept), else the levels that ``failed`` part-way (their lines say how). 0 when
+    neither."""
+    if stop is not None:
+        print(
+            f"cuforge cache {command}: {stop.label()} could not be listed, so nothing was "
+            f"removed from any level{why}",
+            file=sys.stderr,
+        )
+        return 1
+    if failed:
+        names = ", ".join(part.label() for part in failed)
+        print(f"cuforge cache {command}: {names} failed (see its line)", file=sys.stderr)
+        return 1
+    return 0
 
 
 def count(n: int, noun: str) -> str:

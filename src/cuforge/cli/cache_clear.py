@@ -134,18 +134,9 @@ def clear(args: argparse.Namespace) -> int:
                 line += f"; {_count(len(held), 'entry')} ({format_size(_size(held))}) kept"
                 line += f" in {_maintlevels.read_only_note([d.part for d in kept])}"
             print(line)
-    code = 0
-    if stop is not None:
-        print(
-            f"cuforge cache clear: {stop.label()} could not be listed, so nothing was "
-            "removed from any level (the entries it serves would have stayed)",
-            file=sys.stderr,
-        )
-        code = 1
-    elif failed:
-        names = ", ".join(d.part.label() for d in failed)
-        print(f"cuforge cache clear: {names} failed (see its line)", file=sys.stderr)
-        code = 1
+    code = _maintlevels.level_failures(
+        "clear", stop, [d.part for d in failed], " (the entries it serves would have stayed)"
+    )
     if stuck:
         failure = next((d.failure for d in written if d.failure is not None), None)
         why = "read-only, or another user's?"

@@ -331,18 +331,7 @@ def _prune(args: argparse.Namespace) -> int:
             f"{verb} {_count(gone, 'entry')} ({format_size(freed)}); "
             f"{_count(left, 'entry')} ({format_size(rest)}) remain{kept}{_unknown(failed)}"
         )
-    code = 0
-    if held and stop is not None:
-        print(
-            f"cuforge cache prune: {stop.label()} could not be listed, so nothing was "
-            "removed from any level",
-            file=sys.stderr,
-        )
-        code = 1
-    elif failed:
-        names = ", ".join(d.part.label() for d in failed)
-        print(f"cuforge cache prune: {names} failed (see its line)", file=sys.stderr)
-        code = 1
+    code = _maintlevels.level_failures("prune", stop if held else None, [d.part for d in failed])
     if stuck:
         where = ", ".join(d.part.name for d in done if d.stuck)
         doomed = sum(d.doomed for d in done)
