@@ -102,11 +102,15 @@ def test_prune_removes_nothing_while_a_level_cannot_be_listed(tmp_path):
     assert report["levels"][0]["remaining"] == 2
     assert _ids(tmp_path, local) == entries
 
+    from cuforge.storage.units import format_size
+
+    listed = json.loads(run(tmp_path, "cache", "ls", "--json", "--cache", local).stdout)
+    held = format_size(sum(e["size"] for e in listed))  # a CUDA 12 cubin is smaller
     text = run(tmp_path, "cache", "prune", "--older-than", "1ms", "--cache", tier)
     assert text.returncode == 1, (text.stdout, text.stderr)
     assert _failed_line(text.stdout, 1).endswith(": nothing removed there")
     assert text.stdout.splitlines()[-1] == (
-        "removed 0 entries (0 B); 2 entries (7.8 KiB) remain; "
+        f"removed 0 entries (0 B); 2 entries ({held}) remain; "
         "not counted: what level 1 holds (it could not be listed)"
     )
     assert "could not be listed, so nothing was removed from any level" in text.stderr
