@@ -243,7 +243,8 @@ def _start(st: _State) -> bool:
     milliseconds; this one never waits (and, like a daemon thread, is not joined at
     exit -- the exit hooks wait for the queue instead)."""
     try:
-        st.thread = _thread.start_new_thread(_write, (st,))
+        with _born_deaf():
+            st.thread = _thread.start_new_thread(_write, (st,))
     except RuntimeError:
         return False
     if not st.hooked:
@@ -293,6 +294,33 @@ def _write(st: _State) -> None:
                 st.thread = None
         with st.done_cv:
             st.done_cv.notify_all()
+
+
+@contextlib.contextmanager
+def _born_deaf() -> Any:
+    """Block SIGTERM and SIGINT in this thread while it starts the writer, which
+    inherits the mask: closes the race of a signal that arrived after the writer
+    existed but before it ran :func:`_not_here` -- on a busy machine a new thread
+    can wait a while for its first slice -- and was handled in the writer, where it
+    interrupts nothing (a pool worker sent SIGTERM then slept on, its handler not run:
+    the flush and exit came only when the main thread's blocking call returned). A
+    signal arriving meanwhile stays pending for this thread, which takes it once
+    the mask is restored."""
+    import signal
+
+    mask = getattr(signal, "pthread_sigmask", None)
+    if mask is None:
+        yield
+        return
+    try:
+        old = mask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
+    except (OSError, ValueError):
+        yield
+        return
+    try:
+        yield
+    finally:
+        mask(signal.SIG_SETMASK, old)
 
 
 def _not_here() -> None:
