@@ -113,6 +113,10 @@ def _devices() -> dict[str, Any]:
     return {"driver": f"{version // 1000}.{version % 1000 // 10} ({version})", "devices": devices}
 
 
+#: Why a ``?ro`` directory or database level not there yet stays so (``exists``).
+_RO_ABSENT = "?ro: opened read-only, so no command creates it"
+
+
 def _cache(args: argparse.Namespace) -> tuple[_select.Choice | None, dict[str, Any]]:
     """The cache the commands would use and what doctor found, chosen and checked by
     the functions the commands run (``_select.choose``, ``_select.open_choice``
@@ -137,7 +141,7 @@ def _cache(args: argparse.Namespace) -> tuple[_select.Choice | None, dict[str, A
     if absent is not None:
         info["exists"] = False
         if kept_absent:  # compile opens it read-only: an empty view, never created
-            info["exists_reason"] = "?ro: opened read-only, so no command creates it"
+            info["exists_reason"] = _RO_ABSENT
     try:
         if absent is not None and not kept_absent:  # compile would create it: could it?
             try:
@@ -210,6 +214,8 @@ def _levels(choice: _select.Choice) -> tuple[list[dict[str, Any]], str | None]:
         levels.append(level)
         if spec.scheme in ("file", "sqlite"):
             level["exists"] = os.path.lexists(spec.location)
+            if not level["exists"] and spec.read_only:
+                level["exists_reason"] = _RO_ABSENT
         if spec.scheme in ("file", "sqlite", "memory"):
             # the first was opened above
             failed = _open_failure(choice, i, spec) if i > 0 else None
@@ -431,10 +437,11 @@ def _print(report: dict[str, Any]) -> None:
     if len(tier) > 1 and "exists" in report:  # each directory or database level's own
         for level in tier:
             if "exists" in level:
-                ro = level.get("writable_reason") == "?ro: opened read-only"
-                said = ("yes" if level["exists"] else "no (?ro: opened read-only, so no "
-                        "command creates it)" if ro else "not yet (created by the first "
-                        "compile)")  # fmt: skip
+                said = (
+                    "yes" if level["exists"]
+                    else f"no ({level['exists_reason']})" if "exists_reason" in level
+                    else "not yet (created by the first compile)"
+                )  # fmt: skip
                 line("exists", f"{level['level']}  {said}")
     elif "exists" in report:
         exists = report["exists"]
