@@ -321,7 +321,8 @@ def _prune(args: argparse.Namespace) -> int:
                 continue
             if d.error is not None:  # failed part way: what went is counted, the rest stays
                 what = f"{what[:-2]}, then {d.error}; "
-            print(f"{d.part.label()}: {what}{remain}{sized} remain")
+            agree = "remain" if d.listed is None or d.left != 1 else "remains"
+            print(f"{d.part.label()}: {what}{remain}{sized} {agree}")
         kept = ""
         if ro:
             held_ro = sum(d.left for d in ro)
@@ -329,7 +330,8 @@ def _prune(args: argparse.Namespace) -> int:
             kept += _maintlevels.read_only_note([d.part for d in ro])
         print(
             f"{verb} {_count(gone, 'entry')} ({format_size(freed)}); "
-            f"{_count(left, 'entry')} ({format_size(rest)}) remain{kept}{_unknown(failed)}"
+            f"{_count(left, 'entry')} ({format_size(rest)}) {'remains' if left == 1 else 'remain'}"
+            f"{kept}{_unknown(failed)}"
         )
     code = _maintlevels.level_failures("prune", stop if held else None, [d.part for d in failed])
     if stuck:

@@ -60,6 +60,13 @@ def register(actions: Subparsers) -> None:
 
 
 def _explain(args: argparse.Namespace) -> int:
+    from cuforge.compile import toolchain
+
+    with toolchain.reading_only():  # it looks: no identity record is written either
+        return _explain_one(args)
+
+
+def _explain_one(args: argparse.Namespace) -> int:
     from cuforge.cli import _config
     from cuforge.cli._args import UsageError
     from cuforge.compile.explain import explain

@@ -366,7 +366,8 @@ def _summary(
                     print(f"  {ln}")
         plural = "" if jobs == 1 else "s"
         print(
-            f"{len(results)} compiles: {counts['compiled']} compiled, {counts['cached']} "
+            f"{len(results)} compile{'' if len(results) == 1 else 's'}: "
+            f"{counts['compiled']} compiled, {counts['cached']} "
             f"already cached, {counts['failed']} failed in {wall:.2f} s ({jobs} job{plural})"
         )
         from cuforge.storage.events import dropped_words

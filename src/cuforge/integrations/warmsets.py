@@ -139,8 +139,8 @@ def load(cache: ProgramCacheResource, name: str) -> list[bytes] | None:
 def load_set(cache: ProgramCacheResource, name: str) -> Listed | None:
     """The warm set ``name`` (its keys and its pack), or None as :func:`load` says."""
     key = set_key(name)
-    try:
-        entry = cache.get_entry(key)
+    try:  # a set is no program: its lookup is not one of the cache's hits or misses
+        entry = lookup_of(cache, key, count=False)
     except Exception as exc:  # a cache fault: no set, the job goes on
         _warn(CacheReadWarning, f"warm set {name!r}: lookup failed ({type(exc).__name__}: {exc})")
         return None
