@@ -19,7 +19,6 @@ nothing. ``cuforge doctor`` runs these same functions and reports what they say.
 from __future__ import annotations
 
 import argparse
-import os
 
 from cuforge.cli._args import UsageError
 from cuforge.storage.config import ENV_CACHE, ENV_CACHE_DIR, Selection, select
@@ -115,16 +114,10 @@ def require_existing(choice: Choice) -> None:
     created the whole tree before, and ``clear`` "cleared" it) -- but a tier's ``?ro``
     level that is not there yet, which ``compile`` reads as an empty cache and never
     creates, is read so here too."""
-    from cuforge.storage.urls import parse_cache_url
-
-    specs = parse_cache_url(choice.url or "")
-    for spec in specs:
-        if spec.scheme not in ("file", "sqlite") or os.path.lexists(spec.location):
-            continue
-        if spec.read_only and len(specs) > 1:
-            continue  # a tier's ?ro level not there yet: an empty view, as compile reads it
+    absent = choice.missing(tier_ro_too=False)
+    if absent is not None:
         raise UsageError(
-            f"{choice.where}: there is no cache at {spec.location} (nothing was created)"
+            f"{choice.where}: there is no cache at {absent.location} (nothing was created)"
         )
 
 

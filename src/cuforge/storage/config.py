@@ -234,14 +234,20 @@ class Selection:
             return f"cannot use {exc.filename or location}: {exc.strerror or exc}"
         return f"{type(exc).__name__}: {exc}"
 
-    def missing(self) -> Absent | None:
+    def missing(self, tier_ro_too: bool = True) -> Absent | None:
         """The first level (not off) whose directory or database file does not exist:
-        the cache is not there yet. None when every such level exists."""
+        the cache is not there yet. None when every such level exists.
+        ``tier_ro_too=False`` passes over a tier's ``?ro`` level, which a compile reads
+        as an empty cache and never creates (a lone ``?ro`` cache still counts)."""
         from .urls import parse_cache_url
 
-        for spec in parse_cache_url(self.url or ""):
-            if spec.scheme in ("file", "sqlite") and not os.path.lexists(spec.location):
-                return Absent(spec.scheme, spec.location)
+        specs = parse_cache_url(self.url or "")
+        for spec in specs:
+            if spec.scheme not in ("file", "sqlite") or os.path.lexists(spec.location):
+                continue
+            if not tier_ro_too and spec.read_only and len(specs) > 1:
+                continue
+            return Absent(spec.scheme, spec.location)
         return None
 
     def _location(self) -> str:
