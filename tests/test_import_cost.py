@@ -168,3 +168,28 @@ def test_a_first_compile_of_a_program_without_includes_compiles_no_scan_patterns
         "assert scanners()\n"
     )
     assert "cuforge.compile.cache._includes" in found
+
+
+def test_a_first_compile_through_a_cache_imports_no_typing_or_hashlib(tmp_path):
+    """A fresh process's first compile(cache=) imported ``typing`` (the pipeline's
+    modules), ``hashlib`` with OpenSSL (five modules for blake2b alone) and, for a
+    program that reads no header, the manifest and watcher modules it never uses:
+    ~7.5 ms of CPU of a first hit's ~13 (docs/performance.md). A tracked program
+    (one that includes a header) loads those two, still without ``typing``."""
+    (tmp_path / "h.cuh").write_text("#define V 3\n")
+    cache = f"file://{tmp_path / 'cache'}"
+    plain = 'extern "C" __global__ void k(int* p) { *p = 1; }'
+    included = '#include "h.cuh"\n' + plain.replace("= 1", "= V")
+    for source, tracked in ((plain, False), (included, True)):
+        line = (
+            f"{COMPILE_LINE}\n"
+            "from cuforge.utils import open_cache\n"
+            f"cache = open_cache({cache!r})\n"
+            f"options = ProgramOptions(arch='sm_90', include_path=[{str(tmp_path)!r}])\n"
+            f"Program({source!r}, 'c++', options).compile('cubin', cache=cache)\n"
+        )
+        _modules_after(line)  # the miss fills the cache
+        found = _modules_after(line + "assert cache.stats().hits == 1")
+        assert not found & {"typing", "hashlib", "_hashlib"}, sorted(found)
+        manifest = {"cuforge.compile.cache._manifest", "cuforge.compile.cache._watch"}
+        assert (manifest <= found) if tracked else not (manifest & found), sorted(found)

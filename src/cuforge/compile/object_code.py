@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
 
+TYPE_CHECKING = False  # typing is not imported at run time: a first compile(cache=) paid ~4 ms
 if TYPE_CHECKING:
+    from typing import Any
+
     from cuforge.runtime.module import Kernel
 
 #: The code types ObjectCode can hold (the runtime contract's list).

@@ -18,12 +18,12 @@ deterministic, so the failure is visible as a miss rather than as a wrong hit.
 from __future__ import annotations
 
 import functools
-import hashlib
 import os
 import struct
 import threading
 from collections.abc import Callable
 
+from cuforge._hashing import blake2b
 from cuforge.compile.cache import _identity_store
 
 _PT_NOTE = 4
@@ -76,7 +76,7 @@ def library_fingerprint(path: str) -> bytes:
         return b"build-id:" + build_id.hex().encode()
     size = os.stat(path).st_size
     with open(path, "rb") as f:
-        head = hashlib.blake2b(f.read(_SAMPLE), digest_size=16).hexdigest()
+        head = blake2b(f.read(_SAMPLE), digest_size=16).hexdigest()
     return f"size:{size}:head:{head}".encode()
 
 

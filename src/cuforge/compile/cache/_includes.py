@@ -31,7 +31,6 @@ different files in one compile), :class:`UntrackableInclude` says what to do.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import stat as stat_mod
@@ -39,6 +38,8 @@ import threading
 import time
 from collections import OrderedDict, namedtuple
 from collections.abc import Iterable
+
+from cuforge._hashing import blake2b
 
 TYPE_CHECKING = False  # dataclasses imports inspect (ast, dis, tokenize): ~5 ms of a
 if TYPE_CHECKING:  # process's first compile(cache=); cuforge._fields makes Roots
@@ -334,7 +335,7 @@ class DepSet:
 
 
 def file_digest(content: bytes) -> str:
-    return hashlib.blake2b(content, digest_size=16).hexdigest()
+    return blake2b(content, digest_size=16).hexdigest()
 
 
 def _read_regular(path: str) -> tuple[bytes, os.stat_result] | None:

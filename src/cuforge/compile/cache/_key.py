@@ -32,15 +32,18 @@ source then costs one hash copy and a few updates.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Iterable, Sequence
-from typing import Any
 
+from cuforge._hashing import blake2b
 from cuforge.compile import _inputs
 from cuforge.compile.cache import _identity, _includes, _toolkit
 from cuforge.compile.options import ProgramOptions
 from cuforge.compile.targets import SUPPORTED_TARGETS, normalize_code_type, normalize_target
+
+TYPE_CHECKING = False  # typing is not imported at run time: a first compile(cache=) paid ~4 ms
+if TYPE_CHECKING:
+    from typing import Any
 
 #: Bumped whenever the framing or a field's meaning changes; old entries then miss.
 KEY_SCHEMA_VERSION = 2
@@ -230,7 +233,7 @@ def _prefix(
     options: ProgramOptions,
     has_extra: bool,
     closed: bool = False,
-) -> hashlib.blake2b:
+) -> blake2b:
     """The digest state over every field that depends only on options and types.
 
     Validation and fingerprinting run once per (options, code_type, target,
@@ -243,12 +246,12 @@ def _prefix(
         cache = fields["_cuforge_key_prefix"] = {}
     ident = backend.identity()
     slot = (code_type, target, ident, has_extra, closed)
-    state: hashlib.blake2b | None = cache.get(slot)
+    state: blake2b | None = cache.get(slot)
     if state is None:
         if code_type != "nvvm" and _is_set(getattr(options, "extra_sources", None)):
             raise ValueError("options.extra_sources is only supported for code_type 'nvvm'")
         backend.validate(options, has_extra)
-        state = hashlib.blake2b(digest_size=32)
+        state = blake2b(digest_size=32)
         state.update(_frame(b"schema", str(KEY_SCHEMA_VERSION).encode()))
         state.update(_frame(b"code_type", code_type.encode()))
         state.update(_frame(b"target", target.encode()))
@@ -429,7 +432,7 @@ def fingerprint_headers(paths: Iterable[str | os.PathLike[str]]) -> bytes:
     """
     if isinstance(paths, (str, bytes, os.PathLike)):
         raise TypeError("paths must be a list of paths, not a single path")
-    state = hashlib.blake2b(digest_size=32, person=b"cuforge-headers")
+    state = blake2b(digest_size=32, person=b"cuforge-headers")
     for path in paths:
         with open(os.fspath(path), "rb") as f:
             state.update(_frame(b"file", f.read()))

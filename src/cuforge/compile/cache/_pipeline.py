@@ -39,8 +39,6 @@ Fail-open events are a WARNING once per cause and cache handle, then DEBUG.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
 from cuforge.compile.cache import _tracking
 from cuforge.compile.cache._key import program_key
 from cuforge.compile.cache._records import program_record
@@ -48,7 +46,10 @@ from cuforge.compile.cache._steps import lookup, store
 from cuforge.storage import failopen
 from cuforge.storage.base import ProgramCacheResource
 
+TYPE_CHECKING = False  # typing is not imported at run time: a first compile(cache=) paid ~4 ms
 if TYPE_CHECKING:
+    from typing import Any
+
     from cuforge.compile.object_code import ObjectCode
     from cuforge.compile.program import Program, ProgramSource
     from cuforge.storage.outcome import StoreOutcome

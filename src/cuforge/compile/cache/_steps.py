@@ -14,8 +14,6 @@ Guarantees (the cache never breaks a compile; both go through ``storage.failopen
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
 from cuforge._log import debug_enabled, get_logger
 from cuforge.compile import _versions
 from cuforge.compile._callers import outside_level
@@ -35,7 +33,10 @@ from cuforge.storage.outcome import (
     StoreOutcome,
 )
 
+TYPE_CHECKING = False  # typing is not imported at run time: a first compile(cache=) paid ~4 ms
 if TYPE_CHECKING:
+    from typing import Any
+
     from cuforge.storage.base import ProgramCacheResource
 
 __all__ = [

@@ -47,19 +47,20 @@ compile through a cache is stored only when that agrees with what its key named.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import sys
 import threading
 from collections import namedtuple
-from typing import TYPE_CHECKING, Any
 
 from cuforge import _cuda
+from cuforge._hashing import blake2b
 from cuforge.compile.cache import _identity_store
 
+TYPE_CHECKING = False  # typing is not imported at run time: a first compile(cache=) paid ~4 ms
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from typing import Any
 
 #: The environment variable that turns the headers off or points to a toolkit.
 ENV_VAR = "CUFORGE_TOOLKIT_HEADERS"
@@ -175,11 +176,11 @@ def identity_digest(identity: bytes) -> str:
     ``str(toolkit_headers())`` and in each entry's recorded compiler (``...|headers:``).
     Display only -- the cache key pins the identity's bytes, not this -- and the form
     entries already stored record, so it cannot change without them disagreeing."""
-    return hashlib.blake2b(identity, digest_size=6).hexdigest()
+    return blake2b(identity, digest_size=6).hexdigest()
 
 
 def _digest_files(directory: str, spec: _Spec) -> str:
-    h = hashlib.blake2b(digest_size=16)
+    h = blake2b(digest_size=16)
     for rel in spec.version_files:
         try:
             with open(os.path.join(directory, rel), "rb") as f:
@@ -224,7 +225,7 @@ def _digest_wheel(dist_info: str, prefix: str) -> str | None:
     lines = sorted(line for line in record.splitlines() if line.startswith(prefix + "/"))
     if not lines:
         return None
-    return hashlib.blake2b("\n".join(lines).encode(), digest_size=16).hexdigest()
+    return blake2b("\n".join(lines).encode(), digest_size=16).hexdigest()
 
 
 def _find_wheel(name: str, listings: dict[str, list[str]]) -> tuple[str, str, str] | None:

@@ -28,10 +28,9 @@ from __future__ import annotations
 import os
 import threading
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any
 
 from cuforge._log import debug_enabled, get_logger
-from cuforge.compile.cache import _includes, _manifest, _toolkit, _watch
+from cuforge.compile.cache import _includes, _toolkit
 from cuforge.compile.cache._key import program_key, source_roots
 from cuforge.compile.cache._records import manifest_record
 from cuforge.compile.cache._steps import (
@@ -46,7 +45,11 @@ from cuforge.storage import failopen
 from cuforge.storage.base import ProgramCacheResource
 from cuforge.storage.entry import CacheEntry, entry_id
 
+TYPE_CHECKING = False  # typing is not imported at run time: a first compile(cache=) paid ~4 ms
 if TYPE_CHECKING:
+    from typing import Any
+
+    from cuforge.compile.cache import _manifest
     from cuforge.compile.object_code import ObjectCode
     from cuforge.compile.program import ProgramSource
 
@@ -134,6 +137,8 @@ def lookup_manifest(
 
 
 def _variants(entry: CacheEntry | None, roots: _includes.Roots) -> list[_manifest.Prepared] | None:
+    from cuforge.compile.cache import _manifest  # tracked programs only (see _tracked)
+
     record = None if entry is None else _manifest.decode(entry.data)
     if record is None or entry is None:
         return None
@@ -190,6 +195,8 @@ def _recall(
 ) -> tuple[ObjectCode | None, bool]:
     """The answer, and whether the manifest's own lookup counted it as a miss."""
     name = src.options.name or ""
+    from cuforge.compile.cache import _manifest, _watch  # tracked programs only
+
     watcher = _watch.watcher()
     if watcher is not None:
         known = _validated.get(mkey)
@@ -264,6 +271,8 @@ def store_variant(
     """Put the variant ``deps`` -> ``key`` in front of the manifest under ``mkey``."""
     name = src.options.name or ""
     old = lookup_entry(cache, mkey, count=False)
+    from cuforge.compile.cache import _manifest
+
     previous = None if old is None else _manifest.decode(old.data)
     manifest = _manifest.add_variant(previous, name, key, deps, roots)
     info = manifest_record(name, target, src.options.arch)
