@@ -288,7 +288,9 @@ def test_an_entry_the_fleet_hands_over_counts_one_hit_where_it_was_found(
             assert held is False
             assert tier.get(b"k") == b"from the fleet"  # the look-again, from the host's level
         local, fleet = tier.level_stats()
-        assert (local.hits, local.misses) == (0, 0)  # it was not there when asked
+        # it was not there when asked: a miss at the host's level (the request reached
+        # it), the hit where it was found; the request counts one hit in all
+        assert (local.hits, local.misses) == (0, 1)
         assert (fleet.hits, fleet.misses) == (1, 0)
         assert (tier.stats().hits, tier.stats().misses) == (1, 0)
         # a fill counts one miss at each level, the claim's level included
@@ -296,7 +298,7 @@ def test_an_entry_the_fleet_hands_over_counts_one_hit_where_it_was_found(
             assert held is True and tier.get(b"new") is None
             tier[b"new"] = b"filled"
         local, fleet = tier.level_stats()
-        assert (local.misses, fleet.misses, tier.stats().misses) == (1, 1, 1)
+        assert (local.misses, fleet.misses, tier.stats().misses) == (2, 1, 1)
     finally:
         tier.close()
 
@@ -346,6 +348,40 @@ def test_a_host_waiter_whose_holder_stored_the_entry_takes_it_without_the_lock(
         "the first took the stored entry without the lock (held False), no lock file "
         "left; the second took the lock; one hit and one miss at the host's level", scale="all",
     )  # fmt: skip
+
+
+def test_a_host_waiters_hand_over_counts_a_miss_at_the_memory_level_in_front(tmp_path) -> None:
+    """The request's first lookup asked the memory level and the host's level (each
+    miss left to the look-again); the host's claim handed the entry over (its hit).
+    The look-again, quiet after a hand-over, counted no miss at the memory level
+    either, which the request reached and which did not have the entry."""
+    url = f"memory://,file://{tmp_path}/host,file://{tmp_path}/fleet"
+    holder, waiter = open_cache(url, secret=None), open_cache(url, secret=None)
+    try:
+        assert waiter.get_entry(b"k", count_miss=False) is None
+        got: list[tuple[bool, bytes | None]] = []
+
+        def wait() -> None:
+            with waiter.lock(b"k") as held:
+                entry = waiter.get_entry(b"k")  # the look-again
+                got.append((held, None if entry is None else entry.data))
+
+        with holder.lock(b"k") as held:
+            assert held
+            thread = threading.Thread(target=wait)
+            thread.start()
+            thread.join(0.2)
+            assert thread.is_alive() and not got  # blocked on the host's lock
+            holder[b"k"] = b"compiled"
+        thread.join(30)
+        assert got == [(False, b"compiled")]  # handed over by the host's claim
+        memory, host, fleet = waiter.level_stats()
+        assert (memory.hits, memory.misses) == (0, 1)
+        assert (host.hits, host.misses, fleet.hits, fleet.misses) == (1, 0, 0, 0)
+        assert (waiter.stats().hits, waiter.stats().misses) == (1, 0)
+    finally:
+        holder.close()
+        waiter.close()
 
 
 def test_a_host_waiter_whose_holder_stored_a_foreign_entry_takes_the_lock(tmp_path) -> None:

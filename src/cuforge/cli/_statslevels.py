@@ -25,7 +25,10 @@ def tier_levels(
     where it cannot list), ``max_size_bytes``; ``read_only`` as the URL says (``?ro``:
     this command opens every level read-only) -- and the index of the level whose
     counters ``stats`` shows (``total_stats``: the widest that keeps shared totals;
-    None: this command's own). None for a cache of one level."""
+    None: this command's own). ``hits`` and ``lookups`` are the level's shared
+    counters; ``recorded`` False for a level the URL opens ``?ro``: a read-only handle
+    counts nothing, so those counters hold none of the lookups through this tier (only
+    what writable handles of that cache counted). None for a cache of one level."""
     from cuforge.storage.signing import SignedProgramCache
     from cuforge.storage.tiered import TieredProgramCache, opened
 
@@ -45,15 +48,17 @@ def tier_levels(
             infos = None
         shown = opened(level) or level
         lookups = _shared_lookups(level)
+        ro = given_ro[i] if i < len(given_ro) else i in inner.read_only
         levels.append({
             "cache": names[i] if i < len(names) else repr(shown),
             "backend": type(shown).__name__,
-            "read_only": given_ro[i] if i < len(given_ro) else i in inner.read_only,
+            "read_only": ro,
             "entries": None if infos is None else len(infos),
             "size_bytes": None if infos is None else sum(info.size for info in infos),
             "max_size_bytes": getattr(shown, "max_size_bytes", None),
             "hits": None if lookups is None else lookups[0],
             "lookups": None if lookups is None else lookups[1],
+            "recorded": not ro,
         })  # fmt: skip
     return levels, inner.totals_level()
 
@@ -77,6 +82,11 @@ def counters_from(levels: list[dict[str, Any]], i: int | None) -> str:
     """Whose counters a tier's ``stats`` shows, in words."""
     if i is None:
         return "this command's own (no level keeps shared totals)"
+    if not levels[i].get("recorded", True):  # ?ro: the lookups through it count nowhere
+        return (
+            f"level {i}'s ({levels[i]['cache']}, read-only), summed over every process "
+            "that used it writable: opened read-only, lookups through it are not counted"
+        )
     ro = ", read-only" if levels[i]["read_only"] else ""
     return (
         f"level {i}'s ({levels[i]['cache']}{ro}), summed over every process that used it: "
@@ -107,9 +117,16 @@ def level_line(level: dict[str, Any], scheme: str) -> str:
     held += f" of {format_size(cap)} cap" if cap else no_cap(scheme)
     hits, lookups = level.get("hits"), level.get("lookups")
     if hits is not None and lookups is not None:
-        rate = f"{100 * hits / lookups:.1f} %" if lookups else "-"
-        held += (f"; hit rate {rate} ({hits} hit{'' if hits == 1 else 's'} / {lookups} "
-                 f"lookup{'' if lookups == 1 else 's'} that reached it)")  # fmt: skip
+        counted = (f"{hits} hit{'' if hits == 1 else 's'} / {lookups} "
+                   f"lookup{'' if lookups == 1 else 's'}")  # fmt: skip
+        if level.get("recorded", True):
+            rate = f"{100 * hits / lookups:.1f} %" if lookups else "-"
+            held += f"; hit rate {rate} ({counted} that reached it)"
+        else:  # a read-only handle counts nothing: what it served is in no counter
+            held += (
+                "; hit rate not recorded: opened read-only, lookups through it are not "
+                f"counted (its stored counters, from writable use: {counted})"
+            )
     return f"{level['cache']} ({level['backend']}{ro}): {held}"
 
 

@@ -27,7 +27,10 @@
   host level; the look-again asks every level. An entry the widest level's wait
   handed over (``DriverCache.claim``; a signed level's only once its signature
   verifies) is put in the levels before it at once, so the look-again hits there.
-  Signed levels (``SignedProgramCache``) count as the handle they sign.
+  Counted as without the hand-over: one hit where it was found, and one miss at
+  each level the first lookup asked in front of it (the look-again, which would
+  count them, finds the copy there). Signed levels (``SignedProgramCache``) count
+  as the handle they sign.
 - **Lazy levels.** ``open_cache`` opens the levels up to the first persistent one
   and wraps those behind it in a :class:`~cuforge.storage.tiered._lazylevel.LazyLevel`:
   imported and connected the first time a lookup (or lock) reaches it, so a hit in
@@ -119,10 +122,10 @@ class TieredProgramCache(EntryCache):
         self._host = self._host_level()
         # What a request's first lookup asks: up to the host level (module docstring).
         self._front = levels if self._host is None else levels[: self._host + 1]
-        # Keys a thread's claim on the widest level just answered, for the look-again
-        # under that lock: key -> (the thread's id, whether the entry was handed over
-        # -- else the claim found it absent and took the lease).
-        self._claimed: dict[bytes, tuple[int, bool]] = {}
+        # Keys a thread's claim just answered, for the look-again under that lock:
+        # key -> (the thread's id, the index of the level whose claim handed the entry
+        # over -- or -1: the widest level's claim found it absent and took the lease).
+        self._claimed: dict[bytes, tuple[int, int]] = {}
         self._warned = False
 
     def _host_level(self) -> int | None:
@@ -211,7 +214,11 @@ class TieredProgramCache(EntryCache):
         k = coerce_key(key)
         missed: list[int] = []
         found = None
-        skip, quiet = self._after_claim(k) if self._claimed else (-1, False)
+        skip, quiet = (
+            self._after_claim(k, count if count_miss is None else count_miss)
+            if self._claimed
+            else (-1, False)
+        )
         for i, level in enumerate(self._front if count_miss is False else self._levels):
             if i == skip:  # this thread's claim found it absent and holds its lease:
                 self._missed_behind(level, count if count_miss is None else count_miss)
@@ -482,15 +489,22 @@ class TieredProgramCache(EntryCache):
         if handle is not None:
             handle._tally(None, counted)
 
-    def _after_claim(self, key: bytes) -> tuple[int, bool]:
+    def _after_claim(self, key: bytes, counted: bool) -> tuple[int, bool]:
         """For a look-again under this thread's claim of ``key``: the widest level's
         index when the claim found it absent there (it holds the lease: nobody else
-        stores it), else -1; and whether the claim handed the entry over (counted as
-        a hit where it was found: the levels it was put in do not count it again)."""
+        stores it), else -1; and whether a claim handed the entry over (counted as a
+        hit where it was found: the levels it was put in do not count it again, so the
+        look-again asks quietly). After a hand-over, each level the request's first
+        lookup asked in front of the level that handed it over (``_front``: that lookup
+        counts no miss, leaving it to the look-again) counts its miss here, as
+        ``counted`` says -- each level counts every lookup that reached it, as a tier
+        of local levels does."""
         mark = self._claimed.get(key)
         if mark is None or mark[0] != get_ident():
             return -1, False
-        if mark[1]:
+        if mark[1] >= 0:
+            for level in self._front[: mark[1]]:
+                self._missed_behind(level, counted)
             return -1, True
         return (-1 if self._locker_index is None else self._locker_index), False
 

@@ -80,7 +80,7 @@ def hold(tier: TieredProgramCache, key: bytes, timeout: float | None) -> Iterato
     start = monotonic()
     with _host_claim(tier, host, key, timeout) as (local, entry):
         if entry is not None:  # this host's holder stored it while this rank waited
-            tier._claimed[key] = (get_ident(), True)  # counted where it was found
+            tier._claimed[key] = (get_ident(), host)  # counted where it was found
             try:
                 yield False
             finally:
@@ -110,7 +110,7 @@ def hold(tier: TieredProgramCache, key: bytes, timeout: float | None) -> Iterato
                 return
             # A core handle's claim takes the lease only where the entry is not:
             # the look-again under this lock need not ask that level again.
-            tier._claimed[key] = (get_ident(), entry is not None)
+            tier._claimed[key] = (get_ident(), -1 if entry is None else widest)
             try:
                 yield held
             finally:
