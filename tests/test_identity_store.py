@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -241,3 +243,97 @@ def test_a_wrong_identity_record_never_makes_a_wrong_entry(tmp_path):
     assert "cache miss" in honest.stdout and "changed" not in honest.stderr
     again = run(tmp_path, *args, cwd=tmp_path, env=env)
     assert "cache hit" in again.stdout
+
+
+def _settled_dir(path):
+    path.mkdir()
+    old = time.time() - 60
+    os.utime(path, (old, old))
+    _settle()
+    return path
+
+
+def test_a_listing_witness_holds_while_its_matching_names_do(store):
+    """An import path entry is searched only for a wheel's ``.dist-info`` names: a
+    directory that gains or loses other files keeps the record; a matching name that
+    appears, goes or changes does not."""
+    entry = _settled_dir(store / "entry")
+    (entry / "nvidia_cuda_runtime-13.0.dist-info").mkdir()
+    old = time.time() - 60
+    os.utime(entry, (old, old))
+    _settle()
+    seen = _identity_store.listing(str(entry), "nvidia_cuda_runtime-", ".dist-info")
+    probe = Probe([seen])
+    _identity_store.remembered("fake", probe)
+    assert _identity_store.lookup("fake") == (b"v1", b"second")
+    (entry / "train.log").write_text("a script's output beside it")
+    (entry / "nvidia_cuda_runtime-notes.txt").write_text("a prefix without the suffix")
+    (entry / "nvidia_cuda_crt-13.0.dist-info").mkdir()  # another wheel's name
+    assert _identity_store.lookup("fake") == (b"v1", b"second")  # still holds
+    (entry / "NVIDIA_CUDA_RUNTIME-12.9.dist-info").mkdir()  # a second copy: matches
+    assert _identity_store.lookup("fake") is None
+    (entry / "NVIDIA_CUDA_RUNTIME-12.9.dist-info").rmdir()
+    assert _identity_store.lookup("fake") == (b"v1", b"second")  # the names are back
+    os.rename(entry / "nvidia_cuda_runtime-13.0.dist-info",
+              entry / "nvidia_cuda_runtime-13.1.dist-info")  # fmt: skip
+    assert _identity_store.lookup("fake") is None
+
+
+def test_a_listing_of_a_directory_that_changed_a_moment_ago_is_not_recorded(store, monkeypatch):
+    """The search may have listed the directory before a name appeared that the
+    record's listing would then include: a directory changed within the racy window
+    is not recorded (as a stat witness is not)."""
+    monkeypatch.setattr(_identity_store, "RACY_NS", 60_000_000_000)
+    entry = store / "busy"
+    entry.mkdir()
+    probe = Probe([_identity_store.listing(str(entry), "nvidia_cuda_runtime-", ".dist-info")])
+    _identity_store.remembered("fake", probe)
+    assert _identity_store.lookup("fake") is None
+    absent = _identity_store.listing(str(store / "none"), "x-", ".dist-info")
+    _identity_store.forget()
+    monkeypatch.setattr(_identity_store, "RACY_NS", SETTLE_NS)
+    _identity_store.remembered("fake2", Probe([absent, _settled(store / "lib.so")]))
+    assert _identity_store.lookup("fake2") == (b"v1", b"second")  # absent holds
+    (store / "none").mkdir()  # an entry that appears is a change (erring on the safe side)
+    assert _identity_store.lookup("fake2") is None
+
+
+TOOLKIT_PROBE = (
+    "from cuforge.compile.cache import _toolkit\n"
+    "ident = _toolkit.toolkit_identity()\n"
+    "print('served' if _toolkit._state is None else 'located', ident.hex()[:16])\n"
+)
+
+
+def test_the_toolkit_record_survives_new_files_in_the_working_directory(tmp_path):
+    """``python -c`` searches the working directory first (``sys.path[0] == ''``):
+    its whole directory was a witness, so a script run where files come and go (its
+    own outputs, /tmp) located the headers again in every process. Only a header
+    wheel's ``.dist-info`` there changes the answer now."""
+    report = _toolkit.toolkit_headers()
+    if report.mode != "auto" or not report.sets or report.missing:
+        pytest.skip("needs every header set found in auto mode (the header wheels)")
+    from cuforge import _cuda
+
+    dist = _cuda.header_wheel("runtime", _cuda.cuda_major()).dist.replace("-", "_")
+    cwd = tmp_path / "work"
+    cwd.mkdir()
+    old = time.time() - 60
+    os.utime(cwd, (old, old))
+    time.sleep(2.2)  # past the 2 s racy window of the directory's ctime
+    env = isolated_env(tmp_path)
+
+    def probe():
+        done = subprocess.run([sys.executable, "-c", TOOLKIT_PROBE], cwd=cwd, env=env,
+                              capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        return done.stdout.split()
+
+    first = probe()
+    assert first[0] == "located"
+    assert probe() == ["served", first[1]]
+    (cwd / "out.txt").write_text("a new file where the script runs")
+    assert probe() == ["served", first[1]]  # the directory changed, its wheels did not
+    (cwd / f"{dist}-99.0.dist-info").mkdir()  # a wheel earlier on the import path
+    again = probe()
+    assert again[0] == "located"

@@ -16,9 +16,13 @@ A record is served only when
 - every *witness* it lists still stats the same -- device, inode, size, mtime and
   ctime of each file or directory the computation read or searched (the libraries,
   their directory, the site-packages directories, the header directories ...), and
-  absence for each that was absent. Installing, removing or replacing a package or
-  a library changes a witness (a new file has a new inode and ctime; adding or
-  removing a directory entry changes the directory's mtime and ctime).
+  absence for each that was absent; or, for a *listing* witness (:func:`listing`),
+  the names in one directory that a search matches (a prefix and a suffix), so a
+  directory a search only lists -- an import path entry, the working directory --
+  may gain other files without costing the record. Installing, removing or replacing
+  a package or a library changes a witness (a new file has a new inode and ctime;
+  adding or removing a directory entry changes the directory's mtime and ctime, and
+  a matching name its listing).
 
 A fact is recorded only when all its witnesses are older than ``RACY_NS`` (a change
 within a file system's timestamp granularity could otherwise leave a stat
@@ -60,6 +64,7 @@ __all__ = [
     "directory",
     "forget",
     "library_witnesses",
+    "listing",
     "lookup",
     "reading_only",
     "remembered",
@@ -69,7 +74,7 @@ __all__ = [
 
 ENV_VAR = "CUFORGE_STATE_DIR"
 RACY_NS = 2_000_000_000
-_FORMAT = b"cuforge-identity-1"
+_FORMAT = b"cuforge-identity-2"  # 2: listing witnesses
 _OFF = frozenset({"0", "off", "no", "false", "none"})
 _ENV_NAMES = ("LD_LIBRARY_PATH", "LD_PRELOAD", "CUFORGE_TOOLKIT_HEADERS")
 _ENV_PREFIXES = ("CUDA", "CONDA", "NVIDIA")
@@ -146,8 +151,51 @@ def _context(fact: str) -> str:
 _UNKNOWN = (-1, -1, -1, -1, -1)
 
 
+#: Marks a listing witness (a character no path this module is given holds).
+_LISTING = "\x01"
+
+
+def listing(directory: str, prefix: str, suffix: str) -> str:
+    """A witness of the names in ``directory`` that start with ``prefix`` and end
+    with ``suffix`` (compared in lower case): it holds while those names stay the
+    same, whatever else the directory gains or loses. For a search that only lists
+    ``directory`` for such names (a wheel's ``.dist-info`` in an import path entry)."""
+    where = os.path.abspath(directory)
+    return f"{_LISTING}{prefix.lower()}{_LISTING}{suffix.lower()}{_LISTING}{where}"
+
+
+def _listed(witness: str) -> tuple[int, ...] | None:
+    """A listing witness's stamp: how many names match and their digest (None: the
+    directory is absent or not one; ``_UNKNOWN``: it cannot be listed)."""
+    prefix, suffix, directory = witness[1:].split(_LISTING, 2)
+    try:
+        names = os.listdir(directory)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except (OSError, ValueError):
+        return _UNKNOWN
+    matched = sorted(
+        n for n in names if n.lower().startswith(prefix) and n.lower().endswith(suffix)
+    )
+    h = blake2b(digest_size=16, person=b"cuforge-listing")
+    for name in matched:
+        h.update(os.fsencode(name) + b"\0")
+    digest = h.digest()
+    # no times: a listing is compared exactly, never racy (its directory's stat is
+    # checked for that when the record is written, see _write)
+    return (
+        len(matched),
+        int.from_bytes(digest[:8], "little"),
+        int.from_bytes(digest[8:], "little"),
+        0,
+        0,
+    )
+
+
 def _stamp(path: str) -> tuple[int, ...] | None:
     """What identifies the current state of ``path`` (None: absent; ``_UNKNOWN``)."""
+    if path.startswith(_LISTING):
+        return _listed(path)
     try:
         st = os.stat(path)
     except (FileNotFoundError, NotADirectoryError):
@@ -252,11 +300,17 @@ def _write(path: str, values: tuple[bytes, ...], witnesses: Witnesses) -> None:
         return  # nothing to check it against: never served from disk
     cutoff = time.time_ns() - RACY_NS
     stamps = []
-    for w in dict.fromkeys(os.path.abspath(w) for w in witnesses):
+    for w in dict.fromkeys(w if w.startswith(_LISTING) else os.path.abspath(w) for w in witnesses):
         stamp = _stamp(w)
         if stamp is _UNKNOWN:
             return  # a witness whose changes cannot be seen: never kept on disk
-        if stamp is not None and (stamp[3] > cutoff or stamp[4] > cutoff):
+        # A listing is settled when its directory is: a name that appeared a moment
+        # ago, after the search listed it, could otherwise be in the stamp and not
+        # in the values (closes that race as the racy window does for a stat).
+        settled = _stamp(w[1:].split(_LISTING, 2)[2]) if w.startswith(_LISTING) else stamp
+        if settled is _UNKNOWN:
+            return
+        if settled is not None and (settled[3] > cutoff or settled[4] > cutoff):
             return  # changed a moment ago: a later process records it
         stamps.append((w, stamp))
     data = _encode(values, stamps)

@@ -7,8 +7,8 @@ find the set once it is there. This module lists them, for one set, exactly as
 that are absent are witnesses too: the record holds only while they stay absent):
 
 1. the header wheel: ``<entry>/<include dir>/<marker>`` in every ``sys.path``
-   entry (the entries themselves, whose listing finds the ``.dist-info``, and the
-   site-packages directories are the caller's witnesses);
+   entry (the ``.dist-info`` names each entry lists, and the site-packages
+   directories, are the caller's witnesses);
 2. cuda.pathfinder's site-packages step: ``<site dir>/<wheel dir>/<header>`` for
    every site-packages directory (user site included) and wheel layout it knows;
 3. ``$CONDA_PREFIX``: ``targets/`` (its listing decides the anchor), each

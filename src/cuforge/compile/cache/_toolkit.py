@@ -430,15 +430,33 @@ def _reset() -> None:
 
 
 def _witnesses(report: ToolkitHeaders) -> list[str]:
-    """Every path whose change could change ``report``: the import path searched
-    for the wheels, the site-packages directories, and each set's directory, marker,
-    version files, listed subdirectories and version.json; in auto mode, for each
-    set not found, every place the search looked for it (``_search_witnesses``).
-    Empty (never kept on disk) when those places cannot all be listed, or when no
-    set was found at all."""
+    """Every path whose change could change ``report``: in auto mode, the names of
+    the header wheels' ``.dist-info`` in each import path entry (what ``_find_wheel``
+    lists there: a listing witness, so a working directory that gains other files
+    keeps the record), and the ``RECORD`` of each wheel found; the site-packages
+    directories; each set's directory, marker, version files, listed subdirectories
+    and version.json; in auto mode, for each set not found, every place the search
+    looked for it (``_search_witnesses``). Empty (never kept on disk) when those
+    places cannot all be listed, or when no set was found at all. (With a set
+    missing, each import path entry is a witness whole, as before listings: an
+    install there of what finds the set is a change.)"""
     if not report.sets:
         return []
-    paths = [os.path.abspath(p or os.curdir) for p in sys.path]
+    paths: list[str] = []
+    if report.mode == "auto":
+        major = _cuda.cuda_major() or 0
+        wheels = [w for w in (_cuda.header_wheel(s.name, major) for s in _SPECS) if w]
+        prefixes = sorted({w.dist.replace("-", "_").lower() + "-" for w in wheels})
+        for entry in sys.path:
+            for prefix in prefixes:
+                paths.append(_identity_store.listing(entry or os.curdir, prefix, ".dist-info"))
+        if report.missing:  # whatever an entry gains could be the package that finds it
+            paths += [os.path.abspath(p or os.curdir) for p in sys.path]
+        listings: dict[str, list[str]] = {}
+        for w in wheels:
+            found_wheel = _find_wheel(w.dist, listings)
+            if found_wheel is not None:
+                paths.append(os.path.join(found_wheel[2], "RECORD"))
     paths += _identity_store.site_witnesses()
     specs = {s.name: s for s in _SPECS}
     for found in report.sets:
