@@ -140,7 +140,8 @@ def in_cli_words(message: str) -> str:
     counters it names are ``cuforge cache stats``' lines (``stats().write_failures`` ->
     ``cuforge cache stats (write failures)``, ``counted in warm_compiles`` ->
     ``counted in cuforge cache stats (warm compiles)``, and a warm compile that is not
-    counted there says why: ``_WARM_COUNTED``), and its ways out are a cache
+    counted there says why: ``_WARM_COUNTED``; nor is anything of a command whose cache
+    could not write its counters: ``_COUNTS_LOST``), and its ways out are a cache
     URL's (``?trust=shared``, not ``trust_shared=True``;
     ``CachePathError.in_url_words``). The Python warnings keep their text."""
     import re  # only when something is said
@@ -166,6 +167,10 @@ def in_cli_words(message: str) -> str:
 
         for answered, said in LATER_FAILURES.items():
             message = message.replace(said, _LATER_FAILURES[answered])
+    if "could not be written either" in message:  # a cache whose counters cannot be
+        from cuforge.storage.handle import COUNTS_LOST  # written: loaded by then
+
+        message = message.replace(COUNTS_LOST, _COUNTS_LOST)
     # A tier's own counts live in its handle only: a command keeps none of them.
     message = message.replace(
         "counted in this handle's stats() without a warning", "not warned about"
@@ -222,6 +227,15 @@ _WARM_COUNTED = {
     "memory": _NOT_COUNTED + "a memory:// cache's counters are gone when this command exits)",
     "none": _NOT_COUNTED + "the cache keeps no counters)",
 }
+
+#: ``storage.handle.COUNTS_LOST`` in the command line's words: the cache's counters
+#: could not be written (a full disk, a ``tmp/`` and ``stats/`` that cannot be), so
+#: ``cuforge cache stats`` counts nothing of this command.
+_COUNTS_LOST = (
+    "Later write failures are not warned about, and not counted in cuforge cache stats; "
+    "neither is any other count of this command (misses included): the cache's counters "
+    "could not be written either"
+)
 
 #: ``storage.remote.LATER_FAILURES`` in the command line's words, per cause: a
 #: command's counts reach the server's counters only through a flush the server

@@ -17,8 +17,11 @@ is written (``toolchain.reading_only``), an existing cache is opened read-only; 
 one that does not exist yet -- which compile would create -- an empty directory of
 a unique name is made and removed in its nearest existing parent, because only
 trying tells whether creating works there (``/proc``, a read-only mount, root's
-rights). A Redis or S3 level's server is asked within the
-cache's own timeouts, with requests that change nothing there
+rights); for a directory cache that exists, a file of a unique name is made in its
+own ``tmp/``, one byte written and removed, as a store's first step (``_try_tmp``:
+a full disk or an immutable directory passes the permission bits). A Redis or S3
+level's server is asked within the cache's own timeouts, with requests that change
+nothing there
 (``RemoteCache.check_server``): one that cannot be reached is a problem in the words
 ``cuforge cache stats`` would fail with, and ``writable`` says whether it takes
 stores.
@@ -199,7 +202,8 @@ def _levels(choice: _select.Choice) -> tuple[list[dict[str, Any]], str | None]:
     """Each level of ``choice`` (its name as reports give it, ``level_names``) and
     whether a compile could store in it -- ``?ro``: no; ``memory://``: yes; a
     directory or database: as this process's user (one not there yet: yes, created by
-    the first compile); a Redis or S3 server: asked within its own timeouts with
+    the first compile; an existing directory by trying a file in its ``tmp/``, with
+    the reason in ``writable_reason``); a Redis or S3 server: asked within its own timeouts with
     requests that change nothing there (``RemoteCache.check_server``), None when it
     cannot be reached -- and the line ``cuforge cache stats`` would fail with for the
     first server that cannot be reached or refuses reads (else None)."""
@@ -232,7 +236,9 @@ def _levels(choice: _select.Choice) -> tuple[list[dict[str, Any]], str | None]:
             elif not os.path.lexists(spec.location):
                 level["writable"] = True  # the first compile creates it (checked above)
             else:
-                level["writable"] = _writable(spec)
+                level["writable"], why = _writable(spec)
+                if why is not None:
+                    level["writable_reason"] = why
             continue
         level["writable"] = None
         try:
@@ -280,16 +286,79 @@ def _sqlite_level(choice: _select.Choice) -> bool:
     return any(s.scheme == "sqlite" for s in parse_cache_url(choice.url or ""))
 
 
-def _writable(spec: Any) -> bool:
+def _writable(spec: Any) -> tuple[bool, str | None]:
     """Whether a compile could store in the existing directory or database level
-    ``spec`` (not ``?ro``): the directories it writes, as this process's user."""
+    ``spec`` (not ``?ro``), and why not. A directory: found by trying what a store
+    does first -- a file of a unique name in the cache's own ``tmp/``, one byte
+    written, then removed (:func:`_try_tmp`) -- not from permission bits, which a
+    full disk, an immutable directory and root's rights all pass. A database: the
+    permission bits of the file and its folder, as this process's user."""
     location = os.path.realpath(spec.location)
     if spec.scheme == "sqlite":
         folder = os.path.dirname(location)
-        return os.access(location, os.W_OK) and os.access(folder, os.W_OK | os.X_OK)
-    entries = os.path.join(location, "entries")
-    target = entries if os.path.isdir(entries) else location
-    return os.access(target, os.W_OK | os.X_OK)
+        ok = os.access(location, os.W_OK) and os.access(folder, os.W_OK | os.X_OK)
+        return ok, None
+    why = _try_tmp(os.path.join(location, "tmp"))
+    return why is None, None if why is None else f"a file cannot be written in its tmp/: {why}"
+
+
+def _try_tmp(tmp: str) -> str | None:
+    """Create ``<pid>-<8 hex>-0.tmp`` in ``tmp`` (exclusively: never an existing file;
+    through ``tmp``'s own descriptor, opened without following a link, so nothing
+    outside it is touched), write one byte, remove it, and put the directory's access
+    and modification times back; the error that stopped it (None: it worked). The
+    name is one a store's writer makes, so a probe a kill interrupted is swept as a
+    stale temp (``_owned.temp_kind``: aged). A ``tmp/`` that is not there -- a store
+    recreates it -- is made for the probe and removed after it if still empty (the
+    cache directory's times put back then)."""
+    import contextlib
+
+    nofollow = getattr(os, "O_NOFOLLOW", 0)
+    as_dir = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | nofollow
+    parent = os.path.dirname(tmp)
+    made = None
+    try:
+        try:
+            dfd = os.open(tmp, as_dir)
+        except FileNotFoundError:
+            made = os.stat(parent)
+            os.mkdir(tmp, 0o700)
+            dfd = os.open(tmp, as_dir)
+        try:
+            _try_in(dfd, tmp)
+        finally:
+            os.close(dfd)
+    except OSError as exc:
+        return exc.strerror or type(exc).__name__
+    finally:
+        if made is not None:
+            with contextlib.suppress(OSError):  # a store's temp came meanwhile: kept
+                os.rmdir(tmp)
+                os.utime(parent, ns=(made.st_atime_ns, made.st_mtime_ns))
+    return None
+
+
+def _try_in(dfd: int, tmp: str) -> None:
+    """:func:`_try_tmp`'s file in the directory ``dfd`` (``tmp``); raises OSError."""
+    import contextlib
+
+    was = os.fstat(dfd)
+    by_fd = os.open in os.supports_dir_fd
+    where = {"dir_fd": dfd} if by_fd else {}
+    name = f"{os.getpid()}-{os.urandom(4).hex()}-0.tmp"
+    path = name if by_fd else os.path.join(tmp, name)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+    fd = os.open(path, flags, 0o600, **where)
+    try:
+        os.write(fd, b"\0")
+    finally:
+        try:
+            os.close(fd)
+        finally:
+            os.unlink(path, **where)
+            with contextlib.suppress(OSError):  # the directory as it was, to the eye
+                times = (was.st_atime_ns, was.st_mtime_ns)
+                os.utime(dfd if os.utime in os.supports_fd else tmp, ns=times)
 
 
 def _doctor(args: argparse.Namespace) -> int:

@@ -158,10 +158,10 @@ def read_at0(fd: int, n: int) -> bytes:
     return os.read(fd, n)  # pragma: no cover
 
 
-def write_at0(fd: int, data: bytes) -> None:
-    """Write ``data`` at the start of ``fd`` (fixed-size records rewritten in place)."""
+def write_at0(fd: int, data: bytes) -> int:
+    """Write ``data`` at the start of ``fd`` (fixed-size records rewritten in place);
+    the bytes written (short only when the file system ran out mid-write)."""
     if hasattr(os, "pwrite"):
-        os.pwrite(fd, data, 0)
-    else:  # pragma: no cover - Windows
-        os.lseek(fd, 0, os.SEEK_SET)
-        os.write(fd, data)
+        return os.pwrite(fd, data, 0)
+    os.lseek(fd, 0, os.SEEK_SET)  # pragma: no cover - Windows
+    return os.write(fd, data)  # pragma: no cover

@@ -140,6 +140,13 @@ class Driver:
         """Persist this handle's counters (``final``: at close, exit or for totals:
         wait for locks). Errors propagate; the core decides whether they matter."""
 
+    def counts_lost(self, stats: CacheStats) -> str | None:
+        """Why this handle's counters cannot reach the cache's shared counters, found
+        by persisting ``stats`` now (the core asks once, when it first warns about a
+        failed store, to word the warning); None when they are persisted, or the
+        driver keeps no shared counters. Never raises."""
+        return None
+
     def totals(self, stats: CacheStats) -> CacheStats:
         """Counters summed over every handle of this cache (``stats``: this one's)."""
         raise NotImplementedError(f"{type(self).__name__} keeps no shared counters")

@@ -59,13 +59,21 @@ from .entry import CacheEntry, EntryInfo, entry_id, key_digest
 from .outcome import PRESENT, READ_ONLY, STORED, TOO_LARGE, Damaged, StoreOutcome
 from .stats import CacheStats
 
+#: A failed store's warning when the cache's shared counters cannot be written either
+#: (``Driver.counts_lost``; followed by why): the command line says it in its words.
+COUNTS_LOST = (
+    "Later write failures of this cache handle are counted in stats().write_failures "
+    "without a warning, but not in the cache's shared counters, and neither is any other "
+    "count of this handle (misses included): they could not be written either"
+)
+
 TYPE_CHECKING = False  # typing is not imported at run time: it costs a cold hit ~5 ms
 if TYPE_CHECKING:
     from typing import Any
 
     from .driver import Driver, Found
 
-__all__ = ["LIVE", "DriverCache", "SharedCache"]
+__all__ = ["COUNTS_LOST", "LIVE", "DriverCache", "SharedCache"]
 
 _KEYS_MAX = 4096  # keys whose locator a handle remembers
 
@@ -342,13 +350,21 @@ class DriverCache(EntryCache):
             "%s: could not store an entry (%s); the result is still returned, only not "
             "cached; counted in stats().write_failures", driver.label, outcome.detail,
         )  # fmt: skip
-        if not driver.remote:  # a remote driver warned, naming its back-off
+        if not driver.remote and "write" not in self._warned:  # a remote driver warned
+            # Whether the shared counters get this handle's counts is found by
+            # persisting them now (once: what the warning promises must hold).
+            lost = driver.counts_lost(self._stats)
+            later = (
+                "Later write failures of this cache handle are counted in "
+                "stats().write_failures without a warning."
+                if lost is None
+                else f"{COUNTS_LOST} ({lost})."
+            )
             self._warn_once(
                 "write",
                 CacheWriteWarning,
                 f"{driver.label}: could not store an entry ({outcome.detail}); the result "
-                "is still returned, only not cached. Later write failures of this cache "
-                "handle are counted in stats().write_failures without a warning.",
+                f"is still returned, only not cached. {later}",
             )
 
     # -- removal ------------------------------------------------------------------------

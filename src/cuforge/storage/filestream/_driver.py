@@ -333,6 +333,10 @@ class FileStreamDriver(Driver):
     def flush(self, stats: CacheStats, final: bool) -> None:
         self._stats_store.flush(stats)
 
+    def counts_lost(self, stats: CacheStats) -> str | None:
+        self._stats_store.flush(stats)
+        return self._stats_store.lost
+
     def totals(self, stats: CacheStats) -> CacheStats:
         if not self.read_only:
             self._stats_store.flush(stats)

@@ -9,8 +9,15 @@ died: the OS drops the lock with the process) into ``merged`` under
 ``stats/merge.lock``. ``zero_totals()`` writes the current sum to ``stats/baseline``,
 which totals subtract: counters restart from zero for every process, live ones
 included, without touching the records their owners keep rewriting. Persistence is
-best effort: if the directory cannot be written, counters stay in memory and nothing
-fails. A read-only handle writes nothing (its counters stay in memory). Folding
+best effort and never fails a caller. A handle whose record cannot be made or
+written -- a full disk, a ``tmp/`` that cannot be written -- adds what it counted since
+into ``merged`` in place instead (one ``pwrite`` under ``stats/merge.lock``, the lock
+``compact`` and ``zero_totals`` rewrite it under, so no fold is lost or counted twice):
+an existing file's bytes are rewritten, no new block is needed, and the sum stays
+exact (the record keeps what it last held, ``merged`` gets the rest). When that fails
+too (a read-only file system, an unwritable ``stats/``), the handle's counters stay in
+memory only and ``lost`` says why (the warning says so). A read-only handle writes
+nothing (its counters stay in memory). Folding
 deletes only records named as handles name them (``<host>-<pid>-<8 hex>.cnt``) in a
 root proven the cache's (``_owned``): a user's ``stats/x.cnt`` stays.
 """
@@ -18,11 +25,12 @@ root proven the cache's (``_owned``): a user's ``stats/x.cnt`` stays.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import stat as stat_mod
 
 from .._filelock import poll, try_lock, unlock
-from .._fsutil import O_NOFOLLOW, PRIVATE_FILE, fingerprint, write_at0
+from .._fsutil import O_NOFOLLOW, PRIVATE_FILE, fingerprint, read_at0, write_at0
 from ..stats import MAX_RECORD_SIZE, CacheStats
 from ._locking import LOCK_WAIT_S
 from ._owned import is_stats_record, remake_dir, unlink_owned, unlink_special
@@ -142,6 +150,11 @@ class StatsStore:
         self._owned = owned
         self._read_only = read_only
         self._broken = read_only
+        self._in_record = b""  # the record's bytes as last written (b"": none)
+        self._in_merged: CacheStats | None = None  # added into merged (None: not used)
+        #: Why this handle's counts cannot be persisted (None: they are, or are not
+        #: tried yet): its record could not be written, nor ``merged`` updated in place.
+        self.lost: str | None = None
 
     def _create(self) -> None:
         # Locked before it gets its final name, so compact() never sees it unlocked.
@@ -164,14 +177,74 @@ class StatsStore:
         self._fd, self._path = fd, path
 
     def flush(self, stats: CacheStats) -> None:
+        """Persist ``stats`` (this handle's counters so far); never raises."""
         if self._broken:
             return
+        if self._in_merged is None:
+            try:
+                if self._fd < 0:
+                    self._create()
+                record = stats.to_record()
+                write_at0(self._fd, record)
+                self._in_record = record
+                return
+            except OSError:  # full, or tmp/ unwritable: add into merged from now on
+                self._in_merged = CacheStats()
+        in_record = CacheStats.from_record(self._in_record) or CacheStats()
         try:
-            if self._fd < 0:
-                self._create()
-            write_at0(self._fd, stats.to_record())
-        except OSError:
+            self._add_to_merged(stats - in_record - self._in_merged)
+            self._in_merged = stats - in_record
+        except TimeoutError:
+            pass  # merge.lock busy past the bound: the next flush adds it
+        except OSError as exc:
             self._broken = True  # read-only or full: keep counting in memory only
+            self.lost = exc.strerror or type(exc).__name__
+
+    def _add_to_merged(self, delta: CacheStats) -> None:
+        """Add ``delta`` into ``stats/merged`` in place, under the merge lock (which
+        ``compact`` and ``zero_totals`` hold while they read and rewrite it). Raises
+        OSError when it cannot be written -- a file there that is no record is never
+        overwritten -- and TimeoutError when the lock stays busy past the bound. A
+        write that lands short is undone (the old bytes put back): never a torn count."""
+        if not any(delta._values()):
+            return
+        lock = os.open(
+            os.path.join(self._dir, _MERGE_LOCK),
+            os.O_RDWR | os.O_CREAT | O_NOFOLLOW,
+            self._create_mode,
+        )
+        try:
+            if not poll(lambda: try_lock(lock), LOCK_WAIT_S):
+                raise TimeoutError
+            try:
+                self._add_locked(delta)
+            finally:
+                unlock(lock)
+        finally:
+            os.close(lock)
+
+    def _add_locked(self, delta: CacheStats) -> None:
+        path = os.path.join(self._dir, _MERGED)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | O_NOFOLLOW | _NONBLOCK | _BINARY,
+                     self._create_mode)  # fmt: skip
+        try:
+            if not stat_mod.S_ISREG(os.fstat(fd).st_mode):
+                raise OSError(errno.EEXIST, "stats/merged is not a regular file")
+            old = read_at0(fd, MAX_RECORD_SIZE + 1)
+            held = CacheStats() if not old else CacheStats.from_record(old)
+            if held is None:
+                raise OSError(errno.EINVAL, "stats/merged is not a counter record")
+            new = (held + delta).to_record()
+            # A longer record of a later version keeps its extra counters: only the
+            # fields this version knows are rewritten.
+            written = write_at0(fd, new)
+            if written != len(new):
+                write_at0(fd, old[:written])
+                if written > len(old):
+                    os.ftruncate(fd, len(old))
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        finally:
+            os.close(fd)
 
     def forget_after_fork(self) -> None:
         """In a forked child: drop the parent's record (it stays the parent's)."""
@@ -179,6 +252,7 @@ class StatsStore:
             with contextlib.suppress(OSError):
                 os.close(self._fd)
         self._fd, self._path, self._broken = -1, "", self._read_only
+        self._in_record, self._in_merged, self.lost = b"", None, None
 
     def close(self) -> None:
         """Release the record (flushed by the caller) and fold released records into
