@@ -83,3 +83,15 @@ def read_only_run(cache: pathlib.Path, *args: str) -> subprocess.CompletedProces
     if result.returncode == 99 or "unshare: " in result.stderr:
         pytest.skip(f"no read-only bind mount here: {result.stderr.strip()}")
     return result
+
+
+def shown_size(home: pathlib.Path, url: str) -> str:
+    """The entries' bytes of the cache ``url`` names, as the summaries print them (they
+    depend on the compiler: a CUDA 12 cubin is smaller than a CUDA 13 one)."""
+    import json
+
+    from cuforge.storage.units import format_size
+
+    result = run(home, "cache", "ls", "--json", "--cache", url)
+    assert result.returncode == 0, result.stderr
+    return format_size(sum(e["size"] for e in json.loads(result.stdout)))

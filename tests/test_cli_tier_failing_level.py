@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 
-from _cli import SAXPY, run
+from _cli import SAXPY, run, shown_size
 
 DOWN = "redis://127.0.0.1:1/0"  # nothing listens on port 1: a level that cannot be reached
 
@@ -102,10 +102,7 @@ def test_prune_removes_nothing_while_a_level_cannot_be_listed(tmp_path):
     assert report["levels"][0]["remaining"] == 2
     assert _ids(tmp_path, local) == entries
 
-    from cuforge.storage.units import format_size
-
-    listed = json.loads(run(tmp_path, "cache", "ls", "--json", "--cache", local).stdout)
-    held = format_size(sum(e["size"] for e in listed))  # a CUDA 12 cubin is smaller
+    held = shown_size(tmp_path, local)
     text = run(tmp_path, "cache", "prune", "--older-than", "1ms", "--cache", tier)
     assert text.returncode == 1, (text.stdout, text.stderr)
     assert _failed_line(text.stdout, 1).endswith(": nothing removed there")

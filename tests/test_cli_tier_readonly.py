@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from _cli import SAXPY, one_line_error, run
+from _cli import SAXPY, one_line_error, run, shown_size
 
 
 def _fill(tmp_path, tier):
@@ -28,16 +28,6 @@ def _refill(tmp_path, url):
     emptied = run(tmp_path, "cache", "clear", "--yes", "--cache", writable)
     assert emptied.returncode == 0, emptied.stderr
     _fill(tmp_path, writable)
-
-
-def _shown_size(tmp_path, url):
-    """The entries' bytes of the cache ``url`` names, as the summaries print them (they
-    depend on the compiler: a CUDA 12 cubin is smaller than a CUDA 13 one)."""
-    from cuforge.storage.units import format_size
-
-    result = run(tmp_path, "cache", "ls", "--json", "--cache", url)
-    assert result.returncode == 0, result.stderr
-    return format_size(sum(e["size"] for e in json.loads(result.stdout)))
 
 
 def _ids(tmp_path, url):
@@ -87,7 +77,7 @@ def test_clear_removes_from_the_writable_level_and_counts_what_left_it(tmp_path,
     )
     assert f"level {rw_at} ({rw.split('?')[0]}): removed 2 entries" in text.stdout
     assert lines[-1].startswith("removed 2 entries")
-    kept = _shown_size(tmp_path, ro)
+    kept = shown_size(tmp_path, ro)
     assert lines[-1].endswith(f"2 entries ({kept}) kept in read-only level {ro_at}")
 
 
@@ -108,7 +98,7 @@ def test_prune_counts_what_the_read_only_level_keeps(tmp_path, tier):
     assert _ids(tmp_path, url) == entries  # what the tier still serves: "2 remain"
 
     _refill(tmp_path, url)
-    went, kept = _shown_size(tmp_path, rw), _shown_size(tmp_path, ro)
+    went, kept = shown_size(tmp_path, rw), shown_size(tmp_path, ro)
     text = run(tmp_path, "cache", "prune", "--older-than", "1ms", "--cache", url)
     assert text.returncode == 0, text.stderr
     assert f"level {ro_at} ({ro.split('?')[0]}): read-only (?ro), not pruned: 2 entries" in (
