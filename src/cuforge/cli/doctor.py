@@ -18,7 +18,7 @@ one that does not exist yet -- which compile would create -- an empty directory 
 a unique name is made and removed in its nearest existing parent, because only
 trying tells whether creating works there (``/proc``, a read-only mount, root's
 rights); for a directory cache that exists, a file of a unique name is made in its
-own ``tmp/``, one byte written and removed, as a store's first step (``_try_tmp``:
+own ``tmp/``, one byte written and removed, as a store's first step (``_writeprobe``:
 a full disk or an immutable directory passes the permission bits). A Redis or S3
 level's server is asked within the cache's own timeouts, with requests that change
 nothing there
@@ -287,78 +287,11 @@ def _sqlite_level(choice: _select.Choice) -> bool:
 
 
 def _writable(spec: Any) -> tuple[bool, str | None]:
-    """Whether a compile could store in the existing directory or database level
-    ``spec`` (not ``?ro``), and why not. A directory: found by trying what a store
-    does first -- a file of a unique name in the cache's own ``tmp/``, one byte
-    written, then removed (:func:`_try_tmp`) -- not from permission bits, which a
-    full disk, an immutable directory and root's rights all pass. A database: the
-    permission bits of the file and its folder, as this process's user."""
-    location = os.path.realpath(spec.location)
-    if spec.scheme == "sqlite":
-        folder = os.path.dirname(location)
-        ok = os.access(location, os.W_OK) and os.access(folder, os.W_OK | os.X_OK)
-        return ok, None
-    why = _try_tmp(os.path.join(location, "tmp"))
-    return why is None, None if why is None else f"a file cannot be written in its tmp/: {why}"
+    """Whether a compile could store in the existing level ``spec`` (not ``?ro``),
+    and why not (``_writeprobe``: found by trying, not from permission bits)."""
+    from cuforge.cli import _writeprobe
 
-
-def _try_tmp(tmp: str) -> str | None:
-    """Create ``<pid>-<8 hex>-0.tmp`` in ``tmp`` (exclusively: never an existing file;
-    through ``tmp``'s own descriptor, opened without following a link, so nothing
-    outside it is touched), write one byte, remove it, and put the directory's access
-    and modification times back; the error that stopped it (None: it worked). The
-    name is one a store's writer makes, so a probe a kill interrupted is swept as a
-    stale temp (``_owned.temp_kind``: aged). A ``tmp/`` that is not there -- a store
-    recreates it -- is made for the probe and removed after it if still empty (the
-    cache directory's times put back then)."""
-    import contextlib
-
-    nofollow = getattr(os, "O_NOFOLLOW", 0)
-    as_dir = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | nofollow
-    parent = os.path.dirname(tmp)
-    made = None
-    try:
-        try:
-            dfd = os.open(tmp, as_dir)
-        except FileNotFoundError:
-            made = os.stat(parent)
-            os.mkdir(tmp, 0o700)
-            dfd = os.open(tmp, as_dir)
-        try:
-            _try_in(dfd, tmp)
-        finally:
-            os.close(dfd)
-    except OSError as exc:
-        return exc.strerror or type(exc).__name__
-    finally:
-        if made is not None:
-            with contextlib.suppress(OSError):  # a store's temp came meanwhile: kept
-                os.rmdir(tmp)
-                os.utime(parent, ns=(made.st_atime_ns, made.st_mtime_ns))
-    return None
-
-
-def _try_in(dfd: int, tmp: str) -> None:
-    """:func:`_try_tmp`'s file in the directory ``dfd`` (``tmp``); raises OSError."""
-    import contextlib
-
-    was = os.fstat(dfd)
-    by_fd = os.open in os.supports_dir_fd
-    where = {"dir_fd": dfd} if by_fd else {}
-    name = f"{os.getpid()}-{os.urandom(4).hex()}-0.tmp"
-    path = name if by_fd else os.path.join(tmp, name)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
-    fd = os.open(path, flags, 0o600, **where)
-    try:
-        os.write(fd, b"\0")
-    finally:
-        try:
-            os.close(fd)
-        finally:
-            os.unlink(path, **where)
-            with contextlib.suppress(OSError):  # the directory as it was, to the eye
-                times = (was.st_atime_ns, was.st_mtime_ns)
-                os.utime(dfd if os.utime in os.supports_fd else tmp, ns=times)
+    return _writeprobe.writable(spec.scheme, spec.location)
 
 
 def _doctor(args: argparse.Namespace) -> int:

@@ -126,6 +126,7 @@ class SQLiteDriver(Driver):
         # that cannot be written: hits only, stores dropped (one warning).
         self.read_only = bool(read_only)
         self._w.read_only = opened.read_only or self.read_only
+        self._w.full = None if self.read_only else opened.full
         if opened.broken is None:
             with contextlib.suppress(self._error):  # unreadable: the next write-back meets it
                 self._w.counters = Counters(counter_columns(self._conns.get()))
@@ -229,7 +230,7 @@ class SQLiteDriver(Driver):
         kd, rid, seed = loc
         w = self._w
         if w.broken or w.read_only:
-            return w.failed(w.broken or "the file system or file is read-only")
+            return w.failed(w.broken or w.full or "the file system or file is read-only")
         size = len(data) + len(meta)
         budget = w.space.budget
         if not budget.fits_alone(size):  # could never fit: refused, nothing evicted
@@ -245,7 +246,7 @@ class SQLiteDriver(Driver):
         crash each row is there and verifying, or absent."""
         w = self._w
         if w.broken or w.read_only:
-            failed = w.failed(w.broken or "the file system or file is read-only")
+            failed = w.failed(w.broken or w.full or "the file system or file is read-only")
             return [failed] * len(batch)
         out: list[StoreOutcome] = []
         rows: list[tuple[Any, ...]] = []
@@ -380,6 +381,10 @@ class SQLiteDriver(Driver):
         with self._conns.full_wait(self._conns.get()):
             self._w.write_deferred(int(self._timeout * 1000))
             self._w.housekeep(True)
+
+    def counts_lost(self, stats: CacheStats) -> str | None:
+        # A file served for reading because its disk is full takes no counters either.
+        return self._w.full
 
     def totals(self, stats: CacheStats) -> CacheStats:
         """Counters summed over every handle (others: what they last wrote back)."""

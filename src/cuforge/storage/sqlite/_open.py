@@ -58,6 +58,9 @@ class Opened(NamedTuple):
     broken: str | None
     notice: str | None
     read_only: bool = False
+    #: Why stores fail on a file opened for reading only because its file system is
+    #: full (None: it is not): said as a failure, not as a read-only cache.
+    full: str | None = None
 
 
 def default_db_path() -> str:
@@ -244,9 +247,23 @@ def open_database(
         if is_busy(exc):
             why = f"another connection held it locked for over {timeout:g} s"
             return Opened(why, why)
-        if _cannot_write(path) and _open_read_only(sqlite, conns, path):
-            return Opened(None, None, read_only=True)
+        full = _full(path)
+        if (_cannot_write(path) or full) and _open_read_only(sqlite, conns, path):
+            return Opened(None, None, read_only=True, full=full)
         raise OSError(f"cannot open the SQLite program cache {path}: {exc}") from exc
+
+
+def _full(path: str) -> str | None:
+    """Why a file in ``path``'s directory cannot grow: its file system has no free
+    block (for this user) -- SQLite's open then fails ("disk I/O error") as it makes
+    the WAL index -- else None. Such a cache is served for reading: a full disk must
+    not stop the compiles it would hit."""
+    try:
+        st = os.statvfs(os.path.dirname(path) or ".")
+    except (OSError, AttributeError):
+        return None
+    free = st.f_bfree if hasattr(os, "geteuid") and os.geteuid() == 0 else st.f_bavail
+    return None if free else "no space left on its file system"
 
 
 def _cannot_write(path: str) -> bool:

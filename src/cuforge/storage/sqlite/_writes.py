@@ -63,6 +63,7 @@ class Writes:
         self.pending: dict[int, int] = {}  # rid -> wall ns of a use, not yet written
         self.flushed = CacheStats()  # the counters the database has of this handle
         self.read_only = False  # the file system or file: stores are refused
+        self.full: str | None = None  # read-only because the disk is full: stores fail
         self.broken: str | None = None  # why the handle serves misses only
         # The counter columns the file has (``_schema.Counters``): set once it is open.
         self.counters = Counters(len(STAT_COLUMNS))
@@ -158,7 +159,7 @@ class Writes:
             self.damaged(why)
         if isinstance(why, WalFull) or (isinstance(why, BaseException) and is_busy(why)):
             return StoreOutcome(LOCKED, str(why))
-        return StoreOutcome(READ_ONLY if self.read_only else FAILED, str(why))
+        return StoreOutcome(READ_ONLY if self.read_only and not self.full else FAILED, str(why))
 
     def write_deferred(self, wait_ms: int) -> None:
         if self.deferred.rows and not self.broken:

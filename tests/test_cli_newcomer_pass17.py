@@ -1,0 +1,74 @@
+"""Newcomer pass 17: an SQLite cache on a full disk stopped every compile (hits
+included), and ``cuforge doctor`` said ``writable yes`` for a directory cache whose
+``entries/`` (or a shard of it) cannot take files, or an SQLite cache on a full
+disk. Through the installed ``cuforge`` console script, real NVRTC compiles."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from _cli import SAXPY, run
+from test_cli_full_disk import _NOT_COUNTED, _WARNING, _fill, _tmpfs
+
+RELU = SAXPY.parent / "kernels" / "relu.cu"
+
+
+def _compile(home: Path, source: Path, cache: str, out: Path) -> subprocess.CompletedProcess[str]:
+    return run(home, "compile", str(source), "--arch", "sm_90", "-o", str(out), "--cache", cache)
+
+
+def test_an_sqlite_cache_on_a_full_disk_still_serves_hits_and_compiles(tmp_path: Path) -> None:
+    # Its open failed ('disk I/O error' making the WAL index): every compile exited 2,
+    # hits included, and stats, ls and doctor failed alike.
+    with _tmpfs(tmp_path / "mnt", "1m") as mnt:
+        cache = f"sqlite://{mnt / 'k.db'}"
+        first = _compile(tmp_path, SAXPY, cache, tmp_path / "a.cubin")
+        assert first.returncode == 0 and "compiled and stored" in first.stdout, first.stderr
+        _fill(mnt)
+        hit = _compile(tmp_path, SAXPY, cache, tmp_path / "b.cubin")
+        assert hit.returncode == 0, hit.stderr
+        assert hit.stdout.rstrip().endswith("cache hit"), hit.stdout
+        assert (tmp_path / "b.cubin").read_bytes() == (tmp_path / "a.cubin").read_bytes()
+        miss = _compile(tmp_path, RELU, cache, tmp_path / "c.cubin")
+        assert miss.returncode == 0, miss.stderr
+        assert miss.stdout.rstrip().endswith("cache miss (compiled; not stored: failed)")
+        why = "no space left on its file system"
+        said = _WARNING.format(cache=mnt / "k.db", why=why) + _NOT_COUNTED.format(why=why)
+        assert said in miss.stderr.replace("\n", " "), miss.stderr
+        stats = run(tmp_path, "cache", "stats", "--json", "--cache", cache)
+        assert stats.returncode == 0, stats.stderr
+        assert json.loads(stats.stdout)["entries"] >= 1
+        doctor = run(tmp_path, "doctor", "--cache", cache)
+        line = next(ln for ln in doctor.stdout.splitlines() if ln.startswith("writable"))
+        assert line.split(None, 1)[1] == f"no ({why})", doctor.stdout
+
+
+@pytest.mark.skipif(shutil.which("chattr") is None, reason="needs chattr")
+def test_doctor_says_a_directory_cache_whose_entries_cannot_take_files_is_not_writable(
+    tmp_path: Path,
+) -> None:
+    cache = tmp_path / "c"
+    assert _compile(tmp_path, SAXPY, str(cache), tmp_path / "a.cubin").returncode == 0
+    shard = next(p for p in (cache / "entries").iterdir() if p.is_dir())
+    for place, shown in ((cache / "entries", "entries/"), (shard, f"entries/{shard.name}/")):
+        if subprocess.run(["chattr", "+i", str(place)], capture_output=True).returncode:
+            pytest.skip("this file system keeps no immutable flag")
+        try:
+            doctor = run(tmp_path, "doctor", "--cache", str(cache))
+            line = next(ln for ln in doctor.stdout.splitlines() if ln.startswith("writable"))
+            assert line.split(None, 1)[1] == (
+                f"no ({shown} cannot take new files (immutable or append-only))"
+            ), doctor.stdout
+            stored = _compile(tmp_path, RELU, str(cache), tmp_path / "b.cubin")
+            if place == shard:  # a kernel in another shard is stored: the line is about one
+                continue
+            assert "not stored: failed" in stored.stdout, stored.stdout
+        finally:
+            subprocess.run(["chattr", "-i", str(place)], check=False)
+    doctor = run(tmp_path, "doctor", "--cache", str(cache))
+    assert "writable          yes" in doctor.stdout, doctor.stdout
