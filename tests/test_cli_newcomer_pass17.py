@@ -72,3 +72,31 @@ def test_doctor_says_a_directory_cache_whose_entries_cannot_take_files_is_not_wr
             subprocess.run(["chattr", "-i", str(place)], check=False)
     doctor = run(tmp_path, "doctor", "--cache", str(cache))
     assert "writable          yes" in doctor.stdout, doctor.stdout
+
+
+def test_a_read_only_cache_says_its_lookups_are_not_counted(tmp_path: Path) -> None:
+    # A single ?ro cache showed 'hit rate 0.0 % (0 hits / 1 lookup)' after hits through
+    # it: the counters of its writable use, unqualified (a tier's ?ro level said so).
+    cache = tmp_path / "ci"
+    assert _compile(tmp_path, SAXPY, str(cache), tmp_path / "a.cubin").returncode == 0
+    ro = f"file://{cache}?ro"
+    for _ in range(2):
+        hit = _compile(tmp_path, SAXPY, ro, tmp_path / "b.cubin")
+        assert hit.stdout.rstrip().endswith("cache hit"), hit.stdout
+    stats = run(tmp_path, "cache", "stats", "--cache", ro)
+    line = next(ln for ln in stats.stdout.splitlines() if ln.startswith("hit rate"))
+    assert line.split(None, 2)[2] == (
+        "not recorded: opened read-only, lookups through it are not counted (its stored "
+        "counters, from writable use: 0 hits / 1 lookup)"
+    ), stats.stdout
+    report = json.loads(run(tmp_path, "cache", "stats", "--json", "--cache", ro).stdout)
+    assert report["recorded"] is False and (report["hits"], report["misses"]) == (0, 1)
+    plain = json.loads(run(tmp_path, "cache", "stats", "--json", "--cache", str(cache)).stdout)
+    assert "recorded" not in plain
+
+
+def test_a_fatbin_of_one_part_says_part(tmp_path: Path) -> None:
+    got = run(tmp_path, "compile", str(SAXPY), "--arch", "sm_90", "-o",
+              str(tmp_path / "k.fatbin"), "--cache", str(tmp_path / "c"))  # fmt: skip
+    assert got.returncode == 0, got.stderr
+    assert got.stdout.rstrip().endswith(", packed from 1 part"), got.stdout

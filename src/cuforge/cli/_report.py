@@ -105,7 +105,7 @@ def render(results: list[dict[str, Any]], as_json: bool) -> str:
             lines.append(f"{r['source']} ({r['target']}, {r['arch']}): {what}")
             continue
         if r["cache"] == "packed":
-            words = f", packed from {r['parts']} parts"
+            words = f", packed from {r['parts']} part{'' if r['parts'] == 1 else 's'}"
         elif r["cache"] == "miss":
             words = _miss_words(r)
         else:

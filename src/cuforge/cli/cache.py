@@ -216,6 +216,11 @@ def _stats(args: argparse.Namespace) -> int:
     }
     if tier is not None:  # whose figures are whose: each level's own, and the counters'
         report["levels"], report["counters_level"] = tier
+    specs = parse_cache_url(choice.url or "")
+    # a ?ro cache of one level counts nothing: its counters are from writable use
+    recorded = tier is not None or not (len(specs) == 1 and specs[0].read_only)
+    if not recorded:
+        report["recorded"] = False
     shape = args.format or ("json" if args.json else "text")
     if args.json and shape != "json":
         raise UsageError(f"--json and --format {shape} disagree: give one of them")
@@ -247,9 +252,12 @@ def _stats(args: argparse.Namespace) -> int:
     ]
     if tier is not None:
         lines.append(("counters", _statslevels.counters_from(*tier)))
-    lines.append(
-        ("hit rate", f"{rate} ({_count(counters['hits'], 'hit')} / {_count(lookups, 'lookup')})")
-    )
+    counted = f"{_count(counters['hits'], 'hit')} / {_count(lookups, 'lookup')}"
+    if recorded:
+        lines.append(("hit rate", f"{rate} ({counted})"))
+    else:
+        lines.append(("hit rate", f"not recorded: opened read-only, lookups through it are not "
+                      f"counted (its stored counters, from writable use: {counted})"))  # fmt: skip
     for name, value in counters.items():
         if name in ("hits",):
             continue
