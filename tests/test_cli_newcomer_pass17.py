@@ -100,3 +100,19 @@ def test_a_fatbin_of_one_part_says_part(tmp_path: Path) -> None:
               str(tmp_path / "k.fatbin"), "--cache", str(tmp_path / "c"))  # fmt: skip
     assert got.returncode == 0, got.stderr
     assert got.stdout.rstrip().endswith(", packed from 1 part"), got.stdout
+
+
+def test_stats_of_a_cache_over_a_lowered_cap_says_the_next_store_evicts(tmp_path: Path) -> None:
+    # prune with a ?max_size= lower than the cache recorded the cap and evicted nothing
+    # (only stores evict): stats showed '343.8 KiB of 100.0 KiB cap' and nothing more.
+    cache = tmp_path / "c"
+    for i, src in enumerate((SAXPY, RELU)):
+        assert _compile(tmp_path, src, str(cache), tmp_path / f"{i}.cubin").returncode == 0
+    pruned = run(tmp_path, "cache", "prune", "--older-than", "1000d", "--cache",
+                 f"file://{cache}?max_size=5K")  # fmt: skip
+    assert pruned.returncode == 0, pruned.stderr
+    stats = run(tmp_path, "cache", "stats", "--cache", str(cache))
+    line = next(ln for ln in stats.stdout.splitlines() if ln.startswith("size"))
+    assert line.endswith(" of 5.0 KiB cap (over it: the next store evicts down to it)"), line
+    fits = run(tmp_path, "cache", "stats", "--cache", f"file://{cache}?max_size=1M")
+    assert "over it" not in fits.stdout, fits.stdout

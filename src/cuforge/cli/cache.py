@@ -245,6 +245,9 @@ def _stats(args: argparse.Namespace) -> int:
     else:
         last = parse_cache_url(choice.url or "")[-1].scheme
         size += f" of {format_size(cap)} cap" if cap else _statslevels.no_cap(last)
+        held = disk if disk is not None else report["size_bytes"]
+        if cap and held is not None and held > cap * 1.1:  # a lowered cap, not yet applied
+            size += " (over it: the next store evicts down to it)"
     lines = [
         ("cache", f"{report['cache']} ({report['backend']}){_NOT_YET if chosen.not_yet else ''}"),
         ("entries", entries + every),
