@@ -116,3 +116,19 @@ def test_stats_of_a_cache_over_a_lowered_cap_says_the_next_store_evicts(tmp_path
     assert line.endswith(" of 5.0 KiB cap (over it: the next store evicts down to it)"), line
     fits = run(tmp_path, "cache", "stats", "--cache", f"file://{cache}?max_size=1M")
     assert "over it" not in fits.stdout, fits.stdout
+
+
+def test_a_refused_level_behind_memory_is_named(tmp_path: Path) -> None:
+    # memory://,file:///unsafe said only 'cache directory ...: is writable by every
+    # user', while file:///a,file:///unsafe named 'level 1 (file:///unsafe)'.
+    unsafe = tmp_path / "open"
+    unsafe.mkdir()
+    unsafe.chmod(0o777)
+    prefix = tmp_path / "op"  # a cache whose path is a prefix of the refused one's
+    assert _compile(tmp_path, SAXPY, str(prefix), tmp_path / "p.cubin").returncode == 0
+    for url in (f"memory://,file://{unsafe}", f"file://{prefix},file://{unsafe}"):
+        for args in (("cache", "stats"), ("compile", str(SAXPY), "--arch", "sm_90", "-o",
+                                           str(tmp_path / "k.cubin"))):  # fmt: skip
+            got = run(tmp_path, *args, "--cache", url)
+            assert got.returncode == 2, (got.stdout, got.stderr)
+            assert f"--cache: level 1 (file://{unsafe}): cache directory {unsafe}" in got.stderr

@@ -141,6 +141,9 @@ def open_choice(
     try:
         cache = choice.open(read_only=read_only)
     except (ValueError, TypeError, ImportError, OSError) as exc:
+        at = _refusing_level(choice, exc)
+        if at is not None:  # a tier's level the open reached (one behind memory://)
+            raise UsageError(level_refusal(choice, at, exc, as_compile=as_compile)) from None
         raise UsageError(explain(choice, _as_writer(choice, exc) if as_compile else exc)) from None
     try:
         if levels:
@@ -149,6 +152,26 @@ def open_choice(
         cache.close()
         raise
     return cache
+
+
+def _refusing_level(choice: Choice, exc: BaseException) -> int | None:
+    """The level of a tier whose directory or database ``exc`` is about (its path in
+    the message); None for a cache of one level, or when no level is named."""
+    from cuforge.storage.urls import parse_cache_url
+
+    try:
+        specs = parse_cache_url(choice.url or "")
+    except ValueError:
+        return None
+    if len(specs) < 2:
+        return None
+    said = str(exc)
+    named = [
+        (len(spec.location), -i)
+        for i, spec in enumerate(specs)
+        if spec.scheme in ("file", "sqlite") and spec.location and spec.location in said
+    ]
+    return -max(named)[1] if named else None  # the longest path named: /a/b, not /a
 
 
 def _open_local_levels(choice: Choice, cache: ProgramCacheResource, as_compile: bool) -> None:
