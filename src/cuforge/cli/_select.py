@@ -269,9 +269,10 @@ def level_names(choice: Choice) -> list[tuple[str, bool]]:
     for spec in parse_cache_url(choice.url):
         text = spec.text.split("?", 1)[0]
         scheme, sep, rest = text.rpartition("://")
-        user, at, host = rest.rpartition("@")
-        if at:
-            text = f"{scheme}{sep}{user.partition(':')[0]}:***@{host}"
+        user, _, host = rest.rpartition("@")
+        name, _, password = user.partition(":")
+        if password:  # a user name without a password is shown as it is: no ***
+            text = f"{scheme}{sep}{name}:***@{host}"
         out.append((text, spec.scheme == "memory"))
     return out
 

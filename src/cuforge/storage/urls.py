@@ -393,10 +393,12 @@ def open_tiered(
 
 
 def _shown(text: str) -> str:
-    """A level's URL for messages: without its query and password."""
+    """A level's URL for messages: without its query, a password shown as ``***``
+    (a user name without one is shown as it is: no ``***`` for a password not given)."""
     scheme, sep, rest = text.split("?", 1)[0].rpartition("://")
     user, at, host = rest.rpartition("@")
-    return f"{scheme}{sep}{user.partition(':')[0] + ':***@' if at else ''}{host}"
+    name, _, password = user.partition(":")
+    return f"{scheme}{sep}{f'{name}:***@' if password else user + at}{host}"
 
 
 register_scheme("memory", _open_memory, {"max_size"})

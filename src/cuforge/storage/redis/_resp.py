@@ -14,7 +14,8 @@ stays with redis-py, imported on first use.
 - Connects on first use: TCP (``redis://``) or TLS (``rediss://``, with the URL's
   ``ssl_ca_certs`` / ``ssl_certfile`` / ``ssl_keyfile`` / ``ssl_cert_reqs``, host
   name checked when certificates are required, as redis-py does), then ``AUTH``
-  (password, or user and password) and ``SELECT`` as the URL asks.
+  as redis-py sends it for the same URL (``_auth_args``: a user name without a
+  password is still that user) and ``SELECT`` as the URL asks.
 - Every socket operation has a deadline: ``connect_timeout`` to connect, ``timeout``
   per command. A timeout, a reset or a malformed reply raises an ``OSError``
   (``TimeoutError``, ``ConnectionError``) and drops the connection, so a half-read
@@ -91,11 +92,9 @@ class RespClient:
                 sock = self._wrap_tls(sock)
             sock.settimeout(self._timeout)
             conn = _Conn(sock)
-            if self._password is not None:
-                auth = [b"AUTH", self._password.encode()]
-                if self._username:
-                    auth.insert(1, self._username.encode())
-                _raise_first(conn.roundtrip([auth]))
+            auth = _auth_args(self._username, self._password)
+            if auth:
+                _raise_first(conn.roundtrip([[b"AUTH", *auth]]))
             if self.db:
                 _raise_first(conn.roundtrip([[b"SELECT", str(self.db).encode()]]))
             return conn
@@ -221,6 +220,18 @@ class _Conn:
             self.reader.close()
         with contextlib.suppress(OSError):
             self.sock.close()
+
+
+def _auth_args(username: str | None, password: str | None) -> list[bytes]:
+    """What follows ``AUTH`` for the URL's user and password -- exactly redis-py's
+    choice, so both clients connect as the same user and a server refuses them alike:
+    a user name goes with its password or ``""`` (``redis://ro@host``: the user ``ro``,
+    not ``default`` -- a ``nopass`` user takes any password, a disabled one none);
+    a password alone is the ``default`` user's; an empty password and no user send
+    no ``AUTH`` at all. Empty list: connect without one."""
+    if username:
+        return [username.encode(), (password or "").encode()]
+    return [password.encode()] if password else []
 
 
 def _raise_first(replies: list[object]) -> list[object]:

@@ -108,7 +108,9 @@ class S3ProgramCache(RemoteCache):
         if path_style is not None:
             kwargs["virtual_hosted_style_request"] = not path_style
         client = make_client(obstore_module(), bucket, region, options, kwargs)
-        store = S3Store(prefix, where, client, timeout, lease_s)
+        keyed = all(os.environ.get(f"AWS_{k.upper()}") or kwargs.get(k)
+                    for k in ("access_key_id", "secret_access_key"))  # fmt: skip
+        store = S3Store(prefix, where, client, timeout, lease_s, keyed=keyed)
         super().__init__(store, read_only, lease_s, (retry_after, max_retry_after),
                          (stats_every, stats_interval))  # fmt: skip
 

@@ -75,6 +75,17 @@ def _metadata_hosts() -> tuple[str, ...]:
     return (*_METADATA_HOSTS, host) if host else _METADATA_HOSTS
 
 
+def _asked_metadata(first: str) -> bool:
+    """Whether an error's first line names a metadata address as a whole host (with
+    its port, if it has one): ``127.0.0.1:1`` is not named by an error about
+    ``127.0.0.1:19000``, nor ``169.254.170.2`` by one about ``169.254.170.20``."""
+    import re  # only when a request failed
+
+    return any(
+        re.search(rf"(?<![\w.-]){re.escape(host)}(?![\w.-])", first) for host in _metadata_hosts()
+    )
+
+
 _NO_CREDENTIALS = (
     "no AWS credentials: none in the environment (AWS_ACCESS_KEY_ID and "
     "AWS_SECRET_ACCESS_KEY) or a profile (AWS_PROFILE), and the instance metadata "
@@ -160,8 +171,18 @@ class S3Store(Store):
     frame = FRAME
 
     def __init__(
-        self, prefix: str, where: str, client: Any, timeout: float, lease_s: float
+        self,
+        prefix: str,
+        where: str,
+        client: Any,
+        timeout: float,
+        lease_s: float,
+        *,
+        keyed: bool = False,
     ) -> None:
+        #: Whether the client was given keys (the environment's or a profile's): it
+        #: then never asks the metadata service, and "no AWS credentials" is never true.
+        self.keyed = keyed
         self.obs = obstore_module()
         self.errors = (self.obs.exceptions.BaseError, OSError)
         self.prefix = prefix
@@ -201,16 +222,18 @@ class S3Store(Store):
     def problem(self, exc: BaseException) -> tuple[str, bool | None]:
         """A missing bucket or refused credentials are the server's answer; a request
         the client could not sign because the credential lookup fell through to the
-        instance metadata service (no keys in the environment or a profile) and that
-        gave none was never sent (None) -- not "access denied", whatever status the
-        metadata address answered with; any other refusal (a 4xx status, such as
-        ``InvalidBucketName``) is an answer too (no back-off; a store ``failed``, not
-        ``unreachable``); anything else (no answer, a 5xx, throttling) is an outage."""
+        instance metadata service (no keys in the environment or a profile: never when
+        ``keyed``) and that gave none -- the error names a metadata address as a whole
+        host, not as a prefix of the endpoint's -- was never sent (None): not "access
+        denied", whatever status the metadata address answered with. Any other refusal
+        (a 4xx status, such as ``InvalidBucketName``) is an answer too (no back-off; a
+        store ``failed``, not ``unreachable``); anything else (no answer, a 5xx,
+        throttling) is an outage."""
         text = str(exc)
         if "NoSuchBucket" in text:
             return "the bucket does not exist", True
         first = text.split("\n", 1)[0]
-        if any(host in first for host in _metadata_hosts()):
+        if not self.keyed and _asked_metadata(first):
             return _NO_CREDENTIALS, None
         name = type(exc).__name__
         denied = ("403 Forbidden", "401 Unauthorized", "InvalidAccessKeyId",
