@@ -33,7 +33,7 @@ BAD_URLS = [
     ),
     (
         "s3://bucket?endpoint=http://h:99999",
-        "endpoint 'http://h:99999' is not a URL with a host and port "
+        "endpoint 'http://h:99999' is not a URL with a host and a valid port "
         "(port 99999 is out of range 1-65535)",
     ),
     ("redis://localhost:99999/0", "port 99999 is out of range 1-65535"),

@@ -122,6 +122,22 @@ def failure_words(exc: OSError, what: str) -> str:
     return " ".join(words.split())
 
 
+def why_words(failure: BaseException) -> str:
+    """Why a removal failed, short: an OS error's words, or what a server-backed cache
+    said it met (``... could not clear (NoPermissionError: ...)`` ->
+    ``NoPermissionError: ...``: a refused command is no connection problem), else the
+    error's type."""
+    strerror = getattr(failure, "strerror", None)
+    if strerror:
+        return str(strerror)
+    said = str(failure) if isinstance(failure, ConnectionError) else ""
+    start = said.find("could not ")
+    if start >= 0 and "(" in said[start:]:
+        inner = said[said.index("(", start) + 1 :]
+        return inner[:-1] if inner.endswith(")") else inner
+    return said or type(failure).__name__
+
+
 def stopper(levels: Sequence[Part], errors: Sequence[OSError | None]) -> Part | None:
     """The first writable level whose listing failed (``errors``, one per level): while
     one is, nothing is removed from any level. A read-only level never stops the others:

@@ -141,7 +141,8 @@ def clear(args: argparse.Namespace) -> int:
         failure = next((d.failure for d in written if d.failure is not None), None)
         why = "read-only, or another user's?"
         if failure is not None:  # what the removal met, without a path inside the cache
-            why = failure.strerror or type(failure).__name__
+            # a server's answer is in the message (a refused command is no ConnectionError)
+            why = _maintlevels.why_words(failure)
         where = ", ".join(d.part.name for d in written if d.stayed and d.error is None)
         of = sum(len(d.before or ()) for d in written if d.error is None)
         print(

@@ -241,6 +241,7 @@ class _Pruned:
     freed: int = 0
     error: str | None = None
     held: bool = False
+    refused: str | None = None  # why a cache of one level refused its removals
 
     @property
     def left(self) -> int:
@@ -337,9 +338,10 @@ def _prune(args: argparse.Namespace) -> int:
     if stuck:
         where = ", ".join(d.part.name for d in done if d.stuck)
         doomed = sum(d.doomed for d in done)
+        refused = next((d.refused for d in done if d.refused), None)
+        why = f"of {where} ({refused})" if refused else f"(is {where} read-only or another user's?)"
         print(
-            f"cuforge cache prune: could not remove {stuck} of {_count(doomed, 'entry')} "
-            f"(is {where} read-only or another user's?)",
+            f"cuforge cache prune: could not remove {stuck} of {_count(doomed, 'entry')} {why}",
             file=sys.stderr,
         )
         code = 1
@@ -421,7 +423,19 @@ def _prune_entries(
             doomed[row.id] = (row, "header manifest of removed entries only")
     out.doomed = len(doomed)
     for row, reason in doomed.values():
-        if args.dry_run or cache.remove_entry(row.id):
+        if out.refused is not None:
+            out.stuck.append(row)  # the server refused the first: not asked again
+            continue
+        try:
+            went = args.dry_run or cache.remove_entry(row.id)
+        except OSError as exc:  # a tier's level: reported as its failure (attempt)
+            if part.index is not None:
+                raise
+            # one cache (a server whose user may not delete): the summary, then why
+            out.refused = _maintlevels.why_words(exc)
+            out.stuck.append(row)
+            continue
+        if went:
             out.freed += row.info.size
             out.gone[row.id] = reason
             if not args.json and (args.dry_run or not _term.is_tty(sys.stdout)):

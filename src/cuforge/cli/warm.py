@@ -372,10 +372,19 @@ def _summary(
         )
         from cuforge.storage.events import dropped_words
 
-        why = sorted({dropped_words(r["not_stored"]) for r in results if r.get("not_stored")})
-        if why:  # a warm that warmed nothing must not read as if it had
-            unstored = sum(bool(r.get("not_stored")) for r in results)
-            print(f"{unstored} compiled but not stored: {', '.join(why)}")
+        whys: dict[str, int] = {}
+        for r in results:
+            if r.get("not_stored"):
+                said = dropped_words(r["not_stored"])
+                whys[said] = whys.get(said, 0) + 1
+        if whys:  # a warm that warmed nothing must not read as if it had
+            unstored = sum(whys.values())
+            each = (
+                next(iter(whys))
+                if len(whys) == 1
+                else "; ".join(f"{n} {said}" for said, n in sorted(whys.items()))
+            )  # several causes: how many each
+            print(f"{unstored} compiled but not stored: {each}")
         fleeting = sum(r.get("stored") is True and r.get("outlives_process") is False
                        for r in results)  # fmt: skip
         if fleeting:  # nor one that only this process's memory holds

@@ -23,7 +23,7 @@ def check_endpoint(endpoint: str | None) -> None:
     try:
         url_port(parts.netloc)
     except ValueError as exc:
-        bad = f"endpoint {endpoint!r} is not a URL with a host and port"
+        bad = f"endpoint {endpoint!r} is not a URL with a host and a valid port"
         raise ValueError(f"{bad} ({exc})") from None
     if not parts.hostname:
-        raise ValueError(f"endpoint {endpoint!r} is not a URL with a host and port")
+        raise ValueError(f"endpoint {endpoint!r} is not a URL with a host (a port is optional)")
