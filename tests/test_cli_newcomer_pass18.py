@@ -73,3 +73,25 @@ def test_an_s3_endpoint_without_a_port_is_not_said_to_need_one(tmp_path: Path) -
     assert "host and port" not in no_host.stderr
     no_port = run(tmp_path, "cache", "dir", "--cache", "s3://bucket?endpoint=http://minio.internal")
     assert no_port.returncode == 0, no_port.stderr
+
+
+@pytest.mark.skipif(shutil.which("redis-cli") is None, reason="needs redis-cli")
+def test_a_hit_whose_counts_the_server_refuses_says_they_are_not_kept(
+    redis_server, tmp_path: Path
+) -> None:
+    # A command that only hit, through a user the server lets read but not count,
+    # lost its hit from the fleet's counters without a word (only a failed store warned).
+    port = redis_server.url.rsplit(":", 1)[1].split("/")[0]
+    subprocess.run(["redis-cli", "-p", port, "ACL", "SETUSER", "reader", "on", ">rpw", "~*",
+                    "+@read", "-@write"], check=True, capture_output=True)  # fmt: skip
+    writer = redis_server.url + "?prefix=counted:"
+    out = tmp_path / "k.cubin"
+    assert run(tmp_path, "compile", str(SAXPY), "--arch", "sm_90", "-o", str(out),
+               "--cache", writer).returncode == 0  # fmt: skip
+    reader = writer.replace("redis://", "redis://reader:rpw@")
+    hit = run(tmp_path, "compile", str(SAXPY), "--arch", "sm_90", "-o", str(out), "--cache", reader)
+    assert hit.stdout.rstrip().endswith("cache hit"), hit.stdout
+    assert "process's counts (hits and misses included) could not be sent to the server" in (
+        hit.stderr
+    ), hit.stderr
+    assert "NOPERM" in hit.stderr and "hincrby" in hit.stderr

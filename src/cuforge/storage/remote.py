@@ -391,7 +391,19 @@ class RemoteDriver(Driver):
         or on a read-only handle); errors propagate and nothing is marked sent."""
         if self.read_only or self.store.broken is not None or not self._breaker.allow():
             return
-        self._send(stats, final)
+        try:
+            self._send(stats, final)
+        except Exception as exc:
+            if final:  # the last chance: say the counts are lost (once; a failed
+                # request warned already, naming what it loses)
+                phrase = self.store.problem(exc)[0]
+                self.reports.warn_once(
+                    "remote", CacheWriteWarning,
+                    f"{self.label}: this process's counts (hits and misses included) could "
+                    f"not be sent to the server ({phrase}), so the server's counters do not "
+                    "include them",
+                )  # fmt: skip
+            raise
 
     def _send(self, stats: CacheStats, final: bool) -> None:
         current = stats.copy()
