@@ -113,7 +113,9 @@ def test_stats_of_a_cache_over_a_lowered_cap_says_the_next_store_evicts(tmp_path
     assert pruned.returncode == 0, pruned.stderr
     stats = run(tmp_path, "cache", "stats", "--cache", str(cache))
     line = next(ln for ln in stats.stdout.splitlines() if ln.startswith("size"))
-    assert line.endswith(" of 5.0 KiB cap (over it: the next store evicts down to it)"), line
+    assert line.endswith(
+        " of 5.0 KiB cap (over it: lowered since; a store that fits under it evicts down to it)"
+    ), line
     fits = run(tmp_path, "cache", "stats", "--cache", f"file://{cache}?max_size=1M")
     assert "over it" not in fits.stdout, fits.stdout
 

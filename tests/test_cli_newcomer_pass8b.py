@@ -141,20 +141,20 @@ def test_stats_says_what_bounds_a_redis_or_s3_cache(
     lines = _lines_20(stats.stdout)
     assert lines["cache"] == f"{redis} (RedisProgramCache)", stats.stdout
     assert lines["entries"] == "1 (1 program)", stats.stdout
-    assert lines["size"].endswith(" (no cap: the server's maxmemory bounds it)"), stats.stdout
+    no_cap = " (no cap: only the server's maxmemory, if it sets one, bounds it)"
+    assert lines["size"].endswith(no_cap), stats.stdout
     tier = run(tmp_path, "cache", "stats", "--cache", f"memory://,{redis}")
     lines = _lines_20(tier.stdout)
     assert lines["level 0"].endswith(" (no cap set)"), tier.stdout  # memory:// takes one
     assert lines["level 1"].startswith(f"{redis} (RedisProgramCache): 1 entry, "), tier.stdout
     assert lines["level 1"].endswith(
-        " (no cap: the server's maxmemory bounds it); hit rate 0.0 % (0 hits / 1 lookup that "
-        "reached it)"
+        f"{no_cap}; hit rate 0.0 % (0 hits / 1 lookup that reached it)"
     ), tier.stdout
     # S3: a lifecycle rule or prune bounds it
     stats = run(tmp_path, "cache", "stats", "--cache", s3_url)
     assert stats.returncode == 0, stats.stderr
     size = _lines_20(stats.stdout)["size"]
-    assert size.endswith(" (no cap: a lifecycle rule or cuforge cache prune bounds it)"), size
+    assert size.endswith(" (no cap: only a lifecycle rule or cuforge cache prune bounds it)"), size
     # a directory without a cap (the default one, not made yet): none set, as before
     plain = run(tmp_path, "cache", "stats")
     assert _lines_20(plain.stdout)["size"] == "0 B (no cap set)", plain.stdout

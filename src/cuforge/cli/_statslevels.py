@@ -100,9 +100,9 @@ def no_cap(scheme: str) -> str:
     backend takes none (a Redis server's ``maxmemory``; an S3 bucket's lifecycle rule
     or ``cache prune``: docs/cache.md), else that none is set."""
     if scheme.startswith("redis"):
-        return " (no cap: the server's maxmemory bounds it)"
+        return " (no cap: only the server's maxmemory, if it sets one, bounds it)"
     if scheme == "s3":
-        return " (no cap: a lifecycle rule or cuforge cache prune bounds it)"
+        return " (no cap: only a lifecycle rule or cuforge cache prune bounds it)"
     return " (no cap set)"
 
 

@@ -247,7 +247,7 @@ def _stats(args: argparse.Namespace) -> int:
         size += f" of {format_size(cap)} cap" if cap else _statslevels.no_cap(last)
         held = disk if disk is not None else report["size_bytes"]
         if cap and held is not None and held > cap * 1.1:  # a lowered cap, not yet applied
-            size += " (over it: the next store evicts down to it)"
+            size += " (over it: lowered since; a store that fits under it evicts down to it)"
     lines = [
         ("cache", f"{report['cache']} ({report['backend']}){_NOT_YET if chosen.not_yet else ''}"),
         ("entries", entries + every),

@@ -217,7 +217,19 @@ def _verify(args: argparse.Namespace) -> int:
     elif errors:
         names = ", ".join(levels[n].label() for n in errors)
         print(f"cuforge cache verify: {names} failed (see its line)", file=sys.stderr)
+    stayed = [(p, row) for p, row, _, went in bad if args.fix and not p.read_only and not went]
+    if stayed and stop is None:  # asked to fix, and a writable level kept them
+        where = ", ".join(dict.fromkeys(p.name for p, _ in stayed))
+        print(
+            f"cuforge cache verify: could not remove {len(stayed)} of the "
+            f"{_count(len(bad), 'bad entry')} of {where} {_MAYBE}",
+            file=sys.stderr,
+        )
     return 1 if bad or foreign or errors else 0
+
+
+#: Why a removal a cache refused may have failed, where the cache does not say.
+_MAYBE = "(a read-only file system, an immutable directory, or another user's files?)"
 
 
 def _unchecked(n: int) -> str:
@@ -339,7 +351,7 @@ def _prune(args: argparse.Namespace) -> int:
         where = ", ".join(d.part.name for d in done if d.stuck)
         doomed = sum(d.doomed for d in done)
         refused = next((d.refused for d in done if d.refused), None)
-        why = f"of {where} ({refused})" if refused else f"(is {where} read-only or another user's?)"
+        why = f"of {where} ({refused})" if refused else f"of {where} {_MAYBE}"
         print(
             f"cuforge cache prune: could not remove {stuck} of {_count(doomed, 'entry')} {why}",
             file=sys.stderr,
