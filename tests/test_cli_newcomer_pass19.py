@@ -65,3 +65,15 @@ def test_removals_a_directory_refuses_end_with_the_possible_causes(tmp_path: Pat
         ), fixed.stderr
     finally:
         subprocess.run(["chattr", "-i", str(shard)], check=False)
+
+
+def test_a_number_as_max_size_in_a_settings_file_gets_toml_it_can_paste(tmp_path: Path) -> None:
+    # 'max_size = 2048' got "write 2048B for bytes" -- and max_size = 2048B is no TOML.
+    project = tmp_path / "proj"
+    (project / "sub").mkdir(parents=True)
+    (project / "cuforge.toml").write_text("max_size = 2048\n")
+    got = run(tmp_path, "cache", "dir", cwd=project / "sub")
+    assert got.returncode == 2, (got.stdout, got.stderr)
+    assert 'max_size = 2048 has no unit: write max_size = "2048B" for bytes' in got.stderr
+    (project / "cuforge.toml").write_text('max_size = "2048B"\n')  # as the line says
+    assert run(tmp_path, "cache", "dir", cwd=project / "sub").returncode == 0

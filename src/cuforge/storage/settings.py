@@ -238,7 +238,11 @@ def _read(path: str, origin: str) -> tuple[dict[str, Setting], str, dict[str, ob
             known = ", ".join([*KEYS, *TABLES])
             raise ValueError(f"{where}: unknown key {key!r} (known: {known})")
         if key == "max_size" and isinstance(value, int) and not isinstance(value, bool):
-            value = str(value)
+            n = value  # a TOML number: the unit and the quotes a size needs, as TOML writes them
+            raise ValueError(
+                f'{where}: max_size = {n} has no unit: write max_size = "{n}B" for bytes, '
+                f'or "{n}K", "{n}M", "{n}G" (a size is a string, in quotes)'
+            )
         written = value
         if (
             key == "arch"
