@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from _cli import SAXPY, run
+from _disk import fill, tmpfs
 from reliability._figures import record
 
 _WARNING = (
@@ -39,35 +40,6 @@ _NOT_COUNTED = (
     "neither is any other count of this command (misses included): the cache's counters "
     "could not be written either ({why})."
 )
-
-
-@contextlib.contextmanager
-def _tmpfs(where: Path, size: str) -> Iterator[Path]:
-    """A tmpfs of ``size`` mounted at ``where`` (skipped where mounting is not
-    permitted), always unmounted after."""
-    where.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(where)],
-        capture_output=True, text=True,
-    )  # fmt: skip
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a small tmpfs here: {done.stderr.strip() or done.returncode}")
-    try:
-        yield where
-    finally:
-        subprocess.run(["umount", "-l", str(where)], check=False)
-
-
-def _fill(mount: Path) -> None:
-    """Fill the file system with one file."""
-    fd = os.open(mount / "filler", os.O_WRONLY | os.O_CREAT, 0o600)
-    try:
-        while True:
-            os.write(fd, b"\0" * 4096)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 @contextlib.contextmanager
@@ -142,10 +114,10 @@ def test_a_full_disk_counts_what_its_warning_says_and_doctor_says_not_writable(
 ) -> None:
     """The repro: a 100 KiB tmpfs, one entry stored, then filled; three compiles.
     Before: stats showed 1 miss and 0 write failures, and doctor ``writable yes``."""
-    with _tmpfs(tmp_path / "small", "100k") as mount:
+    with tmpfs(tmp_path / "small", "100k") as mount:
         cache = mount / "c"
         _compile(tmp_path, cache, "sm_90")  # stored while there is room
-        _fill(mount)
+        fill(mount)
         _failed_stores(tmp_path, cache, ("sm_80", "sm_75", "sm_86"), _COUNTED,
                        "No space left on device")  # fmt: skip
         assert _counts(_stats(tmp_path, cache)) == (0, 4, 1, 3)

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from _cli import SAXPY, run
-from test_cli_full_disk import _NOT_COUNTED, _WARNING, _fill, _tmpfs
+from _disk import fill, tmpfs
+from test_cli_full_disk import _NOT_COUNTED, _WARNING
 
 RELU = SAXPY.parent / "kernels" / "relu.cu"
 
@@ -25,11 +26,11 @@ def _compile(home: Path, source: Path, cache: str, out: Path) -> subprocess.Comp
 def test_an_sqlite_cache_on_a_full_disk_still_serves_hits_and_compiles(tmp_path: Path) -> None:
     # Its open failed ('disk I/O error' making the WAL index): every compile exited 2,
     # hits included, and stats, ls and doctor failed alike.
-    with _tmpfs(tmp_path / "mnt", "1m") as mnt:
+    with tmpfs(tmp_path / "mnt", "1m") as mnt:
         cache = f"sqlite://{mnt / 'k.db'}"
         first = _compile(tmp_path, SAXPY, cache, tmp_path / "a.cubin")
         assert first.returncode == 0 and "compiled and stored" in first.stdout, first.stderr
-        _fill(mnt)
+        fill(mnt)
         hit = _compile(tmp_path, SAXPY, cache, tmp_path / "b.cubin")
         assert hit.returncode == 0, hit.stderr
         assert hit.stdout.rstrip().endswith("cache hit"), hit.stdout

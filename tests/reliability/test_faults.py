@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from _cache_workers import ARCH
+from _disk import fill, tmpfs
 from _figures import SCALES, pick, record
 from cuforge.compile import Program, ProgramOptions
 from cuforge.storage import CacheReadWarning, CacheWriteWarning, FileStreamProgramCache
@@ -69,35 +70,6 @@ def cache_warnings() -> Iterator[list[str]]:
         yield messages
     cache_categories = (CacheReadWarning, CacheWriteWarning)  # a lookup's, a store's
     messages += [str(w.message) for w in caught if issubclass(w.category, cache_categories)]
-
-
-@contextlib.contextmanager
-def tmpfs(where: Path, size: str) -> Iterator[Path]:
-    where.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(where)],
-        capture_output=True, text=True,
-    )  # fmt: skip
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a small tmpfs here: {done.stderr.strip() or done.returncode}")
-    try:
-        yield where
-    finally:
-        subprocess.run(["umount", "-l", str(where)], check=False)
-
-
-def fill(mount: Path) -> Path:
-    """Fill the file system with one file; return it."""
-    filler = mount / "filler"
-    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
-    try:
-        while True:
-            os.write(fd, b"\0" * 4096)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-    return filler
 
 
 @SCALES
