@@ -168,7 +168,7 @@ def in_cli_words(message: str) -> str:
         for answered, said in LATER_FAILURES.items():
             message = message.replace(said, _LATER_FAILURES[answered])
     if "could not be written either" in message:  # a cache whose counters cannot be
-        from cuforge.storage.handle import COUNTS_LOST  # written: loaded by then
+        from cuforge.storage.events import COUNTS_LOST  # written: loaded by then
 
         message = message.replace(COUNTS_LOST, _COUNTS_LOST)
     # A tier's own counts live in its handle only: a command keeps none of them.
@@ -228,7 +228,7 @@ _WARM_COUNTED = {
     "none": _NOT_COUNTED + "the cache keeps no counters)",
 }
 
-#: ``storage.handle.COUNTS_LOST`` in the command line's words: the cache's counters
+#: ``storage.events.COUNTS_LOST`` in the command line's words: the cache's counters
 #: could not be written (a full disk, a ``tmp/`` and ``stats/`` that cannot be), so
 #: ``cuforge cache stats`` counts nothing of this command.
 _COUNTS_LOST = (

@@ -48,6 +48,14 @@ TOO_LARGE = "too-large"
 #: ended: what the command line reports once it has looked again (``cli._kept``).
 EVICTED = "evicted"
 
+#: A failed store's warning when the cache's shared counters cannot be written either
+#: (``Driver.counts_lost``; followed by why): the command line says it in its words.
+COUNTS_LOST = (
+    "Later write failures of this cache handle are counted in stats().write_failures "
+    "without a warning, but not in the cache's shared counters, and neither is any other "
+    "count of this handle (misses included): they could not be written either"
+)
+
 # How a reason reads for a person ("not stored: ..."), where it is not its own words.
 _WORDS = {
     TOO_LARGE: "larger than the cache's size cap",

@@ -59,21 +59,13 @@ from .entry import CacheEntry, EntryInfo, entry_id, key_digest
 from .outcome import PRESENT, READ_ONLY, STORED, TOO_LARGE, Damaged, StoreOutcome
 from .stats import CacheStats
 
-#: A failed store's warning when the cache's shared counters cannot be written either
-#: (``Driver.counts_lost``; followed by why): the command line says it in its words.
-COUNTS_LOST = (
-    "Later write failures of this cache handle are counted in stats().write_failures "
-    "without a warning, but not in the cache's shared counters, and neither is any other "
-    "count of this handle (misses included): they could not be written either"
-)
-
 TYPE_CHECKING = False  # typing is not imported at run time: it costs a cold hit ~5 ms
 if TYPE_CHECKING:
     from typing import Any
 
     from .driver import Driver, Found
 
-__all__ = ["COUNTS_LOST", "LIVE", "DriverCache", "SharedCache"]
+__all__ = ["LIVE", "DriverCache", "SharedCache"]
 
 _KEYS_MAX = 4096  # keys whose locator a handle remembers
 
@@ -358,7 +350,7 @@ class DriverCache(EntryCache):
                 "Later write failures of this cache handle are counted in "
                 "stats().write_failures without a warning."
                 if lost is None
-                else f"{COUNTS_LOST} ({lost})."
+                else f"{events.COUNTS_LOST} ({lost})."
             )
             self._warn_once(
                 "write",
