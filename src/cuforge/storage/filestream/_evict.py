@@ -154,13 +154,22 @@ def clear_all(
     scan: Callable[[int], tuple[list[Scanned], int]],
     owned: bool,
 ) -> None:
-    """Remove every scanned entry (young orphan sidecars too) and reset the ledger."""
+    """Remove every scanned entry (young orphan sidecars too) and reset the ledger.
+    An entry that cannot be removed (an immutable shard, another user's file) is
+    passed over and the others removed; the first such error is raised at the end
+    (it stopped the whole clear at that entry, and named its cause for all that stayed)."""
+    first: OSError | None = None
     with exclusive:
         base = ledger.total() if ledger is not None else 0
         now = time.time_ns()
         found, total = scan(now)
         for entry in found:
-            total -= remove_scanned(entry, now, force=True, owned=owned)
+            try:
+                total -= remove_scanned(entry, now, force=True, owned=owned)
+            except OSError as exc:
+                first = first or exc
         if ledger is not None:
             with contextlib.suppress(OSError):
                 ledger.reconcile(base, total)
+    if first is not None:
+        raise first
