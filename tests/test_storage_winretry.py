@@ -56,10 +56,15 @@ def by_path(monkeypatch) -> None:
     monkeypatch.setattr(_atomicwrite, "DIR_FD", False)
 
 
-def _flaky(real, failures: int, winerror: int):
+def _flaky(real, failures: int, winerror: int, only=None):
+    """``real`` failing its first ``failures`` calls; with ``only``, just the calls it
+    accepts are counted and failed (the rest go through: another file's, not the one
+    under test -- the counter record a failed store's warning writes, say)."""
     calls = {"n": 0}
 
     def op(*args, **kwargs):
+        if only is not None and not only(*args):
+            return real(*args, **kwargs)
         calls["n"] += 1
         if calls["n"] <= failures:
             raise perm(winerror=winerror)
@@ -68,9 +73,14 @@ def _flaky(real, failures: int, winerror: int):
     return op, calls
 
 
+def _into_entries(src, dst, *rest) -> bool:
+    """A replace that moves an entry file into ``entries/`` (the path-based branch)."""
+    return f"{os.sep}entries{os.sep}" in os.fspath(dst)
+
+
 def test_replace_retried_then_succeeds(tmp_path: Path, monkeypatch, by_path) -> None:
     with FileStreamProgramCache(tmp_path) as c:
-        op, calls = _flaky(os.replace, 3, 32)
+        op, calls = _flaky(os.replace, 3, 32, _into_entries)
         monkeypatch.setattr(os, "replace", op)
         c["k"] = b"v"
         monkeypatch.undo()
@@ -82,7 +92,7 @@ def test_replace_budget_exhausted_drops_write_with_warning(
     tmp_path: Path, monkeypatch, by_path
 ) -> None:
     with FileStreamProgramCache(tmp_path) as c:
-        op, calls = _flaky(os.replace, 100, 33)
+        op, calls = _flaky(os.replace, 100, 33, _into_entries)
         monkeypatch.setattr(os, "replace", op)
         with pytest.warns(CacheWriteWarning):
             c["k"] = b"v"  # does not raise
@@ -94,7 +104,7 @@ def test_replace_budget_exhausted_drops_write_with_warning(
 
 def test_non_sharing_permission_error_is_not_retried(tmp_path: Path, monkeypatch, by_path) -> None:
     with FileStreamProgramCache(tmp_path) as c:
-        op, calls = _flaky(os.replace, 100, 1224)
+        op, calls = _flaky(os.replace, 100, 1224, _into_entries)
         monkeypatch.setattr(os, "replace", op)
         with pytest.warns(CacheWriteWarning):
             c["k"] = b"v"
