@@ -87,3 +87,47 @@ def test_a_read_only_levels_line_says_its_lookups_are_not_counted(tmp_path: Path
         f"level 1's ({ci}, read-only), summed over every process that used it writable: "
         "opened read-only, lookups through it are not counted"
     ), text.stdout
+
+
+def _tracked(tmp_path: Path) -> Path:
+    """A kernel that includes a header of its own: compiled through a manifest."""
+    (tmp_path / "inc").mkdir(exist_ok=True)
+    (tmp_path / "inc" / "scale.h").write_text("#define SCALE 3.0f\n")
+    source = tmp_path / "scaled.cu"
+    source.write_text(
+        '#include "inc/scale.h"\n'
+        'extern "C" __global__ void scaled(float* x) { x[threadIdx.x] *= SCALE; }\n'
+    )
+    return source
+
+
+def _compile_tracked(tmp_path: Path, source: Path, cache: str) -> str:
+    result = run(tmp_path, "compile", str(source), "--arch", "sm_90", "-o",
+                 str(tmp_path / "s.cubin"), "--cache", cache)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    return result.stdout + result.stderr
+
+
+def test_a_header_tracked_hit_counts_at_the_level_that_served_it(
+    redis_server, tmp_path: Path
+) -> None:
+    # Before: a tracked program's lookups were made uncounted and its answer counted
+    # on the tier only -- no level ever counted its hit ("0 hits" at the level that
+    # served it, over Redis only the manifest's bytes read).
+    source = _tracked(tmp_path)
+    for n, back in enumerate((redis_server.url, f"file://{tmp_path / 'shared'}")):
+        front = f"file://{tmp_path / f'front{n}'}"
+        tier = f"{front},{back}"
+        assert "cache miss" in _compile_tracked(tmp_path, source, back)  # only behind
+        assert "cache hit" in _compile_tracked(tmp_path, source, tier)  # served behind
+        lines, _ = _levels(tmp_path, tier)
+        assert lines["level 0"].endswith("; hit rate 0.0 % (0 hits / 1 lookup that reached it)")
+        assert lines["level 1"].endswith("; hit rate 50.0 % (1 hit / 2 lookups that reached it)")
+        report = run(tmp_path, "cache", "stats", "--cache", tier, "--json")
+        totals = json.loads(report.stdout)  # the counters are the widest level's
+        assert totals["counters_level"] == 1 and totals["hits"] == 1, totals
+        assert totals["bytes_read"] > 1000, totals  # the program's, not the manifest's 300 B
+        assert "cache hit" in _compile_tracked(tmp_path, source, tier)  # served in front
+        lines, _ = _levels(tmp_path, tier)
+        assert lines["level 0"].endswith("; hit rate 50.0 % (1 hit / 2 lookups that reached it)")
+        assert lines["level 1"].endswith("; hit rate 50.0 % (1 hit / 2 lookups that reached it)")

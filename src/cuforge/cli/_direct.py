@@ -260,13 +260,13 @@ def _serve_entries(
     try:
         # Looked up uncounted, counted once served: a request this path gives up on is
         # counted by the full path's own lookups, once.
-        found: list[CacheEntry] = []
+        found: list[tuple[bytes, CacheEntry]] = []
         for source, output, key, target, arch in outputs:
             start = time.perf_counter()
             entry = failopen.lookup(cache, key, count=False)
             if entry is None:
                 return None
-            found.append(entry)
+            found.append((key, entry))
             results.append((source, output, target, arch, entry.data, start))
         for _, output, _, _, data, _ in results:
             try:
@@ -275,8 +275,8 @@ def _serve_entries(
                 written = False
             if not written:  # the full path writes it, or says why not
                 return None
-        for entry in found:
-            failopen.tally(cache, entry)
+        for key, entry in found:
+            failopen.tally(cache, key, entry)
         if os.environ.get("CUFORGE_RUN_JOURNAL"):  # a cuforge run job: into its warm set
             _journal(cache, [key for _, _, key, _, _ in outputs])
     finally:

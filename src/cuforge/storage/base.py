@@ -319,6 +319,13 @@ class ProgramCacheResource(abc.ABC):
             stats.hits += 1
             stats.bytes_read += len(entry.data)
 
+    def _tally_answer(self, key: bytes, entry: CacheEntry | None) -> None:
+        """Count a request's answer -- ``entry`` found under ``key`` by lookups made
+        with ``count=False``, or a miss -- as ``_tally`` does; a tier also counts it at
+        the level that answered and the levels asked in front of it (a wrapper passes
+        it to the cache it wraps)."""
+        self._tally(entry)
+
     def _tally_store(self, nbytes: int) -> None:
         """Count a store of ``nbytes`` of payload (a composite whose levels stored it)."""
         stats = self._stats

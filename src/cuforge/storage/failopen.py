@@ -159,10 +159,10 @@ def lookup(
         return None
 
 
-def tally(cache: ProgramCacheResource, entry: CacheEntry | None) -> None:
-    """Count one request's answer -- a hit of ``entry``, or a miss -- whose lookups were
-    made with ``count=False``."""
-    cache._tally(entry)
+def tally(cache: ProgramCacheResource, key: bytes, entry: CacheEntry | None) -> None:
+    """Count one request's answer -- a hit of ``entry`` found under ``key``, or a miss --
+    whose lookups were made with ``count=False`` (a tier: at the levels too)."""
+    cache._tally_answer(key, entry)
 
 
 def store(cache: ProgramCacheResource, key: bytes, value: bytes, meta: bytes) -> StoreOutcome:

@@ -175,11 +175,11 @@ def recall(
     ``count_miss`` is False (the first lookup of a request: the look-again counts).
     An absent or rejected manifest is counted by its own lookup (a rejection with
     its miss); anything else by this request, once its answer is known."""
-    obj, counted = _recall(src, target, names, cache, roots, mkey, logs, count_miss)
+    obj, key, counted = _recall(src, target, names, cache, roots, mkey, logs, count_miss)
     if obj is not None:
-        failopen.tally(cache, CacheEntry(obj.code, b""))
+        failopen.tally(cache, key, CacheEntry(obj.code, b""))
     elif count_miss and not counted:
-        failopen.tally(cache, None)
+        failopen.tally(cache, mkey, None)
     return obj
 
 
@@ -192,8 +192,9 @@ def _recall(
     mkey: bytes,
     logs: Any,
     count_miss: bool,
-) -> tuple[ObjectCode | None, bool]:
-    """The answer, and whether the manifest's own lookup counted it as a miss."""
+) -> tuple[ObjectCode | None, bytes, bool]:
+    """The answer, the key it was found under, and whether the manifest's own lookup
+    counted it as a miss."""
     name = src.options.name or ""
     from cuforge.compile.cache import _manifest, _watch  # tracked programs only
 
@@ -203,7 +204,7 @@ def _recall(
         if known is not None and known[0] == roots and known[2] == watcher.epoch():
             obj = lookup(cache, known[1], target, name, names, logs, count=False)
             if obj is not None:
-                return obj, False
+                return obj, known[1], False
     manifest = lookup_entry(cache, mkey, count=False, count_miss=count_miss)
     # A first look (count_miss False) logs no miss: its look-again logs the answer.
     quiet = None if count_miss else False
@@ -235,12 +236,12 @@ def _recall(
                     watched = watcher.watch([], [], unproven) and not _manifest.check(variant)
                 if watched:
                     _remember_valid(mkey, roots, variant.key, epoch)
-                return obj, False
+                return obj, variant.key, False
             # the entry is gone; a later variant may still hold
             reason = reason or "the entry of a matching variant is gone (evicted?)"
     if count_miss and debug_enabled(LOGGER):
         get_logger(LOGGER).debug("miss %s %s: %s", entry_id(mkey)[:12], name, reason)
-    return None, manifest is None and count_miss
+    return None, mkey, manifest is None and count_miss
 
 
 def resolve(src: ProgramSource, roots: _includes.Roots) -> _includes.DepSet:

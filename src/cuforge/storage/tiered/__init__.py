@@ -71,6 +71,7 @@ from ..outcome import FAILED, READ_ONLY, STORED, STORED_OUTCOME, StoreOutcome
 from ..stats import CacheStats
 from ._claims import handle_of, hold
 from ._lazylevel import LazyLevel, opened
+from ._ledger import Ledger, count_at, tally_answer
 from ._sealed import read_level, write_level
 
 # LazyLevel: what ``urls.open_tiered`` wraps the levels behind the first persistent
@@ -126,6 +127,7 @@ class TieredProgramCache(EntryCache):
         # key -> (the thread's id, the index of the level whose claim handed the entry
         # over -- or -1: the widest level's claim found it absent and took the lease).
         self._claimed: dict[bytes, tuple[int, int]] = {}
+        self._ledger = Ledger()  # what this thread's request counted where (_ledger)
         self._warned = False
 
     def _host_level(self) -> int | None:
@@ -214,14 +216,14 @@ class TieredProgramCache(EntryCache):
         k = coerce_key(key)
         missed: list[int] = []
         found = None
-        skip, quiet = (
-            self._after_claim(k, count if count_miss is None else count_miss)
-            if self._claimed
-            else (-1, False)
-        )
+        miss_counted = count if count_miss is None else count_miss
+        ledger = self._ledger
+        if count_miss is False:  # a request's first lookup
+            ledger.start()
+        skip, quiet = self._after_claim(k, miss_counted) if self._claimed else (-1, False)
         for i, level in enumerate(self._front if count_miss is False else self._levels):
             if i == skip:  # this thread's claim found it absent and holds its lease:
-                self._missed_behind(level, count if count_miss is None else count_miss)
+                self._missed_behind(i, miss_counted)
                 missed.append(i)  # a miss there, counted as the lookup would count it
                 continue
             try:  # (an entry handed over was counted where it was found, not here)
@@ -233,10 +235,10 @@ class TieredProgramCache(EntryCache):
             except Exception as exc:  # one level never hides the others
                 self._level_failed(i, exc, "look up an entry", "read_failures")
                 found = None
+            ledger.asked(i, k, found is not None, count and not quiet, miss_counted and not quiet)
             if found is not None:
                 break
             missed.append(i)
-        miss_counted = count if count_miss is None else count_miss
         self._tally(found, count if found is not None else miss_counted)
         if found is not None:
             for j in missed:
@@ -481,13 +483,18 @@ class TieredProgramCache(EntryCache):
         miss at each level, as it does on a single backend.)"""
         return hold(self, coerce_key(key), timeout)
 
-    @staticmethod
-    def _missed_behind(level: ProgramCacheResource, counted: bool) -> None:
-        """Count the miss a lookup of the level this thread's claim found empty would
-        have counted (a fill counts one miss at each level), without asking it."""
-        handle = handle_of(opened(level))
-        if handle is not None:
-            handle._tally(None, counted)
+    def _missed_behind(self, i: int, counted: bool) -> None:
+        """Count the miss a lookup of level ``i`` would have counted (a fill counts one
+        miss at each level; the level this thread's claim found empty), without asking it."""
+        if counted:
+            count_at(self._levels[i], None)
+            self._ledger.counted.setdefault(i, False)
+
+    def _tally_answer(self, key: bytes, entry: CacheEntry | None) -> None:
+        """Count a request's answer, found by uncounted lookups (``_ledger``): here as
+        one hit or miss, and at each level it reached as that level's lookup would."""
+        tally_answer(self._ledger, self._levels, key, entry)
+        self._tally(entry)
 
     def _after_claim(self, key: bytes, counted: bool) -> tuple[int, bool]:
         """For a look-again under this thread's claim of ``key``: the widest level's
@@ -503,8 +510,9 @@ class TieredProgramCache(EntryCache):
         if mark is None or mark[0] != get_ident():
             return -1, False
         if mark[1] >= 0:
-            for level in self._front[: mark[1]]:
-                self._missed_behind(level, counted)
+            for i in range(min(mark[1], len(self._front))):
+                self._missed_behind(i, counted)
+            self._ledger.counted[mark[1]] = True  # its claim counted the hit
             return -1, True
         return (-1 if self._locker_index is None else self._locker_index), False
 
