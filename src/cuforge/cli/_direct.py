@@ -261,6 +261,7 @@ def _serve_entries(
         # Looked up uncounted, counted once served: a request this path gives up on is
         # counted by the full path's own lookups, once.
         found: list[tuple[bytes, CacheEntry]] = []
+        failopen.begin(cache)
         for source, output, key, target, arch in outputs:
             start = time.perf_counter()
             entry = failopen.lookup(cache, key, count=False)

@@ -7,7 +7,9 @@ looked at is not kept alive against ``prune --unused-for`` or eviction. For a C+
 program that reads headers it checks the manifest's variants and names each header
 that was edited, deleted or is now shadowed by a new file, against the variant these
 headers differ from least (the newest among equals): only what stands between this
-compile and a hit. When there is no
+compile and a hit -- unless the headers as they are now key an entry that is there
+(compiled under other include directories, or in another checkout): the compile
+serves it, so that is a hit. When there is no
 entry (or manifest) for these inputs at all, it compares them with the nearest entry
 of the same source name (the one that differs in the fewest inputs) and names what
 differs: the source, an option, the compiler build, target or arch, name
@@ -95,8 +97,13 @@ def explain(
         if answer is not None and answer.hit:
             return answer
         # A miss resolves the headers, as compile(cache=) does on a miss: an include it
-        # cannot track is refused here as there (UntrackableInclude), not explained.
-        _tracking.resolve(src, roots)
+        # cannot track is refused here as there (UntrackableInclude), not explained;
+        # and serves the entry those headers key when there is one (compiled under
+        # other include directories, or in another checkout).
+        deps = _tracking.resolve(src, roots)
+        ekey = _tracking.entry_key(src, target, names, deps)
+        if peek_entry(resource, ekey) is not None:
+            return Explanation(True, entry_id(ekey))
         if answer is not None:
             return answer
         key = mkey

@@ -354,6 +354,9 @@ class Recorder(EntryCache):
     def stats(self) -> Any:
         return self._inner.stats()
 
+    def _begin_request(self) -> None:
+        self._inner._begin_request()
+
     def _tally_answer(self, key: bytes, entry: CacheEntry | None) -> None:
         self._inner._tally_answer(key, entry)
 

@@ -319,6 +319,11 @@ class ProgramCacheResource(abc.ABC):
             stats.hits += 1
             stats.bytes_read += len(entry.data)
 
+    def _begin_request(self) -> None:  # noqa: B027 - a hook: nothing to do but in a tier
+        """A request that will count its answer itself (``_tally_answer``) begins: a
+        tier notes from here what its lookups count at each level (a wrapper passes
+        it on). Nothing elsewhere."""
+
     def _tally_answer(self, key: bytes, entry: CacheEntry | None) -> None:
         """Count a request's answer -- ``entry`` found under ``key`` by lookups made
         with ``count=False``, or a miss -- as ``_tally`` does; a tier also counts it at

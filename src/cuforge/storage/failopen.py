@@ -15,8 +15,8 @@ through these instead of calling a cache directly:
   ``write_failures`` count, one :class:`CacheWriteWarning` per handle and an event.
 - :func:`refuse` -- a store the caller decides not to make (its inputs may lie),
   counted and warned as a failed one.
-- :func:`tally` -- count a request whose lookups were made with ``count=False``, once
-  its answer is known.
+- :func:`begin`, :func:`tally` -- a request whose lookups are made with
+  ``count=False`` begins, and is counted once its answer is known.
 - :func:`lock` -- the key's single-flight lock; a cache that cannot lock yields False.
 
 Counters are the cache's: only storage writes them (these functions do, for the
@@ -52,6 +52,7 @@ __all__ = [
     "CACHE_TYPES",
     "MappingCache",
     "as_cache",
+    "begin",
     "lock",
     "lookup",
     "refuse",
@@ -157,6 +158,12 @@ def lookup(
             type(exc).__name__, exc,
         )  # fmt: skip
         return None
+
+
+def begin(cache: ProgramCacheResource) -> None:
+    """A request whose lookups are made with ``count=False`` begins (its answer is
+    counted by :func:`tally`): a tier counts it at its levels then."""
+    cache._begin_request()
 
 
 def tally(cache: ProgramCacheResource, key: bytes, entry: CacheEntry | None) -> None:

@@ -112,6 +112,9 @@ class SignedProgramCache(EntryCache):
     def _stats(self) -> CacheStats:  # type: ignore[override]
         return self._inner._stats
 
+    def _begin_request(self) -> None:
+        self._inner._begin_request()
+
     def _tally_answer(self, key: bytes, entry: CacheEntry | None) -> None:
         self._inner._tally_answer(key, entry)
 

@@ -45,6 +45,7 @@ from cuforge.compile.cache._records import program_record
 from cuforge.compile.cache._steps import lookup, store
 from cuforge.storage import failopen
 from cuforge.storage.base import ProgramCacheResource
+from cuforge.storage.entry import CacheEntry
 
 TYPE_CHECKING = False  # typing is not imported at run time: a first compile(cache=) paid ~4 ms
 if TYPE_CHECKING:
@@ -198,9 +199,9 @@ def _tracked(
     if obj is not None:
         return obj
     with failopen.lock(cache, mkey):
-        obj = _tracking.recall(src, target, names, cache, roots, mkey, logs)
+        obj, pending = _tracking.recall_pending(src, target, names, cache, roots, mkey, logs)
         if obj is None:
-            obj = _fill_tracked(program, target, names, logs, cache, roots, mkey, report)
+            obj = _fill_tracked(program, target, names, logs, cache, roots, mkey, report, pending)
     return obj
 
 
@@ -236,15 +237,23 @@ def _fill_tracked(
     roots: Any,
     mkey: bytes,
     report: _Report | None,
+    pending: str | None = None,
 ) -> ObjectCode:
     """A tracked miss, under the manifest key's lock: resolve the headers, key the
-    entry by them, reuse it if another checkout compiled it, else compile in the
-    closed world and store; then store the manifest with this variant in front."""
+    entry by them, reuse it if another checkout (or other include directories)
+    compiled it, else compile in the closed world and store; then store the manifest
+    with this variant in front. ``pending``: the reason of a miss no lookup counted
+    yet -- counted here as the hit of the entry reused, else as that miss."""
     src = program.source
     deps = _tracking.resolve(src, roots)
     key = _tracking.entry_key(src, target, names, deps)
-    # uncounted and, missing, unlogged: this request's miss was the manifest's, logged
+    # uncounted and, missing, unlogged: this request's miss is counted and logged once
     obj = lookup(cache, key, target, src.options.name or "", names, logs, False, False)
+    if pending is not None:
+        if obj is not None:
+            failopen.tally(cache, key, CacheEntry(obj.code, b""))
+        else:
+            _tracking.miss(cache, mkey, src.options.name or "", pending)
     if obj is None:
         obj = _compile_and_store(
             program, target, names, logs, cache, key, report, deps.headers, deps.header_digests()

@@ -175,12 +175,49 @@ def recall(
     ``count_miss`` is False (the first lookup of a request: the look-again counts).
     An absent or rejected manifest is counted by its own lookup (a rejection with
     its miss); anything else by this request, once its answer is known."""
-    obj, key, counted = _recall(src, target, names, cache, roots, mkey, logs, count_miss)
+    obj, pending = recall_pending(src, target, names, cache, roots, mkey, logs, count_miss)
+    if pending is not None:
+        miss(cache, mkey, src.options.name or "", pending)
+    return obj
+
+
+def recall_pending(
+    src: ProgramSource,
+    target: str,
+    names: tuple[str | bytes, ...],
+    cache: ProgramCacheResource,
+    roots: _includes.Roots,
+    mkey: bytes,
+    logs: Any = None,
+    count_miss: bool = True,
+) -> tuple[ObjectCode | None, str | None]:
+    """:func:`recall`, leaving the miss of a look-again that no lookup counted (the
+    manifest was there, no variant held) to the caller: the answer, and that miss's
+    reason (None: nothing left to count). The caller counts it as :func:`miss`, or as
+    the hit of the entry the headers as they are now key (compiled under other include
+    directories, or in another checkout), once it has looked."""
+    if not count_miss:  # a request's first look: it counts its answer itself
+        failopen.begin(cache)
+    obj, key, counted, reason = _recall(src, target, names, cache, roots, mkey, logs, count_miss)
     if obj is not None:
         failopen.tally(cache, key, CacheEntry(obj.code, b""))
-    elif count_miss and not counted:
+        return obj, None
+    if not count_miss:
+        return None, None
+    if counted:  # an absent or rejected manifest: its lookup counted the miss
+        miss(cache, mkey, src.options.name or "", reason, count=False)
+        return None, None
+    return None, reason
+
+
+def miss(
+    cache: ProgramCacheResource, mkey: bytes, name: str, reason: str, count: bool = True
+) -> None:
+    """Count (``count``) and log a tracked request's miss, for ``reason``."""
+    if count:
         failopen.tally(cache, mkey, None)
-    return obj
+    if debug_enabled(LOGGER):
+        get_logger(LOGGER).debug("miss %s %s: %s", entry_id(mkey)[:12], name, reason)
 
 
 def _recall(
@@ -192,9 +229,9 @@ def _recall(
     mkey: bytes,
     logs: Any,
     count_miss: bool,
-) -> tuple[ObjectCode | None, bytes, bool]:
-    """The answer, the key it was found under, and whether the manifest's own lookup
-    counted it as a miss."""
+) -> tuple[ObjectCode | None, bytes, bool, str]:
+    """The answer, the key it was found under, whether the manifest's own lookup
+    counted it as a miss, and why there is none."""
     name = src.options.name or ""
     from cuforge.compile.cache import _manifest, _watch  # tracked programs only
 
@@ -204,7 +241,7 @@ def _recall(
         if known is not None and known[0] == roots and known[2] == watcher.epoch():
             obj = lookup(cache, known[1], target, name, names, logs, count=False)
             if obj is not None:
-                return obj, known[1], False
+                return obj, known[1], False, ""
     manifest = lookup_entry(cache, mkey, count=False, count_miss=count_miss)
     # A first look (count_miss False) logs no miss: its look-again logs the answer.
     quiet = None if count_miss else False
@@ -236,12 +273,10 @@ def _recall(
                     watched = watcher.watch([], [], unproven) and not _manifest.check(variant)
                 if watched:
                     _remember_valid(mkey, roots, variant.key, epoch)
-                return obj, variant.key, False
+                return obj, variant.key, False, ""
             # the entry is gone; a later variant may still hold
             reason = reason or "the entry of a matching variant is gone (evicted?)"
-    if count_miss and debug_enabled(LOGGER):
-        get_logger(LOGGER).debug("miss %s %s: %s", entry_id(mkey)[:12], name, reason)
-    return None, mkey, manifest is None and count_miss
+    return None, mkey, manifest is None and count_miss, reason
 
 
 def resolve(src: ProgramSource, roots: _includes.Roots) -> _includes.DepSet:

@@ -74,8 +74,7 @@ from ._lazylevel import LazyLevel, opened
 from ._ledger import Ledger, count_at, tally_answer
 from ._sealed import read_level, write_level
 
-# LazyLevel: what ``urls.open_tiered`` wraps the levels behind the first persistent
-# one in; opened: which level a lazy one opened (the CLI asks).
+# LazyLevel: what urls.open_tiered wraps the levels behind the first persistent one in.
 __all__ = ["LazyLevel", "TieredProgramCache", "opened"]
 
 #: What a read-only level did with a store: nothing, by design.
@@ -218,8 +217,6 @@ class TieredProgramCache(EntryCache):
         found = None
         miss_counted = count if count_miss is None else count_miss
         ledger = self._ledger
-        if count_miss is False:  # a request's first lookup
-            ledger.start()
         skip, quiet = self._after_claim(k, miss_counted) if self._claimed else (-1, False)
         for i, level in enumerate(self._front if count_miss is False else self._levels):
             if i == skip:  # this thread's claim found it absent and holds its lease:
@@ -235,7 +232,10 @@ class TieredProgramCache(EntryCache):
             except Exception as exc:  # one level never hides the others
                 self._level_failed(i, exc, "look up an entry", "read_failures")
                 found = None
-            ledger.asked(i, k, found is not None, count and not quiet, miss_counted and not quiet)
+            if ledger.open:  # a request that counts its answer itself (_ledger)
+                ledger.asked(
+                    i, k, found is not None, count and not quiet, miss_counted and not quiet
+                )
             if found is not None:
                 break
             missed.append(i)
@@ -478,41 +478,39 @@ class TieredProgramCache(EntryCache):
     ) -> AbstractContextManager[bool]:
         """The widest writable level's lock (threads of this process if none is
         writable), behind the host level's when there is one (module docstring); one
-        ``timeout`` bounds both waits. (The look-again a caller makes under the lock
-        passes ``count=False``, which the levels are asked with too: a fill counts one
-        miss at each level, as it does on a single backend.)"""
+        ``timeout`` bounds both waits."""
         return hold(self, coerce_key(key), timeout)
 
     def _missed_behind(self, i: int, counted: bool) -> None:
-        """Count the miss a lookup of level ``i`` would have counted (a fill counts one
-        miss at each level; the level this thread's claim found empty), without asking it."""
+        """Count the miss a lookup of level ``i`` would have counted, without asking it."""
         if counted:
             count_at(self._levels[i], None)
-            self._ledger.counted.setdefault(i, False)
+            if self._ledger.open:
+                self._ledger.counted.setdefault(i, False)
+
+    def _begin_request(self) -> None:  # a request counting its answer itself (_ledger)
+        self._ledger.start()
 
     def _tally_answer(self, key: bytes, entry: CacheEntry | None) -> None:
-        """Count a request's answer, found by uncounted lookups (``_ledger``): here as
-        one hit or miss, and at each level it reached as that level's lookup would."""
+        """Count a request's answer here and at the levels it reached (``_ledger``)."""
         tally_answer(self._ledger, self._levels, key, entry)
         self._tally(entry)
 
     def _after_claim(self, key: bytes, counted: bool) -> tuple[int, bool]:
         """For a look-again under this thread's claim of ``key``: the widest level's
-        index when the claim found it absent there (it holds the lease: nobody else
-        stores it), else -1; and whether a claim handed the entry over (counted as a
-        hit where it was found: the levels it was put in do not count it again, so the
-        look-again asks quietly). After a hand-over, each level the request's first
-        lookup asked in front of the level that handed it over (``_front``: that lookup
-        counts no miss, leaving it to the look-again) counts its miss here, as
-        ``counted`` says -- each level counts every lookup that reached it, as a tier
-        of local levels does."""
+        index when the claim found it absent there (it holds the lease), else -1; and
+        whether a claim handed the entry over (counted as a hit where it was found, so
+        the look-again asks quietly). After a hand-over, each level the first lookup
+        asked in front of the level that handed it over counts its miss here, as
+        ``counted`` says (each level counts every lookup that reached it)."""
         mark = self._claimed.get(key)
         if mark is None or mark[0] != get_ident():
             return -1, False
         if mark[1] >= 0:
             for i in range(min(mark[1], len(self._front))):
                 self._missed_behind(i, counted)
-            self._ledger.counted[mark[1]] = True  # its claim counted the hit
+            if self._ledger.open:
+                self._ledger.counted[mark[1]] = True  # its claim counted the hit
             return -1, True
         return (-1 if self._locker_index is None else self._locker_index), False
 

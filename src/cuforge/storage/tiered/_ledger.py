@@ -11,12 +11,12 @@ themselves (a manifest's miss, an entry a claim handed over, the miss of a level
 the claim found empty): those levels are not counted again -- though a level that
 then served the answer's entry counts its bytes read.
 
-The ledger is per thread and per tier; a request's first lookup (``count_miss=False``)
-starts it afresh, ``tally_answer`` closes it (keeping where the other keys of an
-uncounted batch were found: the command line's direct path looks up every output,
-then counts each). A request whose answer no one tallies
-(an untracked one, counted by its own lookups) leaves nothing that a later request
-reads: that one's first lookup starts over.
+The ledger is per thread and per tier: a request that counts its answer itself opens
+it first (``failopen.begin``: the tracked compile steps, the command line's direct
+path), which forgets whatever came before -- a request that raised before its answer
+was counted leaves nothing a later one reads. Only an open ledger records lookups;
+``tally_answer`` closes it, keeping where the other keys of an uncounted batch were
+found (the direct path looks up every output, then counts each).
 """
 
 from __future__ import annotations
@@ -37,12 +37,14 @@ class Ledger(threading.local):
         self.counted: dict[int, bool] = {}  # level -> counted a hit (True) or a miss
         self.served: dict[bytes, int] = {}  # key -> level an uncounted lookup found it at
         self.reached = 0  # how many levels (front first) the uncounted lookups asked
+        self.open = False  # a request that counts its answer itself is in progress
 
     def start(self) -> None:
-        """A request's first lookup: forget the one before."""
+        """A request that counts its answer itself begins: forget the one before."""
         self.counted.clear()
         self.served.clear()
         self.reached = 0
+        self.open = True
 
     def asked(self, i: int, key: bytes, found: bool, hit_counted: bool, miss_counted: bool) -> None:
         """Level ``i`` was asked for ``key``: what it found and what it counted."""
@@ -91,3 +93,4 @@ def tally_answer(
     ledger.served.pop(key, None)
     counted.clear()
     ledger.reached = 0
+    ledger.open = bool(ledger.served)
