@@ -1,0 +1,56 @@
+"""Newcomer pass 21, minor items: messages of the CLI that said something untrue or
+unhelpful. Through the installed ``cuforge`` console script, real NVRTC compiles."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from _cli import run
+
+KERNEL = '#include "p.h"\nextern "C" __global__ void k(float* x) { x[0] = P; }\n'
+
+
+def _header_kernel(tmp_path: Path) -> Path:
+    work = tmp_path / "w"
+    for d, value in (("dirA", "1.0f"), ("dirB", "2.0f"), ("dirC", "3.0f")):
+        (work / d).mkdir(parents=True)
+        (work / d / "p.h").write_text(f"#define P {value}\n")
+    (work / "k.cu").write_text(KERNEL)
+    return work
+
+
+def test_explain_says_an_added_include_directory_shadows_the_header_not_an_edit(
+    tmp_path: Path,
+) -> None:
+    work = _header_kernel(tmp_path)
+    cache = str(tmp_path / "c")
+    flags = ("--arch", "sm_90", "--cache", cache)
+    made = run(tmp_path, "compile", "k.cu", "-I", "dirA", "-o", "k.cubin", *flags, cwd=work)
+    assert made.returncode == 0, made.stderr
+    # a directory added in front: its p.h shadows dirA/p.h, which nobody edited
+    got = run(tmp_path, "cache", "explain", "k.cu", "-I", "dirB", "-I", "dirA", *flags, cwd=work)
+    assert got.returncode == 1, got.stderr
+    assert got.stdout.splitlines()[:2] == [
+        "miss: option --include-path=dirB added",
+        f"miss: header p.h now found at {work}/dirB/p.h, which shadows {work}/dirA/p.h",
+    ], got.stdout
+    # dirA's header edited as well: both said
+    (work / "dirA" / "p.h").write_text("#define P 4.0f\n")
+    got = run(tmp_path, "cache", "explain", "k.cu", "-I", "dirB", "-I", "dirA", *flags, cwd=work)
+    assert got.stdout.splitlines()[1] == (
+        f"miss: header p.h now found at {work}/dirB/p.h, which shadows {work}/dirA/p.h, "
+        "itself edited since"
+    ), got.stdout
+    (work / "dirA" / "p.h").write_text("#define P 1.0f\n")
+    # dirA replaced by dirC (one directory still: the manifest's variant is compared)
+    got = run(tmp_path, "cache", "explain", "k.cu", "-I", "dirC", *flags, cwd=work)
+    assert got.returncode == 1, got.stderr
+    assert got.stdout.strip() == (
+        f"miss: header p.h now found at {work}/dirC/p.h, not at {work}/dirA/p.h "
+        "(include directory dirA is now dirC)"
+    ), got.stdout
+    # a real edit under the same directories is still an edit
+    (work / "dirA" / "p.h").write_text("#define P 5.0f\n")
+    got = run(tmp_path, "cache", "explain", "k.cu", "-I", "dirA", *flags, cwd=work)
+    assert got.stdout.strip() == f"miss: header {work}/dirA/p.h edited", got.stdout
+
