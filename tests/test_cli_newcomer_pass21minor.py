@@ -3,9 +3,13 @@ unhelpful. Through the installed ``cuforge`` console script, real NVRTC compiles
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from pathlib import Path
 
-from _cli import run
+import pytest
+
+from _cli import SAXPY, one_line_error, run
 
 KERNEL = '#include "p.h"\nextern "C" __global__ void k(float* x) { x[0] = P; }\n'
 
@@ -54,3 +58,27 @@ def test_explain_says_an_added_include_directory_shadows_the_header_not_an_edit(
     got = run(tmp_path, "cache", "explain", "k.cu", "-I", "dirA", *flags, cwd=work)
     assert got.stdout.strip() == f"miss: header {work}/dirA/p.h edited", got.stdout
 
+
+@pytest.mark.skipif(shutil.which("chattr") is None, reason="needs chattr")
+def test_zero_stats_a_cache_cannot_take_is_exit_1_as_clear_that_cannot_remove(
+    tmp_path: Path,
+) -> None:
+    cache = tmp_path / "c"
+    made = run(tmp_path, "compile", str(SAXPY), "--arch", "sm_90", "-o",
+               str(tmp_path / "s.cubin"), "--cache", str(cache))  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    stats = cache / "stats"
+    if subprocess.run(["chattr", "+i", str(stats)], capture_output=True).returncode:
+        pytest.skip("this file system keeps no immutable flag")
+    try:
+        got = run(tmp_path, "cache", "zero-stats", "--cache", str(cache))
+    finally:
+        subprocess.run(["chattr", "-i", str(stats)], check=False)
+    assert got.returncode == 1, (got.stdout, got.stderr)
+    assert got.stderr.strip() == (
+        "cuforge cache zero-stats: error: cannot reset the statistics: Operation not permitted"
+    ), got.stderr
+    assert got.stdout == ""
+    # a ?ro cache is still the usage error it was (the command asked what it cannot do)
+    ro = run(tmp_path, "cache", "zero-stats", "--cache", f"file://{cache}?ro")
+    assert "is opened read-only (?ro)" in one_line_error(ro, "cuforge cache zero-stats")
