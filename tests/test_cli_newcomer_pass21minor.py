@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from _cli import SAXPY, one_line_error, run
+from _cli import SAXPY, SCRIPT, isolated_env, one_line_error, run
 
 KERNEL = '#include "p.h"\nextern "C" __global__ void k(float* x) { x[0] = P; }\n'
 
@@ -82,3 +82,36 @@ def test_zero_stats_a_cache_cannot_take_is_exit_1_as_clear_that_cannot_remove(
     # a ?ro cache is still the usage error it was (the command asked what it cannot do)
     ro = run(tmp_path, "cache", "zero-stats", "--cache", f"file://{cache}?ro")
     assert "is opened read-only (?ro)" in one_line_error(ro, "cuforge cache zero-stats")
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+@pytest.mark.parametrize("unbuffered", ["1", ""])
+def test_a_report_standard_output_cannot_take_names_standard_output(
+    tmp_path: Path, unbuffered: str
+) -> None:
+    cache = str(tmp_path / "c")
+    compile_json = ("compile", str(SAXPY), "--arch", "sm_90", "-o", str(tmp_path / "s.cubin"),
+                    "--cache", cache, "--json")  # fmt: skip
+    env = isolated_env(tmp_path)
+    env.pop("PYTHONUNBUFFERED", None)
+    if unbuffered:
+        env["PYTHONUNBUFFERED"] = unbuffered
+    for _ in range(2):  # stored, then a hit record: the next hit takes the fast path
+        assert run(tmp_path, *compile_json, env=env).returncode == 0
+    miss = tuple("sm_80" if a == "sm_90" else a for a in compile_json)
+    commands = {
+        "cuforge compile": miss,  # a miss: the full path
+        "cuforge compile ": compile_json,  # a hit: the fast path's report
+        "cuforge cache stats": ("cache", "stats", "--cache", cache),
+        "cuforge cache ls": ("cache", "ls", "--cache", cache),
+        "cuforge": ("--version",),
+    }
+    for prog, args in commands.items():
+        with open("/dev/full", "w") as full:
+            got = subprocess.run([str(SCRIPT), *args], stdout=full, stderr=subprocess.PIPE,
+                                 text=True, env=env, timeout=240)  # fmt: skip
+        assert got.returncode == 1, (prog, got.stderr)
+        assert got.stderr.strip() == (
+            f"{prog.strip()}: error: cannot write standard output: No space left on device"
+        ), got.stderr
+
