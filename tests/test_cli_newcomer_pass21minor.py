@@ -115,3 +115,22 @@ def test_a_report_standard_output_cannot_take_names_standard_output(
             f"{prog.strip()}: error: cannot write standard output: No space left on device"
         ), got.stderr
 
+
+def test_a_value_starting_with_a_dash_is_said_how_to_give(tmp_path: Path) -> None:
+    cache = tmp_path / "c"
+    made = run(tmp_path, "compile", str(SAXPY), "--arch", "sm_90", "-o",
+               str(tmp_path / "s.cubin"), "--cache", str(cache))  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    prog = "cuforge cache ls"
+    got = run(tmp_path, "cache", "ls", "--name", "-x*", "--cache", str(cache))
+    line = one_line_error(got, prog)
+    assert line == (
+        f"{prog}: error: argument --name: expected one argument ('-x*' is read as an option: "
+        f"give a value that starts with '-' joined to its flag, --name=-x*) (see {prog} --help)"
+    ), line
+    # what it says works: a name that matches nothing, an empty listing
+    joined = run(tmp_path, "cache", "ls", "--name=-x*", "--cache", str(cache))
+    assert (joined.returncode, joined.stdout, joined.stderr) == (0, "", "")
+    # a value left out before another option is not said to start with '-'
+    line = one_line_error(run(tmp_path, "cache", "ls", "--name", "--json"), prog)
+    assert line == f"{prog}: error: argument --name: expected one argument (see {prog} --help)"
