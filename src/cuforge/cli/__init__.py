@@ -13,7 +13,8 @@ buy nothing here and cost start-up time).
 
 Exit status: 0 ok; 1 the command ran and found a failure (a compile error, bad
 entries, a miss for ``explain`` or ``warm --fail-on-miss``, a cache server that
-cannot be reached), or standard output's reader went away (nothing on stderr); 2
+cannot be reached), or standard output's reader went away (nothing on stderr) or it
+could not take the report (one line: ``cannot write standard output: ...``); 2
 usage errors, one line on stderr, never a traceback -- also a compiler library that
 is not installed (``ToolkitNotFoundError``: the line names the extra to install,
 ``pip install 'cuforge[cu13]'``); 130 interrupted.
@@ -21,12 +22,13 @@ is not installed (``ToolkitNotFoundError``: the line names the extra to install,
 
 from __future__ import annotations
 
+import io  # loaded with the interpreter: costs nothing
 import sys
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
-    from typing import TextIO
+    from typing import Any, TextIO
 
     from cuforge.cli._args import Parser
 
@@ -281,11 +283,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             served = None if digest is None else _direct.serve(args[1:], digest)
             if served is not None:
                 return served
-        return _run(args, digest)
+        guarded = _guard_stdout()  # the full path only: the fast path's one line is said
+        try:  # in _direct, at no cost to a hit
+            return _flushed(_run(args, digest))
+        finally:
+            if guarded is not None:
+                _unguard_stdout(guarded)
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # the reader went away (``| head``): as the full path does
         return _reader_gone()
+    except StandardOutputError as exc:  # the fast path's report could not be written
+        return _stdout_failed(args, exc)
     finally:
         warnings.showwarning = shown
         _quiet = False
@@ -322,6 +331,79 @@ def _escape_names() -> list[tuple[object, str]]:
             continue
         undo.append((stream, str(errors)))
     return undo
+
+
+class StandardOutputError(OSError):
+    """Standard output could not take what a command printed (``> /dev/full``, a full
+    disk): said as that, not as a bare ``[Errno 28]`` that names no file."""
+
+
+def _guard_stdout() -> TextIO | None:
+    """Point ``sys.stdout`` at a stream like it whose failed writes raise
+    :class:`StandardOutputError` (a closed pipe stays ``BrokenPipeError``); the stream
+    it replaced, to put back, or None where stdout is no real descriptor (``main()``
+    called under a capture). A write costs nothing more until it fails."""
+    out = sys.stdout
+    if out is not sys.__stdout__ or not isinstance(out, io.TextIOWrapper):
+        return None
+    try:
+        fd = out.fileno()
+        out.flush()
+        raw = _StdoutFile(fd, "w", closefd=False)
+        buffered = isinstance(out.buffer, io.BufferedWriter)  # not with PYTHONUNBUFFERED
+        sys.stdout = io.TextIOWrapper(
+            io.BufferedWriter(raw) if buffered else raw, encoding=out.encoding, errors=out.errors,
+            line_buffering=out.line_buffering, write_through=out.write_through,
+        )  # fmt: skip
+    except (OSError, ValueError, AttributeError):
+        return None
+    return out
+
+
+def _flushed(status: int) -> int:
+    """``status``, once what the command printed has reached standard output (a
+    failure to write it is then said, not lost at exit) -- but after a usage error,
+    which may be that very write (``-o: cannot write -``), the line said is the one."""
+    try:
+        sys.stdout.flush()
+    except StandardOutputError:
+        if status != 2:
+            raise
+        _reader_gone()
+    return status
+
+
+def _unguard_stdout(out: TextIO) -> None:
+    import contextlib
+
+    guard, sys.stdout = sys.stdout, out
+    with contextlib.suppress(OSError, ValueError):  # said already, when it failed
+        guard.flush()
+    if isinstance(guard, io.TextIOWrapper):
+        with contextlib.suppress(OSError, ValueError):
+            guard.detach()  # leaves the descriptor open: it is the interpreter's stdout
+
+
+def _stdout_error(exc: OSError) -> OSError:
+    return exc if isinstance(exc, BrokenPipeError) else StandardOutputError(exc.errno, exc.strerror)
+
+
+class _StdoutFile(io.FileIO):
+    """Standard output's descriptor, whose failed write says it was standard output's."""
+
+    def write(self, data: Any, /) -> int:
+        try:
+            return super().write(data)
+        except OSError as exc:
+            raise _stdout_error(exc) from None
+
+
+def _stdout_failed(argv: list[str], exc: OSError) -> int:
+    """Exit 1 with one line naming standard output, as a command that ran and failed;
+    stdout is pointed at /dev/null so the exit's flush says nothing more."""
+    print(f"{_prog(argv)}: error: cannot write standard output: {exc.strerror}", file=sys.stderr)
+    _reader_gone()
+    return 1
 
 
 def _run(argv: list[str], digest: str | None = None) -> int:
@@ -392,6 +474,8 @@ def _dispatch(argv: list[str], digest: str | None) -> int:
         return 2
     except BrokenPipeError:
         return _reader_gone()
+    except StandardOutputError as exc:
+        return _stdout_failed(argv, exc)
     except OSError as exc:  # a cache that cannot be reached or written while in use
         print(f"{_prog(argv)}: error: {_one_line(str(exc))}", file=sys.stderr)
         return 1

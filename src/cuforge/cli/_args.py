@@ -63,9 +63,10 @@ class Parser(argparse.ArgumentParser):
         negative = _negative(self._argv, message, self._option_string_actions)
         if negative is not None:
             raise UsageError(f"{negative} (see {self.prog} --help)", self.prog)
-        raise UsageError(
-            f"{message}{_swallowed(self._argv, message)} (see {self.prog} --help)", self.prog
+        said = _swallowed(self._argv, message) or _dash_value(
+            self._argv, message, self._option_string_actions
         )
+        raise UsageError(f"{message}{said} (see {self.prog} --help)", self.prog)
 
 
 def _negative(argv: list[str], message: str, actions: dict[str, argparse.Action]) -> str | None:
@@ -103,6 +104,27 @@ def _swallowed(argv: list[str], message: str) -> str:
             return (
                 f": {argv[i + 1]!r} was taken as the value of --cache; write "
                 "--cache=URL, or put the file before --cache"
+            )
+    return ""
+
+
+def _dash_value(argv: list[str], message: str, actions: dict[str, argparse.Action]) -> str:
+    """How to give a value that starts with ``-`` (``--name '-x*'``: argparse reads
+    ``-x*`` as an option and says only "expected one argument"): ``--name=-x*``. Not
+    said when the word after the flag is one of the command's options (``--name
+    --json``: the value was left out)."""
+    found = re.fullmatch(r"argument (\S+): expected one argument", message)
+    if found is None:
+        return ""
+    flags = found.group(1).split("/")
+    for i, word in enumerate(argv[:-1]):
+        value = argv[i + 1]
+        known = value.partition("=")[0] in actions or value == "--"
+        if word in flags and value.startswith("-") and not known:
+            joined = f"{word}={value}" if word.startswith("--") else f"{word}{value}"
+            return (
+                f" ({value!r} is read as an option: give a value that starts with '-' "
+                f"joined to its flag, {joined})"
             )
     return ""
 

@@ -297,7 +297,15 @@ def _serve_entries(
         }
         for source, output, target, arch, data, start in results
     ]
-    print(render(report, mode == "json"))
+    try:  # flushed here: a report stdout cannot take is said as that (cli.main)
+        print(render(report, mode == "json"))
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        from cuforge.cli import StandardOutputError
+
+        raise StandardOutputError(exc.errno, exc.strerror) from None
     return 0
 
 

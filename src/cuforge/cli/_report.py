@@ -15,7 +15,8 @@ or, for the fatbin ``-o NAME.fatbin`` packs, ``packed``: it is not looked up, it
 ``compiler changed``); ``stored_in`` (the levels that took it, by URL, a password
 shown as ``***``), ``outlives_process`` (whether one of them outlives this command:
 not so for ``memory://``) and ``levels``: per level of the cache, ``level``,
-``stored``, ``reason`` and ``detail`` (the backend's words); ``error`` (the compiler
+``stored``, ``reason``, ``detail`` (the backend's words) and ``outlives_process``
+(of the level, whether it stored or not); ``error`` (the compiler
 log) for a failed compile, with ``refused`` (true) when nothing was compiled: the
 cache refused the source (an include it cannot track; ``error`` says why and the way
 out). Its text line reads ``m.cu (cubin, sm_90): refused, not compiled: ...``, not

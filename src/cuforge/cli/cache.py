@@ -288,18 +288,22 @@ def _zero_stats(args: argparse.Namespace) -> int:
             raise UsageError(str(exc)) from None
         except ConnectionError:
             raise  # a server that cannot be reached: exit 1, as for every command
-        except PermissionError as exc:  # a ?ro level holds the counters stats reports
+        except OSError as exc:
             level = getattr(exc, "level", None)
             names = _select.level_names(chosen.choice)
-            if level is None or level >= len(names):
-                raise UsageError(f"cannot reset the statistics: {exc.strerror or exc}") from None
-            raise UsageError(
-                f"cannot reset the statistics: {names[level][0]} is opened read-only (?ro), "
-                "so its shared counters (what cuforge cache stats shows) stay as they are; "
-                "leave ?ro out to reset them"
-            ) from None
-        except OSError as exc:  # a cache this user may not write
-            raise UsageError(f"cannot reset the statistics: {exc.strerror or exc}") from None
+            if isinstance(exc, PermissionError) and level is not None and level < len(names):
+                raise UsageError(  # a ?ro level holds the counters stats reports
+                    f"cannot reset the statistics: {names[level][0]} is opened read-only "
+                    "(?ro), so its shared counters (what cuforge cache stats shows) stay as "
+                    "they are; leave ?ro out to reset them"
+                ) from None
+            why = f"cannot reset the statistics: {exc.strerror or exc}"
+            if isinstance(exc, PermissionError) and getattr(cache, "read_only", False) is True:
+                raise UsageError(why) from None  # the URL says ?ro: the command asked wrong
+            # The command ran and the cache failed it (a locked database, a directory it
+            # may not write): exit 1, as clear and prune that could not remove entries.
+            print(f"cuforge cache zero-stats: error: {printed(why)}", file=sys.stderr)
+            return 1
         # Which levels restarted: a ?ro level is never written, so its counters stay.
         levels = _maintlevels.parts(cache, chosen.choice, "zero", writes=False)
     ro = [p for p in levels if p.read_only]

@@ -5,7 +5,8 @@ statistics or its entries' use: entries are read as maintenance (by id, as ``cuf
 cache show`` reads them), so no access time or recency moves and an entry explain
 looked at is not kept alive against ``prune --unused-for`` or eviction. For a C++
 program that reads headers it checks the manifest's variants and names each header
-that was edited, deleted or is now shadowed by a new file, against the variant these
+that was edited, deleted or is now shadowed by a new file (or, under other include
+directories, is found as another file than the one it found), against the variant these
 headers differ from least (the newest among equals): only what stands between this
 compile and a hit -- unless the headers as they are now key an entry that is there
 (compiled under other include directories, or in another checkout): the compile
@@ -18,6 +19,7 @@ expressions, a header.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -93,7 +95,10 @@ def explain(
     if roots is not None:
         mkey = _tracking.manifest_key(src, target, names)
         variants = _tracking.lookup_manifest(resource, mkey, roots, peek=True)
-        answer = None if variants is None else _from_manifest(resource, variants, entry_id(mkey))
+        answer = (
+            None if variants is None
+            else _from_manifest(resource, variants, entry_id(mkey), roots, src.options)
+        )  # fmt: skip
         if answer is not None and answer.hit:
             return answer
         # A miss resolves the headers, as compile(cache=) does on a miss: an include it
@@ -116,10 +121,15 @@ def explain(
 
 
 def _from_manifest(
-    cache: ProgramCacheResource, variants: list[_manifest.Prepared], mid: str
+    cache: ProgramCacheResource,
+    variants: list[_manifest.Prepared],
+    mid: str,
+    roots: Any,
+    options: Any,
 ) -> Explanation:
     evicted = False
     nearest: list[Any] | None = None  # the problems of the variant that differs least
+    near: _manifest.Prepared | None = None
     for variant in variants:  # newest first: among equals, the newest is named
         problems = _manifest.check(variant, all_problems=True)
         if not problems:
@@ -128,12 +138,50 @@ def _from_manifest(
                 return Explanation(True, entry_id(variant.key))
             evicted = True
         elif nearest is None or len(problems) < len(nearest):
-            nearest = problems
+            nearest, near = problems, variant
     if evicted:
         return Explanation(
             False, mid, ["the headers match a compile whose entry is gone (evicted)"]
         )
-    return Explanation(False, mid, [str(p) for p in nearest or ()])
+    said = [str(p) for p in nearest or ()]
+    if near is not None and any(p.what == "edited" for p in nearest or ()):
+        said = _moved(cache, near, nearest or [], roots, list(options.include_path or ()))
+    return Explanation(False, mid, said)
+
+
+def _moved(
+    cache: ProgramCacheResource, variant: Any, problems: list[Any], roots: Any, now: list[str]
+) -> list[str]:
+    """The problems in words, where an "edited" header is one an include directory
+    now at the same position (the manifest records positions: ``-I dirA`` replaced by
+    ``-I dirB``) finds instead of the file the entry read: said as found elsewhere
+    (and whether the file it read was edited since), never as an edit of the new one."""
+    from cuforge.compile.cache._includes import file_digest
+
+    entry = peek_entry(cache, variant.key)
+    record = decode_record(entry.meta, "program") if entry is not None else None
+    was = list((record or {}).get("include_path") or [])
+    out = []
+    for problem in problems:
+        out.append(str(problem))
+        for i, (old_dir, new_dir) in enumerate(zip(was, now, strict=False)):
+            prefix = os.path.join(roots.user[i], "")
+            if old_dir == new_dir or not problem.path.startswith(prefix):
+                continue
+            rel = problem.path[len(prefix) :]
+            old = os.path.join(roots.cwd, old_dir, rel)
+            recorded = next((d for f, _, d in variant.files if f == problem.path), None)
+            try:
+                with open(old, "rb") as f:
+                    also = "" if file_digest(f.read()) == recorded else ", itself edited since"
+            except OSError:
+                also = ", itself gone since"
+            out[-1] = (
+                f"header {rel} now found at {problem.path}, not at {old}{also} "
+                f"(include directory {old_dir} is now {new_dir})"
+            )
+            break
+    return out
 
 
 def _program_records(
@@ -167,7 +215,7 @@ def _nearest(
     current = _inputs(program, target, names)
     best: tuple[int, str, list[str]] | None = None
     for eid, record in candidates:
-        diffs = _differences(current, record)
+        diffs = _differences(current, record, lambda h, r=record: _header_change(program, r, h))
         if best is None or len(diffs) < best[0]:
             best = (len(diffs), eid, diffs)
     assert best is not None
@@ -201,7 +249,58 @@ def _inputs(program: Program, target: str, names: tuple[str | bytes, ...]) -> di
     return record
 
 
-def _differences(now: dict[str, Any], then: dict[str, Any]) -> list[str]:
+def _found_at(deps: Any, roots: Any, header: str) -> str | None:
+    """The path of the one user file NVRTC is given as ``header`` (None: none, or no
+    single file: the name is then said as it is)."""
+    digest = deps.digests.get(header)
+    at = {
+        roots.path(f.pos, f.rel)
+        for f in deps.files.values()
+        if f.digest == digest and (f.rel == header or f.rel.endswith(os.sep + header))
+    }
+    return at.pop() if digest and len(at) == 1 else None
+
+
+def _header_change(program: Program, then: dict[str, Any], header: str) -> str:
+    """Why ``header`` gives NVRTC other bytes than the entry ``then`` recorded: under
+    other include directories the name may find another file, the one it found before
+    unchanged -- that is a newly shadowing file (or one found instead), not an edit.
+    Resolved under the entry's include directories here and now; "edited" when the
+    name finds the same file (or either search cannot tell one file)."""
+    from cuforge.compile.cache import _includes
+
+    src = program.source
+    options = src.options
+    was = list(then.get("include_path") or [])
+    roots = _tracking.roots_if_tracked(src)
+    if roots is None or was == list(options.include_path or ()):
+        return f"header {header} edited"
+    old_roots = _includes.Roots(
+        roots.source, roots.cwd, tuple(os.path.join(roots.cwd, d) for d in was), roots.toolkit
+    )
+    found = []
+    for where in (roots, old_roots):
+        try:
+            deps = _includes.resolve(
+                src.code, options.name or "<source>", where,
+                options.define_macro or (), options.pre_include or (),
+            )  # fmt: skip
+        except ValueError:
+            return f"header {header} edited"
+        found.append((_found_at(deps, where, header), deps.digests.get(header)))
+    (new, _), (old, old_digest) = found
+    if new is None or old is None or new == old:
+        return f"header {header} edited"
+    recorded = {h[0]: h[1] for h in then.get("headers") or []}.get(header)
+    also = "" if old_digest == recorded else ", itself edited since"
+    searched = {os.path.normpath(os.path.join(d, os.path.dirname(header)))
+                for d in (roots.source, *roots.user) if d is not None}  # fmt: skip
+    if os.path.dirname(old) in searched:  # a directory searched still: the new one is first
+        return f"header {header} now found at {new}, which shadows {old}{also}"
+    return f"header {header} now found at {new}, not at {old}{also}"
+
+
+def _differences(now: dict[str, Any], then: dict[str, Any], header_change: Any = None) -> list[str]:
     out: list[str] = []
     if now.get("source") != then.get("source"):
         out.append("the source changed")
@@ -237,5 +336,5 @@ def _differences(now: dict[str, Any], then: dict[str, Any]) -> list[str]:
         elif header not in old_h:
             out.append(f"header {header} newly included")
         elif old_h[header] != new_h[header]:
-            out.append(f"header {header} edited")
+            out.append(header_change(header) if header_change else f"header {header} edited")
     return out
