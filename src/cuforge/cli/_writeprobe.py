@@ -17,6 +17,8 @@ import contextlib
 import os
 import sys
 
+from cuforge.storage.diskspace import no_space
+
 __all__ = ["writable"]
 
 #: ``FS_IOC_GETFLAGS`` (``_IOR('f', 1, long)``) and the flags that stop a store.
@@ -48,7 +50,7 @@ def _database(path: str) -> tuple[bool, str | None]:
     folder = os.path.dirname(path)
     if not (os.access(path, os.W_OK) and os.access(folder, os.W_OK | os.X_OK)):
         return False, None
-    full = _no_space(folder)
+    full = no_space(folder)
     if full is not None:
         return False, full
     try:
@@ -59,15 +61,6 @@ def _database(path: str) -> tuple[bool, str | None]:
     if _flags(path) & (_IMMUTABLE | _APPEND):
         return False, "the file is immutable or append-only"
     return True, None
-
-
-def _no_space(folder: str) -> str | None:
-    try:
-        st = os.statvfs(folder)
-    except (OSError, AttributeError):
-        return None
-    free = st.f_bfree if hasattr(os, "geteuid") and os.geteuid() == 0 else st.f_bavail
-    return None if free else "no space left on its file system"
 
 
 def _stuck_dir(root: str) -> str | None:

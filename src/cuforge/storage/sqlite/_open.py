@@ -28,6 +28,7 @@ import time
 from typing import Any, NamedTuple
 
 from .. import ownership
+from ..diskspace import no_space
 from ._conn import Connections
 from ._lock import LockFile
 from ._schema import (
@@ -258,12 +259,7 @@ def _full(path: str) -> str | None:
     block (for this user) -- SQLite's open then fails ("disk I/O error") as it makes
     the WAL index -- else None. Such a cache is served for reading: a full disk must
     not stop the compiles it would hit."""
-    try:
-        st = os.statvfs(os.path.dirname(path) or ".")
-    except (OSError, AttributeError):
-        return None
-    free = st.f_bfree if hasattr(os, "geteuid") and os.geteuid() == 0 else st.f_bavail
-    return None if free else "no space left on its file system"
+    return no_space(os.path.dirname(path) or ".")
 
 
 def _cannot_write(path: str) -> bool:
