@@ -100,3 +100,42 @@ def test_doctor_names_the_settings_file_a_cache_could_not_be_chosen_from(
     # --json: the same origin
     report = json.loads(run(tmp_path, "doctor", "--json", cwd=work, env=_env(tmp_path)).stdout)
     assert (report["cache"], report["origin"]) == ("invalid", f"project config {toml}"), report
+
+
+def test_naming_cuforges_own_directory_as_the_cache_says_to_name_the_cache_inside(
+    tmp_path: Path,
+) -> None:
+    made = run(tmp_path, "compile", str(SAXPY), "--arch", "sm_90", "-o",
+               str(tmp_path / "a.cubin"), env=_env(tmp_path))  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    own = tmp_path / "xdg" / "cuforge"
+    inner = own / "program-cache"
+    assert (inner / "CACHEDIR.TAG").is_file()
+    before = sorted(p.name for p in own.iterdir())
+    got = run(tmp_path, "compile", str(SAXPY), "--arch", "sm_90", "--cache", str(own), "-o",
+              str(tmp_path / "z.cubin"), env=_env(tmp_path))  # fmt: skip
+    assert one_line_error(got, "cuforge compile") == (
+        f"cuforge compile: error: --cache: cache directory {own}: is not a cuforge cache "
+        "(no CACHEDIR.TAG) and is not empty; cuforge creates and deletes files only in its "
+        f"own caches; fix: name the cuforge cache inside it, {inner}"
+    )
+    got = run(tmp_path, "cache", "stats", "--cache", str(own), env=_env(tmp_path))
+    assert one_line_error(got, "cuforge cache stats") == (
+        f"cuforge cache stats: error: --cache: cache directory {own}: is not a cuforge cache "
+        f"(no CACHEDIR.TAG) and is not empty; fix: name the cuforge cache inside it, {inner} "
+        "(nothing was read or changed)"
+    )
+    assert sorted(p.name for p in own.iterdir()) == before
+    # the cache it names works
+    got = run(tmp_path, "compile", str(SAXPY), "--arch", "sm_90", "--cache", str(inner), "-o",
+              str(tmp_path / "z.cubin"), env=_env(tmp_path))  # fmt: skip
+    assert got.returncode == 0 and "cache hit" in got.stdout, (got.stdout, got.stderr)
+    # any other directory that is not a cache keeps the general fix
+    other = tmp_path / "junk"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine\n")
+    got = run(tmp_path, "compile", str(SAXPY), "--arch", "sm_90", "--cache", str(other), "-o",
+              str(tmp_path / "z.cubin"), env=_env(tmp_path))  # fmt: skip
+    assert one_line_error(got, "cuforge compile").endswith(
+        "fix: name an empty or new directory for the cache"
+    )
