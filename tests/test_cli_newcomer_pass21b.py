@@ -139,3 +139,26 @@ def test_naming_cuforges_own_directory_as_the_cache_says_to_name_the_cache_insid
     assert one_line_error(got, "cuforge compile").endswith(
         "fix: name an empty or new directory for the cache"
     )
+
+
+def test_a_signed_entry_is_served_unchecked_without_a_secret_as_documented(
+    tmp_path: Path,
+) -> None:
+    cache = str(tmp_path / "c")
+    secret = "s" * 32
+    first, second = tmp_path / "s1.cubin", tmp_path / "s2.cubin"
+    made = run(tmp_path, "compile", str(SAXPY), "--arch", "sm_90", "--cache", cache, "-o",
+               str(first), env=_env(tmp_path, CUFORGE_CACHE_SECRET=secret))  # fmt: skip
+    assert made.returncode == 0 and "cache miss" in made.stdout, made.stderr
+    got = run(tmp_path, "compile", str(SAXPY), "--arch", "sm_90", "--cache", cache, "-o",
+              str(second), env=_env(tmp_path))  # fmt: skip
+    assert got.returncode == 0, got.stderr
+    assert got.stdout.rstrip().endswith("cache hit"), got.stdout
+    assert got.stderr == ""
+    assert second.read_bytes() == first.read_bytes()
+    verify = run(tmp_path, "cache", "verify", "--cache", cache, env=_env(tmp_path))
+    assert verify.returncode == 0, verify.stderr
+    assert "1 signed entry's signature was not checked (no secret set" in verify.stdout
+    # and docs/cache.md's signing section says so (it was silent)
+    doc = " ".join((Path(__file__).resolve().parents[1] / "docs" / "cache.md").read_text().split())
+    assert "Without one, nothing checks a signature: a signed entry is served as any other" in doc
