@@ -132,10 +132,15 @@ def test_doctor_lists_the_line_compile_refuses_with(tmp_path: Path, kind: str) -
 
 
 def test_doctor_names_the_settings_file_and_the_flag(tmp_path: Path) -> None:
-    project, env = _project(tmp_path, 'arch = "sm90"\nmax_size = "2Q"\n')
+    # An arch that does not look like one makes the file unusable, as a wrong type
+    # does (newcomer pass 21b): its other keys are not read, so each bad value is
+    # asked of a file of its own.
+    project, env = _project(tmp_path, 'arch = "sm90"\n')
     _, report = _doctor(tmp_path, project, env)
     toml = project / "cuforge.toml"
     assert any(str(toml) in p and "must look like" in p for p in report["problems"])
+    (project / "cuforge.toml").write_text('max_size = "2Q"\n')
+    _, report = _doctor(tmp_path, project, env)
     assert any(f"max_size in project config {toml}" in p for p in report["problems"])
 
 

@@ -32,11 +32,15 @@ __all__ = [
 ]
 
 
-def _usage(message: str) -> UsageError:
+def _usage(message: str, refused: ValueError | None = None) -> UsageError:
+    """UsageError ``message``; ``key``: the key whose value ``refused`` (a
+    ``SettingsFileError``) names, "" for a file refused as a whole (doctor)."""
     # imported here: _args imports argparse, which the fast hit path never loads
     from cuforge.cli._args import UsageError
 
-    return UsageError(message)
+    error = UsageError(message)
+    error.key = getattr(refused, "key", "")  # type: ignore[attr-defined]
+    return error
 
 
 def settings() -> dict[str, Setting]:
@@ -47,7 +51,7 @@ def settings() -> dict[str, Setting]:
     try:
         return files.settings()
     except ValueError as exc:
-        raise _usage(str(exc)) from None
+        raise _usage(str(exc), exc) from None
 
 
 def read_files() -> list[tuple[str, str, tuple[str, ...]]]:

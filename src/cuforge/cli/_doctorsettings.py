@@ -29,7 +29,10 @@ def settings(report: dict[str, Any], choice: _select.Choice | None) -> dict[str,
     try:
         files = _config.settings()
     except UsageError as exc:
-        return {"error": {"value": str(exc), "from": "settings file"}}
+        refused = {"error": {"value": str(exc), "from": "settings file"}}
+        if getattr(exc, "key", "") == "arch":  # the devices line says so (one problem)
+            refused["arch_error"] = {"value": str(exc), "from": "-"}
+        return refused
     shown = {"cache": {"value": str(report["cache"]), "from": str(report["origin"])}}
     shown["max_size"] = _max_size(files.get("max_size"), choice, report.get("max_size_bytes"))
     shown.update(_secret(files))

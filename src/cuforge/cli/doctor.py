@@ -132,7 +132,8 @@ def _cache(args: argparse.Namespace) -> tuple[_select.Choice | None, dict[str, A
         choice = _select.choose(args)
     except UsageError as exc:
         # The rule that was choosing, as a cache's origin reads ("project config
-        # PATH", "$CUFORGE_CACHE"); "-" when a settings file failed before any did.
+        # PATH", "$CUFORGE_CACHE"); a settings file that could not be read while its
+        # rule was choosing is that file; "-" when none was named yet.
         where = getattr(exc, "chosen_where", "") or "-"
         origin = where.removeprefix("cache in ")
         return None, {"cache": "invalid", "origin": origin, "problem": str(exc)}

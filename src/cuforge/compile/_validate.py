@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 
+from cuforge._archname import arch_ok
+
 TYPE_CHECKING = False  # typing and re cost a cold process ~8 ms: not at run time
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -168,17 +170,6 @@ def macro_name_ok(name: str) -> bool:
     return params.endswith(")") and all(
         c == "_" or c.isalnum() or c.isspace() or c in ",." for c in params[:-1]
     )
-
-
-def arch_ok(text: str) -> bool:
-    """Whether ``text`` is an arch: the whole of it matches
-    ``(sm|compute)_(\\d{2,3})([af]?)`` (written out, as :func:`macro_name_ok`)."""
-    prefix, underscore, number = text.partition("_")
-    if not underscore or prefix not in ("sm", "compute"):
-        return False
-    if number[-1:] in ("a", "f"):
-        number = number[:-1]
-    return 2 <= len(number) <= 3 and number.isdecimal()
 
 
 def check_arch(where: str, value: Any) -> str | None:

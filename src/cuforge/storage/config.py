@@ -384,7 +384,10 @@ def _setting(name: str) -> Setting | None:
     try:
         return settings.setting(name)
     except ValueError as exc:  # names the file (and the key) itself
-        raise SelectionError("", str(exc)) from None
+        refused = SelectionError("", str(exc))
+        if isinstance(exc, settings.SettingsFileError):  # its rule was choosing (cache =)
+            refused.chosen_where = _where(exc.origin)
+        raise refused from None
 
 
 def _cap(specs: list[CacheSpec], where: str, given: int | None, given_origin: str) -> int | None:

@@ -23,10 +23,12 @@ apart (:func:`tables`): the layer that uses one parses and checks it
 (``integrations.mirror.profiles.configured_profiles``), so a bad one fails only what
 uses it. Relative paths (``cache``, ``secret_file``) are relative to the file's directory.
 Where these rank against flags, variables and arguments is ``storage.config``'s
-(docs/cache.md, "Which cache"). An unknown key, a value of the wrong type or a file
-that is not TOML is a ValueError naming the file (and the key); values are checked
-where they are used (``max_size`` and ``secret_file`` by ``storage.config``, ``arch``
-by the command line). Files are read with ``tomllib`` (``tomli`` on Python 3.10) only
+(docs/cache.md, "Which cache"). An unknown key, a value of the wrong type, an ``arch``
+that does not look like one (``_archname``) or a file that is not TOML is a
+:class:`SettingsFileError` naming the file (and the key), whichever key the reader
+wanted; other values are checked where they are used (``cache``, ``max_size`` and
+``secret_file`` by ``storage.config``, whether NVRTC takes an ``arch`` by the command
+line). Files are read with ``tomllib`` (``tomli`` on Python 3.10) only
 when one exists; finding them costs a few ``stat`` calls, which is also what
 :func:`fingerprint` hashes. Imports only ``os`` and ``sys``: the command line's fast
 hit path reads the fingerprint.
@@ -45,6 +47,7 @@ __all__ = [
     "KEYS",
     "TABLES",
     "Setting",
+    "SettingsFileError",
     "fingerprint",
     "read_files",
     "setting",
@@ -65,6 +68,17 @@ TABLES = {
     "mirror": "[mirror.<name>] tables, directory-mirror profiles (docs/integrations.md)",
 }
 _PROJECT_NAMES = ("cuforge.toml", "pyproject.toml")
+
+
+class SettingsFileError(ValueError):
+    """A settings file that cannot be used: ``str()`` names the file (and the key);
+    ``origin`` is the file as a :class:`Setting`'s (``project config PATH``), so a
+    message about the cache being chosen can say whose rule was choosing; ``key`` the
+    key whose value is refused ("" for the file as a whole: not TOML, an unknown key)."""
+
+    def __init__(self, message: str, origin: str, key: str = "") -> None:
+        super().__init__(message)
+        self.origin, self.key = origin, key
 
 
 class Setting:
@@ -166,7 +180,13 @@ def _files() -> tuple[dict[str, Setting], list[_Read]]:
         project = project_file()
         for level, path in (("user", user_file()), ("project", project)):
             if path is not None and os.path.isfile(path):
-                read, where, held = _read(path, f"{level} config {path}")
+                origin = f"{level} config {path}"
+                try:
+                    read, where, held = _read(path, origin)
+                except SettingsFileError:
+                    raise
+                except ValueError as exc:
+                    raise SettingsFileError(str(exc), origin) from None
                 values.update(read)
                 files.append((path, where, held, (*read, *held)))
         found = (values, files)
@@ -251,8 +271,19 @@ def _read(path: str, origin: str) -> tuple[dict[str, Setting], str, dict[str, ob
         ):
             value = ",".join(value)
         if not isinstance(value, str) or not value.strip():
-            raise ValueError(f"{where}: {key} must be {KEYS[key]}, got {_as_written(written)}")
+            said = f"{where}: {key} must be {KEYS[key]}, got {_as_written(written)}"
+            raise SettingsFileError(said, origin, key)
         value = value.strip()
+        if key == "arch":  # its form, as a compile checks it; what NVRTC takes: the CLI's
+            from cuforge._archname import arch_ok
+
+            for arch in (a.strip() for a in value.split(",")):
+                if arch and not arch_ok(arch):
+                    said = (
+                        f"arch in {origin} must look like 'sm_90' (or 'compute_90', with an "
+                        f"optional 'a'/'f' suffix), got {arch!r}"
+                    )
+                    raise SettingsFileError(said, origin, key)
         if key == "secret_file":
             value = os.path.normpath(os.path.join(folder, os.path.expanduser(value)))
         elif key == "cache" and value.lower() != "off":  # its directories: from this file's

@@ -29,7 +29,7 @@ import os
 
 from ..handle import SharedCache
 from ._driver import FileStreamDriver
-from ._owned import not_a_cache
+from ._owned import DEFAULT_NAME, not_a_cache
 
 TYPE_CHECKING = False  # typing is not imported at run time: it costs a cold hit ~5 ms
 if TYPE_CHECKING:
@@ -42,7 +42,7 @@ def default_cache_dir() -> str:
     """``<user cache dir>/cuforge/program-cache`` as platformdirs defines it."""
     from platformdirs import user_cache_path
 
-    return str(user_cache_path("cuforge", appauthor=False) / "program-cache")
+    return str(user_cache_path("cuforge", appauthor=False) / DEFAULT_NAME)
 
 
 class FileStreamProgramCache(SharedCache):

@@ -199,15 +199,26 @@ def root_state(path: str) -> str:
     return LEGACY if legacy_root(path) else FOREIGN
 
 
+#: The default cache's name in cuforge's own directory (``default_cache_dir``), which
+#: also holds the command line's state (``identity/``, ``cli-hits/``): not a cache.
+DEFAULT_NAME = "program-cache"
+
+
 def not_a_cache(path: str, read_only: bool) -> CachePathError:
-    """The refusal of an existing directory that is not a cuforge cache."""
-    if read_only:
-        fix = "fix: name the directory of a cuforge cache (nothing was read or changed)"
+    """The refusal of an existing directory that is not a cuforge cache; one holding
+    a cuforge cache as :data:`DEFAULT_NAME` (cuforge's own directory) is told to name
+    that cache."""
+    inner = os.path.join(path, DEFAULT_NAME)
+    if root_state(inner) in (TAGGED, LEGACY):
+        where = f"name the cuforge cache inside it, {inner}"
     else:
-        fix = (
-            "cuforge creates and deletes files only in its own caches; fix: name an empty "
-            "or new directory for the cache"
-        )
+        where = "name the directory of a cuforge cache" if read_only else (
+            "name an empty or new directory for the cache"
+        )  # fmt: skip
+    if read_only:
+        fix = f"fix: {where} (nothing was read or changed)"
+    else:
+        fix = f"cuforge creates and deletes files only in its own caches; fix: {where}"
     return CachePathError(
         path, f"is not a cuforge cache (no CACHEDIR.TAG) and is not empty; {fix}",
         errno.ENOTEMPTY,
