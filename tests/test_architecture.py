@@ -31,8 +31,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src" / "cuforge"
 CORE = {
-    "_cuda", "_fields", "_hashing", "_lazy", "_log", "_names", "_native", "_stack", "_typing",
-    "_warm",
+    "_archname", "_cuda", "_fields", "_hashing", "_lazy", "_log", "_names", "_native", "_stack",
+    "_typing", "_warm",
 }  # fmt: skip
 MAX_LINES = 800
 
