@@ -411,7 +411,9 @@ def _several_outputs(args: argparse.Namespace, archs: list[str | None]) -> str:
             f"({', '.join(a or '' for a in archs)}): pick one with --arch, or use --outdir "
             "DIR (or -o NAME.fatbin to pack them)"
         )
-    return "-o names one output; use --outdir DIR for several files or archs"
+    if len(args.files) > 1:
+        return "-o names one output; use --outdir DIR for several files"
+    return "-o names one output; use --outdir DIR for several archs, or -o NAME.fatbin to pack them"
 
 
 def plan(args: argparse.Namespace) -> tuple[list[Job], dict[tuple[int, int], str]]:
