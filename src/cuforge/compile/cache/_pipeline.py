@@ -195,11 +195,11 @@ def _tracked(
     manifest key's lock, look again and fill (``_fill_tracked``)."""
     src = program.source
     mkey = _tracking.manifest_key(src, target, names)
-    obj = _tracking.recall(src, target, names, cache, roots, mkey, logs, count_miss=False)
+    obj, _ = _tracking.recall(src, target, names, cache, roots, mkey, logs, count_miss=False)
     if obj is not None:
         return obj
     with failopen.lock(cache, mkey):
-        obj, pending = _tracking.recall_pending(src, target, names, cache, roots, mkey, logs)
+        obj, pending = _tracking.recall(src, target, names, cache, roots, mkey, logs)
         if obj is None:
             obj = _fill_tracked(program, target, names, logs, cache, roots, mkey, report, pending)
     return obj

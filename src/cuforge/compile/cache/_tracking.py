@@ -169,33 +169,16 @@ def recall(
     mkey: bytes,
     logs: Any = None,
     count_miss: bool = True,
-) -> ObjectCode | None:
-    """The validate + lookup steps: a hit through a manifest variant that holds
-    here (its compile log written to ``logs``); counts a hit, and a miss unless
-    ``count_miss`` is False (the first lookup of a request: the look-again counts).
-    An absent or rejected manifest is counted by its own lookup (a rejection with
-    its miss); anything else by this request, once its answer is known."""
-    obj, pending = recall_pending(src, target, names, cache, roots, mkey, logs, count_miss)
-    if pending is not None:
-        miss(cache, mkey, src.options.name or "", pending)
-    return obj
-
-
-def recall_pending(
-    src: ProgramSource,
-    target: str,
-    names: tuple[str | bytes, ...],
-    cache: ProgramCacheResource,
-    roots: _includes.Roots,
-    mkey: bytes,
-    logs: Any = None,
-    count_miss: bool = True,
 ) -> tuple[ObjectCode | None, str | None]:
-    """:func:`recall`, leaving the miss of a look-again that no lookup counted (the
-    manifest was there, no variant held) to the caller: the answer, and that miss's
-    reason (None: nothing left to count). The caller counts it as :func:`miss`, or as
-    the hit of the entry the headers as they are now key (compiled under other include
-    directories, or in another checkout), once it has looked."""
+    """The validate + lookup steps: a hit through a manifest variant that holds here
+    (its compile log written to ``logs``), counted; and the reason of a miss left to
+    the caller (None: nothing left to count). A request's first lookup
+    (``count_miss=False``) counts no miss: its look-again does. An absent or rejected
+    manifest is counted by its own lookup (a rejection with its miss); a look-again's
+    miss no lookup counted (the manifest was there, no variant held) is the caller's,
+    who counts it as :func:`miss`, or as the hit of the entry the headers as they are
+    now key (compiled under other include directories, or in another checkout), once
+    it has looked."""
     if not count_miss:  # a request's first look: it counts its answer itself
         failopen.begin(cache)
     obj, key, counted, reason = _recall(src, target, names, cache, roots, mkey, logs, count_miss)
