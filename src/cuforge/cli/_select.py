@@ -25,8 +25,8 @@ from cuforge.storage.config import ENV_CACHE, ENV_CACHE_DIR, Selection, select
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from cuforge.storage.absent import Absent
     from cuforge.storage.base import ProgramCacheResource
-    from cuforge.storage.config import Absent
 
 __all__ = [
     "ENV_CACHE",
