@@ -300,12 +300,10 @@ def _serve_entries(
     try:  # flushed here: a report stdout cannot take is said as that (cli.main)
         print(render(report, mode == "json"))
         sys.stdout.flush()
-    except BrokenPipeError:
-        raise
     except OSError as exc:
-        from cuforge.cli import StandardOutputError
+        from cuforge.cli import _stdout_error  # a closed pipe stays BrokenPipeError
 
-        raise StandardOutputError(exc.errno, exc.strerror) from None
+        raise _stdout_error(exc) from None
     return 0
 
 

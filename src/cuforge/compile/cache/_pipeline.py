@@ -45,7 +45,6 @@ from cuforge.compile.cache._records import program_record
 from cuforge.compile.cache._steps import lookup, store
 from cuforge.storage import failopen
 from cuforge.storage.base import ProgramCacheResource
-from cuforge.storage.entry import CacheEntry
 
 TYPE_CHECKING = False  # typing is not imported at run time: a first compile(cache=) paid ~4 ms
 if TYPE_CHECKING:
@@ -251,7 +250,7 @@ def _fill_tracked(
     obj = lookup(cache, key, target, src.options.name or "", names, logs, False, False)
     if pending is not None:
         if obj is not None:
-            failopen.tally(cache, key, CacheEntry(obj.code, b""))
+            _tracking.hit(cache, key, obj)
         else:
             _tracking.miss(cache, mkey, src.options.name or "", pending)
     if obj is None:

@@ -183,7 +183,7 @@ def recall(
         failopen.begin(cache)
     obj, key, counted, reason = _recall(src, target, names, cache, roots, mkey, logs, count_miss)
     if obj is not None:
-        failopen.tally(cache, key, CacheEntry(obj.code, b""))
+        hit(cache, key, obj)
         return obj, None
     if not count_miss:
         return None, None
@@ -191,6 +191,11 @@ def recall(
         miss(cache, mkey, src.options.name or "", reason, count=False)
         return None, None
     return None, reason
+
+
+def hit(cache: ProgramCacheResource, key: bytes, obj: ObjectCode) -> None:
+    """Count a tracked request's hit: ``obj``, found under ``key``."""
+    failopen.tally(cache, key, CacheEntry(obj.code, b""))
 
 
 def miss(

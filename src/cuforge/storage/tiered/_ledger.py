@@ -58,12 +58,16 @@ class Ledger(threading.local):
             self.counted.setdefault(i, False)
 
 
-def count_at(level: ProgramCacheResource, entry: CacheEntry | None) -> None:
+def count_at(level: ProgramCacheResource, entry: CacheEntry | None, hit: bool = True) -> None:
     """One hit of ``entry`` (None: one miss) in ``level``'s own counters (a signed
-    level's: the handle it signs)."""
+    level's: the handle it signs); ``hit=False``: only the entry's bytes read."""
     handle = handle_of(opened(level))
-    if handle is not None:
+    if handle is None:
+        return
+    if hit or entry is None:
         handle._tally(entry)
+    else:
+        handle._stats.bytes_read += len(entry.data)
 
 
 def tally_answer(
@@ -77,9 +81,7 @@ def tally_answer(
         if at is not None and True in counted.values():
             # The hit is counted (a claim handed the manifest over): the answer's bytes
             # are still read from the level that had them.
-            handle = handle_of(opened(levels[at]))
-            if handle is not None:
-                handle._stats.bytes_read += len(entry.data)
+            count_at(levels[at], entry, hit=False)
         elif at is not None:
             for j in range(at):
                 if j not in counted:
