@@ -44,6 +44,7 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import bench_coldstart as bc
+from cuforge.integrations._tritonpack import unpack
 
 
 def _cli(cache: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
@@ -74,22 +75,28 @@ def misses(mode: str, base: Path) -> None:
         print("  new entries:", dict(collections.Counter(e["name"] for e in new)))
         for e in new:
             name = e["name"]
-            if e["kind"] == "triton" and name.endswith(".json") and not name.startswith("__grp__"):
+            if e["kind"] == "triton" and name.startswith("__kernel__"):  # a kernel's pack
                 _compare(cache, e, [c for c in cold.values() if c["name"] == e["name"]])
         before = after
 
 
+def _member(cache: Path, entry_id: str, name: str) -> bytes:
+    """The bytes of Triton's file ``name`` in the kernel pack ``entry_id`` (b"": none)."""
+    files = dict(unpack(_cli(cache, "show", entry_id, "--extract", "-").stdout) or [])
+    return files.get(name, b"")
+
+
 def _compare(cache: Path, new: dict[str, Any], olds: list[dict[str, Any]]) -> None:
-    meta = json.loads(_cli(cache, "show", new["id"], "--extract", "-").stdout)
-    print(f"  {new['name']}: compiled by the fresh host; the cold run stored {len(olds)}")
+    kernel = new["name"].removeprefix("__kernel__")  # the kernel's metadata file
+    meta = json.loads(_member(cache, new["id"], kernel))
+    print(f"  {kernel}: compiled by the fresh host; the cold run stored {len(olds)}")
     for old in olds:
-        was = json.loads(_cli(cache, "show", old["id"], "--extract", "-").stdout)
+        was = json.loads(_member(cache, old["id"], kernel))
         diff = {k: (was.get(k), v) for k, v in meta.items() if k != "hash" and was.get(k) != v}
         print(f"    vs {old['id'][:8]}: {diff}")
-    src = new["name"][: -len(".json")] + ".source"
-    ids = {e["id"]: e for e in _entries(cache).values() if e["name"] == src}
-    raw = {i: _cli(cache, "show", i, "--extract", "-").stdout for i in ids}
-    texts = {i: b.decode("utf-8", "replace") for i, b in raw.items()}
+    src = kernel[: -len(".json")] + ".source"
+    ids = [e["id"] for e in (new, *olds)]
+    texts = {i: _member(cache, i, src).decode("utf-8", "replace") for i in ids}
     if len(set(texts.values())) > 1:
         a, b = list(dict.fromkeys(texts.values()))[:2]
         print("".join(list(difflib.unified_diff(a.splitlines(True), b.splitlines(True), n=0))[:12]))

@@ -85,7 +85,7 @@ def test_a_second_process_with_an_empty_triton_dir_hits(cache_url: str, tmp_path
     assert first["hits"] == [False] and first["counters"]["stored"] == 1
     assert second["hits"] == [True] and second["counters"]["misses"] == 0
     assert second["cubin"] == first["cubin"] > 0
-    assert second["stats"]["hits"] >= 8  # the group and its files, no compile
+    assert second["stats"]["hits"] == 1  # the kernel's one pack: one lookup, no compile
     files = {p.name for p in (tmp_path / "t2").rglob("*") if p.is_file()}
     assert {"add_kernel.cubin", "add_kernel.json"} <= files
 
@@ -102,7 +102,9 @@ def test_entries_are_listed_as_triton_by_the_cli(tmp_path: Path) -> None:
     rows = json.loads(ls.stdout)
     rows = rows["entries"] if isinstance(rows, dict) else rows
     names = {r["name"] for r in rows if r["kind"] == "triton"}
-    assert {"add_kernel.cubin", "add_kernel.json", "__grp__add_kernel.json"} <= names
+    # The kernel is one entry (its pack), not one per file.
+    assert "__kernel__add_kernel.json" in names
+    assert not names & {"add_kernel.cubin", "add_kernel.json", "__grp__add_kernel.json"}
     verify = subprocess.run(
         [sys.executable, "-m", "cuforge", "cache", "verify", "--cache", url],
         capture_output=True,
@@ -170,15 +172,28 @@ def test_eight_cold_processes_build_a_native_module_once(tmp_path: Path) -> None
     assert sum(r["counters"]["unlocked"] for r in out) == 0
 
 
-def _flip_stored(db: Path, file_name: str) -> None:
-    """Flip one byte of the stored payload of Triton's ``file_name`` in the SQLite cache."""
+def _flip_stored(db: Path, file_name: str, member: str | None = None) -> None:
+    """Flip one byte of the stored payload of Triton's ``file_name`` in the SQLite cache
+    (with ``member``: in the middle of that file's bytes inside the kernel's pack)."""
+    from cuforge.integrations._tritonpack import MAGIC, unpack
+
     con = sqlite3.connect(db)
     rows = con.execute("SELECT rid, meta, data FROM cuforge_entries").fetchall()
     (rid, data) = next(
         (rid, data) for rid, meta, data in rows if f'"file":"{file_name}"'.encode() in meta
     )
+    at = len(data) // 2
+    if member is not None:
+        items = unpack(data)
+        assert items is not None and member in dict(items)
+        at = data.index(b"\n", len(MAGIC)) + 1
+        for name, body in items:
+            if name == member:
+                at += len(body) // 2
+                break
+            at += len(body)
     damaged = bytearray(data)
-    damaged[len(damaged) // 2] ^= 0x40
+    damaged[at] ^= 0x40
     con.execute("UPDATE cuforge_entries SET data = ? WHERE rid = ?", (bytes(damaged), rid))
     con.commit()
     con.close()
@@ -188,7 +203,7 @@ def test_a_flipped_byte_in_a_stored_cubin_is_a_miss_and_a_recompile(tmp_path: Pa
     db = tmp_path / "c.db"
     url = f"sqlite://{db}"
     run("kernel", tmp_path / "t1", url)
-    _flip_stored(db, "add_kernel.cubin")
+    _flip_stored(db, "__kernel__add_kernel.json", member="add_kernel.cubin")
     second = run("kernel", tmp_path / "t2", url)
     assert second["hits"] == [False]
     assert second["stats"]["integrity_failures"] == 1
@@ -585,31 +600,88 @@ def test_the_remote_backend_answers_a_group_whole_or_not_at_all(
     assert backend.get(["k.json"]) == {"k.json": b'{"name": "k"}'}
 
 
-def test_a_group_read_before_is_one_round_trip_and_its_stored_list_decides(
+def test_a_kernel_is_one_entry_stored_once_and_read_in_one_request(
     redis_server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from cuforge.integrations import flush
-    from cuforge.integrations.triton import CuforgeCacheManager
+    from cuforge.integrations.triton import CuforgeCacheManager, triton_cache
 
     monkeypatch.setenv("CUFORGE_TRITON_CACHE", f"{redis_server.url}?prefix=g:")
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "t"))
     monkeypatch.delenv("CUFORGE_CACHE_SECRET", raising=False)
+
+    def triton_cache_stats() -> Any:
+        cache = triton_cache()
+        assert cache is not None
+        return cache.stats()
+
+    admin = redis_server.client()
+    admin.config_resetstat()
+    # Triton's compile: the group asked for (a miss), its files put, then the group.
     writer = CuforgeCacheManager("GROUPKEY")
-    paths = {n: writer.put(b"data of " + n.encode(), n) for n in ("k.cubin", "k.json")}
+    assert writer.get_group("k.json") is None
+    paths = {n: writer.put(b"data of " + n.encode(), n) for n in ("k.cubin", "k.ptx", "k.json")}
+    assert writer.get_file("k.ptx") == paths["k.ptx"]  # read back before the group is put
     writer.put_group("k.json", paths)
     flush()  # landed: the reads below go to Redis, not to this process's queue
-    admin = redis_server.client()
-    first = CuforgeCacheManager("GROUPKEY").get_group("k.json")
-    assert first is not None and sorted(first) == ["k.cubin", "k.json"]
+    assert triton_cache_stats().stores == 1  # one entry for the kernel's three files
     admin.config_resetstat()
-    again = CuforgeCacheManager("GROUPKEY").get_group("k.json")
-    stats = admin.info("commandstats")
-    assert again == first
-    assert stats["cmdstat_mget"]["calls"] == 1 and "cmdstat_get" not in stats
-    # The group is stored again with another file: the stored list decides, not the memo.
-    writer.put(b"ptx", "k.ptx")
-    writer.put_group("k.json", {**paths, "k.ptx": ""})
+    got = CuforgeCacheManager("GROUPKEY").get_group("k.json")
+    reads = admin.info("commandstats")
+    assert got is not None and sorted(got) == ["k.cubin", "k.json", "k.ptx"]
+    assert {n: Path(p).read_bytes() for n, p in got.items()} == {
+        n: b"data of " + n.encode() for n in ("k.cubin", "k.ptx", "k.json")
+    }
+    assert sum(v["calls"] for k, v in reads.items() if k in ("cmdstat_get", "cmdstat_mget")) == 1
+
+
+def test_a_file_put_outside_the_group_is_stored_on_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cuforge.integrations import flush
+    from cuforge.integrations.triton import CuforgeCacheManager
+
+    monkeypatch.setenv("CUFORGE_TRITON_CACHE", f"sqlite://{tmp_path / 'c.db'}")
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "t"))
+    monkeypatch.delenv("CUFORGE_CACHE_SECRET", raising=False)
+    # A manager never asked for a group (Triton's autotuner, a native module): each put
+    # is stored at once.
+    single = CuforgeCacheManager("SINGLE")
+    single.put(b'{"best": 1}', "best.autotune.json")
+    # A kernel's compile that also put a file its group does not list.
+    kernel = CuforgeCacheManager("KERNEL")
+    assert kernel.get_group("k.json") is None
+    paths = {n: kernel.put(n.encode(), n) for n in ("k.cubin", "k.json")}
+    kernel.put(b"extra", "k.extra")
+    kernel.put_group("k.json", paths)
     flush()
-    changed = CuforgeCacheManager("GROUPKEY").get_group("k.json")
-    assert changed is not None and sorted(changed) == ["k.cubin", "k.json", "k.ptx"]
-    assert Path(changed["k.ptx"]).read_bytes() == b"ptx"
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "t2"))  # another host's dirs
+    best = CuforgeCacheManager("SINGLE").get_file("best.autotune.json")
+    assert best is not None and Path(best).read_bytes() == b'{"best": 1}'
+    extra = CuforgeCacheManager("KERNEL").get_file("k.extra")
+    assert extra is not None and Path(extra).read_bytes() == b"extra"
+    group = CuforgeCacheManager("KERNEL").get_group("k.json")
+    assert group is not None and sorted(group) == ["k.cubin", "k.json"]
+
+
+def test_the_remote_backend_reads_a_kernel_the_manager_packed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cuforge.integrations import flush
+    from cuforge.integrations.triton import CuforgeCacheManager, CuforgeRemoteCacheBackend
+
+    monkeypatch.setenv("CUFORGE_TRITON_CACHE", f"sqlite://{tmp_path / 'c.db'}")
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "t"))
+    monkeypatch.delenv("CUFORGE_CACHE_SECRET", raising=False)
+    manager = CuforgeCacheManager("SHARED")
+    assert manager.get_group("k.json") is None
+    paths = {n: manager.put(n.encode() * 3, n) for n in ("k.cubin", "k.json")}
+    manager.put_group("k.json", paths)
+    flush()
+    backend = CuforgeRemoteCacheBackend("SHARED")
+    # Triton's remote manager: the group file, then the files it lists.
+    grp = backend.get(["__grp__k.json"])
+    listed = json.loads(grp["__grp__k.json"])["child_paths"]
+    assert sorted(listed) == ["k.cubin", "k.json"]
+    assert backend.get(listed) == {n: n.encode() * 3 for n in listed}
+    assert CuforgeRemoteCacheBackend("OTHER").get(["__grp__k.json"]) == {}

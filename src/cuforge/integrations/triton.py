@@ -8,26 +8,31 @@ or, for setups already on Triton's remote cache,
 ``TRITON_REMOTE_CACHE_BACKEND=cuforge.integrations.triton:CuforgeRemoteCacheBackend``.
 
 The cache: ``$CUFORGE_TRITON_CACHE`` (a cache URL, or ``off``), else cuforge's
-default (``$CUFORGE_CACHE``); ``$CUFORGE_CACHE_SECRET`` signs as everywhere. Every
-file Triton stores (IRs, cubin, metadata JSON, the group file, the launcher ``.so``,
-autotune results) is one cuforge entry whose metadata record says ``kind=triton``,
-Triton's key and the file name, so ``cuforge cache ls/stats/verify/prune`` list and
-manage them. What Triton needs as a path is written under ``TRITON_CACHE_DIR`` from
-bytes the cache just verified: a local copy that differs (tampered, truncated) is
-replaced, never used; an object there that is not a regular file (a link, a FIFO, a
-directory) is left alone and the bytes are served from a private directory beside
-it. A damaged, unsigned or foreign-signed entry is a miss, so Triton compiles
-again; a cache that cannot be opened is one warning, and Triton's own cache serves.
-A group miss takes the cache's per-key lock until the group is stored (or, when the
-compile fails, until the manager is collected), so N processes missing one kernel
-compile it once; a native module (``.so``) Triton is about to build is locked the
-same way until it is stored. Stores are written behind (``_behind``): ``put`` writes
-the local copy Triton reads and returns, the cuforge entry lands from a writer
-thread, and the kernel's lock is let go only after its group -- queued after its
-files -- has landed; this process reads its own queued files back, and the queue is
-flushed at exit (``cuforge.integrations.flush`` waits for it). A cache fault never
-fails a compile: a lookup that raises is a miss and a store that raises is dropped
-(both warn).
+default (``$CUFORGE_CACHE``); ``$CUFORGE_CACHE_SECRET`` signs as everywhere. A
+compiled kernel (its IRs, cubin, metadata JSON: the files its group lists) is one
+cuforge entry, its *pack* (``_tritonpack``), named ``__kernel__`` and the group file:
+one store when it is compiled, one lookup on a hit. A file Triton stores outside a
+kernel's group (a launcher ``.so``, autotune results) is an entry of its own. Each
+entry's metadata record says ``kind=triton``, Triton's key and the name, so ``cuforge
+cache ls/stats/verify/prune`` list and manage them. What Triton needs as a path is
+written under ``TRITON_CACHE_DIR`` from bytes the cache just verified: a local copy that
+differs (tampered, truncated) is replaced, never used; an object there that is not a
+regular file (a link, a FIFO, a directory) is left alone and the bytes are served from a
+private directory beside it. A damaged, unsigned or foreign-signed entry is a miss, so
+Triton compiles again; a cache that cannot be opened is one warning, and Triton's own
+cache serves.
+A group miss takes the cache's per-key lock until the pack is stored (or, when the
+compile fails -- its files are then not stored -- until the manager is collected), so
+N processes missing one kernel compile it once; a native module (``.so``) Triton is
+about to build is locked the same way until it is stored. ``put`` writes the local
+copy Triton reads and returns; a kernel's files wait in the manager (read back by
+``get_file`` meanwhile) until ``put_group`` stores the pack; stores go through
+``_behind`` (made at once, or written behind once a store to the cache was slow: a
+server, a slow disk), and the kernel's lock is let go only after its pack has
+landed; this process reads its own queued stores back, and the queue is flushed at
+exit (``cuforge.integrations.flush`` waits for it). A cache fault never fails a
+compile: a lookup that raises is a miss and a store that raises is dropped (both
+warn).
 Triton's dump and override modes are Triton's own: they go to its file manager.
 The local copies are written by ``_tritonlocal`` (what stands at a file's place
 decides: see there).
@@ -58,6 +63,8 @@ from ._cache import caching_off, select_cache
 from ._tritonlocal import counters
 from ._tritonlocal import materialize as _materialize
 from ._tritonlocal import put_local as _put_local
+from ._tritonpack import pack as _pack
+from ._tritonpack import unpack as _unpack
 from ._wiring import triton_override
 
 try:
@@ -75,12 +82,11 @@ ENV_CACHE = "CUFORGE_TRITON_CACHE"
 #: The suffix of the native modules Triton builds (launchers, driver utilities).
 _EXT_SUFFIX = str(sysconfig.get_config_var("EXT_SUFFIX") or ".so")
 _GROUP = "__grp__"
+#: The entry name of a kernel's pack (``_tritonpack``): its group file's name after it.
+_PACK = "__kernel__"
 #: What this module implements; another set means another extension point.
 _MANAGER_API = frozenset({"get_file", "put", "get_group", "put_group"})
 _REMOTE_API = frozenset({"get", "put"})
-
-#: The file names of groups this process has read, by (Triton key, group file).
-_children_seen: dict[tuple[str, str], list[str]] = {}
 
 
 class _Held:
@@ -243,6 +249,10 @@ class CuforgeCacheManager(CacheManager):  # type: ignore[misc]
         self._held: _Held | None = None
         self._held_name: str | None = None  # the entry whose lock is held
         self._release: weakref.finalize | None = None  # type: ignore[type-arg]
+        # A manager asked for a kernel's group compiles that kernel: its files wait
+        # here, unstored, for put_group to store them as the kernel's one pack.
+        self._asked = False
+        self._unstored: dict[str, bytes] = {}
 
     @property
     def cache_dir(self) -> str:
@@ -254,6 +264,9 @@ class CuforgeCacheManager(CacheManager):  # type: ignore[misc]
         files = self._files
         if files is None:
             return self._local.get_file(filename)  # type: ignore[no-any-return]
+        unstored = self._unstored.get(filename)
+        if unstored is not None:  # put by this kernel's compile, not stored yet
+            return _materialize(self.cache_dir, filename, unstored)
         (data,) = files.load_many([filename])
         if data is None and filename.endswith(_EXT_SUFFIX) and self._held is None:
             # A native module Triton is about to build: single-flight, as for a kernel
@@ -271,8 +284,11 @@ class CuforgeCacheManager(CacheManager):  # type: ignore[misc]
         if files is None:
             return self._local.put(data, filename, binary=binary)  # type: ignore[no-any-return]
         raw = _as_bytes(data)
-        # A native module whose lock this manager holds: let go once it has landed.
-        files.store(filename, raw, self._hand_over() if self._held_name == filename else None)
+        if self._asked:  # a kernel's file: stored with its group, as one pack
+            self._unstored[filename] = raw
+        else:  # a file of its own (a native module, autotune results)
+            # A native module whose lock this manager holds: let go once it has landed.
+            files.store(filename, raw, self._hand_over() if self._held_name == filename else None)
         return _put_local(self.cache_dir, filename, raw)
 
     # -- groups (one compiled kernel) ---------------------------------------------------
@@ -280,6 +296,7 @@ class CuforgeCacheManager(CacheManager):  # type: ignore[misc]
         files = self._files
         if files is None:
             return self._local.get_group(filename)  # type: ignore[no-any-return]
+        self._asked = True
         found = self._load_group(files, filename)
         if found is None and self._held is None:
             # Single-flight: wait for a peer compiling this kernel, then look again.
@@ -328,44 +345,35 @@ class CuforgeCacheManager(CacheManager):  # type: ignore[misc]
         return held
 
     def _load_group(self, files: _Files, filename: str) -> dict[str, str] | None:
-        """The kernel's files, verified and written locally, or None (a miss). A group
-        this process has read before is fetched with its files in one batched read;
-        its stored list is still what decides (the memo only says what to fetch)."""
-        grp = _GROUP + filename
-        seen = _children_seen.get((self.key, filename))
-        if seen is not None:
-            raw, *datas = files.load_many([grp, *seen])
-            children = _group_children(raw)
-            if children is not None and children != seen:
-                datas = files.load_many(children)
-        else:
-            (raw,) = files.load_many([grp])
-            children = _group_children(raw)
-            datas = [] if children is None else files.load_many(children)
-        if children is None or any(d is None for d in datas):
+        """The kernel's files from its pack, verified and written locally, or None (a
+        miss: no pack, or one that does not verify or unpack)."""
+        (raw,) = files.load_many([_PACK + filename])
+        items = _unpack(raw)
+        if items is None:
             return None
-        if len(_children_seen) >= 4096:
-            _children_seen.clear()
-        _children_seen[(self.key, filename)] = children
-        return {
-            c: _materialize(self.cache_dir, c, d)
-            for c, d in zip(children, datas, strict=True)
-            if d is not None
-        }
+        return {name: _materialize(self.cache_dir, name, data) for name, data in items}
 
     def put_group(self, filename: str, group: dict[str, str]) -> str:
         files = self._files
         if files is None:
             return self._local.put_group(filename, group)  # type: ignore[no-any-return]
         release = self._hand_over()
+        unstored, self._unstored = self._unstored, {}
+        names = sorted(group)
+        raw = json.dumps({"child_paths": names}).encode()
         try:
-            raw = json.dumps({"child_paths": sorted(group)}).encode()
-        except BaseException:
+            packed = _pack([(n, _child_bytes(unstored, n, group[n])) for n in names])
+        except BaseException as exc:
             if release is not None:
                 release()
-            raise
-        # The kernel's lock goes once the group -- queued after its files -- has landed.
-        files.store(_GROUP + filename, raw, release)
+            if not isinstance(exc, (OSError, ValueError)):
+                raise
+            _warn(CacheWriteWarning, f"kernel {filename} not stored ({exc})")
+            return _put_local(self.cache_dir, _GROUP + filename, raw)
+        for name in unstored.keys() - group.keys():  # put, but not one of the kernel's
+            files.store(name, unstored[name])
+        # The kernel's lock goes once its pack has landed.
+        files.store(_PACK + filename, packed, release)
         counters["stored"] += 1
         return _put_local(self.cache_dir, _GROUP + filename, raw)
 
@@ -391,30 +399,28 @@ def _let_go(holder: _Held, slot: tuple[int, bytes]) -> None:
     holder.close()
 
 
-def _group_children(raw: bytes | None) -> list[str] | None:
-    """The file names a stored group lists, or None when it is not one."""
-    if raw is None:
-        return None
-    try:
-        body = json.loads(raw)
-    except ValueError:
-        return None
-    children = body.get("child_paths") if isinstance(body, dict) else None
-    if not isinstance(children, list) or not all(
-        isinstance(c, str) and c and os.sep not in c and c not in (".", "..") for c in children
-    ):
-        return None
-    return children
+def _child_bytes(unstored: dict[str, bytes], name: str, path: str) -> bytes:
+    """A kernel file's bytes for its pack: as this manager's ``put`` was given them,
+    else read from the path Triton's group names (a file it did not put here)."""
+    data = unstored.get(name)
+    if data is not None:
+        return data
+    with open(path, "rb") as f:
+        return f.read()
 
 
 class CuforgeRemoteCacheBackend(RemoteCacheBackend):  # type: ignore[misc]
     """A Triton ``RemoteCacheBackend`` on a cuforge cache: ``get`` answers only entries
     that verify (integrity, and the signature when the cache signs), in one batched
-    read; ``put`` stores with the same records as :class:`CuforgeCacheManager`, so
-    both share entries. Raises RuntimeError when caching is off (``off`` at any level of
-    the choice, docs/cache.md): Triton's remote manager has no fallback of its own. A
-    cache that cannot be opened is one warning, then every ``get`` a miss and every
-    ``put`` dropped, so Triton compiles as without a cache.
+    read; ``put`` stores each file Triton's remote manager gives it (its protocol has
+    no kernel-level store) with the records :class:`CuforgeCacheManager` uses. It
+    also reads a kernel the manager stored (its pack: the group file, then the files
+    from the same read); the manager reads packs only, so a kernel stored through
+    this backend is compiled once more through the manager. Raises RuntimeError when
+    caching is off (``off`` at any level of the choice, docs/cache.md): Triton's remote
+    manager has no fallback of its own. A cache that cannot be opened is one warning,
+    then every ``get`` a miss and every ``put`` dropped, so Triton compiles as without a
+    cache.
     """
 
     def __init__(self, key: str) -> None:
@@ -427,6 +433,7 @@ class CuforgeRemoteCacheBackend(RemoteCacheBackend):  # type: ignore[misc]
             )
         # A cache that cannot be opened (warned): every file a miss, every store dropped.
         self._files = None if cache is None else _Files(cache, key)
+        self._unpacked: dict[str, bytes] = {}  # the files of the last pack read
 
     def get(self, filenames: list[str]) -> dict[str, bytes]:
         """Every file of ``filenames`` that verifies -- or none when one does not:
@@ -436,10 +443,26 @@ class CuforgeRemoteCacheBackend(RemoteCacheBackend):  # type: ignore[misc]
         if self._files is None:
             return {}
         names = list(filenames)
+        unpacked, self._unpacked = self._unpacked, {}
+        if names and all(n in unpacked for n in names):  # the children of a pack just read
+            return {n: unpacked[n] for n in names}
         datas = self._files.load_many(names)
+        if len(names) == 1 and datas[0] is None and names[0].startswith(_GROUP):
+            return self._from_pack(names[0])
         if any(d is None for d in datas):
             return {}
         return {n: d for n, d in zip(names, datas, strict=True) if d is not None}
+
+    def _from_pack(self, group_file: str) -> dict[str, bytes]:
+        """A kernel :class:`CuforgeCacheManager` stored (one pack): its group file as
+        Triton's remote manager writes one, its files kept for the ``get`` that follows."""
+        assert self._files is not None
+        (raw,) = self._files.load_many([_PACK + group_file.removeprefix(_GROUP)])
+        items = _unpack(raw)
+        if items is None:
+            return {}
+        self._unpacked = dict(items)
+        return {group_file: json.dumps({"child_paths": [n for n, _ in items]}).encode()}
 
     def put(self, filename: str, data: bytes) -> None:
         """Store ``data`` (in the background: ``_behind``)."""
