@@ -3,7 +3,8 @@
 A paused redis-server (SIGSTOP) holds a store in flight for as long as a test needs:
 the store cannot land until the server is resumed, so what a test observes meanwhile
 (the compile went on, the process waits at exit, a worker waits on SIGTERM) is the
-write-behind's doing, not a race.
+write-behind's doing, not a race. The tests of the writer set ``CUFORGE_WRITE_BEHIND=1``
+(every store behind, in their children too); the default (``auto``) has tests of its own.
 """
 
 from __future__ import annotations
@@ -34,9 +35,15 @@ def _url(server, prefix: str, timeout: float = 30.0) -> str:  # type: ignore[no-
     return f"{server.url}?prefix={prefix}&timeout={timeout}&connect_timeout={timeout}"
 
 
+@pytest.fixture(autouse=True)
+def _every_store_behind(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CUFORGE_WRITE_BEHIND", "1")
+
+
 def _env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CUFORGE_")}
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    env["CUFORGE_WRITE_BEHIND"] = "1"
     return env
 
 
@@ -214,14 +221,45 @@ def test_a_write_behind_value_that_is_no_switch_warns_once_naming_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("CUFORGE_WRITE_BEHIND", "sometimes")
-    entries = ForeignEntries(open_cache(f"file://{tmp_path / 'fs'}", secret=SECRET), "inductor")
+    cache = open_cache(f"file://{tmp_path / 'fs'}", secret=SECRET)
+    entries = ForeignEntries(cache, "inductor")
     with pytest.warns(CacheWriteWarning) as record:
         entries.store("a", b"1", {}, defer=True)
         entries.store("b", b"2", {}, defer=True)
     assert [str(w.message) for w in record] == [
-        "$CUFORGE_WRITE_BEHIND='sometimes' is not 0 or 1; stores are written behind (the default)"
+        "$CUFORGE_WRITE_BEHIND='sometimes' is not auto, 0 or 1; stores are written behind "
+        "once one is slow (the default, auto)"
     ]
-    assert _behind.writer_ident() is not None
+    assert cache.stats().stores == 2  # the default: a local directory's stores, made at once
+
+
+def test_by_default_fast_stores_are_made_at_once_and_a_slow_one_sends_the_rest_behind(
+    redis_server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("CUFORGE_WRITE_BEHIND")
+    local = open_cache(f"file://{tmp_path / 'fs'}", secret=SECRET)
+    files = ForeignEntries(local, "inductor")
+    for i in range(5):
+        assert files.store(f"k{i}", b"value", {}, defer=True)
+        assert _behind.pending(local, files.key(f"k{i}")) is None  # made here, at once
+    assert local.stats().stores == 5 and not _behind.enabled(local)
+    fleet = open_cache(_url(redis_server, "auto:"), secret=SECRET)
+    entries = ForeignEntries(fleet, "inductor")
+    assert entries.load("warm-up") is None  # connected
+    redis_server.pause()
+    threading.Timer(0.2, redis_server.resume).start()
+    start = time.monotonic()
+    assert entries.store("slow", b"value", {}, defer=True)  # made here: waits for the server
+    assert time.monotonic() - start >= 0.15 and fleet.stats().stores == 1
+    assert _behind.enabled(fleet) and not _behind.enabled(local)
+    redis_server.pause()
+    try:
+        assert entries.store("next", b"value", {}, defer=True)  # behind: returns at once
+        assert _behind.pending(fleet, entries.key("next")) is not None
+    finally:
+        redis_server.resume()
+    assert flush(timeout=60)
+    assert fleet.stats().stores == 2
 
 
 def _wait_for_idle_writer() -> None:

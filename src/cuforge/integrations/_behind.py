@@ -31,9 +31,14 @@ the lock finds them.
   kept alive, unrun, in the child (:data:`orphans`).
 - A store that raises is dropped: ``on_error`` (the integration's warning) is told,
   as a synchronous store's failure was. Nothing raises into the compile.
-- ``$CUFORGE_WRITE_BEHIND=0`` makes every store here synchronous again (the thread is
-  then never started); ``1`` (the default) writes behind. Another value is one
-  :class:`CacheWriteWarning` naming the variable, and the default.
+- **When.** By default (``$CUFORGE_WRITE_BEHIND`` unset or ``auto``) a cache's stores
+  are made at once, in the compiling thread, until one takes longer than
+  ``SLOW_STORE_S``; from then on that cache's stores are written behind. A store to a
+  local directory costs a fraction of a millisecond, less than handing it to a thread
+  does (the hand-overs of the GIL); one that waits on a server or a slow disk is worth
+  taking off the compile. ``1`` writes every store behind, ``0`` none (the thread is
+  then never started). Another value is one :class:`CacheWriteWarning` naming the
+  variable, and the default.
 
 What it costs: the writer is a Python thread, so its work needs the GIL; it runs in
 the compile's waits (``ptxas``, file and process waits) and otherwise takes the GIL
@@ -83,16 +88,25 @@ TERM_FLUSH_S = 10.0
 IDLE_S = 1.0
 #: ``0``: stores are made at once, in the caller's thread; ``1`` (default): behind.
 ENV = "CUFORGE_WRITE_BEHIND"
-_ON = {"", "1", "on", "yes", "true"}
+_AUTO = {"", "auto"}
+_ON = {"1", "on", "yes", "true"}
 _OFF = {"0", "off", "no", "false"}
 _warned: set[str] = set()
+#: (auto) A store that took longer than this sends its cache's later stores behind.
+SLOW_STORE_S = 0.002
+#: (auto) ``id`` of each cache a store found slow. An id reused by a later cache only
+#: sends that one's stores behind from its first, which every mode allows.
+_slow: set[int] = set()
 
 
-def enabled() -> bool:
-    """Whether stores are written behind (``$CUFORGE_WRITE_BEHIND``; read at every
-    store, so a test or a session can change it); a value that is not a switch is one
-    warning per value, and the default (on)."""
+def enabled(cache: ProgramCacheResource | None = None) -> bool:
+    """Whether a store to ``cache`` is written behind (``$CUFORGE_WRITE_BEHIND``; read
+    at every store, so a test or a session can change it): ``auto`` (the default) when
+    one of its stores was found slow. A value that is not a switch is one warning per
+    value, and the default."""
     raw = os.environ.get(ENV, "").strip().lower()
+    if raw in _AUTO:
+        return id(cache) in _slow
     if raw in _ON:
         return True
     if raw in _OFF:
@@ -103,12 +117,12 @@ def enabled() -> bool:
         from cuforge.storage.base import CacheWriteWarning
 
         warnings.warn(
-            f"${ENV}={os.environ.get(ENV)!r} is not 0 or 1; stores are written behind "
-            "(the default)",
+            f"${ENV}={os.environ.get(ENV)!r} is not auto, 0 or 1; stores are written "
+            "behind once one is slow (the default, auto)",
             CacheWriteWarning,
             stacklevel=outside_level(),
         )
-    return True
+    return id(cache) in _slow
 
 
 class _Item:
@@ -184,11 +198,14 @@ def submit(
     after: Callable[[], None] | None = None,
 ) -> None:
     """Queue ``cache.set_entry(key, data, meta)``; ``after`` runs once it is made (or
-    dropped). Waits only while more than ``MAX_QUEUED_BYTES`` are queued. With
-    ``$CUFORGE_WRITE_BEHIND=0``, makes the store (and runs ``after``) now."""
+    dropped). Waits only while more than ``MAX_QUEUED_BYTES`` are queued. Makes the
+    store (and runs ``after``) now where :func:`enabled` says so, timing it (``auto``)."""
     item = _Item(cache, key, data, meta, on_error, after)
-    if not enabled():
+    if not enabled(cache):
+        start = time.perf_counter()
         _store(item)
+        if time.perf_counter() - start > SLOW_STORE_S:
+            _slow.add(id(cache))
         return
     st = _state
     if st.submitted_bytes - st.done_bytes > MAX_QUEUED_BYTES:
