@@ -31,12 +31,13 @@ the lock finds them.
   kept alive, unrun, in the child (:data:`orphans`).
 - A store that raises is dropped: ``on_error`` (the integration's warning) is told,
   as a synchronous store's failure was. Nothing raises into the compile.
-- **When.** By default (``$CUFORGE_WRITE_BEHIND`` unset or ``auto``) a cache's stores
-  are made at once, in the compiling thread, until one takes longer than
-  ``SLOW_STORE_S``; from then on that cache's stores are written behind. A store to a
-  local directory costs a fraction of a millisecond, less than handing it to a thread
-  does (the hand-overs of the GIL); one that waits on a server or a slow disk is worth
-  taking off the compile. ``1`` writes every store behind, ``0`` none (the thread is
+- **When.** By default (``$CUFORGE_WRITE_BEHIND`` unset or ``auto``) a store to a
+  cache with a level on a server (Redis, S3: ``storage.tiered.reach``) is written
+  behind, and one to a cache on this host (a directory, SQLite) is made at once, in
+  the compiling thread: it costs a fraction of a millisecond, less than handing it to
+  a thread does (the hand-overs of the GIL, with the compile's own threads waiting);
+  one that waits on a network is worth taking off the compile. ``1`` writes every
+  store behind (a directory on a slow network file system), ``0`` none (the thread is
   then never started). Another value is one :class:`CacheWriteWarning` naming the
   variable, and the default.
 
@@ -92,21 +93,24 @@ _AUTO = {"", "auto"}
 _ON = {"1", "on", "yes", "true"}
 _OFF = {"0", "off", "no", "false"}
 _warned: set[str] = set()
-#: (auto) A store that took longer than this sends its cache's later stores behind.
-SLOW_STORE_S = 0.002
-#: (auto) ``id`` of each cache a store found slow. An id reused by a later cache only
-#: sends that one's stores behind from its first, which every mode allows.
-_slow: set[int] = set()
+
+
+def _auto(cache: ProgramCacheResource | None) -> bool:
+    """(auto) Whether ``cache`` reaches a server: read from its classes, a few
+    ``isinstance`` tests per store (no cache of it: an id outlives its object)."""
+    from cuforge.storage.tiered.reach import reaches_server
+
+    return reaches_server(cache)
 
 
 def enabled(cache: ProgramCacheResource | None = None) -> bool:
     """Whether a store to ``cache`` is written behind (``$CUFORGE_WRITE_BEHIND``; read
     at every store, so a test or a session can change it): ``auto`` (the default) when
-    one of its stores was found slow. A value that is not a switch is one warning per
+    the cache has a level on a server. A value that is not a switch is one warning per
     value, and the default."""
     raw = os.environ.get(ENV, "").strip().lower()
     if raw in _AUTO:
-        return id(cache) in _slow
+        return _auto(cache)
     if raw in _ON:
         return True
     if raw in _OFF:
@@ -117,12 +121,12 @@ def enabled(cache: ProgramCacheResource | None = None) -> bool:
         from cuforge.storage.base import CacheWriteWarning
 
         warnings.warn(
-            f"${ENV}={os.environ.get(ENV)!r} is not auto, 0 or 1; stores are written "
-            "behind once one is slow (the default, auto)",
+            f"${ENV}={os.environ.get(ENV)!r} is not auto, 0 or 1; stores to a server "
+            "are written behind (the default, auto)",
             CacheWriteWarning,
             stacklevel=outside_level(),
         )
-    return id(cache) in _slow
+    return _auto(cache)
 
 
 class _Item:
@@ -199,13 +203,10 @@ def submit(
 ) -> None:
     """Queue ``cache.set_entry(key, data, meta)``; ``after`` runs once it is made (or
     dropped). Waits only while more than ``MAX_QUEUED_BYTES`` are queued. Makes the
-    store (and runs ``after``) now where :func:`enabled` says so, timing it (``auto``)."""
+    store (and runs ``after``) now where :func:`enabled` says not to write it behind."""
     item = _Item(cache, key, data, meta, on_error, after)
     if not enabled(cache):
-        start = time.perf_counter()
         _store(item)
-        if time.perf_counter() - start > SLOW_STORE_S:
-            _slow.add(id(cache))
         return
     st = _state
     if st.submitted_bytes - st.done_bytes > MAX_QUEUED_BYTES:

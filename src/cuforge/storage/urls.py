@@ -98,6 +98,9 @@ SCHEMES: dict[str, tuple[str, frozenset[str]]] = {
     ),
 }
 
+#: The schemes whose entries live on this host (the others', on a server).
+LOCAL_SCHEMES = frozenset({"memory", "file", "sqlite"})
+
 #: What each scheme's opener refuses in the URL itself, checked without opening or
 #: connecting (:func:`check_level`): ``"module:function"``, imported when used.
 CHECKS: dict[str, str] = {
@@ -384,7 +387,9 @@ def open_tiered(
                 levels.append(open_level(spec, secret))
                 eager = spec.scheme == "memory"
             else:
-                levels.append(LazyLevel(partial(open_level, spec, secret), _shown(spec.text)))
+                opener = partial(open_level, spec, secret)
+                remote = spec.scheme not in LOCAL_SCHEMES
+                levels.append(LazyLevel(opener, _shown(spec.text), remote=remote))
     except BaseException:
         for level in levels:
             level.close()

@@ -84,7 +84,7 @@ def _ready_for_exit() -> None:
 
 class LazyLevel(EntryCache):
     """The level ``opener()`` returns, opened on first need; ``name`` names it in
-    messages (a URL without its password)."""
+    messages (a URL without its password); ``remote``: it lives on a server."""
 
     def __init__(
         self,
@@ -92,10 +92,12 @@ class LazyLevel(EntryCache):
         name: str,
         *,
         max_pending_bytes: int = DEFAULT_MAX_PENDING,
+        remote: bool = False,
     ) -> None:
         super().__init__()
         self._opener = opener
         self._name = name
+        self.remote = remote
         self._max_pending = max_pending_bytes
         self._level: ProgramCacheResource | None = None
         self._error: BaseException | None = None
