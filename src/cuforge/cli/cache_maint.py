@@ -90,6 +90,7 @@ def _label(row: _entries.Row) -> str:
 def _verify(args: argparse.Namespace) -> int:
     bad: list[tuple[_maintlevels.Part, _entries.Row, str, bool]] = []  # ..., removed
     removed = checked = unsigned_check = 0
+    refused: list[str] = []  # why a cache of one level refused a removal, as it said
     foreign: list[tuple[_maintlevels.Part, str, str]] = []
     chosen = opened(args, read_only=not args.fix)
     errors: dict[int, str] = {}  # a tier's level that failed: its words
@@ -130,7 +131,13 @@ def _verify(args: argparse.Namespace) -> int:
                         if entry is not None and _entries.manifest_entry_ids(entry.data) is None:
                             problem = "header manifest does not parse"
                     if problem is not None:
-                        went = fixes and part.cache.remove_entry(row.id)
+                        try:
+                            went = fixes and part.cache.remove_entry(row.id)
+                        except OSError as exc:  # a tier's level: its failure (attempt)
+                            if part.index is not None:
+                                raise
+                            went = False  # one cache: the summary says why, as prune's
+                            refused.append(_maintlevels.why_words(exc))
                         removed += went
                         bad.append((part, row, problem, went))
                 # Objects that are no entry at all (a FIFO, a directory, a file for a
@@ -220,9 +227,10 @@ def _verify(args: argparse.Namespace) -> int:
     stayed = [(p, row) for p, row, _, went in bad if args.fix and not p.read_only and not went]
     if stayed and stop is None:  # asked to fix, and a writable level kept them
         where = ", ".join(dict.fromkeys(p.name for p, _ in stayed))
+        why = f"({refused[0]})" if refused else _MAYBE
         print(
             f"cuforge cache verify: could not remove {len(stayed)} of the "
-            f"{_count(len(bad), 'bad entry')} of {where} {_MAYBE}",
+            f"{_count(len(bad), 'bad entry')} of {where} {why}",
             file=sys.stderr,
         )
     return 1 if bad or foreign or errors else 0

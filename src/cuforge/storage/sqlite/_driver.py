@@ -18,6 +18,7 @@ lookup or store path.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import time
 import warnings
@@ -50,6 +51,7 @@ from ._schema import (
     ForeignDatabaseError,
     NewerSchemaError,
     counter_columns,
+    is_busy,
     is_corruption,
     rid_of,
     row_check,
@@ -293,8 +295,8 @@ class SQLiteDriver(Driver):
                 conn = self._conns.get()
                 with self._conns.full_wait(conn):
                     return remove_row(conn, kd, found)
-            except self._error:
-                return False
+            except self._error as exc:
+                raise self._refused(exc) from exc
         kd, rid, _ = loc
         patience = int(self._timeout * 1000)  # a deletion waits for room as for the lock
         kept = w.deferred.lookup(rid, kd) is not None
@@ -329,13 +331,25 @@ class SQLiteDriver(Driver):
             with self._conns.full_wait(conn):
                 delete_all(conn, space.budget.rows, begin)
         except (self._error, WalFull) as exc:
-            self.reports.dropped(w.failed(exc))
-            return
+            raise self._refused(exc) from exc
         # Giving the pages back is housekeeping: busy here fails nothing.
         wait = self._checkpoint_ms
         with contextlib.suppress(self._error), self._conns.busy_timeout(conn, wait):
             vacuum(conn, 1 << 62, space.budget.rows, wait / 1000)
             checkpoint(conn, wait / 1000)
+
+    def _refused(self, exc: BaseException) -> OSError:
+        """What a maintenance removal (``clear``, an entry by id) raises when the
+        database refuses it -- never a store's warning: a lock held elsewhere past the
+        timeout says so (``EBUSY``), damage is told to the handle, anything else is
+        SQLite's own words (``EIO``)."""
+        self._w.failed(exc)  # tells the handle of damage; the outcome is no store's
+        if isinstance(exc, WalFull):  # a reader keeps the write-ahead log from folding
+            return OSError(errno.EBUSY, str(exc))
+        if is_busy(exc):
+            held = f"another connection held it for over {self._timeout:g} s"
+            return OSError(errno.EBUSY, f"the database is locked: {held}")
+        return OSError(errno.EIO, str(exc))
 
     # -- by id, listing -----------------------------------------------------------------
     def locate_id(self, entry_id: str) -> Any:
