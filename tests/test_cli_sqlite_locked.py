@@ -6,9 +6,11 @@ the entry is there once the lock goes. Through the installed ``cuforge`` script.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from _cli import SAXPY, run
@@ -20,6 +22,20 @@ HOLD = (
     "print('held', flush=True)\n"
     "sys.stdin.read()\n"
 )
+
+
+@contextlib.contextmanager
+def _locked(db: Path) -> Iterator[None]:
+    """Another process holds ``db``'s write lock until the block ends."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(db)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        yield
+    finally:
+        holder.communicate("")
 
 
 def _damage(db: Path) -> None:
@@ -40,14 +56,9 @@ def test_maintenance_on_a_locked_database_names_the_lock_and_loses_nothing(
     built = run(tmp_path, "compile", str(SAXPY), "--arch", "sm_90", "-o",
                 str(tmp_path / "x.cubin"), "--cache", url)  # fmt: skip
     assert built.returncode == 0, built.stderr
-    holder = subprocess.Popen(
-        [sys.executable, "-c", HOLD, str(db)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-        text=True,
-    )  # fmt: skip
-    try:
-        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
-        locked = "(the database is locked: another connection held it for over 0.5 s)"
-        where = f"sqlite://{db}?timeout=0.5"
+    locked = "(the database is locked: another connection held it for over 0.5 s)"
+    where = f"sqlite://{db}?timeout=0.5"
+    with _locked(db):
         clear = run(tmp_path, "cache", "clear", "--yes", "--cache", url)
         assert clear.returncode == 1
         assert clear.stderr.splitlines() == [
@@ -58,22 +69,13 @@ def test_maintenance_on_a_locked_database_names_the_lock_and_loses_nothing(
         assert prune.stderr.splitlines() == [
             f"cuforge cache prune: could not remove 1 of 1 entry of {where} {locked}"
         ]
-    finally:
-        holder.communicate("")
     _damage(db)
-    holder = subprocess.Popen(
-        [sys.executable, "-c", HOLD, str(db)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-        text=True,
-    )  # fmt: skip
-    try:
-        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+    with _locked(db):
         fix = run(tmp_path, "cache", "verify", "--fix", "--cache", url)
         assert fix.returncode == 1 and "1 bad, 0 removed" in fix.stdout
         assert fix.stderr.splitlines() == [
             f"cuforge cache verify: could not remove 1 of the 1 bad entry of {where} {locked}"
         ]
-    finally:
-        holder.communicate("")
     ls = run(tmp_path, "cache", "ls", "--cache", url)
     assert ls.returncode == 0 and len(ls.stdout.splitlines()) == 1  # still there
     fixed = run(tmp_path, "cache", "verify", "--fix", "--cache", url)

@@ -600,15 +600,27 @@ def test_the_remote_backend_answers_a_group_whole_or_not_at_all(
     assert backend.get(["k.json"]) == {"k.json": b'{"name": "k"}'}
 
 
+def _triton_env(monkeypatch: pytest.MonkeyPatch, url: str, triton_dir: Path) -> None:
+    """This process's Triton managers on ``url``, their local copies in ``triton_dir``."""
+    monkeypatch.setenv("CUFORGE_TRITON_CACHE", url)
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(triton_dir))
+    monkeypatch.delenv("CUFORGE_CACHE_SECRET", raising=False)
+
+
+def _compile_kernel(manager: Any, files: dict[str, bytes], group: str = "k.json") -> None:
+    """What Triton's compile does with its manager: the group asked for (a miss), each
+    file put, then the group."""
+    assert manager.get_group(group) is None
+    manager.put_group(group, {n: manager.put(d, n) for n, d in files.items()})
+
+
 def test_a_kernel_is_one_entry_stored_once_and_read_in_one_request(
     redis_server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from cuforge.integrations import flush
     from cuforge.integrations.triton import CuforgeCacheManager, triton_cache
 
-    monkeypatch.setenv("CUFORGE_TRITON_CACHE", f"{redis_server.url}?prefix=g:")
-    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "t"))
-    monkeypatch.delenv("CUFORGE_CACHE_SECRET", raising=False)
+    _triton_env(monkeypatch, f"{redis_server.url}?prefix=g:", tmp_path / "t")
 
     def triton_cache_stats() -> Any:
         cache = triton_cache()
@@ -641,9 +653,7 @@ def test_a_file_put_outside_the_group_is_stored_on_its_own(
     from cuforge.integrations import flush
     from cuforge.integrations.triton import CuforgeCacheManager
 
-    monkeypatch.setenv("CUFORGE_TRITON_CACHE", f"sqlite://{tmp_path / 'c.db'}")
-    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "t"))
-    monkeypatch.delenv("CUFORGE_CACHE_SECRET", raising=False)
+    _triton_env(monkeypatch, f"sqlite://{tmp_path / 'c.db'}", tmp_path / "t")
     # A manager never asked for a group (Triton's autotuner, a native module): each put
     # is stored at once.
     single = CuforgeCacheManager("SINGLE")
@@ -651,9 +661,8 @@ def test_a_file_put_outside_the_group_is_stored_on_its_own(
     # A kernel's compile that also put a file its group does not list.
     kernel = CuforgeCacheManager("KERNEL")
     assert kernel.get_group("k.json") is None
-    paths = {n: kernel.put(n.encode(), n) for n in ("k.cubin", "k.json")}
-    kernel.put(b"extra", "k.extra")
-    kernel.put_group("k.json", paths)
+    kernel.put(b"extra", "k.extra")  # put during the kernel's compile, not in its group
+    kernel.put_group("k.json", {n: kernel.put(n.encode(), n) for n in ("k.cubin", "k.json")})
     flush()
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "t2"))  # another host's dirs
     best = CuforgeCacheManager("SINGLE").get_file("best.autotune.json")
@@ -670,13 +679,10 @@ def test_the_remote_backend_reads_a_kernel_the_manager_packed(
     from cuforge.integrations import flush
     from cuforge.integrations.triton import CuforgeCacheManager, CuforgeRemoteCacheBackend
 
-    monkeypatch.setenv("CUFORGE_TRITON_CACHE", f"sqlite://{tmp_path / 'c.db'}")
-    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "t"))
-    monkeypatch.delenv("CUFORGE_CACHE_SECRET", raising=False)
-    manager = CuforgeCacheManager("SHARED")
-    assert manager.get_group("k.json") is None
-    paths = {n: manager.put(n.encode() * 3, n) for n in ("k.cubin", "k.json")}
-    manager.put_group("k.json", paths)
+    _triton_env(monkeypatch, f"sqlite://{tmp_path / 'c.db'}", tmp_path / "t")
+    _compile_kernel(
+        CuforgeCacheManager("SHARED"), {n: n.encode() * 3 for n in ("k.cubin", "k.json")}
+    )
     flush()
     backend = CuforgeRemoteCacheBackend("SHARED")
     # Triton's remote manager: the group file, then the files it lists.
