@@ -691,3 +691,13 @@ def test_the_remote_backend_reads_a_kernel_the_manager_packed(
     assert sorted(listed) == ["k.cubin", "k.json"]
     assert backend.get(listed) == {n: n.encode() * 3 for n in listed}
     assert CuforgeRemoteCacheBackend("OTHER").get(["__grp__k.json"]) == {}
+
+
+def test_stock_triton_reads_the_directory_the_manager_filled(tmp_path: Path) -> None:
+    # TRITON_CACHE_DIR stays Triton's own: a process without cuforge's manager (a
+    # subprocess with another environment, or cuforge turned off) hits it and does
+    # not fail on the group file the manager wrote.
+    first = run("kernel", tmp_path / "t", f"file://{tmp_path / 'fs'}")
+    stock = run("kernel", tmp_path / "t", None)
+    assert first["hits"] == [False] and stock["hits"] == [True]
+    assert stock["cubin"] == first["cubin"] > 0

@@ -360,7 +360,9 @@ class CuforgeCacheManager(CacheManager):  # type: ignore[misc]
         release = self._hand_over()
         unstored, self._unstored = self._unstored, {}
         names = sorted(group)
-        raw = json.dumps({"child_paths": names}).encode()
+        # The local group file as Triton's own manager writes it (name -> path), so a
+        # process with Triton's manager hits this directory rather than failing on it.
+        raw = json.dumps({"child_paths": group}).encode()
         try:
             packed = _pack([(n, _child_bytes(unstored, n, group[n])) for n in names])
         except BaseException as exc:
