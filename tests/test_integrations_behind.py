@@ -256,6 +256,7 @@ def test_by_default_a_directory_is_stored_at_once_and_a_server_behind(
     assert _behind.pending(tier, entries.key("next")) is None
     with open_cache(f"file://{tmp_path / 'host'}", secret=SECRET) as host:
         assert ForeignEntries(host, "inductor").load("next") == b"value"  # landed
+    tier.close()  # its Redis level's deferred store goes while the server is up
 
 
 def _wait_for_idle_writer() -> None:

@@ -87,7 +87,8 @@ FORK_WAIT_S = 10.0
 TERM_FLUSH_S = 10.0
 #: Seconds without work after which the writer thread ends.
 IDLE_S = 1.0
-#: ``0``: stores are made at once, in the caller's thread; ``1`` (default): behind.
+#: ``auto`` (default): behind for a cache that reaches a server; ``1``: every store
+#: behind; ``0``: every store at once, in the caller's thread.
 ENV = "CUFORGE_WRITE_BEHIND"
 _AUTO = {"", "auto"}
 _ON = {"1", "on", "yes", "true"}

@@ -27,8 +27,8 @@ N processes missing one kernel compile it once; a native module (``.so``) Triton
 about to build is locked the same way until it is stored. ``put`` writes the local
 copy Triton reads and returns; a kernel's files wait in the manager (read back by
 ``get_file`` meanwhile) until ``put_group`` stores the pack; stores go through
-``_behind`` (made at once, or written behind once a store to the cache was slow: a
-server, a slow disk), and the kernel's lock is let go only after its pack has
+``_behind`` (made at once, or written behind when the cache has a level on a
+server), and the kernel's lock is let go only after its pack has
 landed; this process reads its own queued stores back, and the queue is flushed at
 exit (``cuforge.integrations.flush`` waits for it). A cache fault never fails a
 compile: a lookup that raises is a miss and a store that raises is dropped (both
@@ -359,12 +359,16 @@ class CuforgeCacheManager(CacheManager):  # type: ignore[misc]
             return self._local.put_group(filename, group)  # type: ignore[no-any-return]
         release = self._hand_over()
         unstored, self._unstored = self._unstored, {}
-        names = sorted(group)
-        # The local group file as Triton's own manager writes it (name -> path), so a
-        # process with Triton's manager hits this directory rather than failing on it.
-        raw = json.dumps({"child_paths": group}).encode()
         try:
-            packed = _pack([(n, _child_bytes(unstored, n, group[n])) for n in names])
+            # The local group file as Triton's own manager writes it (name -> path), so
+            # a process with Triton's manager hits this directory rather than failing.
+            raw = json.dumps({"child_paths": group}).encode()
+        except BaseException:
+            if release is not None:
+                release()
+            raise
+        try:
+            packed = _pack([(n, _child_bytes(unstored, n, group[n])) for n in sorted(group)])
         except BaseException as exc:
             if release is not None:
                 release()
