@@ -316,3 +316,27 @@ def test_the_writer_is_born_with_sigterm_and_sigint_blocked() -> None:
                          text=True, timeout=120)  # fmt: skip
     assert got.returncode == 0, got.stderr
     assert got.stdout.split("\n")[0] == "[True, True] [False, False]", got.stdout
+
+
+def test_stores_written_behind_reach_a_tiers_server_level_at_exit(
+    redis_server, tmp_path: Path
+) -> None:
+    # The process stores behind into a tier whose Redis level was never opened (no
+    # lookup first) and exits without flushing: the exit's flush runs after the lazy
+    # levels' own write of deferred stores, so the level must take the store at once
+    # (it kept it for a write that had already run, and warned it "could not be opened").
+    url = f"file://{tmp_path / 'host'},{_url(redis_server, 'late:')}"
+    code = (
+        "import sys\n"
+        "from cuforge.integrations._cache import ForeignEntries\n"
+        "from cuforge.storage.urls import open_cache\n"
+        f"cache = open_cache(sys.argv[1], secret={SECRET!r})\n"
+        "ForeignEntries(cache, 'inductor').store('k', b'value', {}, defer=True)\n"
+    )
+    env = {k: v for k, v in _env().items() if k != "CUFORGE_WRITE_BEHIND"}  # auto
+    done = subprocess.run(
+        [sys.executable, "-c", code, url], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    with open_cache(_url(redis_server, "late:"), secret=SECRET) as fleet:
+        assert ForeignEntries(fleet, "inductor").load("k") == b"value"

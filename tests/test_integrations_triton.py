@@ -701,3 +701,8 @@ def test_stock_triton_reads_the_directory_the_manager_filled(tmp_path: Path) -> 
     stock = run("kernel", tmp_path / "t", None)
     assert first["hits"] == [False] and stock["hits"] == [True]
     assert stock["cubin"] == first["cubin"] > 0
+    # A directory a hit filled (another host's: the kernel came from the cache) too.
+    hit = run("kernel", tmp_path / "t2", f"file://{tmp_path / 'fs'}")
+    stock_there = run("kernel", tmp_path / "t2", None)
+    assert hit["hits"] == [True] and stock_there["hits"] == [True]
+    assert stock_there["cubin"] == first["cubin"]

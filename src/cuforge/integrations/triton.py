@@ -345,13 +345,17 @@ class CuforgeCacheManager(CacheManager):  # type: ignore[misc]
         return held
 
     def _load_group(self, files: _Files, filename: str) -> dict[str, str] | None:
-        """The kernel's files from its pack, verified and written locally, or None (a
-        miss: no pack, or one that does not verify or unpack)."""
+        """The kernel's files from its pack, verified and written locally with their
+        group file, or None (a miss: no pack, or one that does not verify or unpack)."""
         (raw,) = files.load_many([_PACK + filename])
         items = _unpack(raw)
         if items is None:
             return None
-        return {name: _materialize(self.cache_dir, name, data) for name, data in items}
+        found = {name: _materialize(self.cache_dir, name, data) for name, data in items}
+        # The group file too, as Triton's own manager writes it: a process without this
+        # manager on the same directory hits it (put_group writes it after a compile).
+        _materialize(self.cache_dir, _GROUP + filename, _group_file(found))
+        return found
 
     def put_group(self, filename: str, group: dict[str, str]) -> str:
         files = self._files
@@ -362,7 +366,7 @@ class CuforgeCacheManager(CacheManager):  # type: ignore[misc]
         try:
             # The local group file as Triton's own manager writes it (name -> path), so
             # a process with Triton's manager hits this directory rather than failing.
-            raw = json.dumps({"child_paths": group}).encode()
+            raw = _group_file(group)
         except BaseException:
             if release is not None:
                 release()
@@ -403,6 +407,12 @@ def _let_go(holder: _Held, slot: tuple[int, bytes]) -> None:
         if current is not None and current[1] is holder:
             del _holders[slot]
     holder.close()
+
+
+def _group_file(paths: dict[str, str]) -> bytes:
+    """A kernel's local group file as Triton's own manager reads it (file name -> path),
+    the same bytes after a compile and after a hit."""
+    return json.dumps({"child_paths": paths}, sort_keys=True).encode()
 
 
 def _child_bytes(unstored: dict[str, bytes], name: str, path: str) -> bytes:

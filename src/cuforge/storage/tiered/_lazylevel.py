@@ -191,7 +191,11 @@ class LazyLevel(EntryCache):
         data = coerce_value(value, "LazyLevel.set_entry")
         check_meta(meta)
         with self._mutex:
-            if self._level is None and self._error is None and not self._closed:
+            # Once the threads' shutdown has begun, the exit's write of deferred stores
+            # (_flush_all) has run or is running: a store now (one written behind and
+            # flushed at exit) is made at once, or it would be kept and lost.
+            late = getattr(threading, "_SHUTTING_DOWN", False)
+            if self._level is None and self._error is None and not self._closed and not late:
                 if not self._pending:
                     _ready_for_exit()
                 old = self._pending.pop(k, None)
