@@ -70,6 +70,7 @@ def test_a_store_behind_returns_at_once_and_is_read_back_before_it_lands(redis_s
     assert flush(timeout=60)
     assert _behind.pending(cache, entries.key("k")) is None
     assert cache.stats().stores == 1
+    cache.close()  # its socket, not left to a later test's collection (a ResourceWarning)
     with open_cache(_url(redis_server, "a:"), secret=SECRET) as other:
         assert ForeignEntries(other, "inductor").load("k") == b"value"  # landed, signed
 

@@ -3,6 +3,7 @@ importing cuforge's integrations never imports the systems they adapt."""
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import os
 import subprocess
@@ -155,7 +156,10 @@ UNOPENABLE = [
 
 def _selected_twice(cache: str | None, env_var: str) -> tuple[list[object], list[str]]:
     """select_cache twice (every warning shown): the answers and the warnings' texts,
-    each checked to be a CacheWriteWarning pointing at this file (the caller's line)."""
+    each checked to be a CacheWriteWarning pointing at this file (the caller's line).
+    Earlier tests' garbage is collected first: an unclosed socket it holds warns when
+    collected (ResourceWarning), which is not select_cache's."""
+    gc.collect()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         answers: list[object] = [select_cache(cache, env_var) for _ in range(2)]
