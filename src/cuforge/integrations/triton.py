@@ -367,24 +367,20 @@ class CuforgeCacheManager(CacheManager):  # type: ignore[misc]
             # The local group file as Triton's own manager writes it (name -> path), so
             # a process with Triton's manager hits this directory rather than failing.
             raw = _group_file(group)
+            packed = _packed(filename, unstored, group)
         except BaseException:
             if release is not None:
                 release()
             raise
-        try:
-            packed = _pack([(n, _child_bytes(unstored, n, group[n])) for n in sorted(group)])
-        except BaseException as exc:
+        if packed is None:  # warned: nothing stored, the lock goes now
             if release is not None:
                 release()
-            if not isinstance(exc, (OSError, ValueError)):
-                raise
-            _warn(CacheWriteWarning, f"kernel {filename} not stored ({exc})")
-            return _put_local(self.cache_dir, _GROUP + filename, raw)
-        for name in unstored.keys() - group.keys():  # put, but not one of the kernel's
-            files.store(name, unstored[name])
-        # The kernel's lock goes once its pack has landed.
-        files.store(_PACK + filename, packed, release)
-        counters["stored"] += 1
+        else:
+            for name in unstored.keys() - group.keys():  # put, but not one of the kernel's
+                files.store(name, unstored[name])
+            # The kernel's lock goes once its pack has landed.
+            files.store(_PACK + filename, packed, release)
+            counters["stored"] += 1
         return _put_local(self.cache_dir, _GROUP + filename, raw)
 
     def _hand_over(self) -> Any:
@@ -413,6 +409,17 @@ def _group_file(paths: dict[str, str]) -> bytes:
     """A kernel's local group file as Triton's own manager reads it (file name -> path),
     the same bytes after a compile and after a hit."""
     return json.dumps({"child_paths": paths}, sort_keys=True).encode()
+
+
+def _packed(filename: str, unstored: dict[str, bytes], group: dict[str, str]) -> bytes | None:
+    """The pack of the kernel whose group is ``group``: each file as this manager's
+    ``put`` was given it, else read from the path the group names (a file it did not
+    put here). None, warned, when a file cannot be read or the names are no file names."""
+    try:
+        return _pack([(n, _child_bytes(unstored, n, group[n])) for n in sorted(group)])
+    except (OSError, ValueError) as exc:
+        _warn(CacheWriteWarning, f"kernel {filename} not stored ({exc})")
+        return None
 
 
 def _child_bytes(unstored: dict[str, bytes], name: str, path: str) -> bytes:
