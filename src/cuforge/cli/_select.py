@@ -236,11 +236,11 @@ def unreachable_level(choice: Choice) -> tuple[str, str] | None:
     reads -- ``(its name as reports give it, the line cuforge cache stats would fail
     with)`` -- asked as ``doctor`` asks it (``RemoteCache.check_server``, within the
     level's own timeouts, changing nothing there); None when every one answers."""
-    from cuforge.storage.urls import open_level, parse_cache_url
+    from cuforge.storage.urls import LOCAL_SCHEMES, open_level, parse_cache_url
 
     names = level_names(choice)
     for spec, (name, _) in zip(parse_cache_url(choice.url or ""), names, strict=True):
-        if spec.scheme in ("file", "sqlite", "memory"):
+        if spec.scheme in LOCAL_SCHEMES:
             continue
         try:
             handle = open_level(spec.as_read_only())

@@ -208,7 +208,7 @@ def _levels(choice: _select.Choice) -> tuple[list[dict[str, Any]], str | None]:
     requests that change nothing there (``RemoteCache.check_server``), None when it
     cannot be reached -- and the line ``cuforge cache stats`` would fail with for the
     first server that cannot be reached or refuses reads (else None)."""
-    from cuforge.storage.urls import open_level, parse_cache_url
+    from cuforge.storage.urls import LOCAL_SCHEMES, open_level, parse_cache_url
 
     specs = parse_cache_url(choice.url or "")
     names = _select.level_names(choice)
@@ -221,7 +221,7 @@ def _levels(choice: _select.Choice) -> tuple[list[dict[str, Any]], str | None]:
             level["exists"] = os.path.lexists(spec.location)
             if not level["exists"] and spec.read_only:
                 level["exists_reason"] = _RO_ABSENT
-        if spec.scheme in ("file", "sqlite", "memory"):
+        if spec.scheme in LOCAL_SCHEMES:
             # the first was opened above
             failed = _open_failure(choice, i, spec) if i > 0 else None
             if failed is not None:
